@@ -1,0 +1,23 @@
+# Two commands matter: `make demo` and `make test`. Both set everything up first (idempotent).
+.PHONY: setup demo test lint bench clean
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	$(VENV)/bin/sparza demo
+
+lint: setup
+	$(VENV)/bin/ruff check src tests bench examples
+
+test: setup lint
+	$(PY) -m pytest -q -p no:cacheprovider
+
+bench: setup
+	$(PY) bench/run_all.py --scale small
+
+clean:
+	rm -rf $(VENV) node_modules .sparza

@@ -1,0 +1,197 @@
+"""One place that turns config into Azure Storage clients.
+
+Resolution order for a storage account (first match wins):
+
+1. explicit keys under a prefix (``systems.<s>.azureblob.account.name`` / ``account.key`` /
+   ``endpoint``; ``sensitive.account.key`` is accepted too),
+2. ``azure.storage.connect`` (a connection string),
+3. the ``AZURE_STORAGE_CONNECTION_STRING`` environment variable,
+4. the embedded dev storage (a running ``sparza dev-storage``).
+
+Account keys and connection strings are kept out of ``repr``, logs and error messages.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparza.config import Config
+from sparza.errors import ConfigError
+
+__all__ = [
+    "AZURITE_ACCOUNT_KEY",
+    "AZURITE_ACCOUNT_NAME",
+    "StorageAccount",
+    "parse_connection_string",
+    "resolve_storage_account",
+]
+
+AZURITE_ACCOUNT_NAME = "devstoreaccount1"
+# Azurite's well-known development key: public, documented by Microsoft, only valid for the emulator.
+AZURITE_ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def parse_connection_string(text: str) -> dict[str, str]:
+    """Split ``Key=Value;Key=Value`` into a dict (values may contain ``=``). Never echoes the text."""
+    parts: dict[str, str] = {}
+    for item in text.strip().strip(";").split(";"):
+        if not item.strip():
+            continue
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError("azure.storage.connect", "<connection string>",
+                              "Key=Value pairs separated by ';' (check for a stray ';' or missing '=')",
+                              secret=True)
+        parts[name.strip()] = value.strip()
+    return parts
+
+
+@dataclass(frozen=True)
+class StorageAccount:
+    """Where and how to reach one storage account: name, key and service endpoints.
+
+    ``proxy`` is ``host:port`` when the seed's ``proxy.use`` is on. Build clients with
+    :meth:`blob_service_client` and :meth:`table_service_client`.
+    """
+
+    account_name: str
+    account_key: str = field(repr=False)
+    blob_endpoint: str
+    table_endpoint: str
+    proxy: str | None = None
+    source: str = "config"
+
+    @property
+    def is_emulator(self) -> bool:
+        """True when the endpoints are Azurite's (loopback, http)."""
+        return self.blob_endpoint.startswith("http://")
+
+    def connection_string(self) -> str:
+        """A connection string for this account (contains the key: never log it)."""
+        return (f"DefaultEndpointsProtocol={'http' if self.is_emulator else 'https'};"
+                f"AccountName={self.account_name};AccountKey={self.account_key};"
+                f"BlobEndpoint={self.blob_endpoint};TableEndpoint={self.table_endpoint};")
+
+    def _client_kwargs(self, retry_total: int, timeout_s: int) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"retry_total": retry_total, "connection_timeout": timeout_s,
+                                  "read_timeout": max(timeout_s, 60)}
+        if self.proxy:
+            kwargs["proxies"] = {"http": f"http://{self.proxy}", "https": f"http://{self.proxy}"}
+        return kwargs
+
+    def blob_service_client(self, *, retry_total: int = 3, timeout_s: int = 20, **kwargs: Any) -> Any:
+        """A ``BlobServiceClient`` with exponential retries (``retry_total`` attempts)."""
+        from azure.storage.blob import BlobServiceClient, ExponentialRetry
+
+        options = self._client_kwargs(retry_total, timeout_s)
+        options["retry_policy"] = ExponentialRetry(initial_backoff=1, increment_base=2, retry_total=retry_total)
+        options.update(kwargs)
+        return BlobServiceClient(account_url=self.blob_endpoint,
+                                 credential={"account_name": self.account_name, "account_key": self.account_key},
+                                 **options)
+
+    def table_service_client(self, *, retry_total: int = 3, timeout_s: int = 20, **kwargs: Any) -> Any:
+        """A ``TableServiceClient`` for the same account."""
+        from azure.core.credentials import AzureNamedKeyCredential
+        from azure.data.tables import TableServiceClient
+
+        options = self._client_kwargs(retry_total, timeout_s)
+        options.update(kwargs)
+        return TableServiceClient(endpoint=self.table_endpoint,
+                                  credential=AzureNamedKeyCredential(self.account_name, self.account_key),
+                                  **options)
+
+    def delta_storage_options(self) -> dict[str, str]:
+        """Storage options for delta-rs (``az://container/path`` URIs)."""
+        options = {"account_name": self.account_name, "account_key": self.account_key}
+        if self.is_emulator:
+            options.update({"use_emulator": "true", "allow_http": "true",
+                            "azure_storage_endpoint": self.blob_endpoint.rstrip("/")})
+        elif not self.blob_endpoint.endswith(".blob.core.windows.net") and \
+                not self.blob_endpoint.endswith(".blob.core.windows.net/"):
+            options["azure_storage_endpoint"] = self.blob_endpoint.rstrip("/")
+        return options
+
+    @classmethod
+    def from_connection_string(cls, text: str, *, source: str = "connection string") -> StorageAccount:
+        """Parse an Azure Storage connection string (``UseDevelopmentStorage=true`` included)."""
+        parts = parse_connection_string(text)
+        if parts.get("UseDevelopmentStorage", "").lower() == "true":
+            return cls(AZURITE_ACCOUNT_NAME, AZURITE_ACCOUNT_KEY,
+                       f"http://127.0.0.1:10000/{AZURITE_ACCOUNT_NAME}",
+                       f"http://127.0.0.1:10002/{AZURITE_ACCOUNT_NAME}", source=source)
+        name = parts.get("AccountName")
+        key = parts.get("AccountKey")
+        if not name or not key:
+            raise ConfigError("azure.storage.connect", "<connection string>",
+                              "a connection string with AccountName and AccountKey", secret=True)
+        protocol = parts.get("DefaultEndpointsProtocol", "https")
+        suffix = parts.get("EndpointSuffix", "core.windows.net")
+        blob = parts.get("BlobEndpoint") or f"{protocol}://{name}.blob.{suffix}"
+        table = parts.get("TableEndpoint") or f"{protocol}://{name}.table.{suffix}"
+        return cls(name, key, blob.rstrip("/"), table.rstrip("/"), source=source)
+
+    @classmethod
+    def from_keys(cls, account_name: str, account_key: str, endpoint: str | None = None,
+                  table_endpoint: str | None = None, proxy: str | None = None) -> StorageAccount:
+        """An account from its name, key and optional blob endpoint (Azurite, sovereign clouds)."""
+        blob = (endpoint or f"https://{account_name}.blob.core.windows.net").rstrip("/")
+        if table_endpoint is None:
+            table_endpoint = (blob.replace(".blob.", ".table.") if ".blob." in blob
+                              else f"https://{account_name}.table.core.windows.net")
+        return cls(account_name, account_key, blob, table_endpoint.rstrip("/"), proxy=proxy, source="account keys")
+
+
+def resolve_storage_account(config: Mapping[str, str] | None = None, prefix: str = "",
+                            environ: Mapping[str, str] | None = None,
+                            allow_dev_storage: bool = True) -> StorageAccount:
+    """The storage account the config points at (see the module docstring for the order).
+
+    ``prefix`` is where per-system keys live, e.g. ``systems.out.azureblob.``. Raises
+    :class:`ConfigError` naming the missing key when nothing is configured and no dev storage runs.
+    """
+    cfg = config if isinstance(config, Config) else Config(config or {})
+    env = os.environ if environ is None else environ
+    if prefix and not prefix.endswith("."):
+        prefix += "."
+    name = cfg.get_str(prefix + "account.name", None) if prefix else None
+    key = None
+    if prefix:
+        key = cfg.get_str(prefix + "account.key", None) or cfg.get_str(prefix + "sensitive.account.key", None)
+    proxy = None
+    if prefix and cfg.get_bool(prefix + "proxy.use", False):
+        host = cfg.get_str(prefix + "proxy.hostname")
+        port = cfg.get_int(prefix + "proxy.port", min_value=1)
+        proxy = f"{host}:{port}"
+    if name or key:
+        if not name:
+            raise ConfigError(prefix + "account.name", None, "the storage account name (account.key is set)")
+        if not key:
+            raise ConfigError(prefix + "account.key", None, f"the key of storage account {name!r}")
+        endpoint = cfg.get_str(prefix + "endpoint", None)
+        return StorageAccount.from_keys(name, key, endpoint, cfg.get_str(prefix + "table.endpoint", None), proxy)
+    connect = cfg.get_str("azure.storage.connect", None)
+    if connect:
+        account = StorageAccount.from_connection_string(connect, source="azure.storage.connect")
+    elif env.get("AZURE_STORAGE_CONNECTION_STRING"):
+        account = StorageAccount.from_connection_string(env["AZURE_STORAGE_CONNECTION_STRING"],
+                                                        source="AZURE_STORAGE_CONNECTION_STRING")
+    else:
+        account = None
+        if allow_dev_storage:
+            from sparza.devstorage import DevStorage
+
+            account = DevStorage.default().running_account()
+        if account is None:
+            missing = (prefix + "account.name") if prefix else "azure.storage.connect"
+            raise ConfigError(missing, None,
+                              "an Azure storage account: set account.name/account.key, azure.storage.connect or "
+                              "AZURE_STORAGE_CONNECTION_STRING, or start local storage with "
+                              "'sparza dev-storage start'")
+    if proxy:
+        account = StorageAccount(account.account_name, account.account_key, account.blob_endpoint,
+                                 account.table_endpoint, proxy, account.source)
+    return account

@@ -1,0 +1,256 @@
+"""The embedded Azure Storage: an Azurite process on loopback for development, demos and tests.
+
+:class:`AzuriteProcess` starts one Azurite with its own data directory and ports and waits until
+it answers. :class:`DevStorage` is the persistent one behind ``sparza dev-storage``: it lives under
+``.sparza/azurite/`` (or ``$SPARZA_HOME/azurite``) and records its pid and ports in ``state.json``
+so a second ``start`` finds the running one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparza.azure import AZURITE_ACCOUNT_KEY, AZURITE_ACCOUNT_NAME, StorageAccount
+from sparza.errors import SparzaError, StorageUnavailableError
+
+__all__ = ["AzuriteNotInstalledError", "AzuriteProcess", "DevStorage", "find_azurite", "free_port"]
+
+
+class AzuriteNotInstalledError(SparzaError):
+    """The Azurite emulator could not be found."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def find_azurite() -> str:
+    """The path of the ``azurite`` executable.
+
+    Looks at ``$SPARZA_AZURITE_BIN``, ``node_modules/.bin/azurite`` in the current directory and its
+    parents and in the sparza source checkout, then ``PATH``.
+    """
+    env = os.environ.get("SPARZA_AZURITE_BIN")
+    if env:
+        return env
+    starts = [Path.cwd(), Path(__file__).resolve().parent]
+    for start in starts:
+        for folder in [start, *start.parents]:
+            candidate = folder / "node_modules" / ".bin" / "azurite"
+            if candidate.exists():
+                return str(candidate)
+    found = shutil.which("azurite")
+    if found:
+        return found
+    raise AzuriteNotInstalledError(
+        "Azurite (the local Azure Storage emulator) is not installed: run 'make setup' in the sparza "
+        "checkout, or 'npm install azurite@3.37.0', or set SPARZA_AZURITE_BIN; or configure a real "
+        "account with azure.storage.connect / AZURE_STORAGE_CONNECTION_STRING")
+
+
+@dataclass
+class AzuriteProcess:
+    """One Azurite process with its own data directory, on loopback ports (0 = pick free ones)."""
+
+    data_dir: Path
+    blob_port: int = 0
+    table_port: int = 0
+    queue_port: int = 0
+    pid: int | None = None
+    _proc: subprocess.Popen[bytes] | None = None
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        self.blob_port = self.blob_port or free_port()
+        self.table_port = self.table_port or free_port()
+        self.queue_port = self.queue_port or free_port()
+
+    @property
+    def account(self) -> StorageAccount:
+        """The emulator's account with this process's endpoints."""
+        return StorageAccount(
+            AZURITE_ACCOUNT_NAME, AZURITE_ACCOUNT_KEY,
+            f"http://127.0.0.1:{self.blob_port}/{AZURITE_ACCOUNT_NAME}",
+            f"http://127.0.0.1:{self.table_port}/{AZURITE_ACCOUNT_NAME}", source="azurite")
+
+    @property
+    def connection_string(self) -> str:
+        """A connection string for this emulator (the key is Azurite's public dev key)."""
+        return self.account.connection_string() + f"QueueEndpoint=http://127.0.0.1:{self.queue_port}/{AZURITE_ACCOUNT_NAME};"
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Start Azurite and wait until the blob and table services answer."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [find_azurite(), "--silent", "--location", str(self.data_dir),
+               "--blobHost", "127.0.0.1", "--blobPort", str(self.blob_port),
+               "--tableHost", "127.0.0.1", "--tablePort", str(self.table_port),
+               "--queueHost", "127.0.0.1", "--queuePort", str(self.queue_port),
+               "--skipApiVersionCheck", "--loose", "--disableProductStyleUrl"]
+        log = open(self.data_dir / "azurite.log", "ab")  # noqa: SIM115 - handed to the child process
+        self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      start_new_session=True)
+        log.close()
+        self.pid = self._proc.pid
+        self.wait_ready(timeout_s)
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Block until a real request to the blob service succeeds."""
+        deadline = time.monotonic() + timeout_s
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                tail = (self.data_dir / "azurite.log").read_text(errors="replace")[-2000:]
+                raise StorageUnavailableError(f"Azurite exited with code {self._proc.returncode}: {tail}")
+            if _port_open(self.blob_port) and _port_open(self.table_port):
+                try:
+                    client = self.account.blob_service_client(retry_total=0, timeout_s=2)
+                    client.get_service_properties()
+                    return
+                except Exception as exc:  # noqa: BLE001 - keep polling until the deadline
+                    last = exc
+            time.sleep(0.1)
+        self.stop()
+        raise StorageUnavailableError(f"Azurite did not answer on 127.0.0.1:{self.blob_port} within "
+                                      f"{timeout_s:.0f}s (last error: {last}); see {self.data_dir / 'azurite.log'}")
+
+    def is_running(self) -> bool:
+        """True when the process is alive."""
+        if self._proc is not None:
+            return self._proc.poll() is None
+        return self.pid is not None and _pid_alive(self.pid)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the process (SIGTERM, then SIGKILL) and wait until its ports are free."""
+        if self.pid is None:
+            return
+        _terminate(self.pid, timeout_s)
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and (_port_open(self.blob_port) or _port_open(self.table_port)):
+            time.sleep(0.05)
+        self.pid = None
+        self._proc = None
+
+    def pause(self) -> None:
+        """SIGSTOP the process (requests then hang: for timeout tests)."""
+        if self.pid is not None:
+            os.killpg(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused process."""
+        if self.pid is not None:
+            os.killpg(self.pid, signal.SIGCONT)
+
+    def restart(self, timeout_s: float = 30.0) -> None:
+        """Stop and start again on the same ports and data directory."""
+        self.stop()
+        self.start(timeout_s)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child counts as dead
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _terminate(pid: int, timeout_s: float) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            os.kill(pid, sig)
+        deadline = time.monotonic() + timeout_s / 2
+        while time.monotonic() < deadline:
+            if not _pid_alive(pid):
+                return
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.05)
+
+
+class DevStorage:
+    """The persistent embedded storage behind ``sparza dev-storage start|stop|status``."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = Path(home)
+        self.state_file = self.home / "state.json"
+
+    @classmethod
+    def default(cls) -> DevStorage:
+        """``$SPARZA_HOME/azurite`` or ``./.sparza/azurite``."""
+        base = Path(os.environ.get("SPARZA_HOME") or Path.cwd() / ".sparza")
+        return cls(base / "azurite")
+
+    def _load(self) -> AzuriteProcess | None:
+        if not self.state_file.exists():
+            return None
+        try:
+            state = json.loads(self.state_file.read_text())
+            proc = AzuriteProcess(self.home / "data", state["blob_port"], state["table_port"], state["queue_port"],
+                                  pid=state["pid"])
+        except (ValueError, KeyError):
+            return None
+        return proc if proc.is_running() and _port_open(proc.blob_port) else None
+
+    def status(self) -> AzuriteProcess | None:
+        """The running emulator, or None."""
+        return self._load()
+
+    def running_account(self) -> StorageAccount | None:
+        """The account of the running emulator, or None when none runs."""
+        proc = self._load()
+        return proc.account if proc else None
+
+    def start(self, blob_port: int = 0, table_port: int = 0, queue_port: int = 0) -> tuple[AzuriteProcess, bool]:
+        """Start the emulator unless it runs; returns it and whether it was started now."""
+        running = self._load()
+        if running is not None:
+            return running, False
+        proc = AzuriteProcess(self.home / "data", blob_port, table_port, queue_port)
+        proc.start()
+        proc._proc = None  # the process outlives this Python process; track it by pid
+        self.state_file.write_text(json.dumps({"pid": proc.pid, "blob_port": proc.blob_port,
+                                               "table_port": proc.table_port, "queue_port": proc.queue_port}))
+        return proc, True
+
+    def stop(self) -> bool:
+        """Stop the emulator; False when none was running."""
+        proc = self._load()
+        self.state_file.unlink(missing_ok=True)
+        if proc is None:
+            return False
+        proc.stop()
+        return True

@@ -1,0 +1,212 @@
+"""Serdes: how keys and messages become bytes and back.
+
+``bytes`` (no-op), ``string`` (UTF-8), ``json`` and ``avro`` (fastavro, schemaless binary with a
+known schema). An Avro record that carries its own schema is an :class:`AvroRecord`. Every failure
+raises :class:`~sparza.errors.SerdeError` saying what was wrong with the input.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from sparza.errors import ConfigError, SerdeError
+
+__all__ = [
+    "AvroRecord",
+    "AvroSerde",
+    "BytesSerde",
+    "JsonSerde",
+    "Serde",
+    "SerdeError",
+    "StringSerde",
+    "load_avro_schema",
+    "serde_from_name",
+]
+
+
+@runtime_checkable
+class Serde(Protocol):
+    """Turns objects into bytes and back. Implementations must be picklable (they travel to executors)."""
+
+    name: str
+
+    def to_bytes(self, obj: Any) -> bytes:
+        """Serialize ``obj``; raises :class:`SerdeError` if it cannot."""
+        ...
+
+    def from_bytes(self, data: bytes) -> Any:
+        """Deserialize ``data``; raises :class:`SerdeError` if it is malformed."""
+        ...
+
+
+class BytesSerde:
+    """Passes bytes through unchanged (``bytearray``/``memoryview`` are copied to ``bytes``)."""
+
+    name = "bytes"
+
+    def to_bytes(self, obj: Any) -> bytes:
+        if isinstance(obj, bytes):
+            return obj
+        if isinstance(obj, bytearray | memoryview):
+            return bytes(obj)
+        raise SerdeError(f"bytes serde needs bytes, got {type(obj).__name__}; configure a string/json/avro serde")
+
+    def from_bytes(self, data: bytes) -> Any:
+        return bytes(data)
+
+
+class StringSerde:
+    """Text in an encoding (UTF-8 by default)."""
+
+    name = "string"
+
+    def __init__(self, encoding: str = "utf-8") -> None:
+        self.encoding = encoding
+
+    def to_bytes(self, obj: Any) -> bytes:
+        if not isinstance(obj, str):
+            raise SerdeError(f"string serde needs str, got {type(obj).__name__}")
+        return obj.encode(self.encoding)
+
+    def from_bytes(self, data: bytes) -> Any:
+        try:
+            return bytes(data).decode(self.encoding)
+        except UnicodeDecodeError as exc:
+            raise SerdeError(f"not valid {self.encoding} text at byte {exc.start}: {bytes(data)[:40]!r}") from exc
+
+
+class JsonSerde:
+    """JSON text in UTF-8, compact separators, keys in insertion order."""
+
+    name = "json"
+
+    def to_bytes(self, obj: Any) -> bytes:
+        try:
+            return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise SerdeError(f"cannot encode {type(obj).__name__} as JSON: {exc}") from exc
+
+    def from_bytes(self, data: bytes) -> Any:
+        try:
+            return json.loads(bytes(data))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise SerdeError(f"not valid JSON ({exc}): {bytes(data)[:60]!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class AvroRecord:
+    """An Avro datum together with its schema (a parsed JSON schema dict or schema JSON text)."""
+
+    schema: Any
+    datum: Any
+
+    def parsed_schema(self) -> Any:
+        """The schema parsed by fastavro (cached per schema text)."""
+        return _parse_schema(self.schema)
+
+
+_SCHEMA_CACHE: dict[str, Any] = {}
+
+
+def _schema_key(schema: Any) -> str:
+    return schema if isinstance(schema, str) else json.dumps(schema, sort_keys=True)
+
+
+def _parse_schema(schema: Any) -> Any:
+    import fastavro
+
+    key = _schema_key(schema)
+    parsed = _SCHEMA_CACHE.get(key)
+    if parsed is None:
+        raw = json.loads(schema) if isinstance(schema, str) else schema
+        try:
+            parsed = fastavro.parse_schema(raw)
+        except Exception as exc:
+            raise SerdeError(f"invalid Avro schema: {exc}") from exc
+        _SCHEMA_CACHE[key] = parsed
+    return parsed
+
+
+def load_avro_schema(text_or_path: str) -> Any:
+    """An Avro schema from JSON text or from the path of a file holding it."""
+    stripped = text_or_path.strip()
+    if stripped.startswith(("{", "[", '"')):
+        return json.loads(stripped)
+    path = Path(stripped)
+    if not path.is_file():
+        raise SerdeError(f"Avro schema is neither JSON text nor an existing file: {stripped[:80]!r}")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+class AvroSerde:
+    """Avro binary (no container header) with a fixed schema.
+
+    ``to_bytes`` takes a dict matching the schema or an :class:`AvroRecord` with the same schema;
+    ``from_bytes`` returns a dict.
+    """
+
+    name = "avro"
+
+    def __init__(self, schema: Any) -> None:
+        if schema is None:
+            raise SerdeError("avro serde needs a schema (set it in config or pass AvroRecord values)")
+        self.schema = schema
+
+    def to_bytes(self, obj: Any) -> bytes:
+        import fastavro
+
+        parsed = _parse_schema(self.schema)
+        datum = obj
+        if isinstance(obj, AvroRecord):
+            if _schema_key(obj.schema) != _schema_key(self.schema):
+                raise SerdeError("AvroRecord schema differs from the serde's schema")
+            datum = obj.datum
+        buf = io.BytesIO()
+        try:
+            fastavro.schemaless_writer(buf, parsed, datum)
+        except Exception as exc:
+            raise SerdeError(f"record does not match the Avro schema: {exc}") from exc
+        return buf.getvalue()
+
+    def from_bytes(self, data: bytes) -> Any:
+        import fastavro
+
+        try:
+            return fastavro.schemaless_reader(io.BytesIO(data), _parse_schema(self.schema), None)
+        except Exception as exc:
+            raise SerdeError(f"bytes are not Avro of the configured schema: {exc}") from exc
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"schema": self.schema}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.schema = state["schema"]
+
+
+_NAMES = ("bytes", "string", "json", "avro")
+
+
+def serde_from_name(name: str | None, *, key: str = "serde", schema: Any = None,
+                    config: Mapping[str, str] | None = None) -> Serde:
+    """The serde called ``name`` (``bytes``, ``string``, ``json``, ``avro``; None means bytes).
+
+    ``avro`` needs ``schema`` (or ``config['serializers.registry.<name>.schema']``); ``key`` is the
+    config key reported in errors.
+    """
+    chosen = (name or "bytes").strip().lower()
+    if chosen in ("bytes", "byte", "noop"):
+        return BytesSerde()
+    if chosen in ("string", "str", "utf8"):
+        return StringSerde()
+    if chosen == "json":
+        return JsonSerde()
+    if chosen == "avro":
+        if schema is None:
+            raise ConfigError(key, name, "an Avro schema to go with the avro serde")
+        return AvroSerde(load_avro_schema(schema) if isinstance(schema, str) else schema)
+    raise ConfigError(key, name, "one of " + ", ".join(_NAMES))

@@ -1,0 +1,34 @@
+"""Helpers for tests of sparza and of jobs built on it: a local SparkSession and an Azurite.
+
+Used by sparza's own pytest fixtures (``tests/conftest.py``) and usable from a user's tests.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+__all__ = ["local_spark_session"]
+
+
+def local_spark_session(master: str = "local[2]", app_name: str = "sparza-test", **conf: str) -> Any:
+    """A small, quiet SparkSession: UI off, 2 shuffle partitions, Arrow on, this Python on executors."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.default.parallelism", "2")
+               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.sql.streaming.stopTimeout", "60s"))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

@@ -1,0 +1,69 @@
+"""Shared fixtures: one Azurite and one SparkSession per test session, temp dirs.
+
+Both are started lazily (only when a test asks for them) and torn down at the end of the session
+even when tests fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparza.azure import StorageAccount
+from sparza.devstorage import AzuriteProcess
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteProcess]:
+    """A session-wide Azurite on free loopback ports with its own data dir."""
+    proc = AzuriteProcess(tmp_path_factory.mktemp("azurite"))
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.resume()
+        proc.stop()
+
+
+@pytest.fixture(scope="session")
+def azure_account(azurite: AzuriteProcess) -> StorageAccount:
+    """The Azurite account as a :class:`StorageAccount`."""
+    return azurite.account
+
+
+@pytest.fixture(scope="session")
+def azure_connection_string(azurite: AzuriteProcess) -> str:
+    """The Azurite connection string."""
+    return azurite.connection_string
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The session-wide local[2] SparkSession."""
+    from sparza.testing import local_spark_session
+
+    warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    session = local_spark_session(**{"spark.sql.warehouse.dir": str(warehouse),
+                                     "spark.local.dir": str(tmp_path_factory.mktemp("spark-local"))})
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> str:
+    """A short lowercase name unique to the test (valid as a container or table name)."""
+    import hashlib
+
+    digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:10]
+    return f"t{digest}"
+
+
+@pytest.fixture
+def work_dir(tmp_path: Path) -> Path:
+    """A fresh temp dir for the test."""
+    return tmp_path
