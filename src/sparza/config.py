@@ -11,12 +11,23 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from sparza.errors import ConfigError
 
-__all__ = ["ENV_PREFIX", "Config", "ConfigError", "is_secret_key", "parse_byte_size", "parse_duration_ms"]
+__all__ = [
+    "ENV_PREFIX",
+    "Config",
+    "ConfigError",
+    "ConfigKey",
+    "define_key",
+    "defined_keys",
+    "is_secret_key",
+    "parse_byte_size",
+    "parse_duration_ms",
+]
 
 ENV_PREFIX = "SPARZA_CONF_"
 """Environment overrides: ``SPARZA_CONF_job__name=x`` sets ``job.name`` (``__`` stands for ``.``)."""
@@ -280,3 +291,30 @@ class Config(Mapping[str, str]):
         """Raise :class:`ConfigError` for the first of ``keys`` that is missing or empty."""
         for key in keys:
             self.get_str(key)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    """A documented config key: its pattern (``systems.<system>.azureblob.threadPoolCount``), its
+    default as written in config, and one line on what it does. The docs' reference tables are
+    generated from these, so they cannot drift from the code."""
+
+    key: str
+    default: str | None
+    description: str
+    package: str
+
+
+_DEFINED: dict[str, ConfigKey] = {}
+
+
+def define_key(key: str, default: object, description: str, package: str) -> ConfigKey:
+    """Declare a config key (call at import time of the package that reads it)."""
+    entry = ConfigKey(key, None if default is None else _scalar(default), description, package)
+    _DEFINED[key] = entry
+    return entry
+
+
+def defined_keys() -> list[ConfigKey]:
+    """Every key declared so far, sorted by package then key."""
+    return sorted(_DEFINED.values(), key=lambda k: (k.package, k.key))

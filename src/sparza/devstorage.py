@@ -123,7 +123,7 @@ class AzuriteProcess:
                     client = self.account.blob_service_client(retry_total=0, timeout_s=2)
                     client.get_service_properties()
                     return
-                except Exception as exc:  # noqa: BLE001 - keep polling until the deadline
+                except Exception as exc:
                     last = exc
             time.sleep(0.1)
         self.stop()

@@ -1,16 +1,32 @@
-"""The ``sparza`` command. Each command group lives in its own module and is added here."""
+"""The ``sparza`` command. Each command group lives in its own module of this package.
+
+A module listed in ``_COMMAND_MODULES`` defines ``register(app: typer.Typer) -> None`` that adds its
+commands or sub-apps; modules not written yet are skipped, so packages can add theirs independently.
+"""
 
 from __future__ import annotations
+
+import importlib
+import importlib.util
 
 import typer
 
 from sparza import __version__
-from sparza.cli import devstorage as _devstorage
 
 __all__ = ["app", "main"]
 
 app = typer.Typer(name="sparza", help="Samza's stream-processing model on Apache Spark, at home on Azure.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+
+_COMMAND_MODULES = (
+    "sparza.cli.devstorage",   # dev-storage start|stop|status
+    "sparza.cli.stream",       # stream create|describe|tail|load|compact   (systems.delta)
+    "sparza.cli.blobs",        # blobs ls|cat                              (systems.azureblob)
+    "sparza.cli.snapshots",    # snapshots show|restore|verify, gc          (state.backup, blobstore)
+    "sparza.cli.coordinator",  # coordinator status                         (coordination)
+    "sparza.cli.run",          # run, checkpoints show                      (runtime)
+    "sparza.cli.demo",         # demo
+)
 
 
 def _version(value: bool) -> None:
@@ -25,8 +41,9 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """Samza's stream-processing model on Apache Spark, at home on Azure."""
 
 
-app.add_typer(_devstorage.app, name="dev-storage")
-# Command groups of other packages register here, one line each (see docs/cli.md).
+for _name in _COMMAND_MODULES:
+    if importlib.util.find_spec(_name) is not None:
+        importlib.import_module(_name).register(app)
 
 
 def main() -> None:

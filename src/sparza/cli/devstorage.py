@@ -6,7 +6,7 @@ import typer
 
 from sparza.devstorage import DevStorage
 
-__all__ = ["app"]
+__all__ = ["app", "register"]
 
 app = typer.Typer(help="Run a local Azure Storage emulator (Azurite) on loopback under .sparza/azurite/.",
                   no_args_is_help=True)
@@ -41,3 +41,8 @@ def status() -> None:
     typer.echo(f"dev storage running: pid {proc.pid}, blob 127.0.0.1:{proc.blob_port}, "
                f"table 127.0.0.1:{proc.table_port}")
     typer.echo(proc.connection_string)
+
+
+def register(root: typer.Typer) -> None:
+    """Add ``dev-storage`` to the root command."""
+    root.add_typer(app, name="dev-storage")

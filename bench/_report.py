@@ -1,0 +1,63 @@
+"""Shared by every benchmark: print a result table and record it in ``docs/benchmarks.md``.
+
+Each benchmark writes its own section to ``docs/bench/<name>.md`` (so benchmarks can run alone)
+and ``docs/benchmarks.md`` is rebuilt from all sections, with the machine and versions.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTIONS = ROOT / "docs" / "bench"
+REPORT = ROOT / "docs" / "benchmarks.md"
+
+
+def machine() -> str:
+    """One line describing the machine and versions the figures come from."""
+    versions = []
+    for mod in ("pyspark", "pyarrow", "deltalake", "rocksdict", "fastavro"):
+        try:
+            versions.append(f"{mod} {__import__(mod).__version__}")
+        except Exception:
+            pass
+    return (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            + ", ".join(versions))
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A Markdown table."""
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def record(name: str, title: str, command: str, body: str) -> None:
+    """Print ``body`` and save it as the section ``name`` of docs/benchmarks.md."""
+    print(body)
+    SECTIONS.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    text = (f"## {title}\n\nCommand: `{command}`  \nRun: {stamp} on {machine()}\n\n{body.strip()}\n")
+    (SECTIONS / f"{name}.md").write_text(text, encoding="utf-8")
+    rebuild()
+
+
+def rebuild() -> None:
+    """Rebuild docs/benchmarks.md from every section file."""
+    parts = ["# Benchmarks\n",
+             "Every figure is printed next to a baseline measured in the same run, on this project's "
+             "2-core development machine. Each section names the command that produced it; "
+             "`bench/run_all.py` re-runs them all.\n"]
+    for section in sorted(SECTIONS.glob("*.md")):
+        parts.append(section.read_text(encoding="utf-8"))
+    REPORT.write_text("\n".join(parts), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    rebuild()
+    sys.exit(0)
