@@ -1,0 +1,142 @@
+"""The low-level task API, as Samza's: a task processes one message at a time.
+
+A task class may subclass these protocols or simply define the methods; the runtime checks
+which optional interfaces a task implements. Lifecycle, per task instance (one per partition):
+
+1. ``init(context)`` once, after the task's stores are restored (``InitableTask``);
+2. ``process(envelope, collector, coordinator)`` for every message, in offset order per SSP;
+3. ``window(collector, coordinator)`` every ``task.window.ms`` of processing time, checked at
+   batch boundaries (``WindowableTask``);
+4. ``on_watermark(watermark_ms, collector, coordinator)`` when the task's watermark advances
+   (``WatermarkListenerTask``);
+5. ``on_end_of_stream(collector, coordinator)`` once, when every input of the task has ended
+   (``EndOfStreamListenerTask``);
+6. ``close()`` when the task stops (``ClosableTask``). Not guaranteed after a crash.
+
+Messages sent through the collector are durable only after the batch commits; a batch that is
+replayed after a failure runs again from the state of the previous commit, so ``process`` must
+not have side effects outside stores and the collector.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from sparza.config import Config
+from sparza.metrics import MetricsRegistry
+from sparza.streams import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition
+
+__all__ = [
+    "ClosableTask",
+    "EndOfStreamListenerTask",
+    "InitableTask",
+    "MessageCollector",
+    "StreamTask",
+    "TaskContext",
+    "TaskCoordinator",
+    "WatermarkListenerTask",
+    "WindowableTask",
+]
+
+
+class MessageCollector(Protocol):
+    """Where a task sends output messages."""
+
+    def send(self, envelope: OutgoingMessageEnvelope) -> None:
+        """Send one message; it is flushed with the batch's commit."""
+        ...
+
+
+class TaskCoordinator(Protocol):
+    """Lets a task ask the runtime for a commit or a shutdown."""
+
+    def commit(self) -> None:
+        """Ask for a commit at the end of the current batch (every batch commits anyway)."""
+        ...
+
+    def shutdown(self) -> None:
+        """Ask the job to commit and stop at the end of the current batch."""
+        ...
+
+
+class TaskContext(Protocol):
+    """What ``init`` gets: the task's identity, config, metrics and stores."""
+
+    @property
+    def task_name(self) -> str:
+        """``Partition N``: the task's name (tasks are partitions, as Samza's GroupByPartition)."""
+        ...
+
+    @property
+    def config(self) -> Config:
+        """The job's config."""
+        ...
+
+    @property
+    def metrics(self) -> MetricsRegistry:
+        """The task's metrics registry."""
+        ...
+
+    @property
+    def input_ssps(self) -> list[SystemStreamPartition]:
+        """The SSPs this task consumes (including broadcast ones)."""
+        ...
+
+    def get_store(self, name: str) -> Any:
+        """The key-value store ``stores.<name>`` of this task (adjunct stores are read-only)."""
+        ...
+
+
+@runtime_checkable
+class StreamTask(Protocol):
+    """Processes one incoming message at a time."""
+
+    def process(self, envelope: IncomingMessageEnvelope, collector: MessageCollector,
+                coordinator: TaskCoordinator) -> None:
+        """Handle one message: read/write stores, send output through ``collector``."""
+        ...
+
+
+@runtime_checkable
+class InitableTask(Protocol):
+    """A task that sets itself up (opens stores) before the first message."""
+
+    def init(self, context: TaskContext) -> None:
+        """Called once per task instance, after its stores are restored."""
+        ...
+
+
+@runtime_checkable
+class WindowableTask(Protocol):
+    """A task called periodically (``task.window.ms``) to emit aggregates."""
+
+    def window(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
+        """Called at a batch boundary when ``task.window.ms`` has passed since the last call."""
+        ...
+
+
+@runtime_checkable
+class ClosableTask(Protocol):
+    """A task with resources to release."""
+
+    def close(self) -> None:
+        """Called when the task stops normally (not after a crash)."""
+        ...
+
+
+@runtime_checkable
+class EndOfStreamListenerTask(Protocol):
+    """A task told when all its inputs have ended (bounded inputs, end-of-stream control messages)."""
+
+    def on_end_of_stream(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
+        """Called once, after the last message of the last input; may send final results."""
+        ...
+
+
+@runtime_checkable
+class WatermarkListenerTask(Protocol):
+    """A task told when its event-time watermark advances (min over its input SSPs)."""
+
+    def on_watermark(self, watermark_ms: int, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
+        """Called with the new watermark; it never goes backwards, across restarts included."""
+        ...
