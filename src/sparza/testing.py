@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 __all__ = ["local_spark_session"]
@@ -16,6 +17,10 @@ def local_spark_session(master: str = "local[2]", app_name: str = "sparza-test",
     """A small, quiet SparkSession: UI off, 2 shuffle partitions, Arrow on, this Python on executors."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Loopback only: Spark otherwise binds to the first non-loopback interface it finds.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    log4j = Path(__file__).parent / "resources" / "log4j2.properties"
+    java_opts = f"-Dlog4j.configurationFile=file:{log4j}"
     from pyspark.sql import SparkSession
 
     builder = (SparkSession.builder.master(master).appName(app_name)
@@ -26,7 +31,9 @@ def local_spark_session(master: str = "local[2]", app_name: str = "sparza-test",
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")
                .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.driver.host", "127.0.0.1")
-               .config("spark.sql.streaming.stopTimeout", "60s"))
+               .config("spark.sql.streaming.stopTimeout", "60s")
+               .config("spark.driver.extraJavaOptions", java_opts)
+               .config("spark.executor.extraJavaOptions", java_opts))
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
