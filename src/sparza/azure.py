@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparza.config import Config
+from sparza.config import Config, define_key
 from sparza.errors import ConfigError
 
 __all__ = [
@@ -32,6 +32,11 @@ __all__ = [
 AZURITE_ACCOUNT_NAME = "devstoreaccount1"
 # Azurite's well-known development key: public, documented by Microsoft, only valid for the emulator.
 AZURITE_ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+define_key("azure.storage.connect", None,
+           "Connection string of the storage account for coordination, blob stores and Delta on az:// "
+           "(falls back to AZURE_STORAGE_CONNECTION_STRING, then the embedded dev storage).", "sparza.azure")
 
 
 def parse_connection_string(text: str) -> dict[str, str]:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from sparza.config import Config
+from sparza.config import Config, define_key
 from sparza.errors import ConfigError
 from sparza.metrics import MetricsRegistry
 from sparza.streams import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition
@@ -147,6 +147,10 @@ SYSTEM_FACTORIES: dict[str, str] = {
     "azureblob": "sparza.systems.azureblob:AzureBlobSystemFactory",
 }
 """Short factory names accepted in ``systems.<name>.samza.factory``."""
+
+
+define_key("systems.<system>.samza.factory", None,
+           "The system's factory: delta, azureblob or a dotted Python path.", "sparza.systems")
 
 
 def load_object(path: str, key: str = "factory") -> Any:

@@ -1,0 +1,44 @@
+"""The config reference, generated from the keys each package declares with ``define_key``.
+
+``python -m sparza.configref > docs/config-reference.md`` regenerates the page; a test fails when
+the committed page differs from the code, so the docs cannot drift.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import sparza
+from sparza.config import defined_keys
+
+__all__ = ["import_all_packages", "render"]
+
+
+def import_all_packages() -> None:
+    """Import every sparza module so each declares its keys (CLI and test helpers excluded)."""
+    for info in pkgutil.walk_packages(sparza.__path__, "sparza."):
+        name = info.name
+        if name.startswith(("sparza.cli", "sparza.testing")) or name.rsplit(".", 1)[-1].startswith("__"):
+            continue
+        importlib.import_module(name)
+
+
+def render() -> str:
+    """The reference page as Markdown: one table per package."""
+    import_all_packages()
+    lines = ["# Config reference", "",
+             "Generated from the code by `python -m sparza.configref`; do not edit by hand. Placeholders in "
+             "angle brackets: `<system>` a system name, `<stream>` a stream id, `<store>` a store name.", ""]
+    package = None
+    for key in defined_keys():
+        if key.package != package:
+            package = key.package
+            lines += ["", f"## `{package}`", "", "| key | default | meaning |", "|---|---|---|"]
+        default = "—" if key.default is None else f"`{key.default}`"
+        lines.append(f"| `{key.key}` | {default} | {key.description.replace('|', '/')} |")
+    return "\n".join(lines).strip() + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")
