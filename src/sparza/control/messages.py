@@ -1,0 +1,154 @@
+"""The control-message wire format of SEP-004: a type byte plus a versioned JSON body.
+
+Stream rows carry the type in their own ``type`` column (0 user, 1 watermark, 2 end-of-stream) and
+the body in ``value``; :func:`encode_body` / :func:`decode_body` handle the body. Systems without a
+type column carry both in one byte string (``[type byte][body]``): :func:`to_wire` / :func:`from_wire`.
+The body names the producing task and how many tasks produce the stream (``taskCount``), so a
+downstream job counts end-of-stream without knowing the upstream job model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sparza.errors import SparzaError
+from sparza.streams import MessageType
+
+__all__ = [
+    "CONTROL_VERSION",
+    "ControlMessage",
+    "ControlMessageError",
+    "decode_body",
+    "encode_body",
+    "from_wire",
+    "to_wire",
+]
+
+CONTROL_VERSION = 1
+"""The body version this code writes; readers accept this version and refuse newer ones."""
+
+
+class ControlMessageError(SparzaError, ValueError):
+    """A control message could not be decoded (bad type byte, bad JSON, missing or ill-typed field).
+
+    ``data`` holds (the start of) the offending bytes so the row can be found in the stream.
+    """
+
+    def __init__(self, reason: str, data: bytes | None = None) -> None:
+        self.reason = reason
+        self.data = data
+        shown = "" if data is None else f": {data[:80]!r}"
+        super().__init__(f"bad control message ({reason}){shown}")
+
+
+@dataclass(frozen=True, slots=True)
+class ControlMessage:
+    """One watermark or end-of-stream message from one upstream task.
+
+    ``task_name`` is None for messages that do not come from a counted producer (a bounded source's
+    end-of-stream); such a message settles its SSP directly. ``timestamp`` is the producer's
+    watermark in epoch ms (None for end-of-stream).
+    """
+
+    type: MessageType
+    task_name: str | None
+    task_count: int
+    timestamp: int | None = None
+    version: int = CONTROL_VERSION
+
+    def __post_init__(self) -> None:
+        if self.type == MessageType.USER:
+            raise ControlMessageError("type 0 is a user message, not a control message")
+        if self.type == MessageType.WATERMARK and self.timestamp is None:
+            raise ControlMessageError("a watermark needs a timestamp")
+        if self.task_count < 0:
+            raise ControlMessageError(f"taskCount must be >= 0, got {self.task_count}")
+
+    @classmethod
+    def watermark(cls, timestamp: int, task_name: str | None, task_count: int) -> ControlMessage:
+        """A watermark: ``task_name`` has seen everything up to ``timestamp`` (ms)."""
+        return cls(MessageType.WATERMARK, task_name, task_count, int(timestamp))
+
+    @classmethod
+    def end_of_stream(cls, task_name: str | None, task_count: int, timestamp: int | None = None) -> ControlMessage:
+        """An end-of-stream: ``task_name`` will write nothing more to this partition."""
+        return cls(MessageType.END_OF_STREAM, task_name, task_count, timestamp)
+
+
+def encode_body(message: ControlMessage) -> bytes:
+    """The JSON body ``{"version", "taskName", "taskCount", "timestamp"}`` as UTF-8 bytes."""
+    body = {"version": message.version, "taskName": message.task_name,
+            "taskCount": message.task_count, "timestamp": message.timestamp}
+    return json.dumps(body, separators=(",", ":")).encode("utf-8")
+
+
+def _field(body: dict[str, Any], *names: str) -> Any:
+    # Samza's Jackson creators accepted both camelCase and dashed spellings; so do we.
+    for name in names:
+        if name in body:
+            return body[name]
+    return None
+
+
+def decode_body(message_type: MessageType | int, data: bytes | str | dict[str, Any] | None) -> ControlMessage:
+    """Parse a control body of the given type. Empty data (a source's bare end-of-stream) is allowed
+    for end-of-stream only; everything else malformed raises :class:`ControlMessageError`."""
+    try:
+        mtype = MessageType(int(message_type))
+    except ValueError as exc:
+        raise ControlMessageError(f"unknown message type {message_type!r}") from exc
+    if mtype == MessageType.USER:
+        raise ControlMessageError("type 0 is a user message, not a control message")
+    raw: bytes | None = None
+    if data is None or data in (b"", ""):
+        if mtype == MessageType.END_OF_STREAM:
+            return ControlMessage.end_of_stream(None, 0)
+        raise ControlMessageError("empty watermark body")
+    if isinstance(data, dict):
+        body: Any = data
+    else:
+        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ControlMessageError(f"body is not JSON: {exc}", raw) from exc
+    if not isinstance(body, dict):
+        raise ControlMessageError("body is not a JSON object", raw)
+    version = _field(body, "version")
+    if version is None:
+        version = CONTROL_VERSION
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ControlMessageError(f"version must be an integer, got {version!r}", raw)
+    if version > CONTROL_VERSION:
+        raise ControlMessageError(f"version {version} is newer than this reader's {CONTROL_VERSION}; upgrade sparza",
+                                  raw)
+    task_name = _field(body, "taskName", "task-name")
+    if task_name is not None and not isinstance(task_name, str):
+        raise ControlMessageError(f"taskName must be a string, got {task_name!r}", raw)
+    task_count = _field(body, "taskCount", "task-count")
+    if task_count is None:
+        task_count = 0
+    if not isinstance(task_count, int) or isinstance(task_count, bool) or task_count < 0:
+        raise ControlMessageError(f"taskCount must be an integer >= 0, got {task_count!r}", raw)
+    if task_name is not None and task_count == 0:
+        raise ControlMessageError(f"taskCount is missing for producer {task_name!r}", raw)
+    timestamp = _field(body, "timestamp")
+    if timestamp is not None and (not isinstance(timestamp, int) or isinstance(timestamp, bool)):
+        raise ControlMessageError(f"timestamp must be an integer (ms), got {timestamp!r}", raw)
+    if mtype == MessageType.WATERMARK and timestamp is None:
+        raise ControlMessageError("a watermark needs a timestamp", raw)
+    return ControlMessage(mtype, task_name, task_count, timestamp, version)
+
+
+def to_wire(message: ControlMessage) -> bytes:
+    """The one-byte-string form: the type byte followed by the JSON body."""
+    return bytes([int(message.type)]) + encode_body(message)
+
+
+def from_wire(data: bytes) -> ControlMessage:
+    """Parse :func:`to_wire` output; a leading 0 byte (a user message) is refused."""
+    if not data:
+        raise ControlMessageError("no type byte (empty message)")
+    return decode_body(data[0], data[1:])

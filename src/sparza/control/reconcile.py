@@ -1,0 +1,202 @@
+"""Per-SSP reconciliation: end-of-stream and watermark of one input partition.
+
+An *intermediate* SSP is written by ``taskCount`` upstream tasks; it ends once all of them sent
+end-of-stream, and its watermark is the min of the live producers' watermarks (producers that
+ended are left out: they will write nothing more, so they must neither hold the min back nor, as
+in FLINK-38477, push it to infinity while others are alive). Producers whose watermark has not
+advanced for ``idle_timeout_ms`` are left out as well when a quorum of live producers is active.
+
+A *source* SSP's watermark is the largest event time seen minus the stream's lateness; it ends
+when the runtime reaches the end of a bounded stream or a bare end-of-stream arrives.
+
+Processing time for idle handling is the runtime's batch time (``now_ms`` at batch boundaries),
+not the wall clock at message arrival, so a replayed batch decides exactly as the first run did.
+Every watermark here is monotonic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparza.control.messages import ControlMessage
+from sparza.streams import MessageType
+
+__all__ = ["IdlePolicy", "ProducerState", "SspControlState"]
+
+
+@dataclass(frozen=True, slots=True)
+class IdlePolicy:
+    """``task.watermark.idle.timeout.ms`` (-1: off) and ``task.watermark.quorum.percentage``."""
+
+    timeout_ms: int = -1
+    quorum: float = 0.5
+
+    @property
+    def enabled(self) -> bool:
+        """True when idle producers may be left out of a min."""
+        return self.timeout_ms > 0
+
+    def quorum_count(self, live: int) -> int:
+        """How many of ``live`` producers must be active: ``ceil(live * quorum)``, at least 1."""
+        return max(1, math.ceil(live * self.quorum - 1e-9))
+
+
+@dataclass(slots=True)
+class ProducerState:
+    """What one upstream task told one SSP: its latest watermark, whether it ended, and when the
+    watermark last advanced (batch time; ``pending`` until the next batch boundary stamps it)."""
+
+    watermark: int | None = None
+    ended: bool = False
+    advanced_at: int | None = None
+    pending: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able form for the task checkpoint."""
+        return {"watermark": self.watermark, "ended": self.ended, "advancedAt": self.advanced_at,
+                "pending": self.pending}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProducerState:
+        """Inverse of :meth:`to_json`."""
+        return cls(data.get("watermark"), bool(data.get("ended", False)), data.get("advancedAt"),
+                   bool(data.get("pending", False)))
+
+
+def _is_active(advanced_at: int | None, pending: bool, now_ms: int, timeout_ms: int) -> bool:
+    return pending or (advanced_at is not None and now_ms - advanced_at < timeout_ms)
+
+
+@dataclass(slots=True)
+class SspControlState:
+    """Reconciliation state of one input SSP (see the module docstring)."""
+
+    intermediate: bool
+    lateness_ms: int = 0
+    watermark: int | None = None
+    ended: bool = False
+    task_count: int = 0
+    producers: dict[str, ProducerState] = field(default_factory=dict)
+    created_at: int | None = None
+    advanced_at: int | None = None
+    pending: bool = False
+    control_received: int = 0
+
+    # --- input -----------------------------------------------------------------------------
+    def on_user(self, timestamp: int | None) -> None:
+        """A user message: on a source SSP its event time advances the watermark."""
+        if self.intermediate or timestamp is None or self.ended:
+            return
+        self._raise_to(int(timestamp) - self.lateness_ms)
+
+    def on_control(self, message: ControlMessage) -> None:
+        """A watermark or end-of-stream message from an upstream task (or a bare one from a source)."""
+        self.control_received += 1
+        if self.ended:
+            return
+        if message.task_name is None:
+            # Not from a counted producer: a source's own end-of-stream or watermark (Samza's null taskName).
+            if message.type == MessageType.END_OF_STREAM:
+                self.ended = True
+            elif message.timestamp is not None:
+                self._raise_to(message.timestamp)
+            return
+        # A producer message makes this SSP intermediate even if config did not say so.
+        self.intermediate = True
+        # taskCount is fixed per upstream job model; a larger count (upstream rescaled) wins.
+        self.task_count = max(self.task_count, message.task_count)
+        producer = self.producers.setdefault(message.task_name, ProducerState())
+        if producer.ended:
+            return
+        if message.type == MessageType.END_OF_STREAM:
+            producer.ended = True
+        elif message.timestamp is not None and (producer.watermark is None or message.timestamp > producer.watermark):
+            # Per-producer monotonic: an older watermark (a replayed upstream batch) is ignored.
+            producer.watermark = message.timestamp
+            producer.pending = True
+        self.recompute(None, IdlePolicy())
+
+    def on_exhausted(self) -> None:
+        """The runtime reached the end of this bounded source SSP."""
+        self.ended = True
+
+    # --- computation -----------------------------------------------------------------------
+    def _raise_to(self, candidate: int | None) -> bool:
+        if candidate is not None and (self.watermark is None or candidate > self.watermark):
+            self.watermark = candidate
+            self.pending = True
+            return True
+        return False
+
+    @property
+    def ended_producers(self) -> int:
+        """How many upstream tasks have sent end-of-stream."""
+        return sum(1 for p in self.producers.values() if p.ended)
+
+    def stamp(self, now_ms: int) -> None:
+        """At a batch boundary: time-stamp what advanced during the batch (for idle handling)."""
+        if self.created_at is None:
+            self.created_at = now_ms
+        if self.pending:
+            self.advanced_at, self.pending = now_ms, False
+        for producer in self.producers.values():
+            if producer.pending:
+                producer.advanced_at, producer.pending = now_ms, False
+
+    def recompute(self, now_ms: int | None, idle: IdlePolicy) -> None:
+        """Recompute an intermediate SSP's end-of-stream and watermark; ``now_ms`` enables idle handling."""
+        if not self.intermediate or self.ended or self.task_count == 0:
+            return
+        ended = self.ended_producers
+        if ended >= self.task_count:
+            self.ended = True
+            return
+        live_expected = self.task_count - ended
+        live = [p for p in self.producers.values() if not p.ended]
+        reported = [p for p in live if p.watermark is not None]
+        candidate: int | None = None
+        if len(reported) >= live_expected:
+            candidate = min(p.watermark for p in reported if p.watermark is not None)
+        advances = candidate is not None and (self.watermark is None or candidate > self.watermark)
+        if not advances and now_ms is not None and idle.enabled:
+            candidate = self._idle_candidate(now_ms, idle, live, live_expected)
+        self._raise_to(candidate)
+
+    def _idle_candidate(self, now_ms: int, idle: IdlePolicy, live: list[ProducerState],
+                        live_expected: int) -> int | None:
+        # Producers never heard from count as idle only once the SSP is older than the timeout.
+        unheard = live_expected - len([p for p in live if p.watermark is not None])
+        if unheard > 0 and (self.created_at is None or now_ms - self.created_at < idle.timeout_ms):
+            return None
+        active = [p.watermark for p in live
+                  if p.watermark is not None and _is_active(p.advanced_at, p.pending, now_ms, idle.timeout_ms)]
+        if len(active) < idle.quorum_count(live_expected):
+            return None
+        return min(w for w in active if w is not None)
+
+    def is_idle_source(self, now_ms: int, idle: IdlePolicy) -> bool:
+        """A source SSP whose watermark has not advanced within the idle timeout (never: off)."""
+        if self.intermediate or not idle.enabled or self.ended:
+            return False
+        if self.advanced_at is None and not self.pending:
+            return self.created_at is not None and now_ms - self.created_at >= idle.timeout_ms
+        return not _is_active(self.advanced_at, self.pending, now_ms, idle.timeout_ms)
+
+    # --- checkpoint ------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able form for the task checkpoint."""
+        return {"intermediate": self.intermediate, "watermark": self.watermark, "ended": self.ended,
+                "taskCount": self.task_count, "createdAt": self.created_at, "advancedAt": self.advanced_at,
+                "pending": self.pending, "producers": {n: p.to_json() for n, p in sorted(self.producers.items())}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], lateness_ms: int, intermediate: bool) -> SspControlState:
+        """Inverse of :meth:`to_json`; the lateness comes from the current config."""
+        return cls(intermediate=bool(data.get("intermediate", False)) or intermediate, lateness_ms=lateness_ms,
+                   watermark=data.get("watermark"), ended=bool(data.get("ended", False)),
+                   task_count=int(data.get("taskCount", 0)),
+                   producers={n: ProducerState.from_json(p) for n, p in (data.get("producers") or {}).items()},
+                   created_at=data.get("createdAt"), advanced_at=data.get("advancedAt"),
+                   pending=bool(data.get("pending", False)))

@@ -1,0 +1,237 @@
+"""``TaskControl``: everything one task instance does with control messages, as a library.
+
+The runtime owns the batch loop and calls, per task:
+
+1. :meth:`TaskControl.on_envelope` for every envelope read, in order; a True result means the
+   envelope was a control message and is consumed (not delivered). :meth:`TaskControl.is_late`
+   then tells whether a user message is behind the task watermark, and :meth:`TaskControl.on_late`
+   counts it and gives the envelope to route it to, if the policy routes.
+2. :meth:`TaskControl.on_ssp_exhausted` when a bounded source SSP reached its end.
+3. At the batch boundary: :meth:`TaskControl.advance` (idle timeouts; a non-None result goes to the
+   task's ``on_watermark``), then :meth:`TaskControl.outgoing` (watermark, and end-of-stream once
+   :meth:`TaskControl.all_ended`, for every partition of each intermediate output) sent through the
+   same producer and idempotent flush as the batch's data, then :meth:`TaskControl.snapshot` into the
+   task checkpoint under ``"control"``.
+
+On restart :meth:`TaskControl.restore` brings back end-of-stream counts and watermarks, so a
+task that checkpointed past upstream control messages never waits for them again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sparza.config import Config
+from sparza.control.messages import ControlMessage, decode_body, encode_body
+from sparza.control.reconcile import IdlePolicy, SspControlState
+from sparza.control.settings import ControlSettings, LatePolicy
+from sparza.errors import SparzaError
+from sparza.metrics import MetricsRegistry
+from sparza.streams import (
+    IncomingMessageEnvelope,
+    MessageType,
+    OutgoingMessageEnvelope,
+    SystemStream,
+    SystemStreamPartition,
+)
+
+__all__ = ["SNAPSHOT_VERSION", "ControlStateError", "TaskControl"]
+
+SNAPSHOT_VERSION = 1
+"""Version of the :meth:`TaskControl.snapshot` layout."""
+
+METRICS_GROUP = "control"
+
+
+class ControlStateError(SparzaError, ValueError):
+    """Control state was used inconsistently: an envelope of an SSP the task does not own, a missing
+    partition count for an intermediate output, or an unreadable snapshot."""
+
+
+class TaskControl:
+    """Control-message bookkeeping of one task: per-SSP end-of-stream and watermarks, the task
+    watermark, late messages, and the control messages the task writes downstream.
+
+    ``task_count`` is the number of tasks of this job writing the intermediate outputs (it goes into
+    every message so downstream can count producers).
+    """
+
+    def __init__(self, task_name: str, task_count: int, input_ssps: Iterable[SystemStreamPartition],
+                 config: Config, metrics: MetricsRegistry | None = None) -> None:
+        self.task_name = task_name
+        self.task_count = int(task_count)
+        self.input_ssps = sorted(set(input_ssps))
+        streams = sorted({ssp.system_stream for ssp in self.input_ssps})
+        self.settings = ControlSettings.from_config(config, streams)
+        self._idle = IdlePolicy(self.settings.idle_timeout_ms, self.settings.quorum)
+        self._states: dict[SystemStreamPartition, SspControlState] = {
+            ssp: self._fresh_state(ssp) for ssp in self.input_ssps}
+        self._watermark: int | None = None
+        self._reported: int | None = None
+        self.late_count = 0
+        self.late_routed = 0
+        self.metrics = metrics if metrics is not None else MetricsRegistry()
+        self._late_counter = self.metrics.counter(METRICS_GROUP, "late-messages")
+        self._routed_counter = self.metrics.counter(METRICS_GROUP, "late-messages-routed")
+        self._received_counter = self.metrics.counter(METRICS_GROUP, "control-messages-received")
+        self._sent_counter = self.metrics.counter(METRICS_GROUP, "control-messages-sent")
+        self._sent_bytes = self.metrics.counter(METRICS_GROUP, "control-bytes-sent")
+        self._wm_gauge = self.metrics.gauge(METRICS_GROUP, "task-watermark")
+
+    def _fresh_state(self, ssp: SystemStreamPartition) -> SspControlState:
+        stream = ssp.system_stream
+        return SspControlState(intermediate=self.settings.is_intermediate(stream),
+                               lateness_ms=self.settings.lateness_ms(stream))
+
+    def _state(self, ssp: SystemStreamPartition) -> SspControlState:
+        try:
+            return self._states[ssp]
+        except KeyError:
+            raise ControlStateError(f"task {self.task_name!r} got a message of {ssp}, which is not one of its "
+                                    f"inputs ({', '.join(map(str, self.input_ssps))})") from None
+
+    # --- input -----------------------------------------------------------------------------
+    def on_envelope(self, envelope: IncomingMessageEnvelope) -> bool:
+        """Account for one envelope read, in order. True: a control message, consumed (do not deliver it)."""
+        state = self._state(envelope.ssp)
+        if envelope.type == MessageType.USER:
+            state.on_user(envelope.timestamp)
+            if not state.intermediate:
+                self._recompute_task(None)
+            return False
+        message = decode_body(envelope.type, envelope.message)
+        self._received_counter.inc()
+        state.on_control(message)
+        self._recompute_task(None)
+        return True
+
+    def on_ssp_exhausted(self, ssp: SystemStreamPartition) -> None:
+        """The runtime reached the end of a bounded source SSP: it has ended."""
+        self._state(ssp).on_exhausted()
+        self._recompute_task(None)
+
+    def is_late(self, envelope: IncomingMessageEnvelope) -> bool:
+        """True for a user message whose event time is behind the task watermark."""
+        wm = self._watermark
+        return (envelope.type == MessageType.USER and envelope.timestamp is not None and wm is not None
+                and envelope.timestamp < wm)
+
+    def on_late(self, envelope: IncomingMessageEnvelope) -> OutgoingMessageEnvelope | None:
+        """Count a late message (call it instead of delivering one): the envelope that routes it to
+        ``task.late.messages.stream`` under the ``route`` policy, None under ``drop``."""
+        self.late_count += 1
+        self._late_counter.inc()
+        if self.settings.late_policy == LatePolicy.ROUTE and self.settings.late_stream is not None:
+            self.late_routed += 1
+            self._routed_counter.inc()
+            return OutgoingMessageEnvelope(self.settings.late_stream, envelope.message, key=envelope.key,
+                                           timestamp=envelope.timestamp)
+        return None
+
+    # --- watermark and end-of-stream -------------------------------------------------------
+    def _recompute_task(self, now_ms: int | None) -> None:
+        live = [s for s in self._states.values() if not s.ended]
+        if not live:
+            return
+        watermarks = [s.watermark for s in live]
+        candidate: int | None = None
+        if all(w is not None for w in watermarks):
+            candidate = min(w for w in watermarks if w is not None)
+        advances = candidate is not None and (self._watermark is None or candidate > self._watermark)
+        if not advances and now_ms is not None and self._idle.enabled:
+            # Idle source partitions (Flink's withIdleness) are left out while another input is active.
+            active = [s for s in live if not s.is_idle_source(now_ms, self._idle)]
+            if active and len(active) < len(live) and all(s.watermark is not None for s in active):
+                candidate = min(s.watermark for s in active if s.watermark is not None)
+        if candidate is not None and (self._watermark is None or candidate > self._watermark):
+            self._watermark = candidate
+            self._wm_gauge.set(candidate)
+
+    def watermark(self) -> int | None:
+        """The task watermark: min over its live SSPs, monotonic; None before every input has one."""
+        return self._watermark
+
+    def ssp_watermark(self, ssp: SystemStreamPartition) -> int | None:
+        """The reconciled watermark of one input SSP."""
+        return self._state(ssp).watermark
+
+    def is_ended(self, ssp: SystemStreamPartition) -> bool:
+        """True once ``ssp`` has ended (all its producers sent end-of-stream, or the source ended)."""
+        return self._state(ssp).ended
+
+    def all_ended(self) -> bool:
+        """True when every input SSP has ended."""
+        return all(s.ended for s in self._states.values())
+
+    def advance(self, now_ms: int) -> int | None:
+        """At a batch boundary: apply idle timeouts as of ``now_ms`` (the batch's time) and return the
+        task watermark if it advanced since the last call, else None."""
+        for state in self._states.values():
+            state.stamp(now_ms)
+            state.recompute(now_ms, self._idle)
+        self._recompute_task(now_ms)
+        if self._watermark is not None and (self._reported is None or self._watermark > self._reported):
+            self._reported = self._watermark
+            return self._watermark
+        return None
+
+    # --- output ----------------------------------------------------------------------------
+    def outgoing(self, now_ms: int, partitions_by_stream: Mapping[SystemStream, int]) -> list[OutgoingMessageEnvelope]:
+        """The control messages to write at the end of a batch: the task watermark (when it has one)
+        and, once every input ended, end-of-stream, to every partition of each intermediate output."""
+        wanted: list[ControlMessage] = []
+        if self._watermark is not None:
+            wanted.append(ControlMessage.watermark(self._watermark, self.task_name, self.task_count))
+        if self.all_ended():
+            wanted.append(ControlMessage.end_of_stream(self.task_name, self.task_count, self._watermark))
+        out: list[OutgoingMessageEnvelope] = []
+        for stream in self.settings.intermediate_outputs:
+            if stream not in partitions_by_stream:
+                raise ControlStateError(f"no partition count given for intermediate output {stream}; pass it in "
+                                        f"partitions_by_stream")
+            for message in wanted:
+                body = encode_body(message)
+                stamp = message.timestamp if message.timestamp is not None else now_ms
+                for partition in range(int(partitions_by_stream[stream])):
+                    out.append(OutgoingMessageEnvelope(stream, body, partition=partition, timestamp=stamp,
+                                                       type=message.type))
+                    self._sent_bytes.inc(len(body))
+        self._sent_counter.inc(len(out))
+        return out
+
+    # --- checkpoint ------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-able state for the task checkpoint (key ``"control"``)."""
+        return {"version": SNAPSHOT_VERSION, "taskName": self.task_name, "watermark": self._watermark,
+                "reported": self._reported, "lateCount": self.late_count, "lateRouted": self.late_routed,
+                "ssps": {str(ssp): state.to_json() for ssp, state in sorted(self._states.items())}}
+
+    @classmethod
+    def restore(cls, snapshot: Mapping[str, Any] | None, task_name: str, task_count: int,
+                input_ssps: Iterable[SystemStreamPartition], config: Config,
+                metrics: MetricsRegistry | None = None) -> TaskControl:
+        """A TaskControl with the state of :meth:`snapshot` (None or {}: a fresh one). SSPs the task no
+        longer owns are dropped; new ones start fresh."""
+        control = cls(task_name, task_count, input_ssps, config, metrics)
+        if not snapshot:
+            return control
+        version = snapshot.get("version")
+        if version != SNAPSHOT_VERSION:
+            raise ControlStateError(f"control snapshot version {version!r} is not {SNAPSHOT_VERSION}; it was "
+                                    f"written by another sparza version")
+        try:
+            for text, data in (snapshot.get("ssps") or {}).items():
+                ssp = SystemStreamPartition.parse(text)
+                if ssp in control._states:
+                    fresh = control._states[ssp]
+                    control._states[ssp] = SspControlState.from_json(data, fresh.lateness_ms, fresh.intermediate)
+            control._watermark = snapshot.get("watermark")
+            control._reported = snapshot.get("reported")
+            control.late_count = int(snapshot.get("lateCount", 0))
+            control.late_routed = int(snapshot.get("lateRouted", 0))
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ControlStateError(f"unreadable control snapshot: {exc}") from exc
+        if control._watermark is not None:
+            control._wm_gauge.set(control._watermark)
+        return control
