@@ -11,7 +11,7 @@ demo: setup
 	$(VENV)/bin/sparza demo
 
 lint: setup
-	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff check .
 
 test: setup lint
 	$(PY) -m pytest -q -p no:cacheprovider
