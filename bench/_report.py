@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SECTIONS = ROOT / "docs" / "bench"
-REPORT = ROOT / "docs" / "benchmarks.md"
+# SPARZA_BENCH_OUT redirects the report (smoke runs must not overwrite the committed full results).
+_OUT = Path(os.environ["SPARZA_BENCH_OUT"]) if os.environ.get("SPARZA_BENCH_OUT") else ROOT / "docs"
+SECTIONS = _OUT / "bench"
+REPORT = _OUT / "benchmarks.md"
 
 
 def machine() -> str:
