@@ -1,0 +1,126 @@
+"""Seeded generator of the demo's data: Wikipedia-edit-like events and a user-profile CDC stream.
+
+The data is synthetic. Pages and users follow Zipf distributions (a few hot pages and prolific
+users, a long tail), edit times spread over a few hours with small out-of-order jitter, and byte
+deltas are mostly small with occasional large edits. The profile stream inserts every user,
+then updates some and deletes a few, as a change-capture feed of a users table would.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Edit", "expected_windows", "generate_edits", "generate_profiles", "read_edits_jsonl", "write_jsonl"]
+
+START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+COUNTRIES = ["DE", "FR", "US", "IN", "BR", "JP", "NG", "PL", "ES", "SE"]
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One edit event."""
+
+    page: str
+    user: str
+    bytes_changed: int
+    timestamp: int
+
+    def to_json(self) -> dict[str, object]:
+        """The JSON object written to the stream."""
+        return {"page": self.page, "user": self.user, "bytes_changed": self.bytes_changed,
+                "timestamp": self.timestamp}
+
+
+def _zipf_sampler(rng: random.Random, n: int, s: float) -> list[float]:
+    weights = [1.0 / (rank ** s) for rank in range(1, n + 1)]
+    total = sum(weights)
+    acc, cum = 0.0, []
+    for w in weights:
+        acc += w / total
+        cum.append(acc)
+    return cum
+
+
+def _draw(rng: random.Random, cum: list[float]) -> int:
+    import bisect
+
+    return min(bisect.bisect_left(cum, rng.random()), len(cum) - 1)
+
+
+def generate_edits(count: int, *, seed: int = 7, pages: int = 500, users: int = 200,
+                   hours: float = 3.0) -> list[Edit]:
+    """``count`` edits over ``hours`` hours from ``START_MS``; the same seed gives the same list."""
+    rng = random.Random(seed)
+    page_cum = _zipf_sampler(rng, pages, 1.1)
+    user_cum = _zipf_sampler(rng, users, 1.2)
+    span = int(hours * 3_600_000)
+    edits = []
+    for i in range(count):
+        base = START_MS + (span * i) // max(count, 1)
+        jitter = int(rng.gauss(0, 5_000))  # a few seconds out of order, as real feeds are
+        size = int(rng.gauss(0, 120)) if rng.random() < 0.9 else int(rng.gauss(0, 4_000))
+        edits.append(Edit(f"Page_{_draw(rng, page_cum):04d}", f"user{_draw(rng, user_cum):04d}", size,
+                          max(START_MS, base + jitter)))
+    return edits
+
+
+def generate_profiles(users: int = 200, *, seed: int = 11) -> list[tuple[str, dict[str, object] | None]]:
+    """CDC rows ``(user, profile or None for delete)``: inserts, then ~20% updates and ~3% deletes."""
+    rng = random.Random(seed)
+    rows: list[tuple[str, dict[str, object] | None]] = []
+    for u in range(users):
+        rows.append((f"user{u:04d}", {"user": f"user{u:04d}", "country": rng.choice(COUNTRIES),
+                                      "registered": 2010 + rng.randrange(16), "bot": rng.random() < 0.05}))
+    for u in rng.sample(range(users), users // 5):
+        rows.append((f"user{u:04d}", {"user": f"user{u:04d}", "country": rng.choice(COUNTRIES),
+                                      "registered": 2010 + rng.randrange(16), "bot": rng.random() < 0.05}))
+    for u in rng.sample(range(users), max(1, users // 33)):
+        rows.append((f"user{u:04d}", None))
+    return rows
+
+
+def final_profiles(rows: list[tuple[str, dict[str, object] | None]]) -> dict[str, dict[str, object]]:
+    """The table the CDC rows describe after all of them are applied."""
+    table: dict[str, dict[str, object]] = {}
+    for user, profile in rows:
+        if profile is None:
+            table.pop(user, None)
+        else:
+            table[user] = profile
+    return table
+
+
+def expected_windows(edits: list[Edit], window_ms: int = 60_000) -> dict[tuple[str, int], tuple[int, int]]:
+    """``(page, window start) -> (edits, sum of bytes changed)``: what the demo pipeline must output."""
+    out: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0])
+    for e in edits:
+        acc = out[(e.page, e.timestamp - e.timestamp % window_ms)]
+        acc[0] += 1
+        acc[1] += e.bytes_changed
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def write_jsonl(path: Path, objects: list[dict[str, object]]) -> None:
+    """Write objects as JSON lines."""
+    with open(path, "w", encoding="utf-8") as fh:
+        for obj in objects:
+            fh.write(json.dumps(obj, separators=(",", ":")) + "\n")
+
+
+def read_edits_jsonl(path: Path) -> Iterator[Edit]:
+    """Real input: JSON lines with page, user, bytes_changed and timestamp (epoch ms) fields."""
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                yield Edit(str(obj["page"]), str(obj["user"]), int(obj["bytes_changed"]), int(obj["timestamp"]))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{path}:{n}: not an edit (need page, user, bytes_changed, timestamp): {exc}") \
+                    from exc
