@@ -1,0 +1,183 @@
+"""Reading a stream table's Delta log commit by commit, without loading the whole table.
+
+A consumer at offset ``(v, i)`` needs only commits ``v, v+1, …``: each is one small JSON file
+(``_delta_log/<v:020>.json``) naming the files that commit added, per partition, with their row
+counts. Parsed commits never change, so they are cached per process and shared by every reader.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sparza.systems.delta.schema import FILE_COLUMNS, PARTITION_COLUMN
+from sparza.systems.delta.settings import StreamLocation
+
+__all__ = ["Commit", "DeltaLog", "FileEntry", "log_path"]
+
+_LOG_DIR = "_delta_log"
+
+
+def log_path(version: int) -> str:
+    """The JSON commit file of ``version``, relative to the table root."""
+    return f"{_LOG_DIR}/{version:020d}.json"
+
+
+@dataclass(frozen=True, slots=True)
+class FileEntry:
+    """One data file a commit added: its path (relative to the table), partition and row count."""
+
+    path: str
+    partition: int
+    rows: int
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """The data files one Delta version added (``dataChange`` adds only), in log order."""
+
+    version: int
+    files: tuple[FileEntry, ...]
+
+    def files_for(self, partition: int) -> list[FileEntry]:
+        """The files of ``partition``, in the order that defines the rows' offsets."""
+        return [f for f in self.files if f.partition == partition]
+
+    def rows_by_partition(self) -> dict[int, int]:
+        """How many rows this commit added to each partition."""
+        counts: dict[int, int] = {}
+        for f in self.files:
+            counts[f.partition] = counts.get(f.partition, 0) + f.rows
+        return counts
+
+
+class _CommitCache:
+    """A process-wide LRU of parsed commits keyed by (table uri, version): commits are immutable."""
+
+    def __init__(self, capacity: int = 50_000) -> None:
+        self._items: OrderedDict[tuple[str, int], Commit] = OrderedDict()
+        self._lock = threading.Lock()
+        self.capacity = capacity
+
+    def get(self, key: tuple[str, int]) -> Commit | None:
+        with self._lock:
+            item = self._items.get(key)
+            if item is not None:
+                self._items.move_to_end(key)
+            return item
+
+    def put(self, key: tuple[str, int], commit: Commit) -> None:
+        with self._lock:
+            self._items[key] = commit
+            if len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+
+
+_CACHE = _CommitCache()
+
+
+class DeltaLog:
+    """The commits of one stream table, read on demand from its ``_delta_log`` directory."""
+
+    def __init__(self, location: StreamLocation) -> None:
+        self.location = location
+        self._fs = location.filesystem()
+
+    # --- commits ---------------------------------------------------------------------------
+    def commit(self, version: int) -> Commit | None:
+        """The commit of ``version``, or None when its JSON file does not exist (not yet, or removed)."""
+        key = (self.location.uri, version)
+        cached = _CACHE.get(key)
+        if cached is not None:
+            return cached
+        try:
+            with self._fs.open_input_stream(log_path(version)) as stream:
+                data = stream.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if "not found" in str(exc).lower() or "no such file" in str(exc).lower():
+                return None
+            raise
+        commit = self._parse(version, data)
+        _CACHE.put(key, commit)
+        return commit
+
+    def _parse(self, version: int, data: bytes) -> Commit:
+        files: list[FileEntry] = []
+        for line in data.splitlines():
+            if not line.strip():
+                continue
+            action = json.loads(line)
+            add = action.get("add")
+            if add is None or not add.get("dataChange", True):
+                # Compaction re-adds rows it already counted (dataChange false): not new rows.
+                continue
+            part_text = (add.get("partitionValues") or {}).get(PARTITION_COLUMN)
+            if part_text is None:
+                continue
+            path = add["path"]
+            path = path if "://" in path else unquote(path)
+            rows = -1
+            stats = add.get("stats")
+            if stats:
+                rows = int(json.loads(stats).get("numRecords", -1))
+            if rows < 0:
+                rows = self._count_rows(path)
+            files.append(FileEntry(path, int(part_text), rows))
+        return Commit(version, tuple(files))
+
+    def _count_rows(self, path: str) -> int:
+        with self._fs.open_input_file(path) as handle:
+            return int(pq.ParquetFile(handle).metadata.num_rows)
+
+    # --- versions --------------------------------------------------------------------------
+    def present_versions(self) -> list[int]:
+        """Versions whose commit JSON exists, ascending (one listing of ``_delta_log``)."""
+        import pyarrow.fs as pa_fs
+
+        try:
+            infos = self._fs.get_file_info(pa_fs.FileSelector(_LOG_DIR, allow_not_found=True))
+        except FileNotFoundError:
+            return []
+        versions = []
+        for info in infos:
+            name = info.path.rsplit("/", 1)[-1]
+            stem, dot, ext = name.partition(".")
+            if ext == "json" and dot and stem.isdigit() and len(stem) == 20:
+                versions.append(int(stem))
+        return sorted(versions)
+
+    def latest_version(self, known: int | None = None) -> int | None:
+        """The newest committed version (None: no table). Probes forward from ``known`` when given."""
+        if known is None:
+            present = self.present_versions()
+            if not present:
+                return None
+            known = present[-1]
+        while self.commit(known + 1) is not None:
+            known += 1
+        return known
+
+    def commits(self, first: int, last: int | None = None) -> Iterator[Commit]:
+        """Commits ``first, first+1, …`` up to ``last`` (inclusive) or until the first missing one."""
+        version = first
+        while last is None or version <= last:
+            commit = self.commit(version)
+            if commit is None:
+                return
+            yield commit
+            version += 1
+
+    # --- data ------------------------------------------------------------------------------
+    def read_file(self, entry: FileEntry) -> pa.Table:
+        """The rows of one data file (columns of :data:`FILE_SCHEMA`), in file order."""
+        with self._fs.open_input_file(entry.path) as handle:
+            return pq.ParquetFile(handle).read(columns=FILE_COLUMNS)

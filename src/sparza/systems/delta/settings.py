@@ -1,0 +1,164 @@
+"""The config keys of a ``delta`` system and where each stream of it lives.
+
+Every key this package reads is declared here with :func:`~sparza.config.define_key`; the
+:class:`DeltaSystemSettings` getters are the only place that reads them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparza.config import Config, define_key
+from sparza.errors import ConfigError
+from sparza.serde import Serde, serde_from_name
+
+__all__ = ["DeltaSystemSettings", "StreamLocation"]
+
+_PKG = "systems.delta"
+define_key("systems.<system>.delta.root", None,
+           "Where a delta system keeps its stream tables: a directory or az://container/prefix; "
+           "stream x lives at <root>/x.", _PKG)
+define_key("systems.<system>.streams.<stream>.delta.location", None,
+           "The stream's own table location (a directory or az://container/path), instead of <root>/<stream>.",
+           _PKG)
+define_key("systems.<system>.streams.<stream>.bounded", False,
+           "true: the stream ends at the newest offset seen when reading began (end-of-stream).", _PKG)
+define_key("systems.<system>.streams.<stream>.samza.msg.serde", None,
+           "Serde of message values that are not bytes (bytes, string, json, avro); default: the system's.", _PKG)
+define_key("systems.<system>.streams.<stream>.samza.key.serde", None,
+           "Serde of keys that are not bytes; default: the system's.", _PKG)
+define_key("systems.<system>.samza.msg.serde", "bytes", "Default value serde of the system's streams.", _PKG)
+define_key("systems.<system>.samza.key.serde", "bytes", "Default key serde of the system's streams.", _PKG)
+define_key("systems.<system>.delta.commit.retries", 100,
+           "How often a producer retries a Delta commit that lost a race with another writer.", _PKG)
+define_key("systems.<system>.delta.log.retention", "30d",
+           "How long commits (and so offsets) stay readable: the table's delta.logRetentionDuration.", _PKG)
+define_key("systems.<system>.delta.account.name", None,
+           "Storage account for az:// locations (else azure.storage.connect or dev storage).", _PKG)
+define_key("systems.<system>.delta.account.key", None, "Key of that storage account (secret).", _PKG)
+define_key("systems.<system>.delta.endpoint", None,
+           "Blob endpoint of that storage account (Azurite, sovereign clouds).", _PKG)
+
+
+@dataclass(frozen=True)
+class StreamLocation:
+    """Where one stream's Delta table is: its URI (absolute path or ``az://``) and storage options.
+
+    Picklable; :meth:`filesystem` builds a pyarrow filesystem rooted at the table on first use.
+    """
+
+    stream: str
+    uri: str
+    storage_options: dict[str, str] | None = field(default=None, repr=False)
+    _fs: list[Any] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def is_remote(self) -> bool:
+        """True for object-store locations (``az://``, ``abfs://``)."""
+        return "://" in self.uri
+
+    def filesystem(self) -> Any:
+        """A pyarrow filesystem whose root is the table directory (paths like ``_delta_log/…``)."""
+        if not self._fs:
+            import pyarrow.fs as pa_fs
+
+            if self.is_remote:
+                from deltalake.fs import DeltaStorageHandler
+
+                fs = pa_fs.PyFileSystem(DeltaStorageHandler(self.uri, self.storage_options))
+            else:
+                fs = pa_fs.SubTreeFileSystem(self.uri, pa_fs.LocalFileSystem())
+            self._fs.append(fs)
+        return self._fs[0]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"stream": self.stream, "uri": self.uri, "storage_options": self.storage_options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        object.__setattr__(self, "stream", state["stream"])
+        object.__setattr__(self, "uri", state["uri"])
+        object.__setattr__(self, "storage_options", state["storage_options"])
+        object.__setattr__(self, "_fs", [])
+
+
+def _join(root: str, name: str) -> str:
+    if "://" in root:
+        return root.rstrip("/") + "/" + name
+    return os.path.join(root, name)
+
+
+class DeltaSystemSettings:
+    """Typed access to the ``systems.<system>.*`` keys of one delta system."""
+
+    def __init__(self, system_name: str, config: Config) -> None:
+        self.system = system_name
+        self.config = config if isinstance(config, Config) else Config(config)
+        self._prefix = f"systems.{system_name}."
+        self._locations: dict[str, StreamLocation] = {}
+
+    def stream_key(self, stream: str, suffix: str) -> str:
+        """The full key ``systems.<system>.streams.<stream>.<suffix>``."""
+        return f"{self._prefix}streams.{stream}.{suffix}"
+
+    def location_uri(self, stream: str) -> str:
+        """The table URI of ``stream``: its own location or ``<root>/<stream>``; local paths made absolute."""
+        explicit = self.config.get_str(self.stream_key(stream, "delta.location"), None)
+        if explicit:
+            uri = explicit.strip()
+        else:
+            root = self.config.get_str(self._prefix + "delta.root", None)
+            if not root:
+                raise ConfigError(self._prefix + "delta.root", None,
+                                  f"a directory or az://container/prefix for the tables of system {self.system!r} "
+                                  f"(or set {self.stream_key(stream, 'delta.location')})")
+            uri = _join(root.strip(), stream)
+        if "://" not in uri:
+            uri = os.path.abspath(os.path.expanduser(uri))
+        return uri.rstrip("/") if "://" in uri else uri
+
+    def location(self, stream: str) -> StreamLocation:
+        """Where ``stream`` lives, with storage options for ``az://`` locations."""
+        cached = self._locations.get(stream)
+        if cached is None:
+            uri = self.location_uri(stream)
+            options = None
+            if uri.startswith(("az://", "abfs://", "abfss://", "azure://")):
+                from sparza.azure import resolve_storage_account
+
+                options = resolve_storage_account(self.config, prefix=self._prefix + "delta.").delta_storage_options()
+            cached = StreamLocation(stream, uri, options)
+            self._locations[stream] = cached
+        return cached
+
+    def is_bounded(self, stream: str) -> bool:
+        """``systems.<s>.streams.<x>.bounded``."""
+        return bool(self.config.get_bool(self.stream_key(stream, "bounded"), False))
+
+    def _serde(self, stream: str, which: str) -> Serde:
+        key = self.stream_key(stream, f"samza.{which}.serde")
+        name = self.config.get_str(key, None)
+        if name is None:
+            key = f"{self._prefix}samza.{which}.serde"
+            name = self.config.get_str(key, None)
+        return serde_from_name(name, key=key, config=self.config)
+
+    def key_serde(self, stream: str) -> Serde:
+        """Serde for keys that are not bytes."""
+        return self._serde(stream, "key")
+
+    def msg_serde(self, stream: str) -> Serde:
+        """Serde for message values that are not bytes."""
+        return self._serde(stream, "msg")
+
+    @property
+    def commit_retries(self) -> int:
+        """``systems.<s>.delta.commit.retries``."""
+        return int(self.config.get_int(self._prefix + "delta.commit.retries", 100, min_value=0))
+
+    @property
+    def log_retention(self) -> str:
+        """``delta.logRetentionDuration`` for new tables, from ``systems.<s>.delta.log.retention``."""
+        ms = int(self.config.get_duration_ms(self._prefix + "delta.log.retention", 30 * 86_400_000))
+        return f"interval {max(ms // 1000, 1)} seconds"
