@@ -1,0 +1,75 @@
+"""The one boundary to Azure: create the container, stage a block, commit a block list.
+
+Azure SDK exceptions are translated here and nowhere else: unreachable storage becomes
+:class:`AzureBlobConnectionError`, an error answer :class:`AzureBlobRequestError`. The SDK's own
+retry policy (exponential, from :func:`sparza.azure.resolve_storage_account`) is the only retry
+layer, as in Samza after SAMZA-2699. Tests inject faults by wrapping the real ``BlobServiceClient``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from sparza.systems.azureblob.errors import AzureBlobConnectionError, AzureBlobRequestError
+
+__all__ = ["BlobStorage"]
+
+_T = TypeVar("_T")
+
+
+class BlobStorage:
+    """Block-blob operations on one container of a real ``BlobServiceClient`` (or a wrapper of one).
+
+    ``request_timeout_s`` bounds each HTTP read, so an upload stuck on a silent server ends even when
+    the sending thread does it itself (Samza's SAMZA-2712).
+    """
+
+    def __init__(self, service_client: Any, container: str, *, request_timeout_s: float = 60.0) -> None:
+        self.service_client = service_client
+        self.container = container
+        self.request_timeout_s = request_timeout_s
+        self._container_client = service_client.get_container_client(container)
+
+    def _call(self, operation: str, blob: str, fn: Callable[[], _T]) -> _T:
+        from azure.core.exceptions import HttpResponseError, ServiceRequestError, ServiceResponseError
+
+        try:
+            return fn()
+        except (ServiceRequestError, ServiceResponseError) as exc:
+            raise AzureBlobConnectionError(operation, blob, type(exc).__name__) from exc
+        except HttpResponseError as exc:
+            raise AzureBlobRequestError(operation, blob, exc.status_code, getattr(exc, "error_code", None),
+                                        str(exc.reason or type(exc).__name__)) from exc
+        except OSError as exc:  # a socket error that escaped the SDK's wrapping
+            raise AzureBlobConnectionError(operation, blob, type(exc).__name__) from exc
+
+    def create_container(self) -> bool:
+        """Create the container; False when it already exists."""
+        from azure.core.exceptions import ResourceExistsError
+
+        def create() -> bool:
+            try:
+                self._container_client.create_container(read_timeout=self.request_timeout_s)
+                return True
+            except ResourceExistsError:
+                return False
+
+        return self._call("create container", self.container, create)
+
+    def stage_block(self, blob: str, block_id: str, data: bytes) -> None:
+        """Upload one uncommitted block (re-staging the same id replaces it)."""
+        client = self._container_client.get_blob_client(blob)
+        self._call("stage block", blob, lambda: client.stage_block(
+            block_id, data, length=len(data), read_timeout=self.request_timeout_s))
+
+    def commit_block_list(self, blob: str, block_ids: Sequence[str], metadata: dict[str, str] | None,
+                          content_type: str | None = None, content_encoding: str | None = None) -> None:
+        """Commit ``block_ids`` in order as the blob's content (replacing an existing blob)."""
+        from azure.storage.blob import BlobBlock, ContentSettings
+
+        client = self._container_client.get_blob_client(blob)
+        settings = ContentSettings(content_type=content_type, content_encoding=content_encoding)
+        blocks = [BlobBlock(block_id=b) for b in block_ids]
+        self._call("commit block list", blob, lambda: client.commit_block_list(
+            blocks, content_settings=settings, metadata=metadata or None, read_timeout=self.request_timeout_s))

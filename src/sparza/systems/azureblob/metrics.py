@@ -1,0 +1,38 @@
+"""The producer's counters, kept in three groups as Samza does: ``aggregate``, the system name, the source.
+
+Unlike Samza, a source named like the system is not an error (Samza's metrics were null there and
+``send`` threw): its counts go to the system group once instead of twice.
+"""
+
+from __future__ import annotations
+
+from sparza.metrics import Counter, MetricsRegistry
+
+__all__ = ["COUNTERS", "AzureBlobMetrics"]
+
+COUNTERS = (
+    "messages_sent",        # messages accepted by send()
+    "bytes_sent",           # uncompressed bytes staged as blocks (blob content, with format overhead)
+    "bytes_compressed",     # bytes actually uploaded (after gzip; equal to bytes_sent for none)
+    "send_errors",          # failed send() or flush() calls
+    "blocks_uploaded",      # blocks staged successfully
+    "blobs_committed",      # block lists committed successfully
+    "azure_connection_errors",  # requests that failed because storage was unreachable
+    "non_transactional_blobs",  # blobs of a transactional flush that were named before it (see producer)
+)
+
+
+class AzureBlobMetrics:
+    """Counters of one source: each ``inc`` adds to the aggregate, system and source groups."""
+
+    def __init__(self, registry: MetricsRegistry, system: str, source: str | None) -> None:
+        groups = ["aggregate", system]
+        if source is not None and source not in groups:
+            groups.append(source)
+        self._counters: dict[str, list[Counter]] = {
+            name: [registry.counter(group, name) for group in groups] for name in COUNTERS}
+
+    def inc(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``name`` in every group."""
+        for counter in self._counters[name]:
+            counter.inc(n)

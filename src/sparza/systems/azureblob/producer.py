@@ -1,0 +1,265 @@
+"""``AzureBlobSystemProducer``: sends messages to block blobs of one container (the system name).
+
+Lifecycle: ``register(source)`` for each source, ``start()`` (creates the container if missing),
+``send(source, envelope)`` from any number of threads, ``flush(source)`` at every commit, ``stop()``.
+
+``flush(source)`` makes everything the source sent durable, in two phases under one lock that keeps
+that source's sends out: (1) stage what is buffered and wait for every block upload
+(``flushTimeoutMs``); (2) commit each block list (``closeTimeoutMs``). If any upload of the flush
+failed or timed out, nothing more is committed and the error is raised; the writers are dropped
+either way, so messages sent afterwards go to new blobs and the caller replays the batch.
+
+Exactly-once with the task runtime: ``flush(source, transaction=(app_id, version))`` (or
+``begin(source, transaction)`` before sending) derives blob names, block ids and Avro sync markers
+from the transaction, the source, the stream, the partition and the blob's sequence, and takes the
+time in the name from the first message's event timestamp. A replay of the same batch that sends the
+same messages in the same order therefore writes byte-identical blobs under the same names: it
+overwrites, it never adds. Blobs that had to stage a block before the transaction was known (a
+buffer over ``maxFlushThresholdSize`` or a rollover before ``flush``) keep non-deterministic names;
+call ``begin`` first to avoid that (the counter ``non_transactional_blobs`` counts them).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+from sparza.config import Config
+from sparza.metrics import MetricsRegistry
+from sparza.streams import OutgoingMessageEnvelope
+from sparza.systems.azureblob.client import BlobStorage
+from sparza.systems.azureblob.errors import AzureBlobConnectionError, AzureBlobError, WriterClosedError
+from sparza.systems.azureblob.metadata import load_metadata_generator
+from sparza.systems.azureblob.metrics import AzureBlobMetrics
+from sparza.systems.azureblob.naming import BlobKey, Transaction
+from sparza.systems.azureblob.settings import AzureBlobSettings
+from sparza.systems.azureblob.upload import BlobUpload, BufferBudget, UploadContext, wait_all
+from sparza.systems.azureblob.uploader import UploadPool
+from sparza.systems.azureblob.writer import BlobWriter, NameRegistry
+
+__all__ = ["AzureBlobSystemProducer", "partition_segment"]
+
+log = logging.getLogger(__name__)
+
+
+def partition_segment(envelope: OutgoingMessageEnvelope) -> str | None:
+    """The blob name's partition segment: the envelope's partition key as text (as the seed's
+    ``ome.partition``); the partition number when only that is set; None for neither."""
+    key = envelope.partition_key
+    if key is not None:
+        if isinstance(key, bytes | bytearray):
+            return bytes(key).decode("utf-8", errors="replace")
+        return str(key)
+    if envelope.partition is not None:
+        return str(envelope.partition)
+    return None
+
+
+class _ReadWriteLock:
+    """Many sends, or one flush, at a time per source (writer-preferring, so a flush is not starved)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._waiting_writers = 0
+
+    def acquire_read(self) -> None:
+        with self._cond:
+            while self._writer or self._waiting_writers:
+                self._cond.wait()
+            self._readers += 1
+
+    def release_read(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            if self._readers == 0:
+                self._cond.notify_all()
+
+    def acquire_write(self) -> None:
+        with self._cond:
+            self._waiting_writers += 1
+            while self._writer or self._readers:
+                self._cond.wait()
+            self._waiting_writers -= 1
+            self._writer = True
+
+    def release_write(self) -> None:
+        with self._cond:
+            self._writer = False
+            self._cond.notify_all()
+
+
+class _Source:
+    def __init__(self, metrics: AzureBlobMetrics) -> None:
+        self.metrics = metrics
+        self.lock = _ReadWriteLock()
+        self.create_lock = threading.Lock()
+        self.writers: dict[BlobKey, BlobWriter] = {}
+        self.transaction: Transaction | None = None
+
+
+class AzureBlobSystemProducer:
+    """A SystemProducer writing Avro (or JSON-lines, or raw) block blobs to the container ``system_name``.
+
+    ``service_client`` replaces the ``BlobServiceClient`` built from config (tests wrap the real one
+    to inject faults); the client is otherwise built by :func:`sparza.azure.resolve_storage_account`.
+    """
+
+    def __init__(self, system_name: str, config: Config | dict[str, Any], metrics: MetricsRegistry | None = None,
+                 *, service_client: Any = None) -> None:
+        self.system = system_name
+        self.config = config if isinstance(config, Config) else Config(config)
+        self.settings = AzureBlobSettings.from_config(system_name, self.config)
+        self.registry = metrics if metrics is not None else MetricsRegistry()
+        self._generator = load_metadata_generator(
+            self.settings.metadata_generator, self.settings.metadata_generator_config,
+            self.settings.prefix + "metadataPropertiesGeneratorFactory")
+        self._service_client = service_client
+        self._ctx: UploadContext | None = None
+        self._sources: dict[str, _Source] = {}
+        self._sources_lock = threading.Lock()
+        self._names = NameRegistry()
+        self._started = False
+        self._stopped = False
+        self._system_metrics = AzureBlobMetrics(self.registry, system_name, None)
+        self.budget = BufferBudget(self.settings.max_buffered_bytes)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    def register(self, source: str) -> None:
+        """Declare a source (a task name). Sources may also be registered implicitly by ``send``."""
+        self._source(source)
+
+    def _source(self, source: str) -> _Source:
+        state = self._sources.get(source)
+        if state is None:
+            with self._sources_lock:
+                state = self._sources.get(source)
+                if state is None:
+                    state = _Source(AzureBlobMetrics(self.registry, self.system, source))
+                    self._sources[source] = state
+        return state
+
+    def start(self) -> None:
+        """Connect and create the container if it is missing."""
+        if self._started:
+            return
+        if self._stopped:
+            raise WriterClosedError(f"producer of {self.system!r} was stopped; create a new one")
+        client = self._service_client
+        if client is None:
+            from sparza.azure import resolve_storage_account
+
+            account = resolve_storage_account(self.config, prefix=self.settings.prefix)
+            client = account.blob_service_client()
+        request_timeout_s = max(self.settings.flush_timeout_ms, self.settings.close_timeout_ms) / 1000.0
+        storage = BlobStorage(client, self.system, request_timeout_s=request_timeout_s)
+        try:
+            storage.create_container()
+        except AzureBlobConnectionError:
+            self._system_metrics.inc("azure_connection_errors")
+            raise
+        pool = UploadPool(self.settings.thread_pool_count, self.settings.blocking_queue_size,
+                          name=f"azureblob-{self.system}")
+        self._ctx = UploadContext(self.settings, storage, pool, self._generator, self.budget)
+        self._started = True
+
+    def stop(self) -> None:
+        """Flush every source, then stop the upload threads. Raises the first flush failure."""
+        if self._stopped:
+            return
+        error: BaseException | None = None
+        if self._started:
+            for source in list(self._sources):
+                try:
+                    self.flush(source)
+                except AzureBlobError as exc:
+                    error = error or exc
+        self._stopped = True
+        if self._ctx is not None:
+            self._ctx.pool.shutdown(wait=error is None)
+        if error is not None:
+            raise error
+
+    def _context(self) -> UploadContext:
+        if self._stopped:
+            raise WriterClosedError(f"producer of {self.system!r} was stopped")
+        if self._ctx is None:
+            raise WriterClosedError(f"producer of {self.system!r} is not started: call start() first")
+        return self._ctx
+
+    # --- sending ---------------------------------------------------------------------------------
+    def begin(self, source: str, transaction: Transaction) -> None:
+        """Announce the transaction of the messages ``source`` sends until its next flush."""
+        self._source(source).transaction = (str(transaction[0]), int(transaction[1]))
+
+    def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
+        """Buffer one message into the blob of its (source, stream, partition); may upload a block in this
+        thread when the upload queue is full (backpressure); never drops the message."""
+        state = self._source(source)
+        try:
+            ctx = self._context()
+            stream = envelope.system_stream.stream
+            key: BlobKey = (stream, partition_segment(envelope))
+            state.lock.acquire_read()
+            try:
+                writer = state.writers.get(key)
+                if writer is None:
+                    with state.create_lock:
+                        writer = state.writers.get(key)
+                        if writer is None:
+                            writer = BlobWriter(ctx, state.metrics, self._names, source, key[0], key[1],
+                                                lambda: state.transaction)
+                            state.writers[key] = writer
+                writer.write(envelope)
+            finally:
+                state.lock.release_read()
+        except Exception:
+            state.metrics.inc("send_errors")
+            raise
+        state.metrics.inc("messages_sent")
+
+    def flush(self, source: str, *, transaction: Transaction | None = None) -> None:
+        """Make everything ``source`` sent durable (see the module docstring for the exact guarantee)."""
+        state = self._source(source)
+        ctx = self._context()
+        state.lock.acquire_write()
+        try:
+            if transaction is not None:
+                state.transaction = (str(transaction[0]), int(transaction[1]))
+            writers = list(state.writers.values())
+            state.writers.clear()
+            try:
+                self._flush_writers(ctx, state, writers)
+            except Exception:
+                state.metrics.inc("send_errors")
+                for writer in writers:
+                    writer.discard()
+                raise
+        finally:
+            state.transaction = None
+            state.lock.release_write()
+
+    def _flush_writers(self, ctx: UploadContext, state: _Source, writers: list[BlobWriter]) -> None:
+        uploads: list[BlobUpload] = []
+        early: list[Future[None]] = []
+        # Phase 1: stage every buffer, then wait for all block uploads of this source.
+        for writer in writers:
+            finished, running = writer.finish()
+            uploads.extend(finished)
+            early.extend(running)
+        if state.transaction is not None:
+            for upload in uploads:
+                naming = upload.naming
+                if naming is not None and not naming.transactional:
+                    state.metrics.inc("non_transactional_blobs")
+                    log.warning("blob %s staged before its transaction was known: its name is not "
+                                "deterministic (call begin() before sending)", naming.name)
+        wait_all([f for u in uploads for f in u.futures], self.settings.flush_timeout_ms, "block uploads",
+                 self.settings.prefix + "flushTimeoutMs")
+        # Phase 2: commit every block list (on the pool, bounded by closeTimeoutMs).
+        commits = [ctx.pool.submit(upload.commit) for upload in uploads]
+        wait_all(commits + early, self.settings.close_timeout_ms, "block list commits",
+                 self.settings.prefix + "closeTimeoutMs")

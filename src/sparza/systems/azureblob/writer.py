@@ -1,0 +1,189 @@
+"""The blobs of one (source, stream, partition) between two flushes (the seed's ``AzureBlobWriter``).
+
+Records are encoded first (so a bad message changes nothing), grouped into format chunks (Avro data
+blocks of ~64 KiB), and written to the current :class:`BlobUpload`. The writer rolls over to a new
+blob before a record would exceed ``maxBlobSize``, ``maxMessagesPerBlob`` or Azure's 50,000 blocks.
+A rolled-over blob is committed as soon as its uploads are done, except inside a transaction, where
+every commit waits for ``flush`` so an aborted batch leaves nothing visible.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+
+from sparza.streams import OutgoingMessageEnvelope
+from sparza.systems.azureblob.errors import WriterClosedError
+from sparza.systems.azureblob.formats import AVRO_SYNC_INTERVAL, RecordFormat, make_format
+from sparza.systems.azureblob.metrics import AzureBlobMetrics
+from sparza.systems.azureblob.naming import Transaction, blob_name, deterministic_token, random_token
+from sparza.systems.azureblob.settings import AZURE_MAX_BLOCKS
+from sparza.systems.azureblob.upload import BlobNaming, BlobUpload, UploadContext
+
+__all__ = ["BlobWriter", "NameRegistry"]
+
+_FRAME_OVERHEAD = 36  # Avro block count + size varints (<= 20) and the 16-byte sync marker
+
+
+class NameRegistry:
+    """Blob names a producer has used: without a random suffix, a second blob of the same stream and
+    partition in the same second gets a counter suffix instead of overwriting the first."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def claim(self, base: Callable[[str | None], str]) -> str:
+        """``base(None)`` if unused, else ``base("%08d" % n)`` for the next free ``n``."""
+        with self._lock:
+            name = base(None)
+            n = self._counts.get(name, 0)
+            self._counts[name] = n + 1
+            return name if n == 0 else base(f"{n:08d}")
+
+
+class BlobWriter:
+    """Writes one stream-partition's messages of one source into blobs; thread-safe."""
+
+    def __init__(self, ctx: UploadContext, metrics: AzureBlobMetrics, names: NameRegistry, source: str,
+                 stream: str, partition: str | None, transaction: Callable[[], Transaction | None]) -> None:
+        self.ctx = ctx
+        self.metrics = metrics
+        self.names = names
+        self.source = source
+        self.stream = stream
+        self.partition = partition
+        self._transaction = transaction
+        settings = ctx.settings
+        self._format: RecordFormat = make_format(settings.writer_format, stream, settings.stream_schemas.get(stream))
+        self._lock = threading.Lock()
+        self._current: BlobUpload | None = None
+        self._sync = b""
+        self._chunk: list[bytes] = []
+        self._chunk_size = 0
+        self._sealed: list[BlobUpload] = []
+        self._early_commits: list[Future[None]] = []
+        self._sequence = 0
+        self._closed = False
+
+    # --- writing -------------------------------------------------------------------------------
+    def write(self, envelope: OutgoingMessageEnvelope) -> None:
+        """Append one message (raises before changing anything when it cannot be written)."""
+        with self._lock:
+            if self._closed:
+                raise WriterClosedError(f"writer of {self.stream!r} was flushed; send again to open a new blob")
+            record = self._format.encode(envelope.message)
+            size = len(record)
+            if self._current is not None and self._must_roll(size):
+                self._roll()
+            if self._current is None:
+                self._open(envelope.timestamp)
+            current = self._current
+            assert current is not None
+            self._chunk.append(record)
+            self._chunk_size += size
+            current.records += 1
+            self.ctx.budget.add(size)
+            if self._chunk_size >= AVRO_SYNC_INTERVAL:
+                self._emit_chunk()
+            if self.ctx.budget.over():
+                # memory cap (maxBufferedBytes): stage this blob's bytes now rather than hold them
+                self._emit_chunk()
+                current.stage_buffer()
+            if self._sealed and self._transaction() is None:
+                self._commit_finished_sealed()
+
+    def _must_roll(self, size: int) -> bool:
+        current = self._current
+        assert current is not None
+        settings = self.ctx.settings
+        if current.records + 1 > settings.max_messages_per_blob:
+            return True
+        pending = self._chunk_size + size + _FRAME_OVERHEAD
+        if current.raw_size + pending > settings.max_blob_size:
+            return True
+        blocks = len(current.block_ids) + math.ceil((current.buffered + pending) / settings.max_flush_threshold_size)
+        return blocks > AZURE_MAX_BLOCKS
+
+    def _open(self, event_time_ms: int | None) -> None:
+        sequence = self._sequence
+        self._sequence += 1
+        opened_ms = int(time.time() * 1000)
+        ext = self.ctx.settings.extension
+        txn_at_open = self._transaction()
+        self._sync = (bytes.fromhex(deterministic_token(txn_at_open, self.source, self.stream, self.partition,
+                                                        sequence, "sync") * 2)
+                      if txn_at_open is not None else os.urandom(16))
+
+        def bind() -> BlobNaming:
+            txn = self._transaction()
+            if txn is not None:
+                app_id, version = txn
+                suffix = deterministic_token(app_id, version, self.source, self.stream, self.partition, sequence)[:8]
+                name = blob_name(self.stream, self.partition, event_time_ms or 0, suffix, ext)
+                return BlobNaming(name, deterministic_token(name, app_id, version, self.source, sequence), True)
+            if self.ctx.settings.suffix_random_string:
+                name = blob_name(self.stream, self.partition, opened_ms, random_token(), ext)
+            else:
+                name = self.names.claim(lambda s: blob_name(self.stream, self.partition, opened_ms, s, ext))
+            return BlobNaming(name, secrets.token_hex(8))
+
+        self._current = BlobUpload(self.ctx, self.metrics, self.stream, bind, self._format.content_type)
+        self._current.write(self._format.header(self._sync))
+
+    def _emit_chunk(self) -> None:
+        if not self._chunk or self._current is None:
+            return
+        data = self._format.frame(self._chunk, self._chunk_size, self._sync)
+        self.ctx.budget.add(-self._chunk_size)
+        self._chunk = []
+        self._chunk_size = 0
+        self._current.write(data)
+
+    def _roll(self) -> None:
+        self._emit_chunk()
+        assert self._current is not None
+        self._current.stage_buffer()
+        self._sealed.append(self._current)
+        self._current = None
+
+    def _commit_finished_sealed(self) -> None:
+        ready = [u for u in self._sealed if u.uploads_done()]
+        for upload in ready:
+            self._sealed.remove(upload)
+            self._early_commits.append(self.ctx.pool.submit(_commit_after_uploads(upload)))
+
+    # --- flushing ------------------------------------------------------------------------------
+    def finish(self) -> tuple[list[BlobUpload], list[Future[None]]]:
+        """Close the writer: stage what is buffered; return the blobs still to commit and the commits
+        already running for rolled-over blobs."""
+        with self._lock:
+            self._closed = True
+            if self._current is not None:
+                self._emit_chunk()
+                self._current.stage_buffer()
+                self._sealed.append(self._current)
+                self._current = None
+            uploads, self._sealed = self._sealed, []
+            return uploads, self._early_commits
+
+    def discard(self) -> None:
+        """Release buffered memory after a failed flush."""
+        with self._lock:
+            self.ctx.budget.add(-self._chunk_size)
+            self._chunk, self._chunk_size = [], 0
+            for upload in self._sealed + ([self._current] if self._current else []):
+                upload.discard()
+
+
+def _commit_after_uploads(upload: BlobUpload) -> Callable[[], None]:
+    def commit() -> None:
+        for future in upload.futures:
+            future.result()  # already done: re-raises an upload failure instead of committing
+        upload.commit()
+    return commit
