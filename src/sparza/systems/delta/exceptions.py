@@ -56,6 +56,6 @@ class OffsetRemovedError(DeltaStreamError, LookupError):
         self.partition = partition
         self.offset = offset
         self.oldest = oldest
-        where = f"the oldest available is {oldest}" if oldest else "nothing older is available"
+        where = f"the oldest available is {oldest}" if oldest else "the partition has no readable rows"
         super().__init__(f"offset {offset} of {stream}#{partition} was removed by retention; {where} "
                          "(reset the consumer to 'oldest' or to a newer offset)")

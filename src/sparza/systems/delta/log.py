@@ -45,6 +45,8 @@ class Commit:
 
     version: int
     files: tuple[FileEntry, ...]
+    rewritten: tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...] = ()
+    """Rearrangements without data change (compaction), per partition: (partition, added, removed)."""
 
     def files_for(self, partition: int) -> list[FileEntry]:
         """The files of ``partition``, in the order that defines the rows' offsets."""
@@ -112,19 +114,28 @@ class DeltaLog:
 
     def _parse(self, version: int, data: bytes) -> Commit:
         files: list[FileEntry] = []
+        rewritten: dict[int, tuple[list[str], list[str]]] = {}
         for line in data.splitlines():
             if not line.strip():
                 continue
             action = json.loads(line)
-            add = action.get("add")
-            if add is None or not add.get("dataChange", True):
-                # Compaction re-adds rows it already counted (dataChange false): not new rows.
+            kind = "add" if "add" in action else ("remove" if "remove" in action else None)
+            if kind is None:
                 continue
-            part_text = (add.get("partitionValues") or {}).get(PARTITION_COLUMN)
+            body = action[kind]
+            part_text = (body.get("partitionValues") or {}).get(PARTITION_COLUMN)
             if part_text is None:
                 continue
-            path = add["path"]
+            path = body["path"]
             path = path if "://" in path else unquote(path)
+            if not body.get("dataChange", True):
+                # Compaction re-adds rows already counted (dataChange false): not new rows, no offsets.
+                added, removed = rewritten.setdefault(int(part_text), ([], []))
+                (added if kind == "add" else removed).append(path)
+                continue
+            if kind == "remove":
+                continue
+            add = body
             rows = -1
             stats = add.get("stats")
             if stats:
@@ -132,7 +143,8 @@ class DeltaLog:
             if rows < 0:
                 rows = self._count_rows(path)
             files.append(FileEntry(path, int(part_text), rows))
-        return Commit(version, tuple(files))
+        return Commit(version, tuple(files),
+                      tuple((p, tuple(a), tuple(r)) for p, (a, r) in sorted(rewritten.items())))
 
     def _count_rows(self, path: str) -> int:
         with self._fs.open_input_file(path) as handle:

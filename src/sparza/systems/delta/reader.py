@@ -69,7 +69,13 @@ def read_partition(log: DeltaLog, partition: int, start: DeltaOffset, end: Delta
             want_hi = min(hi, end.index) if end is not None and commit.version == end.version else hi
             if want_lo >= want_hi:
                 continue
-            table = log.read_file(entry)
+            try:
+                table = log.read_file(entry)
+            except FileNotFoundError:
+                # The file was deleted (truncation racing this read, or an outside vacuum).
+                oldest = oldest_offset(log, partition)
+                raise OffsetRemovedError(log.location.stream, partition, f"{commit.version}:{want_lo}",
+                                         None if oldest is None else str(oldest)) from None
             if want_lo > lo or want_hi < hi:
                 table = table.slice(want_lo - lo, want_hi - want_lo)
             table = _with_offsets(table, commit.version, want_lo, partition)

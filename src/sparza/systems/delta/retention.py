@@ -49,8 +49,11 @@ def oldest_offset(log: DeltaLog, partition: int, latest: int | None = None) -> D
     present = log.present_versions()
     if not present:
         return None
-    first = max(present[0], read_horizon(log))
-    for commit in log.commits(first, latest):
-        if commit.files_for(partition):
-            return DeltaOffset(commit.version, 0)
+    horizon = read_horizon(log)
+    for version in present:
+        if version < horizon or (latest is not None and version > latest):
+            continue
+        commit = log.commit(version)
+        if commit is not None and commit.files_for(partition):
+            return DeltaOffset(version, 0)
     return None

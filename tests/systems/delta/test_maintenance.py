@@ -1,0 +1,108 @@
+"""Bounded reads, compaction (offsets unchanged) and retention (removed offsets are a clear error)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from sparza.config import Config
+from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
+from sparza.systems import StreamSpec
+from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemConsumer, DeltaSystemProducer, OffsetRemovedError
+from sparza.systems.delta.maintenance import compact, truncate
+
+S = SystemStream("d", "s")
+
+
+def _write(config: Config, batches: int, per_batch: int, partitions: int = 2, first: int = 0) -> None:
+    producer = DeltaSystemProducer("d", config)
+    producer.register("t")
+    for b in range(batches):
+        for i in range(per_batch):
+            n = first + b * per_batch + i
+            producer.send("t", OutgoingMessageEnvelope(S, f"m{n}".encode(), partition=n % partitions))
+        producer.flush("t")
+
+
+def test_bounded_read_stops_at_the_snapshot(delta_config: Config) -> None:
+    config = delta_config.with_overrides({"systems.d.streams.s.bounded": "true"})
+    admin = DeltaSystemAdmin("d", config)
+    admin.create_stream(StreamSpec("s", 2))
+    assert admin.is_bounded("s")
+    _write(config, 2, 10)
+    reader = DeltaSystemConsumer("d", config).read(SystemStreamPartition("d", "s", 0), None)
+    first = next(reader)                     # the read has begun: its bound is fixed now
+    _write(config, 3, 10, first=100)         # rows written after the read began
+    rest = list(reader)
+    got = [first, *rest]
+    assert [e.message for e in got[:-1]] == [f"m{n}".encode() for n in range(0, 20, 2)]
+    assert got[-1].type == MessageType.END_OF_STREAM and got[-1].offset == "3:0"
+    # An unbounded read of the same partition sees the later rows too.
+    unbounded = list(DeltaSystemConsumer("d", config).read(SystemStreamPartition("d", "s", 0), None, bounded=False))
+    assert len(unbounded) == 25
+    # include_control=False: no synthetic end-of-stream either.
+    users = list(DeltaSystemConsumer("d", config).read(SystemStreamPartition("d", "s", 1), None,
+                                                       include_control=False))
+    assert len(users) == 25 and all(e.type == MessageType.USER for e in users)
+
+
+def test_compaction_keeps_offsets(delta_config: Config, read_all: Callable[..., list]) -> None:
+    admin = DeltaSystemAdmin("d", delta_config)
+    admin.create_stream(StreamSpec("s", 2))
+    _write(delta_config, 8, 6)
+    before = {p: [(e.offset, e.message) for e in read_all(delta_config, "s", p)] for p in range(2)}
+    meta_before = admin.get_system_stream_metadata({"s"})["s"].partitions
+    result = compact(admin.location("s"))
+    assert result.files_removed == 16 and result.files_added == 2
+    table = DeltaTable(admin.stream_location("s"))
+    assert len(pa.table(table.get_add_actions(flatten=True))) == 2     # snapshot readers see 2 files
+    assert table.to_pyarrow_table().num_rows == 48
+    for p in range(2):
+        assert [(e.offset, e.message) for e in read_all(delta_config, "s", p)] == before[p]
+        middle = before[p][5][0]
+        assert [(e.offset, e.message) for e in read_all(delta_config, "s", p, middle)] == before[p][5:]
+    fresh = DeltaSystemAdmin("d", delta_config).get_system_stream_metadata({"s"})["s"].partitions
+    assert {p: (m.oldest, m.newest) for p, m in fresh.items()} == {p: (m.oldest, m.newest)
+                                                                   for p, m in meta_before.items()}
+    assert fresh[0].upcoming == "10:0"   # the compaction commit is version 9
+
+
+def test_truncate_removes_old_offsets_with_a_clear_error(delta_config: Config, read_all: Callable[..., list]) -> None:
+    admin = DeltaSystemAdmin("d", delta_config)
+    admin.create_stream(StreamSpec("s", 2))
+    _write(delta_config, 6, 4)                                  # versions 1..6
+    old = read_all(delta_config, "s", 0)
+    compact(admin.location("s"))                                # version 7 mixes old and new rows
+    _write(delta_config, 2, 4, first=100)                      # versions 8, 9
+    result = truncate(admin.location("s"), 4)
+    assert result.horizon == 4 and result.files_deleted > 0
+    with pytest.raises(OffsetRemovedError) as info:
+        read_all(delta_config, "s", 0, old[0].offset)
+    assert info.value.offset == old[0].offset and info.value.oldest == "4:0"
+    assert "oldest available is 4:0" in str(info.value)
+    kept = read_all(delta_config, "s", 0, "4:0")
+    assert [e.message for e in kept] == [b"m12", b"m14", b"m16", b"m18", b"m20", b"m22",
+                                         b"m100", b"m102", b"m104", b"m106"]
+    assert read_all(delta_config, "s", 0)[0].offset == "4:0"   # start None means the oldest kept
+    meta = DeltaSystemAdmin("d", delta_config).get_system_stream_metadata({"s"})["s"].partitions[0]
+    assert meta.oldest == "4:0" and meta.newest == "9:1"
+    # Snapshot readers: the compacted file still holds rows >= horizon, so nothing they need was lost.
+    rows = DeltaTable(admin.stream_location("s")).to_pyarrow_table()
+    assert {b"m12", b"m100"} <= set(rows.column("value").to_pylist())
+
+
+def test_log_cleanup_makes_offsets_removed(delta_config: Config, read_all: Callable[..., list]) -> None:
+    """Delta's own log cleanup deletes commit JSONs: their offsets are removed, the error names the oldest."""
+    import os
+
+    admin = DeltaSystemAdmin("d", delta_config)
+    admin.create_stream(StreamSpec("s", 1))
+    _write(delta_config, 4, 2, partitions=1)
+    for version in (0, 1):   # cleanup removes a prefix of the log, as Delta's expired-log cleanup does
+        os.remove(os.path.join(admin.stream_location("s"), "_delta_log", f"{version:020d}.json"))
+    with pytest.raises(OffsetRemovedError) as info:
+        read_all(delta_config, "s", 0, "1:0")
+    assert info.value.oldest == "2:0"
