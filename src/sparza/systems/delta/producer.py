@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -180,7 +179,6 @@ class DeltaSystemProducer:
             if done is not None and done >= version:
                 self._count("flushes-skipped-replay", 1)
                 return
-        fs = info.location.filesystem()
         now = int(time.time() * 1000)
         actions = []
         rows = 0
@@ -195,10 +193,7 @@ class DeltaSystemProducer:
             payload = sink.getvalue()
             directory = f"{PARTITION_COLUMN}={partition}"
             path = f"{directory}/{uuid.uuid4().hex}.parquet"
-            if not info.location.is_remote:
-                os.makedirs(os.path.join(info.location.uri, directory), exist_ok=True)
-            with fs.open_output_stream(path) as out:
-                out.write(payload)
+            info.location.write_bytes(path, payload)
             ts = data.column("timestamp")
             stats = {"numRecords": data.num_rows, "minValues": {"timestamp": pa.compute.min(ts).as_py()},
                      "maxValues": {"timestamp": pa.compute.max(ts).as_py()}}

@@ -37,11 +37,7 @@ def write_horizon(log: DeltaLog, version: int) -> None:
     """Record that versions before ``version`` are removed (only ever moves forward)."""
     if version <= read_horizon(log):
         return
-    fs = log.location.filesystem()
-    if not log.location.is_remote:
-        fs.create_dir("_sparza", recursive=True)
-    with fs.open_output_stream(HORIZON_PATH) as stream:
-        stream.write(json.dumps({"oldest_version": version}).encode())
+    log.location.write_bytes(HORIZON_PATH, json.dumps({"oldest_version": version}).encode())
 
 
 def oldest_offset(log: DeltaLog, partition: int, latest: int | None = None) -> DeltaOffset | None:

@@ -73,6 +73,24 @@ class StreamLocation:
             self._fs.append(fs)
         return self._fs[0]
 
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Write a whole file at ``path`` (relative to the table root), creating directories as needed."""
+        if self.is_remote:
+            from deltalake.fs import DeltaStorageHandler
+
+            # pyarrow's PythonFile hands delta-rs a Buffer it rejects; write through the raw handler.
+            handler = DeltaStorageHandler(self.uri, self.storage_options)._handler
+            stream = handler.open_output_stream(path, None)
+            try:
+                stream.write(data)
+            finally:
+                stream.close()
+            return
+        target = os.path.join(self.uri, path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as out:
+            out.write(data)
+
     def __getstate__(self) -> dict[str, Any]:
         return {"stream": self.stream, "uri": self.uri, "storage_options": self.storage_options}
 
@@ -128,6 +146,9 @@ class DeltaSystemSettings:
                 from sparza.azure import resolve_storage_account
 
                 options = resolve_storage_account(self.config, prefix=self._prefix + "delta.").delta_storage_options()
+                if "azure_storage_endpoint" in options:
+                    # delta-rs 1.6: use_emulator forces 127.0.0.1:10000 and overrides the endpoint's port.
+                    options.pop("use_emulator", None)
             cached = StreamLocation(stream, uri, options)
             self._locations[stream] = cached
         return cached
