@@ -44,3 +44,23 @@ def test_four_writer_processes_lose_and_duplicate_nothing(delta_config: Config,
         seen += got
     assert len(seen) == WRITERS * MESSAGES
     assert set(seen) == {f"{w}:{i}".encode() for w in range(WRITERS) for i in range(MESSAGES)}
+
+
+@pytest.mark.slow
+def test_two_processes_flushing_the_same_transactions_commit_each_once(delta_config: Config,
+                                                                      read_all: Callable[..., list]) -> None:
+    """A zombie and its replacement run the same task's batches at once: each batch lands once."""
+    DeltaSystemAdmin("d", delta_config).create_stream(StreamSpec("s", 2))
+    script = str(Path(__file__).with_name("writer_process.py"))
+    procs = [subprocess.Popen([sys.executable, script, json.dumps(dict(delta_config)), "7", "3000", "100"])
+             for _ in range(2)]
+    try:
+        for proc in procs:
+            assert proc.wait(timeout=240) == 0
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    seen = [e.message for p in range(2) for e in read_all(delta_config, "s", p)]
+    assert sorted(seen) == sorted(f"7:{i}".encode() for i in range(3000))

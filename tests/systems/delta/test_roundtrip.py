@@ -202,3 +202,26 @@ def test_consumer_from_pickled_config(delta_config: Config) -> None:
     config = pickle.loads(pickle.dumps(delta_config))
     consumer = pickle.loads(pickle.dumps(DeltaSystemConsumer("d", config)))
     assert [e.message for e in consumer.read(SystemStreamPartition("d", "s", 0), "0:0")] == [b"m0", b"m1", b"m2"]
+
+
+def test_racing_flush_of_the_same_transaction_lands_once(delta_config: Config, read_all: Callable[..., list]) -> None:
+    """B checks the app transaction before A commits it, then commits: delta-rs refuses B, B drops its copy."""
+    DeltaSystemAdmin("d", delta_config).create_stream(StreamSpec("s", 1))
+    a, b = DeltaSystemProducer("d", delta_config), DeltaSystemProducer("d", delta_config)
+    for producer in (a, b):
+        producer.register("t")
+        _send(producer, "t", 5, partition=0)
+    table = b._table(b._stream("s"))          # B's snapshot predates A's commit
+    real_update = table.update_incremental
+    skipped: list[bool] = []
+
+    def stale_once() -> None:                 # fault injection: B's pre-commit refresh misses A's commit
+        if not skipped:
+            skipped.append(True)
+            return
+        real_update()
+
+    table.update_incremental = stale_once
+    a.flush("t", transaction=("job/task-0", 1))
+    b.flush("t", transaction=("job/task-0", 1))
+    assert skipped and len(read_all(delta_config, "s", 0)) == 5

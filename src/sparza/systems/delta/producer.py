@@ -168,6 +168,7 @@ class DeltaSystemProducer:
     def _commit(self, source: str, stream: str, partitions: dict[int, _PartitionBuffer],
                 transaction: tuple[str, int] | None) -> None:
         from deltalake import Schema
+        from deltalake.exceptions import CommitFailedError
         from deltalake.transaction import AddAction, CommitProperties, Transaction
 
         started = time.perf_counter()
@@ -205,8 +206,20 @@ class DeltaSystemProducer:
             max_commit_retries=self.settings.commit_retries,
             app_transactions=[Transaction(transaction[0], transaction[1])] if transaction else None,
             custom_metadata={"sparza.producer": source})
-        table.create_write_transaction(actions, "append", self._delta_schema, partition_by=[PARTITION_COLUMN],
-                                       commit_properties=properties)
+        try:
+            table.create_write_transaction(actions, "append", self._delta_schema, partition_by=[PARTITION_COLUMN],
+                                           commit_properties=properties)
+        except CommitFailedError:
+            # delta-rs refuses a commit when a concurrent winner carries the same app id: if that
+            # winner already committed this version, ours is a duplicate and is dropped.
+            if transaction is None:
+                raise
+            table.update_incremental()
+            done = table.transaction_version(transaction[0])
+            if done is None or done < transaction[1]:
+                raise
+            self._count("flushes-skipped-replay", 1)
+            return
         self._count("messages-written", rows)
         self._count("commits", 1)
         if self.metrics is not None:
