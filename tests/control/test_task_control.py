@@ -193,12 +193,12 @@ def test_outgoing_writes_watermark_then_end_of_stream_to_every_partition():
     out = tc.outgoing(5, {OUT: 3})
     assert [(e.partition, e.type) for e in out] == [(p, MessageType.WATERMARK) for p in range(3)]
     assert json.loads(out[0].message) == {"version": 1, "taskName": "Partition 0", "taskCount": 2, "timestamp": 100}
+    with pytest.raises(ControlStateError, match="partition count"):
+        tc.outgoing(6, {})
     tc.on_ssp_exhausted(SRC0)
     out = tc.outgoing(6, {OUT: 3})
     assert [e.type for e in out].count(MessageType.END_OF_STREAM) == 3
     assert all(e.system_stream == OUT for e in out)
-    with pytest.raises(ControlStateError, match="partition count"):
-        tc.outgoing(7, {})
 
 
 def test_unknown_ssp_is_refused():
@@ -249,3 +249,19 @@ def test_ssp_parse_of_stream_names_with_dashes_and_dots():
     tc = TaskControl("Partition 0", 1, [ssp], Config())
     again = TaskControl.restore(tc.snapshot(), "Partition 0", 1, [ssp], Config())
     assert again.is_ended(ssp) is False
+
+
+def test_end_of_stream_is_sent_once_and_again_after_a_restore_from_before_it():
+    tc = control([SRC0], task_count=1, **{"task.intermediate.outputs": "delta.app-1-next"})
+    tc.on_envelope(user(SRC0, 5))
+    tc.on_ssp_exhausted(SRC0)
+    before = tc.snapshot()
+    assert [e.type for e in tc.outgoing(1, {OUT: 1})] == [MessageType.WATERMARK, MessageType.END_OF_STREAM]
+    assert tc.outgoing(2, {OUT: 1}) == []
+    assert TaskControl.restore(tc.snapshot(), "Partition 0", 1, [SRC0], tc_config()).outgoing(3, {OUT: 1}) == []
+    replay = TaskControl.restore(before, "Partition 0", 1, [SRC0], tc_config())
+    assert len(replay.outgoing(1, {OUT: 1})) == 2
+
+
+def tc_config():
+    return Config({**BASE, "task.intermediate.outputs": "delta.app-1-next"})

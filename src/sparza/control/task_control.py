@@ -69,6 +69,7 @@ class TaskControl:
             ssp: self._fresh_state(ssp) for ssp in self.input_ssps}
         self._watermark: int | None = None
         self._reported: int | None = None
+        self._eos_sent = False
         self.late_count = 0
         self.late_routed = 0
         self.metrics = metrics if metrics is not None else MetricsRegistry()
@@ -179,7 +180,12 @@ class TaskControl:
     # --- output ----------------------------------------------------------------------------
     def outgoing(self, now_ms: int, partitions_by_stream: Mapping[SystemStream, int]) -> list[OutgoingMessageEnvelope]:
         """The control messages to write at the end of a batch: the task watermark (when it has one)
-        and, once every input ended, end-of-stream, to every partition of each intermediate output."""
+        and, once every input ended, end-of-stream, to every partition of each intermediate output.
+
+        End-of-stream goes out once; after it nothing more does (the snapshot remembers it, so a
+        replayed batch, restored from the checkpoint before it, sends it again)."""
+        if self._eos_sent:
+            return []
         wanted: list[ControlMessage] = []
         if self._watermark is not None:
             wanted.append(ControlMessage.watermark(self._watermark, self.task_name, self.task_count))
@@ -198,13 +204,16 @@ class TaskControl:
                                                        type=message.type))
                     self._sent_bytes.inc(len(body))
         self._sent_counter.inc(len(out))
+        if self.all_ended():
+            self._eos_sent = True
         return out
 
     # --- checkpoint ------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """JSON-able state for the task checkpoint (key ``"control"``)."""
         return {"version": SNAPSHOT_VERSION, "taskName": self.task_name, "watermark": self._watermark,
-                "reported": self._reported, "lateCount": self.late_count, "lateRouted": self.late_routed,
+                "reported": self._reported, "eosSent": self._eos_sent, "lateCount": self.late_count,
+                "lateRouted": self.late_routed,
                 "ssps": {str(ssp): state.to_json() for ssp, state in sorted(self._states.items())}}
 
     @classmethod
@@ -228,6 +237,7 @@ class TaskControl:
                     control._states[ssp] = SspControlState.from_json(data, fresh.lateness_ms, fresh.intermediate)
             control._watermark = snapshot.get("watermark")
             control._reported = snapshot.get("reported")
+            control._eos_sent = bool(snapshot.get("eosSent", False))
             control.late_count = int(snapshot.get("lateCount", 0))
             control.late_routed = int(snapshot.get("lateRouted", 0))
         except (TypeError, ValueError, AttributeError) as exc:

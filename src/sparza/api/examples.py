@@ -1,0 +1,80 @@
+"""Example applications, importable by dotted path (``app.class``) on every executor.
+
+Stream names and sizes come from config so tests, benchmarks and demos reuse them. Messages are
+JSON objects ``{"key": str, "n": int, ...}`` whose event time is the row's ``timestamp``.
+
+- :class:`RepartitionCount`: input → filter → ``partition_by(key)`` → map → output (2 stages).
+- :class:`WindowedCount`: input → ``partition_by(key)`` → tumbling window count/sum → output (2 stages).
+- :class:`ThreeStageCount`: input → ``partition_by(key)`` → map → ``partition_by(bucket)`` → tumbling
+  window → output (3 stages).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparza.api.graph import StreamApplication
+from sparza.api.windows import WindowPane, Windows
+
+__all__ = ["RepartitionCount", "ThreeStageCount", "WindowedCount", "pane_to_json"]
+
+
+def _cfg(app: StreamApplication, key: str, default: str) -> str:
+    return str(app.config.get_str(f"app.example.{key}", default))
+
+
+def _partitions(app: StreamApplication) -> int | None:
+    value = app.config.get_int("app.example.partitions", None)
+    return None if value is None else int(value)
+
+
+def pane_to_json(pane: WindowPane) -> dict[str, Any]:
+    """A window pane as a JSON object: ``{key, start, end, count, sum}``."""
+    return {"key": pane.key, "start": pane.start, "end": pane.end, "count": pane.value[0], "sum": pane.value[1]}
+
+
+def _fold(message: dict[str, Any], acc: list[int]) -> list[int]:
+    return [acc[0] + 1, acc[1] + int(message.get("n", 0))]
+
+
+class RepartitionCount:
+    """Drops messages with ``n < 0``, repartitions by key, tags each message with its stage-2 key."""
+
+    def describe(self, app: StreamApplication) -> None:
+        """Build the graph (``app.example.input`` / ``app.example.output``)."""
+        events = app.input(_cfg(app, "input", "delta.events"), serde="json")
+        out = app.output(_cfg(app, "output", "delta.out"), serde="json")
+        (events.filter(lambda m: int(m.get("n", 0)) >= 0)
+         .partition_by(lambda m: m["key"], "by-key", _partitions(app))
+         .map(lambda m: {**m, "seen": "stage2"})
+         .send_to(out))
+
+
+class WindowedCount:
+    """Per key and tumbling window (``app.example.window.ms``, default 1000): count and sum of ``n``."""
+
+    def describe(self, app: StreamApplication) -> None:
+        """Build the graph."""
+        size = int(_cfg(app, "window.ms", "1000"))
+        events = app.input(_cfg(app, "input", "delta.events"), serde="json")
+        out = app.output(_cfg(app, "output", "delta.out"), serde="json")
+        (events.partition_by(lambda m: m["key"], "by-key", _partitions(app))
+         .window(Windows.tumbling(size, lambda m: m["key"], [0, 0], _fold), name="counts")
+         .map(pane_to_json)
+         .send_to(out))
+
+
+class ThreeStageCount:
+    """Repartition by key, then by ``bucket`` (key modulo 3 of its number), then count per bucket and window."""
+
+    def describe(self, app: StreamApplication) -> None:
+        """Build the graph."""
+        size = int(_cfg(app, "window.ms", "1000"))
+        events = app.input(_cfg(app, "input", "delta.events"), serde="json")
+        out = app.output(_cfg(app, "output", "delta.out"), serde="json")
+        (events.partition_by(lambda m: m["key"], "by-key", _partitions(app))
+         .map(lambda m: {**m, "bucket": f"b{sum(map(ord, m['key'])) % 3}"})
+         .partition_by(lambda m: m["bucket"], "by-bucket", _partitions(app))
+         .window(Windows.tumbling(size, lambda m: m["bucket"], [0, 0], _fold), name="buckets")
+         .map(pane_to_json)
+         .send_to(out))

@@ -1,0 +1,245 @@
+"""The high-level API's graph: ``StreamApplication`` collects inputs, outputs and tables; each
+``MessageStream`` operator adds one node (:class:`OpSpec`) to the application's operator graph.
+
+The graph is only a description: :mod:`sparza.api.stages` splits it into stages at every
+``partition_by`` and :class:`sparza.api.StageTask` runs one stage's part inside a task. An
+application class is named by ``app.class`` and must be importable on executors, because every
+task rebuilds the graph by calling its ``describe(app)``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from sparza.api.windows import WindowSpec
+from sparza.config import Config
+from sparza.errors import SparzaError
+from sparza.serde import Serde, serde_from_name
+from sparza.streams import SystemStream
+
+__all__ = [
+    "ApiError",
+    "InputDescriptor",
+    "MessageStream",
+    "OpKind",
+    "OpSpec",
+    "OutputDescriptor",
+    "StreamApplication",
+    "TableDescriptor",
+]
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+class ApiError(SparzaError, ValueError):
+    """The application graph is malformed (duplicate names, foreign streams, bad arguments)."""
+
+
+class OpKind(Enum):
+    """What a graph node does."""
+
+    INPUT = "input"
+    MAP = "map"
+    FILTER = "filter"
+    FLAT_MAP = "flat_map"
+    MERGE = "merge"
+    PARTITION_BY = "partition_by"
+    JOIN = "join"
+    WINDOW = "window"
+    SEND_TO = "send_to"
+    SEND_TO_TABLE = "send_to_table"
+    SINK = "sink"
+
+
+def _serde(value: Serde | str | None, default: str) -> Serde:
+    if value is None:
+        return serde_from_name(default)
+    if isinstance(value, str):
+        return serde_from_name(value)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class InputDescriptor:
+    """An input stream and the serde of its messages."""
+
+    stream: SystemStream
+    serde: Serde
+
+
+@dataclass(frozen=True, slots=True)
+class OutputDescriptor:
+    """An output stream and the serdes of its messages and keys."""
+
+    stream: SystemStream
+    serde: Serde
+    key_serde: Serde | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TableDescriptor:
+    """A table backed by the task store ``stores.<store>``: filled by ``send_to(table)`` with
+    ``(key, value)`` pairs (or by an adjunct input), read by ``join``."""
+
+    store: str
+
+
+@dataclass(eq=False, slots=True)
+class OpSpec:
+    """One node of the operator graph. ``id`` is its position in declaration order (stable across
+    rebuilds, so it names window stores); ``params`` holds the kind's arguments."""
+
+    id: int
+    kind: OpKind
+    parents: list[OpSpec]
+    params: dict[str, Any] = field(default_factory=dict)
+    children: list[OpSpec] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"OpSpec({self.id}, {self.kind.value}, parents={[p.id for p in self.parents]})"
+
+
+class StreamApplication:
+    """What ``describe(app)`` receives: declares inputs, outputs and tables and holds the graph."""
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config if config is not None else Config()
+        self.ops: list[OpSpec] = []
+        self._inputs: dict[SystemStream, MessageStream] = {}
+        self._partition_names: set[str] = set()
+
+    def _add(self, kind: OpKind, parents: Iterable[OpSpec], **params: Any) -> OpSpec:
+        parent_list = list(parents)
+        op = OpSpec(len(self.ops), kind, parent_list, params)
+        for parent in parent_list:
+            parent.children.append(op)
+        self.ops.append(op)
+        return op
+
+    def input(self, stream: str, serde: Serde | str | None = None) -> MessageStream:
+        """The stream ``system.stream`` as a :class:`MessageStream` of deserialized messages.
+
+        ``serde`` defaults to ``systems.<s>.streams.<x>.samza.msg.serde``, then
+        ``systems.<s>.samza.msg.serde``, then bytes. Declaring the same input twice returns the same stream.
+        """
+        ss = _parse_stream(stream)
+        if ss in self._inputs:
+            return self._inputs[ss]
+        name = (self.config.get_str(f"systems.{ss.system}.streams.{ss.stream}.samza.msg.serde", None)
+                or self.config.get_str(f"systems.{ss.system}.samza.msg.serde", None) or "bytes")
+        descriptor = InputDescriptor(ss, _serde(serde, name))
+        ms = MessageStream(self, self._add(OpKind.INPUT, [], descriptor=descriptor))
+        self._inputs[ss] = ms
+        return ms
+
+    def output(self, stream: str, serde: Serde | str | None = None,
+               key_serde: Serde | str | None = None) -> OutputDescriptor:
+        """An output stream ``system.stream`` for :meth:`MessageStream.send_to` (serde default: json)."""
+        return OutputDescriptor(_parse_stream(stream), _serde(serde, "json"),
+                                None if key_serde is None else _serde(key_serde, "json"))
+
+    def table(self, store: str) -> TableDescriptor:
+        """The table kept in the task store ``stores.<store>`` (configure its serdes there)."""
+        if not store or not _NAME.match(store):
+            raise ApiError(f"table store name must be letters, digits, '-' or '_': {store!r}")
+        return TableDescriptor(store)
+
+    @property
+    def inputs(self) -> list[InputDescriptor]:
+        """The declared inputs, in declaration order."""
+        return [op.params["descriptor"] for op in self.ops if op.kind == OpKind.INPUT]
+
+    def _claim_partition_name(self, name: str) -> None:
+        if not name or not _NAME.match(name):
+            raise ApiError(f"partition_by name must be letters, digits, '-' or '_': {name!r}")
+        if name in self._partition_names:
+            raise ApiError(f"partition_by name {name!r} is used twice; each intermediate stream needs its own name")
+        self._partition_names.add(name)
+
+
+def _parse_stream(text: str) -> SystemStream:
+    try:
+        return SystemStream.parse(text)
+    except ValueError as exc:
+        raise ApiError(str(exc)) from exc
+
+
+class MessageStream:
+    """A stream of messages inside an application; every operator returns a new stream (or ends it)."""
+
+    def __init__(self, app: StreamApplication, op: OpSpec) -> None:
+        self.app = app
+        self.op = op
+
+    def _next(self, kind: OpKind, parents: list[OpSpec] | None = None, **params: Any) -> MessageStream:
+        return MessageStream(self.app, self.app._add(kind, parents or [self.op], **params))
+
+    def map(self, fn: Callable[[Any], Any]) -> MessageStream:
+        """Each message ``m`` becomes ``fn(m)`` (same key and event time)."""
+        return self._next(OpKind.MAP, fn=fn)
+
+    def filter(self, fn: Callable[[Any], bool]) -> MessageStream:
+        """Keeps the messages for which ``fn(m)`` is true."""
+        return self._next(OpKind.FILTER, fn=fn)
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]]) -> MessageStream:
+        """Each message becomes the messages of ``fn(m)`` (zero or more; same key and event time)."""
+        return self._next(OpKind.FLAT_MAP, fn=fn)
+
+    def merge(self, *others: MessageStream) -> MessageStream:
+        """One stream with the messages of this stream and of ``others``."""
+        for other in others:
+            if other.app is not self.app:
+                raise ApiError("merge of a stream that belongs to another application")
+        return self._next(OpKind.MERGE, [self.op, *[o.op for o in others]])
+
+    def partition_by(self, key_fn: Callable[[Any], Any], name: str, partitions: int | None = None,
+                     serde: Serde | str | None = None) -> MessageStream:
+        """Repartition by ``key_fn(m)`` through the intermediate stream ``<job.name>-<job.id>-<name>``.
+
+        Starts a new stage. Messages and keys cross it serialized with ``serde`` (default json), so they
+        must be JSON-able; the key travels with the message. ``partitions`` defaults to the partition
+        count of the upstream stage's input.
+        """
+        self.app._claim_partition_name(name)
+        if partitions is not None and int(partitions) <= 0:
+            raise ApiError(f"partition_by {name!r}: partitions must be > 0, got {partitions}")
+        return self._next(OpKind.PARTITION_BY, key_fn=key_fn, name=name,
+                          partitions=None if partitions is None else int(partitions), serde=_serde(serde, "json"))
+
+    def join(self, table: TableDescriptor, key_fn: Callable[[Any], Any],
+             join_fn: Callable[[Any, Any], Any]) -> MessageStream:
+        """Stream-table join: ``join_fn(m, table[key_fn(m)])``; messages without a table entry are dropped."""
+        if not isinstance(table, TableDescriptor):
+            raise ApiError(f"join needs a table from app.table(...), got {type(table).__name__}")
+        return self._next(OpKind.JOIN, table=table, key_fn=key_fn, fn=join_fn)
+
+    def window(self, spec: WindowSpec, name: str | None = None) -> MessageStream:
+        """Event-time windows: a stream of :class:`~sparza.api.WindowPane`, one per key and window, emitted
+        when the watermark passes the window's end (or at end-of-stream). State lives in the task store
+        ``window-<name or op id>``."""
+        if not isinstance(spec, WindowSpec):
+            raise ApiError(f"window needs a spec from Windows.tumbling/sliding, got {type(spec).__name__}")
+        store = f"window-{name}" if name else f"window-{len(self.app.ops)}"
+        if not _NAME.match(store):
+            raise ApiError(f"window name must be letters, digits, '-' or '_': {name!r}")
+        if any(op.kind == OpKind.WINDOW and op.params["store"] == store for op in self.app.ops):
+            raise ApiError(f"window name {name!r} is used twice")
+        return self._next(OpKind.WINDOW, spec=spec, store=store)
+
+    def send_to(self, target: OutputDescriptor | TableDescriptor) -> None:
+        """Write every message to an output stream, or ``(key, value)`` pairs into a table."""
+        if isinstance(target, OutputDescriptor):
+            self._next(OpKind.SEND_TO, output=target)
+        elif isinstance(target, TableDescriptor):
+            self._next(OpKind.SEND_TO_TABLE, table=target)
+        else:
+            raise ApiError(f"send_to needs app.output(...) or app.table(...), got {type(target).__name__}")
+
+    def sink(self, fn: Callable[[Any, Any, Any], None]) -> None:
+        """Call ``fn(message, collector, coordinator)`` for every message (send anything through the collector)."""
+        self._next(OpKind.SINK, fn=fn)
