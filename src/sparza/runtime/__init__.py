@@ -1,0 +1,55 @@
+"""The task runtime on Spark: Samza's task model executed by Spark Structured Streaming.
+
+A job is one streaming query per processor: :class:`SparzaDataSource` plans each batch on the
+driver and reads every task's input on executors; ``foreachBatch`` + ``mapInArrow`` run each task
+where its input was read; tasks restore their stores, process, flush producers idempotently, back
+up their stores and write their task checkpoint. See ``docs/runtime.md``.
+"""
+
+from __future__ import annotations
+
+from sparza.runtime.checkpoint import (
+    AzureCheckpointStore,
+    CheckpointStore,
+    LocalCheckpointStore,
+    TaskCheckpoint,
+    VersionedCheckpoint,
+    checkpoint_store_from_config,
+)
+from sparza.runtime.errors import (
+    CheckpointConflictError,
+    CheckpointFencedError,
+    JobFailedError,
+    ProcessingError,
+    RuntimeStateError,
+)
+from sparza.runtime.jobconfig import InputSpec, JobConfig
+from sparza.runtime.model import TaskModel, build_task_models, task_name
+from sparza.runtime.planner import BatchPlanner
+from sparza.runtime.runner import EXIT_CODES, JobRunner, RunOutcome, build_spark_session
+from sparza.runtime.source import SparzaDataSource
+
+__all__ = [
+    "EXIT_CODES",
+    "AzureCheckpointStore",
+    "BatchPlanner",
+    "CheckpointConflictError",
+    "CheckpointFencedError",
+    "CheckpointStore",
+    "InputSpec",
+    "JobConfig",
+    "JobFailedError",
+    "JobRunner",
+    "LocalCheckpointStore",
+    "ProcessingError",
+    "RunOutcome",
+    "RuntimeStateError",
+    "SparzaDataSource",
+    "TaskCheckpoint",
+    "TaskModel",
+    "VersionedCheckpoint",
+    "build_spark_session",
+    "build_task_models",
+    "checkpoint_store_from_config",
+    "task_name",
+]

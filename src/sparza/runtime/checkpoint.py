@@ -1,0 +1,321 @@
+"""Task checkpoints (Samza's CheckpointV2): what a task committed, stored per task as one JSON document.
+
+A checkpoint says, for one task, the last batch it committed (``batch``: the runtime's batch
+sequence number), the coordinator generation that wrote it, the next offset to read per SSP, the
+snapshot-index blob id of each store, and the control-message state. It is written after the
+task's producers flushed and its stores were backed up, so everything it points at is durable.
+
+Writes are conditional: a task reads its checkpoint (and the version tag that came with it) at the
+start of a batch and writes the new one only if the stored one is still that version (ETag on
+Azure, a content hash under a file lock locally) and the stored generation is not newer than its
+own. A stale or fenced-off writer gets :class:`CheckpointConflictError` /
+:class:`CheckpointFencedError` and cannot overwrite newer state.
+
+Backends: a local directory and an Azure blob container. The default location is the configured
+blob store's (``blob.store.manager.factory``), under ``checkpoints/<job.name>-<job.id>/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import quote, unquote
+
+from sparza.config import Config, define_key
+from sparza.errors import ConfigError, StorageUnavailableError
+from sparza.runtime.errors import CheckpointConflictError, CheckpointFencedError
+
+__all__ = [
+    "AzureCheckpointStore",
+    "CheckpointStore",
+    "LocalCheckpointStore",
+    "TaskCheckpoint",
+    "VersionedCheckpoint",
+    "checkpoint_store_from_config",
+]
+
+define_key("blob.store.local.root", ".sparza/blobstore",
+           "Root dir of the local blob store; task checkpoints default to <root>/checkpoints.", "runtime")
+
+CHECKPOINT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TaskCheckpoint:
+    """What one task committed at the end of batch ``batch``.
+
+    ``offsets``: SSP (``system.stream#N``) → the next offset to read. ``stores``: store name →
+    snapshot-index blob id (or a local marker when the store is not backed up). ``control``: the
+    control-message state (watermarks, end-of-stream counts). ``ended``: the task delivered
+    end-of-stream to its task code. ``spark_batch_id`` and ``written_at_ms`` are informational.
+    """
+
+    task: str
+    batch: int
+    generation: int
+    offsets: dict[str, str]
+    stores: dict[str, str] = field(default_factory=dict)
+    control: dict[str, Any] | None = None
+    ended: bool = False
+    spark_batch_id: int | None = None
+    written_at_ms: int | None = None
+    window_at_ms: int = 0
+
+    def to_json(self) -> bytes:
+        """The stored form: sorted-key JSON with a format version."""
+        body = {"version": CHECKPOINT_VERSION, **asdict(self)}
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: bytes, *, source: str = "checkpoint") -> TaskCheckpoint:
+        """Parse the stored form; unknown fields are ignored (newer writers may add some)."""
+        try:
+            body = json.loads(data)
+            version = int(body.get("version", 1))
+            if version > CHECKPOINT_VERSION:
+                raise ValueError(f"format version {version} is newer than this sparza understands")
+            return cls(task=str(body["task"]), batch=int(body["batch"]), generation=int(body.get("generation", 0)),
+                       offsets={str(k): str(v) for k, v in body.get("offsets", {}).items()},
+                       stores={str(k): str(v) for k, v in body.get("stores", {}).items()},
+                       control=body.get("control"), ended=bool(body.get("ended", False)),
+                       spark_batch_id=body.get("spark_batch_id"), written_at_ms=body.get("written_at_ms"),
+                       window_at_ms=int(body.get("window_at_ms") or 0))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CheckpointConflictError("?", f"unreadable task checkpoint {source}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class VersionedCheckpoint:
+    """A checkpoint as read, with the version tag a conditional write must present."""
+
+    checkpoint: TaskCheckpoint
+    etag: str
+
+
+class CheckpointStore(Protocol):
+    """Where task checkpoints of one job live."""
+
+    def read(self, task: str) -> VersionedCheckpoint | None:
+        """The task's checkpoint and its version tag; None when the task never committed."""
+        ...
+
+    def write(self, checkpoint: TaskCheckpoint, expected_etag: str | None) -> str:
+        """Write if the stored version is still ``expected_etag`` (None: none stored); returns the new tag."""
+        ...
+
+    def read_all(self) -> dict[str, TaskCheckpoint]:
+        """Every task's checkpoint, by task name."""
+        ...
+
+    def describe(self) -> str:
+        """Where the checkpoints are, for messages (no secrets)."""
+        ...
+
+
+def _slug(task: str) -> str:
+    return quote(task.replace(" ", "_"), safe="_-.")
+
+
+def _unslug(name: str) -> str:
+    return unquote(name).replace("_", " ")
+
+
+def _check_generation(task: str, new: TaskCheckpoint, stored: TaskCheckpoint | None) -> None:
+    if stored is not None and stored.generation > new.generation:
+        raise CheckpointFencedError(task, new.generation, stored.generation)
+
+
+class LocalCheckpointStore:
+    """Task checkpoints as files ``<root>/<job>/<task>.json``: atomic rename, checked under a file lock."""
+
+    def __init__(self, root: str | os.PathLike[str], job_key: str) -> None:
+        self.dir = Path(root) / job_key
+        self.job_key = job_key
+
+    def describe(self) -> str:
+        """The directory."""
+        return str(self.dir)
+
+    def _path(self, task: str) -> Path:
+        return self.dir / f"{_slug(task)}.json"
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / ".lock", "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def read(self, task: str) -> VersionedCheckpoint | None:
+        """The checkpoint file and the hash of its bytes as version tag."""
+        try:
+            data = self._path(task).read_bytes()
+        except FileNotFoundError:
+            return None
+        return VersionedCheckpoint(TaskCheckpoint.from_json(data, source=str(self._path(task))),
+                                   hashlib.sha256(data).hexdigest())
+
+    def write(self, checkpoint: TaskCheckpoint, expected_etag: str | None) -> str:
+        """Compare the stored hash and generation under the lock, then replace the file atomically."""
+        data = checkpoint.to_json()
+        with self._locked():
+            current = self.read(checkpoint.task)
+            current_tag = current.etag if current else None
+            if current_tag != expected_etag:
+                _check_generation(checkpoint.task, checkpoint, current.checkpoint if current else None)
+                raise CheckpointConflictError(checkpoint.task, f"expected version {expected_etag}, found {current_tag}")
+            _check_generation(checkpoint.task, checkpoint, current.checkpoint if current else None)
+            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self._path(checkpoint.task))
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+            dir_fd = os.open(self.dir, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        return hashlib.sha256(data).hexdigest()
+
+    def read_all(self) -> dict[str, TaskCheckpoint]:
+        """Every ``*.json`` in the job's dir."""
+        out: dict[str, TaskCheckpoint] = {}
+        if not self.dir.is_dir():
+            return out
+        for path in sorted(self.dir.glob("*.json")):
+            cp = TaskCheckpoint.from_json(path.read_bytes(), source=str(path))
+            out[cp.task] = cp
+        return out
+
+
+class AzureCheckpointStore:
+    """Task checkpoints as blobs ``<prefix><job>/<task>.json`` with ETag-conditional writes."""
+
+    def __init__(self, container_client: Any, job_key: str, prefix: str = "checkpoints/") -> None:
+        self.container = container_client
+        self.job_key = job_key
+        self.prefix = f"{prefix}{job_key}/"
+        self._ensured = False
+
+    def describe(self) -> str:
+        """Container and prefix."""
+        return f"azure container {self.container.container_name}/{self.prefix}"
+
+    def _ensure_container(self) -> None:
+        if self._ensured:
+            return
+        from azure.core.exceptions import ResourceExistsError
+
+        with _azure_errors(self.describe()), contextlib.suppress(ResourceExistsError):
+            self.container.create_container()
+        self._ensured = True
+
+    def read(self, task: str) -> VersionedCheckpoint | None:
+        """Download the blob with its ETag."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        blob = self.container.get_blob_client(self.prefix + f"{_slug(task)}.json")
+        try:
+            with _azure_errors(self.describe()):
+                stream = blob.download_blob()
+                data = stream.readall()
+        except ResourceNotFoundError:
+            return None
+        return VersionedCheckpoint(TaskCheckpoint.from_json(data, source=blob.blob_name), stream.properties.etag)
+
+    def write(self, checkpoint: TaskCheckpoint, expected_etag: str | None) -> str:
+        """``If-Match`` the expected ETag (or ``If-None-Match: *`` for the first write)."""
+        from azure.core import MatchConditions
+        from azure.core.exceptions import ResourceExistsError, ResourceModifiedError
+
+        self._ensure_container()
+        blob = self.container.get_blob_client(self.prefix + f"{_slug(checkpoint.task)}.json")
+        try:
+            with _azure_errors(self.describe()):
+                if expected_etag is None:
+                    result = blob.upload_blob(checkpoint.to_json(), overwrite=False)
+                else:
+                    result = blob.upload_blob(checkpoint.to_json(), overwrite=True, etag=expected_etag,
+                                              match_condition=MatchConditions.IfNotModified)
+        except (ResourceModifiedError, ResourceExistsError) as exc:
+            current = self.read(checkpoint.task)
+            _check_generation(checkpoint.task, checkpoint, current.checkpoint if current else None)
+            raise CheckpointConflictError(checkpoint.task, f"the blob changed since it was read ({exc.reason})") \
+                from exc
+        return str(result["etag"])
+
+    def read_all(self) -> dict[str, TaskCheckpoint]:
+        """Every checkpoint blob under the job's prefix."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        out: dict[str, TaskCheckpoint] = {}
+        try:
+            with _azure_errors(self.describe()):
+                names = [b.name for b in self.container.list_blobs(name_starts_with=self.prefix)]
+        except ResourceNotFoundError:
+            return out
+        for name in names:
+            if name.endswith(".json"):
+                task = _unslug(name[len(self.prefix):-len(".json")])
+                got = self.read(task)
+                if got is not None:
+                    out[got.checkpoint.task] = got.checkpoint
+        return out
+
+
+@contextlib.contextmanager
+def _azure_errors(where: str) -> Iterator[None]:
+    """Translate transport failures into :class:`StorageUnavailableError` (the one Azure boundary here)."""
+    from azure.core.exceptions import ServiceRequestError, ServiceResponseError
+
+    try:
+        yield
+    except (ServiceRequestError, ServiceResponseError) as exc:
+        raise StorageUnavailableError(f"task checkpoints at {where} unreachable: {exc}; check the storage "
+                                      "endpoint / Azurite and retry") from exc
+
+
+def checkpoint_store_from_config(config: Config, job_key: str) -> CheckpointStore:
+    """The checkpoint store ``job.checkpoint.factory`` names (default: where the blob store keeps blobs)."""
+    factory = config.get_str("job.checkpoint.factory", "blobstore").strip().lower()
+    if factory == "blobstore":
+        blob_factory = config.get_str("blob.store.manager.factory", "local").strip().lower()
+        if blob_factory == "azure":
+            container = config.get_str("blob.store.azure.container")
+            return _azure_store(config, container, job_key)
+        if blob_factory != "local":
+            raise ConfigError("blob.store.manager.factory", blob_factory, "local or azure")
+        root = Path(config.get_str("blob.store.local.root", ".sparza/blobstore")).absolute() / "checkpoints"
+        return LocalCheckpointStore(root, job_key)
+    if factory == "local":
+        return LocalCheckpointStore(Path(config.get_str("job.checkpoint.local.dir")).absolute(), job_key)
+    if factory == "azure":
+        return _azure_store(config, config.get_str("job.checkpoint.azure.container"), job_key)
+    raise ConfigError("job.checkpoint.factory", factory, "blobstore, local or azure")
+
+
+def _azure_store(config: Config, container: str, job_key: str) -> AzureCheckpointStore:
+    from sparza.azure import resolve_storage_account
+
+    if len(container) < 3:
+        raise ConfigError("job.checkpoint.azure.container", container, "a container name of 3 or more characters")
+    account = resolve_storage_account(config)
+    client = account.blob_service_client().get_container_client(container)
+    return AzureCheckpointStore(client, job_key)

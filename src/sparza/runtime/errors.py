@@ -1,0 +1,55 @@
+"""Errors the runtime raises: each carries the data an operator needs (task, SSP, offset, cause)."""
+
+from __future__ import annotations
+
+from sparza.errors import SparzaError
+
+__all__ = [
+    "CheckpointConflictError",
+    "CheckpointFencedError",
+    "JobFailedError",
+    "ProcessingError",
+    "RuntimeStateError",
+]
+
+
+class ProcessingError(SparzaError):
+    """A message could not be deserialized or the task raised while handling it.
+
+    Deterministic: replaying the batch would fail the same way, so the job stops instead of
+    retrying. The message names the task, the SSP and the offset of the message.
+    """
+
+    def __init__(self, task: str, ssp: str, offset: str, kind: str, cause: str) -> None:
+        self.task = task
+        self.ssp = ssp
+        self.offset = offset
+        self.kind = kind
+        self.cause = cause
+        super().__init__(f"{kind} in task '{task}' at {ssp} offset {offset}: {cause}")
+
+
+class JobFailedError(SparzaError):
+    """The streaming query of a job stopped with an error (the message says which task and why)."""
+
+
+class CheckpointConflictError(SparzaError):
+    """A task checkpoint changed between read and write (another writer): the write was refused."""
+
+    def __init__(self, task: str, detail: str) -> None:
+        self.task = task
+        super().__init__(f"task checkpoint of '{task}' changed concurrently: {detail}")
+
+
+class CheckpointFencedError(CheckpointConflictError):
+    """A task checkpoint write came from an older coordinator generation than the stored one."""
+
+    def __init__(self, task: str, generation: int, stored_generation: int) -> None:
+        self.generation = generation
+        self.stored_generation = stored_generation
+        super().__init__(task, f"generation {generation} is older than the stored generation {stored_generation}; "
+                               "this processor lost the task to another one")
+
+
+class RuntimeStateError(SparzaError):
+    """Local or remote task state is inconsistent with the task checkpoint (what to do is in the message)."""

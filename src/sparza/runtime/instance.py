@@ -1,0 +1,449 @@
+"""One task's batch on an executor: restore, process, flush, back up, checkpoint — in that order.
+
+:meth:`TaskInstance.run_batch` is Samza's TaskInstance commit lifecycle on a batch boundary:
+
+1. read the task checkpoint; a checkpoint already at this batch means a replay: skip it;
+2. bring the stores to the checkpoint's snapshots (reuse the local dir when it matches);
+3. deliver every message in order (control messages go to :class:`~sparza.control.TaskControl`);
+4. end-of-stream, watermark and window callbacks, decided from the plan (never the local clock);
+5. flush the producers with the transaction ``(<job>/<task>, batch)`` — a replay commits nothing twice;
+6. checkpoint and upload the stores, then write the task checkpoint (conditional on the version
+   read in step 1 and the coordinator generation), then clean up old snapshots.
+
+Task objects are cached per worker process and reused only while their in-memory view matches the
+checkpoint; any failure drops them, so a retry starts from the committed state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from sparza.config import Config, define_key
+from sparza.metrics import MetricsRegistry
+from sparza.runtime.checkpoint import CheckpointStore, TaskCheckpoint, checkpoint_store_from_config
+from sparza.runtime.errors import ProcessingError, RuntimeStateError
+from sparza.runtime.jobconfig import JobConfig
+from sparza.runtime.source import MARKER_SSP, TaskSplit
+from sparza.runtime.stores import StoreHandle, TaskStores
+from sparza.serde import BytesSerde, Serde, serde_from_name
+from sparza.streams import (
+    IncomingMessageEnvelope,
+    MessageType,
+    OutgoingMessageEnvelope,
+    SystemStream,
+    SystemStreamPartition,
+)
+from sparza.systems import get_system_factory, load_object
+
+__all__ = ["BatchResult", "TaskInstance", "get_instance"]
+
+define_key("task.testing.fail.once.file", None,
+           "Testing only: the first task to create this file fails once after flushing its producers and before "
+           "writing its checkpoint (proves Spark retries are exact).", "runtime")
+
+
+@dataclass
+class BatchResult:
+    """What a task reports to the driver for one batch."""
+
+    task: str
+    seq: int
+    status: str  # committed | skipped | failed
+    messages: int = 0
+    processed: int = 0
+    dropped: int = 0
+    ignored: int = 0
+    ended: bool = False
+    shutdown: bool = False
+    process_ms: float = 0.0
+    commit_ms: float = 0.0
+    error: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    offsets: dict[str, str] = field(default_factory=dict)
+
+
+class _Collector:
+    """The task's MessageCollector: serializes and hands messages to producers (created on first use)."""
+
+    def __init__(self, instance: TaskInstance) -> None:
+        self._instance = instance
+        self.sent = 0
+
+    def send(self, envelope: OutgoingMessageEnvelope) -> None:
+        self._instance.producer(envelope.system_stream.system).send(self._instance.name, envelope)
+        self.sent += 1
+
+
+class _Coordinator:
+    """The task's TaskCoordinator: every batch commits; shutdown stops the job after this batch."""
+
+    def __init__(self) -> None:
+        self.shutdown_requested = False
+        self.commit_requested = False
+
+    def commit(self) -> None:
+        self.commit_requested = True
+
+    def shutdown(self) -> None:
+        self.shutdown_requested = True
+
+
+class _Context:
+    """The TaskContext given to ``init``."""
+
+    def __init__(self, instance: TaskInstance) -> None:
+        self._instance = instance
+
+    @property
+    def task_name(self) -> str:
+        return self._instance.name
+
+    @property
+    def config(self) -> Config:
+        return self._instance.job.config
+
+    @property
+    def metrics(self) -> MetricsRegistry:
+        return self._instance.metrics
+
+    @property
+    def input_ssps(self) -> list[SystemStreamPartition]:
+        return list(self._instance.ssps)
+
+    def get_store(self, name: str) -> StoreHandle:
+        handles = self._instance.stores.handles
+        if name not in handles:
+            raise RuntimeStateError(f"task asked for store '{name}' but the config has no stores.{name}.factory "
+                                    f"(stores: {', '.join(handles) or 'none'})")
+        return handles[name]
+
+
+def _serde(config: Config, ssp: SystemStreamPartition, which: str) -> Serde:
+    key = f"systems.{ssp.system}.streams.{ssp.stream}.samza.{which}.serde"
+    name = config.get_str(key, None)
+    if name is None:
+        key = f"systems.{ssp.system}.samza.{which}.serde"
+        name = config.get_str(key, None)
+    return serde_from_name(name, key=key, config=config)
+
+
+def _exception_names(exc: BaseException) -> set[str]:
+    names: set[str] = set()
+    for cls in type(exc).__mro__:
+        names.add(cls.__name__)
+        names.add(f"{cls.__module__}.{cls.__qualname__}")
+    return names
+
+
+class TaskInstance:
+    """One task of a job in one worker process (see the module docstring)."""
+
+    def __init__(self, job: JobConfig, name: str, ssps: list[SystemStreamPartition], task_count: int,
+                 checkpoints: CheckpointStore) -> None:
+        self.job = job
+        self.name = name
+        self.ssps = ssps
+        self.task_count = task_count
+        self.checkpoints = checkpoints
+        self.metrics = MetricsRegistry()
+        self.stores = TaskStores(job, name, self.metrics)
+        self.committed_seq: int | None = None
+        self.task: Any = None
+        self.control: Any = None
+        self._producers: dict[str, Any] = {}
+        self._key_serdes = [_serde(job.config, s, "key") for s in ssps]
+        self._msg_serdes = [_serde(job.config, s, "msg") for s in ssps]
+        self._uses_control = self._needs_control()
+        self._window_at = 0
+
+    # --- setup ---------------------------------------------------------------------------------
+    def _needs_control(self) -> bool:
+        cfg = self.job.config
+        if cfg.get_list("task.intermediate.outputs", []):
+            return True
+        if any(cfg.get_bool(f"systems.{s.system}.streams.{s.stream}.samza.intermediate", False) for s in self.ssps):
+            return True
+        task_cls = load_object(self.job.task_class, "task.class") if self.job.task_class else None
+        return task_cls is not None and hasattr(task_cls, "on_watermark")
+
+    def _new_task(self) -> Any:
+        target = self.job.task_class
+        if target is None:
+            raise RuntimeStateError("no task.class to run (app.class jobs are planned into stages first)")
+        cls = load_object(target, "task.class")
+        task = cls() if isinstance(cls, type) else cls
+        if not hasattr(task, "process"):
+            from sparza.errors import ConfigError
+
+            raise ConfigError("task.class", target, "a class with process(envelope, collector, coordinator)")
+        return task
+
+    def producer(self, system: str) -> Any:
+        """The producer of ``system`` for this batch (registered under the task name)."""
+        producer = self._producers.get(system)
+        if producer is None:
+            producer = get_system_factory(self.job.config, system).get_producer(system, self.job.config, self.metrics)
+            producer.register(self.name)
+            producer.start()
+            self._producers[system] = producer
+        return producer
+
+    def _close_producers(self) -> None:
+        for producer in self._producers.values():
+            with contextlib.suppress(Exception):
+                producer.stop()
+        self._producers.clear()
+
+    # --- one batch -----------------------------------------------------------------------------
+    def run_batch(self, split: TaskSplit, rows: Iterator[pa.RecordBatch], *, spark_batch_id: int,
+                  generation: int) -> BatchResult:
+        """Process one batch of this task (see the module docstring); drains ``rows`` in every case."""
+        self.metrics = MetricsRegistry()
+        self.stores.metrics = self.metrics
+        result = BatchResult(self.name, split.seq, "committed", offsets=dict(zip(split.ssps, split.ends, strict=True)))
+        versioned = self.checkpoints.read(self.name)
+        cp = versioned.checkpoint if versioned else None
+        if cp is not None and cp.batch >= split.seq:
+            for _ in rows:
+                pass
+            result.status = "skipped"
+            result.ended = cp.ended
+            self.metrics.counter("task", "batches-skipped").inc()
+            result.metrics = self.metrics.snapshot()
+            return result
+        self._check_start(split, cp)
+        started = time.perf_counter()
+        try:
+            result = self._process(split, rows, cp, result)
+            commit_started = time.perf_counter()
+            result.process_ms = (commit_started - started) * 1000.0
+            self._commit(split, cp, versioned.etag if versioned else None, result, spark_batch_id, generation)
+            result.commit_ms = (time.perf_counter() - commit_started) * 1000.0
+        except BaseException:
+            # Whatever happened, the in-memory task no longer matches a checkpoint: drop it.
+            self.task = None
+            self.committed_seq = None
+            self.stores.close()
+            raise
+        finally:
+            self._close_producers()
+        self.metrics.counter("task", "messages-processed").inc(result.processed)
+        self.metrics.timer("task", "process-ms").update(result.process_ms)
+        self.metrics.timer("task", "commit-ms").update(result.commit_ms)
+        result.metrics = self.metrics.snapshot()
+        return result
+
+    def _check_start(self, split: TaskSplit, cp: TaskCheckpoint | None) -> None:
+        """The batch must start where the task checkpoint ends (else Spark's and sparza's state disagree)."""
+        if cp is None:
+            return
+        for ssp, start in zip(split.ssps, split.starts, strict=True):
+            committed = cp.offsets.get(ssp)
+            if committed is not None and committed != start:
+                raise RuntimeStateError(
+                    f"task '{self.name}' batch {split.seq} starts {ssp} at {start} but its checkpoint "
+                    f"(batch {cp.batch}) is at {committed}: the Spark checkpoint dir is stale; stop the job, "
+                    "delete job.spark.checkpoint.dir (offsets come from the task checkpoints) and restart")
+
+    def _prepare(self, cp: TaskCheckpoint | None) -> None:
+        committed = dict(cp.stores) if cp else {}
+        self.stores.open(committed, cp.batch if cp else None)
+        cp_seq = cp.batch if cp else None
+        if self.task is None or self.committed_seq != cp_seq:
+            self.task = self._new_task()
+            if self._uses_control:
+                from sparza.control import TaskControl
+
+                self.control = TaskControl.restore(cp.control if cp else None, self.name, self.task_count,
+                                                   self.ssps, self.job.config, self.metrics)
+            if hasattr(self.task, "init"):
+                self.task.init(_Context(self))
+
+    def _process(self, split: TaskSplit, rows: Iterator[pa.RecordBatch], cp: TaskCheckpoint | None,
+                 result: BatchResult) -> BatchResult:
+        self._prepare(cp)
+        collector = _Collector(self)
+        coordinator = _Coordinator()
+        task = self.task
+        process = task.process
+        control = self.control
+        ssps = [SystemStreamPartition.parse(s) for s in split.ssps]
+        key_serdes = [None if isinstance(s, BytesSerde) else s for s in self._serdes_for(ssps, "key")]
+        msg_serdes = [None if isinstance(s, BytesSerde) else s for s in self._serdes_for(ssps, "msg")]
+        drop_bad = self.job.drop_deserialization_errors
+        ignored = self.job.ignored_exceptions
+        user = MessageType.USER
+        envelope_cls = IncomingMessageEnvelope
+        messages = processed = dropped = ignored_count = 0
+        for batch in rows:
+            cols = batch.to_pydict()
+            idx_col = cols["ssp"]
+            for i, ssp_idx in enumerate(idx_col):
+                if ssp_idx == MARKER_SSP:
+                    continue
+                messages += 1
+                ssp = ssps[ssp_idx]
+                kind = cols["type"][i]
+                offset = cols["offset"][i]
+                if kind != user:
+                    if control is not None:
+                        control.on_envelope(envelope_cls(ssp, offset, cols["key"][i], cols["value"][i],
+                                                         cols["timestamp"][i], 0, MessageType(kind)))
+                    continue
+                raw_key = cols["key"][i]
+                raw_value = cols["value"][i]
+                try:
+                    kser = key_serdes[ssp_idx]
+                    mser = msg_serdes[ssp_idx]
+                    key = kser.from_bytes(raw_key) if kser is not None and raw_key is not None else raw_key
+                    value = mser.from_bytes(raw_value) if mser is not None and raw_value is not None else raw_value
+                except Exception as exc:
+                    if drop_bad:
+                        dropped += 1
+                        continue
+                    raise ProcessingError(self.name, str(ssp), offset, "deserialization error",
+                                          f"{type(exc).__name__}: {exc}") from exc
+                envelope = envelope_cls(ssp, offset, key, value, cols["timestamp"][i],
+                                        (len(raw_key) if raw_key else 0) + (len(raw_value) if raw_value else 0))
+                if control is not None:
+                    control.on_envelope(envelope)
+                    if control.is_late(envelope):
+                        routed = control.on_late(envelope)
+                        if routed is not None:
+                            collector.send(routed)
+                        continue
+                try:
+                    process(envelope, collector, coordinator)
+                except Exception as exc:
+                    if ignored and ("*" in ignored or _exception_names(exc) & ignored):
+                        ignored_count += 1
+                        continue
+                    raise ProcessingError(self.name, str(ssp), offset, "task exception",
+                                          f"{type(exc).__name__}: {exc}") from exc
+                processed += 1
+        result.messages, result.processed, result.dropped, result.ignored = messages, processed, dropped, ignored_count
+        self.metrics.counter("task", "messages-dropped").inc(dropped)
+        self.metrics.counter("task", "exceptions-ignored").inc(ignored_count)
+        self._boundary_callbacks(split, cp, collector, coordinator, result)
+        result.shutdown = coordinator.shutdown_requested
+        return result
+
+    def _serdes_for(self, ssps: list[SystemStreamPartition], which: str) -> list[Serde]:
+        if ssps == self.ssps:
+            return self._key_serdes if which == "key" else self._msg_serdes
+        return [_serde(self.job.config, s, which) for s in ssps]
+
+    def _boundary_callbacks(self, split: TaskSplit, cp: TaskCheckpoint | None, collector: _Collector,
+                            coordinator: _Coordinator, result: BatchResult) -> None:
+        """End-of-stream, watermark, window and outgoing control messages, at the batch boundary."""
+        task = self.task
+        control = self.control
+        exhausted = [s for s, end in zip(split.ssps, split.ends, strict=True)
+                     if s in split.bounded_ends and end == split.bounded_ends[s]]
+        if control is not None:
+            for s in exhausted:
+                control.on_ssp_exhausted(SystemStreamPartition.parse(s))
+            ended = control.all_ended()
+        else:
+            ended = bool(split.ssps) and len(exhausted) == len(split.ssps)
+        already = cp.ended if cp else False
+        if control is not None:
+            watermark = control.advance(split.planned_at)
+            if watermark is not None and hasattr(task, "on_watermark"):
+                task.on_watermark(watermark, collector, coordinator)
+        window_ms = self.job.window_ms
+        last_window = cp.window_at_ms if cp else 0
+        self._window_at = last_window
+        if window_ms > 0 and hasattr(task, "window") and split.planned_at - last_window >= window_ms:
+            task.window(collector, coordinator)
+            self._window_at = split.planned_at
+        if ended and not already and hasattr(task, "on_end_of_stream"):
+            task.on_end_of_stream(collector, coordinator)
+        result.ended = ended or already
+        if control is not None:
+            outputs = control.settings.intermediate_outputs
+            if outputs:
+                counts = {stream: self._partition_count(stream) for stream in outputs}
+                for envelope in control.outgoing(split.planned_at, counts):
+                    collector.send(envelope)
+
+    def _partition_count(self, stream: SystemStream) -> int:
+        producer_admin = get_system_factory(self.job.config, stream.system).get_admin(stream.system, self.job.config)
+        if hasattr(producer_admin, "partition_count"):
+            return int(producer_admin.partition_count(stream.stream))
+        meta = producer_admin.get_system_stream_metadata({stream.stream})[stream.stream]
+        return int(meta.partition_count)
+
+    def _commit(self, split: TaskSplit, cp: TaskCheckpoint | None, etag: str | None, result: BatchResult,
+                spark_batch_id: int, generation: int) -> None:
+        app_id = f"{self.job.job_key}/{self.name}"
+        with self.metrics.timer("task", "flush-ms").time():
+            for producer in self._producers.values():
+                producer.flush(self.name, transaction=(app_id, split.seq))
+        self._maybe_inject_failure()
+        previous = dict(cp.stores) if cp else {}
+        ids = self.stores.snapshot(split.seq, previous)
+        checkpoint = TaskCheckpoint(
+            task=self.name, batch=split.seq, generation=generation,
+            offsets=dict(zip(split.ssps, split.ends, strict=True)), stores=ids,
+            control=self.control.snapshot() if self.control is not None else None,
+            ended=result.ended, spark_batch_id=spark_batch_id, written_at_ms=int(time.time() * 1000),
+            window_at_ms=self._window_at)
+        with self.metrics.timer("task", "checkpoint-write-ms").time():
+            self.checkpoints.write(checkpoint, etag)
+        self.committed_seq = split.seq
+        self.stores.committed(split.seq, ids)
+
+    def _maybe_inject_failure(self) -> None:
+        path = self.job.config.get_str("task.testing.fail.once.file", None)
+        if not path:
+            return
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.write(fd, f"{self.name}\n".encode())
+        os.close(fd)
+        raise RuntimeError(f"injected one-time failure in task '{self.name}' after flushing its producers")
+
+
+_INSTANCES: dict[tuple[str, str], TaskInstance] = {}
+
+
+def get_instance(job: JobConfig, split: TaskSplit, task_count: int) -> TaskInstance:
+    """The cached instance of ``split.task`` in this worker process (created on first use)."""
+    key = (repr(sorted(job.config.items())), split.task)
+    instance = _INSTANCES.get(key)
+    ssps = [SystemStreamPartition.parse(s) for s in split.ssps]
+    if instance is None or instance.ssps != ssps:
+        instance = TaskInstance(job, split.task, ssps, task_count,
+                                checkpoint_store_from_config(job.config, job.job_key))
+        _INSTANCES[key] = instance
+    return instance
+
+
+def split_from_marker(batches: Iterable[pa.RecordBatch]) -> tuple[TaskSplit | None, Iterator[pa.RecordBatch]]:
+    """Take the marker row off the front of a task's rows: its split and the rest of the rows."""
+    iterator = iter(batches)
+    for first in iterator:
+        if first.num_rows == 0:
+            continue
+        ssp_col = first.column("ssp")
+        if ssp_col[0].as_py() != MARKER_SSP:
+            raise RuntimeStateError("a task's rows did not start with the batch marker (partitioning changed?)")
+        split = TaskSplit.from_json(first.column("value")[0].as_py())
+        return split, _chain(first.slice(1), iterator)
+    return None, iter(())
+
+
+def _chain(head: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    if head.num_rows:
+        yield head
+    yield from rest

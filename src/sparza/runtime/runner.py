@@ -1,0 +1,294 @@
+"""The driver of one processor: a SparkSession, one streaming query per job (or stage), the batch loop.
+
+The query's source is :class:`~sparza.runtime.source.SparzaDataSource`; its sink is
+``foreachBatch``, which runs every task of the batch with ``df.mapInArrow`` (see
+:mod:`sparza.runtime.executor`), collects one result row per task, merges their metrics and prints
+a status line. A failed task row stops the job with its message (SSP, offset, cause).
+
+Stopping (SIGINT/SIGTERM, every input ended, a task's ``coordinator.shutdown()``) is clean: a stop
+file tells the source to plan no further batch, the runner waits for the running batch to commit,
+then stops the query. ``--once`` uses Spark's AvailableNow trigger: what exists at start is
+processed in capped batches, then the query ends by itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparza.config import Config
+from sparza.metrics import JsonLinesReporter, MetricsRegistry, PrometheusExporter
+from sparza.runtime.errors import JobFailedError
+from sparza.runtime.executor import RESULT_SCHEMA, make_task_runner, result_from_row
+from sparza.runtime.inputs import InputSystems
+from sparza.runtime.instance import BatchResult
+from sparza.runtime.jobconfig import JobConfig
+from sparza.runtime.model import TaskModel
+
+__all__ = ["EXIT_CODES", "JobRunner", "RunOutcome", "build_spark_session"]
+
+EXIT_CODES = {0: "stopped cleanly (signal, --once done, all inputs ended, or a task asked to shut down)",
+              1: "the job failed (a task error names SSP and offset; or Spark failed)",
+              2: "bad config (one line names the key)"}
+"""Exit codes of ``sparza run``."""
+
+
+@dataclass
+class RunOutcome:
+    """How a run ended: ``reason`` in words, ``batches`` committed by this run, the exit code."""
+
+    reason: str
+    batches: int
+    exit_code: int = 0
+
+
+def build_spark_session(job: JobConfig, master: str | None, app_name: str) -> Any:
+    """A SparkSession for the job: ``spark.*`` keys of the config, loopback binding, quiet logs.
+
+    ``local[N]`` without a retry count becomes ``local[N,4]`` so a failed Spark task is retried (as on a
+    cluster); the retry is exact (see :mod:`sparza.runtime.executor`).
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    chosen = master or job.spark_conf.get("spark.master") or "local[*]"
+    if chosen.startswith("local[") and "," not in chosen:
+        chosen = chosen[:-1] + ",4]"
+    builder = (SparkSession.builder.master(chosen).appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.sql.streaming.stopTimeout", "120s"))
+    for key, value in job.spark_conf.items():
+        if key != "spark.master":
+            builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(job.config.get_str("spark.log.level", "ERROR"))
+    return spark
+
+
+class JobRunner:
+    """Runs one job's tasks (all of them, or those the coordinator assigns) as one streaming query."""
+
+    def __init__(self, config: Config, *, spark: Any = None, master: str | None = None,
+                 processor_id: str = "0", once: bool = False, tasks: list[str] | None = None,
+                 generation: int = 0, status: Callable[[str], None] | None = None,
+                 install_signal_handlers: bool = True) -> None:
+        self.job = JobConfig.from_config(config)
+        self.config = config
+        self.master = master
+        self.processor_id = processor_id
+        self.once = once
+        self.task_filter = tasks
+        self.generation = generation
+        self.status = status or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.install_signal_handlers = install_signal_handlers
+        self._spark = spark
+        self._owns_spark = spark is None
+        self.metrics = MetricsRegistry()
+        self._stop = threading.Event()
+        self._stop_reason = ""
+        self._in_batch = threading.Lock()
+        self._failure: BaseException | None = None
+        self._batches = 0
+        self._query: Any = None
+        self.last_results: list[BatchResult] = []
+
+    # --- setup ---------------------------------------------------------------------------------
+    @property
+    def spark_checkpoint_dir(self) -> str:
+        """Spark's checkpoint dir of this processor's query (per generation when coordinated)."""
+        base = self.job.spark_checkpoint_dir(self.processor_id)
+        return base if self.generation == 0 else f"{base}/g{self.generation}"
+
+    def _stop_file(self) -> Path:
+        return Path(self.spark_checkpoint_dir + ".stop")
+
+    def request_stop(self, reason: str) -> None:
+        """Finish the running batch, commit, and stop (thread- and signal-safe)."""
+        if not self._stop.is_set():
+            self._stop_reason = reason
+            with contextlib.suppress(OSError):
+                self._stop_file().parent.mkdir(parents=True, exist_ok=True)
+                self._stop_file().write_text(reason)
+            self._stop.set()
+
+    def _tasks(self, inputs: InputSystems) -> list[TaskModel]:
+        tasks = inputs.task_models()
+        if self.task_filter is not None:
+            wanted = set(self.task_filter)
+            tasks = [t for t in tasks if t.name in wanted]
+        return tasks
+
+    # --- the batch -----------------------------------------------------------------------------
+    def _on_batch(self, df: Any, batch_id: int) -> None:
+        with self._in_batch:
+            started = time.perf_counter()
+            runner = make_task_runner(dict(self.config.items()), int(batch_id), self.generation, self._task_count)
+            rows = df.mapInArrow(runner, RESULT_SCHEMA).collect()
+            results = [result_from_row(r) for r in rows]
+            self.last_results = results
+            failed = [r for r in results if r.status == "failed"]
+            if failed:
+                message = "; ".join(r.error or "failed" for r in failed)
+                self._failure = JobFailedError(message)
+                self.request_stop("failed")
+                raise self._failure
+            elapsed = (time.perf_counter() - started) * 1000.0
+            self._record(results, elapsed, int(batch_id))
+            self._batches += 1
+            if results and all(r.ended for r in results):
+                self.request_stop("all inputs ended")
+            if any(r.shutdown for r in results):
+                self.request_stop("a task asked to shut down")
+
+    def _record(self, results: list[BatchResult], elapsed_ms: float, batch_id: int) -> None:
+        agg = "aggregate"
+        messages = sum(r.messages for r in results)
+        for r in results:
+            self.metrics.merge_snapshot({f"{r.task}:{g}": m for g, m in r.metrics.items()})
+        self.metrics.counter(agg, "messages-in").inc(messages)
+        self.metrics.counter(agg, "messages-processed").inc(sum(r.processed for r in results))
+        self.metrics.counter(agg, "messages-dropped").inc(sum(r.dropped for r in results))
+        self.metrics.counter(agg, "exceptions-ignored").inc(sum(r.ignored for r in results))
+        self.metrics.counter(agg, "batches").inc()
+        self.metrics.counter(agg, "tasks-skipped").inc(sum(1 for r in results if r.status == "skipped"))
+        self.metrics.timer(agg, "batch-ms").update(elapsed_ms)
+        commit_ms = max((r.commit_ms for r in results), default=0.0)
+        self.metrics.timer(agg, "commit-ms").update(commit_ms)
+        lag = self._lag(results)
+        self.metrics.gauge(agg, "lag").set(-1 if lag is None else lag)
+        seq = max((r.seq for r in results), default=0)
+        skipped = sum(1 for r in results if r.status == "skipped")
+        self.status(f"batch {seq} (spark {batch_id}): {messages} msgs in, lag {'?' if lag is None else lag}, "
+                    f"batch {elapsed_ms:.0f} ms, commit {commit_ms:.0f} ms"
+                    + (f", {skipped} task(s) skipped (replay)" if skipped else ""))
+        if self._jsonl is not None:
+            self._jsonl.report()
+
+    def _lag(self, results: list[BatchResult]) -> int | None:
+        try:
+            positions = self._inputs.positions()
+            total = 0
+            from sparza.streams import SystemStreamPartition
+
+            for r in results:
+                for name, offset in r.offsets.items():
+                    ssp = SystemStreamPartition.parse(name)
+                    n = self._inputs.ops[ssp.system].count_between(ssp, offset, positions[ssp].upcoming)
+                    if n is None:
+                        return None
+                    total += n
+            return total
+        except Exception:
+            return None  # lag is informational: never fail a batch over it
+
+    # --- run -----------------------------------------------------------------------------------
+    def run(self) -> RunOutcome:
+        """Run until stopped, failed, ended or (``once``) caught up. Returns how it ended."""
+        from sparza.runtime.source import SparzaDataSource
+
+        self._inputs = InputSystems(self.job)
+        tasks = self._tasks(self._inputs)
+        self._task_count = len(self._inputs.task_models())
+        self._jsonl = (JsonLinesReporter(self.metrics, self.job.metrics_jsonl_path, source=self.job.job_key)
+                       if self.job.metrics_jsonl_path else None)
+        exporter = None
+        if self.job.prometheus_port is not None:
+            exporter = PrometheusExporter(self.metrics, self.job.prometheus_port)
+            exporter.start()
+        if self._spark is None:
+            self._spark = build_spark_session(self.job, self.master, f"sparza-{self.job.job_key}")
+        spark = self._spark
+        spark.dataSource.register(SparzaDataSource)
+        self._stop_file().unlink(missing_ok=True)
+        previous = self._install_signals()
+        try:
+            reader = (spark.readStream.format("sparza")
+                      .option("config", json.dumps(dict(self.config.items())))
+                      .option("tasks", json.dumps([t.name for t in tasks]))
+                      .option("stop_file", str(self._stop_file()))
+                      .load())
+            writer = (reader.writeStream.foreachBatch(self._on_batch)
+                      .option("checkpointLocation", self.spark_checkpoint_dir)
+                      .queryName(f"sparza-{self.job.job_key}-{self.processor_id}".replace(".", "_")))
+            if self.once:
+                writer = writer.trigger(availableNow=True)
+            elif self.job.commit_ms > 0:
+                writer = writer.trigger(processingTime=f"{self.job.commit_ms} milliseconds")
+            self.status(f"sparza: job {self.job.job_key}, {len(tasks)} task(s), processor {self.processor_id}, "
+                        f"spark checkpoint {self.spark_checkpoint_dir}")
+            self._query = writer.start()
+            return self._wait()
+        finally:
+            self._restore_signals(previous)
+            self._stop_file().unlink(missing_ok=True)
+            if exporter is not None:
+                exporter.stop()
+            if self._owns_spark and self._spark is not None:
+                with contextlib.suppress(Exception):
+                    self._spark.stop()
+                self._spark = None
+
+    def _wait(self) -> RunOutcome:
+        query = self._query
+        while query.isActive and not self._stop.is_set():
+            query.awaitTermination(0.25)
+        if query.isActive:
+            self._quiesce(query)
+            query.stop()
+        if self._failure is not None:
+            raise self._failure
+        exc = query.exception()
+        if exc is not None:
+            raise JobFailedError(f"the streaming query failed: {_short(str(exc))}")
+        reason = self._stop_reason or ("caught up (--once)" if self.once else "stopped")
+        self.status(f"sparza: {reason}; {self._batches} batch(es) committed")
+        return RunOutcome(reason, self._batches, 0)
+
+    def _quiesce(self, query: Any) -> None:
+        """Wait until no batch runs (the stop file keeps new ones from being planned)."""
+        deadline = time.monotonic() + 600
+        idle_checks = 0
+        while time.monotonic() < deadline and query.isActive:
+            with self._in_batch:
+                active = bool(query.status.get("isTriggerActive"))
+            idle_checks = 0 if active else idle_checks + 1
+            if idle_checks >= 3:
+                return
+            time.sleep(0.1)
+
+    def _install_signals(self) -> dict[int, Any]:
+        previous: dict[int, Any] = {}
+        if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():
+            return previous
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, lambda signum, _frame: self.request_stop(f"stopped by {signal.Signals(signum).name}"))
+        return previous
+
+    @staticmethod
+    def _restore_signals(previous: dict[int, Any]) -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _short(text: str) -> str:
+    """The first meaningful line of a Spark/py4j error (they carry whole JVM stack traces)."""
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("at ", "File ", "Traceback", "JVM stacktrace")):
+            return line[:500]
+    return text[:500]

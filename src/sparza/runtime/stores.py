@@ -1,0 +1,218 @@
+"""A task's stores across batches: open at the committed version, back up at commit, clean up after.
+
+Stores are versioned by batch. Before a batch, each store must hold exactly the state of the
+task's checkpoint. A marker file next to the store dir (``<store dir>.sparza-committed``) records
+which snapshot the dir holds; it is removed while a batch writes (the dir is then "dirty") and
+written back after the task checkpoint commits. If the marker does not match the checkpoint (a
+crashed batch, a new host, a deleted state dir), the dir is rebuilt: from the local checkpoint dir
+of that batch when it is still there, else restored from the blob store (SEP-003).
+
+Stores without ``stores.<st>.backup.factories: blobstore`` are kept locally only: their snapshot
+id is ``local:<batch>`` and losing the local dir loses them (the error says so).
+
+The task gets :class:`StoreHandle` proxies from ``context.get_store``: the handle points at the
+store opened for the current batch, so a task may keep it across batches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from sparza.config import define_key
+from sparza.metrics import MetricsRegistry
+from sparza.runtime.errors import RuntimeStateError
+from sparza.runtime.jobconfig import JobConfig
+
+__all__ = ["LOCAL_SNAPSHOT_PREFIX", "StoreHandle", "TaskStores"]
+
+define_key("stores.<store>.backup.factories", "", "blobstore: back the store up to the blob store at every commit "
+           "(SEP-003); empty: local only.", "runtime")
+
+LOCAL_SNAPSHOT_PREFIX = "local:"
+_MARKER_SUFFIX = ".sparza-committed"
+
+
+class StoreHandle:
+    """A stable reference to a task's store; every call goes to the store opened for the current batch."""
+
+    __slots__ = ("_name", "_store")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._store: Any = None
+
+    def _bind(self, store: Any) -> None:
+        self._store = store
+
+    def __getattr__(self, attr: str) -> Any:
+        store = self._store
+        if store is None:
+            raise RuntimeStateError(f"store '{self._name}' used outside a batch (open only while the task runs)")
+        return getattr(store, attr)
+
+    def __repr__(self) -> str:
+        return f"StoreHandle({self._name!r})"
+
+
+class TaskStores:
+    """The stores of one task instance (see the module docstring for the lifecycle)."""
+
+    def __init__(self, job: JobConfig, task: str, metrics: MetricsRegistry) -> None:
+        self.job = job
+        self.task = task
+        self.metrics = metrics
+        self.names = list(job.store_names)
+        self.handles = {name: StoreHandle(name) for name in self.names}
+        self.backed_up = {
+            name: "blobstore" in [f.strip().lower() for f in
+                                  job.config.get_list(f"stores.{name}.backup.factories", [])]
+            for name in self.names}
+        self._open: dict[str, Any] = {}
+        self._backup: Any = None
+        self._checkpoint_dirs: dict[str, Path] = {}
+        self.replaced: dict[str, str] = {}
+
+    # --- paths ---------------------------------------------------------------------------------
+    def store_dir(self, name: str) -> Path:
+        """The live dir of store ``name`` (``<base>/<store>/<task>``)."""
+        from sparza.state.kv import store_dir
+
+        return Path(store_dir(self.job.store_base_dir, name, self.task))
+
+    def _marker(self, name: str) -> Path:
+        d = self.store_dir(name)
+        return d.parent / (d.name + _MARKER_SUFFIX)
+
+    def _checkpoint_dir(self, name: str, batch: int) -> Path:
+        d = self.store_dir(name)
+        return d.parent / f"{d.name}-{batch}"
+
+    def _backup_client(self) -> Any:
+        if self._backup is None:
+            from sparza.blobstore import blob_store_manager_from_config
+            from sparza.state.backup import StateBackup
+
+            self._backup = StateBackup(blob_store_manager_from_config(self.job.config), self.job.name,
+                                       self.job.job_id, self.task)
+        return self._backup
+
+    def _is_persistent(self, name: str) -> bool:
+        factory = self.job.config.get_str(f"stores.{name}.factory", "rocksdb").strip().lower()
+        return factory != "memory"
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def open(self, committed: dict[str, str], committed_batch: int | None) -> None:
+        """Bring every store to the snapshot ``committed`` names, mark it dirty and open it."""
+        from sparza.state.kv import open_store
+
+        for name in self.names:
+            expected = committed.get(name)
+            if self._is_persistent(name):
+                with self.metrics.timer("stores", "restore-ms").time():
+                    self._prepare_dir(name, expected, committed_batch)
+                self._marker(name).unlink(missing_ok=True)
+            store = open_store(name, self.job.config, self.task, self.job.store_base_dir)
+            self._open[name] = store
+            self.handles[name]._bind(store)
+
+    def _read_marker(self, name: str) -> str | None:
+        try:
+            return str(json.loads(self._marker(name).read_text())["snapshot"])
+        except (FileNotFoundError, ValueError, KeyError):
+            return None
+
+    def _prepare_dir(self, name: str, expected: str | None, committed_batch: int | None) -> None:
+        live = self.store_dir(name)
+        if expected is not None and self._read_marker(name) == expected and live.is_dir():
+            self.metrics.counter("stores", "reused-local").inc()
+            return
+        if expected is None and not live.exists():
+            return
+        shutil.rmtree(live, ignore_errors=True)
+        if expected is None:
+            return  # first batch of this task: start empty (the old dir held an uncommitted attempt)
+        live.parent.mkdir(parents=True, exist_ok=True)
+        if expected.startswith(LOCAL_SNAPSHOT_PREFIX):
+            batch = int(expected[len(LOCAL_SNAPSHOT_PREFIX):])
+            source = self._checkpoint_dir(name, batch)
+            if not source.is_dir():
+                raise RuntimeStateError(
+                    f"store '{name}' of task '{self.task}' is kept locally only and its committed state "
+                    f"({source}) is gone; set stores.{name}.backup.factories: blobstore to survive host loss, "
+                    "or delete the task checkpoint to start over")
+            from sparza.state.backup import materialize_store_dir
+
+            materialize_store_dir(source, live)
+            self.metrics.counter("stores", "restored-local").inc()
+            return
+        local_checkpoint = self._checkpoint_dir(name, committed_batch) if committed_batch is not None else None
+        restored = self._backup_client().restore(expected, live,
+                                                 checkpoint_dir=local_checkpoint if local_checkpoint and
+                                                 local_checkpoint.is_dir() else None)
+        if restored.index_blob_id != expected:
+            # The backup replaced a snapshot whose blobs were deleted: the next upload diffs against it.
+            self.replaced[name] = str(restored.index_blob_id)
+        self.metrics.counter("stores", "restored-from-blob-store" if not restored.reused_local
+                             else "reused-local-checkpoint").inc()
+
+    def snapshot(self, batch: int, previous: dict[str, str]) -> dict[str, str]:
+        """Flush, checkpoint and (for backed-up stores) upload every store; close them. Returns the ids."""
+        ids: dict[str, str] = {}
+        for name in self.names:
+            store = self._open[name]
+            store.flush()
+            if not self._is_persistent(name):
+                ids[name] = f"{LOCAL_SNAPSHOT_PREFIX}{batch}"
+                continue
+            target = self._checkpoint_dir(name, batch)
+            with self.metrics.timer("stores", "checkpoint-ms").time():
+                store.checkpoint(target)
+            self._checkpoint_dirs[name] = target
+            if self.backed_up[name]:
+                prev = self.replaced.pop(name, None) or previous.get(name)
+                if prev is not None and prev.startswith(LOCAL_SNAPSHOT_PREFIX):
+                    prev = None
+                with self.metrics.timer("stores", "upload-ms").time():
+                    ids[name] = str(self._backup_client().upload(name, target, prev_index_id=prev))
+            else:
+                ids[name] = f"{LOCAL_SNAPSHOT_PREFIX}{batch}"
+        self.close()
+        return ids
+
+    def committed(self, batch: int, ids: dict[str, str]) -> None:
+        """After the task checkpoint is written: markers, blob-store cleanup, old local checkpoints."""
+        for name, snapshot in ids.items():
+            if not self._is_persistent(name):
+                continue
+            marker = self._marker(name)
+            tmp = marker.with_name(marker.name + ".tmp")
+            tmp.write_text(json.dumps({"batch": batch, "snapshot": snapshot}))
+            os.replace(tmp, marker)
+            if self.backed_up[name]:
+                with self.metrics.timer("stores", "cleanup-ms").time():
+                    self._backup_client().cleanup(snapshot)
+            self._remove_old_checkpoints(name, keep=batch)
+
+    def _remove_old_checkpoints(self, name: str, keep: int) -> None:
+        live = self.store_dir(name)
+        if not live.parent.is_dir():
+            return
+        prefix = live.name + "-"
+        for entry in live.parent.iterdir():
+            if entry.name.startswith(prefix) and entry.is_dir():
+                suffix = entry.name[len(prefix):]
+                if suffix.isdigit() and int(suffix) != keep:
+                    shutil.rmtree(entry, ignore_errors=True)
+
+    def close(self) -> None:
+        """Close the open stores (idempotent); handles then refuse use until the next batch."""
+        for name, store in list(self._open.items()):
+            with contextlib.suppress(Exception):
+                store.close()
+            self.handles[name]._bind(None)
+        self._open.clear()
