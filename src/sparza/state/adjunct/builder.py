@@ -1,0 +1,393 @@
+"""Building an adjunct store from its stream: apply, version, commit, recover.
+
+One :class:`StoreBuilder` per (store, task) that applies the stream: every task for a partitioned
+store, the builder task for a broadcast store. It
+
+* applies each message through the store's extractor: key ``None`` skips, value ``None`` deletes;
+  messages at or before the last applied offset of their SSP are skipped, so a replayed batch (or
+  an overlapping catch-up read) never applies anything twice;
+* for a versioned dataset, writes into the *building* version while readers see the *serving*
+  one; an end-of-dataset marker (a message of type END_OF_STREAM) seals the building version, and
+  the switch happens at the next commit, i.e. at a batch boundary; the old version is then deleted;
+* at commit flushes, uploads a snapshot of every changed version (SEP-003, incremental), writes
+  each version's local marker and returns the JSON entry for the task checkpoint. Cleanup of the
+  previous snapshots runs one commit later, once the checkpoint that replaced them is durable;
+* at restore applies the recovery table (:mod:`sparza.state.adjunct.recovery`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from sparza.config import Config
+from sparza.state.adjunct.config import AdjunctStoreSpec
+from sparza.state.adjunct.extractor import KeyValueExtractor
+from sparza.state.adjunct.offsets import StreamAccess
+from sparza.state.adjunct.recovery import (
+    LocalCopy,
+    RecoveryAction,
+    RecoveryDecision,
+    decide_recovery,
+    judge_local_copy,
+)
+from sparza.state.adjunct.slot import StoreMarker, StoreSlot
+from sparza.state.adjunct.snapshots import SnapshotStore
+from sparza.state.kv import InMemoryStore, KeyValueStore, safe_dir_name
+from sparza.streams import IncomingMessageEnvelope, MessageType, SystemStreamPartition
+
+__all__ = ["BootstrapProgress", "EnvelopeReader", "StoreBuilder"]
+
+_log = logging.getLogger(__name__)
+
+EnvelopeReader = Callable[[SystemStreamPartition, str | None, str | None], Iterable[IncomingMessageEnvelope]]
+"""``read(ssp, start, end)``: messages of ``ssp`` in ``[start, end)`` (start None: the oldest)."""
+
+
+class BootstrapProgress:
+    """How far a bootstrap store is: the newest offsets seen when its bootstrap began (per SSP, None
+    for an empty partition) and whether every SSP reached them. Checkpointed with the store, so a
+    restart continues the same bootstrap instead of starting over."""
+
+    def __init__(self, targets: dict[str, str | None] | None = None, done: bool = False) -> None:
+        self.targets = targets
+        self.done = done
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {"targets": self.targets, "done": self.done}
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any] | None) -> BootstrapProgress:
+        """Parse :meth:`to_json`'s output (None: not started)."""
+        if not body:
+            return cls()
+        targets = body.get("targets")
+        return cls(None if targets is None else {str(k): v for k, v in targets.items()}, bool(body.get("done")))
+
+
+class StoreBuilder:
+    """Applies one adjunct stream to one store of one task (see the module docstring).
+
+    ``ssps`` are the SSPs this builder applies (its partition, or the broadcast partitions): used
+    for bootstrap targets. ``snapshots`` is None when the store is not backed up.
+    """
+
+    def __init__(self, spec: AdjunctStoreSpec, config: Config, task_name: str, base_dir: str | Path,
+                 snapshots: SnapshotStore | None, extractor: KeyValueExtractor, access: StreamAccess,
+                 ssps: list[SystemStreamPartition]) -> None:
+        self.spec = spec
+        self.config = config
+        self.task_name = task_name
+        self.base_dir = Path(base_dir)
+        self.snapshots = snapshots if spec.backed_up else None
+        self.extractor = extractor
+        self.access = access
+        self.ssps = list(ssps)
+        self.offsets: dict[str, str] = {}
+        """SSP (``system.stream#N``) → last offset applied to the store."""
+        self.applied = 0
+        """Messages written (puts and deletes) since the store was created (checkpointed)."""
+        self.skipped = 0
+        """Messages skipped in this process: already applied, or the extractor gave no key."""
+        self.decision: RecoveryDecision | None = None
+        self.bootstrap = BootstrapProgress()
+        self.last_batch: int | None = None
+        self._slots: dict[int, StoreSlot] = {}
+        self._snapshot_ids: dict[int, str | None] = {}
+        self.serving: int | None = None if spec.versioned else 0
+        self.building = 1 if spec.versioned else 0
+        self.sealed: int | None = None
+        """A version sealed by an end-of-dataset marker in this batch: it becomes serving at commit."""
+        self._uncleaned: list[str] = []
+        self._retired: list[str] = []
+        self._empty: KeyValueStore | None = None
+
+    # --- slots -------------------------------------------------------------------------------------
+    def _slot(self, version: int) -> StoreSlot:
+        slot = self._slots.get(version)
+        if slot is None:
+            dir_task = self.task_name if not self.spec.versioned else f"{self.task_name}.v{version}"
+            slot_name = self.spec.name if not self.spec.versioned else f"{self.spec.name}.v{version}"
+            slot = StoreSlot(self.spec.name, slot_name, self.config, dir_task, self.base_dir, self.spec.persistent)
+            self._slots[version] = slot
+            self._snapshot_ids.setdefault(version, None)
+        return slot
+
+    def _live_versions(self) -> list[int]:
+        versions = {self.building}
+        if self.serving is not None:
+            versions.add(self.serving)
+        if self.sealed is not None:
+            versions.add(self.sealed)
+        return sorted(versions)
+
+    def _drop_slot(self, version: int, *, retire_snapshot: bool) -> None:
+        slot = self._slots.pop(version, None)
+        snapshot = self._snapshot_ids.pop(version, None)
+        if slot is not None:
+            slot.wipe()
+        if retire_snapshot and snapshot is not None:
+            self._retired.append(snapshot)
+
+    def serving_store(self) -> KeyValueStore:
+        """The store readers see: the serving version (an empty store before the first complete version)."""
+        if self.serving is None:
+            if self._empty is None:
+                self._empty = InMemoryStore(self.spec.name)
+            return self._empty
+        return self._slot(self.serving).store
+
+    def serving_snapshot(self) -> str | None:
+        """The snapshot-index id of the serving version at the last commit (None: none yet)."""
+        return None if self.serving is None else self._snapshot_ids.get(self.serving)
+
+    def serving_path(self) -> Path | None:
+        """Local directory of the serving version (for disk-usage reports)."""
+        return None if self.serving is None else self._slot(self.serving).path
+
+    # --- applying messages ---------------------------------------------------------------------------
+    def _is_applied(self, ssp_key: str, offset: str) -> bool:
+        last = self.offsets.get(ssp_key)
+        return last is not None and self.access.compare(self.spec.stream.system, offset, last) <= 0
+
+    def apply(self, envelope: IncomingMessageEnvelope) -> bool:
+        """Apply one message of the store's stream; False when it was skipped as already applied."""
+        ssp_key = str(envelope.ssp)
+        if self._is_applied(ssp_key, envelope.offset):
+            self.skipped += 1
+            return False
+        if envelope.type == MessageType.USER:
+            key = self.extractor.get_key(envelope)
+            if key is None:
+                self.skipped += 1
+            else:
+                value = self.extractor.get_value(envelope)
+                slot = self._slot(self.building)
+                store = slot.store
+                key = _as_object(store, "key_serde", key)
+                value = None if value is None else _as_object(store, "msg_serde", value)
+                store.put(key, value)  # None deletes
+                slot.dirty = True
+                self.applied += 1
+        elif envelope.type == MessageType.END_OF_STREAM and self.spec.versioned:
+            self._seal()
+        # Other control messages (watermarks, end-of-stream of a non-versioned stream) carry no data.
+        self.offsets[ssp_key] = envelope.offset
+        return True
+
+    def _seal(self) -> None:
+        if self.sealed is not None:
+            # Two markers in one batch: the earlier version was never served; drop it now.
+            _log.info("adjunct store %s: version %d superseded before it was served", self.spec.name, self.sealed)
+            self._drop_slot(self.sealed, retire_snapshot=True)
+        self.sealed = self.building
+        self.building += 1
+        self._drop_slot(self.building, retire_snapshot=True)  # a leftover of a crashed attempt
+        self._slot(self.building).dirty = True
+        _log.info("adjunct store %s: version %d sealed; serving from the next batch", self.spec.name, self.sealed)
+
+    def catch_up(self, read: EnvelopeReader, until: dict[SystemStreamPartition, str | None]) -> int:
+        """Apply what the store misses before the batch's first offsets ``until`` (per SSP).
+
+        After a forced bootstrap or a restore the store may be behind the offsets the runtime
+        reads from; this reads the gap directly from the stream. Returns messages applied.
+        """
+        count = 0
+        for ssp, end in until.items():
+            start = self.offsets.get(str(ssp))
+            if end is None or (start is not None and self.access.compare(ssp.system, start, end) >= 0):
+                continue
+            for envelope in read(ssp, start, end):
+                count += int(self.apply(envelope))
+        return count
+
+    # --- bootstrap -------------------------------------------------------------------------------------
+    def _refresh_bootstrap(self) -> None:
+        if not self.spec.bootstrap:
+            self.bootstrap.done = True
+            return
+        if self.bootstrap.done:
+            return
+        if self.bootstrap.targets is None:
+            newest = self.access.newest_offsets(self.spec.stream)
+            self.bootstrap.targets = {str(ssp): newest.get(ssp.partition) for ssp in self.ssps}
+        system = self.spec.stream.system
+        self.bootstrap.done = all(
+            target is None or (self.offsets.get(key) is not None
+                               and self.access.compare(system, self.offsets[key], target) >= 0)
+            for key, target in self.bootstrap.targets.items())
+        if self.bootstrap.done:
+            _log.info("adjunct store %s: bootstrap complete (%d messages applied)", self.spec.name, self.applied)
+
+    # --- commit ---------------------------------------------------------------------------------------
+    def commit(self, batch_id: int) -> dict[str, Any]:
+        """Finish batch ``batch_id``: switch a sealed version, snapshot changed versions, write
+        markers; returns the checkpoint entry. Deferred cleanup of the previous commit runs first."""
+        if self.snapshots is not None:
+            # The checkpoint of the previous commit is durable (we are past its batch), so the
+            # snapshots it replaced can go. Broadcast readers of this batch read the previous
+            # publication, which these calls keep.
+            for index_id in self._uncleaned:
+                self.snapshots.cleanup(index_id)
+            for index_id in self._retired:
+                self.snapshots.delete_snapshot(index_id)
+        self._uncleaned = []
+        self._retired = []
+        if self.sealed is not None:
+            old, self.serving, self.sealed = self.serving, self.sealed, None
+            if old is not None:
+                self._drop_slot(old, retire_snapshot=True)
+            _log.info("adjunct store %s: now serving version %d", self.spec.name, self.serving)
+        for version in self._live_versions():
+            slot = self._slot(version)
+            if not slot.persistent:
+                continue
+            if self.snapshots is not None and (slot.dirty or self._snapshot_ids.get(version) is None):
+                checkpoint_dir = slot.checkpoint()
+                try:
+                    index_id = self.snapshots.upload(slot.slot_name, checkpoint_dir,
+                                                     self._snapshot_ids.get(version), str(batch_id))
+                finally:
+                    slot.drop_checkpoint()
+                self._snapshot_ids[version] = index_id
+                self._uncleaned.append(index_id)
+            else:
+                slot.store.flush()
+            slot.dirty = False
+        self.last_batch = batch_id
+        self._refresh_bootstrap()
+        for version in self._live_versions():
+            self._slot(version).write_marker(StoreMarker(batch_id, self._snapshot_ids.get(version), self.offsets))
+        return self.entry()
+
+    def entry(self) -> dict[str, Any]:
+        """The JSON-able checkpoint entry of this store (as of the last commit)."""
+        return {
+            "batch": self.last_batch,
+            "offsets": dict(sorted(self.offsets.items())),
+            "versions": {str(v): self._snapshot_ids.get(v) for v in self._live_versions()},
+            "serving": self.serving,
+            "building": self.building,
+            "applied": self.applied,
+            "bootstrap": self.bootstrap.to_json(),
+            "uncleaned": list(self._uncleaned),
+            "retired": list(self._retired),
+        }
+
+    # --- restore ---------------------------------------------------------------------------------------
+    def restore(self, entry: dict[str, Any] | None) -> RecoveryDecision:
+        """Bring the local store to the committed state ``entry`` (None: the task never committed)."""
+        self._close_stores()
+        self._slots.clear()
+        self._snapshot_ids.clear()
+        self.sealed = None
+        committed = entry if entry and entry.get("batch") is not None else None
+        if committed is not None:
+            self.last_batch = int(committed["batch"])
+            self.offsets = {str(k): str(v) for k, v in committed.get("offsets", {}).items()}
+            versions = {int(v): s for v, s in committed.get("versions", {}).items()}
+            self.serving = committed.get("serving")
+            self.building = int(committed.get("building", self.building))
+            self.applied = int(committed.get("applied", 0))
+            self.bootstrap = BootstrapProgress.from_json(committed.get("bootstrap"))
+            self._uncleaned = list(committed.get("uncleaned", []))
+            self._retired = list(committed.get("retired", []))
+        else:
+            self.last_batch = None
+            self.offsets = {}
+            versions = {1: None} if self.spec.versioned else {0: None}
+            self.serving = None if self.spec.versioned else 0
+            self.building = 1 if self.spec.versioned else 0
+            self.applied = 0
+            self.bootstrap = BootstrapProgress()
+            self._uncleaned, self._retired = [], []
+        local_states: dict[int, LocalCopy] = {}
+        for version, snapshot in versions.items():
+            slot = self._slot(version)
+            self._snapshot_ids[version] = snapshot
+            marker = None if committed is None else StoreMarker(self.last_batch or 0, snapshot, self.offsets)
+            local_states[version] = judge_local_copy(slot.exists_locally(), slot.read_marker(), marker)
+        if all(s is LocalCopy.VALID for s in local_states.values()):
+            local = LocalCopy.VALID
+        elif all(s is LocalCopy.NONE for s in local_states.values()):
+            local = LocalCopy.NONE
+        else:
+            local = LocalCopy.INVALID
+        restorable = (self.snapshots is not None and committed is not None
+                      and all(versions.get(v) is not None for v in versions))
+        decision = decide_recovery(persistent=self.spec.persistent, bootstrap=self.spec.bootstrap,
+                                   reset_offset=self.spec.reset_offset, local=local,
+                                   committed_snapshot=_first(versions.values()) if restorable else None)
+        self._apply_decision(decision, local_states)
+        self._remove_strays()
+        self.decision = decision
+        _log.info("adjunct store %s of %s: %s (%s)", self.spec.name, self.task_name, decision.action.value,
+                  decision.reason)
+        return decision
+
+    def _apply_decision(self, decision: RecoveryDecision, local_states: dict[int, LocalCopy]) -> None:
+        action = decision.action
+        if action is RecoveryAction.CONTINUE_LOCAL:
+            return
+        if action is RecoveryAction.RESTORE_SNAPSHOT:
+            assert self.snapshots is not None
+            for version, slot in sorted(self._slots.items()):
+                if local_states.get(version) is LocalCopy.VALID:
+                    continue
+                slot.wipe()
+                snapshot = self._snapshot_ids[version]
+                assert snapshot is not None
+                self._snapshot_ids[version] = self.snapshots.restore(snapshot, slot.path)
+            return
+        # Re-create: wipe every version; a forced bootstrap also forgets the offsets.
+        for version in list(self._slots):
+            self._drop_slot(version, retire_snapshot=False)
+        self.serving = None if self.spec.versioned else 0
+        self.building = 1 if self.spec.versioned else 0
+        self._slot(self.building).dirty = True
+        if action is RecoveryAction.CREATE_BOOTSTRAP:
+            self.offsets = {}
+            self.applied = 0
+            self.bootstrap = BootstrapProgress()
+
+    def _remove_strays(self) -> None:
+        """Delete version directories of this task that no live version owns (crash leftovers)."""
+        if not self.spec.versioned or not self.spec.persistent:
+            return
+        parent = self.base_dir / safe_dir_name(self.spec.name)
+        pattern = re.compile(re.escape(safe_dir_name(self.task_name)) + r"\.v(\d+)(\.checkpoint)?$")
+        live = set(self._live_versions())
+        for child in parent.glob(safe_dir_name(self.task_name) + ".v*"):
+            match = pattern.match(child.name)
+            if match and int(match.group(1)) not in live:
+                shutil.rmtree(child, ignore_errors=True)
+
+    def close(self) -> None:
+        """Close every local store and the backup's threads (idempotent)."""
+        self._close_stores()
+        if self.snapshots is not None:
+            self.snapshots.close()
+
+    def _close_stores(self) -> None:
+        for slot in self._slots.values():
+            slot.close()
+        if self._empty is not None:
+            self._empty.close()
+            self._empty = None
+
+
+def _first(values: Iterable[str | None]) -> str | None:
+    return next(iter(values), None)
+
+
+def _as_object(store: KeyValueStore, serde_attr: str, value: Any) -> Any:
+    """Bytes read from the stream are taken as already serialized with the store's serde."""
+    serde = getattr(store, serde_attr, None)
+    if isinstance(value, bytes | bytearray | memoryview) and serde is not None and serde.name != "bytes":
+        return serde.from_bytes(bytes(value))
+    return value

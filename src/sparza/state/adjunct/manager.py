@@ -1,0 +1,196 @@
+"""TaskAdjunctManager: the adjunct stores of one task instance, as the runtime drives them.
+
+Per batch the runtime calls, in order: ``restore(entry)`` when the task (re)starts, with the
+``"adjunct"`` entry of its last committed checkpoint; optionally ``begin_batch(batch_id)``;
+``on_envelope`` for every adjunct message of the batch *before* the main messages (it returns True
+for adjunct messages, which are never delivered to the task); ``get_store(name)`` from the task;
+``commit(batch_id)`` after the task's batch, putting the returned entry into the task checkpoint.
+
+Visibility of a change read in batch ``b``: partitioned stores show it to main messages of batch
+``b``; broadcast stores from batch ``b + 1`` (every task reads the snapshot published before its
+batch); a dataset version sealed in batch ``b`` is served from batch ``b + 1``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from sparza.blobstore import BlobStoreManager
+from sparza.config import Config
+from sparza.errors import ConfigError
+from sparza.metrics import MetricsRegistry
+from sparza.state.adjunct.builder import EnvelopeReader
+from sparza.state.adjunct.config import AdjunctConfig, AdjunctStoreSpec, container_store_dir
+from sparza.state.adjunct.container import ContainerSnapshotCache
+from sparza.state.adjunct.errors import UnknownAdjunctStoreError
+from sparza.state.adjunct.offsets import AdminStreamAccess, StreamAccess
+from sparza.state.adjunct.stores import (
+    AdjunctStoreContext,
+    AdjunctStoreManager,
+    DefaultAdjunctStoreManagerFactory,
+)
+from sparza.state.kv import KeyValueStore
+from sparza.streams import IncomingMessageEnvelope, SystemStreamPartition
+from sparza.systems import load_object
+
+__all__ = ["ENTRY_VERSION", "TaskAdjunctManager", "task_partition"]
+
+_log = logging.getLogger(__name__)
+ENTRY_VERSION = 1
+_PARTITION = re.compile(r"^Partition (\d+)$")
+
+
+def task_partition(task_name: str) -> int | None:
+    """The partition number of a ``Partition N`` task (None for other names)."""
+    match = _PARTITION.match(task_name)
+    return int(match.group(1)) if match else None
+
+
+class TaskAdjunctManager:
+    """The adjunct stores of one task (see the module docstring for the call order).
+
+    ``input_ssps`` (optional) are the task's SSPs; without them a partitioned store applies
+    partition ``N`` of task ``Partition N`` and a broadcast store the partitions listed in
+    ``task.broadcast.inputs``. ``access`` (optional) answers offset comparisons and newest offsets;
+    by default it asks each system's admin.
+    """
+
+    def __init__(self, task_name: str, config: Mapping[str, str], base_dir: str | Path,
+                 blob_store: BlobStoreManager | None, job_name: str, job_id: str, *,
+                 input_ssps: list[SystemStreamPartition] | None = None, access: StreamAccess | None = None,
+                 metrics: MetricsRegistry | None = None) -> None:
+        self.task_name = task_name
+        self.config = config if isinstance(config, Config) else Config(config)
+        self.base_dir = Path(base_dir)
+        self.adjunct_config = AdjunctConfig.from_config(self.config)
+        self.access = access or AdminStreamAccess(self.config)
+        self.container_cache = ContainerSnapshotCache(container_store_dir(self.config, self.base_dir), self.config)
+        self.metrics = metrics or MetricsRegistry()
+        self._managers: dict[str, AdjunctStoreManager] = {}
+        for spec in self.adjunct_config.stores:
+            ssps = self._ssps_of(spec, input_ssps)
+            context = AdjunctStoreContext(spec, task_name, self.config, self.base_dir, blob_store, job_name, job_id,
+                                          self.access, tuple(ssps), self.container_cache)
+            self._managers[spec.name] = _factory(spec).get_adjunct_store_manager(context)
+        self._by_stream: dict[Any, list[str]] = {}
+        for spec in self.adjunct_config.stores:
+            self._by_stream.setdefault(spec.stream, []).append(spec.name)
+        self._restored = False
+
+    def _ssps_of(self, spec: AdjunctStoreSpec,
+                 input_ssps: list[SystemStreamPartition] | None) -> list[SystemStreamPartition]:
+        if input_ssps is not None:
+            return [s for s in input_ssps if s.system_stream == spec.stream]
+        if spec.broadcast:
+            return [spec.stream.partition(p) for p in spec.broadcast_partitions]
+        partition = task_partition(self.task_name)
+        return [] if partition is None else [spec.stream.partition(partition)]
+
+    # --- contract ----------------------------------------------------------------------------------
+    def restore(self, entry: dict[str, Any] | None) -> None:
+        """Restore every adjunct store from the task checkpoint's ``"adjunct"`` entry (None: none)."""
+        stores = (entry or {}).get("stores", {})
+        for name, manager in self._managers.items():
+            manager.restore(stores.get(name))
+        self._restored = True
+
+    def is_adjunct(self, envelope: IncomingMessageEnvelope) -> bool:
+        """True when the envelope belongs to an adjunct stream (without applying it)."""
+        return envelope.ssp.system_stream in self._by_stream
+
+    def on_envelope(self, envelope: IncomingMessageEnvelope) -> bool:
+        """Apply an adjunct message to its store(s) and return True; False for any other message."""
+        names = self._by_stream.get(envelope.ssp.system_stream)
+        if names is None:
+            return False
+        if not self._restored:
+            self.restore(None)
+        for name in names:
+            applied = self._managers[name].process(envelope)
+            self.metrics.counter(f"adjunct-{name}", "messages-applied" if applied else "messages-skipped").inc()
+        return True
+
+    def get_store(self, name: str) -> KeyValueStore:
+        """The read-only view of adjunct store ``name``; writes raise AdjunctStoreReadOnlyError."""
+        manager = self._managers.get(name)
+        if manager is None:
+            raise UnknownAdjunctStoreError(name, list(self._managers))
+        return manager.view()
+
+    def commit(self, batch_id: int) -> dict[str, Any]:
+        """Commit every adjunct store for batch ``batch_id``; returns the JSON-able checkpoint entry."""
+        if not self._restored:
+            self.restore(None)
+        stores = {name: manager.commit(batch_id) for name, manager in self._managers.items()}
+        for name, manager in self._managers.items():
+            status = manager.status()
+            self.metrics.gauge(f"adjunct-{name}", "bootstrapped").set(bool(status.get("bootstrapped", True)))
+        return {"version": ENTRY_VERSION, "batch": batch_id, "stores": stores}
+
+    def close(self) -> None:
+        """Close every store (idempotent)."""
+        for manager in self._managers.values():
+            manager.close()
+
+    # --- extras the runtime may use ------------------------------------------------------------------
+    @property
+    def store_names(self) -> list[str]:
+        """Names of this task's adjunct stores."""
+        return list(self._managers)
+
+    def manager(self, name: str) -> AdjunctStoreManager:
+        """The per-store manager (tests, tools)."""
+        manager = self._managers.get(name)
+        if manager is None:
+            raise UnknownAdjunctStoreError(name, list(self._managers))
+        return manager
+
+    def begin_batch(self, batch_id: int) -> None:
+        """Batch ``batch_id`` starts: broadcast stores read the snapshot published before it.
+
+        Optional: without it a task reads the snapshot published before the batch after its last
+        commit, which is the same thing when the task commits every batch.
+        """
+        if not self._restored:
+            self.restore(None)
+        for manager in self._managers.values():
+            manager.begin_batch(batch_id)
+
+    def catch_up(self, read: EnvelopeReader, until: dict[SystemStreamPartition, str | None]) -> int:
+        """Read and apply, per adjunct SSP, what its store misses before the batch's start offsets
+        ``until`` (after a forced bootstrap the store restarts from the oldest offset while the
+        runtime's own offsets have moved on). Returns the messages applied."""
+        if not self._restored:
+            self.restore(None)
+        total = 0
+        for name, manager in self._managers.items():
+            spec = self.adjunct_config.store(name)
+            assert spec is not None
+            mine = {ssp: end for ssp, end in until.items() if ssp.system_stream == spec.stream}
+            if mine:
+                total += manager.catch_up(read, mine)
+        return total
+
+    def bootstrap_complete(self) -> bool:
+        """True when every bootstrap store this task builds has reached its bootstrap target."""
+        return all(bool(m.status().get("bootstrapped", True)) for m in self._managers.values())
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        """Per store: bootstrap state, versions, counts, recovery action."""
+        return {name: manager.status() for name, manager in self._managers.items()}
+
+
+def _factory(spec: AdjunctStoreSpec) -> Any:
+    if not spec.manager_factory:
+        return DefaultAdjunctStoreManagerFactory()
+    key = f"stores.{spec.name}.adstore.manager.factory"
+    target = load_object(spec.manager_factory, key)
+    factory = target() if isinstance(target, type) else target
+    if not hasattr(factory, "get_adjunct_store_manager"):
+        raise ConfigError(key, spec.manager_factory,
+                          "an AdjunctStoreManagerFactory (an object with get_adjunct_store_manager(context))")
+    return factory

@@ -1,0 +1,108 @@
+"""Where a broadcast store's builder announces its snapshots, and where readers find them.
+
+A *publication* is a small JSON blob in the blob store: the batch it was taken after, the
+snapshot-index id, the dataset version and bootstrap state. Its blob name starts with the batch
+number, zero-padded, so a reader lists the publications of a store and takes the newest one taken
+*before* its current batch: every task of the job reads the same snapshot during a batch, whichever
+host it runs on, and never one the builder is publishing during that same batch.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sparza.blobstore import BlobStoreManager, DeletedError
+from sparza.blobstore.api import Metadata, blob_name_for
+
+__all__ = ["Publication", "PublicationBoard"]
+
+_log = logging.getLogger(__name__)
+_DIR = "adjunct-publication"
+
+
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """One published snapshot of a broadcast store, taken at the end of batch ``batch``."""
+
+    store: str
+    batch: int
+    snapshot: str
+    version: int | None = None
+    bootstrapped: bool = True
+    applied: int = 0
+    offsets: dict[str, str] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        """The stored JSON form."""
+        return json.dumps(asdict(self), sort_keys=True).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Publication:
+        """Parse :meth:`to_bytes`'s output."""
+        body: dict[str, Any] = json.loads(data.decode("utf-8"))
+        return cls(str(body["store"]), int(body["batch"]), str(body["snapshot"]), body.get("version"),
+                   bool(body.get("bootstrapped", True)), int(body.get("applied", 0)),
+                   {str(k): str(v) for k, v in body.get("offsets", {}).items()})
+
+
+class PublicationBoard:
+    """The publications of one broadcast store of one job (written by its builder task)."""
+
+    def __init__(self, blob_store: BlobStoreManager, job_name: str, job_id: str, builder_task: str,
+                 store: str) -> None:
+        self.blob_store = blob_store
+        self.store = store
+        self._meta = Metadata(payload_path=_DIR, job_name=job_name, job_id=job_id, task_name=builder_task,
+                              store_name=store)
+        probe = blob_name_for(Metadata(payload_path=f"{_DIR}/x", job_name=job_name, job_id=job_id,
+                                       task_name=builder_task, store_name=store))
+        self.prefix = probe.rsplit("/", 1)[0] + "/"
+
+    def _listing(self) -> list[tuple[int, str]]:
+        out: list[tuple[int, str]] = []
+        for info in self.blob_store.list_blobs(self.prefix):
+            if info.deleted_at_ms is not None:
+                continue
+            head = info.blob_id[len(self.prefix):].split(".", 1)[0]
+            if head.isdigit():
+                out.append((int(head), info.blob_id))
+        return sorted(out)
+
+    def publish(self, publication: Publication) -> str:
+        """Store ``publication`` (replacing any left by an uncommitted attempt at the same or a later
+        batch) and keep only the previous one besides it. Returns the publication's blob id."""
+        listing = self._listing()
+        for batch, blob_id in listing:
+            if batch >= publication.batch:
+                self._delete(blob_id)
+        meta = Metadata(payload_path=f"{_DIR}/{publication.batch:012d}.json", job_name=self._meta.job_name,
+                        job_id=self._meta.job_id, task_name=self._meta.task_name, store_name=self.store)
+        blob_id = self.blob_store.put(io.BytesIO(publication.to_bytes()), meta)
+        self.blob_store.remove_ttl(blob_id, meta)
+        older = [b for b in listing if b[0] < publication.batch]
+        for _, old_id in older[:-1]:  # keep the one before: readers of this batch use it
+            self._delete(old_id)
+        return blob_id
+
+    def latest_before(self, batch: int | None) -> Publication | None:
+        """The newest publication taken before batch ``batch`` (None: the newest of all), or None."""
+        for found_batch, blob_id in reversed(self._listing()):
+            if batch is not None and found_batch >= batch:
+                continue
+            buf = io.BytesIO()
+            try:
+                self.blob_store.get(blob_id, buf, self._meta)
+            except DeletedError:
+                continue  # deleted between listing and reading: an older one will do
+            return Publication.from_bytes(buf.getvalue())
+        return None
+
+    def _delete(self, blob_id: str) -> None:
+        try:
+            self.blob_store.delete(blob_id, self._meta)
+        except DeletedError:
+            pass

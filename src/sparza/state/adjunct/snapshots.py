@@ -1,0 +1,44 @@
+"""Snapshots of adjunct stores in the blob store, through the SEP-003 backup (``sparza.state.backup``).
+
+A thin adapter over :class:`~sparza.state.backup.StateBackup` with the calls adjunct stores make;
+it exists so the adjunct code names one narrow seam with the backup package.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sparza.blobstore import BlobStoreManager
+from sparza.state.backup import StateBackup
+
+__all__ = ["SnapshotStore"]
+
+
+class SnapshotStore:
+    """Upload, restore, clean up and delete snapshots of the stores of one (job, task)."""
+
+    def __init__(self, blob_store: BlobStoreManager, job_name: str, job_id: str, task_name: str) -> None:
+        self.blob_store = blob_store
+        self.task_name = task_name
+        self._backup = StateBackup(blob_store, job_name, job_id, task_name, threads=2, progress=False)
+
+    def upload(self, slot_name: str, checkpoint_dir: Path, prev_index_id: str | None, checkpoint_id: str) -> str:
+        """Upload a checkpoint dir (only the files not in ``prev_index_id``); returns the new index id."""
+        return self._backup.upload(slot_name, checkpoint_dir, prev_index_id, checkpoint_id=checkpoint_id)
+
+    def cleanup(self, index_id: str) -> None:
+        """Make ``index_id`` permanent and delete its predecessor and the files it dropped (idempotent)."""
+        self._backup.cleanup(index_id)
+
+    def restore(self, index_id: str, store_dir: Path) -> str:
+        """Rebuild ``store_dir`` from the snapshot ``index_id`` (checksums verified). Returns the
+        snapshot id to record from now on: a different one when deleted blobs had to be re-uploaded."""
+        return self._backup.restore(index_id, store_dir).index_blob_id
+
+    def delete_snapshot(self, index_id: str) -> None:
+        """Delete every blob of the snapshot and its index (a discarded dataset version)."""
+        self._backup.delete_snapshot(index_id)
+
+    def close(self) -> None:
+        """Stop the transfer threads."""
+        self._backup.close()

@@ -1,0 +1,295 @@
+"""The built-in per-store managers: partitioned and broadcast adjunct stores.
+
+``stores.<store>.adstore.manager.factory`` may name another :class:`AdjunctStoreManagerFactory`;
+its managers plug into :class:`~sparza.state.adjunct.TaskAdjunctManager` the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from sparza.blobstore import BlobStoreManager
+from sparza.config import Config
+from sparza.state.adjunct.builder import EnvelopeReader, StoreBuilder
+from sparza.state.adjunct.config import AdjunctStoreSpec
+from sparza.state.adjunct.container import ContainerSnapshotCache, SnapshotLease
+from sparza.state.adjunct.errors import AdjunctError
+from sparza.state.adjunct.extractor import load_extractor
+from sparza.state.adjunct.offsets import StreamAccess
+from sparza.state.adjunct.publication import Publication, PublicationBoard
+from sparza.state.adjunct.readonly import ReadOnlyStore
+from sparza.state.adjunct.snapshots import SnapshotStore
+from sparza.state.kv import InMemoryStore, KeyValueStore
+from sparza.streams import IncomingMessageEnvelope, SystemStreamPartition
+
+__all__ = [
+    "AdjunctStoreContext",
+    "AdjunctStoreManager",
+    "AdjunctStoreManagerFactory",
+    "BroadcastStoreManager",
+    "DefaultAdjunctStoreManagerFactory",
+    "PartitionedStoreManager",
+]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AdjunctStoreContext:
+    """Everything a store manager of one (store, task) may need."""
+
+    spec: AdjunctStoreSpec
+    task_name: str
+    config: Config
+    base_dir: Path
+    blob_store: BlobStoreManager | None
+    job_name: str
+    job_id: str
+    access: StreamAccess
+    ssps: tuple[SystemStreamPartition, ...]
+    container_cache: ContainerSnapshotCache
+
+
+@runtime_checkable
+class AdjunctStoreManager(Protocol):
+    """Keeps one adjunct store of one task (the seed's AdjunctDataStoreManager, per store).
+
+    Call order per batch: ``restore`` (once, or after a failure), ``process`` for every message of
+    the store's stream, ``view`` reads at any time, ``commit`` at the end of every batch.
+    """
+
+    def restore(self, entry: dict[str, Any] | None) -> None:
+        """Bring the store to the committed entry (None: never committed)."""
+        ...
+
+    def process(self, envelope: IncomingMessageEnvelope) -> bool:
+        """Apply one message of the store's stream; False when it was already applied."""
+        ...
+
+    def catch_up(self, read: EnvelopeReader, until: dict[SystemStreamPartition, str | None]) -> int:
+        """Read and apply what the store misses before ``until``; returns messages applied."""
+        ...
+
+    def view(self) -> KeyValueStore:
+        """The read-only store tasks read."""
+        ...
+
+    def begin_batch(self, batch_id: int) -> None:
+        """Batch ``batch_id`` starts (readers pick the snapshot published before it)."""
+        ...
+
+    def commit(self, batch_id: int) -> dict[str, Any]:
+        """Make the batch's changes durable; returns the JSON-able checkpoint entry."""
+        ...
+
+    def status(self) -> dict[str, Any]:
+        """Bootstrap state, version and counts for progress displays and tests."""
+        ...
+
+    def close(self) -> None:
+        """Release local resources (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class AdjunctStoreManagerFactory(Protocol):
+    """Builds the manager of one adjunct store for one task."""
+
+    def get_adjunct_store_manager(self, context: AdjunctStoreContext) -> AdjunctStoreManager:
+        """A new manager for ``context.spec`` in task ``context.task_name``."""
+        ...
+
+
+def _builder(context: AdjunctStoreContext, task_name: str) -> StoreBuilder:
+    snapshots = None
+    if context.spec.backed_up:
+        if context.blob_store is None:
+            raise AdjunctError(context.spec.name, "is backed up (stores.<store>.backup.factories or broadcast) "
+                                                  "but no blob store was given; configure blob.store.manager.factory")
+        snapshots = SnapshotStore(context.blob_store, context.job_name, context.job_id, task_name)
+    extractor = load_extractor(context.spec.name, context.spec.extractor_factory, context.config)
+    return StoreBuilder(context.spec, context.config, task_name, context.base_dir, snapshots, extractor,
+                        context.access, list(context.ssps))
+
+
+class PartitionedStoreManager:
+    """One store per (stream, task): the task applies its partition before its main messages of the
+    same batch, so a change read in batch ``b`` is visible to main messages of batch ``b`` (for a
+    versioned dataset, a version sealed in batch ``b`` is served from batch ``b + 1``)."""
+
+    def __init__(self, context: AdjunctStoreContext) -> None:
+        self.context = context
+        self.builder = _builder(context, context.task_name)
+        self._view = ReadOnlyStore(context.spec.name, str(context.spec.stream), self.builder.serving_store)
+
+    def restore(self, entry: dict[str, Any] | None) -> None:
+        self.builder.restore(entry)
+
+    def process(self, envelope: IncomingMessageEnvelope) -> bool:
+        return self.builder.apply(envelope)
+
+    def catch_up(self, read: EnvelopeReader, until: dict[SystemStreamPartition, str | None]) -> int:
+        return self.builder.catch_up(read, until)
+
+    def view(self) -> KeyValueStore:
+        return self._view
+
+    def begin_batch(self, batch_id: int) -> None:
+        """Nothing to do: the task reads its own store."""
+
+    def commit(self, batch_id: int) -> dict[str, Any]:
+        return self.builder.commit(batch_id)
+
+    def status(self) -> dict[str, Any]:
+        return _builder_status(self.builder)
+
+    def close(self) -> None:
+        self.builder.close()
+
+
+class BroadcastStoreManager:
+    """A broadcast store as seen by one task.
+
+    The builder task (``adstore.builder.task``) applies the stream to its own writable store and,
+    at each commit that changed the served data, uploads a snapshot and publishes it. Every task,
+    the builder included, reads the newest snapshot published *before* the current batch, from
+    one host-local copy shared by the tasks of the host. So all tasks of the job see the same data
+    in a batch, and a change read in batch ``b`` is visible to main messages from batch ``b + 1``.
+    """
+
+    def __init__(self, context: AdjunctStoreContext) -> None:
+        if context.blob_store is None:
+            raise AdjunctError(context.spec.name, "a broadcast store needs a blob store to publish snapshots; "
+                                                  "configure blob.store.manager.factory")
+        self.context = context
+        spec = context.spec
+        self.builder = _builder(context, spec.builder_task) if spec.is_builder(context.task_name) else None
+        self.board = PublicationBoard(context.blob_store, context.job_name, context.job_id, spec.builder_task,
+                                      spec.name)
+        self._reader_snapshots = SnapshotStore(context.blob_store, context.job_name, context.job_id,
+                                               spec.builder_task)
+        self.publication: Publication | None = None
+        self._lease: SnapshotLease | None = None
+        self._empty: KeyValueStore | None = None
+        self._wanted_before: int | None = None
+        self._stale = True
+        self._last_published: str | None = None
+        self._warned_unbootstrapped = False
+        self._view = ReadOnlyStore(spec.name, str(spec.stream), self._current)
+
+    # --- reading -------------------------------------------------------------------------------
+    def _current(self) -> KeyValueStore:
+        if self._stale:
+            self.refresh()
+        if self._lease is not None:
+            return self._lease.store
+        if self._empty is None:
+            self._empty = InMemoryStore(self.context.spec.name)
+        return self._empty
+
+    def refresh(self) -> None:
+        """Open the newest snapshot published before the current batch (a no-op when unchanged)."""
+        self._stale = False
+        publication = self.board.latest_before(self._wanted_before)
+        self.publication = publication
+        if publication is None:
+            self._release()
+            return
+        if self.context.spec.bootstrap and not publication.bootstrapped and not self._warned_unbootstrapped:
+            self._warned_unbootstrapped = True
+            _log.warning("broadcast store %s: reading a snapshot taken before its bootstrap completed "
+                         "(batch %d)", self.context.spec.name, publication.batch)
+        if self._lease is not None and self._lease.snapshot_id == publication.snapshot:
+            return
+        lease = self.context.container_cache.acquire(self.context.spec.name, publication.snapshot,
+                                                     self._reader_snapshots)
+        self._release()
+        self._lease = lease
+        self.context.container_cache.collect(self.context.spec.name, keep={publication.snapshot})
+
+    def _release(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+
+    # --- protocol --------------------------------------------------------------------------------
+    def restore(self, entry: dict[str, Any] | None) -> None:
+        self._release()
+        body = entry or {}
+        if self.builder is not None:
+            self.builder.restore(body.get("builder"))
+            self._last_published = body.get("published")
+        batch = body.get("batch")
+        self._wanted_before = None if batch is None else int(batch) + 1
+        self._stale = True
+
+    def process(self, envelope: IncomingMessageEnvelope) -> bool:
+        # Every task reads the broadcast partitions; only the builder applies them.
+        return self.builder.apply(envelope) if self.builder is not None else False
+
+    def catch_up(self, read: EnvelopeReader, until: dict[SystemStreamPartition, str | None]) -> int:
+        return self.builder.catch_up(read, until) if self.builder is not None else 0
+
+    def view(self) -> KeyValueStore:
+        return self._view
+
+    def begin_batch(self, batch_id: int) -> None:
+        if self._wanted_before != batch_id:
+            self._wanted_before = batch_id
+            self._stale = True
+
+    def commit(self, batch_id: int) -> dict[str, Any]:
+        entry: dict[str, Any] = {"batch": batch_id}
+        if self.builder is not None:
+            builder_entry = self.builder.commit(batch_id)
+            snapshot = self.builder.serving_snapshot()
+            if snapshot is not None and snapshot != self._last_published:
+                self.board.publish(Publication(
+                    store=self.context.spec.name, batch=batch_id, snapshot=snapshot, version=self.builder.serving,
+                    bootstrapped=self.builder.bootstrap.done, applied=self.builder.applied,
+                    offsets=dict(self.builder.offsets)))
+                self._last_published = snapshot
+            entry["builder"] = builder_entry
+            entry["published"] = self._last_published
+        if self.publication is not None:
+            entry["read"] = {"batch": self.publication.batch, "snapshot": self.publication.snapshot}
+        # The next batch reads what was published up to this one (read lazily: the builder may
+        # still be committing this batch on another executor).
+        self._wanted_before = batch_id + 1
+        self._stale = True
+        return entry
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = _builder_status(self.builder) if self.builder is not None else {}
+        out["builder"] = self.builder is not None
+        out["reading"] = None if self.publication is None else {"batch": self.publication.batch,
+                                                                 "version": self.publication.version,
+                                                                 "bootstrapped": self.publication.bootstrapped}
+        return out
+
+    def close(self) -> None:
+        self._release()
+        self._reader_snapshots.close()
+        if self.builder is not None:
+            self.builder.close()
+        if self._empty is not None:
+            self._empty.close()
+
+
+def _builder_status(builder: StoreBuilder) -> dict[str, Any]:
+    return {"applied": builder.applied, "skipped": builder.skipped, "serving_version": builder.serving,
+            "building_version": builder.building, "bootstrapped": builder.bootstrap.done,
+            "recovery": None if builder.decision is None else builder.decision.action.value,
+            "offsets": dict(builder.offsets)}
+
+
+class DefaultAdjunctStoreManagerFactory:
+    """The built-in managers: :class:`BroadcastStoreManager` for broadcast streams, else partitioned."""
+
+    def get_adjunct_store_manager(self, context: AdjunctStoreContext) -> AdjunctStoreManager:
+        if context.spec.broadcast:
+            return BroadcastStoreManager(context)
+        return PartitionedStoreManager(context)
