@@ -1,0 +1,270 @@
+"""``sparza stream create|describe|tail|load|compact|truncate``: Delta Lake streams from the shell.
+
+A STREAM argument is a stream name of a delta system (``--system``, tables under its
+``systems.<s>.delta.root`` or ``--root``) or a table location: a path or ``az://container/path``
+(the stream is then named after the last path segment).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from sparza.config import Config
+from sparza.errors import ConfigError, SerdeError
+from sparza.serde import serde_from_name
+from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
+
+__all__ = ["app", "register"]
+
+app = typer.Typer(help="Create, inspect, fill and maintain Delta Lake streams.", no_args_is_help=True)
+
+_CONFIG = typer.Option(None, "--config", "-c", help="Job config file (YAML or .properties).")
+_SYSTEM = typer.Option(None, "--system", "-s", help="Delta system name (default: the config's only delta system).")
+_ROOT = typer.Option(None, "--root", help="Override systems.<system>.delta.root (a dir or az://container/prefix).")
+
+
+def _system_name(config: Config, system: str | None) -> str:
+    if system:
+        return system
+    deltas = sorted({k.split(".")[1] for k, v in config.items()
+                     if k.startswith("systems.") and k.endswith(".samza.factory") and v.strip().lower() == "delta"})
+    return deltas[0] if len(deltas) == 1 else "delta"
+
+
+def _resolve(stream: str, config_path: Path | None, system: str | None, root: str | None) -> tuple[Config, str, str]:
+    """(config, system name, stream name) for a STREAM argument that is a name or a location."""
+    config = Config.load(config_path)
+    name = _system_name(config, system)
+    overrides: dict[str, str] = {}
+    if root:
+        overrides[f"systems.{name}.delta.root"] = root
+    if "/" in stream or "://" in stream or stream.startswith("."):
+        location = stream.rstrip("/")
+        stream = location.rsplit("/", 1)[-1] or "stream"
+        overrides[f"systems.{name}.streams.{stream}.delta.location"] = location
+    return config.with_overrides(overrides), name, stream
+
+
+def _admin(config: Config, system: str) -> Any:
+    from sparza.systems.delta import DeltaSystemAdmin
+
+    return DeltaSystemAdmin(system, config)
+
+
+@app.command()
+def create(stream: str = typer.Argument(..., help="Stream name or location."),
+           partitions: int = typer.Option(..., "--partitions", "-p", min=1, help="Partition count."),
+           location: str = typer.Option(None, "--location", help="Table location: a dir or az://container/path."),
+           config: Path = _CONFIG, system: str = _SYSTEM, root: str = _ROOT) -> None:
+    """Create a stream with N partitions (no-op when it exists with the same count)."""
+    from sparza.systems import StreamSpec
+
+    cfg, name, stream_name = _resolve(stream, config, system, root)
+    if location:
+        cfg = cfg.with_overrides({f"systems.{name}.streams.{stream_name}.delta.location": location})
+    admin = _admin(cfg, name)
+    created = admin.create_stream(StreamSpec(stream_name, partitions))
+    verb = "created" if created else "already exists"
+    typer.echo(f"stream {stream_name} {verb}: {partitions} partitions at {admin.stream_location(stream_name)}")
+
+
+@app.command()
+def describe(stream: str = typer.Argument(..., help="Stream name or location."),
+             config: Path = _CONFIG, system: str = _SYSTEM, root: str = _ROOT) -> None:
+    """Show a stream's location, properties and per-partition offsets and row counts."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from sparza.systems.delta.admin import open_table
+    from sparza.systems.delta.inspect import live_rows_by_partition
+
+    cfg, name, stream_name = _resolve(stream, config, system, root)
+    admin = _admin(cfg, name)
+    meta = admin.get_system_stream_metadata({stream_name})[stream_name]
+    rows = live_rows_by_partition(open_table(admin.location(stream_name)))
+    console = Console()
+    console.print(f"stream [bold]{stream_name}[/bold] at {admin.stream_location(stream_name)}")
+    console.print(f"partitions: {meta.partition_count}, version: {meta.properties.get('version')}, "
+                  f"bounded: {admin.is_bounded(stream_name)}")
+    for key, value in sorted(admin.properties(stream_name).items()):
+        console.print(f"  {key} = {value}", highlight=False)
+    table = Table("partition", "oldest", "newest", "upcoming", "rows")
+    for p, m in sorted(meta.partitions.items()):
+        table.add_row(str(p), m.oldest or "-", m.newest or "-", m.upcoming, str(rows.get(p, 0)))
+    console.print(table)
+
+
+def _show(data: bytes | None, serde: Any) -> str:
+    if data is None:
+        return "null"
+    try:
+        value = serde.from_bytes(data)
+    except SerdeError:
+        return repr(bytes(data))
+    if isinstance(value, bytes):
+        return repr(value)
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+@app.command()
+def tail(stream: str = typer.Argument(..., help="Stream name or location."),
+         count: int = typer.Option(10, "--count", "-n", min=1, help="How many messages to print."),
+         partition: int = typer.Option(None, "--partition", help="Only this partition (default: all)."),
+         serde: str = typer.Option("string", "--serde", help="Decode values with bytes|string|json|avro."),
+         key_serde: str = typer.Option("string", "--key-serde", help="Decode keys with this serde."),
+         include_control: bool = typer.Option(True, "--control/--no-control", help="Show control messages."),
+         config: Path = _CONFIG, system: str = _SYSTEM, root: str = _ROOT) -> None:
+    """Print the last messages of a stream (merged by event time across partitions)."""
+    from sparza.systems.delta import DeltaSystemConsumer
+    from sparza.systems.delta.inspect import start_of_last
+
+    cfg, name, stream_name = _resolve(stream, config, system, root)
+    value_serde = serde_from_name(serde, key="--serde", config=cfg)
+    k_serde = serde_from_name(key_serde, key="--key-serde", config=cfg)
+    admin = _admin(cfg, name)
+    parts = [partition] if partition is not None else list(range(admin.partition_count(stream_name)))
+    consumer = DeltaSystemConsumer(name, cfg)
+    found = []
+    for p in parts:
+        ssp = SystemStreamPartition(name, stream_name, p)
+        start = start_of_last(consumer.log(stream_name), p, count)
+        found += list(consumer.read(ssp, start, include_control=include_control, bounded=False))[-count:]
+    found.sort(key=lambda e: (e.timestamp or 0, e.ssp.partition))
+    for envelope in found[-count:]:
+        when = dt.datetime.fromtimestamp((envelope.timestamp or 0) / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
+        kind = "" if envelope.type == MessageType.USER else f" [{envelope.type.name.lower()}]"
+        typer.echo(f"#{envelope.ssp.partition} {envelope.offset} {when}{kind} "
+                   f"{_show(envelope.key, k_serde)}: {_show(envelope.message, value_serde)}")
+
+
+def _event_ms(value: Any, column: str) -> int:
+    """Epoch ms (a number) or ISO-8601 text (naive means UTC) as epoch ms."""
+    if isinstance(value, bool) or value is None or value == "":
+        raise ConfigError("--timestamp", value, f"column {column!r} to hold epoch ms or ISO-8601 time")
+    if isinstance(value, int | float):
+        return int(value)
+    text = str(value).strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ConfigError("--timestamp", value, f"column {column!r} to hold epoch ms or ISO-8601 time") from exc
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return int(parsed.timestamp() * 1000)
+
+
+def _records(path: Path, fmt: str) -> Iterator[tuple[dict[str, Any], bytes]]:
+    """(record, value bytes) per line: JSON lines keep their text; CSV rows become JSON objects."""
+    if fmt == "auto":
+        fmt = "csv" if path.suffix.lower() in (".csv", ".tsv") else "jsonl"
+    with path.open("rb") as handle:
+        if fmt == "csv":
+            text = io.TextIOWrapper(handle, encoding="utf-8", newline="")
+            for row in csv.DictReader(text, delimiter="\t" if path.suffix.lower() == ".tsv" else ","):
+                yield row, json.dumps(row, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+            return
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise SerdeError(f"{path}:{number}: not a JSON line ({exc})") from exc
+            yield record, line.strip()
+
+
+@app.command()
+def load(stream: str = typer.Argument(..., metavar="STREAM_LOCATION", help="Stream name or location."),
+         file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON lines or CSV file."),
+         key: str = typer.Option(..., "--key", help="Column used as message key (and for partitioning)."),
+         timestamp: str = typer.Option(None, "--timestamp", help="Event-time column: epoch ms or ISO-8601."),
+         partitions: int = typer.Option(None, "--partitions", "-p", min=1,
+                                        help="Create the stream with this many partitions if it is missing."),
+         fmt: str = typer.Option("auto", "--format", help="auto, jsonl or csv."),
+         batch: int = typer.Option(10_000, "--batch", min=1, help="Messages per commit."),
+         config: Path = _CONFIG, system: str = _SYSTEM, root: str = _ROOT) -> None:
+    """Load a JSON-lines or CSV file into a stream: value = the record as JSON, key = a column."""
+    from rich.progress import BarColumn, Progress, TextColumn, TransferSpeedColumn
+
+    from sparza.systems import StreamSpec
+    from sparza.systems.delta import DeltaSystemProducer, StreamNotFoundError
+
+    cfg, name, stream_name = _resolve(stream, config, system, root)
+    admin = _admin(cfg, name)
+    try:
+        admin.partition_count(stream_name)
+    except StreamNotFoundError:
+        if partitions is None:
+            raise
+        admin.create_stream(StreamSpec(stream_name, partitions))
+    producer = DeltaSystemProducer(name, cfg)
+    source = "sparza-load"
+    producer.register(source)
+    producer.start()
+    target = SystemStream(name, stream_name)
+    sent = 0
+    size = os.path.getsize(file)
+    with Progress(TextColumn("loading {task.description}"), BarColumn(), TextColumn("{task.fields[sent]} messages"),
+                  TransferSpeedColumn()) as progress:
+        task = progress.add_task(file.name, total=size, sent=0)
+        for record, value in _records(file, fmt.lower()):
+            if key not in record:
+                raise ConfigError("--key", key, f"a column of {file.name} (found: {', '.join(map(str, record))})")
+            key_value = record[key]
+            key_bytes = None if key_value is None else str(key_value).encode("utf-8")
+            event_ms = _event_ms(record.get(timestamp), timestamp) if timestamp else None
+            producer.send(source, OutgoingMessageEnvelope(target, value, key=key_bytes, timestamp=event_ms))
+            sent += 1
+            progress.update(task, advance=len(value) + 1, sent=sent)
+            if sent % batch == 0:
+                producer.flush(source)
+        producer.flush(source)
+        progress.update(task, completed=size, sent=sent)
+    typer.echo(f"loaded {sent} messages into {stream_name} ({admin.stream_location(stream_name)})")
+
+
+@app.command()
+def compact(stream: str = typer.Argument(..., help="Stream name or location."),
+            target_size: str = typer.Option("128MB", "--target-size", help="Target file size."),
+            config: Path = _CONFIG, system: str = _SYSTEM, root: str = _ROOT) -> None:
+    """Merge small files (offsets do not change: stream readers keep using the original commits)."""
+    from sparza.config import parse_byte_size
+    from sparza.systems.delta.maintenance import compact as run_compact
+
+    cfg, name, stream_name = _resolve(stream, config, system, root)
+    result = run_compact(_admin(cfg, name).location(stream_name), target_size=parse_byte_size(target_size))
+    if result.version is None:
+        typer.echo(f"stream {stream_name}: nothing to compact")
+    else:
+        typer.echo(f"stream {stream_name}: merged {result.files_removed} files into {result.files_added} "
+                   f"(version {result.version}); offsets unchanged")
+
+
+@app.command()
+def truncate(stream: str = typer.Argument(..., help="Stream name or location."),
+             before: int = typer.Option(..., "--before-version", min=0,
+                                        help="Remove rows added before this Delta version."),
+             config: Path = _CONFIG, system: str = _SYSTEM, root: str = _ROOT) -> None:
+    """Retention: remove rows of versions before N; reading their offsets then fails clearly."""
+    from sparza.systems.delta.maintenance import truncate as run_truncate
+
+    cfg, name, stream_name = _resolve(stream, config, system, root)
+    result = run_truncate(_admin(cfg, name).location(stream_name), before)
+    typer.echo(f"stream {stream_name}: oldest kept version {result.horizon}; removed {result.files_removed} "
+               f"files from the table, deleted {result.files_deleted} from storage")
+
+
+def register(root: typer.Typer) -> None:
+    """Add ``stream`` to the root command."""
+    root.add_typer(app, name="stream")
