@@ -41,7 +41,8 @@ def fleet_factory(tmp_path: Path) -> Iterator[Any]:
     """Build :class:`ProcessorFleet` objects that are always torn down."""
     fleets: list[ProcessorFleet] = []
 
-    def make(config: dict[str, str], tasks: int = 8, *, checkpoints: bool = False, name: str = "fleet") -> ProcessorFleet:
+    def make(config: dict[str, str], tasks: int = 8, *, checkpoints: bool = False,
+             name: str = "fleet") -> ProcessorFleet:
         fleet = ProcessorFleet(tmp_path / name, config, tasks, checkpoints=checkpoints)
         fleets.append(fleet)
         return fleet

@@ -1,0 +1,84 @@
+"""AzureJobCoordinator objects in one process: losing the lease in the middle of a barrier."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from sparza.azure import StorageAccount
+from sparza.coordination import AzureJobCoordinator, JobModel, LeaseBlobManager
+from sparza.coordination.store import BarrierState
+
+TASKS = [f"Partition {i}" for i in range(6)]
+
+
+class Listener:
+    """Records models; can hold ``on_job_model_expired`` (a batch that takes long to finish)."""
+
+    def __init__(self) -> None:
+        self.models: list[JobModel] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.stopped = False
+
+    def on_new_job_model(self, job_model: JobModel) -> None:
+        self.models.append(job_model)
+
+    def on_job_model_expired(self) -> None:
+        self.hold.wait(60)
+
+    def on_coordinator_stop(self) -> None:
+        self.stopped = True
+
+
+def wait(cond: Callable[[], object], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_leader_losing_its_lease_during_a_barrier_is_superseded(coord_config: dict[str, str],
+                                                               azure_account: StorageAccount) -> None:
+    listeners = {pid: Listener() for pid in ("a", "b", "c")}
+    coords = {pid: AzureJobCoordinator(pid, coord_config, TASKS, listeners[pid], account=azure_account)
+              for pid in listeners}
+    try:
+        coords["a"].start()
+        wait(lambda: coords["a"].job_model is not None, 20, "a alone to get a model")
+        coords["b"].start()
+        wait(lambda: coords["b"].job_model is not None, 20, "b to join")
+        first_leader = next(pid for pid, c in coords.items() if c.is_leader())
+        # b will take long to stop its tasks, so the next barrier stays open...
+        listeners["b"].hold.clear()
+        coords["c"].start()
+        store = coords["a"]._clients.store
+        wait(lambda: store.read().state.barrier is BarrierState.START and "c" in store.read().state.processors,
+             20, "a barrier including c")
+        open_version = store.read().state.version
+        # ...and the leader's lease is broken in the middle of it.
+        LeaseBlobManager(coords["a"].blob(coords["a"].resources.leader_blob), 15).break_lease(0)
+        wait(lambda: store.read().state.term >= 2, 30, "a new leader term")
+        listeners["b"].hold.set()
+
+        def converged() -> bool:
+            models = [c.job_model for c in coords.values()]
+            return all(m is not None and m.version > open_version for m in models) and \
+                len({m.version for m in models if m}) == 1
+        wait(converged, 40, "everyone on a model newer than the interrupted barrier")
+        final = coords["a"].job_model
+        assert final is not None and sorted(final.processors) == ["a", "b", "c"]
+        assert sorted(final.tasks) == sorted(TASKS)
+        assert sum(c.is_leader() for c in coords.values()) == 1
+        state = store.read().state
+        assert state.term >= 2 and state.barrier is BarrierState.END
+        # Nobody adopted the interrupted version, and the old leader's term cannot publish any more.
+        assert all(m.version != open_version for lst in listeners.values() for m in lst.models)
+        assert first_leader in coords
+    finally:
+        for listener in listeners.values():
+            listener.hold.set()
+        for c in coords.values():
+            c.stop()
+    assert all(listener.stopped for listener in listeners.values())
