@@ -225,3 +225,21 @@ def test_racing_flush_of_the_same_transaction_lands_once(delta_config: Config, r
     a.flush("t", transaction=("job/task-0", 1))
     b.flush("t", transaction=("job/task-0", 1))
     assert skipped and len(read_all(delta_config, "s", 0)) == 5
+
+
+def test_send_batch_keeps_order_with_single_sends(delta_config: Config, read_all: Callable[..., list]) -> None:
+    import pyarrow as pa
+
+    DeltaSystemAdmin("d", delta_config).create_stream(StreamSpec("s", 2))
+    producer = DeltaSystemProducer("d", delta_config)
+    producer.register("t")
+    _send(producer, "t", 2, partition=1)
+    producer.send_batch("t", "s", 1, pa.table({"key": [b"a", None], "value": [b"b1", b"b2"], "timestamp": [5, 6]}))
+    _send(producer, "t", 1, first=2, partition=1)
+    assert producer.pending("t") == 5
+    producer.flush("t")
+    got = read_all(delta_config, "s", 1)
+    assert [e.message for e in got] == [b"m0", b"m1", b"b1", b"b2", b"m2"]
+    assert [e.key for e in got][2:4] == [b"a", None]
+    with pytest.raises(ValueError, match="out of range"):
+        producer.send_batch("t", "s", 2, pa.table({"key": [b"a"], "value": [b"b"], "timestamp": [1]}))

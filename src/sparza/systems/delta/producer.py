@@ -34,19 +34,42 @@ __all__ = ["DeltaSystemProducer"]
 
 @dataclass
 class _PartitionBuffer:
-    """Columns of the rows buffered for one partition, in send order."""
+    """Rows buffered for one partition, in send order: Arrow chunks plus a tail of single sends."""
 
     keys: list[bytes | None] = field(default_factory=list)
     values: list[bytes | None] = field(default_factory=list)
     timestamps: list[int] = field(default_factory=list)
     types: list[int] = field(default_factory=list)
+    chunks: list[pa.Table] = field(default_factory=list)
+    chunk_rows: int = 0
+
+    def __len__(self) -> int:
+        return self.chunk_rows + len(self.keys)
+
+    def seal(self) -> None:
+        """Turn the single sends so far into an Arrow chunk (keeps order with later batches)."""
+        if self.keys:
+            self.chunks.append(pa.Table.from_arrays(
+                [pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
+                 pa.array(self.timestamps, pa.int64()), pa.array(self.types, pa.int8())],
+                names=["key", "value", "timestamp", "type"]))
+            self.chunk_rows += len(self.keys)
+            self.keys, self.values, self.timestamps, self.types = [], [], [], []
+
+    def add_chunk(self, rows: pa.Table) -> None:
+        """Append Arrow rows (columns key, value, timestamp, type)."""
+        self.seal()
+        self.chunks.append(rows)
+        self.chunk_rows += rows.num_rows
 
     def table(self, producer: str) -> pa.Table:
-        n = len(self.keys)
+        """Everything buffered, with the ``producer`` column, in :data:`FILE_SCHEMA`."""
+        self.seal()
+        data = pa.concat_tables(self.chunks) if len(self.chunks) > 1 else self.chunks[0]
+        n = data.num_rows
         return pa.Table.from_arrays(
-            [pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
-             pa.array(self.timestamps, pa.int64()), pa.array(self.types, pa.int8()),
-             pa.array([producer] * n, pa.string())], schema=FILE_SCHEMA)
+            [data.column("key"), data.column("value"), data.column("timestamp"), data.column("type"),
+             pa.repeat(pa.scalar(producer, pa.string()), n)], schema=FILE_SCHEMA)
 
 
 @dataclass
@@ -128,20 +151,26 @@ class DeltaSystemProducer:
         buffer.timestamps.append(int(time.time() * 1000) if envelope.timestamp is None else int(envelope.timestamp))
         buffer.types.append(int(envelope.type))
 
-    def send_batch(self, source: str, stream: str, partition: int, rows: pa.Table) -> None:
-        """Buffer Arrow rows (columns of :data:`FILE_SCHEMA` without ``producer``) for one partition."""
+    def send_batch(self, source: str, stream: str, partition: int, rows: pa.Table | pa.RecordBatch) -> None:
+        """Buffer Arrow rows for one partition without per-row Python: columns ``key``, ``value``
+        (binary), ``timestamp`` (int64) and optionally ``type`` (int8, default user messages)."""
         info = self._stream(stream)
         if not 0 <= partition < info.partitions:
-            raise ValueError(f"partition {partition} out of range for stream {stream!r}")
-        buffer = self._buffers.setdefault(source, {}).setdefault(stream, {}).setdefault(partition, _PartitionBuffer())
-        buffer.keys.extend(rows.column("key").to_pylist())
-        buffer.values.extend(rows.column("value").to_pylist())
-        buffer.timestamps.extend(rows.column("timestamp").to_pylist())
-        buffer.types.extend(rows.column("type").to_pylist() if "type" in rows.column_names else [0] * rows.num_rows)
+            raise ValueError(f"partition {partition} out of range for stream {stream!r} "
+                             f"with {info.partitions} partitions")
+        table = pa.Table.from_batches([rows]) if isinstance(rows, pa.RecordBatch) else rows
+        n = table.num_rows
+        kind = (table.column("type").cast(pa.int8()) if "type" in table.column_names
+                else pa.repeat(pa.scalar(0, pa.int8()), n))
+        chunk = pa.Table.from_arrays([table.column("key").cast(pa.binary()), table.column("value").cast(pa.binary()),
+                                      table.column("timestamp").cast(pa.int64()), kind],
+                                     names=["key", "value", "timestamp", "type"])
+        by_stream = self._buffers.setdefault(source, {}).setdefault(stream, {})
+        by_stream.setdefault(partition, _PartitionBuffer()).add_chunk(chunk)
 
     def pending(self, source: str) -> int:
         """How many messages ``source`` sent that are not flushed yet."""
-        return sum(len(b.keys) for parts in self._buffers.get(source, {}).values() for b in parts.values())
+        return sum(len(b) for parts in self._buffers.get(source, {}).values() for b in parts.values())
 
     # --- flushing ----------------------------------------------------------------------------
     def flush(self, source: str, *, transaction: tuple[str, int] | None = None) -> None:
@@ -154,7 +183,7 @@ class DeltaSystemProducer:
         by_stream = self._buffers.get(source, {})
         for stream in list(by_stream):
             partitions = by_stream[stream]
-            if any(b.keys for b in partitions.values()):
+            if any(len(b) for b in partitions.values()):
                 self._commit(source, stream, partitions, transaction)
             del by_stream[stream]
 
@@ -185,7 +214,7 @@ class DeltaSystemProducer:
         rows = 0
         for partition in sorted(partitions):
             buffer = partitions[partition]
-            if not buffer.keys:
+            if not len(buffer):
                 continue
             data = buffer.table(source)
             rows += data.num_rows
