@@ -283,8 +283,8 @@ class StateBackup:
             return self.progress
         return files > PROGRESS_MIN_FILES and sys.stderr.isatty()
 
-    def restore(self, index_blob_id: str, store_dir: str | Path, checkpoint_dir: str | Path | None = None
-                ) -> RestoreResult:
+    def restore(self, index_blob_id: str, store_dir: str | Path, checkpoint_dir: str | Path | None = None, *,
+                reupload_deleted: bool = True) -> RestoreResult:
         """Make ``store_dir`` hold the snapshot ``index_blob_id``.
 
         With ``checkpoint_dir`` (the local checkpoint dir of the snapshot's checkpoint id): when it
@@ -295,7 +295,8 @@ class StateBackup:
         they are swapped in, so a failed restore never leaves a half-written store.
 
         Deleted blobs (SAMZA-2787) are read anyway and a fresh snapshot is uploaded: the result's
-        ``index_blob_id`` then differs from the argument.
+        ``index_blob_id`` then differs from the argument (``reupload_deleted=False`` skips the
+        upload: tools that only read, such as ``sparza snapshots restore``).
         """
         start = time.perf_counter()
         store = Path(store_dir)
@@ -321,7 +322,7 @@ class StateBackup:
                     materialize_store_dir(cp, store)
             files, nbytes, reused = stats[0], stats[1], False
         result_id = index_blob_id
-        if recovered:
+        if recovered and reupload_deleted:
             # The snapshot refers to deleted blobs that gc will purge: replace it with a fresh one.
             source = cp if cp is not None else store
             result_id = self.upload(store_name, source, index_blob_id, checkpoint_id=index.metadata.checkpoint_id,
