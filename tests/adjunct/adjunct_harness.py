@@ -98,15 +98,25 @@ class BatchFeeder:
         self.harness = harness
         self.next: dict[SystemStreamPartition, str | None] = {}
 
-    def feed(self, manager: TaskAdjunctManager, ssps: list[SystemStreamPartition]) -> int:
-        """Deliver every message after the last fed one; returns how many were adjunct messages."""
+    def feed(self, manager: TaskAdjunctManager, ssps: list[SystemStreamPartition], limit: int | None = None,
+             each: Any = None) -> int:
+        """Deliver the messages after the last fed one (at most ``limit`` per SSP), calling
+        ``each(envelope)`` after each; returns how many were delivered."""
         count = 0
         for ssp in ssps:
             envelopes = self.harness.read(ssp, self.next.get(ssp))
+            if limit is not None:
+                envelopes = envelopes[:limit]
             for env in envelopes:
                 assert manager.on_envelope(env) is True
                 count += 1
-            self.next[ssp] = self.harness.upcoming(ssp.stream)[ssp.partition]
+                if each is not None:
+                    each(env)
+            if limit is not None and len(envelopes) == limit:
+                rest = self.harness.read(ssp, envelopes[-1].offset)
+                self.next[ssp] = rest[1].offset if len(rest) > 1 else self.harness.upcoming(ssp.stream)[ssp.partition]
+            else:
+                self.next[ssp] = self.harness.upcoming(ssp.stream)[ssp.partition]
         return count
 
 
@@ -116,3 +126,21 @@ def _enc(value: Any) -> bytes | None:
     if isinstance(value, str):
         return value.encode("utf-8")
     return json.dumps(value).encode("utf-8")
+
+
+def read_broadcast_in_process(config: dict[str, str], task: str, base_dir: str, blob_root: str, batch: int,
+                              barrier: Any, results: Any) -> None:
+    """Child-process body: open broadcast store ``rates`` as ``task`` for ``batch`` on a host whose
+    store dir is ``base_dir``; report what it read and how many snapshots this process downloaded."""
+    from sparza.blobstore import LocalBlobStoreManager
+
+    blob_store = LocalBlobStoreManager(blob_root, fsync=False)
+    manager = TaskAdjunctManager(task, Config(config), base_dir, blob_store, "adj", "1")
+    manager.restore(None)
+    manager.begin_batch(batch)
+    barrier.wait(timeout=60)
+    contents = dict(manager.get_store("rates").all())
+    results.put((task, contents, manager.container_cache.downloads))
+    barrier.wait(timeout=60)  # keep the snapshot open until every process has read it
+    manager.close()
+    blob_store.close()

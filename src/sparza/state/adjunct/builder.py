@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from sparza.config import Config
+from sparza.errors import SerdeError
 from sparza.state.adjunct.config import AdjunctStoreSpec
 from sparza.state.adjunct.extractor import KeyValueExtractor
 from sparza.state.adjunct.offsets import StreamAccess
@@ -93,7 +94,10 @@ class StoreBuilder:
         self.applied = 0
         """Messages written (puts and deletes) since the store was created (checkpointed)."""
         self.skipped = 0
-        """Messages skipped in this process: already applied, or the extractor gave no key."""
+        """Messages skipped in this process: already applied, no key from the extractor, or dropped."""
+        self.dropped = 0
+        """Messages dropped because they did not deserialize (``task.drop.deserialization.errors``)."""
+        self._drop_bad = bool(config.get_bool("task.drop.deserialization.errors", False))
         self.decision: RecoveryDecision | None = None
         self.bootstrap = BootstrapProgress()
         self.last_batch: int | None = None
@@ -169,11 +173,18 @@ class StoreBuilder:
                 value = self.extractor.get_value(envelope)
                 slot = self._slot(self.building)
                 store = slot.store
-                key = _as_object(store, "key_serde", key)
-                value = None if value is None else _as_object(store, "msg_serde", value)
-                store.put(key, value)  # None deletes
-                slot.dirty = True
-                self.applied += 1
+                try:
+                    key = _as_object(store, "key_serde", key)
+                    value = None if value is None else _as_object(store, "msg_serde", value)
+                except SerdeError:
+                    if not self._drop_bad:
+                        raise
+                    self.skipped += 1
+                    self.dropped += 1
+                else:
+                    store.put(key, value)  # None deletes
+                    slot.dirty = True
+                    self.applied += 1
         elif envelope.type == MessageType.END_OF_STREAM and self.spec.versioned:
             self._seal()
         # Other control messages (watermarks, end-of-stream of a non-versioned stream) carry no data.

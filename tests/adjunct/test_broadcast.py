@@ -1,0 +1,171 @@
+"""Broadcast adjunct stores: one builder, a published snapshot per batch, one copy per host."""
+
+from __future__ import annotations
+
+import multiprocessing
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from adjunct_harness import AdjunctHarness, BatchFeeder, read_broadcast_in_process
+
+from sparza.blobstore import BlobStoreManager
+from sparza.config import Config
+from sparza.state.adjunct import RecoveryAction, TaskAdjunctManager, directory_size_bytes
+from sparza.streams import SystemStreamPartition
+
+RATES = [SystemStreamPartition("d", "rates", 0), SystemStreamPartition("d", "rates", 1)]
+TASKS = [f"Partition {i}" for i in range(4)]
+
+
+@pytest.fixture
+def config(harness: AdjunctHarness) -> Config:
+    harness.create("rates", 2)
+    harness.create("orders", 4)
+    return harness.config(**{
+        "task.inputs": "d.orders",
+        "task.broadcast.inputs": "d.rates#[0-1]",
+        "stores.rates.adstore.input": "d.rates",
+        "stores.rates.key.serde": "string",
+        "stores.rates.msg.serde": "json",
+    })
+
+
+def _contents(manager: TaskAdjunctManager) -> dict[str, Any]:
+    return dict(manager.get_store("rates").all())
+
+
+def _batch(harness: AdjunctHarness, feeders: dict[str, BatchFeeder], managers: dict[str, TaskAdjunctManager],
+           batch: int) -> dict[str, dict[str, Any]]:
+    """One batch of every task: begin, feed the broadcast SSPs, look (what main messages would see), commit."""
+    seen = {}
+    for task, manager in managers.items():
+        manager.begin_batch(batch)
+        feeders[task].feed(manager, RATES)
+        seen[task] = _contents(manager)
+    for manager in managers.values():
+        manager.commit(batch)
+    return seen
+
+
+def test_every_task_reads_the_snapshot_published_before_its_batch(harness: AdjunctHarness, work_dir: Path,
+                                                                  config: Any) -> None:
+    host = work_dir / "host-a"
+    managers = {t: harness.manager(t, config, host) for t in TASKS}
+    feeders = {t: BatchFeeder(harness) for t in TASKS}
+
+    harness.write("rates", 0, [("usd", 1.0), ("eur", 0.9)])
+    harness.write("rates", 1, [("gbp", 0.8)])
+    seen1 = _batch(harness, feeders, managers, 1)
+    assert all(s == {} for s in seen1.values())  # nothing published before batch 1, builder included
+
+    harness.write("rates", 0, [("usd", 1.1), ("eur", None)])
+    seen2 = _batch(harness, feeders, managers, 2)
+    v1 = {"usd": 1.0, "eur": 0.9, "gbp": 0.8}
+    assert all(s == v1 for s in seen2.values()), seen2  # batch 1's changes, in every task alike
+
+    seen3 = _batch(harness, feeders, managers, 3)
+    assert all(s == {"usd": 1.1, "gbp": 0.8} for s in seen3.values()), seen3
+    assert managers["Partition 0"].status()["rates"]["builder"] is True
+    assert managers["Partition 1"].status()["rates"]["builder"] is False
+    assert managers["Partition 3"].status()["rates"]["reading"]["batch"] == 2
+
+    # Four tasks on one host: one local copy of the snapshot, downloaded once.
+    container = host / "_container" / "rates"
+    snapshot_dirs = [p for p in container.iterdir() if p.is_dir()]
+    assert len(snapshot_dirs) == 1, snapshot_dirs
+    assert sum(m.container_cache.downloads for m in managers.values()) == 2  # the publications of batches 1, 2
+    assert not (host / "rates" / "Partition_1").exists()  # readers keep no store of their own
+    assert directory_size_bytes(container) > 0
+    for manager in managers.values():
+        manager.close()
+
+
+def test_tasks_on_two_hosts_see_the_same_version(harness: AdjunctHarness, work_dir: Path, config: Any) -> None:
+    managers = {t: harness.manager(t, config, work_dir / ("host-a" if i < 2 else "host-b"))
+                for i, t in enumerate(TASKS)}
+    feeders = {t: BatchFeeder(harness) for t in TASKS}
+    for batch in range(1, 5):
+        harness.write("rates", batch % 2, [("k", batch), (f"only{batch}", batch)])
+        seen = _batch(harness, feeders, managers, batch)
+        assert len({repr(sorted(s.items())) for s in seen.values()}) == 1, seen
+    assert seen["Partition 3"] == {"k": 3, "only1": 1, "only2": 2, "only3": 3}
+    for manager in managers.values():
+        manager.close()
+
+
+def test_builder_moves_to_a_new_host_and_restores_its_store(harness: AdjunctHarness, work_dir: Path,
+                                                            config: Any) -> None:
+    builder = harness.manager("Partition 0", config, work_dir / "host-a")
+    reader = harness.manager("Partition 1", config, work_dir / "host-c")
+    feeders = {"Partition 0": BatchFeeder(harness), "Partition 1": BatchFeeder(harness)}
+    harness.write("rates", 0, [(f"k{i}", i) for i in range(20)])
+    _batch(harness, feeders, {"Partition 0": builder, "Partition 1": reader}, 1)
+    entry = builder.commit(2)
+    reader.commit(2)
+    builder.close()
+    shutil.rmtree(work_dir / "host-a")
+
+    moved = harness.manager("Partition 0", config, work_dir / "host-b", entry=entry)
+    assert moved.status()["rates"]["recovery"] == RecoveryAction.RESTORE_SNAPSHOT.value
+    harness.write("rates", 1, [("k0", 999)])
+    feeders["Partition 0"].feed(moved, RATES)
+    moved.commit(3)
+    reader.begin_batch(4)
+    moved.begin_batch(4)
+    expected = {f"k{i}": i for i in range(20)} | {"k0": 999}
+    assert _contents(reader) == expected and _contents(moved) == expected
+    moved.close()
+    reader.close()
+
+
+def test_old_publications_and_snapshots_are_cleaned_up(harness: AdjunctHarness, work_dir: Path, config: Any,
+                                                       local_blob_store: BlobStoreManager) -> None:
+    builder = harness.manager("Partition 0", config, work_dir / "host-a")
+    feeder = BatchFeeder(harness)
+    for batch in range(1, 7):
+        harness.write("rates", 0, [(f"k{batch}", batch)])
+        builder.begin_batch(batch)
+        feeder.feed(builder, RATES)
+        assert _contents(builder) == {f"k{i}": i for i in range(1, batch)}
+        builder.commit(batch)
+    live = [b.blob_id for b in local_blob_store.list_blobs() if b.deleted_at_ms is None]
+    publications = [b for b in live if "adjunct-publication" in b]
+    indexes = [b for b in live if "snapshot-index" in b]
+    assert len(publications) == 2  # the newest and the one readers of the current batch may use
+    assert len(indexes) == 2
+    builder.close()
+
+
+def test_four_processes_on_one_host_download_one_copy(harness: AdjunctHarness, work_dir: Path, config: Any,
+                                                      local_blob_store: BlobStoreManager) -> None:
+    """Four executor processes open the broadcast store at the same moment: the lock file makes
+    exactly one of them download the snapshot; all read the same data from the one copy."""
+    builder = harness.manager("Partition 0", config, work_dir / "builder-host")
+    harness.write("rates", 0, [(f"k{i}", i) for i in range(200)])
+    BatchFeeder(harness).feed(builder, RATES)
+    builder.commit(1)
+    builder.close()
+
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(4)
+    results = ctx.Queue()
+    host = work_dir / "host-shared"
+    procs = [ctx.Process(target=read_broadcast_in_process,
+                         args=(dict(config), task, str(host), str(work_dir / "blobstore"), 2, barrier, results))
+             for task in TASKS]
+    for proc in procs:
+        proc.start()
+    try:
+        got = [results.get(timeout=120) for _ in procs]
+    finally:
+        for proc in procs:
+            proc.join(timeout=60)
+            if proc.is_alive():
+                proc.kill()
+    assert all(proc.exitcode == 0 for proc in procs)
+    expected = {f"k{i}": i for i in range(200)}
+    assert all(contents == expected for _, contents, _ in got)
+    assert sum(downloads for _, _, downloads in got) == 1
+    assert len([p for p in (host / "_container" / "rates").iterdir() if p.is_dir()]) == 1
