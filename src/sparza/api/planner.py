@@ -185,6 +185,9 @@ def plan_application(config: Config, partition_counts: Mapping[SystemStream, int
         extra[f"app.intermediate.{name}.partitions"] = str(inter_partitions[stream])
         extra[intermediate_key(stream)] = "true"
         extra[f"systems.{stream.system}.streams.{stream.stream}.samza.offset.default"] = "oldest"
+        # StageTask (de)serializes what crosses an intermediate stream itself: the runtime must pass bytes.
+        extra[f"systems.{stream.system}.streams.{stream.stream}.samza.key.serde"] = "bytes"
+        extra[f"systems.{stream.system}.streams.{stream.stream}.samza.msg.serde"] = "bytes"
     plans = [StagePlan(p.name, p.config.with_overrides(extra), p.intermediate_inputs, p.intermediate_outputs,
                        p.inputs) for p in plans]
     return ApplicationPlan(config, plans, inter_partitions)

@@ -3,8 +3,10 @@
 An *intermediate* SSP is written by ``taskCount`` upstream tasks; it ends once all of them sent
 end-of-stream, and its watermark is the min of the live producers' watermarks (producers that
 ended are left out: they will write nothing more, so they must neither hold the min back nor, as
-in FLINK-38477, push it to infinity while others are alive). Producers whose watermark has not
-advanced for ``idle_timeout_ms`` are left out as well when a quorum of live producers is active.
+in FLINK-38477, push it to infinity while others are alive). Producers not heard from for
+``idle_timeout_ms`` are left out as well when a quorum of live producers is active. A producer that
+keeps reporting the same watermark is alive, not idle (as Samza's ``lastUpdateTime``): it may still
+write data at that event time, so it keeps holding the min.
 
 A *source* SSP's watermark is the largest event time seen minus the stream's lateness; it ends
 when the runtime reaches the end of a bounded stream or a bare end-of-stream arrives.
@@ -45,28 +47,28 @@ class IdlePolicy:
 
 @dataclass(slots=True)
 class ProducerState:
-    """What one upstream task told one SSP: its latest watermark, whether it ended, and when the
-    watermark last advanced (batch time; ``pending`` until the next batch boundary stamps it)."""
+    """What one upstream task told one SSP: its latest watermark, whether it ended, and when it was
+    last heard from (batch time; ``pending`` until the next batch boundary stamps it)."""
 
     watermark: int | None = None
     ended: bool = False
-    advanced_at: int | None = None
+    heard_at: int | None = None
     pending: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able form for the task checkpoint."""
-        return {"watermark": self.watermark, "ended": self.ended, "advancedAt": self.advanced_at,
+        return {"watermark": self.watermark, "ended": self.ended, "heardAt": self.heard_at,
                 "pending": self.pending}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProducerState:
         """Inverse of :meth:`to_json`."""
-        return cls(data.get("watermark"), bool(data.get("ended", False)), data.get("advancedAt"),
+        return cls(data.get("watermark"), bool(data.get("ended", False)), data.get("heardAt"),
                    bool(data.get("pending", False)))
 
 
-def _is_active(advanced_at: int | None, pending: bool, now_ms: int, timeout_ms: int) -> bool:
-    return pending or (advanced_at is not None and now_ms - advanced_at < timeout_ms)
+def _is_active(heard_at: int | None, pending: bool, now_ms: int, timeout_ms: int) -> bool:
+    return pending or (heard_at is not None and now_ms - heard_at < timeout_ms)
 
 
 @dataclass(slots=True)
@@ -80,16 +82,19 @@ class SspControlState:
     task_count: int = 0
     producers: dict[str, ProducerState] = field(default_factory=dict)
     created_at: int | None = None
-    advanced_at: int | None = None
+    heard_at: int | None = None
     pending: bool = False
     control_received: int = 0
 
     # --- input -----------------------------------------------------------------------------
     def on_user(self, timestamp: int | None) -> None:
-        """A user message: on a source SSP its event time advances the watermark."""
-        if self.intermediate or timestamp is None or self.ended:
+        """A user message: on a source SSP it shows the partition is alive and its event time
+        advances the watermark."""
+        if self.intermediate or self.ended:
             return
-        self._raise_to(int(timestamp) - self.lateness_ms)
+        self.pending = True
+        if timestamp is not None:
+            self._raise_to(int(timestamp) - self.lateness_ms)
 
     def on_control(self, message: ControlMessage) -> None:
         """A watermark or end-of-stream message from an upstream task (or a bare one from a source)."""
@@ -110,12 +115,12 @@ class SspControlState:
         producer = self.producers.setdefault(message.task_name, ProducerState())
         if producer.ended:
             return
+        producer.pending = True
         if message.type == MessageType.END_OF_STREAM:
             producer.ended = True
         elif message.timestamp is not None and (producer.watermark is None or message.timestamp > producer.watermark):
             # Per-producer monotonic: an older watermark (a replayed upstream batch) is ignored.
             producer.watermark = message.timestamp
-            producer.pending = True
         self.recompute(None, IdlePolicy())
 
     def on_exhausted(self) -> None:
@@ -126,7 +131,6 @@ class SspControlState:
     def _raise_to(self, candidate: int | None) -> bool:
         if candidate is not None and (self.watermark is None or candidate > self.watermark):
             self.watermark = candidate
-            self.pending = True
             return True
         return False
 
@@ -136,14 +140,14 @@ class SspControlState:
         return sum(1 for p in self.producers.values() if p.ended)
 
     def stamp(self, now_ms: int) -> None:
-        """At a batch boundary: time-stamp what advanced during the batch (for idle handling)."""
+        """At a batch boundary: time-stamp what was heard from during the batch (for idle handling)."""
         if self.created_at is None:
             self.created_at = now_ms
         if self.pending:
-            self.advanced_at, self.pending = now_ms, False
+            self.heard_at, self.pending = now_ms, False
         for producer in self.producers.values():
             if producer.pending:
-                producer.advanced_at, producer.pending = now_ms, False
+                producer.heard_at, producer.pending = now_ms, False
 
     def recompute(self, now_ms: int | None, idle: IdlePolicy) -> None:
         """Recompute an intermediate SSP's end-of-stream and watermark; ``now_ms`` enables idle handling."""
@@ -171,24 +175,24 @@ class SspControlState:
         if unheard > 0 and (self.created_at is None or now_ms - self.created_at < idle.timeout_ms):
             return None
         active = [p.watermark for p in live
-                  if p.watermark is not None and _is_active(p.advanced_at, p.pending, now_ms, idle.timeout_ms)]
+                  if p.watermark is not None and _is_active(p.heard_at, p.pending, now_ms, idle.timeout_ms)]
         if len(active) < idle.quorum_count(live_expected):
             return None
         return min(w for w in active if w is not None)
 
     def is_idle_source(self, now_ms: int, idle: IdlePolicy) -> bool:
-        """A source SSP whose watermark has not advanced within the idle timeout (never: off)."""
+        """A source SSP with no message within the idle timeout (never when idle handling is off)."""
         if self.intermediate or not idle.enabled or self.ended:
             return False
-        if self.advanced_at is None and not self.pending:
+        if self.heard_at is None and not self.pending:
             return self.created_at is not None and now_ms - self.created_at >= idle.timeout_ms
-        return not _is_active(self.advanced_at, self.pending, now_ms, idle.timeout_ms)
+        return not _is_active(self.heard_at, self.pending, now_ms, idle.timeout_ms)
 
     # --- checkpoint ------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         """JSON-able form for the task checkpoint."""
         return {"intermediate": self.intermediate, "watermark": self.watermark, "ended": self.ended,
-                "taskCount": self.task_count, "createdAt": self.created_at, "advancedAt": self.advanced_at,
+                "taskCount": self.task_count, "createdAt": self.created_at, "heardAt": self.heard_at,
                 "pending": self.pending, "producers": {n: p.to_json() for n, p in sorted(self.producers.items())}}
 
     @classmethod
@@ -198,5 +202,5 @@ class SspControlState:
                    watermark=data.get("watermark"), ended=bool(data.get("ended", False)),
                    task_count=int(data.get("taskCount", 0)),
                    producers={n: ProducerState.from_json(p) for n, p in (data.get("producers") or {}).items()},
-                   created_at=data.get("createdAt"), advanced_at=data.get("advancedAt"),
+                   created_at=data.get("createdAt"), heard_at=data.get("heardAt"),
                    pending=bool(data.get("pending", False)))
