@@ -92,6 +92,8 @@ def test_truncate_removes_old_offsets_with_a_clear_error(delta_config: Config, r
     # Snapshot readers: the compacted file still holds rows >= horizon, so nothing they need was lost.
     rows = DeltaTable(admin.stream_location("s")).to_pyarrow_table()
     assert {b"m12", b"m100"} <= set(rows.column("value").to_pylist())
+    truncate(admin.location("s"), 100)                          # everything: partitions read empty, no error
+    assert read_all(delta_config, "s", 0) == []
 
 
 def test_log_cleanup_makes_offsets_removed(delta_config: Config, read_all: Callable[..., list]) -> None:

@@ -202,6 +202,8 @@ def test_consumer_from_pickled_config(delta_config: Config) -> None:
     config = pickle.loads(pickle.dumps(delta_config))
     consumer = pickle.loads(pickle.dumps(DeltaSystemConsumer("d", config)))
     assert [e.message for e in consumer.read(SystemStreamPartition("d", "s", 0), "0:0")] == [b"m0", b"m1", b"m2"]
+    used = pickle.loads(pickle.dumps(consumer))   # a consumer that has read pickles too
+    assert len(list(used.read(SystemStreamPartition("d", "s", 0), None))) == 3
 
 
 def test_racing_flush_of_the_same_transaction_lands_once(delta_config: Config, read_all: Callable[..., list]) -> None:

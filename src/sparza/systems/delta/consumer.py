@@ -37,6 +37,15 @@ class DeltaSystemConsumer:
         self.metrics = metrics
         self._logs: dict[str, DeltaLog] = {}
 
+    def __getstate__(self) -> dict[str, object]:
+        # Open table handles hold native filesystems: a pickled consumer (to an executor) reopens them.
+        return {"system_name": self.system_name, "settings": DeltaSystemSettings(self.system_name,
+                                                                                 self.settings.config),
+                "metrics": self.metrics, "_logs": {}}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+
     # --- SystemConsumer lifecycle ------------------------------------------------------------
     def start(self) -> None:
         """Nothing to open ahead of time: tables are opened on first read."""
@@ -64,9 +73,9 @@ class DeltaSystemConsumer:
         """
         log = self.log(ssp.stream)
         if start is None:
-            from sparza.systems.delta.retention import oldest_offset
+            from sparza.systems.delta.retention import first_readable_version, oldest_offset
 
-            begin = oldest_offset(log, ssp.partition) or DeltaOffset(0, 0)
+            begin = oldest_offset(log, ssp.partition) or DeltaOffset(first_readable_version(log), 0)
         else:
             begin = DeltaOffset.parse(start)
         stop = None if end is None else DeltaOffset.parse(end)

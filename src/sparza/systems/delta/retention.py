@@ -13,7 +13,7 @@ import json
 from sparza.systems.delta.log import DeltaLog
 from sparza.systems.delta.offsets import DeltaOffset
 
-__all__ = ["HORIZON_PATH", "oldest_offset", "read_horizon", "write_horizon"]
+__all__ = ["HORIZON_PATH", "first_readable_version", "oldest_offset", "read_horizon", "write_horizon"]
 
 HORIZON_PATH = "_sparza/retention.json"
 """Relative to the table root; Delta ignores paths starting with ``_`` (vacuum keeps it)."""
@@ -53,3 +53,9 @@ def oldest_offset(log: DeltaLog, partition: int, latest: int | None = None) -> D
         if commit is not None and commit.files_for(partition):
             return DeltaOffset(version, 0)
     return None
+
+
+def first_readable_version(log: DeltaLog) -> int:
+    """The first version whose rows can still be read (0 for a table nothing was removed from)."""
+    present = log.present_versions()
+    return max(present[0] if present else 0, read_horizon(log))
