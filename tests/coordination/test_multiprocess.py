@@ -173,3 +173,23 @@ def test_coordination_recovers_after_azurite_restarts(fleet_factory: Any, tmp_pa
         assert len(fleet.leaders([*THREE, "p4"])) == 1
     finally:
         storage.stop()  # the fleet fixture kills the processors
+
+
+def test_cli_status_shows_leader_processors_and_model(fleet_factory: Any, coord_config: dict[str, str],
+                                                      tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    fleet = fleet_factory(coord_config, tasks=4)
+    fleet.start("p1", "p2")
+    version = fleet.wait_converged(["p1", "p2"], 60)
+    leader = fleet.wait_for(lambda: fleet.leaders(["p1", "p2"]), 10, "a leader")[0]
+    config = tmp_path / "job.yaml"
+    config.write_text(json.dumps(coord_config))  # JSON is valid YAML
+    run = subprocess.run([sys.executable, "-m", "sparza.cli", "coordinator", "status", "--config", str(config)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert f"leader: {leader}" in run.stdout
+    assert f"version {version}, barrier END" in run.stdout
+    assert "p1" in run.stdout and "p2" in run.stdout and "Partition 3" in run.stdout

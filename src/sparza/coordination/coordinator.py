@@ -250,9 +250,8 @@ class AzureJobCoordinator:
             self._lead_step(term, state, rows, alive)
         except StaleLeaderError as exc:
             log.warning("processor %s: %s; resigning", self.processor_id, exc)
-            self._lease.forget()
             self._barrier = None
-            self.elector.resign()
+            self.elector.resign()  # the lease may still be ours on the service: release it for the next leader
 
     def _lead_step(self, term: int, state: CoordinatorState, rows: list[Any], alive: set[str]) -> None:
         participants = set(state.processors)

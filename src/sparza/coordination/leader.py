@@ -53,6 +53,7 @@ class AzureLeaderElector:
         self._listener: LeaderElectorListener = listener or _NoListener()
         self._lock = threading.RLock()
         self._term = 0
+        self._leading = False  # True only once the term is recorded: the lease alone is not leadership
 
     def set_listener(self, listener: LeaderElectorListener) -> None:
         """Replace the listener."""
@@ -64,8 +65,8 @@ class AzureLeaderElector:
         return self._term
 
     def am_i_leader(self) -> bool:
-        """True while we hold the lease and it cannot have expired by our own clock."""
-        return self._lease.held()
+        """True once our term is recorded, while we hold the lease and it cannot have expired by our clock."""
+        return self._leading and self._lease.held()
 
     def current_leader(self) -> tuple[str | None, int]:
         """``(processor id, term)`` recorded on the leader blob, or ``(None, term)`` when the lease is free."""
@@ -76,7 +77,7 @@ class AzureLeaderElector:
     def try_become_leader(self) -> bool:
         """Take the lease if it is free; True when we are leader afterwards."""
         with self._lock:
-            if self._lease.held():
+            if self._leading and self._lease.held():
                 return True
             try:
                 info = self._lease.info()
@@ -97,6 +98,7 @@ class AzureLeaderElector:
                 self._lease.release()
                 raise
             self._term = term
+            self._leading = True
         log.info("processor %s became leader with term %d", self.processor_id, term)
         self._listener.on_become_leader(term)
         return True
@@ -110,7 +112,7 @@ class AzureLeaderElector:
     def renew(self) -> None:
         """Renew the lease and verify the recorded term is still ours; on failure, give leadership up."""
         with self._lock:
-            if self._term == 0 or self.lease_id is None:
+            if not self._leading or self.lease_id is None:
                 return
             try:
                 self._lease.renew()
@@ -131,19 +133,22 @@ class AzureLeaderElector:
     def resign(self) -> None:
         """Release the lease so another processor can take over at once."""
         with self._lock:
-            was_leader = self._lease.lease_id is not None
+            was_leader = self._leading
+            self._leading = False
             self._lease.release()
         if was_leader:
             self._listener.on_leadership_lost("resigned")
 
     def _lost(self, reason: str) -> None:
         log.warning("processor %s lost leadership: %s", self.processor_id, reason)
-        self._lease.forget()
+        with self._lock:
+            self._leading = False
+            self._lease.forget()
         self._listener.on_leadership_lost(reason)
 
     def check_held(self) -> None:
         """Raise nothing while we hold the lease; give leadership up when our own clock says it lapsed."""
-        if self._lease.lease_id is not None and not self._lease.held():
+        if self._leading and not self._lease.held():
             self._lost("lease not renewed in time")
 
     def blob(self) -> Any:

@@ -1,0 +1,48 @@
+"""``sparza coordinator status --config job.yaml``: leader, processors, heartbeats and the job model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sparza.config import Config
+from sparza.coordination.status import read_status
+
+__all__ = ["app", "register"]
+
+app = typer.Typer(help="Inspect how the processors of a job share its tasks (job.coordinator.factory: azure).",
+                  no_args_is_help=True)
+
+
+@app.command()
+def status(config: Path = typer.Option(..., "--config", "-c", help="The job's config file (YAML or .properties)."),
+           ) -> None:
+    """Show the leader, each processor's last heartbeat, the job-model version, barrier and assignment."""
+    cfg = Config.load(config)
+    st = read_status(cfg)
+    out = Console(highlight=False, width=None if Console().is_terminal else 200)
+    state = st.state
+    out.print(f"job {cfg.get_str('job.name')}-{cfg.get_str('job.id', '1')}: container {st.container}, "
+              f"table {st.table}")
+    out.print(f"leader: {st.leader or '(none: lease ' + st.lease_state + ')'}  term {st.term}")
+    out.print(f"job model: version {state.version}, barrier {state.barrier.value}"
+              + (f" (in force: version {state.effective.version})" if state.effective else " (none in force)"))
+    procs = Table("processor", "row version", "last heartbeat (service, UTC)", "age s", "alive", "leader", "tasks")
+    model = state.current
+    for p in st.processors:
+        tasks = ", ".join(model.tasks_of(p.processor_id)) if model else ""
+        row = p.partition if not p.partition.isdigit() else str(int(p.partition))
+        procs.add_row(p.processor_id, row, p.last_heartbeat.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+                      f"{p.age_s:.1f}", "yes" if p.alive else "NO", "yes" if p.is_leader else "",
+                      tasks or "-")
+    out.print(procs)
+    if not st.processors:
+        out.print("no processor has heartbeated yet")
+
+
+def register(root: typer.Typer) -> None:
+    """Add ``coordinator`` to the root command."""
+    root.add_typer(app, name="coordinator")
