@@ -107,14 +107,13 @@ class LocalBlobStoreManager(BlobStoreManager):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{_TMP}{path.name}")
         try:
-            with open(tmp, "wb") as out:
-                if isinstance(source, str | Path):
-                    with open(source, "rb") as src:
-                        shutil.copyfileobj(src, out, 1 << 20)
-                else:
+            if isinstance(source, str | Path):
+                shutil.copyfile(source, tmp)  # sendfile: no copy through Python
+            else:
+                with open(tmp, "wb") as out:
                     shutil.copyfileobj(source, out, 1 << 20)
-                if self.fsync:
-                    out.flush()
+            if self.fsync:
+                with open(tmp, "rb+") as out:
                     os.fsync(out.fileno())
             # The sidecar first: a blob file without one would never be collected.
             self._write_meta(blob_id, {"metadata": metadata.as_dict(),
@@ -132,11 +131,10 @@ class LocalBlobStoreManager(BlobStoreManager):
         if meta.get("deleted_at_ms") is not None and not get_deleted:
             raise DeletedError("get", blob_id)
         try:
-            with open(self._path(blob_id), "rb") as src:
-                if isinstance(dest, str | Path):
-                    with open(dest, "wb") as out:
-                        shutil.copyfileobj(src, out, 1 << 20)
-                else:
+            if isinstance(dest, str | Path):
+                shutil.copyfile(self._path(blob_id), dest)  # sendfile: no copy through Python
+            else:
+                with open(self._path(blob_id), "rb") as src:
                     shutil.copyfileobj(src, dest, 1 << 20)
         except FileNotFoundError:
             raise BlobNotFoundError("get", blob_id) from None

@@ -164,6 +164,13 @@ class SnapshotTransfer:
     def get_file(self, file: FileIndex, dest: Path, base: Metadata, rel_path: str, *,
                  get_deleted: bool, on_deleted: Callable[[str], None]) -> int:
         """Write ``file`` to ``dest`` from its blobs in offset order, fsync it and verify size and CRC."""
+        if len(file.blobs) == 1 and file.blobs[0].offset == 0:
+            # One blob: let the manager write the path itself (a local store copies with sendfile).
+            self._get_single(file.blobs[0].blob_id, dest, base, rel_path, get_deleted=get_deleted,
+                             on_deleted=on_deleted)
+            with open(dest, "rb+") as out:
+                os.fsync(out.fileno())
+            return self._verify(file, dest, rel_path)
         with open(dest, "wb") as out:
             for blob in sorted(file.blobs, key=lambda b: b.offset):
                 if out.tell() != blob.offset:
@@ -181,6 +188,20 @@ class SnapshotTransfer:
                     self.manager.get(blob.blob_id, out, meta, True)
             out.flush()
             os.fsync(out.fileno())
+        return self._verify(file, dest, rel_path)
+
+    def _get_single(self, blob_id: str, dest: Path, base: Metadata, rel_path: str, *, get_deleted: bool,
+                    on_deleted: Callable[[str], None]) -> None:
+        meta = Metadata(rel_path, -1, base.job_name, base.job_id, base.task_name, base.store_name)
+        try:
+            self.manager.get(blob_id, dest, meta, get_deleted)
+        except BlobNotFoundError as exc:
+            raise SnapshotUnavailableError(blob_id, f"file blob of {rel_path}") from exc
+        except DeletedError:
+            on_deleted(blob_id)
+            self.manager.get(blob_id, dest, meta, True)
+
+    def _verify(self, file: FileIndex, dest: Path, rel_path: str) -> int:
         size = dest.stat().st_size
         actual = crc32_file(dest)
         if size != file.size or actual != file.checksum:
