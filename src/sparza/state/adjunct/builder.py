@@ -26,6 +26,7 @@ from typing import Any
 
 from sparza.config import Config
 from sparza.errors import SerdeError
+from sparza.serde import Serde
 from sparza.state.adjunct.config import AdjunctStoreSpec
 from sparza.state.adjunct.extractor import KeyValueExtractor
 from sparza.state.adjunct.offsets import StreamAccess
@@ -36,7 +37,7 @@ from sparza.state.adjunct.recovery import (
     decide_recovery,
     judge_local_copy,
 )
-from sparza.state.adjunct.slot import StoreMarker, StoreSlot
+from sparza.state.adjunct.slot import StoreMarker, StoreSlot, store_serdes
 from sparza.state.adjunct.snapshots import SnapshotStore
 from sparza.state.kv import InMemoryStore, KeyValueStore, safe_dir_name
 from sparza.streams import IncomingMessageEnvelope, MessageType, SystemStreamPartition
@@ -44,6 +45,7 @@ from sparza.streams import IncomingMessageEnvelope, MessageType, SystemStreamPar
 __all__ = ["BootstrapProgress", "EnvelopeReader", "StoreBuilder"]
 
 _log = logging.getLogger(__name__)
+_WRITE_BATCH = 1000
 
 EnvelopeReader = Callable[[SystemStreamPartition, str | None, str | None], Iterable[IncomingMessageEnvelope]]
 """``read(ssp, start, end)``: messages of ``ssp`` in ``[start, end)`` (start None: the oldest)."""
@@ -98,6 +100,8 @@ class StoreBuilder:
         self.dropped = 0
         """Messages dropped because they did not deserialize (``task.drop.deserialization.errors``)."""
         self._drop_bad = bool(config.get_bool("task.drop.deserialization.errors", False))
+        self._key_serde, self._msg_serde = store_serdes(config, spec.name)
+        self._pending: dict[bytes, bytes | None] = {}
         self.decision: RecoveryDecision | None = None
         self.bootstrap = BootstrapProgress()
         self.last_batch: int | None = None
@@ -139,7 +143,9 @@ class StoreBuilder:
             self._retired.append(snapshot)
 
     def serving_store(self) -> KeyValueStore:
-        """The store readers see: the serving version (an empty store before the first complete version)."""
+        """The bytes store readers see: the serving version (an empty store before the first complete
+        version). Buffered writes are applied first, so a partitioned store shows this batch's changes."""
+        self._write_pending()
         if self.serving is None:
             if self._empty is None:
                 self._empty = InMemoryStore(self.spec.name)
@@ -171,27 +177,37 @@ class StoreBuilder:
                 self.skipped += 1
             else:
                 value = self.extractor.get_value(envelope)
-                slot = self._slot(self.building)
-                store = slot.store
                 try:
-                    key = _as_object(store, "key_serde", key)
-                    value = None if value is None else _as_object(store, "msg_serde", value)
+                    raw_key = _encode(self._key_serde, key)
+                    raw_value = None if value is None else _encode(self._msg_serde, value)
                 except SerdeError:
                     if not self._drop_bad:
                         raise
                     self.skipped += 1
                     self.dropped += 1
                 else:
-                    store.put(key, value)  # None deletes
-                    slot.dirty = True
+                    # Buffered and written as one batch: a later write of a key replaces an
+                    # earlier one of the same batch, so order is kept. None deletes.
+                    self._pending[raw_key] = raw_value
                     self.applied += 1
+                    if len(self._pending) >= _WRITE_BATCH:
+                        self._write_pending()
         elif envelope.type == MessageType.END_OF_STREAM and self.spec.versioned:
             self._seal()
         # Other control messages (watermarks, end-of-stream of a non-versioned stream) carry no data.
         self.offsets[ssp_key] = envelope.offset
         return True
 
+    def _write_pending(self) -> None:
+        if not self._pending:
+            return
+        slot = self._slot(self.building)
+        slot.store.put_all(list(self._pending.items()))
+        slot.dirty = True
+        self._pending = {}
+
     def _seal(self) -> None:
+        self._write_pending()
         if self.sealed is not None:
             # Two markers in one batch: the earlier version was never served; drop it now.
             _log.info("adjunct store %s: version %d superseded before it was served", self.spec.name, self.sealed)
@@ -249,6 +265,7 @@ class StoreBuilder:
                 self.snapshots.delete_snapshot(index_id)
         self._uncleaned = []
         self._retired = []
+        self._write_pending()
         if self.sealed is not None:
             old, self.serving, self.sealed = self.serving, self.sealed, None
             if old is not None:
@@ -293,6 +310,7 @@ class StoreBuilder:
     # --- restore ---------------------------------------------------------------------------------------
     def restore(self, entry: dict[str, Any] | None) -> RecoveryDecision:
         """Bring the local store to the committed state ``entry`` (None: the task never committed)."""
+        self._pending = {}
         self._close_stores()
         self._slots.clear()
         self._snapshot_ids.clear()
@@ -396,9 +414,11 @@ def _first(values: Iterable[str | None]) -> str | None:
     return next(iter(values), None)
 
 
-def _as_object(store: KeyValueStore, serde_attr: str, value: Any) -> Any:
-    """Bytes read from the stream are taken as already serialized with the store's serde."""
-    serde = getattr(store, serde_attr, None)
-    if isinstance(value, bytes | bytearray | memoryview) and serde is not None and serde.name != "bytes":
-        return serde.from_bytes(bytes(value))
-    return value
+def _encode(serde: Serde, value: Any) -> bytes:
+    """Bytes from the stream are stored as they are (already in the store's format); objects an
+    extractor made go through the store's serde."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    return serde.to_bytes(value)

@@ -29,8 +29,9 @@ from typing import IO
 
 from sparza.config import Config
 from sparza.state.adjunct.errors import BroadcastSnapshotError
+from sparza.state.adjunct.slot import open_raw_store
 from sparza.state.adjunct.snapshots import SnapshotStore
-from sparza.state.kv import KeyValueStore, open_store, safe_dir_name
+from sparza.state.kv import KeyValueStore, safe_dir_name
 
 __all__ = ["ContainerSnapshotCache", "SnapshotLease", "directory_size_bytes"]
 
@@ -88,7 +89,7 @@ class ContainerSnapshotCache:
                 if not (path / "CURRENT").exists():
                     self._download(snapshot_id, path, snapshots)
                 fcntl.flock(lock_file, fcntl.LOCK_SH)
-            store = open_store(store_name, self.config, key, self.root, read_only=True)
+            store = open_raw_store(store_name, self.config, key, self.root, read_only=True)
         except BaseException:
             lock_file.close()
             raise

@@ -79,6 +79,9 @@ class TaskAdjunctManager:
         self._by_stream: dict[Any, list[str]] = {}
         for spec in self.adjunct_config.stores:
             self._by_stream.setdefault(spec.stream, []).append(spec.name)
+        self._counters = {(name, applied): self.metrics.counter(f"adjunct-{name}", "messages-applied" if applied
+                                                                else "messages-skipped")
+                          for name in self._managers for applied in (True, False)}
         self._restored = False
 
     def _ssps_of(self, spec: AdjunctStoreSpec,
@@ -111,7 +114,7 @@ class TaskAdjunctManager:
             self.restore(None)
         for name in names:
             applied = self._managers[name].process(envelope)
-            self.metrics.counter(f"adjunct-{name}", "messages-applied" if applied else "messages-skipped").inc()
+            self._counters[(name, applied)].inc()
         return True
 
     def get_store(self, name: str) -> KeyValueStore:

@@ -19,9 +19,28 @@ from pathlib import Path
 from typing import Any
 
 from sparza.config import Config
+from sparza.serde import Serde, serde_from_name
 from sparza.state.kv import KeyValueStore, open_store, safe_dir_name, store_dir
 
-__all__ = ["MARKER_FILE", "StoreMarker", "StoreSlot"]
+__all__ = ["MARKER_FILE", "StoreMarker", "StoreSlot", "open_raw_store", "store_serdes"]
+
+
+def store_serdes(config: Config, store_name: str) -> tuple[Serde, Serde]:
+    """The key and value serdes configured for ``stores.<store_name>`` (as ``open_store`` reads them)."""
+    prefix = f"stores.{store_name}."
+    key = serde_from_name(config.get_str(prefix + "key.serde", None), key=prefix + "key.serde",
+                          schema=config.get_str(prefix + "key.schema", None), config=config)
+    msg = serde_from_name(config.get_str(prefix + "msg.serde", None), key=prefix + "msg.serde",
+                          schema=config.get_str(prefix + "msg.schema", None), config=config)
+    return key, msg
+
+
+def open_raw_store(store_name: str, config: Config, task_name: str, base_dir: str | Path,
+                   read_only: bool = False) -> KeyValueStore:
+    """Open the store with bytes serdes (engine and options as configured): adjunct stores write the
+    stream's bytes as they are and the task's read-only view applies the configured serdes."""
+    raw = config.with_overrides({f"stores.{store_name}.key.serde": "bytes", f"stores.{store_name}.msg.serde": "bytes"})
+    return open_store(store_name, raw, task_name, base_dir, read_only=read_only)
 
 MARKER_FILE = "ADJUNCT-MARKER.json"
 
@@ -46,7 +65,8 @@ class StoreMarker:
 
 
 class StoreSlot:
-    """A writable local store (RocksDB directory or memory) of one adjunct store, or one version of it.
+    """A writable local store (RocksDB directory or memory, keys and values as bytes) of one adjunct
+    store, or one version of it.
 
     ``slot_name`` names the copy in blob paths (``customers`` or ``customers.v3``); ``dir_task`` is
     the task part of its directory (``Partition 0`` or ``Partition 0.v3``).
@@ -70,7 +90,7 @@ class StoreSlot:
     def store(self) -> KeyValueStore:
         """The open store (opened on first use)."""
         if self._store is None:
-            self._store = open_store(self.store_name, self.config, self.dir_task, self.base_dir)
+            self._store = open_raw_store(self.store_name, self.config, self.dir_task, self.base_dir)
         return self._store
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ from sparza.state.adjunct.extractor import load_extractor
 from sparza.state.adjunct.offsets import StreamAccess
 from sparza.state.adjunct.publication import Publication, PublicationBoard
 from sparza.state.adjunct.readonly import ReadOnlyStore
+from sparza.state.adjunct.slot import store_serdes
 from sparza.state.adjunct.snapshots import SnapshotStore
 from sparza.state.kv import InMemoryStore, KeyValueStore
 from sparza.streams import IncomingMessageEnvelope, SystemStreamPartition
@@ -123,7 +124,8 @@ class PartitionedStoreManager:
     def __init__(self, context: AdjunctStoreContext) -> None:
         self.context = context
         self.builder = _builder(context, context.task_name)
-        self._view = ReadOnlyStore(context.spec.name, str(context.spec.stream), self.builder.serving_store)
+        self._view = ReadOnlyStore(context.spec.name, str(context.spec.stream), self.builder.serving_store,
+                                   *store_serdes(context.config, context.spec.name))
 
     def restore(self, entry: dict[str, Any] | None) -> None:
         self.builder.restore(entry)
@@ -178,7 +180,7 @@ class BroadcastStoreManager:
         self._stale = True
         self._last_published: str | None = None
         self._warned_unbootstrapped = False
-        self._view = ReadOnlyStore(spec.name, str(spec.stream), self._current)
+        self._view = ReadOnlyStore(spec.name, str(spec.stream), self._current, *store_serdes(context.config, spec.name))
 
     # --- reading -------------------------------------------------------------------------------
     def _current(self) -> KeyValueStore:
