@@ -113,3 +113,30 @@ def test_bounded_compaction_and_retention(az_config: Config, read_all: Callable[
     assert info.value.oldest == "3:0"
     assert [e.message for e in read_all(az_config, "s", 0)] == [e.message for e in before[8:]] + \
         [f"m{n}".encode() for n in range(100, 104)]
+
+
+def test_create_makes_the_container(azure_connection_string: str, unique_name: str,
+                                    read_all: Callable[..., list]) -> None:
+    config = Config({"systems.d.delta.root": f"az://{unique_name}new/streams",
+                     "azure.storage.connect": azure_connection_string})
+    assert DeltaSystemAdmin("d", config).create_stream(StreamSpec("s", 1)) is True
+    _write(config, 1, 3)
+    assert len(read_all(config, "s", 0)) == 3
+
+
+def test_unreachable_storage_is_a_clear_error(tmp_path: Path, read_all: Callable[..., list]) -> None:
+    from sparza.devstorage import AzuriteProcess
+    from sparza.errors import StorageUnavailableError
+
+    own = AzuriteProcess(tmp_path / "azurite")   # our own emulator: stopping it breaks no other test
+    own.start()
+    try:
+        config = Config({"systems.d.delta.root": "az://outage/streams",
+                         "azure.storage.connect": own.connection_string})
+        DeltaSystemAdmin("d", config).create_stream(StreamSpec("s", 1))
+        _write(config, 1, 3)
+        own.stop()
+        with pytest.raises(StorageUnavailableError, match="unreachable"):
+            read_all(config, "s", 0, "1:0")
+    finally:
+        own.stop()

@@ -16,6 +16,7 @@ from sparza.systems.delta.offsets import DeltaOffset
 from sparza.systems.delta.retention import read_horizon
 from sparza.systems.delta.schema import PARTITION_COLUMN, PARTITION_COUNT_PROPERTY, TABLE_SCHEMA
 from sparza.systems.delta.settings import DeltaSystemSettings, StreamLocation
+from sparza.systems.delta.storage import ensure_container, storage_errors
 
 __all__ = ["DeltaSystemAdmin", "open_table"]
 
@@ -26,7 +27,8 @@ def open_table(location: StreamLocation) -> object:
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        return DeltaTable(location.uri, storage_options=location.storage_options)
+        with storage_errors(location.uri):
+            return DeltaTable(location.uri, storage_options=location.storage_options)
     except TableNotFoundError as exc:
         raise StreamNotFoundError(location.stream, location.uri) from exc
 
@@ -94,7 +96,11 @@ class DeltaSystemAdmin:
             "delta.logRetentionDuration": self.settings.log_retention,
             **spec.properties,
         }
-        if DeltaTable.is_deltatable(location.uri, storage_options=location.storage_options):
+        if location.is_remote:
+            ensure_container(self.settings.config, f"systems.{self.system_name}.delta.", location.uri)
+        with storage_errors(location.uri):
+            exists = DeltaTable.is_deltatable(location.uri, storage_options=location.storage_options)
+        if exists:
             return self._check_existing(spec, location)
         if not location.is_remote:
             os.makedirs(location.uri, exist_ok=True)

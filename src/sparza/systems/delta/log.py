@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from sparza.systems.delta.schema import FILE_COLUMNS, PARTITION_COLUMN
 from sparza.systems.delta.settings import StreamLocation
+from sparza.systems.delta.storage import storage_errors
 
 __all__ = ["Commit", "DeltaLog", "FileEntry", "log_path"]
 
@@ -100,7 +101,7 @@ class DeltaLog:
         if cached is not None:
             return cached
         try:
-            with self._fs.open_input_stream(log_path(version)) as stream:
+            with storage_errors(self.location.uri), self._fs.open_input_stream(log_path(version)) as stream:
                 data = stream.read()
         except FileNotFoundError:
             return None
@@ -156,7 +157,8 @@ class DeltaLog:
         import pyarrow.fs as pa_fs
 
         try:
-            infos = self._fs.get_file_info(pa_fs.FileSelector(_LOG_DIR, allow_not_found=True))
+            with storage_errors(self.location.uri):
+                infos = self._fs.get_file_info(pa_fs.FileSelector(_LOG_DIR, allow_not_found=True))
         except FileNotFoundError:
             return []
         versions = []
@@ -191,5 +193,5 @@ class DeltaLog:
     # --- data ------------------------------------------------------------------------------
     def read_file(self, entry: FileEntry) -> pa.Table:
         """The rows of one data file (columns of :data:`FILE_SCHEMA`), in file order."""
-        with self._fs.open_input_file(entry.path) as handle:
+        with storage_errors(self.location.uri), self._fs.open_input_file(entry.path) as handle:
             return pq.ParquetFile(handle).read(columns=FILE_COLUMNS)

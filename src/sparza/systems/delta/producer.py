@@ -28,6 +28,7 @@ from sparza.systems.delta.admin import DeltaSystemAdmin, open_table
 from sparza.systems.delta.partitioner import partition_for, partition_key_bytes, serialize
 from sparza.systems.delta.schema import FILE_SCHEMA, PARTITION_COLUMN, TABLE_SCHEMA
 from sparza.systems.delta.settings import StreamLocation
+from sparza.systems.delta.storage import storage_errors
 
 __all__ = ["DeltaSystemProducer"]
 
@@ -191,7 +192,8 @@ class DeltaSystemProducer:
         if info.table is None:
             info.table = open_table(info.location)
         else:
-            info.table.update_incremental()
+            with storage_errors(info.location.uri):
+                info.table.update_incremental()
         return info.table
 
     def _commit(self, source: str, stream: str, partitions: dict[int, _PartitionBuffer],
@@ -223,7 +225,8 @@ class DeltaSystemProducer:
             payload = sink.getvalue()
             directory = f"{PARTITION_COLUMN}={partition}"
             path = f"{directory}/{uuid.uuid4().hex}.parquet"
-            info.location.write_bytes(path, payload)
+            with storage_errors(info.location.uri):
+                info.location.write_bytes(path, payload)
             ts = data.column("timestamp")
             stats = {"numRecords": data.num_rows, "minValues": {"timestamp": pa.compute.min(ts).as_py()},
                      "maxValues": {"timestamp": pa.compute.max(ts).as_py()}}
@@ -236,8 +239,9 @@ class DeltaSystemProducer:
             app_transactions=[Transaction(transaction[0], transaction[1])] if transaction else None,
             custom_metadata={"sparza.producer": source})
         try:
-            table.create_write_transaction(actions, "append", self._delta_schema, partition_by=[PARTITION_COLUMN],
-                                           commit_properties=properties)
+            with storage_errors(info.location.uri):
+                table.create_write_transaction(actions, "append", self._delta_schema, partition_by=[PARTITION_COLUMN],
+                                               commit_properties=properties)
         except CommitFailedError:
             # delta-rs refuses a commit when a concurrent winner carries the same app id: if that
             # winner already committed this version, ours is a duplicate and is dropped.

@@ -12,6 +12,7 @@ import json
 
 from sparza.systems.delta.log import DeltaLog
 from sparza.systems.delta.offsets import DeltaOffset
+from sparza.systems.delta.storage import storage_errors
 
 __all__ = ["HORIZON_PATH", "first_readable_version", "oldest_offset", "read_horizon", "write_horizon"]
 
@@ -23,7 +24,7 @@ def read_horizon(log: DeltaLog) -> int:
     """The first version retention keeps (0 when nothing was truncated)."""
     fs = log.location.filesystem()
     try:
-        with fs.open_input_stream(HORIZON_PATH) as stream:
+        with storage_errors(log.location.uri), fs.open_input_stream(HORIZON_PATH) as stream:
             return int(json.loads(stream.read())["oldest_version"])
     except FileNotFoundError:
         return 0
