@@ -277,3 +277,38 @@ def test_restore_deletes_store_dir_content_not_in_snapshot(backup: StateBackup, 
     backup.restore(index_id, dest)
     assert sorted(p.name for p in dest.iterdir()) == ["f"]
     shutil.rmtree(dest)
+
+
+def test_metrics_count_what_was_uploaded_and_restored(backup: StateBackup, tmp_path: Path) -> None:
+    src = tmp_path / "cp-1"
+    src.mkdir()
+    (src / "a.sst").write_bytes(b"a" * 1000)
+    (src / "CURRENT").write_bytes(b"c" * 10)
+    first = backup.upload("files", src, None)
+    (src / "b.sst").write_bytes(b"b" * 500)
+    (src / "CURRENT").write_bytes(b"d" * 10)  # mutable file changed: uploaded again
+    second = backup.upload("files", src, first)
+    backup.cleanup(second)
+    snap = backup.registry.snapshot()
+    up = snap["BlobStoreBackupManagerMetrics"]
+    assert up["files-uploaded"] == 4 and up["bytes-uploaded"] == 1000 + 10 + 500 + 10
+    assert up["files-to-retain"] == 1 and up["bytes-to-retain"] == 1000
+    assert up["files-removed"] == 1 and up["blobs-deleted"] == 2  # old CURRENT + first index
+    assert up["files-to-upload"] == 4
+    assert up["upload-ms"]["count"] == 2 and up["files-dir-diff-ms"]["count"] == 2
+    backup.restore(second, tmp_path / "restored")
+    down = backup.registry.snapshot()["BlobStoreRestoreManagerMetrics"]
+    assert down["files-restored"] == 3 and down["bytes-restored"] == 1510 and down["files-to-restore"] == 3
+
+
+def test_restore_with_a_progress_bar(backup: StateBackup, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                     ) -> None:
+    src = tmp_path / "cp-1"
+    src.mkdir()
+    for i in range(12):
+        (src / f"{i:06d}.sst").write_bytes(bytes([i]) * 3000)
+    index_id = backup.upload("files", src, None)
+    backup.progress = True
+    result = backup.restore(index_id, tmp_path / "restored")
+    assert result.files == 12 and result.bytes == 36000
+    assert "restoring files" in capsys.readouterr().out + capsys.readouterr().err
