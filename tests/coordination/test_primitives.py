@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -176,15 +177,17 @@ def test_generation_fence_checks_the_newest_model(clients: CoordinationClients, 
 
 
 _LOCK_WORKER = textwrap.dedent("""
-    import sys, time
-    from sparza.azure import StorageAccount
+    import json, sys, time
     from sparza.coordination import AzureLock
-    conn, container = sys.argv[1], sys.argv[2]
-    account = StorageAccount.from_connection_string(conn)
-    cc = account.blob_service_client().get_container_client(container)
-    counter = cc.get_blob_client("counter")
+    from sparza.coordination.clients import CoordinationClients
+    from sparza.coordination.config import CoordinationConfig
+    from sparza.azure import resolve_storage_account
+    config = json.loads(sys.argv[1])
+    counter = CoordinationClients.create(CoordinationConfig.from_config(config),
+                                         resolve_storage_account(config)).blob("counter")
+    lock = AzureLock.for_job(config, "counter")
     for _ in range(4):
-        with AzureLock(cc.get_blob_client("locks/counter"), "counter", default_timeout_s=60):
+        with lock:
             value = int(counter.download_blob().readall())
             time.sleep(0.05)  # widen the race a lock must prevent
             counter.upload_blob(str(value + 1).encode(), overwrite=True)
@@ -192,10 +195,9 @@ _LOCK_WORKER = textwrap.dedent("""
 
 
 def test_lock_gives_mutual_exclusion_across_processes(clients: CoordinationClients,
-                                                      azure_connection_string: str) -> None:
+                                                      coord_config: dict[str, str]) -> None:
     clients.blob("counter").upload_blob(b"0", overwrite=True)
-    procs = [subprocess.Popen([sys.executable, "-c", _LOCK_WORKER, azure_connection_string,
-                               clients.resources.container]) for _ in range(3)]
+    procs = [subprocess.Popen([sys.executable, "-c", _LOCK_WORKER, json.dumps(coord_config)]) for _ in range(3)]
     assert [p.wait(120) for p in procs] == [0, 0, 0]
     assert int(clients.blob("counter").download_blob().readall()) == 12
 

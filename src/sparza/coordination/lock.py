@@ -11,9 +11,11 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
+from sparza.azure import StorageAccount, resolve_storage_account
 from sparza.coordination.errors import LeaseHeldError, LeaseLostError, LockTimeoutError
 from sparza.coordination.lease import LeaseBlobManager
 
@@ -35,6 +37,19 @@ class AzureLock:
         self._renewer: threading.Thread | None = None
         self._lost: str | None = None
 
+    @classmethod
+    def for_job(cls, config: Mapping[str, str], name: str, *, account: StorageAccount | None = None,
+                default_timeout_s: float = 60.0) -> AzureLock:
+        """The lock ``name`` of the job in ``config`` (blob ``locks/<name>`` in its coordination container)."""
+        from sparza.coordination.clients import CoordinationClients
+        from sparza.coordination.config import CoordinationConfig
+
+        cfg = CoordinationConfig.from_config(config)
+        clients = CoordinationClients.create(cfg, account or resolve_storage_account(config))
+        clients.ensure()
+        return cls(clients.blob(clients.resources.lock_blob(name)), name, lease_duration_s=cfg.lease_duration_s,
+                   default_timeout_s=default_timeout_s)
+
     @property
     def locked(self) -> bool:
         """True while we hold the lock."""
@@ -51,7 +66,7 @@ class AzureLock:
             except LeaseHeldError:
                 if time.monotonic() >= deadline:
                     raise LockTimeoutError(self.name, timeout) from None
-                time.sleep(random.uniform(0.05, 0.5))
+                time.sleep(random.uniform(0.05, 0.3))
         self._lost = None
         self._stop.clear()
         self._renewer = threading.Thread(target=self._renew_loop, name=f"azurelock-{self.name}", daemon=True)
