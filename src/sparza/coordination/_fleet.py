@@ -130,7 +130,9 @@ class ProcessorFleet:
             v = self.converged(expected)
             return v if v is not None and v > newer_than else None
 
-        return self.wait_for(check, timeout_s, f"{sorted(expected)} to converge above version {newer_than}")
+        version = self.wait_for(check, timeout_s, f"{sorted(expected)} to converge above version {newer_than}")
+        assert version is not None
+        return version
 
     def close(self) -> None:
         """SIGCONT and SIGKILL every processor still running, and reap it."""

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 class _Action:
     name: str
     period_s: float
-    fn: Callable[[], None]
+    fn: Callable[[], object]
     running: bool = False
     cancelled: bool = False
     runs: int = 0
@@ -52,7 +52,8 @@ class Scheduler:
         self._stopping = False
         self._running_set: set[_Action] = set()
 
-    def every(self, name: str, period_ms: int, fn: Callable[[], None], *, initial_delay_ms: int | None = None) -> None:
+    def every(self, name: str, period_ms: int, fn: Callable[[], object], *,
+              initial_delay_ms: int | None = None) -> None:
         """Run ``fn`` every ``period_ms`` (first after ``initial_delay_ms``, default: right away)."""
         with self._cond:
             old = self._actions.get(name)
