@@ -48,3 +48,49 @@ def read_jsonl(data: bytes, gzipped: bool = False) -> list[Any]:
     """Documents of a JSON-lines blob."""
     raw = gzip.decompress(data) if gzipped else data
     return [json.loads(line) for line in raw.splitlines() if line]
+
+
+class FaultInjector:
+    """Wraps a real ``BlobServiceClient``: every call still goes to the real service, after an optional
+    hook per operation (``stage_block``, ``commit_block_list``) that may sleep, block or raise."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.hooks: dict[str, Any] = {}
+        self.calls: dict[str, int] = {}
+
+    def before(self, operation: str, blob: str) -> None:
+        self.calls[operation] = self.calls.get(operation, 0) + 1
+        hook = self.hooks.get(operation)
+        if hook is not None:
+            hook(blob, self.calls[operation])
+
+    def get_container_client(self, name: str) -> Any:
+        return _FaultyContainer(self, self.real.get_container_client(name))
+
+
+class _FaultyContainer:
+    def __init__(self, injector: FaultInjector, real: Any) -> None:
+        self._injector = injector
+        self._real = real
+
+    def create_container(self, **kwargs: Any) -> Any:
+        return self._real.create_container(**kwargs)
+
+    def get_blob_client(self, name: str) -> Any:
+        return _FaultyBlob(self._injector, self._real.get_blob_client(name), name)
+
+
+class _FaultyBlob:
+    def __init__(self, injector: FaultInjector, real: Any, name: str) -> None:
+        self._injector = injector
+        self._real = real
+        self._name = name
+
+    def stage_block(self, *args: Any, **kwargs: Any) -> Any:
+        self._injector.before("stage_block", self._name)
+        return self._real.stage_block(*args, **kwargs)
+
+    def commit_block_list(self, *args: Any, **kwargs: Any) -> Any:
+        self._injector.before("commit_block_list", self._name)
+        return self._real.commit_block_list(*args, **kwargs)

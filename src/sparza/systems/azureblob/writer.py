@@ -9,8 +9,8 @@ every commit waits for ``flush`` so an aborted batch leaves nothing visible.
 
 from __future__ import annotations
 
+import hashlib
 import math
-import os
 import secrets
 import threading
 import time
@@ -66,6 +66,7 @@ class BlobWriter:
         self._sync = b""
         self._chunk: list[bytes] = []
         self._chunk_size = 0
+        self._chunk_limit = min(AVRO_SYNC_INTERVAL, settings.max_flush_threshold_size)
         self._sealed: list[BlobUpload] = []
         self._early_commits: list[Future[None]] = []
         self._sequence = 0
@@ -82,14 +83,14 @@ class BlobWriter:
             if self._current is not None and self._must_roll(size):
                 self._roll()
             if self._current is None:
-                self._open(envelope.timestamp)
+                self._open(envelope.timestamp, record)
             current = self._current
             assert current is not None
             self._chunk.append(record)
             self._chunk_size += size
             current.records += 1
             self.ctx.budget.add(size)
-            if self._chunk_size >= AVRO_SYNC_INTERVAL:
+            if self._chunk_size >= self._chunk_limit:
                 self._emit_chunk()
             if self.ctx.budget.over():
                 # memory cap (maxBufferedBytes): stage this blob's bytes now rather than hold them
@@ -110,15 +111,17 @@ class BlobWriter:
         blocks = len(current.block_ids) + math.ceil((current.buffered + pending) / settings.max_flush_threshold_size)
         return blocks > AZURE_MAX_BLOCKS
 
-    def _open(self, event_time_ms: int | None) -> None:
+    def _open(self, event_time_ms: int | None, first_record: bytes) -> None:
         sequence = self._sequence
         self._sequence += 1
         opened_ms = int(time.time() * 1000)
         ext = self.ctx.settings.extension
-        txn_at_open = self._transaction()
-        self._sync = (bytes.fromhex(deterministic_token(txn_at_open, self.source, self.stream, self.partition,
-                                                        sequence, "sync") * 2)
-                      if txn_at_open is not None else os.urandom(16))
+        # The Avro sync marker only has to be unlikely inside the data; hashing what a replay repeats
+        # (instead of os.urandom) makes a replayed blob byte-identical even when its transaction is only
+        # announced at flush.
+        digest = hashlib.sha256(deterministic_token(self.source, self.stream, self.partition, sequence,
+                                                    event_time_ms).encode() + first_record).digest()
+        self._sync = digest[:16]
 
         def bind() -> BlobNaming:
             txn = self._transaction()
