@@ -29,3 +29,24 @@ class ProjectingExtractorFactory:
 
     def get_key_value_extractor(self, config: Config) -> ProjectingExtractor:
         return ProjectingExtractor()
+
+
+class CountingManagerFactory:
+    """An ``adstore.manager.factory`` that wraps the built-in manager and counts what it processed."""
+
+    processed: dict[str, int] = {}
+
+    def get_adjunct_store_manager(self, context: Any) -> Any:
+        from sparza.state.adjunct import DefaultAdjunctStoreManagerFactory
+
+        inner = DefaultAdjunctStoreManagerFactory().get_adjunct_store_manager(context)
+        name = context.spec.name
+        counts = CountingManagerFactory.processed
+        original = inner.process
+
+        def process(envelope: IncomingMessageEnvelope) -> bool:
+            counts[name] = counts.get(name, 0) + 1
+            return original(envelope)
+
+        inner.process = process  # type: ignore[method-assign]
+        return inner
