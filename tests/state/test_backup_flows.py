@@ -312,3 +312,20 @@ def test_restore_with_a_progress_bar(backup: StateBackup, tmp_path: Path, capsys
     result = backup.restore(index_id, tmp_path / "restored")
     assert result.files == 12 and result.bytes == 36000
     assert "restoring files" in capsys.readouterr().out + capsys.readouterr().err
+
+
+def test_delete_snapshot_of_a_store_removed_from_config(backup: StateBackup, blob_store: BlobStoreManager,
+                                                       tmp_path: Path, clock: ManualClock) -> None:
+    src = tmp_path / "cp-1"
+    src.mkdir()
+    (src / "a.sst").write_bytes(b"a" * 100)
+    first = backup.upload("old-store", src, None)
+    backup.cleanup(first)
+    (src / "b.sst").write_bytes(b"b" * 100)
+    second = backup.upload("old-store", src, first)
+    backup.cleanup(second)
+    assert backup.delete_snapshot(second) == 3  # a.sst, b.sst and the index
+    assert backup.delete_snapshot(second) == 0  # idempotent
+    clock.advance(days=2)
+    collect_garbage(blob_store, clock=clock)
+    assert list(blob_store.list_blobs()) == []
