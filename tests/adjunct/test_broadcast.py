@@ -11,7 +11,9 @@ import pytest
 from adjunct_harness import AdjunctHarness, BatchFeeder, read_broadcast_in_process
 
 from sparza.blobstore import BlobStoreManager
+from sparza.blobstore.azure import AzureBlobStoreManager
 from sparza.config import Config
+from sparza.devstorage import AzuriteProcess
 from sparza.state.adjunct import RecoveryAction, TaskAdjunctManager, directory_size_bytes
 from sparza.streams import SystemStreamPartition
 
@@ -169,3 +171,23 @@ def test_four_processes_on_one_host_download_one_copy(harness: AdjunctHarness, w
     assert all(contents == expected for _, contents, _ in got)
     assert sum(downloads for _, _, downloads in got) == 1
     assert len([p for p in (host / "_container" / "rates").iterdir() if p.is_dir()]) == 1
+
+
+@pytest.mark.azurite
+def test_broadcast_through_azure_blob_storage(harness: AdjunctHarness, work_dir: Path, config: Config,
+                                              azurite: AzuriteProcess, unique_name: str) -> None:
+    """Publications and snapshots in Azure (Azurite): a builder on one host, readers on another."""
+    with AzureBlobStoreManager(unique_name, {"azure.storage.connect": azurite.connection_string}) as blob_store:
+        managers = {t: harness.manager(t, config, work_dir / ("host-a" if t == "Partition 0" else "host-b"),
+                                       blob_store) for t in TASKS[:3]}
+        feeders = {t: BatchFeeder(harness) for t in managers}
+        harness.write("rates", 0, [("usd", 1.0)])
+        _batch(harness, feeders, managers, 1)
+        harness.write("rates", 1, [("usd", 2.0), ("chf", 0.95)])
+        seen2 = _batch(harness, feeders, managers, 2)
+        seen3 = _batch(harness, feeders, managers, 3)
+        assert all(s == {"usd": 1.0} for s in seen2.values()), seen2
+        assert all(s == {"usd": 2.0, "chf": 0.95} for s in seen3.values()), seen3
+        assert len([p for p in (work_dir / "host-b" / "_container" / "rates").iterdir() if p.is_dir()]) == 1
+        for manager in managers.values():
+            manager.close()
