@@ -104,22 +104,32 @@ def run_backend(name: str, blob_store: BlobStoreManager, work: Path, keys: int, 
                  f"{inc_bytes / MIB:,.1f} MiB", f"{inc_s:.1f} s", "",
                  f"{ratio:.1%} of full (goal <= 5%)"])
 
-    # 2. restore on a new host.
+    # 2. restore on a new host, between two runs of the ceiling (the best ceiling run counts).
     restore_backup = StateBackup(blob_store, "bench", "1", "Partition 0", threads=THREADS, progress=False)
+    index = restore_backup.read_index(inc_id)
+    blob_ids = [b.blob_id for b in index.dir_index.present_blobs()]
+    ceiling_runs = []
+    ceiling_bytes = 0
+
+    def run_ceiling() -> None:
+        nonlocal ceiling_bytes
+        ceiling_dir = work / f"{name}-ceiling"
+        ceiling_dir.mkdir()
+        _, seconds = timed(lambda: ceiling(blob_ids, ceiling_dir))
+        ceiling_runs.append(seconds)
+        ceiling_bytes = sum(p.stat().st_size for p in ceiling_dir.iterdir())
+        shutil.rmtree(ceiling_dir)
+
+    run_ceiling()
     new_host = StoreBackupManager(restore_backup, "state", work / f"{name}-host2" / "state" / "Partition_0")
     result, restore_s = timed(lambda: new_host.restore(inc_id))
     restored = result.bytes
-    index = restore_backup.read_index(inc_id)
-    blob_ids = [b.blob_id for b in index.dir_index.present_blobs()]
-    ceiling_dir = work / f"{name}-ceiling"
-    ceiling_dir.mkdir()
-    _, ceiling_s = timed(lambda: ceiling(blob_ids, ceiling_dir))
-    ceiling_bytes = sum(p.stat().st_size for p in ceiling_dir.iterdir())
-    shutil.rmtree(ceiling_dir)
+    run_ceiling()
+    ceiling_s = min(ceiling_runs)
     rows.append([name, "restore on a new host (download, fsync, CRC32 check, open-ready dir)",
                  f"{restored / MIB:,.0f} MiB", f"{restore_s:.1f} s", f"{restored / MIB / restore_s:,.0f} MiB/s",
                  f"{ceiling_s / restore_s:.0%} of the ceiling's speed (goal >= 80%)"])
-    rows.append([name, f"ceiling: plain parallel download of the same blobs ({THREADS} threads)",
+    rows.append([name, f"ceiling: plain parallel download of the same blobs ({THREADS} threads, best of 2)",
                  f"{ceiling_bytes / MIB:,.0f} MiB", f"{ceiling_s:.1f} s",
                  f"{ceiling_bytes / MIB / ceiling_s:,.0f} MiB/s", "baseline"])
     # The restored store opens and holds the data.

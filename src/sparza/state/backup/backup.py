@@ -400,11 +400,13 @@ class StateBackup:
         with tempfile.TemporaryDirectory(prefix="sparza-verify-") as tmp:
             for rel, f in index.dir_index.walk_present():
                 dest = Path(tmp) / "file"
+
+                def deleted(blob_id: str, rel: str = rel) -> None:
+                    problems.append(f"{rel}: blob {blob_id} is deleted")
+
                 try:
                     n = self._transfer.get_file(f, dest, self._meta(index.metadata.store_name, rel), rel,
-                                                get_deleted=False,
-                                                on_deleted=lambda b, rel=rel: problems.append(
-                                                    f"{rel}: blob {b} is deleted"))
+                                                get_deleted=False, on_deleted=deleted)
                     files += 1
                     nbytes += n
                 except Exception as exc:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from sparza.blobstore.api import BlobNotFoundError, BlobStoreManager, DeletedError, Metadata
 from sparza.state.backup.diff import DirDiff, crc32_file, file_metadata
@@ -43,7 +43,7 @@ class FileSlice(io.RawIOBase):
 
     def __init__(self, path: Path, offset: int, length: int) -> None:
         super().__init__()
-        self._fh: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self._fh: io.BufferedReader = open(path, "rb")  # noqa: SIM115 - closed in close()
         self._offset = offset
         self._length = length
         self._pos = 0
