@@ -311,7 +311,7 @@ def test_restore_with_a_progress_bar(backup: StateBackup, tmp_path: Path, capsys
     backup.progress = True
     result = backup.restore(index_id, tmp_path / "restored")
     assert result.files == 12 and result.bytes == 36000
-    assert "restoring files" in capsys.readouterr().out + capsys.readouterr().err
+    assert "restoring files" in capsys.readouterr().err
 
 
 def test_delete_snapshot_of_a_store_removed_from_config(backup: StateBackup, blob_store: BlobStoreManager,

@@ -348,6 +348,7 @@ class StateBackup:
         progress = None
         task = None
         if self._progress_on(total_files):
+            from rich.console import Console
             from rich.progress import (
                 BarColumn,
                 DownloadColumn,
@@ -357,8 +358,10 @@ class StateBackup:
                 TransferSpeedColumn,
             )
 
+            # On stderr: stdout stays clean for whatever the caller prints.
             progress = Progress(TextColumn(f"restoring {index.metadata.store_name}"), BarColumn(), DownloadColumn(),
-                                TransferSpeedColumn(), TimeRemainingColumn(), transient=False)
+                                TransferSpeedColumn(), TimeRemainingColumn(), transient=False,
+                                console=Console(stderr=True))
             progress.start()
             task = progress.add_task("restore", total=total_bytes)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,7 +64,9 @@ class InMemoryStore(SerdeStore):
 
     def checkpoint(self, directory: str | Path) -> Path:
         target = Path(directory)
-        target.mkdir(parents=True, exist_ok=False)
+        if target.exists():
+            shutil.rmtree(target)  # a leftover of a crashed attempt is never referenced
+        target.mkdir(parents=True)
         with open(target / "entries.jsonl", "w", encoding="utf-8") as fh:
             for key, value in self._iter_raw(None, None):
                 fh.write(json.dumps([key.hex(), value.hex()]) + "\n")
