@@ -329,3 +329,18 @@ def test_delete_snapshot_of_a_store_removed_from_config(backup: StateBackup, blo
     clock.advance(days=2)
     collect_garbage(blob_store, clock=clock)
     assert list(blob_store.list_blobs()) == []
+
+
+def test_state_backup_from_config(blob_store: BlobStoreManager, tmp_path: Path) -> None:
+    from sparza.errors import ConfigError
+
+    with StateBackup.from_config(blob_store, {"job.name": "wc", "job.id": "2", "blob.store.file.chunk.size": "1MB",
+                                              "blob.store.transfer.threads": "2"}, "Partition 1") as backup:
+        src = tmp_path / "cp-9"
+        src.mkdir()
+        (src / "big.sst").write_bytes(b"x" * ((1 << 20) + 1))
+        index = backup.read_index(backup.upload("s", src))
+        assert (index.metadata.job_name, index.metadata.job_id, index.metadata.task_name) == ("wc", "2", "Partition 1")
+        assert index.metadata.checkpoint_id == "9" and len(index.dir_index.files_present[0].blobs) == 2
+    with pytest.raises(ConfigError, match="blob.store.transfer.threads"):
+        StateBackup.from_config(blob_store, {"blob.store.transfer.threads": "0"}, "t")

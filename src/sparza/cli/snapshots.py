@@ -33,9 +33,7 @@ def _backup(config: Config, progress: bool = False) -> tuple[BlobStoreManager, S
     from sparza.state.backup import StateBackup
 
     store = blob_store_manager_from_config(config)
-    return store, StateBackup(store, config.get_str("job.name", "sparza-cli"), config.get_str("job.id", "1"),
-                              "cli", threads=config.get_int("blob.store.transfer.threads", 4, min_value=1),
-                              progress=progress)
+    return store, StateBackup.from_config(store, config, "cli", progress=progress)
 
 
 def _size(n: int) -> str:

@@ -25,6 +25,7 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ from sparza.blobstore.api import (
     Metadata,
     system_clock_ms,
 )
-from sparza.config import define_key
+from sparza.config import Config, define_key
 from sparza.metrics import MetricsRegistry
 from sparza.state.backup.diff import are_same_dir, dir_diff
 from sparza.state.backup.errors import SnapshotUnavailableError
@@ -143,6 +144,17 @@ class StateBackup:
         self._transfer = SnapshotTransfer(blob_store, self._executor, chunk_size=chunk_size)
         self._index_cache: dict[str, SnapshotIndex] = {}
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, blob_store: BlobStoreManager, config: Mapping[str, str], task_name: str, *,
+                    metrics: MetricsRegistry | None = None, progress: bool | None = None) -> StateBackup:
+        """A backup for ``task_name`` with ``job.name``, ``job.id``, ``blob.store.transfer.threads`` and
+        ``blob.store.file.chunk.size`` from ``config``."""
+        cfg = config if isinstance(config, Config) else Config(config)
+        return cls(blob_store, cfg.get_str("job.name", "job"), cfg.get_str("job.id", "1"), task_name,
+                   threads=cfg.get_int("blob.store.transfer.threads", 4, min_value=1),
+                   chunk_size=cfg.get_bytes("blob.store.file.chunk.size", 128 << 20, min_value=1 << 20),
+                   metrics=metrics, progress=progress)
 
     def _meta(self, store_name: str, path: str, size: int = -1) -> Metadata:
         return Metadata(path, size, self.job_name, self.job_id, self.task_name, store_name)

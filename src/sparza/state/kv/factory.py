@@ -25,6 +25,10 @@ STORE_FACTORIES = ("rocksdb", "memory")
 define_key("stores.<store>.factory", "rocksdb", "store engine: rocksdb or memory", _PKG)
 define_key("stores.<store>.key.serde", "bytes", "serde of the store's keys: bytes, string, json or avro", _PKG)
 define_key("stores.<store>.msg.serde", "bytes", "serde of the store's values: bytes, string, json or avro", _PKG)
+define_key("stores.<store>.key.schema", None, "Avro schema (JSON or a file path) of the keys when key.serde is avro",
+           _PKG)
+define_key("stores.<store>.msg.schema", None, "Avro schema (JSON or a file path) of the values when msg.serde is avro",
+           _PKG)
 define_key("job.logged.store.base.dir", None, "local dir for task stores and their checkpoint dirs", _PKG)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
