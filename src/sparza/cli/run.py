@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import typer
@@ -21,7 +20,9 @@ def _load(config_path: str) -> object:
 
 def run(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML or .properties)."),
         master: str = typer.Option(None, "--master", help="Spark master URL (default: spark.master or local[*])."),
-        processor_id: str = typer.Option(None, "--processor-id", help="This processor's id (default: host-pid)."),
+        processor_id: str = typer.Option(None, "--processor-id",
+                                         help="This processor's id (default: processor.id or 0); names its Spark "
+                                              "checkpoint dir, so keep it stable across restarts."),
         once: bool = typer.Option(False, "--once", help="Process what is available now, commit and exit."),
         stage: str = typer.Option(None, "--stage", help="app.class jobs: run only this stage.")) -> None:
     """Run a job until stopped (SIGINT/SIGTERM finish the batch, commit and exit 0), or until every
@@ -30,7 +31,7 @@ def run(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML
     from sparza.runtime.app import run_config
 
     cfg = _load(config)
-    pid = processor_id or f"{os.uname().nodename}-{os.getpid()}"
+    pid = processor_id or cfg.get_str("processor.id", None) or "0"  # type: ignore[attr-defined]
     outcome = run_config(cfg, master=master, processor_id=pid, once=once, stage=stage)  # type: ignore[arg-type]
     raise typer.Exit(outcome.exit_code)
 

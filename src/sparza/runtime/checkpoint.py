@@ -246,6 +246,10 @@ class AzureCheckpointStore:
         from azure.core.exceptions import ResourceExistsError, ResourceModifiedError
 
         self._ensure_container()
+        if expected_etag is not None:
+            # Check the generation of what is stored; the ETag condition below makes it race-free.
+            current = self.read(checkpoint.task)
+            _check_generation(checkpoint.task, checkpoint, current.checkpoint if current else None)
         blob = self.container.get_blob_client(self.prefix + f"{_slug(checkpoint.task)}.json")
         try:
             with _azure_errors(self.describe()):

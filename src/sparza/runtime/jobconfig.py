@@ -47,6 +47,7 @@ define_key("job.checkpoint.azure.container", None,
            "Container of task checkpoints for job.checkpoint.factory=azure (account: azure.storage.connect).", _PKG)
 define_key("job.spark.checkpoint.dir", None,
            "Spark's streaming checkpoint dir (default <job.logged.store.base.dir>/_spark/<job>/<processor>).", _PKG)
+define_key("processor.id", "0", "This processor's id (--processor-id wins); names its Spark checkpoint dir.", _PKG)
 define_key("job.coordinator.factory", "standalone", "standalone (this processor runs every task) or azure.", _PKG)
 define_key("systems.<system>.samza.offset.default", "upcoming",
            "Where a task without checkpoint starts: oldest or upcoming.", _PKG)

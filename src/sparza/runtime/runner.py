@@ -245,13 +245,19 @@ class JobRunner:
     def _wait(self) -> RunOutcome:
         query = self._query
         while query.isActive and not self._stop.is_set():
-            query.awaitTermination(0.25)
-        if query.isActive:
-            self._quiesce(query)
-            query.stop()
+            try:
+                query.awaitTermination(0.25)
+            except Exception:  # the query failed: reported below from self._failure / query.exception()
+                break
+        try:
+            if query.isActive:
+                self._quiesce(query)
+                query.stop()
+            exc = query.exception()
+        except Exception as error:  # a failed query raises its failure from stop()/exception()
+            exc = error
         if self._failure is not None:
             raise self._failure
-        exc = query.exception()
         if exc is not None:
             raise JobFailedError(f"the streaming query failed: {_short(str(exc))}")
         reason = self._stop_reason or ("caught up (--once)" if self.once else "stopped")

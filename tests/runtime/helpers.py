@@ -1,0 +1,91 @@
+"""Helpers of the runtime tests: the keyed-count job config, expected counts, `sparza` subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sparza.config import Config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def job_values(root: Path, **overrides: Any) -> dict[str, Any]:
+    """The keyed-count job's config (flat keys) rooted in ``root``."""
+    values: dict[str, Any] = {
+        "job.name": "kc",
+        "job.id": "1",
+        "job.logged.store.base.dir": str(root / "state"),
+        "task.class": "examples.keyed_count.task.KeyedCountTask",
+        "task.inputs": "delta.events",
+        "task.max.batch.messages": "300",
+        "task.commit.ms": "0",
+        "systems.delta.samza.factory": "delta",
+        "systems.delta.samza.offset.default": "oldest",
+        "systems.delta.delta.root": str(root / "streams"),
+        "systems.delta.streams.counts.samza.key.serde": "string",
+        "systems.delta.streams.counts.samza.msg.serde": "json",
+        "stores.counts.factory": "rocksdb",
+        "stores.counts.key.serde": "string",
+        "stores.counts.msg.serde": "json",
+        "stores.counts.backup.factories": "blobstore",
+        "blob.store.manager.factory": "local",
+        "blob.store.local.root": str(root / "blobstore"),
+    }
+    values.update({k: str(v) for k, v in overrides.items()})
+    return values
+
+
+def final_counts(config: Config, stream: str = "counts") -> tuple[dict[str, int], int]:
+    """The highest count per key in the output and the number of output rows."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(Path(config["systems.delta.delta.root"]) / stream)).to_pyarrow_table(
+        columns=["value", "type"])
+    best: dict[str, int] = {}
+    rows = 0
+    for value, kind in zip(table.column("value").to_pylist(), table.column("type").to_pylist(), strict=True):
+        if kind != 0:
+            continue
+        rows += 1
+        body = json.loads(value)
+        best[body["key"]] = max(best.get(body["key"], 0), int(body["count"]))
+    return best, rows
+
+
+def expected_counts(messages: int, keys: int) -> dict[str, int]:
+    """What the keyed count must produce for ``append_messages(messages, keys)``."""
+    out: dict[str, int] = {}
+    for i in range(messages):
+        out[f"k{i % keys}"] = out.get(f"k{i % keys}", 0) + 1
+    return out
+
+
+def write_config(config: Config, path: Path) -> Path:
+    """The config as a YAML file for ``sparza run --config``."""
+    path.write_text(yaml.safe_dump(dict(config.items())))
+    return path
+
+
+def sparza_cmd(*args: str) -> list[str]:
+    """``sparza`` as a subprocess command line."""
+    return [sys.executable, "-c", "from sparza.cli import main; main()", *args]
+
+
+def sparza_env() -> dict[str, str]:
+    """Environment of a ``sparza run`` subprocess: the repo importable (task classes are dotted paths)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def run_sparza(*args: str, timeout: float = 240, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """Run ``sparza`` to completion in the repo dir."""
+    return subprocess.run(sparza_cmd(*args), cwd=REPO, env=sparza_env(), capture_output=True, text=True,
+                          timeout=timeout, check=False, **kwargs)

@@ -1,0 +1,39 @@
+"""Task classes the runtime tests run on Spark executors (imported there by dotted path)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparza.streams import OutgoingMessageEnvelope, SystemStream
+
+COUNTS = SystemStream("delta", "counts")
+
+
+class FailingOnKeyTask:
+    """Counts like the example but raises ValueError on key ``bad``."""
+
+    def init(self, context: Any) -> None:
+        self.store = context.get_store("counts")
+
+    def process(self, envelope: Any, collector: Any, coordinator: Any) -> None:
+        key = envelope.key.decode()
+        if key == "bad":
+            raise ValueError("key 'bad' is not allowed")
+        count = (self.store.get(key) or 0) + 1
+        self.store.put(key, count)
+        collector.send(OutgoingMessageEnvelope(COUNTS, {"key": key, "count": count}, key=key))
+
+
+class EndOfStreamTask:
+    """Counts in the store and writes each key's final count once, at end-of-stream."""
+
+    def init(self, context: Any) -> None:
+        self.store = context.get_store("counts")
+
+    def process(self, envelope: Any, collector: Any, coordinator: Any) -> None:
+        key = envelope.key.decode()
+        self.store.put(key, (self.store.get(key) or 0) + 1)
+
+    def on_end_of_stream(self, collector: Any, coordinator: Any) -> None:
+        for key, count in self.store.all():
+            collector.send(OutgoingMessageEnvelope(COUNTS, {"key": key, "count": count}, key=key))

@@ -1,0 +1,132 @@
+"""`JobRunner` on the shared local[2] SparkSession with real Delta streams, RocksDB and a local blob store."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from examples.keyed_count.load import append_messages
+from tests.runtime.helpers import expected_counts, final_counts
+
+from sparza.config import Config
+from sparza.runtime import JobFailedError, JobRunner, checkpoint_store_from_config
+from sparza.streams import OutgoingMessageEnvelope, SystemStream
+from sparza.systems.delta import DeltaSystemProducer
+
+pytestmark = pytest.mark.spark
+
+
+def _run(spark, config: Config, **kwargs) -> JobRunner:
+    runner = JobRunner(config, spark=spark, once=kwargs.pop("once", True), install_signal_handlers=False,
+                       status=lambda line: None, **kwargs)
+    runner.run()
+    return runner
+
+
+def _metric(runner: JobRunner, name: str) -> int:
+    return sum(int(metrics.get(name, 0)) for group, metrics in runner.metrics.snapshot().items()
+               if isinstance(metrics.get(name, 0), int))
+
+
+def test_keyed_count_is_exact_across_runs_and_checkpoints_record_offsets(spark, make_job):
+    config = make_job()
+    append_messages(config, 1000, 7, commit_size=250)
+    runner = _run(spark, config)
+    assert runner.metrics.snapshot()["aggregate"]["messages-processed"] == 1000
+    assert runner.metrics.snapshot()["aggregate"]["batches"] >= 2  # capped at 300 per SSP
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(1000, 7)
+    assert rows == 1000
+    checkpoints = checkpoint_store_from_config(config, "kc-1").read_all()
+    assert sorted(checkpoints) == ["Partition 0", "Partition 1"]
+    assert all(cp.stores["counts"] and not cp.stores["counts"].startswith("local:") for cp in checkpoints.values())
+    # A second run continues from the task checkpoints (new data only, state restored).
+    append_messages(config, 400, 7, start=1000, commit_size=400)
+    _run(spark, config)
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(1400, 7)
+    assert rows == 1400
+
+
+def test_replayed_batch_is_skipped(spark, make_job, work_dir):
+    config = make_job()
+    append_messages(config, 600, 5, commit_size=600)
+    runner = _run(spark, config)
+    spark_dir = Path(runner.spark_checkpoint_dir)
+    commits = sorted((spark_dir / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    # Forget Spark's commit of the last batch: Spark replays it from its offset log on restart.
+    commits[-1].unlink()
+    for crc in (spark_dir / "commits").glob(f".{commits[-1].name}.crc"):
+        crc.unlink()
+    replay = _run(spark, config)
+    assert replay.last_results and {r.status for r in replay.last_results} == {"skipped"}
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(600, 5)
+    assert rows == 600
+
+
+def test_deleted_local_state_is_restored_from_the_blob_store(spark, make_job, work_dir):
+    config = make_job()
+    append_messages(config, 500, 6, commit_size=500)
+    _run(spark, config)
+    shutil.rmtree(work_dir / "state")  # a new host: no local stores, no Spark checkpoint
+    append_messages(config, 300, 6, start=500, commit_size=300)
+    runner = _run(spark, config)
+    assert _metric(runner, "restored-from-blob-store") == 2  # one store per task
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(800, 6)
+    assert rows == 800
+
+
+def _send_raw(config: Config, rows: list[tuple[bytes, bytes]]) -> None:
+    producer = DeltaSystemProducer("delta", config)
+    producer.register("test")
+    for key, value in rows:
+        producer.send("test", OutgoingMessageEnvelope(SystemStream("delta", "events"), value, key=key, partition=0))
+    producer.flush("test")
+
+
+def test_poison_message_stops_the_job_naming_ssp_and_offset(spark, make_job):
+    config = make_job(**{"systems.delta.streams.events.samza.msg.serde": "json"})
+    _send_raw(config, [(b"a", b'{"n": 1}'), (b"a", b"not json"), (b"a", b'{"n": 3}')])
+    with pytest.raises(JobFailedError) as err:
+        _run(spark, config)
+    text = str(err.value)
+    assert "deserialization error in task 'Partition 0' at delta.events#0 offset 1:1" in text
+    assert checkpoint_store_from_config(config, "kc-1").read("Partition 0") is None  # nothing committed
+
+
+def test_deserialization_errors_can_be_dropped_and_counted(spark, make_job):
+    config = make_job(**{"systems.delta.streams.events.samza.msg.serde": "json",
+                         "task.drop.deserialization.errors": "true"})
+    _send_raw(config, [(b"a", b'{"n": 1}'), (b"a", b"not json"), (b"a", b'{"n": 3}')])
+    runner = _run(spark, config)
+    assert runner.metrics.snapshot()["aggregate"]["messages-dropped"] == 1
+    assert final_counts(config)[0] == {"a": 2}
+
+
+def test_task_exception_stops_the_job_unless_ignored(spark, make_job):
+    task = "tests.runtime.jobs.FailingOnKeyTask"
+    config = make_job(**{"task.class": task})
+    _send_raw(config, [(b"a", b"1"), (b"bad", b"2"), (b"a", b"3")])
+    with pytest.raises(JobFailedError, match=r"task exception in task 'Partition 0' at delta.events#0 offset 1:1: "
+                                             r"ValueError: key 'bad' is not allowed"):
+        _run(spark, config)
+    ignoring = Config({**dict(config.items()), "task.ignored.exceptions": "ValueError"})
+    runner = _run(spark, ignoring)
+    assert runner.metrics.snapshot()["aggregate"]["exceptions-ignored"] == 1
+    assert final_counts(config)[0] == {"a": 2}
+
+
+def test_bounded_input_ends_the_job_and_calls_end_of_stream(spark, make_job):
+    config = make_job(**{"task.class": "tests.runtime.jobs.EndOfStreamTask",
+                         "systems.delta.streams.events.bounded": "true"})
+    append_messages(config, 700, 4, commit_size=350)
+    runner = JobRunner(config, spark=spark, once=False, install_signal_handlers=False, status=lambda line: None)
+    outcome = runner.run()
+    assert outcome.reason == "all inputs ended"
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(700, 4)
+    assert rows == 4  # one final row per key, written once at end-of-stream
+    assert all(cp.ended for cp in checkpoint_store_from_config(config, "kc-1").read_all().values())
