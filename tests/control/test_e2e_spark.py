@@ -1,0 +1,119 @@
+"""End to end on real Spark and Delta: multi-stage applications over bounded input end by
+themselves with exact results; windows fire once; stages as separate jobs give the same output;
+idle and early-ended upstream tasks; late messages. (kill -9 restarts: test_e2e_restart.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from sparza.api import plan_application
+
+pytestmark = pytest.mark.spark
+
+
+def events_for(count: int, partitions: int, keys: int = 5, step_ms: int = 7) -> list[tuple[int, str, int, int]]:
+    return [(i % partitions, f"k{i % keys}", i, i * step_ms) for i in range(count)]
+
+
+def test_two_stage_windows_one_processor_and_separate_jobs_agree(e2e, expect_windows, panes_of):
+    events = events_for(120, 2)
+    a = e2e.config("WindowedCount", **{"app.example.window.ms": 100, "app.example.partitions": 3,
+                                       "task.max.batch.messages": 30})
+    e2e.load(a, events, 2, outputs=("out", "out2"))
+    plan = plan_application(a)
+    plan.create_streams()
+    outcomes = e2e.run_stages([s.config for s in plan.stages])
+    assert all(o.reason == "all inputs ended" for o in outcomes)
+    one = panes_of(e2e.values(a))
+    assert one == expect_windows(events, 100)
+    # The same application as separate jobs (one stage after the other), under another job id.
+    b = a.with_overrides({"job.id": "2", "app.example.output": "delta.out2"})
+    plan_b = plan_application(b)
+    plan_b.create_streams()
+    for stage in plan_b.stages:
+        assert e2e.run_stages([stage.config])[0].reason == "all inputs ended"
+    assert panes_of(e2e.values(b, "out2")) == one
+
+
+def test_three_stage_pipeline_terminates_with_windows_fired_once(e2e, expect_windows, panes_of):
+    events = events_for(90, 3)
+    cfg = e2e.config("ThreeStageCount", **{"app.example.window.ms": 200, "app.example.partitions": 2,
+                                           "task.max.batch.messages": 40})
+    e2e.load(cfg, events, 3)
+    plan = plan_application(cfg)
+    assert [s.name for s in plan.stages] == ["main", "by-key", "by-bucket"]
+    plan.create_streams()
+    outcomes = e2e.run_stages([s.config for s in plan.stages])
+    assert all(o.reason == "all inputs ended" for o in outcomes)
+    bucket = lambda k: f"b{sum(map(ord, k)) % 3}"  # noqa: E731
+    assert panes_of(e2e.values(cfg)) == expect_windows(events, 200, bucket)
+
+
+def test_repartition_exact_counts_and_late_messages_routed(e2e):
+    # Partition 0 goes back in time once by more than the allowed lateness: exactly that message is late.
+    events = [(0, "a", 1, 1000), (0, "a", 2, 1010), (0, "b", 3, 400), (0, "b", 4, 995),
+              (1, "c", 5, 20), (1, "c", 6, 30)]
+    cfg = e2e.config("RepartitionCount", **{
+                                            "systems.delta.streams.events.watermark.lateness.ms": 10,
+                                            "task.late.messages.policy": "route",
+                                            "task.late.messages.stream": "delta.late",
+                                            "systems.delta.streams.late.samza.msg.serde": "json"})
+    e2e.load(cfg, events, 2, outputs=("out", "late"))
+    plan = plan_application(cfg)
+    plan.create_streams()
+    e2e.run_stages([s.config for s in plan.stages])
+    assert sorted(v["n"] for v in e2e.values(cfg)) == [1, 2, 4, 5, 6]
+    assert [v["n"] for v in e2e.values(cfg, "late")] == [3]
+    cps = e2e.checkpoints(plan.stage("main").config)
+    assert sum(cp.control["lateCount"] for cp in cps.values()) == 1
+
+
+def test_early_ended_upstream_task_neither_stalls_nor_jumps_the_watermark(e2e, expect_windows, panes_of):
+    # Source partition 1 is bounded and empty: upstream task "Partition 1" ends in its first batch.
+    events = [(0, f"k{i % 3}", i, i * 10) for i in range(24)]
+    cfg = e2e.config("WindowedCount", **{"app.example.window.ms": 50, "task.max.batch.messages": 6})
+    e2e.load(cfg, events, 2)
+    plan = plan_application(cfg)
+    plan.create_streams()
+    e2e.run_stages([s.config for s in plan.stages])
+    rows = [(off, v) for off, t, v in e2e.rows(cfg) if t == 0]
+    assert panes_of(e2e.values(cfg)) == expect_windows(events, 50)
+    # Windows fired from watermarks while data still flowed (several commits), not only at the end.
+    assert len({off.split(":")[0] for off, _ in rows}) >= 2
+    for stage in plan.stages:
+        assert all(cp.control["lateCount"] == 0 for cp in e2e.checkpoints(stage.config).values())
+
+
+@pytest.mark.parametrize("quorum", ["0.5", "1.0"])
+def test_idle_upstream_task_with_quorum_advances_without_holds(e2e, expect_windows, panes_of, quorum):
+    # Source partition 1 is unbounded and silent: upstream task "Partition 1" never has a watermark.
+    first = [(0, f"k{i % 3}", i, i * 10) for i in range(20)]
+    cfg = e2e.config("WindowedCount", **{"app.example.window.ms": 50, "task.max.batch.messages": 2,
+                                         "systems.delta.streams.events.bounded": "false",
+                                         "task.watermark.idle.timeout.ms": 1000,
+                                         "task.watermark.quorum.percentage": quorum})
+    e2e.load(cfg, first, 2)
+    plan = plan_application(cfg)
+    plan.create_streams()
+    fed = list(first)
+
+    def feed_until_panes() -> bool:
+        # Keep partition 0 alive (new events, later event times) so its producer stays active.
+        if e2e.values(cfg):
+            return True
+        n = len(fed)
+        more = [(0, f"k{i % 3}", i, i * 10) for i in range(n, n + 4)]
+        e2e.append(cfg, more)
+        fed.extend(more)
+        return quorum == "1.0" and n >= 120
+
+    e2e.run_stages([s.config for s in plan.stages], stop_when=feed_until_panes, timeout_s=120)
+    got = panes_of(e2e.values(cfg))
+    if quorum == "0.5":
+        want = expect_windows(fed, 50)
+        assert got, "the watermark did not advance past the idle upstream task"
+        assert all(want[k] == v for k, v in got.items()), "a window fired before all its data"
+    else:
+        assert got == {}
+        cps = e2e.checkpoints(plan.stage("by-key").config)
+        assert cps and all(cp.control["watermark"] is None for cp in cps.values())
