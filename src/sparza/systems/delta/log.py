@@ -8,9 +8,11 @@ counts. Parsed commits never change, so they are cached per process and shared b
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -21,7 +23,7 @@ from sparza.systems.delta.schema import FILE_COLUMNS, PARTITION_COLUMN
 from sparza.systems.delta.settings import StreamLocation
 from sparza.systems.delta.storage import storage_errors
 
-__all__ = ["Commit", "DeltaLog", "FileEntry", "log_path"]
+__all__ = ["Commit", "DeltaLog", "FileEntry", "io_pool", "log_path"]
 
 _LOG_DIR = "_delta_log"
 
@@ -181,17 +183,50 @@ class DeltaLog:
         return known
 
     def commits(self, first: int, last: int | None = None) -> Iterator[Commit]:
-        """Commits ``first, first+1, …`` up to ``last`` (inclusive) or until the first missing one."""
+        """Commits ``first, first+1, …`` up to ``last`` (inclusive) or until the first missing one.
+
+        On object stores the commit files are fetched ahead in parallel (a growing window), since
+        each is one small GET whose latency would otherwise add up over many small commits.
+        """
         version = first
+        window = 1
         while last is None or version <= last:
-            commit = self.commit(version)
-            if commit is None:
-                return
-            yield commit
-            version += 1
+            if not self.location.is_remote or window == 1:
+                commit = self.commit(version)
+                if commit is None:
+                    return
+                yield commit
+                version += 1
+                window = 2 if self.location.is_remote else 1
+                continue
+            stop = version + window if last is None else min(version + window, last + 1)
+            fetched = list(io_pool().map(self.commit, range(version, stop)))
+            for commit in fetched:
+                if commit is None:
+                    return
+                yield commit
+                version += 1
+            window = min(window * 2, 32)
 
     # --- data ------------------------------------------------------------------------------
     def read_file(self, entry: FileEntry) -> pa.Table:
         """The rows of one data file (columns of :data:`FILE_SCHEMA`), in file order."""
+        threads = entry.rows >= 2_000   # column decoding in parallel; on tiny files thread start-up costs more
+        if not self.location.is_remote:
+            with storage_errors(self.location.uri):
+                return pq.ParquetFile(os.path.join(self.location.uri, entry.path)).read(columns=FILE_COLUMNS,
+                                                                                        use_threads=threads)
         with storage_errors(self.location.uri), self._fs.open_input_file(entry.path) as handle:
-            return pq.ParquetFile(handle).read(columns=FILE_COLUMNS)
+            return pq.ParquetFile(handle).read(columns=FILE_COLUMNS, use_threads=threads)
+
+
+_POOL: list[ThreadPoolExecutor] = []
+_POOL_LOCK = threading.Lock()
+
+
+def io_pool() -> ThreadPoolExecutor:
+    """The process-wide pool for storage reads (pyarrow and delta-rs release the GIL while waiting)."""
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(max_workers=16, thread_name_prefix="sparza-delta-io"))
+        return _POOL[0]
