@@ -102,6 +102,7 @@ class StoreBuilder:
         self._drop_bad = bool(config.get_bool("task.drop.deserialization.errors", False))
         self._key_serde, self._msg_serde = store_serdes(config, spec.name)
         self._pending: dict[bytes, bytes | None] = {}
+        self._last_keys: dict[str, tuple[str, Any]] = {}
         self.decision: RecoveryDecision | None = None
         self.bootstrap = BootstrapProgress()
         self.last_batch: int | None = None
@@ -163,7 +164,17 @@ class StoreBuilder:
     # --- applying messages ---------------------------------------------------------------------------
     def _is_applied(self, ssp_key: str, offset: str) -> bool:
         last = self.offsets.get(ssp_key)
-        return last is not None and self.access.compare(self.spec.stream.system, offset, last) <= 0
+        if last is None:
+            return False
+        system = self.spec.stream.system
+        cached = self._last_keys.get(ssp_key)
+        if cached is None or cached[0] != last:
+            cached = (last, self.access.offset_key(system, last))
+        key = self.access.offset_key(system, offset)
+        if key <= cached[1]:
+            return True
+        self._last_keys[ssp_key] = (offset, key)  # the caller records ``offset`` as applied next
+        return False
 
     def apply(self, envelope: IncomingMessageEnvelope) -> bool:
         """Apply one message of the store's stream; False when it was skipped as already applied."""

@@ -82,6 +82,7 @@ class TaskAdjunctManager:
         self._counters = {(name, applied): self.metrics.counter(f"adjunct-{name}", "messages-applied" if applied
                                                                 else "messages-skipped")
                           for name in self._managers for applied in (True, False)}
+        self._by_ssp: dict[SystemStreamPartition, list[str]] = {}
         self._restored = False
 
     def _ssps_of(self, spec: AdjunctStoreSpec,
@@ -103,12 +104,15 @@ class TaskAdjunctManager:
 
     def is_adjunct(self, envelope: IncomingMessageEnvelope) -> bool:
         """True when the envelope belongs to an adjunct stream (without applying it)."""
-        return envelope.ssp.system_stream in self._by_stream
+        return bool(self._by_ssp.get(envelope.ssp)) or envelope.ssp.system_stream in self._by_stream
 
     def on_envelope(self, envelope: IncomingMessageEnvelope) -> bool:
         """Apply an adjunct message to its store(s) and return True; False for any other message."""
-        names = self._by_stream.get(envelope.ssp.system_stream)
+        ssp = envelope.ssp
+        names = self._by_ssp.get(ssp)
         if names is None:
+            names = self._by_ssp[ssp] = self._by_stream.get(ssp.system_stream, [])
+        if not names:
             return False
         if not self._restored:
             self.restore(None)

@@ -8,8 +8,9 @@ runtimes may pass their own.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from sparza.config import Config
 from sparza.streams import SystemStream
@@ -29,6 +30,10 @@ class StreamAccess(Protocol):
         """Per partition, the newest offset now (None: the partition is empty)."""
         ...
 
+    def offset_key(self, system: str, offset: str) -> Any:
+        """A sort key of ``offset``: keys compare as the offsets do (used to skip applied messages)."""
+        ...
+
 
 class AdminStreamAccess:
     """:class:`StreamAccess` through each system's admin (``systems.<s>.samza.factory``)."""
@@ -37,6 +42,7 @@ class AdminStreamAccess:
         self._config = config
         self._admin_for = admin_for
         self._admins: dict[str, SystemAdmin] = {}
+        self._keys: dict[str, Callable[[str], Any]] = {}
 
     def admin(self, system: str) -> SystemAdmin:
         """The admin of ``system`` (built once)."""
@@ -51,6 +57,20 @@ class AdminStreamAccess:
 
     def compare(self, system: str, a: str, b: str) -> int:
         return self.admin(system).offset_comparator(a, b)
+
+    def offset_key(self, system: str, offset: str) -> Any:
+        key_fn = self._keys.get(system)
+        if key_fn is None:
+            admin = self.admin(system)
+            from sparza.systems.delta import DeltaOffset, DeltaSystemAdmin
+
+            if isinstance(admin, DeltaSystemAdmin):
+                # Delta offsets are ordered values: parse once instead of comparing strings pairwise.
+                key_fn = DeltaOffset.parse
+            else:
+                key_fn = functools.cmp_to_key(admin.offset_comparator)
+            self._keys[system] = key_fn
+        return key_fn(offset)
 
     def newest_offsets(self, stream: SystemStream) -> dict[int, str | None]:
         metadata = self.admin(stream.system).get_system_stream_metadata({stream.stream})[stream.stream]
