@@ -174,6 +174,8 @@ class DeltaLog:
     def latest_version(self, known: int | None = None) -> int | None:
         """The newest committed version (None: no table). Probes forward from ``known`` when given."""
         if known is None:
+            known = self._last_checkpoint()
+        if known is None or self.commit(known) is None:
             present = self.present_versions()
             if not present:
                 return None
@@ -181,6 +183,18 @@ class DeltaLog:
         while self.commit(known + 1) is not None:
             known += 1
         return known
+
+    def _last_checkpoint(self) -> int | None:
+        """The version of the newest checkpoint (``_delta_log/_last_checkpoint``), a cheap lower bound."""
+        try:
+            with storage_errors(self.location.uri), self._fs.open_input_stream(f"{_LOG_DIR}/_last_checkpoint") as f:
+                return int(json.loads(f.read())["version"])
+        except (FileNotFoundError, KeyError, ValueError):
+            return None
+        except OSError as exc:
+            if "not found" in str(exc).lower() or "no such file" in str(exc).lower():
+                return None
+            raise
 
     def commits(self, first: int, last: int | None = None) -> Iterator[Commit]:
         """Commits ``first, first+1, …`` up to ``last`` (inclusive) or until the first missing one.

@@ -16,6 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from zlib import crc32
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -128,29 +129,40 @@ class DeltaSystemProducer:
         (else the key), else round-robin. Non-bytes keys and values go through the stream's serdes.
         """
         stream = envelope.system_stream.stream
-        info = self._stream(stream)
-        key = serialize(envelope.key, info.key_serde)
-        value = serialize(envelope.message, info.msg_serde)
-        if envelope.partition is not None:
-            partition = int(envelope.partition)
+        info = self._streams.get(stream) or self._stream(stream)
+        # Hot path: bytes pass straight through; only other types go through serialize()/serdes.
+        key = envelope.key
+        if type(key) is not bytes and key is not None:
+            key = serialize(key, info.key_serde)
+        value = envelope.message
+        if type(value) is not bytes and value is not None:
+            value = serialize(value, info.msg_serde)
+        partition = envelope.partition
+        if partition is not None:
             if not 0 <= partition < info.partitions:
                 raise ValueError(f"partition {partition} out of range for stream {stream!r} "
                                  f"with {info.partitions} partitions")
         elif envelope.partition_key is not None:
             partition = partition_for(partition_key_bytes(envelope.partition_key, info.key_serde), info.partitions)
         elif key is not None:
-            partition = partition_for(key, info.partitions)
+            partition = crc32(key) % info.partitions   # == partition_for(key, n), inlined
         else:
             partition = info.round_robin % info.partitions
             info.round_robin += 1
-        by_stream = self._buffers.setdefault(source, {})
-        buffer = by_stream.setdefault(stream, {}).get(partition)
+        buffers = self._buffers.get(source)
+        if buffers is None:
+            buffers = self._buffers[source] = {}
+        partitions = buffers.get(stream)
+        if partitions is None:
+            partitions = buffers[stream] = {}
+        buffer = partitions.get(partition)
         if buffer is None:
-            buffer = by_stream[stream][partition] = _PartitionBuffer()
+            buffer = partitions[partition] = _PartitionBuffer()
         buffer.keys.append(key)
         buffer.values.append(value)
-        buffer.timestamps.append(int(time.time() * 1000) if envelope.timestamp is None else int(envelope.timestamp))
-        buffer.types.append(int(envelope.type))
+        ts = envelope.timestamp
+        buffer.timestamps.append(int(time.time() * 1000) if ts is None else (ts if type(ts) is int else int(ts)))
+        buffer.types.append(envelope.type)
 
     def send_batch(self, source: str, stream: str, partition: int, rows: pa.Table | pa.RecordBatch) -> None:
         """Buffer Arrow rows for one partition without per-row Python: columns ``key``, ``value``
