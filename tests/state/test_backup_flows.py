@@ -344,3 +344,40 @@ def test_state_backup_from_config(blob_store: BlobStoreManager, tmp_path: Path) 
         assert index.metadata.checkpoint_id == "9" and len(index.dir_index.files_present[0].blobs) == 2
     with pytest.raises(ConfigError, match="blob.store.transfer.threads"):
         StateBackup.from_config(blob_store, {"blob.store.transfer.threads": "0"}, "t")
+
+
+def test_cleanup_deletes_blobs_of_removed_sub_dirs(backup: StateBackup, blob_store: BlobStoreManager,
+                                                   tmp_path: Path) -> None:
+    src = tmp_path / "cp-1"
+    (src / "sub" / "deeper").mkdir(parents=True)
+    (src / "keep").write_bytes(b"k")
+    (src / "sub" / "x").write_bytes(b"x")
+    (src / "sub" / "deeper" / "y").write_bytes(b"y")
+    first = backup.upload("s", src, None)
+    backup.cleanup(first)
+    sub_blobs = {b.blob_id for b in backup.read_index(first).dir_index.sub_dir("sub").present_blobs()}
+    shutil.rmtree(src / "sub")
+    second = backup.upload("s", src, first)
+    assert [d.dir_name for d in backup.read_index(second).dir_index.sub_dirs_removed] == ["sub"]
+    backup.cleanup(second)
+    states = _blob_ids(blob_store)
+    assert len(sub_blobs) == 2 and all(states[b][1] is not None for b in sub_blobs)  # tombstoned
+    assert states[first][1] is not None
+
+
+def test_several_stores_of_one_task(backup: StateBackup, tmp_path: Path) -> None:
+    managers = [StoreBackupManager(backup, name, tmp_path / name / "Partition_0") for name in ("a", "b")]
+    expected = {}
+    ids = {}
+    for i, mgr in enumerate(managers):
+        store = helpers.open_rocks(mgr.store_dir)
+        expected[mgr.store_name] = helpers.fill(store, i * 1000, 500, seed=i)
+        ids[mgr.store_name] = mgr.commit(store, "1", None)
+        store.close()
+    for mgr in managers:
+        mgr.cleanup(ids[mgr.store_name], "1")
+        shutil.rmtree(mgr.store_dir.parent)  # host lost
+    for mgr in managers:
+        mgr.restore(ids[mgr.store_name])
+        assert helpers.contents(mgr.store_dir) == expected[mgr.store_name]
+        assert backup.read_index(ids[mgr.store_name]).metadata.store_name == mgr.store_name

@@ -40,10 +40,12 @@ class FileBlob:
     offset: int = 0
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form, with Samza\'s field names."""
         return {"blob-id": self.blob_id, "offset": self.offset}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FileBlob:
+        """Parse :meth:`to_json`'s output (unknown fields are ignored)."""
         return cls(str(data["blob-id"]), int(data.get("offset", 0)))
 
 
@@ -58,11 +60,13 @@ class FileMetadata:
     permissions: str = "rw-r--r--"
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form, with Samza\'s field names."""
         return {"creation-time-millis": self.creation_time_ms, "last-modified-time-millis":
                 self.last_modified_time_ms, "size": self.size, "permissions": self.permissions}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FileMetadata:
+        """Parse :meth:`to_json`'s output (unknown fields are ignored)."""
         return cls(int(data.get("creation-time-millis", 0)), int(data.get("last-modified-time-millis", 0)),
                    int(data["size"]), str(data.get("permissions", "rw-r--r--")))
 
@@ -78,14 +82,17 @@ class FileIndex:
 
     @property
     def size(self) -> int:
+        """The file's size in bytes."""
         return self.metadata.size
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form, with Samza\'s field names."""
         return {"file-name": self.file_name, "blobs": [b.to_json() for b in self.blobs],
                 "file-metadata": self.metadata.to_json(), "checksum": self.checksum}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FileIndex:
+        """Parse :meth:`to_json`'s output (unknown fields are ignored)."""
         blobs = tuple(sorted((FileBlob.from_json(b) for b in data.get("blobs", [])), key=lambda b: b.offset))
         return cls(str(data["file-name"]), blobs, FileMetadata.from_json(data["file-metadata"]),
                    int(data.get("checksum", 0)))
@@ -153,6 +160,7 @@ class DirIndex:
         return sum(1 for _ in self.walk_present())
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form, with Samza\'s field names."""
         return {"dir-name": self.dir_name,
                 "files-present": [f.to_json() for f in self.files_present],
                 "files-removed": [f.to_json() for f in self.files_removed],
@@ -161,6 +169,7 @@ class DirIndex:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> DirIndex:
+        """Parse :meth:`to_json`'s output (unknown fields are ignored)."""
         return cls(str(data.get("dir-name", "")),
                    tuple(FileIndex.from_json(f) for f in data.get("files-present", [])),
                    tuple(FileIndex.from_json(f) for f in data.get("files-removed", [])),
@@ -179,11 +188,13 @@ class SnapshotMetadata:
     store_name: str
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form, with Samza\'s field names."""
         return {"checkpoint-id": self.checkpoint_id, "job-name": self.job_name, "job-id": self.job_id,
                 "task-name": self.task_name, "store-name": self.store_name}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SnapshotMetadata:
+        """Parse :meth:`to_json`'s output (unknown fields are ignored)."""
         return cls(str(data.get("checkpoint-id", "")), str(data.get("job-name", "")), str(data.get("job-id", "")),
                    str(data.get("task-name", "")), str(data.get("store-name", "")))
 
@@ -199,6 +210,7 @@ class SnapshotIndex:
     schema_version: int = field(default=SCHEMA_VERSION)
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON form, with Samza\'s field names."""
         return {"schema-version": self.schema_version, "creation-time-millis": self.creation_time_ms,
                 "snapshot-metadata": self.metadata.to_json(), "dir-index": self.dir_index.to_json(),
                 "prev-snapshot-index-blob-id": self.prev_snapshot_index_blob_id}
@@ -209,6 +221,7 @@ class SnapshotIndex:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SnapshotIndex:
+        """Parse :meth:`to_json`'s output (unknown fields are ignored)."""
         version = int(data.get("schema-version", SCHEMA_VERSION))
         if version > SCHEMA_VERSION:
             raise SnapshotIndexError(f"snapshot index schema version {version} is newer than this sparza "
