@@ -244,3 +244,20 @@ def test_memory_store_with_reset_offset_rebuilds_from_oldest(harness: AdjunctHar
     assert again.catch_up(harness.reader(), {P0: harness.upcoming("customers")[0]}) == 52
     assert again.get_store("customers").get("c49") == {"i": 49}
     again.close()
+
+
+@pytest.mark.usefixtures("streams")
+def test_commit_releases_the_store_for_another_worker_process(harness: AdjunctHarness, feeder: BatchFeeder,
+                                                              work_dir: Path) -> None:
+    """Spark may run the task's next batch in another Python worker: after commit the RocksDB lock
+    is free, and the other worker continues from the local copy."""
+    first = harness.manager("Partition 0", _config(harness), work_dir / "host-a")
+    entry = _two_batches(harness, feeder, first)  # ``first`` stays alive, as a cached instance would
+    second = harness.manager("Partition 0", _config(harness), work_dir / "host-a", entry=entry)
+    assert second.status()["customers"]["recovery"] == RecoveryAction.CONTINUE_LOCAL.value
+    harness.write("customers", 0, [("c3", {"i": "three"})])
+    feeder.feed(second, [P0])
+    assert second.get_store("customers").get("c3") == {"i": "three"}
+    second.commit(3)
+    second.close()
+    first.close()

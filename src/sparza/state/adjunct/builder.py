@@ -301,7 +301,12 @@ class StoreBuilder:
         self.last_batch = batch_id
         self._refresh_bootstrap()
         for version in self._live_versions():
-            self._slot(version).write_marker(StoreMarker(batch_id, self._snapshot_ids.get(version), self.offsets))
+            slot = self._slot(version)
+            slot.write_marker(StoreMarker(batch_id, self._snapshot_ids.get(version), self.offsets))
+            if slot.persistent:
+                # Release RocksDB's lock between batches: Spark may run this task's next batch in
+                # another Python worker on this host. The store reopens on first use.
+                slot.close()
         return self.entry()
 
     def entry(self) -> dict[str, Any]:

@@ -69,7 +69,7 @@ class TaskAdjunctManager:
         self.adjunct_config = AdjunctConfig.from_config(self.config)
         self.access = access or AdminStreamAccess(self.config)
         self.container_cache = ContainerSnapshotCache(container_store_dir(self.config, self.base_dir), self.config)
-        self.metrics = metrics or MetricsRegistry()
+        self._metrics = metrics or MetricsRegistry()
         self._managers: dict[str, AdjunctStoreManager] = {}
         for spec in self.adjunct_config.stores:
             ssps = self._ssps_of(spec, input_ssps)
@@ -79,9 +79,8 @@ class TaskAdjunctManager:
         self._by_stream: dict[Any, list[str]] = {}
         for spec in self.adjunct_config.stores:
             self._by_stream.setdefault(spec.stream, []).append(spec.name)
-        self._counters = {(name, applied): self.metrics.counter(f"adjunct-{name}", "messages-applied" if applied
-                                                                else "messages-skipped")
-                          for name in self._managers for applied in (True, False)}
+        self._counters: dict[tuple[str, bool], Any] = {}
+        self.metrics = self._metrics
         self._by_ssp: dict[SystemStreamPartition, list[str]] = {}
         self._restored = False
 
@@ -93,6 +92,19 @@ class TaskAdjunctManager:
             return [spec.stream.partition(p) for p in spec.broadcast_partitions]
         partition = task_partition(self.task_name)
         return [] if partition is None else [spec.stream.partition(partition)]
+
+    @property
+    def metrics(self) -> MetricsRegistry:
+        """Where the counters go (group ``adjunct-<store>``: messages-applied, messages-skipped)."""
+        return self._metrics
+
+    @metrics.setter
+    def metrics(self, registry: MetricsRegistry) -> None:
+        # The runtime may hand a fresh registry per batch; counters follow it.
+        self._metrics = registry
+        self._counters = {(name, applied): registry.counter(f"adjunct-{name}",
+                                                            "messages-applied" if applied else "messages-skipped")
+                          for name in self._managers for applied in (True, False)}
 
     # --- contract ----------------------------------------------------------------------------------
     def restore(self, entry: dict[str, Any] | None) -> None:
