@@ -170,8 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     proc.coordinator.start()
     if proc.checkpoints:
         threading.Thread(target=proc.commit_loop, daemon=True, name="commit").start()
+    leader = False
     while not stop.is_set():
-        time.sleep(0.1)
+        time.sleep(0.1)  # signal handlers run in this thread, between sleeps
+        if proc.coordinator.is_leader() != leader:
+            leader = not leader
+            proc.report.update("leader" if leader else "not leader", leader=leader)
     proc.stop_event.set()
     proc.coordinator.stop()
     return 0

@@ -140,14 +140,16 @@ class AzureLeaderElector:
             self._listener.on_leadership_lost("resigned")
 
     def _lost(self, reason: str) -> None:
-        log.warning("processor %s lost leadership: %s", self.processor_id, reason)
         with self._lock:
+            if not self._leading:
+                return  # another thread already gave leadership up
             self._leading = False
             self._lease.forget()
+        log.warning("processor %s lost leadership: %s", self.processor_id, reason)
         self._listener.on_leadership_lost(reason)
 
     def check_held(self) -> None:
-        """Raise nothing while we hold the lease; give leadership up when our own clock says it lapsed."""
+        """Give leadership up (with the listener call) when our own clock says the lease may have lapsed."""
         if self._leading and not self._lease.held():
             self._lost("lease not renewed in time")
 
