@@ -53,6 +53,7 @@ class StreamLocation:
     uri: str
     storage_options: dict[str, str] | None = field(default=None, repr=False)
     _fs: list[Any] = field(default_factory=list, repr=False, compare=False)
+    _raw: list[Any] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def is_remote(self) -> bool:
@@ -79,12 +80,13 @@ class StreamLocation:
             from deltalake.fs import DeltaStorageHandler
 
             # pyarrow's PythonFile hands delta-rs a Buffer it rejects; write through the raw handler.
-            handler = DeltaStorageHandler(self.uri, self.storage_options)._handler
-            stream = handler.open_output_stream(path, None)
+            if not self._raw:
+                self._raw.append(DeltaStorageHandler(self.uri, self.storage_options)._handler)
+            stream = self._raw[0].open_output_stream(path, None)
             try:
                 stream.write(data)
             finally:
-                stream.close()
+                stream.close()  # type: ignore[attr-defined]  # exists at runtime, missing in the stub
             return
         target = os.path.join(self.uri, path)
         os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -99,6 +101,7 @@ class StreamLocation:
         object.__setattr__(self, "uri", state["uri"])
         object.__setattr__(self, "storage_options", state["storage_options"])
         object.__setattr__(self, "_fs", [])
+        object.__setattr__(self, "_raw", [])
 
 
 def _join(root: str, name: str) -> str:
