@@ -82,3 +82,41 @@ def test_leader_losing_its_lease_during_a_barrier_is_superseded(coord_config: di
         for c in coords.values():
             c.stop()
     assert all(listener.stopped for listener in listeners.values())
+
+
+def test_timed_out_barrier_is_retried_without_the_laggard_and_cleaned_up(coord_config: dict[str, str],
+                                                                        azure_account: StorageAccount) -> None:
+    config = {**coord_config, "job.coordinator.azure.barrier.timeout.ms": "3000"}
+    listeners = {pid: Listener() for pid in ("a", "b", "c")}
+    coords = {pid: AzureJobCoordinator(pid, config, TASKS, listeners[pid], account=azure_account)
+              for pid in listeners}
+    try:
+        coords["a"].start()
+        wait(lambda: coords["a"].job_model is not None, 20, "a alone to get a model")
+        coords["b"].start()
+        wait(lambda: (m := coords["b"].job_model) is not None and m == coords["a"].job_model, 20, "b to join")
+        listeners["b"].hold.clear()  # b cannot stop its tasks in time...
+        coords["c"].start()
+        store = coords["a"]._clients.store
+        wait(lambda: store.read().state.barrier is BarrierState.START and "c" in store.read().state.processors,
+             20, "a barrier including c")
+        stuck = store.read().state.version
+        # ...so the barrier times out and a newer version without b goes through.
+        wait(lambda: (m := coords["c"].job_model) is not None and m.version > stuck and "b" not in m.assignments,
+             30, "a model without the laggard")
+        without_b = coords["c"].job_model
+        assert without_b is not None and sorted(without_b.tasks) == sorted(TASKS)
+        listeners["b"].hold.set()  # b recovers and rejoins
+
+        def all_three() -> bool:
+            models = [c.job_model for c in coords.values()]
+            return all(m is not None and sorted(m.processors) == ["a", "b", "c"] and m.version > without_b.version
+                       for m in models) and len({m.version for m in models if m}) == 1
+        wait(all_three, 40, "b to rejoin")
+        table = coords["a"]._clients.table
+        wait(lambda: not [r for r in table.list_all() if r.version == stuck], 20, "the timed-out version's rows to go")
+    finally:
+        for listener in listeners.values():
+            listener.hold.set()
+        for c in coords.values():
+            c.stop()

@@ -28,11 +28,10 @@ _FORMAT = 1
 
 
 class BarrierState(StrEnum):
-    """Where the barrier of the newest job model stands."""
+    """Where the barrier of the newest job model stands (an abandoned one is superseded by a newer START)."""
 
     START = "START"      # published; participants stop their tasks and acknowledge
     END = "END"          # every participant acknowledged: the model is in force
-    TIMEOUT = "TIMEOUT"  # abandoned; a newer version follows
 
 
 @dataclass(frozen=True)
