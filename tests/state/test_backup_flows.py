@@ -159,7 +159,8 @@ def test_restore_of_empty_files_nested_and_empty_dirs(backup: StateBackup, tmp_p
     index_id = backup.upload("files", src, None, checkpoint_id="1")
     dest = tmp_path / "restored"
     backup.restore(index_id, dest)
-    got = sorted(p.relative_to(dest).as_posix() + ("/" if p.is_dir() else "") for p in dest.rglob("*"))
+    got = sorted(p.relative_to(dest).as_posix() + ("/" if p.is_dir() else "") for p in dest.rglob("*")
+                 if p.name != "SNAPSHOT-INDEX-ID")  # the marker naming the snapshot the dir holds
     assert got == ["a/", "a/b/", "a/b/c/", "a/b/c/deep", "a/b/c/deep-empty", "a/file", "empty-dir/",
                    "empty-dir/empty-sub/", "empty-file"]
     assert (dest / "a" / "b" / "c" / "deep").read_bytes() == b"deep"
@@ -275,7 +276,8 @@ def test_restore_deletes_store_dir_content_not_in_snapshot(backup: StateBackup, 
     (dest / "stale-dir").mkdir(parents=True)
     (dest / "stale").write_bytes(b"old")
     backup.restore(index_id, dest)
-    assert sorted(p.name for p in dest.iterdir()) == ["f"]
+    assert sorted(p.name for p in dest.iterdir()) == ["SNAPSHOT-INDEX-ID", "f"]
+    assert (dest / "SNAPSHOT-INDEX-ID").read_text() == index_id
     shutil.rmtree(dest)
 
 
@@ -381,3 +383,23 @@ def test_several_stores_of_one_task(backup: StateBackup, tmp_path: Path) -> None
         mgr.restore(ids[mgr.store_name])
         assert helpers.contents(mgr.store_dir) == expected[mgr.store_name]
         assert backup.read_index(ids[mgr.store_name]).metadata.store_name == mgr.store_name
+
+
+def test_a_checkpoint_dir_of_another_attempt_is_not_reused(backup: StateBackup, tmp_path: Path) -> None:
+    from sparza.state.backup import SNAPSHOT_MARKER, read_snapshot_marker
+
+    cp = tmp_path / "store-5"
+    cp.mkdir()
+    (cp / "000001.sst").write_bytes(b"attempt A")
+    attempt_a = backup.upload("s", cp)
+    assert read_snapshot_marker(cp) == attempt_a
+    # Another attempt of checkpoint 5 (elsewhere) committed a snapshot with the same names and sizes.
+    other = tmp_path / "elsewhere" / "store-5"
+    other.mkdir(parents=True)
+    (other / "000001.sst").write_bytes(b"attempt B")
+    attempt_b = backup.upload("s", other)
+    result = backup.restore(attempt_b, tmp_path / "store", cp)
+    assert not result.reused_local  # same names and sizes, but the marker says it is attempt A's
+    assert (tmp_path / "store" / "000001.sst").read_bytes() == b"attempt B"
+    assert (cp / SNAPSHOT_MARKER).read_text() == attempt_b
+    assert backup.restore(attempt_b, tmp_path / "store", cp).reused_local

@@ -14,9 +14,12 @@ from sparza.state.backup.backup import (
     StateBackup,
     VerifyResult,
     materialize_store_dir,
+    read_snapshot_marker,
+    write_snapshot_marker,
 )
 from sparza.state.backup.diff import (
     FILES_TO_IGNORE,
+    SNAPSHOT_MARKER,
     DirDiff,
     are_same_dir,
     are_same_file,
@@ -42,6 +45,7 @@ __all__ = [
     "FILES_TO_IGNORE",
     "RESTORE_GROUP",
     "SCHEMA_VERSION",
+    "SNAPSHOT_MARKER",
     "BackupError",
     "BackupMetrics",
     "ChecksumMismatchError",
@@ -65,4 +69,6 @@ __all__ = [
     "crc32_file",
     "dir_diff",
     "materialize_store_dir",
+    "read_snapshot_marker",
+    "write_snapshot_marker",
 ]

@@ -41,13 +41,21 @@ from sparza.blobstore.api import (
 )
 from sparza.config import Config, define_key
 from sparza.metrics import MetricsRegistry
-from sparza.state.backup.diff import are_same_dir, dir_diff
+from sparza.state.backup.diff import SNAPSHOT_MARKER, are_same_dir, dir_diff
 from sparza.state.backup.errors import SnapshotUnavailableError
 from sparza.state.backup.index import SnapshotIndex, SnapshotMetadata
 from sparza.state.backup.metrics import BackupMetrics, RestoreMetrics
 from sparza.state.backup.transfer import SnapshotTransfer, fsync_dir
 
-__all__ = ["CleanupResult", "RestoreResult", "StateBackup", "VerifyResult", "materialize_store_dir"]
+__all__ = [
+    "CleanupResult",
+    "RestoreResult",
+    "StateBackup",
+    "VerifyResult",
+    "materialize_store_dir",
+    "read_snapshot_marker",
+    "write_snapshot_marker",
+]
 
 _PKG = "sparza.state.backup"
 define_key("blob.store.transfer.threads", 4, "parallel file uploads/downloads per task backup or restore", _PKG)
@@ -94,6 +102,21 @@ class VerifyResult:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+
+def write_snapshot_marker(directory: Path, index_blob_id: str) -> None:
+    """Record in ``directory`` which snapshot index it holds (atomically)."""
+    tmp = directory / f".sparza-tmp-{SNAPSHOT_MARKER}"
+    tmp.write_text(index_blob_id, encoding="utf-8")
+    os.replace(tmp, directory / SNAPSHOT_MARKER)
+
+
+def read_snapshot_marker(directory: Path) -> str | None:
+    """The snapshot index blob id recorded in ``directory``, if any."""
+    try:
+        return (directory / SNAPSHOT_MARKER).read_text(encoding="utf-8").strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -239,6 +262,7 @@ class StateBackup:
         index_id = self.blob_store.put(io.BytesIO(data), self._meta(store_name, INDEX_PAYLOAD_PATH, len(data)))
         with self._lock:
             self._index_cache[index_id] = index
+        write_snapshot_marker(cp_dir, index_id)
         elapsed = time.perf_counter() - start
         m.upload_ms.update(elapsed * 1000)
         if added:
@@ -316,7 +340,9 @@ class StateBackup:
         index, recovered = self._read_index_lenient(index_blob_id)
         store_name = index.metadata.store_name
         rm = self.restore_metrics
-        if cp is not None and are_same_dir(cp, index.dir_index):
+        # Reuse needs the marker too: another attempt of the same checkpoint id (say, on a host that
+        # lost the task) can leave SST files with the same names and sizes but other content.
+        if cp is not None and read_snapshot_marker(cp) == index_blob_id and are_same_dir(cp, index.dir_index):
             rm.local_reuses.inc()
             with rm.store_timer(store_name, "post-restore-ms").time():
                 materialize_store_dir(cp, store)
@@ -325,7 +351,7 @@ class StateBackup:
             target = cp if cp is not None else store
             deleted_blobs: list[str] = []
             with rm.store_timer(store_name, "restore-ms").time():
-                stats = self._download(index, target, deleted_blobs.append)
+                stats = self._download(index_blob_id, index, target, deleted_blobs.append)
             if deleted_blobs:
                 rm.deleted_recoveries.inc(len(deleted_blobs))
                 recovered = True
@@ -347,7 +373,8 @@ class StateBackup:
             rm.restore_rate.set(int(nbytes / elapsed))
         return RestoreResult(result_id, index.metadata.checkpoint_id, reused, files, nbytes, recovered, elapsed)
 
-    def _download(self, index: SnapshotIndex, target: Path, on_deleted: object) -> tuple[int, int]:
+    def _download(self, index_blob_id: str, index: SnapshotIndex, target: Path, on_deleted: object
+                  ) -> tuple[int, int]:
         rm = self.restore_metrics
         total_files = index.dir_index.file_count()
         total_bytes = index.dir_index.total_size()
@@ -392,6 +419,7 @@ class StateBackup:
         finally:
             if progress is not None:
                 progress.stop()
+        write_snapshot_marker(tmp, index_blob_id)
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)

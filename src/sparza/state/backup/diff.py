@@ -20,6 +20,7 @@ from sparza.state.backup.index import DirIndex, FileIndex, FileMetadata
 __all__ = [
     "FILES_TO_IGNORE",
     "IMMUTABLE_SUFFIXES",
+    "SNAPSHOT_MARKER",
     "DirDiff",
     "are_same_dir",
     "are_same_file",
@@ -29,8 +30,11 @@ __all__ = [
     "is_ignored",
 ]
 
-FILES_TO_IGNORE = frozenset({"LOCK", "LOG"})
-"""Names never backed up or compared: RocksDB's lock file and info log (not part of a checkpoint)."""
+SNAPSHOT_MARKER = "SNAPSHOT-INDEX-ID"
+"""File in a checkpoint dir naming the index blob it was uploaded as (or restored from)."""
+FILES_TO_IGNORE = frozenset({"LOCK", "LOG", SNAPSHOT_MARKER})
+"""Names never backed up or compared: RocksDB's lock file and info log (not part of a checkpoint),
+and sparza's snapshot marker."""
 IMMUTABLE_SUFFIXES = (".sst", ".blob")
 """RocksDB files that never change once written: the same name and size means the same content."""
 
