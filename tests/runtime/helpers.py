@@ -87,5 +87,6 @@ def sparza_env() -> dict[str, str]:
 
 def run_sparza(*args: str, timeout: float = 240, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     """Run ``sparza`` to completion in the repo dir."""
-    return subprocess.run(sparza_cmd(*args), cwd=REPO, env=sparza_env(), capture_output=True, text=True,
-                          timeout=timeout, check=False, **kwargs)
+    kwargs.setdefault("env", sparza_env())
+    return subprocess.run(sparza_cmd(*args), cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          check=False, **kwargs)

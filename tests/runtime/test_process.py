@@ -1,0 +1,103 @@
+"""`sparza run` as a subprocess: bad config, SIGTERM, kill -9 mid-run and restart, injected Spark task failure."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from examples.keyed_count.load import append_messages
+from tests.runtime.helpers import (
+    REPO,
+    expected_counts,
+    final_counts,
+    run_sparza,
+    sparza_cmd,
+    sparza_env,
+    write_config,
+)
+
+from sparza.runtime import checkpoint_store_from_config
+
+pytestmark = pytest.mark.slow
+
+
+def test_bad_config_is_one_line_naming_the_key(make_job, work_dir):
+    config = make_job(**{"task.max.batch.messages": "lots"})
+    # COLUMNS: the CLI's error console wraps at the terminal width (80 when there is none).
+    result = run_sparza("run", "--config", str(write_config(config, work_dir / "job.yaml")), timeout=60,
+                        env={**sparza_env(), "COLUMNS": "300"})
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "task.max.batch.messages" in lines[0] and "'lots'" in lines[0]
+
+
+def _wait_for_batch(config, at_least: int, proc: subprocess.Popen, timeout: float = 180) -> int:
+    store = checkpoint_store_from_config(config, "kc-1")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else "exited"
+        batches = [cp.batch for cp in store.read_all().values()]
+        if batches and min(batches) >= at_least:
+            return min(batches)
+        time.sleep(0.2)
+    raise AssertionError(f"no batch {at_least} within {timeout}s")
+
+
+def _start(config_path) -> subprocess.Popen:
+    return subprocess.Popen(sparza_cmd("run", "--config", str(config_path), "--master", "local[2]"), cwd=REPO,
+                            env=sparza_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def test_sigterm_then_kill_9_then_restart_gives_exact_counts(make_job, work_dir):
+    config = make_job(**{"task.max.batch.messages": "150"})
+    append_messages(config, 6000, 9, commit_size=1000)
+    path = write_config(config, work_dir / "job.yaml")
+
+    # 1. SIGTERM: the running batch finishes and commits, then exit code 0.
+    proc = _start(path)
+    try:
+        _wait_for_batch(config, 2, proc)
+        os.kill(proc.pid, signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, stderr
+    assert "stopped by SIGTERM" in stderr
+    stopped_at = {t: cp.batch for t, cp in checkpoint_store_from_config(config, "kc-1").read_all().items()}
+
+    # 2. kill -9 of the whole driver (JVM and Python workers included) in the middle of the run.
+    proc = _start(path)
+    try:
+        _wait_for_batch(config, max(stopped_at.values()) + 2, proc)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    # 3. Restart and catch up: no message lost, none counted or written twice.
+    result = run_sparza("run", "--config", str(path), "--once", "--master", "local[2]")
+    assert result.returncode == 0, result.stderr
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(6000, 9)
+    assert rows == 6000
+
+
+def test_injected_spark_task_failure_is_retried_exactly(make_job, work_dir):
+    marker = work_dir / "failed-once"
+    config = make_job(**{"task.testing.fail.once.file": str(marker)})
+    append_messages(config, 900, 5, commit_size=300)
+    path = write_config(config, work_dir / "job.yaml")
+    # local[2,2]: Spark retries a failed task once. The failure comes after the producers flushed.
+    result = run_sparza("run", "--config", str(path), "--once", "--master", "local[2,2]")
+    assert result.returncode == 0, result.stderr
+    assert marker.exists()
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(900, 5)
+    assert rows == 900
