@@ -18,6 +18,7 @@ from sparza.config import Config
 from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 
 EVENTS = SystemStream("delta", "events")
+_TRANSIENT = "Python worker failed to connect back"
 
 
 @dataclass
@@ -76,10 +77,18 @@ class E2E:
         errors: list[BaseException] = []
 
         def go(i: int) -> None:
-            try:
-                outcomes[i] = runners[i].run()
-            except BaseException as exc:  # reported below
-                errors.append(exc)
+            for attempt in range(3):
+                try:
+                    outcomes[i] = runners[i].run()
+                    return
+                except BaseException as exc:  # reported below
+                    # A Python worker that starts slower than Spark's fixed connect-back timeout (a loaded
+                    # machine) fails the query before any work; the query restarts from its checkpoints.
+                    if attempt < 2 and _TRANSIENT in str(exc) and not runners[i]._stop.is_set():
+                        runners[i] = self.runner(configs[i])
+                        continue
+                    errors.append(exc)
+                    return
 
         threads = [threading.Thread(target=go, args=(i,), daemon=True) for i in range(len(runners))]
         for runner, t in zip(runners, threads, strict=True):

@@ -51,7 +51,7 @@ def test_three_stage_pipeline_terminates_with_windows_fired_once(e2e, expect_win
 
 def test_repartition_exact_counts_and_late_messages_routed(e2e):
     # Partition 0 goes back in time once by more than the allowed lateness: exactly that message is late.
-    events = [(0, "a", 1, 1000), (0, "a", 2, 1010), (0, "b", 3, 400), (0, "b", 4, 995),
+    events = [(0, "a", 1, 1000), (0, "a", 2, 1010), (0, "b", 3, 400), (0, "b", 4, 1002),
               (1, "c", 5, 20), (1, "c", 6, 30)]
     cfg = e2e.config("RepartitionCount", **{
                                             "systems.delta.streams.events.watermark.lateness.ms": 10,
