@@ -73,3 +73,33 @@ class BlobStorage:
         blocks = [BlobBlock(block_id=b) for b in block_ids]
         self._call("commit block list", blob, lambda: client.commit_block_list(
             blocks, content_settings=settings, metadata=metadata or None, read_timeout=self.request_timeout_s))
+
+    def download(self, blob: str) -> bytes | None:
+        """A committed blob's content, or None when it does not exist."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        client = self._container_client.get_blob_client(blob)
+
+        def get() -> bytes | None:
+            try:
+                return bytes(client.download_blob(read_timeout=self.request_timeout_s).readall())
+            except ResourceNotFoundError:
+                return None
+
+        return self._call("download", blob, get)
+
+    def put_if_absent(self, blob: str, data: bytes) -> bool:
+        """Create a small blob unless it exists (If-None-Match: *); False when it already existed."""
+        from azure.core.exceptions import ResourceExistsError, ResourceModifiedError
+
+        client = self._container_client.get_blob_client(blob)
+
+        def put() -> bool:
+            try:
+                client.upload_blob(data, overwrite=False, read_timeout=self.request_timeout_s)
+                return True
+            except (ResourceExistsError, ResourceModifiedError):
+                return False
+
+        return self._call("upload", blob, put)
+

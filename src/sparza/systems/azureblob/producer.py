@@ -35,7 +35,7 @@ from sparza.systems.azureblob.metadata import load_metadata_generator
 from sparza.systems.azureblob.metrics import AzureBlobMetrics
 from sparza.systems.azureblob.naming import BlobKey, Transaction
 from sparza.systems.azureblob.settings import AzureBlobSettings
-from sparza.systems.azureblob.upload import BlobUpload, BufferBudget, UploadContext, wait_all
+from sparza.systems.azureblob.upload import BlobUpload, BufferBudget, PreparedBlob, UploadContext, wait_all
 from sparza.systems.azureblob.uploader import UploadPool
 from sparza.systems.azureblob.writer import BlobWriter, NameRegistry
 
@@ -183,6 +183,23 @@ class AzureBlobSystemProducer:
         if error is not None:
             raise error
 
+    def abandon(self) -> None:
+        """Stop without flushing: buffered messages are dropped and staged blocks stay uncommitted
+        (invisible; Azure discards them after 7 days). For a task that failed mid-batch."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for state in list(self._sources.values()):
+            state.lock.acquire_write()
+            try:
+                for writer in state.writers.values():
+                    writer.discard()
+                state.writers.clear()
+            finally:
+                state.lock.release_write()
+        if self._ctx is not None:
+            self._ctx.pool.shutdown(wait=False)
+
     def _context(self) -> UploadContext:
         if self._stopped:
             raise WriterClosedError(f"producer of {self.system!r} was stopped")
@@ -223,6 +240,15 @@ class AzureBlobSystemProducer:
 
     def flush(self, source: str, *, transaction: Transaction | None = None) -> None:
         """Make everything ``source`` sent durable (see the module docstring for the exact guarantee)."""
+        self._complete(source, transaction, commit=True)
+
+    def prepare(self, source: str, *, transaction: Transaction) -> list[PreparedBlob]:
+        """Phase 1 of a flush only: stage everything ``source`` sent and wait for the uploads, then return
+        the block lists uncommitted, for a coordinator (the Spark driver) to commit. Call ``begin`` with
+        the same transaction before sending, so that no rolled-over blob is committed early."""
+        return self._complete(source, transaction, commit=False)
+
+    def _complete(self, source: str, transaction: Transaction | None, *, commit: bool) -> list[PreparedBlob]:
         state = self._source(source)
         ctx = self._context()
         state.lock.acquire_write()
@@ -232,7 +258,16 @@ class AzureBlobSystemProducer:
             writers = list(state.writers.values())
             state.writers.clear()
             try:
-                self._flush_writers(ctx, state, writers)
+                uploads, early = self._stage_all(state, writers)
+                if not commit:
+                    wait_all(early, self.settings.close_timeout_ms, "block list commits",
+                             self.settings.prefix + "closeTimeoutMs")
+                    return [u.prepared() for u in uploads if u.block_ids]
+                # Phase 2: commit every block list (on the pool, bounded by closeTimeoutMs).
+                commits = [ctx.pool.submit(upload.commit) for upload in uploads]
+                wait_all(commits + early, self.settings.close_timeout_ms, "block list commits",
+                         self.settings.prefix + "closeTimeoutMs")
+                return []
             except Exception:
                 state.metrics.inc("send_errors")
                 for writer in writers:
@@ -242,10 +277,10 @@ class AzureBlobSystemProducer:
             state.transaction = None
             state.lock.release_write()
 
-    def _flush_writers(self, ctx: UploadContext, state: _Source, writers: list[BlobWriter]) -> None:
+    def _stage_all(self, state: _Source, writers: list[BlobWriter]) -> tuple[list[BlobUpload], list[Future[None]]]:
+        """Phase 1: stage every buffer, then wait for all block uploads of this source."""
         uploads: list[BlobUpload] = []
         early: list[Future[None]] = []
-        # Phase 1: stage every buffer, then wait for all block uploads of this source.
         for writer in writers:
             finished, running = writer.finish()
             uploads.extend(finished)
@@ -259,7 +294,4 @@ class AzureBlobSystemProducer:
                                 "deterministic (call begin() before sending)", naming.name)
         wait_all([f for u in uploads for f in u.futures], self.settings.flush_timeout_ms, "block uploads",
                  self.settings.prefix + "flushTimeoutMs")
-        # Phase 2: commit every block list (on the pool, bounded by closeTimeoutMs).
-        commits = [ctx.pool.submit(upload.commit) for upload in uploads]
-        wait_all(commits + early, self.settings.close_timeout_ms, "block list commits",
-                 self.settings.prefix + "closeTimeoutMs")
+        return uploads, early

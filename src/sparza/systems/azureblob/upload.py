@@ -24,7 +24,7 @@ from sparza.systems.azureblob.naming import block_id
 from sparza.systems.azureblob.settings import AzureBlobSettings
 from sparza.systems.azureblob.uploader import UploadPool
 
-__all__ = ["BlobNaming", "BlobUpload", "BufferBudget", "UploadContext", "wait_all"]
+__all__ = ["BlobNaming", "BlobUpload", "BufferBudget", "PreparedBlob", "UploadContext", "wait_all"]
 
 
 class BufferBudget:
@@ -71,6 +71,19 @@ class BlobNaming:
     name: str
     token: str
     transactional: bool = False
+
+
+@dataclass(frozen=True)
+class PreparedBlob:
+    """A blob whose blocks are all staged, ready for someone else (the Spark driver) to commit.
+    Picklable: it travels from executors to the driver in a commit message."""
+
+    name: str
+    block_ids: tuple[str, ...]
+    metadata: dict[str, str]
+    content_type: str | None
+    records: int
+    raw_size: int
 
 
 def _run_counting(metrics: AzureBlobMetrics, fn: Callable[[], None]) -> None:
@@ -158,12 +171,20 @@ class BlobUpload:
         self.ctx.budget.add(-len(self._buffer))
         self._buffer = bytearray()
 
+    def _metadata(self) -> dict[str, str]:
+        context = BlobMetadataContext(self.stream, self.name, self.raw_size, self.records)
+        return self.ctx.metadata.get_blob_metadata(context)
+
+    def prepared(self) -> PreparedBlob:
+        """What a commit needs, for committing elsewhere (uploads must have finished)."""
+        return PreparedBlob(self.name, tuple(self.block_ids), self._metadata(), self.content_type, self.records,
+                            self.raw_size)
+
     def commit(self) -> None:
         """Commit the staged block list with its metadata (uploads must have finished)."""
         if not self.block_ids or self.committed:
             return
-        context = BlobMetadataContext(self.stream, self.name, self.raw_size, self.records)
-        metadata = self.ctx.metadata.get_blob_metadata(context)
+        metadata = self._metadata()
         _run_counting(self.metrics, lambda: self.ctx.storage.commit_block_list(
             self.name, self.block_ids, metadata, content_type=self.content_type))
         self.committed = True

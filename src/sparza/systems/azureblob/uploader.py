@@ -62,7 +62,10 @@ class UploadPool:
             return
         self._closed = True
         for _ in self._threads:
-            self._queue.put(_STOP)
+            try:
+                self._queue.put(_STOP, block=wait)
+            except queue.Full:
+                break  # daemon threads stuck on a silent server: leave them
         if wait:
             for thread in self._threads:
                 thread.join()
