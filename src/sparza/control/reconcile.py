@@ -87,14 +87,13 @@ class SspControlState:
     control_received: int = 0
 
     # --- input -----------------------------------------------------------------------------
-    def on_user(self, timestamp: int | None) -> None:
+    def on_user(self, timestamp: int | None) -> bool:
         """A user message: on a source SSP it shows the partition is alive and its event time
-        advances the watermark."""
+        advances the watermark. True when the SSP's watermark advanced."""
         if self.intermediate or self.ended:
-            return
+            return False
         self.pending = True
-        if timestamp is not None:
-            self._raise_to(int(timestamp) - self.lateness_ms)
+        return timestamp is not None and self._raise_to(int(timestamp) - self.lateness_ms)
 
     def on_control(self, message: ControlMessage) -> None:
         """A watermark or end-of-stream message from an upstream task (or a bare one from a source)."""

@@ -97,8 +97,7 @@ class TaskControl:
         """Account for one envelope read, in order. True: a control message, consumed (do not deliver it)."""
         state = self._state(envelope.ssp)
         if envelope.type == MessageType.USER:
-            state.on_user(envelope.timestamp)
-            if not state.intermediate:
+            if state.on_user(envelope.timestamp):
                 self._recompute_task(None)
             return False
         message = decode_body(envelope.type, envelope.message)
