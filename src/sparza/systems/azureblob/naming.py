@@ -17,6 +17,7 @@ import secrets
 import time
 
 __all__ = [
+    "MANIFEST_PREFIX",
     "BlobKey",
     "Transaction",
     "blob_name",
@@ -25,6 +26,9 @@ __all__ = [
     "random_token",
     "time_segment",
 ]
+
+MANIFEST_PREFIX = "_sparza/sinks/"
+"""Where the Spark sink keeps its per-batch commit manifests (inside the output container)."""
 
 Transaction = tuple[str, int]
 """(app id, version): for the task runtime (job/task, batch id); for the Spark sink (sink id, batch id)."""

@@ -51,6 +51,7 @@ from sparza.errors import ConfigError
 from sparza.serde import AvroRecord
 from sparza.streams import OutgoingMessageEnvelope, SystemStream
 from sparza.systems.azureblob.client import BlobStorage
+from sparza.systems.azureblob.naming import MANIFEST_PREFIX
 from sparza.systems.azureblob.upload import PreparedBlob
 
 __all__ = [
@@ -66,7 +67,6 @@ _PRODUCER_KEYS = ("account.name", "account.key", "sensitive.account.key", "endpo
                   "maxMessagesPerBlob", "threadPoolCount", "blockingQueueSize", "flushTimeoutMs", "closeTimeoutMs",
                   "writer.format", "maxBufferedBytes", "metadataPropertiesGeneratorFactory")
 _SINK_KEYS = ("container", "stream", "partitionColumn", "timestampColumn", "sinkId", "connectionString")
-MANIFEST_PREFIX = "_sparza/sinks/"
 
 
 def register_azureblob_sink(spark: Any) -> None:
