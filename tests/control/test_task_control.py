@@ -267,3 +267,15 @@ def test_end_of_stream_is_sent_once_and_again_after_a_restore_from_before_it():
 
 def tc_config():
     return Config({**BASE, "task.intermediate.outputs": "delta.app-1-next"})
+
+
+def test_bind_metrics_moves_reporting_to_a_new_registry():
+    from sparza.metrics import MetricsRegistry
+
+    tc = control([SRC0])
+    tc.on_envelope(user(SRC0, 100))
+    fresh = MetricsRegistry()
+    tc.bind_metrics(fresh)
+    tc.on_late(user(SRC0, 1))
+    snap = fresh.snapshot()["control"]
+    assert snap["late-messages"] == 1 and snap["task-watermark"] == 100

@@ -76,7 +76,7 @@ class StageTask:
         self._partitions: dict[str, int] = {}
         self._late_policy = LatePolicy.DROP
         self._late_stream: SystemStream | None = None
-        self._late_counter: Any = None
+        self._context: TaskContext | None = None
         self._ended = False
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -110,7 +110,7 @@ class StageTask:
                 self._stores[store] = context.get_store(store)
         settings = ControlSettings.from_config(config)
         self._late_policy, self._late_stream = settings.late_policy, settings.late_stream
-        self._late_counter = context.metrics.counter("control", "late-messages")
+        self._context = context
 
     def close(self) -> None:
         """Nothing to release: stores belong to the runtime."""
@@ -197,7 +197,9 @@ class StageTask:
             raise WindowError(f"window {op.params['store']!r} got a message without event time; give the input "
                               f"timestamps or pass timestamp_fn")
         if state.add(spec.key_fn(record.value), int(ts), record.value):
-            self._late_counter.inc()
+            if self._context is not None:
+                # Looked up each time: the runtime may give the task a fresh registry per batch.
+                self._context.metrics.counter("control", "late-messages").inc()
             if self._late_policy == LatePolicy.ROUTE and self._late_stream is not None:
                 call.collector.send(OutgoingMessageEnvelope(self._late_stream, json.dumps(
                     record.value, separators=(",", ":"), default=str).encode("utf-8"),

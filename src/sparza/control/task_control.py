@@ -72,13 +72,20 @@ class TaskControl:
         self._eos_sent = False
         self.late_count = 0
         self.late_routed = 0
-        self.metrics = metrics if metrics is not None else MetricsRegistry()
+        self.bind_metrics(metrics if metrics is not None else MetricsRegistry())
+
+    def bind_metrics(self, metrics: MetricsRegistry) -> None:
+        """Report into ``metrics`` from now on (a runtime that starts a fresh registry per batch calls
+        this each batch; counts that must survive restarts are in the snapshot, not in metrics)."""
+        self.metrics = metrics
         self._late_counter = self.metrics.counter(METRICS_GROUP, "late-messages")
         self._routed_counter = self.metrics.counter(METRICS_GROUP, "late-messages-routed")
         self._received_counter = self.metrics.counter(METRICS_GROUP, "control-messages-received")
         self._sent_counter = self.metrics.counter(METRICS_GROUP, "control-messages-sent")
         self._sent_bytes = self.metrics.counter(METRICS_GROUP, "control-bytes-sent")
         self._wm_gauge = self.metrics.gauge(METRICS_GROUP, "task-watermark")
+        if self._watermark is not None:
+            self._wm_gauge.set(self._watermark)
 
     def _fresh_state(self, ssp: SystemStreamPartition) -> SspControlState:
         stream = ssp.system_stream
