@@ -30,5 +30,6 @@ class SnapshotUnavailableError(BackupError):
 
     def __init__(self, blob_id: str, what: str) -> None:
         self.blob_id = blob_id
-        super().__init__(f"{what} {blob_id} is gone from the blob store (purged); the snapshot cannot be "
-                         f"restored: restore from an older checkpoint or rebuild the store from its inputs")
+        super().__init__(f"{what} {blob_id} does not exist in the blob store (wrong id, or purged by gc); "
+                         f"check the blob store config, else restore from an older checkpoint or rebuild the "
+                         f"store from its inputs")
