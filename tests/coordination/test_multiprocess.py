@@ -149,7 +149,12 @@ def test_paused_leader_loses_leadership_and_cannot_publish(fleet_factory: Any, c
 
 def test_twenty_five_processors(fleet_factory: Any, coord_config: dict[str, str]) -> None:
     pids = [f"proc-{i:02d}-{'x' * 24}" for i in range(25)]  # long ids: Samza's 1 KiB list slot would overflow
-    fleet = fleet_factory(coord_config, tasks=20)  # more processors than tasks: 5 stay idle
+    # Default-like periods: 25 processes on a 2-core machine must not starve their own heartbeats.
+    config = {**coord_config, **{f"job.coordinator.azure.{k}": v for k, v in {
+        "heartbeat.interval.ms": "2000", "liveness.timeout.ms": "10000", "leader.check.interval.ms": "2000",
+        "jobmodel.poll.interval.ms": "1000", "liveness.check.interval.ms": "1000",
+        "barrier.timeout.ms": "30000"}.items()}}
+    fleet = fleet_factory(config, tasks=20)  # more processors than tasks: 5 stay idle
     fleet.start(*pids)
     fleet.wait_converged(pids, 150)
     counts = sorted(len(fleet.report(p)["tasks"]) for p in pids)

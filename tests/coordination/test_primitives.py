@@ -139,10 +139,10 @@ def test_large_job_model_round_trips_through_the_blob(clients: CoordinationClien
 
 def test_heartbeats_are_judged_by_service_timestamps(clients: CoordinationClients) -> None:
     table = clients.table
-    first = table.heartbeat("UNASSIGNED", "old", False)
+    first = table.heartbeat_and_read("UNASSIGNED", "old", False)
     time.sleep(1.2)
     table.heartbeat("000000000001", "fresh", False)
-    reference = table.heartbeat("000000000001", "me", True).timestamp
+    reference = table.heartbeat_and_read("000000000001", "me", True).timestamp
     assert reference > first.timestamp
     rows = table.list_all()
     assert set(live_processors(rows, reference, 5000)) == {"old", "fresh", "me"}

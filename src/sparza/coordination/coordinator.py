@@ -22,7 +22,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError
@@ -84,7 +83,6 @@ class AzureJobCoordinator:
         self._barrier: tuple[int, float] | None = None  # leader: (version, monotonic start)
         self._needs_ensure = False
         self._stopped = False
-        self._last_heartbeat: datetime | None = None
         registry = metrics or MetricsRegistry()
         group = "coordination"
         self._m_models = registry.counter(group, "job-models-adopted")
@@ -156,11 +154,9 @@ class AzureJobCoordinator:
             self._lease.ensure_blob()
             self._needs_ensure = False
 
-    def _beat(self) -> datetime:
+    def _beat(self) -> None:
         self._ensure_if_needed()
-        row = self._clients.table.heartbeat(self._hb_partition, self.processor_id, self.is_leader())
-        self._last_heartbeat = row.timestamp
-        return row.timestamp
+        self._clients.table.heartbeat(self._hb_partition, self.processor_id, self.is_leader())
 
     def _leader_check(self) -> None:
         self._ensure_if_needed()
@@ -238,7 +234,8 @@ class AzureJobCoordinator:
             return
         term = self.elector.term
         table = self._clients.table
-        reference = self._beat()  # a fresh service timestamp: the reference "now" for liveness
+        # Our own heartbeat, read back: a fresh service timestamp is the reference "now" for liveness.
+        reference = table.heartbeat_and_read(self._hb_partition, self.processor_id, True).timestamp
         rows = table.list_all()
         alive = set(live_processors(rows, reference, self.settings.liveness_timeout_ms))
         alive.add(self.processor_id)

@@ -71,12 +71,17 @@ class ProcessorTable:
             except ResourceExistsError:
                 pass
 
-    def heartbeat(self, partition: str, processor_id: str, is_leader: bool) -> ProcessorEntity:
-        """Write the row (creating it if needed) and read it back with the service's new timestamp."""
+    def heartbeat(self, partition: str, processor_id: str, is_leader: bool) -> None:
+        """Write the row (creating it if needed) so the service stamps a new ``Timestamp``."""
         entity = {"PartitionKey": partition, "RowKey": processor_id,
                   "liveness": next(self._beats), "isLeader": is_leader}
         with storage_call(f"heartbeat {processor_id}"):
             self._table.upsert_entity(entity, mode=UpdateMode.REPLACE)
+
+    def heartbeat_and_read(self, partition: str, processor_id: str, is_leader: bool) -> ProcessorEntity:
+        """:meth:`heartbeat`, then read the row back: its timestamp is the service's "now" for liveness."""
+        self.heartbeat(partition, processor_id, is_leader)
+        with storage_call(f"read row {partition}/{processor_id}"):
             return _to_entity(self._table.get_entity(partition, processor_id))
 
     def delete(self, partition: str, processor_id: str) -> None:
