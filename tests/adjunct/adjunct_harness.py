@@ -138,9 +138,9 @@ def read_broadcast_in_process(config: dict[str, str], task: str, base_dir: str, 
     manager = TaskAdjunctManager(task, Config(config), base_dir, blob_store, "adj", "1")
     manager.restore(None)
     manager.begin_batch(batch)
-    barrier.wait(timeout=60)
+    barrier.wait(timeout=300)
     contents = dict(manager.get_store("rates").all())
     results.put((task, contents, manager.container_cache.downloads))
-    barrier.wait(timeout=60)  # keep the snapshot open until every process has read it
+    barrier.wait(timeout=300)  # keep the snapshot open until every process has read it
     manager.close()
     blob_store.close()

@@ -160,10 +160,10 @@ def test_four_processes_on_one_host_download_one_copy(harness: AdjunctHarness, w
     for proc in procs:
         proc.start()
     try:
-        got = [results.get(timeout=120) for _ in procs]
+        got = [results.get(timeout=400) for _ in procs]
     finally:
         for proc in procs:
-            proc.join(timeout=60)
+            proc.join(timeout=120)
             if proc.is_alive():
                 proc.kill()
     assert all(proc.exitcode == 0 for proc in procs)

@@ -184,7 +184,7 @@ class BroadcastStoreManager:
 
     # --- reading -------------------------------------------------------------------------------
     def _current(self) -> KeyValueStore:
-        if self._stale:
+        if self._stale or (self._lease is None and self.publication is not None):
             self.refresh()
         if self._lease is not None:
             return self._lease.store
@@ -259,9 +259,11 @@ class BroadcastStoreManager:
         if self.publication is not None:
             entry["read"] = {"batch": self.publication.batch, "snapshot": self.publication.snapshot}
         # The next batch reads what was published up to this one (read lazily: the builder may
-        # still be committing this batch on another executor).
+        # still be committing this batch on another executor). The snapshot is let go until then,
+        # so a task that moves to another worker process does not keep an old copy alive.
         self._wanted_before = batch_id + 1
         self._stale = True
+        self._release()
         return entry
 
     def status(self) -> dict[str, Any]:
