@@ -50,7 +50,7 @@ def test_keyed_count_is_exact_across_runs_and_checkpoints_record_offsets(spark, 
 
 
 def test_replayed_batch_is_skipped(spark, make_job, work_dir):
-    config = make_job()
+    config = make_job(**{"task.max.batch.messages": "10000"})
     append_messages(config, 600, 5, commit_size=600)
     runner = _run(spark, config)
     spark_dir = Path(runner.spark_checkpoint_dir)
@@ -67,7 +67,7 @@ def test_replayed_batch_is_skipped(spark, make_job, work_dir):
 
 
 def test_deleted_local_state_is_restored_from_the_blob_store(spark, make_job, work_dir):
-    config = make_job()
+    config = make_job(**{"task.max.batch.messages": "10000"})
     append_messages(config, 500, 6, commit_size=500)
     _run(spark, config)
     shutil.rmtree(work_dir / "state")  # a new host: no local stores, no Spark checkpoint

@@ -162,6 +162,7 @@ class TaskInstance:
         self._msg_serdes = [_serde(job.config, s, "msg") for s in ssps]
         self._uses_control = self._needs_control()
         self._window_at = 0
+        self._config_key = _config_key(job.config)
 
     # --- setup ---------------------------------------------------------------------------------
     def _needs_control(self) -> bool:
@@ -186,19 +187,30 @@ class TaskInstance:
         return task
 
     def producer(self, system: str) -> Any:
-        """The producer of ``system`` for this batch (registered under the task name)."""
+        """The producer of ``system`` (shared by the tasks of this worker process, registered per task).
+
+        Producers are kept across batches: they hold open table handles, so a batch pays no
+        reconnect. Tasks of one worker process run one at a time, so after a failure only the
+        failed task can have unflushed messages; the producers it used are then dropped.
+        """
         producer = self._producers.get(system)
         if producer is None:
-            producer = get_system_factory(self.job.config, system).get_producer(system, self.job.config, self.metrics)
+            key = (self._config_key, system)
+            producer = _PRODUCERS.get(key)
+            if producer is None:
+                producer = get_system_factory(self.job.config, system).get_producer(system, self.job.config)
+                producer.start()
+                _PRODUCERS[key] = producer
             producer.register(self.name)
-            producer.start()
             self._producers[system] = producer
         return producer
 
-    def _close_producers(self) -> None:
-        for producer in self._producers.values():
-            with contextlib.suppress(Exception):
-                producer.stop()
+    def _release_producers(self, *, failed: bool) -> None:
+        if failed:
+            for system, producer in self._producers.items():
+                _PRODUCERS.pop((self._config_key, system), None)
+                with contextlib.suppress(Exception):
+                    producer.stop()
         self._producers.clear()
 
     # --- one batch -----------------------------------------------------------------------------
@@ -231,9 +243,9 @@ class TaskInstance:
             self.task = None
             self.committed_seq = None
             self.stores.close()
+            self._release_producers(failed=True)
             raise
-        finally:
-            self._close_producers()
+        self._release_producers(failed=False)
         self.metrics.counter("task", "messages-processed").inc(result.processed)
         self.metrics.timer("task", "process-ms").update(result.process_ms)
         self.metrics.timer("task", "commit-ms").update(result.commit_ms)
@@ -415,11 +427,16 @@ class TaskInstance:
 
 
 _INSTANCES: dict[tuple[str, str], TaskInstance] = {}
+_PRODUCERS: dict[tuple[str, str], Any] = {}
+
+
+def _config_key(config: Config) -> str:
+    return repr(sorted(config.items()))
 
 
 def get_instance(job: JobConfig, split: TaskSplit, task_count: int) -> TaskInstance:
     """The cached instance of ``split.task`` in this worker process (created on first use)."""
-    key = (repr(sorted(job.config.items())), split.task)
+    key = (_config_key(job.config), split.task)
     instance = _INSTANCES.get(key)
     ssps = [SystemStreamPartition.parse(s) for s in split.ssps]
     if instance is None or instance.ssps != ssps:

@@ -104,6 +104,7 @@ class JobRunner:
         self._failure: BaseException | None = None
         self._batches = 0
         self._query: Any = None
+        self._exporter: Any = None
         self.last_results: list[BatchResult] = []
 
     # --- setup ---------------------------------------------------------------------------------
@@ -198,6 +199,18 @@ class JobRunner:
     # --- run -----------------------------------------------------------------------------------
     def run(self) -> RunOutcome:
         """Run until stopped, failed, ended or (``once``) caught up. Returns how it ended."""
+        previous = self._install_signals()
+        try:
+            self.start()
+            while self.poll():
+                pass
+            return self.finish()
+        finally:
+            self._restore_signals(previous)
+            self.close()
+
+    def start(self) -> None:
+        """Build the SparkSession if needed and start the query (returns at once)."""
         from sparza.runtime.source import SparzaDataSource
 
         self._inputs = InputSystems(self.job)
@@ -205,50 +218,49 @@ class JobRunner:
         self._task_count = len(self._inputs.task_models())
         self._jsonl = (JsonLinesReporter(self.metrics, self.job.metrics_jsonl_path, source=self.job.job_key)
                        if self.job.metrics_jsonl_path else None)
-        exporter = None
         if self.job.prometheus_port is not None:
-            exporter = PrometheusExporter(self.metrics, self.job.prometheus_port)
-            exporter.start()
+            self._exporter = PrometheusExporter(self.metrics, self.job.prometheus_port)
+            self._exporter.start()
         if self._spark is None:
             self._spark = build_spark_session(self.job, self.master, f"sparza-{self.job.job_key}")
         spark = self._spark
         spark.dataSource.register(SparzaDataSource)
         self._stop_file().unlink(missing_ok=True)
-        previous = self._install_signals()
-        try:
-            reader = (spark.readStream.format("sparza")
-                      .option("config", json.dumps(dict(self.config.items())))
-                      .option("tasks", json.dumps([t.name for t in tasks]))
-                      .option("stop_file", str(self._stop_file()))
-                      .load())
-            writer = (reader.writeStream.foreachBatch(self._on_batch)
-                      .option("checkpointLocation", self.spark_checkpoint_dir)
-                      .queryName(f"sparza-{self.job.job_key}-{self.processor_id}".replace(".", "_")))
-            if self.once:
-                writer = writer.trigger(availableNow=True)
-            elif self.job.commit_ms > 0:
-                writer = writer.trigger(processingTime=f"{self.job.commit_ms} milliseconds")
-            self.status(f"sparza: job {self.job.job_key}, {len(tasks)} task(s), processor {self.processor_id}, "
-                        f"spark checkpoint {self.spark_checkpoint_dir}")
-            self._query = writer.start()
-            return self._wait()
-        finally:
-            self._restore_signals(previous)
-            self._stop_file().unlink(missing_ok=True)
-            if exporter is not None:
-                exporter.stop()
-            if self._owns_spark and self._spark is not None:
-                with contextlib.suppress(Exception):
-                    self._spark.stop()
-                self._spark = None
+        reader = (spark.readStream.format("sparza")
+                  .option("config", json.dumps(dict(self.config.items())))
+                  .option("tasks", json.dumps([t.name for t in tasks]))
+                  .option("stop_file", str(self._stop_file()))
+                  .load())
+        writer = (reader.writeStream.foreachBatch(self._on_batch)
+                  .option("checkpointLocation", self.spark_checkpoint_dir)
+                  .queryName(f"sparza-{self.job.job_key}-{self.processor_id}".replace(".", "_")))
+        if self.once:
+            writer = writer.trigger(availableNow=True)
+        elif self.job.commit_ms > 0:
+            writer = writer.trigger(processingTime=f"{self.job.commit_ms} milliseconds")
+        self.status(f"sparza: job {self.job.job_key}, {len(tasks)} task(s), processor {self.processor_id}, "
+                    f"spark checkpoint {self.spark_checkpoint_dir}")
+        self._query = writer.start()
 
-    def _wait(self) -> RunOutcome:
+    @property
+    def failed(self) -> bool:
+        """True once a batch failed (the query stops)."""
+        return self._failure is not None
+
+    def poll(self, timeout_s: float = 0.25) -> bool:
+        """Wait up to ``timeout_s``; True while the query runs and no stop was requested."""
         query = self._query
-        while query.isActive and not self._stop.is_set():
-            try:
-                query.awaitTermination(0.25)
-            except Exception:  # the query failed: reported below from self._failure / query.exception()
-                break
+        if query is None or not query.isActive or self._stop.is_set():
+            return False
+        try:
+            query.awaitTermination(timeout_s)
+        except Exception:  # the query failed: finish() reports it
+            return False
+        return bool(query.isActive) and not self._stop.is_set()
+
+    def finish(self) -> RunOutcome:
+        """Let the running batch commit, stop the query and say how it ended (raises if it failed)."""
+        query = self._query
         try:
             if query.isActive:
                 self._quiesce(query)
@@ -259,10 +271,21 @@ class JobRunner:
         if self._failure is not None:
             raise self._failure
         if exc is not None:
-            raise JobFailedError(f"the streaming query failed: {_short(str(exc))}")
+            raise JobFailedError(f"the streaming query of {self.job.job_key} failed: {_short(str(exc))}")
         reason = self._stop_reason or ("caught up (--once)" if self.once else "stopped")
-        self.status(f"sparza: {reason}; {self._batches} batch(es) committed")
+        self.status(f"sparza: {self.job.job_key}: {reason}; {self._batches} batch(es) committed")
         return RunOutcome(reason, self._batches, 0)
+
+    def close(self) -> None:
+        """Release the stop file, the metrics endpoint and (if this runner built it) the SparkSession."""
+        self._stop_file().unlink(missing_ok=True)
+        if self._exporter is not None:
+            self._exporter.stop()
+            self._exporter = None
+        if self._owns_spark and self._spark is not None:
+            with contextlib.suppress(Exception):
+                self._spark.stop()
+            self._spark = None
 
     def _quiesce(self, query: Any) -> None:
         """Wait until no batch runs (the stop file keeps new ones from being planned)."""
