@@ -120,3 +120,65 @@ def test_timed_out_barrier_is_retried_without_the_laggard_and_cleaned_up(coord_c
             listener.hold.set()
         for c in coords.values():
             c.stop()
+
+
+class CutOff:
+    """Wraps a real storage client; while ``cut`` is set every call fails as if the network were down."""
+
+    def __init__(self, real: object, cut: threading.Event) -> None:
+        self._real = real
+        self.cut = cut
+
+    def __getattr__(self, name: str) -> object:
+        attr = getattr(self._real, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: object, **kwargs: object) -> object:
+            if self.cut.is_set():
+                from azure.core.exceptions import ServiceRequestError
+                raise ServiceRequestError("injected: network cut")
+            return attr(*args, **kwargs)
+        return call
+
+
+class Recording(Listener):
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[str] = []
+
+    def on_new_job_model(self, job_model: JobModel) -> None:
+        super().on_new_job_model(job_model)
+        self.events.append(f"model {job_model.version}")
+
+    def on_job_model_expired(self) -> None:
+        self.events.append("expired")
+
+
+def test_processor_cut_off_from_storage_stops_its_tasks_then_rejoins(coord_config: dict[str, str],
+                                                                     azure_account: StorageAccount) -> None:
+    listeners = {"a": Recording(), "b": Recording()}
+    coords = {pid: AzureJobCoordinator(pid, coord_config, TASKS, listeners[pid], account=azure_account)
+              for pid in listeners}
+    cut = threading.Event()
+    table, store = coords["b"]._clients.table, coords["b"]._clients.store
+    table._table = CutOff(table._table, cut)
+    store._blob = CutOff(store._blob, cut)  # b cannot even see the job model: only it can stop itself
+    try:
+        coords["a"].start()
+        wait(lambda: coords["a"].is_leader(), 20, "a to lead")
+        coords["b"].start()
+        wait(lambda: (m := coords["b"].job_model) is not None and m == coords["a"].job_model and
+             m.tasks_of("b"), 20, "b to get tasks")
+        before = coords["b"].job_model
+        cut.set()
+        wait(lambda: listeners["b"].events[-1] == "expired", 20, "b to stop its tasks by itself")
+        wait(lambda: (m := coords["a"].job_model) is not None and "b" not in m.assignments, 20,
+             "the leader to give b's tasks away")
+        cut.clear()
+        wait(lambda: (m := coords["b"].job_model) is not None and m == coords["a"].job_model and
+             m.version > before.version and m.tasks_of("b"), 30, "b to rejoin")
+    finally:
+        cut.clear()
+        for c in coords.values():
+            c.stop()

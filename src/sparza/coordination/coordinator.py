@@ -83,6 +83,8 @@ class AzureJobCoordinator:
         self._barrier: tuple[int, float] | None = None  # leader: (version, monotonic start)
         self._needs_ensure = False
         self._stopped = False
+        self._last_beat_ok = time.monotonic()  # own deadline only: when did a heartbeat last succeed
+        self._cut_off = False  # tasks stopped because we could not heartbeat
         registry = metrics or MetricsRegistry()
         group = "coordination"
         self._m_models = registry.counter(group, "job-models-adopted")
@@ -157,6 +159,16 @@ class AzureJobCoordinator:
     def _beat(self) -> None:
         self._ensure_if_needed()
         self._clients.table.heartbeat(self._hb_partition, self.processor_id, self.is_leader())
+        self._last_beat_ok = time.monotonic()
+
+    def _check_cut_off(self) -> None:
+        """Stop our tasks when we could not heartbeat for a liveness timeout: the leader gives them away."""
+        silent_ms = (time.monotonic() - self._last_beat_ok) * 1000
+        if silent_ms > self.settings.liveness_timeout_ms and self._adopted is not None and not self._expired:
+            log.warning("processor %s could not heartbeat for %.1f s: stopping its tasks", self.processor_id,
+                        silent_ms / 1000)
+            self._cut_off = True
+            self._expire()
 
     def _leader_check(self) -> None:
         self._ensure_if_needed()
@@ -169,6 +181,7 @@ class AzureJobCoordinator:
     def _poll(self) -> None:
         if self._stopped:
             return
+        self._check_cut_off()
         self._ensure_if_needed()
         state = self._clients.store.read().state
         model = state.current
@@ -181,6 +194,10 @@ class AzureJobCoordinator:
             self._acknowledge(v)
         elif state.barrier is BarrierState.START and not member:
             self._expire()  # our tasks may move: stop before their new owners start at END
+        elif self._cut_off and state.barrier is BarrierState.END and v == adopted_v and member \
+                and not self._check_still_silent():
+            self._cut_off = False  # storage answers again and our model is still in force: resume it
+            self._adopt(model)
         elif state.barrier is BarrierState.END and v > adopted_v:
             if member:
                 if self._acked < v:  # the barrier ended without us seeing START: our ack is known
@@ -191,6 +208,9 @@ class AzureJobCoordinator:
                 self._expire()  # left out of the model in force: stop, keep heartbeating, rejoin later
                 with self._lock:
                     self._adopted = None
+
+    def _check_still_silent(self) -> bool:
+        return (time.monotonic() - self._last_beat_ok) * 1000 > self.settings.liveness_timeout_ms
 
     def _acknowledge(self, version: int) -> None:
         self._expire()
@@ -206,6 +226,7 @@ class AzureJobCoordinator:
         with self._lock:
             self._adopted = model
             self._expired = False
+            self._cut_off = False
         self._m_models.inc()
         self._m_version.set(model.version)
         try:
