@@ -11,7 +11,7 @@ from sparza.metrics import Counter, MetricsRegistry
 __all__ = ["COUNTERS", "AzureBlobMetrics"]
 
 COUNTERS = (
-    "messages_sent",        # messages accepted by send()
+    "messages_sent",        # messages accepted by send() (published every 1,024 per writer and at flush)
     "bytes_sent",           # uncompressed bytes staged as blocks (blob content, with format overhead)
     "bytes_compressed",     # bytes actually uploaded (after gzip; equal to bytes_sent for none)
     "send_errors",          # failed send() or flush() calls

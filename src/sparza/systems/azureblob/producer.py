@@ -57,45 +57,14 @@ def partition_segment(envelope: OutgoingMessageEnvelope) -> str | None:
     return None
 
 
-class _ReadWriteLock:
-    """Many sends, or one flush, at a time per source (writer-preferring, so a flush is not starved)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writer = False
-        self._waiting_writers = 0
-
-    def acquire_read(self) -> None:
-        with self._cond:
-            while self._writer or self._waiting_writers:
-                self._cond.wait()
-            self._readers += 1
-
-    def release_read(self) -> None:
-        with self._cond:
-            self._readers -= 1
-            if self._readers == 0:
-                self._cond.notify_all()
-
-    def acquire_write(self) -> None:
-        with self._cond:
-            self._waiting_writers += 1
-            while self._writer or self._readers:
-                self._cond.wait()
-            self._waiting_writers -= 1
-            self._writer = True
-
-    def release_write(self) -> None:
-        with self._cond:
-            self._writer = False
-            self._cond.notify_all()
-
-
 class _Source:
+    """A source's open writers. Sends need no source-wide lock: a flush swaps the writer map and closes
+    each writer under the writer's own lock, and a send that finds its writer closed retries on a new
+    one (its message then belongs to the next blob, as any message sent after the flush began may)."""
+
     def __init__(self, metrics: AzureBlobMetrics) -> None:
         self.metrics = metrics
-        self.lock = _ReadWriteLock()
+        self.flush_lock = threading.Lock()
         self.create_lock = threading.Lock()
         self.writers: dict[BlobKey, BlobWriter] = {}
         self.transaction: Transaction | None = None
@@ -190,13 +159,10 @@ class AzureBlobSystemProducer:
             return
         self._stopped = True
         for state in list(self._sources.values()):
-            state.lock.acquire_write()
-            try:
-                for writer in state.writers.values():
-                    writer.discard()
-                state.writers.clear()
-            finally:
-                state.lock.release_write()
+            with state.create_lock:
+                writers, state.writers = list(state.writers.values()), {}
+            for writer in writers:
+                writer.discard()
         if self._ctx is not None:
             self._ctx.pool.shutdown(wait=False)
 
@@ -218,10 +184,8 @@ class AzureBlobSystemProducer:
         state = self._source(source)
         try:
             ctx = self._context()
-            stream = envelope.system_stream.stream
-            key: BlobKey = (stream, partition_segment(envelope))
-            state.lock.acquire_read()
-            try:
+            key: BlobKey = (envelope.system_stream.stream, partition_segment(envelope))
+            while True:
                 writer = state.writers.get(key)
                 if writer is None:
                     with state.create_lock:
@@ -230,13 +194,11 @@ class AzureBlobSystemProducer:
                             writer = BlobWriter(ctx, state.metrics, self._names, source, key[0], key[1],
                                                 lambda: state.transaction)
                             state.writers[key] = writer
-                writer.write(envelope)
-            finally:
-                state.lock.release_read()
+                if writer.write(envelope):
+                    return
         except Exception:
             state.metrics.inc("send_errors")
             raise
-        state.metrics.inc("messages_sent")
 
     def flush(self, source: str, *, transaction: Transaction | None = None) -> None:
         """Make everything ``source`` sent durable (see the module docstring for the exact guarantee)."""
@@ -251,12 +213,13 @@ class AzureBlobSystemProducer:
     def _complete(self, source: str, transaction: Transaction | None, *, commit: bool) -> list[PreparedBlob]:
         state = self._source(source)
         ctx = self._context()
-        state.lock.acquire_write()
+        state.flush_lock.acquire()
         try:
             if transaction is not None:
                 state.transaction = (str(transaction[0]), int(transaction[1]))
-            writers = list(state.writers.values())
-            state.writers.clear()
+            with state.create_lock:
+                writers = list(state.writers.values())
+                state.writers = {}
             try:
                 uploads, early = self._stage_all(state, writers)
                 if not commit:
@@ -275,7 +238,7 @@ class AzureBlobSystemProducer:
                 raise
         finally:
             state.transaction = None
-            state.lock.release_write()
+            state.flush_lock.release()
 
     def _stage_all(self, state: _Source, writers: list[BlobWriter]) -> tuple[list[BlobUpload], list[Future[None]]]:
         """Phase 1: stage every buffer, then wait for all block uploads of this source."""

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from sparza.streams import OutgoingMessageEnvelope
-from sparza.systems.azureblob.errors import WriterClosedError
 from sparza.systems.azureblob.formats import AVRO_SYNC_INTERVAL, RecordFormat, make_format
 from sparza.systems.azureblob.metrics import AzureBlobMetrics
 from sparza.systems.azureblob.naming import Transaction, blob_name, deterministic_token, random_token
@@ -27,6 +26,7 @@ from sparza.systems.azureblob.upload import BlobNaming, BlobUpload, UploadContex
 
 __all__ = ["BlobWriter", "NameRegistry"]
 
+_PUBLISH_EVERY = 1024
 _FRAME_OVERHEAD = 36  # Avro block count + size varints (<= 20) and the 16-byte sync marker
 
 
@@ -71,13 +71,15 @@ class BlobWriter:
         self._early_commits: list[Future[None]] = []
         self._sequence = 0
         self._closed = False
+        self._unpublished = 0
 
     # --- writing -------------------------------------------------------------------------------
-    def write(self, envelope: OutgoingMessageEnvelope) -> None:
-        """Append one message (raises before changing anything when it cannot be written)."""
+    def write(self, envelope: OutgoingMessageEnvelope) -> bool:
+        """Append one message; False when the writer was closed by a flush (send it to a new writer).
+        Raises before changing anything when the message cannot be written."""
         with self._lock:
             if self._closed:
-                raise WriterClosedError(f"writer of {self.stream!r} was flushed; send again to open a new blob")
+                return False
             record = self._format.encode(envelope.message)
             size = len(record)
             if self._current is not None and self._must_roll(size):
@@ -98,6 +100,17 @@ class BlobWriter:
                 current.stage_buffer()
             if self._sealed and self._transaction() is None:
                 self._commit_finished_sealed()
+            # counted per writer and published in batches: three locked counters per message cost more
+            # than encoding it
+            self._unpublished += 1
+            if self._unpublished >= _PUBLISH_EVERY:
+                self._publish()
+            return True
+
+    def _publish(self) -> None:
+        if self._unpublished:
+            self.metrics.inc("messages_sent", self._unpublished)
+            self._unpublished = 0
 
     def _must_roll(self, size: int) -> bool:
         current = self._current
@@ -167,6 +180,7 @@ class BlobWriter:
         already running for rolled-over blobs."""
         with self._lock:
             self._closed = True
+            self._publish()
             if self._current is not None:
                 self._emit_chunk()
                 self._current.stage_buffer()
@@ -178,6 +192,8 @@ class BlobWriter:
     def discard(self) -> None:
         """Release buffered memory after a failed flush."""
         with self._lock:
+            self._closed = True
+            self._publish()
             self.ctx.budget.add(-self._chunk_size)
             self._chunk, self._chunk_size = [], 0
             for upload in self._sealed + ([self._current] if self._current else []):

@@ -1,0 +1,230 @@
+"""Benchmark of the azureblob producer against a fresh Azurite (one run, baselines measured alongside).
+
+1. Throughput, 1 stream: 1-KiB Avro records sent -> committed through AzureBlobSystemProducer, against
+   (a) the ceiling: the Azure SDK uploading the same bytes with upload_blob(max_concurrency=threadPoolCount).
+2. Throughput, 100 streams: the producer against (b) the seed's rejected design 3: the same in-memory
+   buffering and Avro encoding, but each block staged with a blocking call in the sending thread.
+3. Peak memory with 1,000 open partitions (one blob each), measured in a child process each: with the
+   default memory cap (maxBufferedBytes 256 MiB, i.e. nothing staged before flush, as Samza) and a
+   16 MiB cap.
+
+Usage: .venv/bin/python bench/azureblob.py --scale small|full
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import fastavro
+from _report import record, table
+
+from sparza.devstorage import AzuriteProcess
+from sparza.serde import AvroRecord
+from sparza.streams import OutgoingMessageEnvelope, SystemStream
+from sparza.systems.azureblob import AzureBlobSystemProducer
+
+SCHEMA = {"type": "record", "name": "Event", "namespace": "bench",
+          "fields": [{"name": "id", "type": "long"}, {"name": "ts", "type": "long"},
+                     {"name": "payload", "type": "string"}]}
+PAYLOAD = "x" * 1000  # with the other fields: ~1 KiB per encoded record
+SCALES = {"small": {"records": 20_000, "mem_partitions": 1000, "mem_per_partition": 10_000},
+          "full": {"records": 200_000, "mem_partitions": 1000, "mem_per_partition": 150_000}}
+THREADS = 2  # the seed's default threadPoolCount
+
+
+def records(n: int) -> list[AvroRecord]:
+    return [AvroRecord(SCHEMA, {"id": i, "ts": 1_700_000_000_000 + i, "payload": PAYLOAD}) for i in range(n)]
+
+
+def config(account, container: str, **extra: str) -> dict[str, str]:
+    p = f"systems.{container}.azureblob."
+    cfg = {p + "account.name": account.account_name, p + "account.key": account.account_key,
+           p + "endpoint": account.blob_endpoint, p + "threadPoolCount": str(THREADS)}
+    cfg.update({p + k: v for k, v in extra.items()})
+    return cfg
+
+
+def run_producer(account, container: str, recs: list[AvroRecord], streams: int, **extra: str) -> tuple[float, int]:
+    producer = AzureBlobSystemProducer(container, config(account, container, **extra))
+    producer.start()
+    targets = [SystemStream(container, f"s{i:03d}") for i in range(streams)]
+    start = time.perf_counter()
+    for i, rec in enumerate(recs):
+        producer.send("task", OutgoingMessageEnvelope(targets[i % streams], rec))
+    producer.flush("task")
+    elapsed = time.perf_counter() - start
+    sent = producer.registry.snapshot()["aggregate"]["bytes_sent"]
+    producer.stop()
+    return elapsed, sent
+
+
+def avro_file_bytes(recs: list[AvroRecord]) -> bytes:
+    buf = io.BytesIO()
+    fastavro.writer(buf, fastavro.parse_schema(SCHEMA), (r.datum for r in recs), codec="null")
+    return buf.getvalue()
+
+
+def run_sdk_ceiling(account, container: str, data: bytes) -> float:
+    client = account.blob_service_client().get_container_client(container)
+    start = time.perf_counter()
+    client.upload_blob("ceiling.avro", data, overwrite=True, max_concurrency=THREADS)
+    return time.perf_counter() - start
+
+
+class BlockingWriter:
+    """Rejected design 3: buffer in memory, stage each full block with a blocking call, commit at flush."""
+
+    def __init__(self, container_client, name: str, threshold: int) -> None:
+        self.blob = container_client.get_blob_client(name)
+        self.threshold = threshold
+        self.parsed = fastavro.parse_schema(SCHEMA)
+        self.buffer = io.BytesIO()
+        fastavro.writer(self.buffer, self.parsed, [], codec="null")  # header only
+        self.blocks: list[str] = []
+        self.records: list[bytes] = []
+
+    def write(self, datum: dict) -> None:
+        one = io.BytesIO()
+        fastavro.schemaless_writer(one, self.parsed, datum)
+        self.buffer.write(one.getvalue())
+        if self.buffer.tell() >= self.threshold:
+            self._stage()
+
+    def _stage(self) -> None:
+        import base64
+
+        block_id = base64.b64encode(f"{len(self.blocks):06d}".encode()).decode()
+        self.blob.stage_block(block_id, self.buffer.getvalue())  # blocks the sending thread
+        self.blocks.append(block_id)
+        self.buffer = io.BytesIO()
+
+    def flush(self) -> None:
+        from azure.storage.blob import BlobBlock
+
+        if self.buffer.tell():
+            self._stage()
+        self.blob.commit_block_list([BlobBlock(b) for b in self.blocks])
+
+
+def run_blocking(account, container: str, recs: list[AvroRecord], streams: int, threshold: int) -> float:
+    client = account.blob_service_client().get_container_client(container)
+    writers = [BlockingWriter(client, f"s{i:03d}/blocking.avro", threshold) for i in range(streams)]
+    start = time.perf_counter()
+    for i, rec in enumerate(recs):
+        writers[i % streams].write(rec.datum)
+    for writer in writers:
+        writer.flush()
+    return time.perf_counter() - start
+
+
+def memory_probe(endpoint_json: str, partitions: int, per_partition: int, cap: str) -> dict:
+    """Child-process body: send ~per_partition bytes to each of ``partitions`` open blobs, then flush."""
+    from sparza.azure import StorageAccount
+
+    acc = json.loads(endpoint_json)
+    account = StorageAccount(acc["name"], acc["key"], acc["blob"], acc["table"])
+    container = f"mem{int(time.time() * 1000) % 10**9}"
+    producer = AzureBlobSystemProducer(container, config(account, container, maxBufferedBytes=cap))
+    producer.start()
+    stream = SystemStream(container, "wide")
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rec = AvroRecord(SCHEMA, {"id": 0, "ts": 0, "payload": PAYLOAD})
+    per_record = 1024
+    start = time.perf_counter()
+    for _ in range(max(per_partition // per_record, 1)):
+        for p in range(partitions):
+            producer.send("task", OutgoingMessageEnvelope(stream, rec, partition_key=f"p{p:04d}"))
+    producer.flush("task")
+    elapsed = time.perf_counter() - start
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    snap = producer.registry.snapshot()["aggregate"]
+    producer.stop()
+    return {"rss_growth_mb": (peak_rss - base_rss) / 1024, "buffered_peak_mb": producer.budget.peak / 2**20,
+            "bytes_mb": snap["bytes_sent"] / 2**20, "blobs": snap["blobs_committed"],
+            "blocks": snap["blocks_uploaded"], "seconds": elapsed}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scale", choices=sorted(SCALES), default="small")
+    parser.add_argument("--memory-probe", nargs=4, metavar=("ACCOUNT_JSON", "PARTITIONS", "BYTES", "CAP"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_probe:
+        acc, partitions, per_partition, cap = args.memory_probe
+        print(json.dumps(memory_probe(acc, int(partitions), int(per_partition), cap)))
+        return
+    scale = SCALES[args.scale]
+    with tempfile.TemporaryDirectory(prefix="bench-azureblob-") as tmp:
+        azurite = AzuriteProcess(Path(tmp) / "azurite")
+        azurite.start()
+        try:
+            body = run_all(azurite, scale, args.scale)
+        finally:
+            azurite.stop()
+    record("azureblob", "Azure blob producer (SEP-26) against Azurite",
+           f".venv/bin/python bench/azureblob.py --scale {args.scale}", body)
+
+
+def run_all(azurite: AzuriteProcess, scale: dict, scale_name: str) -> str:
+    account = azurite.account
+    n = scale["records"]
+    recs = records(n)
+    service = account.blob_service_client()
+    for name in ("ceiling", "one", "many", "blocking"):
+        service.create_container(f"bench{name}")
+
+    # warm-up (connection pools, Azurite's first-write costs) on a throw-away container
+    run_producer(account, "benchone", recs[: min(n, 2000)], 1)
+
+    data = avro_file_bytes(recs)
+    mb = len(data) / 2**20
+    ceiling_s = run_sdk_ceiling(account, "benchceiling", data)
+    one_s, one_bytes = run_producer(account, "benchone", recs, 1)
+    threshold = 1024 * 1024  # 1 MiB blocks for the 100-stream runs (both designs)
+    many_s, many_bytes = run_producer(account, "benchmany", recs, 100, maxFlushThresholdSize=str(threshold))
+    blocking_s = run_blocking(account, "benchblocking", recs, 100, threshold)
+
+    rows = [
+        ["producer, 1 stream (default 10 MiB blocks)", f"{one_bytes / 2**20:.0f}", f"{one_s:.2f}",
+         f"{one_bytes / 2**20 / one_s:.1f}", f"{(one_bytes / one_s) / (len(data) / ceiling_s):.0%} of (a)"],
+        [f"(a) SDK upload_blob(max_concurrency={THREADS}), same bytes", f"{mb:.0f}", f"{ceiling_s:.2f}",
+         f"{mb / ceiling_s:.1f}", "ceiling"],
+        ["producer, 100 streams (1 MiB blocks)", f"{many_bytes / 2**20:.0f}", f"{many_s:.2f}",
+         f"{many_bytes / 2**20 / many_s:.1f}", f"{blocking_s / many_s:.1f}x (b)"],
+        ["(b) blocking stage per block (rejected design 3), 100 streams", f"{mb:.0f}", f"{blocking_s:.2f}",
+         f"{mb / blocking_s:.1f}", "baseline"],
+    ]
+    throughput = table(["run", "MiB", "seconds", "MiB/s", "vs baseline"], rows)
+
+    acc = json.dumps({"name": account.account_name, "key": account.account_key, "blob": account.blob_endpoint,
+                      "table": account.table_endpoint})
+    mem_rows = []
+    for label, cap in (("default cap (256 MiB: nothing staged before flush)", "268435456"),
+                       ("maxBufferedBytes = 16 MiB", "16777216")):
+        out = subprocess.run([sys.executable, __file__, "--memory-probe", acc, str(scale["mem_partitions"]),
+                              str(scale["mem_per_partition"]), cap], capture_output=True, text=True, check=True)
+        m = json.loads(out.stdout.strip().splitlines()[-1])
+        mem_rows.append([label, f"{m['bytes_mb']:.0f}", f"{m['buffered_peak_mb']:.1f}", f"{m['rss_growth_mb']:.0f}",
+                         m["blobs"], m["blocks"], f"{m['seconds']:.1f}"])
+    memory = table(["1,000 open partitions", "MiB written", "peak buffered MiB", "peak RSS growth MiB", "blobs",
+                    "blocks", "seconds"], mem_rows)
+    records_note = (f"{n:,} records of ~1 KiB (Avro: id, ts, 1,000-char payload), threadPoolCount={THREADS}, "
+                    f"compression none, scale `{scale_name}`. Producer times run from the first send to the end "
+                    "of flush (all blobs committed) and include Avro encoding; (a) times only the upload of the "
+                    "already-encoded file.")
+    return f"{records_note}\n\n{throughput}\n\nMemory, each in its own process:\n\n{memory}\n"
+
+
+if __name__ == "__main__":
+    main()
