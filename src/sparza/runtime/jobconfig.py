@@ -22,8 +22,6 @@ __all__ = [
 
 _PKG = "runtime"
 
-define_key("job.name", None, "Name of the job; identifies it in checkpoints, blob paths and coordination.", _PKG)
-define_key("job.id", "1", "Instance id of the job (several deployments of one job name).", _PKG)
 define_key("task.class", None, "Dotted path (module.Class or module:Class) of the StreamTask class.", _PKG)
 define_key("app.class", None, "Dotted path of a StreamApplication (high-level API); planned into stages.", _PKG)
 define_key("app.stage", None, "Stage of app.class this job config runs (written by the planner).", _PKG)
@@ -48,7 +46,6 @@ define_key("job.checkpoint.azure.container", None,
 define_key("job.spark.checkpoint.dir", None,
            "Spark's streaming checkpoint dir (default <job.logged.store.base.dir>/_spark/<job>/<processor>).", _PKG)
 define_key("processor.id", "0", "This processor's id (--processor-id wins); names its Spark checkpoint dir.", _PKG)
-define_key("job.coordinator.factory", "standalone", "standalone (this processor runs every task) or azure.", _PKG)
 define_key("systems.<system>.samza.offset.default", "upcoming",
            "Where a task without checkpoint starts: oldest or upcoming.", _PKG)
 define_key("systems.<system>.streams.<stream>.samza.offset.default", None,
