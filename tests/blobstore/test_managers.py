@@ -123,3 +123,24 @@ def test_local_rejects_ids_outside_root(tmp_path: Path) -> None:
     for bad in ("../etc/passwd", "a//b", "", "x/../../y"):
         with pytest.raises(BlobStoreError):
             store.get(bad, io.BytesIO(), META)
+
+
+def test_gc_never_touches_blobs_it_did_not_write(blob_store: BlobStoreManager, clock: ManualClock) -> None:
+    # Task checkpoints live next to snapshots (checkpoints/<job>/...), written by another package.
+    from sparza.blobstore import LocalBlobStoreManager
+
+    if isinstance(blob_store, LocalBlobStoreManager):
+        foreign = blob_store.root / "checkpoints" / "job-1" / "Partition_0.json"
+        foreign.parent.mkdir(parents=True)
+        foreign.write_text("{}")
+        exists = foreign.exists
+    else:
+        blob_store._client.upload_blob("checkpoints/job-1/Partition_0.json", b"{}")
+
+        def exists() -> bool:
+            return blob_store._client.get_blob_client("checkpoints/job-1/Partition_0.json").exists()
+    orphan = blob_store.put(io.BytesIO(b"orphan"), META)
+    clock.advance(days=365)
+    report = collect_garbage(blob_store, clock=clock)
+    assert report.expired == [orphan]
+    assert exists()
