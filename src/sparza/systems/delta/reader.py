@@ -27,6 +27,9 @@ __all__ = ["DEFAULT_BATCH_ROWS", "end_of_stream_batch", "read_partition"]
 DEFAULT_BATCH_ROWS = 65_536
 """Rows per yielded batch: small commits are merged up to this many rows, big files split."""
 
+_MERGE_BELOW_ROWS = 8_192
+"""Pieces averaging fewer rows than this are merged into contiguous batches."""
+
 
 def _with_offsets(pieces: list[tuple[pa.Table, int, int]], partition: int) -> pa.Table:
     """Concatenate file pieces ``(rows, version, first index)`` and prepend ``offset`` and ``partition``.
@@ -39,12 +42,16 @@ def _with_offsets(pieces: list[tuple[pa.Table, int, int]], partition: int) -> pa
                                           pa.array(np.arange(first, first + t.num_rows, dtype=np.int64))
                                           .cast(pa.string()), "")
               for t, version, first in pieces]
-    offsets = chunks[0] if len(chunks) == 1 else pa.concat_arrays(chunks)
+    offsets: pa.Array | pa.ChunkedArray = chunks[0] if len(chunks) == 1 else pa.chunked_array(chunks)
     data = pieces[0][0] if len(pieces) == 1 else pa.concat_tables([t for t, _, _ in pieces])
-    if data.num_columns and data.column(0).num_chunks > 1:
+    if data.num_columns and data.column(0).num_chunks > 1 and n < _MERGE_BELOW_ROWS * len(pieces):
+        # Many small pieces become one contiguous batch (cheap to copy, costly to hand over one by one);
+        # big pieces stay as they are: copying their values would cost more than it saves.
         data = data.combine_chunks()
-    return pa.Table.from_arrays([offsets, pa.array(np.full(n, partition, dtype=np.int32)), *data.columns],
-                                schema=READ_SCHEMA)
+        offsets = offsets.combine_chunks() if isinstance(offsets, pa.ChunkedArray) else offsets
+    parts = pa.chunked_array([pa.array(np.full(t.num_rows, partition, dtype=np.int32)) for t, _, _ in pieces]) \
+        if isinstance(offsets, pa.ChunkedArray) else pa.array(np.full(n, partition, dtype=np.int32))
+    return pa.Table.from_arrays([offsets, parts, *data.columns], schema=READ_SCHEMA)
 
 
 def _check_start(log: DeltaLog, partition: int, start: DeltaOffset) -> None:
