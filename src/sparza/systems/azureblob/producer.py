@@ -181,10 +181,12 @@ class AzureBlobSystemProducer:
     def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
         """Buffer one message into the blob of its (source, stream, partition); may upload a block in this
         thread when the upload queue is full (backpressure); never drops the message."""
-        state = self._source(source)
+        state = self._sources.get(source) or self._source(source)
         try:
-            ctx = self._context()
-            key: BlobKey = (envelope.system_stream.stream, partition_segment(envelope))
+            ctx = self._ctx if (self._ctx is not None and not self._stopped) else self._context()
+            pkey = envelope.partition_key
+            key: BlobKey = (envelope.system_stream.stream,
+                            pkey if type(pkey) is str else partition_segment(envelope))
             while True:
                 writer = state.writers.get(key)
                 if writer is None:

@@ -67,6 +67,10 @@ class BlobWriter:
         self._chunk: list[bytes] = []
         self._chunk_size = 0
         self._chunk_limit = min(AVRO_SYNC_INTERVAL, settings.max_flush_threshold_size)
+        self._threshold = settings.max_flush_threshold_size
+        self._max_records = settings.max_messages_per_blob
+        self._size_guard = settings.max_blob_size - _FRAME_OVERHEAD
+        self._block_guard = AZURE_MAX_BLOCKS - 3  # staged + buffered + chunk blocks can add at most 2
         self._sealed: list[BlobUpload] = []
         self._early_commits: list[Future[None]] = []
         self._sequence = 0
@@ -82,19 +86,26 @@ class BlobWriter:
                 return False
             record = self._format.encode(envelope.message)
             size = len(record)
-            if self._current is not None and self._must_roll(size):
-                self._roll()
-            if self._current is None:
-                self._open(envelope.timestamp, record)
             current = self._current
-            assert current is not None
+            # cheap bounds first; the exact rollover test runs only near a limit
+            if current is not None and (current.records >= self._max_records
+                                        or current.raw_size + self._chunk_size + size > self._size_guard
+                                        or len(current.block_ids) + size // self._threshold > self._block_guard) \
+                    and self._must_roll(size):
+                self._roll()
+                current = None
+            if current is None:
+                self._open(envelope.timestamp, record)
+                current = self._current
+                assert current is not None
             self._chunk.append(record)
             self._chunk_size += size
             current.records += 1
-            self.ctx.budget.add(size)
+            budget = self.ctx.budget
+            budget.add(size)
             if self._chunk_size >= self._chunk_limit:
                 self._emit_chunk()
-            if self.ctx.budget.over():
+            if budget.over():
                 # memory cap (maxBufferedBytes): stage this blob's bytes now rather than hold them
                 self._emit_chunk()
                 current.stage_buffer()
