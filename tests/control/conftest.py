@@ -75,6 +75,7 @@ class E2E:
         runners = [self.runner(c) for c in configs]
         outcomes: list[Any] = [None] * len(runners)
         errors: list[BaseException] = []
+        stopping = threading.Event()
 
         def go(i: int) -> None:
             for attempt in range(3):
@@ -84,7 +85,7 @@ class E2E:
                 except BaseException as exc:  # reported below
                     # A Python worker that starts slower than Spark's fixed connect-back timeout (a loaded
                     # machine) fails the query before any work; the query restarts from its checkpoints.
-                    if attempt < 2 and _TRANSIENT in str(exc) and not runners[i]._stop.is_set():
+                    if attempt < 2 and _TRANSIENT in str(exc) and not stopping.is_set():
                         runners[i] = self.runner(configs[i])
                         continue
                     errors.append(exc)
@@ -107,6 +108,7 @@ class E2E:
                 deadline.wait(0.25)
         finally:
             timer.cancel()
+            stopping.set()
             for r in runners:
                 r.request_stop("test done")
             for t in threads:
