@@ -201,3 +201,18 @@ class TeamMetadata:
 
     def get_blob_metadata(self, context):
         return {"team": self.team, "records": str(context.number_of_records)}
+
+
+def test_memory_cap_stages_early_with_many_open_partitions(make_producer, azure_account, unique_name):
+    metrics = MetricsRegistry()
+    producer = make_producer(unique_name, metrics=metrics, maxBufferedBytes="65536")
+    for i in range(3000):
+        producer.send("t", env(unique_name, "wide", rec(i, "m" * 80), partition_key=f"p{i % 200:03d}"))
+    assert metrics.snapshot()["t"]["blocks_uploaded"] > 0  # staged before any flush, because of the cap
+    assert producer.budget.peak < 2 * 65536
+    producer.flush("t")
+    blobs = list_blobs(azure_account, unique_name)
+    assert len(blobs) == 200
+    ids = sorted(r["id"] for b in blobs for r in read_avro(download(azure_account, unique_name, b.name)))
+    assert ids == list(range(3000))
+    assert producer.budget.used == 0
