@@ -107,8 +107,16 @@ def test_election_terms_and_stale_leader_fencing(clients: CoordinationClients) -
     assert (info.value.term, info.value.stored_term) == (1, 2)
     a.renew()  # a finds out at its next renewal
     assert not a.am_i_leader() and ea.events[-1][0] == "lost"
+    clients.store.update(b.term, lambda s: s, leader="b")
+    with pytest.raises(StaleLeaderError):  # the same term claimed by someone else is refused too
+        clients.store.update(b.term, lambda s: s, leader="z")
     b.resign()
     assert eb.events == [("leader", 2), ("lost", "resigned")]
+    # Storage that forgot the term (an emulator restart) cannot make a new leader reuse one seen before.
+    c = AzureLeaderElector(LeaseBlobManager(clients.blob("leader-y"), 15), "c")
+    c.observe_term(7)
+    assert c.try_become_leader() and c.term == 8
+    c.resign()
 
 
 def test_store_writes_are_conditional(clients: CoordinationClients) -> None:

@@ -184,6 +184,7 @@ class AzureJobCoordinator:
         self._check_cut_off()
         self._ensure_if_needed()
         state = self._clients.store.read().state
+        self.elector.observe_term(state.term)
         model = state.current
         if model is None:
             return
@@ -262,8 +263,9 @@ class AzureJobCoordinator:
         alive.add(self.processor_id)
         snap = self._clients.store.read()
         state = snap.state
+        self.elector.observe_term(state.term)
         try:
-            if state.term > term:
+            if state.term > term or (state.term == term and state.leader not in (None, self.processor_id)):
                 raise StaleLeaderError(term, state.term)
             self._lead_step(term, state, rows, alive)
         except StaleLeaderError as exc:
@@ -309,7 +311,7 @@ class AzureJobCoordinator:
                                       previous=in_force, barrier=BarrierState.START,
                                       processors=sorted(participants))
 
-        written = self._clients.store.update(term, change)
+        written = self._clients.store.update(term, change, leader=self.processor_id)
         if written is not None and written.current is not None:
             self._barrier = (written.version, time.monotonic())
             self._m_published.inc()
@@ -323,7 +325,7 @@ class AzureJobCoordinator:
                 return None
             return state.with_changes(barrier=BarrierState.END)
 
-        if self._clients.store.update(term, change) is not None:
+        if self._clients.store.update(term, change, leader=self.processor_id) is not None:
             self._barrier = None
             log.info("leader %s: barrier %d complete", self.processor_id, version)
             self._scheduler.run_soon(_POLL)

@@ -54,6 +54,7 @@ class AzureLeaderElector:
         self._lock = threading.RLock()
         self._term = 0
         self._leading = False  # True only once the term is recorded: the lease alone is not leadership
+        self._seen_term = 0  # highest term seen anywhere, so terms keep growing even if storage lost them
 
     def set_listener(self, listener: LeaderElectorListener) -> None:
         """Replace the listener."""
@@ -103,9 +104,15 @@ class AzureLeaderElector:
         self._listener.on_become_leader(term)
         return True
 
+    def observe_term(self, term: int) -> None:
+        """Remember a term seen elsewhere (the job-model store); our next term will be higher."""
+        self._seen_term = max(self._seen_term, term)
+
     def _take_term(self) -> int:
         info = self._lease.info()
-        term = int(info.metadata.get("term", "0") or 0) + 1
+        # Above both the recorded term and any term we have seen: storage that lost the leader blob's
+        # metadata (an emulator restart) must not hand out a term a live processor already used.
+        term = max(int(info.metadata.get("term", "0") or 0), self._seen_term) + 1
         self._lease.set_metadata({"term": str(term), "leader": self.processor_id}, info.etag)
         return term
 

@@ -111,22 +111,24 @@ class JobModelStore:
                 return StoreSnapshot(CoordinatorState(), None)
         return StoreSnapshot(CoordinatorState.from_json(data), etag)
 
-    def update(self, term: int,
-               change: Callable[[CoordinatorState], CoordinatorState | None]) -> CoordinatorState | None:
+    def update(self, term: int, change: Callable[[CoordinatorState], CoordinatorState | None],
+               leader: str | None = None) -> CoordinatorState | None:
         """Read, apply ``change``, write back conditionally; retried on a concurrent write.
 
         ``change`` returns the new state, or None to write nothing. Raises :class:`StaleLeaderError`
-        when storage records a newer term than ``term`` and :class:`StoreConflictError` after
-        ``max_attempts`` lost races. Returns the state written (or None).
+        when storage records a newer term than ``term``, or the same term held by another ``leader``,
+        and :class:`StoreConflictError` after ``max_attempts`` lost races. Returns the state written.
         """
         for _ in range(self._max_attempts):
             snap = self.read()
-            if snap.state.term > term:
-                raise StaleLeaderError(term, snap.state.term)
-            new = change(snap.state)
+            stored = snap.state
+            if stored.term > term or (leader is not None and stored.term == term
+                                      and stored.leader not in (None, leader)):
+                raise StaleLeaderError(term, stored.term)
+            new = change(stored)
             if new is None:
                 return None
-            new = new.with_changes(term=term)
+            new = new.with_changes(term=term, leader=leader if leader is not None else new.leader)
             try:
                 self._write(new, snap.etag)
                 return new
