@@ -179,7 +179,9 @@ class JobConfig:
             window_ms=window_ms,
             drop_deserialization_errors=config.get_bool("task.drop.deserialization.errors", False),
             ignored_exceptions=ignored,
-            store_base_dir=os.path.abspath(config.get_str("job.logged.store.base.dir", ".sparza/state")),
+            # ${VARS} are expanded where the config is used: on executors this gives per-host dirs.
+            store_base_dir=os.path.abspath(os.path.expandvars(config.get_str("job.logged.store.base.dir",
+                                                                             ".sparza/state"))),
             checkpoint_factory=checkpoint_factory,
             coordinator_factory=coordinator,
             spark_conf=spark_conf,

@@ -71,6 +71,9 @@ def build_spark_session(job: JobConfig, master: str | None, app_name: str) -> An
                .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.driver.host", "127.0.0.1")
                .config("spark.sql.streaming.stopTimeout", "120s"))
+    if not chosen.startswith("local") and "spark.executorEnv.PYTHONPATH" not in job.spark_conf:
+        # Executors import task classes by dotted path: give them the driver's import path.
+        builder = builder.config("spark.executorEnv.PYTHONPATH", os.environ.get("PYTHONPATH", os.getcwd()))
     for key, value in job.spark_conf.items():
         if key != "spark.master":
             builder = builder.config(key, value)

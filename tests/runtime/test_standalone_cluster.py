@@ -1,0 +1,94 @@
+"""A job on a Spark standalone cluster started from the installed pyspark: one master, two workers
+(one core each, loopback only), each executor with its own local state dir. Tasks run on both
+executors; when a task lands on the other executor it restores from the blob store. Exact counts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from examples.keyed_count.load import append_messages
+from tests.runtime.helpers import expected_counts, final_counts, run_sparza, sparza_env, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_port(port: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.3)
+    raise AssertionError(f"port {port} did not open")
+
+
+def _spark_class() -> str:
+    import pyspark
+
+    return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+
+
+def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen([_spark_class(), *args], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def test_job_on_standalone_cluster_with_two_executors(make_job, work_dir):
+    base_env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_MASTER_HOST": "127.0.0.1",
+                "PYSPARK_PYTHON": sys.executable, "SPARK_NO_DAEMONIZE": "1"}
+    master_port = _free_port()
+    procs: list[subprocess.Popen] = []
+    try:
+        procs.append(_start(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
+                             str(master_port), "--webui-port", str(_free_port())], base_env, work_dir / "master.log"))
+        _wait_port(master_port)
+        for i in (1, 2):
+            state = work_dir / f"worker{i}-state"
+            env = {**base_env, "SPARZA_EXECUTOR_STATE": str(state),
+                   "SPARK_WORKER_DIR": str(work_dir / f"worker{i}-work"),
+                   "SPARK_LOCAL_DIRS": str(work_dir / f"worker{i}-local")}
+            procs.append(_start(["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1",
+                                 "--memory", "1g", "--webui-port", str(_free_port()),
+                                 f"spark://127.0.0.1:{master_port}"], env, work_dir / f"worker{i}.log"))
+        config = make_job(partitions=4, **{
+            "job.logged.store.base.dir": "${SPARZA_EXECUTOR_STATE}",
+            "job.spark.checkpoint.dir": str(work_dir / "spark-checkpoint"),
+            "task.max.batch.messages": "200",
+            "spark.executor.memory": "512m",
+            "spark.cores.max": "2",
+            "spark.task.maxFailures": "2",
+        })
+        append_messages(config, 1600, 11, commit_size=400)
+        path = write_config(config, work_dir / "job.yaml")
+        result = run_sparza("run", "--config", str(path), "--once", "--master", f"spark://127.0.0.1:{master_port}",
+                            env=sparza_env(), timeout=420)
+        assert result.returncode == 0, result.stderr[-3000:]
+        counts, rows = final_counts(config)
+        assert counts == expected_counts(1600, 11)
+        assert rows == 1600
+        # Both executors ran tasks: each worker's state dir holds task stores.
+        for i in (1, 2):
+            stores = list((work_dir / f"worker{i}-state" / "counts").glob("Partition_*"))
+            assert stores, f"no task ran on worker {i}"
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
