@@ -71,6 +71,7 @@ class AzureJobCoordinator:
         self._clients = CoordinationClients.create(self.settings, account or resolve_storage_account(config))
         self._lease = LeaseBlobManager(self._clients.blob(self._clients.resources.leader_blob),
                                        self.settings.lease_duration_s)
+        # Public so callers (status, tests) can ask about leadership; the coordinator drives it.
         self.elector = AzureLeaderElector(self._lease, processor_id, listener=_ElectorAdapter(self))
         self._scheduler = Scheduler(f"coordinator-{processor_id}", on_error=self._on_action_error)
         self._lock = threading.RLock()
