@@ -20,18 +20,15 @@ def test_two_stage_windows_one_processor_and_separate_jobs_agree(e2e, expect_win
     a = e2e.config("WindowedCount", **{"app.example.window.ms": 100, "app.example.partitions": 3,
                                        "task.max.batch.messages": 30})
     e2e.load(a, events, 2, outputs=("out", "out2"))
-    plan = plan_application(a)
-    plan.create_streams()
-    outcomes = e2e.run_stages([s.config for s in plan.stages])
-    assert all(o.reason == "all inputs ended" for o in outcomes)
+    # One processor: `sparza run` of the app config runs both stages as queries of one SparkSession.
+    outcome = e2e.run_app(a)
+    assert outcome.exit_code == 0 and outcome.reason == "all inputs ended"
     one = panes_of(e2e.values(a))
     assert one == expect_windows(events, 100)
-    # The same application as separate jobs (one stage after the other), under another job id.
+    # The same application as separate jobs (`--stage main`, then `--stage by-key`), under another job id.
     b = a.with_overrides({"job.id": "2", "app.example.output": "delta.out2"})
-    plan_b = plan_application(b)
-    plan_b.create_streams()
-    for stage in plan_b.stages:
-        assert e2e.run_stages([stage.config])[0].reason == "all inputs ended"
+    for stage in [s.name for s in plan_application(b).stages]:
+        assert e2e.run_app(b, stage=stage).reason == "all inputs ended"
     assert panes_of(e2e.values(b, "out2")) == one
 
 
@@ -42,9 +39,8 @@ def test_three_stage_pipeline_terminates_with_windows_fired_once(e2e, expect_win
     e2e.load(cfg, events, 3)
     plan = plan_application(cfg)
     assert [s.name for s in plan.stages] == ["main", "by-key", "by-bucket"]
-    plan.create_streams()
-    outcomes = e2e.run_stages([s.config for s in plan.stages])
-    assert all(o.reason == "all inputs ended" for o in outcomes)
+    outcome = e2e.run_app(cfg)
+    assert outcome.exit_code == 0 and outcome.reason == "all inputs ended"
     bucket = lambda k: f"b{sum(map(ord, k)) % 3}"  # noqa: E731
     assert panes_of(e2e.values(cfg)) == expect_windows(events, 200, bucket)
 
