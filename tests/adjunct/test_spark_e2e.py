@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.spark,
 
 
 def _job(root: Path, *, broadcast: bool = False, bootstrap: bool = True, max_batch: int = 1000,
-         **extra: str) -> Config:
+         order_partitions: int = 2, **extra: str) -> Config:
     values = {
         "job.name": "adj-e2e",
         "job.id": "1",
@@ -66,8 +66,8 @@ def _job(root: Path, *, broadcast: bool = False, bootstrap: bool = True, max_bat
     values.update(extra)
     config = Config(values)
     admin = DeltaSystemAdmin("delta", config)
-    for stream in ("orders", "customers"):
-        admin.create_stream(StreamSpec(stream, 2))
+    admin.create_stream(StreamSpec("orders", order_partitions))
+    admin.create_stream(StreamSpec("customers", 2))
     admin.create_stream(StreamSpec("seen", 1))
     return config
 
@@ -88,8 +88,9 @@ def _customers(config: Config, values: dict[str, Any]) -> None:
     _send(config, "customers", [(k, v, int(k[1:]) % 2) for k, v in values.items()])
 
 
-def _orders(config: Config, orders: list[tuple[int, str]]) -> None:
-    _send(config, "orders", [(str(i), {"id": i, "customer": c}, int(c[1:]) % 2) for i, c in orders])
+def _orders(config: Config, orders: list[tuple[int, str]], partitions: int = 2) -> None:
+    _send(config, "orders", [(str(i), {"id": i, "customer": c}, i % partitions if partitions > 2 else int(c[1:]) % 2)
+                             for i, c in orders])
 
 
 def _seen(config: Config) -> dict[int, dict[str, Any]]:
@@ -154,19 +155,52 @@ def test_cdc_changes_are_visible_at_the_documented_batch(spark: Any, work_dir: P
 
 
 def test_broadcast_changes_are_visible_from_the_next_batch_in_every_task(spark: Any, work_dir: Path) -> None:
-    config = _job(work_dir, broadcast=True, bootstrap=False)
+    config = _job(work_dir, broadcast=True, bootstrap=False, order_partitions=4)
     _customers(config, {"c1": {"v": 1}, "c2": {"v": 1}})
-    _run(spark, config)  # batch: builder applies, publishes
+    _run(spark, config)  # batch: the builder applies and publishes
     _customers(config, {"c1": {"v": 2}, "c2": {"v": 2}})
-    _orders(config, [(1, "c1"), (2, "c2")])  # same batch as the update: both tasks see version 1
+    _orders(config, [(i, f"c{1 + i % 2}") for i in range(4)], partitions=4)  # same batch as the update
     _run(spark, config)
-    _orders(config, [(3, "c1"), (4, "c2")])
+    _orders(config, [(i, f"c{1 + i % 2}") for i in range(4, 8)], partitions=4)
     _run(spark, config)
     seen = _seen(config)
-    assert {seen[1]["task"], seen[2]["task"]} == {"Partition 0", "Partition 1"}
-    assert [seen[i]["found"] for i in (1, 2, 3, 4)] == [{"v": 1}, {"v": 1}, {"v": 2}, {"v": 2}]
+    assert {seen[i]["task"] for i in range(4)} == {f"Partition {p}" for p in range(4)}
+    assert [seen[i]["found"] for i in range(8)] == [{"v": 1}] * 4 + [{"v": 2}] * 4
     container = work_dir / "state" / "_container" / "lookup"
-    assert len([p for p in container.iterdir() if p.is_dir()]) == 1  # one copy for both tasks on this host
+    assert len([p for p in container.iterdir() if p.is_dir()]) == 1  # one copy for the 4 tasks of this host
+    assert not (work_dir / "state" / "lookup" / "Partition_1").exists()  # readers keep no copy of their own
+
+
+def test_versioned_dataset_switches_atomically(spark: Any, work_dir: Path) -> None:
+    from sparza.state.adjunct import end_of_dataset
+
+    config = _job(work_dir, bootstrap=False, **{"stores.lookup.adstore.versioned": "true"})
+
+    def seal() -> None:
+        producer = DeltaSystemProducer("delta", config)
+        producer.register("t")
+        producer.start()
+        for p in (0, 1):
+            producer.send("t", end_of_dataset(SystemStream("delta", "customers"), p))
+        producer.flush("t")
+        producer.stop()
+
+    keys = [f"c{i}" for i in range(10)]
+    _customers(config, {k: {"ver": 1} for k in keys})
+    seal()
+    _run(spark, config)  # version 1 sealed: served from the next batch
+    _customers(config, {k: {"ver": 2} for k in keys[:5]})  # half of version 2
+    _orders(config, [(i, k) for i, k in enumerate(keys)])
+    _run(spark, config)
+    _customers(config, {k: {"ver": 2} for k in keys[5:9]})  # the rest of version 2, without c9
+    seal()
+    _orders(config, [(10 + i, k) for i, k in enumerate(keys)])  # same batch as the seal: still version 1
+    _run(spark, config)
+    _orders(config, [(20 + i, k) for i, k in enumerate(keys)])
+    _run(spark, config)
+    seen = _seen(config)
+    assert [seen[i]["found"] for i in range(20)] == [{"ver": 1}] * 20
+    assert [seen[20 + i]["found"] for i in range(10)] == [{"ver": 2}] * 9 + [None]
 
 
 def test_restart_mid_bootstrap_resumes(spark: Any, work_dir: Path) -> None:
