@@ -30,6 +30,8 @@ from sparza.runtime.jobconfig import JobConfig
 
 __all__ = ["LOCAL_SNAPSHOT_PREFIX", "StoreHandle", "TaskStores"]
 
+define_key("stores.<store>.object.cache.size", "10000", "Deserialized entries cached per task store (write-back, "
+           "written to the store at commit); 0 turns the cache off.", "runtime")
 define_key("stores.<store>.backup.factories", "", "blobstore: back the store up to the blob store at every commit "
            "(SEP-003); empty: local only.", "runtime")
 
@@ -37,23 +39,111 @@ LOCAL_SNAPSHOT_PREFIX = "local:"
 _MARKER_SUFFIX = ".sparza-committed"
 
 
+_ABSENT = object()
+
+
 class StoreHandle:
-    """A stable reference to a task's store; every call goes to the store opened for the current batch."""
+    """A stable reference to a task's store, with a write-back object cache (Samza's CachedStore).
 
-    __slots__ = ("_name", "_store")
+    Every call goes to the store opened for the current batch. ``get``/``put``/``delete`` go through
+    a cache of deserialized objects (``stores.<st>.object.cache.size`` entries, 0 turns it off):
+    repeated keys skip serdes and RocksDB. Dirty entries are written to the store in one batch when
+    the cache is full, before iteration, and always before the store is checkpointed at commit, so
+    the committed state never lacks a write. The cache is emptied at every batch start.
+    """
 
-    def __init__(self, name: str) -> None:
+    __slots__ = ("_cache", "_dirty", "_limit", "_name", "_store")
+
+    def __init__(self, name: str, cache_size: int = 0) -> None:
         self._name = name
         self._store: Any = None
+        self._limit = cache_size
+        self._cache: dict[Any, Any] = {}
+        self._dirty: set[Any] = set()
 
     def _bind(self, store: Any) -> None:
         self._store = store
+        self._cache.clear()
+        self._dirty.clear()
 
-    def __getattr__(self, attr: str) -> Any:
+    def _live(self) -> Any:
         store = self._store
         if store is None:
             raise RuntimeStateError(f"store '{self._name}' used outside a batch (open only while the task runs)")
-        return getattr(store, attr)
+        return store
+
+    def flush_cache(self) -> None:
+        """Write every dirty cached entry to the store (one atomic write)."""
+        if self._dirty:
+            cache = self._cache
+            self._live().put_all([(k, None if cache[k] is _ABSENT else cache[k]) for k in self._dirty])
+            self._dirty.clear()
+
+    def _make_room(self) -> None:
+        if len(self._cache) >= self._limit:
+            self.flush_cache()
+            self._cache.clear()
+
+    def get(self, key: Any) -> Any:
+        """The value of ``key`` (None when absent), from the cache when it is there."""
+        if self._limit:
+            value = self._cache.get(key, _ABSENT)
+            if value is not _ABSENT:
+                return None if value is _ABSENT else value
+            if key in self._cache:  # cached deletion
+                return None
+            value = self._live().get(key)
+            self._make_room()
+            self._cache[key] = _ABSENT if value is None else value
+            return value
+        return self._live().get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        """Set ``key`` (None deletes); written to the store by the next cache flush."""
+        if self._limit:
+            if key not in self._cache:
+                self._make_room()
+            self._cache[key] = _ABSENT if value is None else value
+            self._dirty.add(key)
+            return
+        self._live().put(key, value)
+
+    def delete(self, key: Any) -> None:
+        """Remove ``key``."""
+        self.put(key, None)
+
+    def get_all(self, keys: Any) -> dict[Any, Any]:
+        """``{key: value}`` for the keys present."""
+        out = {}
+        for key in keys:
+            value = self.get(key)
+            if value is not None:
+                out[key] = value
+        return out
+
+    def put_all(self, entries: Any) -> None:
+        """Set many keys."""
+        pairs = entries.items() if hasattr(entries, "items") else entries
+        for key, value in pairs:
+            self.put(key, value)
+
+    def delete_all(self, keys: Any) -> None:
+        """Remove many keys."""
+        for key in keys:
+            self.put(key, None)
+
+    def range(self, from_key: Any, to_key: Any) -> Any:
+        """Entries in ``[from_key, to_key)``, sorted (dirty cached writes are written first)."""
+        self.flush_cache()
+        return self._live().range(from_key, to_key)
+
+    def all(self) -> Any:
+        """Every entry, sorted (dirty cached writes are written first)."""
+        self.flush_cache()
+        return self._live().all()
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._live(), attr)
 
     def __repr__(self) -> str:
         return f"StoreHandle({self._name!r})"
@@ -67,7 +157,9 @@ class TaskStores:
         self.task = task
         self.metrics = metrics
         self.names = list(job.store_names)
-        self.handles = {name: StoreHandle(name) for name in self.names}
+        self.handles = {name: StoreHandle(name, job.config.get_int(f"stores.{name}.object.cache.size", 10_000,
+                                                                  min_value=0))
+                        for name in self.names}
         self.backed_up = {
             name: "blobstore" in [f.strip().lower() for f in
                                   job.config.get_list(f"stores.{name}.backup.factories", [])]
@@ -164,6 +256,7 @@ class TaskStores:
         """Flush, checkpoint and (for backed-up stores) upload every store; close them. Returns the ids."""
         ids: dict[str, str] = {}
         for name in self.names:
+            self.handles[name].flush_cache()
             store = self._open[name]
             store.flush()
             if not self._is_persistent(name):
