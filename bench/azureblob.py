@@ -4,9 +4,11 @@
    (a) the ceiling: the Azure SDK uploading the same bytes with upload_blob(max_concurrency=threadPoolCount).
 2. Throughput, 100 streams: the producer against (b) the seed's rejected design 3: the same in-memory
    buffering and Avro encoding, but each block staged with a blocking call in the sending thread.
+   Both again with 20 ms added before every stage/commit request, as a network round trip would add
+   (Azurite on loopback has none; the asynchronous design exists to overlap exactly that).
 3. Peak memory with 1,000 open partitions (one blob each), measured in a child process each: with the
    default memory cap (maxBufferedBytes 256 MiB, i.e. nothing staged before flush, as Samza) and a
-   16 MiB cap.
+   32 MiB cap.
 
 Usage: .venv/bin/python bench/azureblob.py --scale small|full
 """
@@ -16,7 +18,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -38,7 +39,7 @@ SCHEMA = {"type": "record", "name": "Event", "namespace": "bench",
                      {"name": "payload", "type": "string"}]}
 PAYLOAD = "x" * 1000  # with the other fields: ~1 KiB per encoded record
 SCALES = {"small": {"records": 20_000, "mem_partitions": 1000, "mem_per_partition": 10_000},
-          "full": {"records": 200_000, "mem_partitions": 1000, "mem_per_partition": 150_000}}
+          "full": {"records": 200_000, "mem_partitions": 1000, "mem_per_partition": 100_000}}
 THREADS = 2  # the seed's default threadPoolCount
 
 
@@ -54,8 +55,10 @@ def config(account, container: str, **extra: str) -> dict[str, str]:
     return cfg
 
 
-def run_producer(account, container: str, recs: list[AvroRecord], streams: int, **extra: str) -> tuple[float, int]:
-    producer = AzureBlobSystemProducer(container, config(account, container, **extra))
+def run_producer(account, container: str, recs: list[AvroRecord], streams: int, latency_s: float = 0.0,
+                 **extra: str) -> tuple[float, int]:
+    client = Latency(account.blob_service_client(), latency_s) if latency_s else None
+    producer = AzureBlobSystemProducer(container, config(account, container, **extra), service_client=client)
     producer.start()
     targets = [SystemStream(container, f"s{i:03d}") for i in range(streams)]
     start = time.perf_counter()
@@ -79,6 +82,45 @@ def run_sdk_ceiling(account, container: str, data: bytes) -> float:
     start = time.perf_counter()
     client.upload_blob("ceiling.avro", data, overwrite=True, max_concurrency=THREADS)
     return time.perf_counter() - start
+
+
+class Latency:
+    """Wraps a real BlobServiceClient and sleeps ``delay_s`` before each stage/commit request, as a
+    network round trip to a real region would (Azurite on loopback has none). Sleeping releases the
+    GIL, so concurrent uploads overlap their latency as they would over a network."""
+
+    def __init__(self, real, delay_s: float) -> None:
+        self.real = real
+        self.delay_s = delay_s
+
+    def get_container_client(self, name: str):
+        return _LatencyContainer(self.real.get_container_client(name), self.delay_s)
+
+
+class _LatencyContainer:
+    def __init__(self, real, delay_s: float) -> None:
+        self.real = real
+        self.delay_s = delay_s
+
+    def create_container(self, **kwargs):
+        return self.real.create_container(**kwargs)
+
+    def get_blob_client(self, name: str):
+        return _LatencyBlob(self.real.get_blob_client(name), self.delay_s)
+
+
+class _LatencyBlob:
+    def __init__(self, real, delay_s: float) -> None:
+        self.real = real
+        self.delay_s = delay_s
+
+    def stage_block(self, *args, **kwargs):
+        time.sleep(self.delay_s)
+        return self.real.stage_block(*args, **kwargs)
+
+    def commit_block_list(self, *args, **kwargs):
+        time.sleep(self.delay_s)
+        return self.real.commit_block_list(*args, **kwargs)
 
 
 class BlockingWriter:
@@ -116,8 +158,10 @@ class BlockingWriter:
         self.blob.commit_block_list([BlobBlock(b) for b in self.blocks])
 
 
-def run_blocking(account, container: str, recs: list[AvroRecord], streams: int, threshold: int) -> float:
-    client = account.blob_service_client().get_container_client(container)
+def run_blocking(account, container: str, recs: list[AvroRecord], streams: int, threshold: int,
+                 latency_s: float = 0.0) -> float:
+    service = account.blob_service_client()
+    client = (Latency(service, latency_s) if latency_s else service).get_container_client(container)
     writers = [BlockingWriter(client, f"s{i:03d}/blocking.avro", threshold) for i in range(streams)]
     start = time.perf_counter()
     for i, rec in enumerate(recs):
@@ -125,6 +169,13 @@ def run_blocking(account, container: str, recs: list[AvroRecord], streams: int, 
     for writer in writers:
         writer.flush()
     return time.perf_counter() - start
+
+
+def _vm_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
 
 
 def memory_probe(endpoint_json: str, partitions: int, per_partition: int, cap: str) -> dict:
@@ -137,7 +188,7 @@ def memory_probe(endpoint_json: str, partitions: int, per_partition: int, cap: s
     producer = AzureBlobSystemProducer(container, config(account, container, maxBufferedBytes=cap))
     producer.start()
     stream = SystemStream(container, "wide")
-    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    base_rss = _vm_kib("VmRSS")
     rec = AvroRecord(SCHEMA, {"id": 0, "ts": 0, "payload": PAYLOAD})
     per_record = 1024
     start = time.perf_counter()
@@ -146,7 +197,7 @@ def memory_probe(endpoint_json: str, partitions: int, per_partition: int, cap: s
             producer.send("task", OutgoingMessageEnvelope(stream, rec, partition_key=f"p{p:04d}"))
     producer.flush("task")
     elapsed = time.perf_counter() - start
-    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_rss = _vm_kib("VmHWM")  # high-water mark of this process (ru_maxrss would carry the parent's over exec)
     snap = producer.registry.snapshot()["aggregate"]
     producer.stop()
     return {"rss_growth_mb": (peak_rss - base_rss) / 1024, "buffered_peak_mb": producer.budget.peak / 2**20,
@@ -181,7 +232,7 @@ def run_all(azurite: AzuriteProcess, scale: dict, scale_name: str) -> str:
     n = scale["records"]
     recs = records(n)
     service = account.blob_service_client()
-    for name in ("ceiling", "one", "many", "blocking"):
+    for name in ("ceiling", "one", "many", "blocking", "manylat", "blockinglat"):
         service.create_container(f"bench{name}")
 
     # warm-up (connection pools, Azurite's first-write costs) on a throw-away container
@@ -194,6 +245,10 @@ def run_all(azurite: AzuriteProcess, scale: dict, scale_name: str) -> str:
     threshold = 1024 * 1024  # 1 MiB blocks for the 100-stream runs (both designs)
     many_s, many_bytes = run_producer(account, "benchmany", recs, 100, maxFlushThresholdSize=str(threshold))
     blocking_s = run_blocking(account, "benchblocking", recs, 100, threshold)
+    lat = 0.020
+    many_lat_s, _ = run_producer(account, "benchmanylat", recs, 100, latency_s=lat,
+                                 maxFlushThresholdSize=str(threshold))
+    blocking_lat_s = run_blocking(account, "benchblockinglat", recs, 100, threshold, latency_s=lat)
 
     rows = [
         ["producer, 1 stream (default 10 MiB blocks)", f"{one_bytes / 2**20:.0f}", f"{one_s:.2f}",
@@ -204,6 +259,10 @@ def run_all(azurite: AzuriteProcess, scale: dict, scale_name: str) -> str:
          f"{many_bytes / 2**20 / many_s:.1f}", f"{blocking_s / many_s:.1f}x (b)"],
         ["(b) blocking stage per block (rejected design 3), 100 streams", f"{mb:.0f}", f"{blocking_s:.2f}",
          f"{mb / blocking_s:.1f}", "baseline"],
+        ["producer, 100 streams, +20 ms per request (network RTT)", f"{many_bytes / 2**20:.0f}",
+         f"{many_lat_s:.2f}", f"{many_bytes / 2**20 / many_lat_s:.1f}", f"{blocking_lat_s / many_lat_s:.1f}x (b')"],
+        ["(b') blocking design, 100 streams, +20 ms per request", f"{mb:.0f}", f"{blocking_lat_s:.2f}",
+         f"{mb / blocking_lat_s:.1f}", "baseline"],
     ]
     throughput = table(["run", "MiB", "seconds", "MiB/s", "vs baseline"], rows)
 
@@ -211,7 +270,7 @@ def run_all(azurite: AzuriteProcess, scale: dict, scale_name: str) -> str:
                       "table": account.table_endpoint})
     mem_rows = []
     for label, cap in (("default cap (256 MiB: nothing staged before flush)", "268435456"),
-                       ("maxBufferedBytes = 16 MiB", "16777216")):
+                       ("maxBufferedBytes = 32 MiB", "33554432")):
         out = subprocess.run([sys.executable, __file__, "--memory-probe", acc, str(scale["mem_partitions"]),
                               str(scale["mem_per_partition"]), cap], capture_output=True, text=True, check=True)
         m = json.loads(out.stdout.strip().splitlines()[-1])

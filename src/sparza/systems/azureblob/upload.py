@@ -73,6 +73,9 @@ class BlobNaming:
     transactional: bool = False
 
 
+_SPLIT_MIN = 2 * 1024 * 1024  # below this, one request is cheaper than several
+
+
 @dataclass(frozen=True)
 class PreparedBlob:
     """A blob whose blocks are all staged, ready for someone else (the Spark driver) to commit.
@@ -136,10 +139,15 @@ class BlobUpload:
         while len(self._buffer) >= threshold:
             self._stage(threshold)
 
-    def stage_buffer(self) -> None:
-        """Stage whatever is buffered as one block (flush, rollover, memory pressure)."""
-        if self._buffer:
-            self._stage(len(self._buffer))
+    def stage_buffer(self, parts: int = 1) -> None:
+        """Stage whatever is buffered (flush, rollover, memory pressure). With ``parts`` > 1 a large
+        remainder is cut into that many blocks so the upload threads share the last, waited-for upload."""
+        size = len(self._buffer)
+        if not size:
+            return
+        piece = size if parts <= 1 or size < _SPLIT_MIN else -(-size // parts)
+        while self._buffer:
+            self._stage(min(piece, len(self._buffer)))
 
     def _stage(self, size: int) -> None:
         chunk = bytes(self._buffer[:size])

@@ -70,7 +70,8 @@ class BlobWriter:
         self._threshold = settings.max_flush_threshold_size
         self._max_records = settings.max_messages_per_blob
         self._size_guard = settings.max_blob_size - _FRAME_OVERHEAD
-        self._block_guard = AZURE_MAX_BLOCKS - 3  # staged + buffered + chunk blocks can add at most 2
+        # staged + buffered + chunk can add 2 blocks, and the final split up to threadPoolCount - 1 more
+        self._block_guard = AZURE_MAX_BLOCKS - 3 - settings.thread_pool_count
         self._sealed: list[BlobUpload] = []
         self._early_commits: list[Future[None]] = []
         self._sequence = 0
@@ -133,7 +134,7 @@ class BlobWriter:
         if current.raw_size + pending > settings.max_blob_size:
             return True
         blocks = len(current.block_ids) + math.ceil((current.buffered + pending) / settings.max_flush_threshold_size)
-        return blocks > AZURE_MAX_BLOCKS
+        return blocks + settings.thread_pool_count - 1 > AZURE_MAX_BLOCKS  # room for the final split
 
     def _open(self, event_time_ms: int | None, first_record: bytes) -> None:
         sequence = self._sequence
@@ -194,7 +195,7 @@ class BlobWriter:
             self._publish()
             if self._current is not None:
                 self._emit_chunk()
-                self._current.stage_buffer()
+                self._current.stage_buffer(parts=self.ctx.settings.thread_pool_count)
                 self._sealed.append(self._current)
                 self._current = None
             uploads, self._sealed = self._sealed, []
