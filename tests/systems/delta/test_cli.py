@@ -67,3 +67,21 @@ def test_errors_are_clear(work_dir: Path) -> None:
     _ok("stream", "create", str(work_dir / "s"), "-p", "1")
     result = runner.invoke(app, ["stream", "load", str(work_dir / "s"), str(data), "--key", "nope"])
     assert result.exception is not None and "--key" in str(result.exception)
+
+
+def test_cli_on_azurite(work_dir: Path, azure_connection_string: str, unique_name: str) -> None:
+    env = {"AZURE_STORAGE_CONNECTION_STRING": azure_connection_string}
+    location = f"az://{unique_name}cli/streams/events"
+
+    def ok(*args: str) -> str:
+        result = runner.invoke(app, list(args), env=env)
+        assert result.exit_code == 0, (result.output, result.exception)
+        return result.output
+
+    assert "created: 2 partitions" in ok("stream", "create", location, "--partitions", "2")
+    data = work_dir / "e.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "ts": 1000 + i}) + "\n" for i in range(12)))
+    assert "loaded 12 messages" in ok("stream", "load", location, str(data), "--key", "id", "--timestamp", "ts")
+    assert "sparza.partitions = 2" in ok("stream", "describe", location)
+    lines = ok("stream", "tail", location, "-n", "2", "--serde", "json").strip().splitlines()
+    assert [json.loads(line.split(": ", 1)[1])["id"] for line in lines] == [10, 11]
