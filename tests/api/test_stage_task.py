@@ -182,3 +182,12 @@ def test_sliding_window_with_timestamp_fn_in_a_single_stage(make_context, collec
     task.on_watermark(10, collector, coordinator)
     task.on_end_of_stream(collector, coordinator)
     assert [json.loads(e.message) for e in collector.sent] == [[-5, 5, 1], [0, 10, 2], [5, 15, 2], [10, 20, 1]]
+
+
+def test_intermediate_key_that_is_not_json_is_a_serde_error(make_context, collector, coordinator):
+    from sparza.errors import SerdeError
+
+    task, _ = init_stage(make_context, plan_application(config("sparza.api.examples.WindowedCount"), {EVENTS: 1}),
+                         "by-key")
+    with pytest.raises(SerdeError, match="not the JSON key"):
+        task.process(env(MID, json.dumps({"key": "a", "n": 1}).encode(), ts=1, key=b"\xff-raw"), collector, coordinator)
