@@ -113,8 +113,8 @@ class StorageAccount:
         """Storage options for delta-rs (``az://container/path`` URIs)."""
         options = {"account_name": self.account_name, "account_key": self.account_key}
         if self.is_emulator:
-            options.update({"use_emulator": "true", "allow_http": "true",
-                            "azure_storage_endpoint": self.blob_endpoint.rstrip("/")})
+            # No use_emulator: in delta-rs 1.6 it forces 127.0.0.1:10000 and ignores the endpoint's port.
+            options.update({"allow_http": "true", "azure_storage_endpoint": self.blob_endpoint.rstrip("/")})
         elif not self.blob_endpoint.endswith(".blob.core.windows.net") and \
                 not self.blob_endpoint.endswith(".blob.core.windows.net/"):
             options["azure_storage_endpoint"] = self.blob_endpoint.rstrip("/")
