@@ -261,3 +261,21 @@ def test_commit_releases_the_store_for_another_worker_process(harness: AdjunctHa
     second.commit(3)
     second.close()
     first.close()
+
+
+@pytest.mark.usefixtures("streams")
+def test_restore_to_the_state_already_held_keeps_a_memory_store(harness: AdjunctHarness, feeder: BatchFeeder,
+                                                                work_dir: Path) -> None:
+    """The runtime may call restore before every batch: a memory store must keep its data then, and
+    still be rebuilt when the entry is not the state it holds (a failed batch)."""
+    config = _config(harness, **{"stores.customers.factory": "memory", "stores.customers.backup.factories": ""})
+    manager = harness.manager("Partition 0", config, work_dir / "host-a")
+    entry = _two_batches(harness, feeder, manager)
+    manager.restore(entry)
+    assert manager.get_store("customers").get("c7") == {"i": 7}
+    harness.write("customers", 0, [("c8", {"i": "failed batch"})])
+    feeder.feed(manager, [P0])
+    manager.restore(entry)  # the batch failed: back to the committed entry
+    assert manager.status()["customers"]["recovery"] == RecoveryAction.CREATE_CONTINUE.value
+    assert manager.get_store("customers").get("c7") is None  # memory data is gone (seed: not persistent)
+    manager.close()

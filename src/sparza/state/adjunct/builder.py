@@ -325,7 +325,14 @@ class StoreBuilder:
 
     # --- restore ---------------------------------------------------------------------------------------
     def restore(self, entry: dict[str, Any] | None) -> RecoveryDecision:
-        """Bring the local store to the committed state ``entry`` (None: the task never committed)."""
+        """Bring the local store to the committed state ``entry`` (None: the task never committed).
+
+        A no-op when this builder is already exactly at ``entry`` (the runtime may restore before
+        every batch; a memory store must not lose its data then)."""
+        if (entry and entry.get("batch") is not None and self.decision is not None and not self._pending
+                and self.sealed is None and self.last_batch == int(entry["batch"])
+                and self.offsets == {str(k): str(v) for k, v in entry.get("offsets", {}).items()}):
+            return self.decision
         self._pending = {}
         self._close_stores()
         self._slots.clear()
