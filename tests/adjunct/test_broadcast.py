@@ -191,3 +191,22 @@ def test_broadcast_through_azure_blob_storage(harness: AdjunctHarness, work_dir:
         assert len([p for p in (work_dir / "host-b" / "_container" / "rates").iterdir() if p.is_dir()]) == 1
         for manager in managers.values():
             manager.close()
+
+
+def test_a_closed_broadcast_manager_can_be_restored_and_reused(harness: AdjunctHarness, work_dir: Path,
+                                                               config: Config) -> None:
+    builder = harness.manager("Partition 0", config, work_dir / "host-a")
+    feeder = BatchFeeder(harness)
+    harness.write("rates", 0, [("usd", 1.0)])
+    feeder.feed(builder, RATES)
+    entry = builder.commit(1)
+    builder.close()
+    builder.restore(entry)
+    builder.begin_batch(2)
+    assert _contents(builder) == {"usd": 1.0}
+    harness.write("rates", 1, [("chf", 0.9)])
+    feeder.feed(builder, RATES)
+    builder.commit(2)
+    builder.begin_batch(3)
+    assert _contents(builder) == {"usd": 1.0, "chf": 0.9}
+    builder.close()

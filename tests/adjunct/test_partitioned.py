@@ -279,3 +279,19 @@ def test_restore_to_the_state_already_held_keeps_a_memory_store(harness: Adjunct
     assert manager.status()["customers"]["recovery"] == RecoveryAction.CREATE_CONTINUE.value
     assert manager.get_store("customers").get("c7") is None  # memory data is gone (seed: not persistent)
     manager.close()
+
+
+@pytest.mark.usefixtures("streams")
+def test_a_closed_manager_can_be_restored_and_reused(harness: AdjunctHarness, feeder: BatchFeeder,
+                                                     work_dir: Path) -> None:
+    """The runtime closes the manager after a failed batch and restores it for the next one."""
+    manager = harness.manager("Partition 0", _config(harness), work_dir / "host-a")
+    entry = _two_batches(harness, feeder, manager)
+    manager.close()
+    manager.restore(entry)
+    harness.write("customers", 0, [("c9", {"i": "nine"})])
+    feeder.feed(manager, [P0])
+    entry3 = manager.commit(3)
+    assert entry3["stores"]["customers"]["versions"]["0"] != entry["stores"]["customers"]["versions"]["0"]
+    assert manager.get_store("customers").get("c9") == {"i": "nine"}
+    manager.close()

@@ -420,7 +420,9 @@ class StoreBuilder:
                 shutil.rmtree(child, ignore_errors=True)
 
     def close(self) -> None:
-        """Close every local store and the backup's threads (idempotent)."""
+        """Close every local store and the backup's threads (idempotent). The next ``restore``
+        then rebuilds from the entry, whatever this builder held."""
+        self.decision = None
         self._close_stores()
         if self.snapshots is not None:
             self.snapshots.close()

@@ -19,8 +19,18 @@ class SnapshotStore:
 
     def __init__(self, blob_store: BlobStoreManager, job_name: str, job_id: str, task_name: str) -> None:
         self.blob_store = blob_store
+        self.job_name = job_name
+        self.job_id = job_id
         self.task_name = task_name
-        self._backup = StateBackup(blob_store, job_name, job_id, task_name, threads=2, progress=False)
+        self._client: StateBackup | None = None
+
+    @property
+    def _backup(self) -> StateBackup:
+        # Created on use (and again after ``close``): a closed manager may be restored and reused.
+        if self._client is None:
+            self._client = StateBackup(self.blob_store, self.job_name, self.job_id, self.task_name, threads=2,
+                                       progress=False)
+        return self._client
 
     def upload(self, slot_name: str, checkpoint_dir: Path, prev_index_id: str | None, checkpoint_id: str) -> str:
         """Upload a checkpoint dir (only the files not in ``prev_index_id``); returns the new index id."""
@@ -40,5 +50,7 @@ class SnapshotStore:
         self._backup.delete_snapshot(index_id)
 
     def close(self) -> None:
-        """Stop the transfer threads."""
-        self._backup.close()
+        """Stop the transfer threads (idempotent; the next call starts them again)."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None

@@ -281,6 +281,8 @@ class BroadcastStoreManager:
             self.builder.close()
         if self._empty is not None:
             self._empty.close()
+            self._empty = None
+        self._stale = True
 
 
 def _builder_status(builder: StoreBuilder) -> dict[str, Any]:
