@@ -96,9 +96,15 @@ def test_idle_upstream_task_with_quorum_advances_without_holds(e2e, expect_windo
         "app.example.output": "delta.out-noq", "job.logged.store.base.dir": str(e2e.work / "state-noq")})
     fed = list(first)
 
+    def no_quorum_heard_watermarks() -> bool:
+        cps = e2e.checkpoints(no_quorum)
+        return bool(cps) and all(any(p["watermark"] is not None for ssp in cp.control["ssps"].values()
+                                     for p in ssp["producers"].values()) for cp in cps.values())
+
     def feed_until_panes() -> bool:
-        # Keep partition 0 alive (new events, later event times) so its producer stays active.
-        if e2e.values(cfg):
+        # Keep partition 0 alive (new events, later event times) so its producer stays active, until the
+        # quorum job fired windows and the other job has seen the same producer's watermarks.
+        if e2e.values(cfg) and no_quorum_heard_watermarks():
             return True
         n = len(fed)
         more = [(0, f"k{i % 3}", i, i * 10) for i in range(n, n + 4)]
