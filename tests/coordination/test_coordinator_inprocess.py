@@ -49,7 +49,6 @@ def test_leader_losing_its_lease_during_a_barrier_is_superseded(coord_config: di
         wait(lambda: coords["a"].job_model is not None, 20, "a alone to get a model")
         coords["b"].start()
         wait(lambda: coords["b"].job_model is not None, 20, "b to join")
-        first_leader = next(pid for pid, c in coords.items() if c.is_leader())
         # b will take long to stop its tasks, so the next barrier stays open...
         listeners["b"].hold.clear()
         coords["c"].start()
@@ -75,7 +74,6 @@ def test_leader_losing_its_lease_during_a_barrier_is_superseded(coord_config: di
         assert state.term >= 2 and state.barrier is BarrierState.END
         # Nobody adopted the interrupted version, and the old leader's term cannot publish any more.
         assert all(m.version != open_version for lst in listeners.values() for m in lst.models)
-        assert first_leader in coords
     finally:
         for listener in listeners.values():
             listener.hold.set()
