@@ -220,19 +220,19 @@ def main() -> None:
         azurite = AzuriteProcess(Path(tmp) / "azurite")
         azurite.start()
         try:
-            body = run_all(azurite, scale, args.scale)
+            body = run_all(azurite, scale, args.scale, 3 if args.scale == "full" else 1)
         finally:
             azurite.stop()
     record("azureblob", "Azure blob producer (SEP-26) against Azurite",
            f".venv/bin/python bench/azureblob.py --scale {args.scale}", body)
 
 
-def run_all(azurite: AzuriteProcess, scale: dict, scale_name: str) -> str:
+def run_all(azurite: AzuriteProcess, scale: dict, scale_name: str, repeats: int) -> str:
     account = azurite.account
     n = scale["records"]
     recs = records(n)
     service = account.blob_service_client()
-    for name in ("ceiling", "one", "many", "blocking", "manylat", "blockinglat"):
+    for name in ("ceiling", "one", "many", "blocking", "manylat", "blockinglat", "many8", "manylat8"):
         service.create_container(f"bench{name}")
 
     # warm-up (connection pools, Azurite's first-write costs) on a throw-away container
@@ -240,15 +240,35 @@ def run_all(azurite: AzuriteProcess, scale: dict, scale_name: str) -> str:
 
     data = avro_file_bytes(recs)
     mb = len(data) / 2**20
-    ceiling_s = run_sdk_ceiling(account, "benchceiling", data)
-    one_s, one_bytes = run_producer(account, "benchone", recs, 1)
     threshold = 1024 * 1024  # 1 MiB blocks for the 100-stream runs (both designs)
-    many_s, many_bytes = run_producer(account, "benchmany", recs, 100, maxFlushThresholdSize=str(threshold))
-    blocking_s = run_blocking(account, "benchblocking", recs, 100, threshold)
     lat = 0.020
-    many_lat_s, _ = run_producer(account, "benchmanylat", recs, 100, latency_s=lat,
-                                 maxFlushThresholdSize=str(threshold))
-    blocking_lat_s = run_blocking(account, "benchblockinglat", recs, 100, threshold, latency_s=lat)
+    runs = {
+        "ceiling": lambda: run_sdk_ceiling(account, "benchceiling", data),
+        "one": lambda: run_producer(account, "benchone", recs, 1)[0],
+        "many": lambda: run_producer(account, "benchmany", recs, 100, maxFlushThresholdSize=str(threshold))[0],
+        "blocking": lambda: run_blocking(account, "benchblocking", recs, 100, threshold),
+        "manylat": lambda: run_producer(account, "benchmanylat", recs, 100, latency_s=lat,
+                                        maxFlushThresholdSize=str(threshold))[0],
+        "blockinglat": lambda: run_blocking(account, "benchblockinglat", recs, 100, threshold, latency_s=lat),
+        "many8": lambda: run_producer(account, "benchmany8", recs, 100, maxFlushThresholdSize=str(threshold),
+                                      threadPoolCount="8")[0],
+        "manylat8": lambda: run_producer(account, "benchmanylat8", recs, 100, latency_s=lat,
+                                         maxFlushThresholdSize=str(threshold), threadPoolCount="8")[0],
+    }
+    # best of `repeats`, interleaved, so load from other processes on this shared machine hits every
+    # configuration alike; containers are emptied between rounds to keep Azurite's store small
+    best: dict[str, float] = {}
+    for _ in range(repeats):
+        for key, run in runs.items():
+            best[key] = min(best.get(key, float("inf")), run())
+        for name in ("ceiling", "one", "many", "blocking", "manylat", "blockinglat", "many8", "manylat8"):
+            container = service.get_container_client(f"bench{name}")
+            for blob in container.list_blobs():
+                container.delete_blob(blob.name)
+    one_bytes = many_bytes = len(data)  # same records, same Avro encoding: equal within the header bytes
+    ceiling_s, one_s, many_s, blocking_s = best["ceiling"], best["one"], best["many"], best["blocking"]
+    many_lat_s, blocking_lat_s, many8_s, many_lat8_s = (best["manylat"], best["blockinglat"], best["many8"],
+                                                        best["manylat8"])
 
     rows = [
         ["producer, 1 stream (default 10 MiB blocks)", f"{one_bytes / 2**20:.0f}", f"{one_s:.2f}",
@@ -263,6 +283,10 @@ def run_all(azurite: AzuriteProcess, scale: dict, scale_name: str) -> str:
          f"{many_lat_s:.2f}", f"{many_bytes / 2**20 / many_lat_s:.1f}", f"{blocking_lat_s / many_lat_s:.1f}x (b')"],
         ["(b') blocking design, 100 streams, +20 ms per request", f"{mb:.0f}", f"{blocking_lat_s:.2f}",
          f"{mb / blocking_lat_s:.1f}", "baseline"],
+        ["producer, 100 streams, threadPoolCount=8", f"{many_bytes / 2**20:.0f}", f"{many8_s:.2f}",
+         f"{many_bytes / 2**20 / many8_s:.1f}", f"{blocking_s / many8_s:.1f}x (b)"],
+        ["producer, 100 streams, threadPoolCount=8, +20 ms per request", f"{many_bytes / 2**20:.0f}",
+         f"{many_lat8_s:.2f}", f"{many_bytes / 2**20 / many_lat8_s:.1f}", f"{blocking_lat_s / many_lat8_s:.1f}x (b')"],
     ]
     throughput = table(["run", "MiB", "seconds", "MiB/s", "vs baseline"], rows)
 
@@ -281,7 +305,8 @@ def run_all(azurite: AzuriteProcess, scale: dict, scale_name: str) -> str:
     records_note = (f"{n:,} records of ~1 KiB (Avro: id, ts, 1,000-char payload), threadPoolCount={THREADS}, "
                     f"compression none, scale `{scale_name}`. Producer times run from the first send to the end "
                     "of flush (all blobs committed) and include Avro encoding; (a) times only the upload of the "
-                    "already-encoded file.")
+                    f"already-encoded file. Each figure is the best of {repeats} interleaved rounds (the machine is "
+                    "shared with other jobs).")
     return f"{records_note}\n\n{throughput}\n\nMemory, each in its own process:\n\n{memory}\n"
 
 
