@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Edit", "expected_windows", "generate_edits", "generate_profiles", "read_edits_jsonl", "write_jsonl"]
+__all__ = ["Edit", "expected_demo_windows", "expected_windows", "final_profiles", "generate_edits", "generate_profiles",
+           "profiles_for_users", "read_edits_jsonl", "write_jsonl"]
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 COUNTRIES = ["DE", "FR", "US", "IN", "BR", "JP", "NG", "PL", "ES", "SE"]
@@ -71,16 +72,25 @@ def generate_edits(count: int, *, seed: int = 7, pages: int = 500, users: int = 
 
 def generate_profiles(users: int = 200, *, seed: int = 11) -> list[tuple[str, dict[str, object] | None]]:
     """CDC rows ``(user, profile or None for delete)``: inserts, then ~20% updates and ~3% deletes."""
+    return profiles_for_users([f"user{u:04d}" for u in range(users)], seed=seed)
+
+
+def profiles_for_users(names: list[str], *, seed: int = 11) -> list[tuple[str, dict[str, object] | None]]:
+    """CDC rows for the users ``names`` (real input brings its own user names): every user inserted,
+    then ~20% updated (new country, registration year and bot flag) and ~3% (at least one) deleted."""
     rng = random.Random(seed)
     rows: list[tuple[str, dict[str, object] | None]] = []
-    for u in range(users):
-        rows.append((f"user{u:04d}", {"user": f"user{u:04d}", "country": rng.choice(COUNTRIES),
-                                      "registered": 2010 + rng.randrange(16), "bot": rng.random() < 0.05}))
-    for u in rng.sample(range(users), users // 5):
-        rows.append((f"user{u:04d}", {"user": f"user{u:04d}", "country": rng.choice(COUNTRIES),
-                                      "registered": 2010 + rng.randrange(16), "bot": rng.random() < 0.05}))
-    for u in rng.sample(range(users), max(1, users // 33)):
-        rows.append((f"user{u:04d}", None))
+
+    def profile(name: str) -> dict[str, object]:
+        return {"user": name, "country": rng.choice(COUNTRIES), "registered": 2010 + rng.randrange(16),
+                "bot": rng.random() < 0.05}
+
+    for name in names:
+        rows.append((name, profile(name)))
+    for i in rng.sample(range(len(names)), len(names) // 5):
+        rows.append((names[i], profile(names[i])))
+    for i in rng.sample(range(len(names)), min(len(names), max(1, len(names) // 33))):
+        rows.append((names[i], None))
     return rows
 
 
@@ -103,6 +113,23 @@ def expected_windows(edits: list[Edit], window_ms: int = 60_000) -> dict[tuple[s
         acc[0] += 1
         acc[1] += e.bytes_changed
     return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def expected_demo_windows(edits: list[Edit], profile_rows: list[tuple[str, dict[str, object] | None]],
+                          window_ms: int = 60_000) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """``(page, window start) -> (edits, bytes changed, edits by bots)`` as the demo must output them:
+    the inner join keeps only edits whose user has a profile once every CDC row is applied (the store
+    is bootstrapped before the first edit), and the bot flag comes from that final profile."""
+    table = final_profiles(profile_rows)
+    kept = [e for e in edits if e.user in table]
+    bots = {user for user, p in table.items() if p.get("bot")}
+    out: dict[tuple[str, int], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for e in kept:
+        acc = out[(e.page, e.timestamp - e.timestamp % window_ms)]
+        acc[0] += 1
+        acc[1] += e.bytes_changed
+        acc[2] += 1 if e.user in bots else 0
+    return {k: (v[0], v[1], v[2]) for k, v in out.items()}
 
 
 def write_jsonl(path: Path, objects: list[dict[str, object]]) -> None:

@@ -1,59 +1,313 @@
-"""``sparza demo``: the end-to-end demo on embedded defaults (Azurite + local Spark).
+"""``sparza demo``: the Wikipedia page-statistics pipeline, end to end, on embedded defaults.
 
-This grows with the product; today it exercises what the foundation provides end to end:
-the embedded Azure storage, a blob round trip and a local Spark job.
+It generates (or reads, ``--input``) a bounded stream of Wikipedia edits and a user-profile CDC
+stream, writes both into Delta streams, and runs the two-stage high-level application
+``examples.wikipedia.app.WikipediaPageStats`` on Spark: parse and ``partition_by`` page; join the
+profile from a broadcast adjunct store (bootstrapped), count per page in 1-minute event-time windows
+kept in RocksDB (backed up to the blob store) and send each window as Avro to the Azure blob
+producer. Storage is the embedded Azurite unless an account is given. End-of-stream ends the job;
+the summary then lists what was written and how to read it back.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 
-__all__ = ["register"]
+__all__ = ["DemoResult", "register", "run_demo"]
+
+SCALES = {"small": 5_000, "default": 40_000, "large": 400_000}
+"""Edit counts of ``--scale`` (``--events`` overrides)."""
+
+_REPO = Path(__file__).resolve().parents[3]
+
+
+@dataclass
+class DemoResult:
+    """What one demo run did: the numbers of its summary (also written to ``summary.json``)."""
+
+    run_id: str
+    run_dir: str
+    container: str
+    stream: str
+    events: int
+    profiles: int
+    messages_in: dict[str, int] = field(default_factory=dict)
+    repartitioned: int = 0
+    windows: int = 0
+    blobs: list[dict[str, Any]] = field(default_factory=list)
+    snapshots: dict[str, dict[str, str]] = field(default_factory=dict)
+    verified: bool | None = None
+    seconds: float = 0.0
+
+
+def _importable_examples() -> None:
+    """The app class is imported by dotted path on the driver and on Spark's Python workers."""
+    root = str(_REPO)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *parts])
+
+
+def _connection_string(given: str | None, console: Console) -> str:
+    from sparza.devstorage import DevStorage
+
+    if given:
+        from sparza.azure import StorageAccount
+
+        account = StorageAccount.from_connection_string(given, source="--azure-connection-string")
+        console.print(f"storage: account [bold]{account.account_name}[/bold] ({account.blob_endpoint})")
+        return given
+    proc, fresh = DevStorage.default().start()
+    console.print(f"storage: embedded Azurite {'started' if fresh else 'running'} on 127.0.0.1:{proc.blob_port} "
+                  f"(stop it with 'sparza dev-storage stop')")
+    return proc.connection_string
+
+
+def _without_unused_broadcast(config: Any) -> Any:
+    """A stage config keeps only the broadcast inputs that feed an adjunct store of that stage.
+
+    The planner copies ``task.broadcast.inputs`` to every stage but keeps only the stores a stage
+    uses, so stage 1 would otherwise read the profile stream with no store to put it in.
+    """
+    from sparza.config import Config
+
+    feeding = {v.strip() for k, v in config.items() if k.startswith("stores.") and k.endswith(".adstore.input")}
+    broadcast = [b.strip() for b in config.get_str("task.broadcast.inputs", "").split(",") if b.strip()]
+    keep = [b for b in broadcast if b.split("#", 1)[0] in feeding]
+    values = {k: v for k, v in config.items() if k != "task.broadcast.inputs"}
+    if keep:
+        values["task.broadcast.inputs"] = ",".join(keep)
+    return Config(values)
+
+
+def _stage_input_counts(runner: Any) -> int:
+    return int(runner.metrics.snapshot().get("aggregate", {}).get("messages-in", 0))
+
+
+def _count_user_rows(config: Any, stream: str) -> int:
+    from deltalake import DeltaTable
+
+    from sparza.systems.delta import DeltaSystemAdmin
+
+    system, name = stream.split(".", 1)
+    location = DeltaSystemAdmin(system, config).stream_location(name)
+    column = DeltaTable(location).to_pyarrow_table(columns=["type"]).column("type").to_pylist()
+    return sum(1 for t in column if t == 0)
+
+
+def _run_stages(plan: Any, master: str | None, console: Console) -> dict[str, int]:
+    """Run every stage as its own streaming query of one SparkSession until all of them ended."""
+    from sparza.runtime import JobRunner, build_spark_session
+    from sparza.runtime.jobconfig import JobConfig
+
+    stages = [(s.name, _without_unused_broadcast(s.config)) for s in plan.stages]
+    spark = build_spark_session(JobConfig.from_config(stages[0][1]), master, "sparza-demo")
+
+    def status(stage: str) -> Any:
+        return lambda line: console.print(f"  [cyan]{stage:>8}[/cyan] {line}", highlight=False)
+
+    runners = [JobRunner(cfg, spark=spark, install_signal_handlers=False, status=status(name))
+               for name, cfg in stages]
+    try:
+        for runner in runners:
+            runner.start()
+        while True:
+            running = [r.poll(0.25 / len(runners)) for r in runners]
+            if any(r.failed for r in runners):
+                for r in runners:
+                    r.request_stop("another stage failed")
+                break
+            if not any(running):
+                break
+        for runner in runners:
+            runner.finish()
+        return {name: _stage_input_counts(r) for (name, _), r in zip(stages, runners, strict=True)}
+    finally:
+        for runner in runners:
+            runner.close()
+        spark.stop()
+
+
+def _snapshots(plan: Any) -> dict[str, dict[str, str]]:
+    """``task -> store -> snapshot id`` from the committed task checkpoints of every stage."""
+    from sparza.runtime import checkpoint_store_from_config
+    from sparza.runtime.jobconfig import JobConfig
+
+    out: dict[str, dict[str, str]] = {}
+    for stage in plan.stages:
+        job = JobConfig.from_config(stage.config)
+        for task, cp in checkpoint_store_from_config(stage.config, job.job_key).read_all().items():
+            stores = dict(cp.stores)
+            for store, entry in (cp.adjunct or {}).get("stores", {}).items() if isinstance(cp.adjunct, dict) else []:
+                if not isinstance(entry, dict):
+                    continue
+                # The builder task publishes the broadcast snapshot; every task names the one it read.
+                snapshot = entry.get("published") or (entry.get("read") or {}).get("snapshot")
+                if snapshot:
+                    stores[f"{store} (adjunct)"] = str(snapshot)
+            if stores:
+                out[f"{stage.name}/{task}"] = stores
+    return out
+
+
+def _read_windows(connection_string: str, container: str, stream: str) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Every output blob of the run (name, size, records) and every window record in them."""
+    from sparza.azure import StorageAccount
+    from sparza.systems.azureblob.reading import decode_blob
+
+    client = StorageAccount.from_connection_string(connection_string).blob_service_client()
+    container_client = client.get_container_client(container)
+    blobs, records = [], []
+    for blob in container_client.list_blobs(name_starts_with=stream + "/"):
+        data = container_client.download_blob(blob.name).readall()
+        decoded = list(decode_blob(blob.name, data))
+        blobs.append({"name": blob.name, "bytes": blob.size, "records": len(decoded)})
+        records.extend(decoded)
+    return blobs, records
+
+
+def run_demo(*, connection_string: str | None, master: str | None, events: int, input_file: Path | None,
+             seed: int, partitions: int, console: Console) -> DemoResult:
+    """Generate or read the input, run the pipeline, read the results back; returns the summary."""
+    _importable_examples()
+    from examples.wikipedia.config import OUTPUT_CONTAINER, demo_config, output_stream
+    from examples.wikipedia.generate import (
+        START_MS,
+        expected_demo_windows,
+        generate_edits,
+        generate_profiles,
+        profiles_for_users,
+        read_edits_jsonl,
+        write_jsonl,
+    )
+    from examples.wikipedia.load import create_streams, load_edits, load_profiles
+
+    from sparza.api import plan_application
+
+    started = time.monotonic()
+    conn = _connection_string(connection_string, console)
+    run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"-{os.getpid() % 10_000:04d}"
+    home = Path(os.environ.get("SPARZA_HOME") or Path.cwd() / ".sparza")
+    run_dir = (home / "demo" / run_id).resolve()
+    (run_dir / "input").mkdir(parents=True, exist_ok=True)
+
+    if input_file is not None:
+        edits = list(read_edits_jsonl(input_file))
+        profiles = profiles_for_users(sorted({e.user for e in edits}), seed=seed)
+        console.print(f"input: {len(edits)} edits read from {input_file}; {len(profiles)} generated profile "
+                      f"changes for their {len({e.user for e in edits})} users")
+    else:
+        edits = generate_edits(events, seed=seed)
+        profiles = generate_profiles(seed=seed + 4)
+        console.print(f"input: {len(edits)} generated edits (seed {seed}; 500 Zipf pages, 200 Zipf users, 3 hours "
+                      f"of event time) and {len(profiles)} profile changes (inserts, updates, deletes)")
+    write_jsonl(run_dir / "input" / "edits.jsonl", [e.to_json() for e in edits])
+    write_jsonl(run_dir / "input" / "profiles.jsonl", [{"user": u, "profile": p} for u, p in profiles])
+
+    config = demo_config(run_dir, run_id, conn, partitions=partitions)
+    # Quiet Spark's JVM (its log4j config must be given before the JVM starts) and bind it to loopback.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    log4j = Path(__file__).resolve().parents[1] / "resources" / "log4j2.properties"
+    config = config.with_overrides({"spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{log4j}"})
+    create_streams(config, partitions)
+    load_edits(config, edits)
+    load_profiles(config, profiles, timestamp=min((e.timestamp for e in edits), default=START_MS))
+    console.print(f"[{time.monotonic() - started:5.1f}s] streams: delta.edits ({partitions} partitions), "
+                  f"delta.profiles (1) under {run_dir / 'streams'}")
+
+    plan = plan_application(config)
+    plan.create_streams()
+    console.print("application: " + " → ".join(f"stage [bold]{s.name}[/bold] ({s.config.get_str('task.inputs')})"
+                                               for s in plan.stages))
+    console.print(f"[{time.monotonic() - started:5.1f}s] running (each line is one committed batch of one stage):")
+    counts = _run_stages(plan, master, console)
+
+    container, stream = OUTPUT_CONTAINER, output_stream(run_id)
+    blobs, records = _read_windows(conn, container, stream)
+    expected = expected_demo_windows(edits, profiles)
+    got = {(r["page"], _millis(r["window_start"])): (r["edits"], r["bytes_changed"], r["bot_edits"])
+           for r in records}
+    result = DemoResult(run_id=run_id, run_dir=str(run_dir), container=container, stream=stream,
+                        events=len(edits), profiles=len(profiles), messages_in=counts,
+                        repartitioned=_count_user_rows(plan.stages[-1].config, plan.stages[-1].config.get_str(
+                            "task.inputs").split(",")[0]),
+                        windows=len(records), blobs=blobs, snapshots=_snapshots(plan),
+                        verified=(got == expected and len(records) == len(expected)),
+                        seconds=time.monotonic() - started)
+    (run_dir / "summary.json").write_text(json.dumps(result.__dict__, indent=2, default=str))
+    return result
+
+
+def _millis(value: Any) -> int:
+    """Avro timestamp-millis come back as datetimes; the window key is epoch ms."""
+    if hasattr(value, "timestamp"):
+        return round(value.timestamp() * 1000)
+    return int(value)
+
+
+def _print_summary(result: DemoResult, console: Console, conn_given: bool) -> None:
+    console.print()
+    console.print(f"[bold]summary[/bold] of run {result.run_id} ({result.seconds:.0f} s)")
+    console.print(f"  input: {result.events} edits, {result.profiles} profile changes")
+    for stage, n in result.messages_in.items():
+        console.print(f"  stage {stage}: {n} messages in")
+    console.print(f"  repartitioned by page: {result.repartitioned} messages")
+    console.print(f"  out: {result.windows} page-minute windows in {len(result.blobs)} Avro blobs (gzip) "
+                  f"in container {result.container}")
+    for blob in result.blobs[:10]:
+        console.print(f"    {blob['name']}  {blob['bytes']} bytes, {blob['records']} records", highlight=False)
+    if len(result.blobs) > 10:
+        console.print(f"    … and {len(result.blobs) - 10} more")
+    console.print("  state snapshots (last committed, per task and store):")
+    for task, stores in sorted(result.snapshots.items()):
+        for store, snapshot in sorted(stores.items()):
+            console.print(f"    {task} {store}: {snapshot}", highlight=False)
+    if result.verified:
+        console.print("  [green]check: every window matches the counts computed directly from the input[/green]")
+    else:
+        console.print("  [red]check: the windows do NOT match the counts computed from the input[/red]")
+    conn = " --connection-string \"$AZURE_STORAGE_CONNECTION_STRING\"" if conn_given else ""
+    first = result.blobs[0]["name"] if result.blobs else f"{result.stream}/..."
+    console.print("read the results back:")
+    console.print(f"  sparza blobs ls {result.container} {result.stream}/{conn}", highlight=False)
+    console.print(f"  sparza blobs cat {result.container} {first}{conn}", highlight=False)
+    console.print(f"input and summary.json: {result.run_dir}", highlight=False)
 
 
 def demo(azure_connection_string: str = typer.Option(
              None, "--azure-connection-string", envvar="AZURE_STORAGE_CONNECTION_STRING",
              help="Use this storage account instead of the embedded Azurite.", show_default=False),
-         master: str = typer.Option("local[2]", "--master", help="Spark master URL.")) -> None:
-    """Run the demo: start embedded storage if needed, write and read back through Azure, run Spark."""
-    from sparza.azure import StorageAccount
-    from sparza.devstorage import DevStorage
-
-    console = Console()
-    started = time.monotonic()
-    console.print("[bold]sparza demo[/bold] — foundation stage: storage + Spark end to end "
-                  "(the streaming pipeline is added as the runtime lands)")
-    if azure_connection_string:
-        account = StorageAccount.from_connection_string(azure_connection_string)
-        console.print(f"storage: account {account.account_name} ({account.blob_endpoint})")
-    else:
-        proc, fresh = DevStorage.default().start()
-        account = proc.account
-        console.print(f"storage: embedded Azurite {'started' if fresh else 'running'} on 127.0.0.1:{proc.blob_port}")
-    client = account.blob_service_client()
-    container = client.get_container_client("sparza-demo")
-    if not container.exists():
-        container.create_container()
-    payload = f"hello from sparza at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}".encode()
-    container.upload_blob("demo/hello.txt", payload, overwrite=True)
-    assert container.download_blob("demo/hello.txt").readall() == payload
-    console.print(f"blob round trip: sparza-demo/demo/hello.txt ({len(payload)} bytes) written and read back")
-
-    from sparza.testing import local_spark_session
-
-    os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)  # type: ignore[attr-defined]
-    spark = local_spark_session(master=master, app_name="sparza-demo")
-    try:
-        rows = spark.range(100_000).selectExpr("id % 10 AS page").groupBy("page").count().collect()
-    finally:
-        spark.stop()
-    console.print(f"spark ({master}): counted 100000 events into {len(rows)} pages, "
-                  f"{sorted(r['count'] for r in rows)[0]} each")
-    console.print(f"done in {time.monotonic() - started:.1f}s")
+         master: str = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
+         events: int = typer.Option(None, "--events", min=1, help="Number of generated edits (overrides --scale)."),
+         scale: str = typer.Option("default", "--scale",
+                                   help="Size preset: " + ", ".join(f"{k}={v}" for k, v in SCALES.items()) + " edits."),
+         input_file: Path = typer.Option(None, "--input", exists=True, dir_okay=False,
+                                         help="Real edits as JSON lines (page, user, bytes_changed, timestamp ms)."),
+         seed: int = typer.Option(7, "--seed", help="Seed of the generated data."),
+         partitions: int = typer.Option(2, "--partitions", min=1, help="Partitions (= tasks) per stage.")) -> None:
+    """Run the Wikipedia page-statistics pipeline on generated data and summarize what it wrote."""
+    if scale not in SCALES:
+        raise typer.BadParameter(f"--scale must be one of {', '.join(SCALES)}")
+    console = Console(highlight=False, soft_wrap=True)
+    console.print("[bold]sparza demo[/bold]: Wikipedia edits → parse, partition_by page → join profiles "
+                  "(broadcast adjunct store) → 1-minute windows (RocksDB) → Avro blobs")
+    result = run_demo(connection_string=azure_connection_string, master=master,
+                      events=events or SCALES[scale], input_file=input_file, seed=seed, partitions=partitions,
+                      console=console)
+    _print_summary(result, console, bool(azure_connection_string))
+    if not result.verified:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:
