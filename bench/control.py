@@ -130,7 +130,8 @@ def _feeder(config: Config, stop: threading.Event, rate_per_s: int, partitions: 
         stop.wait(0.25)
 
 
-def _run(spark: Any, configs: list[Config], until: threading.Event | None) -> list[Any]:
+def _run(spark: Any, configs: list[Config], until: threading.Event | None,
+         started: Any = None) -> list[Any]:
     from sparza.runtime.runner import JobRunner
 
     runners = [JobRunner(c, spark=spark, install_signal_handlers=False, status=lambda line: None) for c in configs]
@@ -139,6 +140,8 @@ def _run(spark: Any, configs: list[Config], until: threading.Event | None) -> li
         t.start()
         while t.is_alive() and (getattr(r, "_query", None) is None or r._query.lastProgress is None):
             t.join(0.2)
+    if started is not None:
+        started()  # every query runs: start the clock (events) only now, so startup is not measured
     if until is not None:
         until.wait()
         for r in runners:
@@ -167,14 +170,17 @@ def latency(work: Path, seconds: float, window_ms: int, rate: int, partitions: i
     stop = threading.Event()
     feeder = threading.Thread(target=_feeder, args=(cfg, stop, rate, partitions, 7), daemon=True)
     timer = threading.Timer(seconds, stop.set)
-    feeder.start()
-    timer.start()
+
+    def begin() -> None:
+        feeder.start()
+        timer.start()
+
     if control:
-        _run(spark, [main.config, second.config], until=stop)
+        _run(spark, [main.config, second.config], until=stop, started=begin)
     else:
         mid = second.intermediate_inputs[0]
         no_control = {"task.intermediate.outputs": ""}
-        _run(spark, [main.config.with_overrides(no_control)], until=stop)
+        _run(spark, [main.config.with_overrides(no_control)], until=stop, started=begin)
         # Stage 2 afterwards, the intermediate stream as a bounded input whose event-time watermark
         # never passes a window (lateness 10^12): every window is flushed at its end.
         bounded = {f"systems.{mid.system}.streams.{mid.stream}.samza.intermediate": "false",
