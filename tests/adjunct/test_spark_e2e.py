@@ -126,13 +126,13 @@ def _adjunct_entries(config: Config) -> dict[str, Any]:
 
 
 def test_bootstrap_finishes_before_the_first_main_message(spark: Any, work_dir: Path) -> None:
-    config = _job(work_dir, max_batch=100)  # 600 customers: several batches of bootstrap
-    customers = {f"c{i}": {"name": f"n{i}"} for i in range(600)}
+    config = _job(work_dir, max_batch=40)  # 100 customers per partition: 3 batches of bootstrap
+    customers = {f"c{i}": {"name": f"n{i}"} for i in range(200)}
     _customers(config, customers)
-    _orders(config, [(i, f"c{i}") for i in range(600)])
+    _orders(config, [(i, f"c{i}") for i in range(0, 200, 5)])
     _run(spark, config)
     seen = _seen(config)
-    assert len(seen) == 600
+    assert len(seen) == 40
     missing = [o for o, body in seen.items() if body["found"] is None]
     assert missing == []  # every order, including the very first, saw its customer
     assert all(body["found"] == customers[body["customer"]] for body in seen.values())
