@@ -30,8 +30,8 @@ INTERMEDIATE_OUTPUTS_KEY = "task.intermediate.outputs"
 LATE_POLICY_KEY = "task.late.messages.policy"
 LATE_STREAM_KEY = "task.late.messages.stream"
 
-define_key(IDLE_TIMEOUT_KEY, -1, "Upstream producers (and source partitions) whose watermark has not advanced for "
-           "this long are left out of the watermark min, if a quorum remains; -1 turns idle handling off.", _PKG)
+define_key(IDLE_TIMEOUT_KEY, -1, "Upstream producers (and source partitions) not heard from for this long are "
+           "left out of the watermark min, if a quorum remains; -1 turns idle handling off.", _PKG)
 define_key(QUORUM_KEY, 0.5, "Fraction (0-1] of an intermediate partition's live producers that must be active "
            "for idle ones to be left out of its watermark.", _PKG)
 define_key(INTERMEDIATE_OUTPUTS_KEY, "", "Comma list of system.stream a task writes that are intermediate streams: "
