@@ -68,6 +68,7 @@ class TaskCheckpoint:
     spark_batch_id: int | None = None
     written_at_ms: int | None = None
     window_at_ms: int = 0
+    adjunct: dict[str, Any] | None = None
 
     def to_json(self) -> bytes:
         """The stored form: sorted-key JSON with a format version."""
@@ -87,7 +88,7 @@ class TaskCheckpoint:
                        stores={str(k): str(v) for k, v in body.get("stores", {}).items()},
                        control=body.get("control"), ended=bool(body.get("ended", False)),
                        spark_batch_id=body.get("spark_batch_id"), written_at_ms=body.get("written_at_ms"),
-                       window_at_ms=int(body.get("window_at_ms") or 0))
+                       window_at_ms=int(body.get("window_at_ms") or 0), adjunct=body.get("adjunct"))
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointConflictError("?", f"unreadable task checkpoint {source}: {exc}") from exc
 

@@ -31,7 +31,7 @@ from sparza.runtime.checkpoint import CheckpointStore, TaskCheckpoint, checkpoin
 from sparza.runtime.errors import ProcessingError, RuntimeStateError
 from sparza.runtime.jobconfig import JobConfig
 from sparza.runtime.source import MARKER_SSP, TaskSplit
-from sparza.runtime.stores import StoreHandle, TaskStores
+from sparza.runtime.stores import TaskStores
 from sparza.serde import BytesSerde, Serde, serde_from_name
 from sparza.streams import (
     IncomingMessageEnvelope,
@@ -117,7 +117,10 @@ class _Context:
     def input_ssps(self) -> list[SystemStreamPartition]:
         return list(self._instance.ssps)
 
-    def get_store(self, name: str) -> StoreHandle:
+    def get_store(self, name: str) -> Any:
+        adjunct = self._instance.adjunct
+        if adjunct is not None and name in adjunct.store_names:
+            return adjunct.get_store(name)
         handles = self._instance.stores.handles
         if name not in handles:
             raise RuntimeStateError(f"task asked for store '{name}' but the config has no stores.{name}.factory "
@@ -160,6 +163,11 @@ class TaskInstance:
         self._producers: dict[str, Any] = {}
         self._key_serdes = [_serde(job.config, s, "key") for s in ssps]
         self._msg_serdes = [_serde(job.config, s, "msg") for s in ssps]
+        from sparza.state.adjunct import AdjunctConfig
+
+        self._adjunct_config = AdjunctConfig.from_config(job.config)
+        self.adjunct: Any = None
+        self._control_ssps = [s for s in ssps if not self._adjunct_config.is_adjunct(s)]
         self._uses_control = self._needs_control()
         self._window_at = 0
         self._config_key = _config_key(job.config)
@@ -243,6 +251,9 @@ class TaskInstance:
             self.task = None
             self.committed_seq = None
             self.stores.close()
+            if self.adjunct is not None:
+                with contextlib.suppress(Exception):
+                    self.adjunct.close()
             self._release_producers(failed=True)
             raise
         self._release_producers(failed=False)
@@ -264,9 +275,11 @@ class TaskInstance:
                     f"(batch {cp.batch}) is at {committed}: the Spark checkpoint dir is stale; stop the job, "
                     "delete job.spark.checkpoint.dir (offsets come from the task checkpoints) and restart")
 
-    def _prepare(self, cp: TaskCheckpoint | None) -> None:
+    def _prepare(self, split: TaskSplit, cp: TaskCheckpoint | None) -> None:
         committed = dict(cp.stores) if cp else {}
         self.stores.open(committed, cp.batch if cp else None)
+        if self._adjunct_config.stores:
+            self._prepare_adjunct(split, cp)
         cp_seq = cp.batch if cp else None
         if self.task is None or self.committed_seq != cp_seq:
             self.task = self._new_task()
@@ -274,13 +287,39 @@ class TaskInstance:
                 from sparza.control import TaskControl
 
                 self.control = TaskControl.restore(cp.control if cp else None, self.name, self.task_count,
-                                                   self.ssps, self.job.config, self.metrics)
+                                                   self._control_ssps, self.job.config, self.metrics)
             if hasattr(self.task, "init"):
                 self.task.init(_Context(self))
 
+    def _prepare_adjunct(self, split: TaskSplit, cp: TaskCheckpoint | None) -> None:
+        """Adjunct stores: restore to the checkpoint's entry (every batch: their stores close at commit),
+        pick the broadcast snapshot of this batch, read what a forced bootstrap missed."""
+        from sparza.blobstore import blob_store_manager_from_config
+        from sparza.runtime.source import _consumer
+        from sparza.state.adjunct import TaskAdjunctManager
+
+        if self.adjunct is None:
+            self.adjunct = TaskAdjunctManager(self.name, self.job.config, self.job.store_base_dir,
+                                              blob_store_manager_from_config(self.job.config), self.job.name,
+                                              self.job.job_id, input_ssps=list(self.ssps), metrics=self.metrics)
+        self.adjunct.metrics = self.metrics
+        self.adjunct.restore(cp.adjunct if cp else None)
+        self.adjunct.begin_batch(split.seq)
+        until = {SystemStreamPartition.parse(s): start for s, start in zip(split.ssps, split.starts, strict=True)
+                 if self._adjunct_config.is_adjunct(SystemStreamPartition.parse(s))}
+        if until:
+
+            def read(ssp: SystemStreamPartition, start: str | None, end: str | None = None) -> Any:
+                return _consumer(self.job.config, ssp.system).read(ssp, start, end)
+
+            self.adjunct.catch_up(read, until)
+
     def _process(self, split: TaskSplit, rows: Iterator[pa.RecordBatch], cp: TaskCheckpoint | None,
                  result: BatchResult) -> BatchResult:
-        self._prepare(cp)
+        self._prepare(split, cp)
+        adjunct = self.adjunct
+        adjunct_idx = {i for i, s in enumerate(split.ssps)
+                       if adjunct is not None and self._adjunct_config.is_adjunct(SystemStreamPartition.parse(s))}
         collector = _Collector(self)
         coordinator = _Coordinator()
         task = self.task
@@ -304,6 +343,12 @@ class TaskInstance:
                 ssp = ssps[ssp_idx]
                 kind = cols["type"][i]
                 offset = cols["offset"][i]
+                if ssp_idx in adjunct_idx:
+                    raw_k, raw_v = cols["key"][i], cols["value"][i]
+                    adjunct.on_envelope(envelope_cls(ssp, offset, raw_k, raw_v, cols["timestamp"][i],
+                                                     (len(raw_k) if raw_k else 0) + (len(raw_v) if raw_v else 0),
+                                                     MessageType(kind)))
+                    continue
                 if kind != user:
                     if control is not None:
                         control.on_envelope(envelope_cls(ssp, offset, cols["key"][i], cols["value"][i],
@@ -357,14 +402,15 @@ class TaskInstance:
         """End-of-stream, watermark, window and outgoing control messages, at the batch boundary."""
         task = self.task
         control = self.control
+        own = [s for s in split.ssps if not self._adjunct_config.is_adjunct(SystemStreamPartition.parse(s))]
         exhausted = [s for s, end in zip(split.ssps, split.ends, strict=True)
-                     if s in split.bounded_ends and end == split.bounded_ends[s]]
+                     if s in own and s in split.bounded_ends and end == split.bounded_ends[s]]
         if control is not None:
             for s in exhausted:
                 control.on_ssp_exhausted(SystemStreamPartition.parse(s))
             ended = control.all_ended()
         else:
-            ended = bool(split.ssps) and len(exhausted) == len(split.ssps)
+            ended = bool(own) and len(exhausted) == len(own)
         already = cp.ended if cp else False
         if control is not None:
             watermark = control.advance(split.planned_at)
@@ -400,6 +446,7 @@ class TaskInstance:
             for producer in self._producers.values():
                 producer.flush(self.name, transaction=(app_id, split.seq))
         self._maybe_inject_failure()
+        adjunct_entry = self.adjunct.commit(split.seq) if self.adjunct is not None else None
         previous = dict(cp.stores) if cp else {}
         ids = self.stores.snapshot(split.seq, previous)
         checkpoint = TaskCheckpoint(
@@ -407,7 +454,7 @@ class TaskInstance:
             offsets=dict(zip(split.ssps, split.ends, strict=True)), stores=ids,
             control=self.control.snapshot() if self.control is not None else None,
             ended=result.ended, spark_batch_id=spark_batch_id, written_at_ms=int(time.time() * 1000),
-            window_at_ms=self._window_at)
+            window_at_ms=self._window_at, adjunct=adjunct_entry)
         with self.metrics.timer("task", "checkpoint-write-ms").time():
             self.checkpoints.write(checkpoint, etag)
         self.committed_seq = split.seq

@@ -2,7 +2,8 @@
 
 Task ``Partition N`` owns partition N of every non-broadcast input that has it, plus every
 broadcast SSP. The SSPs of a task are read in a fixed order each batch: bootstrap streams first,
-then the rest, each sorted by (system, stream, partition) — so a replay reads the same sequence.
+then adjunct-store streams, then the rest, each sorted by (system, stream, partition) — so a
+replay reads the same sequence.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class TaskModel:
 
 def build_task_models(job: JobConfig, partition_counts: Mapping[SystemStream, int]) -> list[TaskModel]:
     """Group the job's SSPs into tasks; ``partition_counts`` gives each input stream's partitions."""
+    from sparza.state.adjunct import AdjunctConfig
+
+    adjunct = AdjunctConfig.from_config(job.config).input_streams()
     specs = {spec.stream: spec for spec in job.inputs}
     main = [spec for spec in job.inputs if not spec.broadcast]
     if not main:
@@ -55,7 +59,9 @@ def build_task_models(job: JobConfig, partition_counts: Mapping[SystemStream, in
     for p in range(task_count):
         ssps = [spec.stream.partition(p) for spec in main if p < partition_counts[spec.stream]]
         ssps.extend(broadcast)
-        ssps.sort(key=lambda s: (not _spec_of(specs, s).bootstrap, s.system, s.stream, s.partition))
+        # Bootstrap first, then adjunct streams (their changes apply before the batch's main messages).
+        ssps.sort(key=lambda s: (not _spec_of(specs, s).bootstrap, s.system_stream not in adjunct, s.system,
+                                 s.stream, s.partition))
         models.append(TaskModel(task_name(p), p, tuple(dict.fromkeys(ssps))))
     return models
 

@@ -60,6 +60,9 @@ class BatchPlanner:
         self.ops = ops
         self._metadata = metadata
         self._specs: dict[tuple[str, str], InputSpec] = {(s.stream.system, s.stream.stream): s for s in job.inputs}
+        from sparza.state.adjunct import AdjunctConfig
+
+        self._adjunct = AdjunctConfig.from_config(job.config).input_streams()
         first = metadata()
         # What "the offsets seen at start" means for bounded and bootstrap streams.
         self.start_positions = {ssp: pos.upcoming for ssp, pos in first.items()}
@@ -90,7 +93,8 @@ class BatchPlanner:
                     offsets[key] = cp.offsets[key]
                     continue
                 pos = positions[ssp]
-                if self.spec(ssp).offset_default == "oldest" and pos.oldest is not None:
+                wants_oldest = self.spec(ssp).offset_default == "oldest" or ssp.system_stream in self._adjunct
+                if wants_oldest and pos.oldest is not None:
                     offsets[key] = pos.oldest
                 else:
                     offsets[key] = pos.upcoming
@@ -144,7 +148,10 @@ class BatchPlanner:
             else:
                 end = self.ops[ssp.system].offset_after(ssp, begin, limit, self.job.max_batch_messages)
             ends[key] = end
-            if spec.bootstrap and self._cmp(ssp, end, self.start_positions[ssp]) < 0:
+            # A broadcast bootstrap store is read by other tasks from the snapshot published before
+            # their batch: main input flows from the batch after the one that completed it.
+            reached = begin if spec.broadcast else end
+            if spec.bootstrap and self._cmp(ssp, reached, self.start_positions[ssp]) < 0:
                 gated = True
         return ends
 

@@ -156,7 +156,11 @@ class TaskStores:
         self.job = job
         self.task = task
         self.metrics = metrics
-        self.names = list(job.store_names)
+        from sparza.state.adjunct import AdjunctConfig
+
+        adjunct = AdjunctConfig.from_config(job.config)
+        # Adjunct stores are opened, backed up and restored by sparza.state.adjunct, not here.
+        self.names = [name for name in job.store_names if not adjunct.is_adjunct_store(name)]
         self.handles = {name: StoreHandle(name, job.config.get_int(f"stores.{name}.object.cache.size", 10_000,
                                                                   min_value=0))
                         for name in self.names}
