@@ -334,40 +334,39 @@ class TaskInstance:
         envelope_cls = IncomingMessageEnvelope
         messages = processed = dropped = ignored_count = 0
         for batch in rows:
-            cols = batch.to_pydict()
-            idx_col = cols["ssp"]
-            for i, ssp_idx in enumerate(idx_col):
+            # Column lists once per Arrow batch, then one tight loop (the per-message path is hot).
+            columns = [batch.column(name).to_pylist() for name in ("ssp", "offset", "key", "value", "timestamp",
+                                                                    "type")]
+            for ssp_idx, offset, raw_key, raw_value, ts, kind in zip(*columns, strict=True):
                 if ssp_idx == MARKER_SSP:
                     continue
                 messages += 1
                 ssp = ssps[ssp_idx]
-                kind = cols["type"][i]
-                offset = cols["offset"][i]
                 if ssp_idx in adjunct_idx:
-                    raw_k, raw_v = cols["key"][i], cols["value"][i]
-                    adjunct.on_envelope(envelope_cls(ssp, offset, raw_k, raw_v, cols["timestamp"][i],
-                                                     (len(raw_k) if raw_k else 0) + (len(raw_v) if raw_v else 0),
-                                                     MessageType(kind)))
+                    adjunct.on_envelope(envelope_cls(ssp, offset, raw_key, raw_value, ts,
+                                                     (len(raw_key) if raw_key else 0)
+                                                     + (len(raw_value) if raw_value else 0), MessageType(kind)))
                     continue
                 if kind != user:
                     if control is not None:
-                        control.on_envelope(envelope_cls(ssp, offset, cols["key"][i], cols["value"][i],
-                                                         cols["timestamp"][i], 0, MessageType(kind)))
+                        control.on_envelope(envelope_cls(ssp, offset, raw_key, raw_value, ts, 0, MessageType(kind)))
                     continue
-                raw_key = cols["key"][i]
-                raw_value = cols["value"][i]
-                try:
-                    kser = key_serdes[ssp_idx]
-                    mser = msg_serdes[ssp_idx]
-                    key = kser.from_bytes(raw_key) if kser is not None and raw_key is not None else raw_key
-                    value = mser.from_bytes(raw_value) if mser is not None and raw_value is not None else raw_value
-                except Exception as exc:
-                    if drop_bad:
-                        dropped += 1
-                        continue
-                    raise ProcessingError(self.name, str(ssp), offset, "deserialization error",
-                                          f"{type(exc).__name__}: {exc}") from exc
-                envelope = envelope_cls(ssp, offset, key, value, cols["timestamp"][i],
+                kser = key_serdes[ssp_idx]
+                mser = msg_serdes[ssp_idx]
+                if kser is None and mser is None:
+                    key, value = raw_key, raw_value
+                else:
+                    try:
+                        key = kser.from_bytes(raw_key) if kser is not None and raw_key is not None else raw_key
+                        value = (mser.from_bytes(raw_value) if mser is not None and raw_value is not None
+                                 else raw_value)
+                    except Exception as exc:
+                        if drop_bad:
+                            dropped += 1
+                            continue
+                        raise ProcessingError(self.name, str(ssp), offset, "deserialization error",
+                                              f"{type(exc).__name__}: {exc}") from exc
+                envelope = envelope_cls(ssp, offset, key, value, ts,
                                         (len(raw_key) if raw_key else 0) + (len(raw_value) if raw_value else 0))
                 if control is not None:
                     control.on_envelope(envelope)
