@@ -1,0 +1,68 @@
+"""The batch planner over real Delta streams (no Spark): capping, bootstrap gating, bounded ends,
+starting offsets from task checkpoints, and no new plan when nothing changed."""
+
+from __future__ import annotations
+
+from examples.keyed_count.load import append_messages
+
+from sparza.config import Config
+from sparza.runtime import JobConfig, TaskCheckpoint
+from sparza.runtime.inputs import InputSystems
+from sparza.runtime.planner import BatchPlanner
+from sparza.streams import OutgoingMessageEnvelope, SystemStream
+from sparza.systems import StreamSpec
+from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer
+
+
+def _planner(config: Config) -> BatchPlanner:
+    job = JobConfig.from_config(config)
+    inputs = InputSystems(job)
+    return BatchPlanner(job, inputs.task_models(), inputs.ops, inputs.positions)
+
+
+def test_plans_are_capped_and_continue_from_checkpoints(make_job):
+    config = make_job(partitions=1, **{"task.max.batch.messages": "250"})
+    append_messages(config, 600, 3, commit_size=200)  # versions 1..3, 200 rows each, partition 0
+    planner = _planner(config)
+    start = planner.initial({})
+    assert start["tasks"]["Partition 0"]["offsets"] == {"delta.events#0": "1:0"}  # oldest
+    ends = []
+    plan = start
+    for i in range(4):
+        plan = planner.next(plan, 1_000 + i)
+        ends.append(plan["tasks"]["Partition 0"]["offsets"]["delta.events#0"])
+    assert ends == ["2:50", "3:100", "4:0", "4:0"]
+    assert plan["seq"] == 3  # the last call planned nothing new: same plan
+    # A new planner (new Spark checkpoint dir) starts where the task checkpoint says, seq included.
+    cp = TaskCheckpoint("Partition 0", batch=7, generation=0, offsets={"delta.events#0": "3:100"})
+    again = _planner(config).initial({"Partition 0": cp})
+    assert again["seq"] == 7
+    assert again["tasks"]["Partition 0"]["offsets"] == {"delta.events#0": "3:100"}
+
+
+def test_bootstrap_stream_gates_main_input_and_bounded_streams_end(make_job, work_dir):
+    config = make_job(partitions=1, **{"task.inputs": "delta.events,delta.profiles",
+                                       "task.max.batch.messages": "100",
+                                       "systems.delta.streams.profiles.samza.bootstrap": "true",
+                                       "systems.delta.streams.events.bounded": "true"})
+    DeltaSystemAdmin("delta", config).create_stream(StreamSpec("profiles", 1))
+    producer = DeltaSystemProducer("delta", config)
+    producer.register("t")
+    for i in range(150):
+        producer.send("t", OutgoingMessageEnvelope(SystemStream("delta", "profiles"), b"p", key=b"k", partition=0,
+                                                   timestamp=i))
+    producer.flush("t")
+    append_messages(config, 120, 2, commit_size=120)
+    planner = _planner(config)
+    first = planner.next(planner.initial({}), 1)
+    offsets = first["tasks"]["Partition 0"]["offsets"]
+    assert offsets["delta.profiles#0"] == "1:100"  # each stream is its own table: own versions
+    assert offsets["delta.events#0"] == "1:0"  # gated: the bootstrap stream has not caught up
+    second = planner.next(first, 2)["tasks"]["Partition 0"]
+    assert second["offsets"]["delta.profiles#0"] == "2:0"
+    assert second["offsets"]["delta.events#0"] == "1:100"
+    assert second["ended"] is False
+    third = planner.next(planner.next(first, 2), 3)["tasks"]["Partition 0"]
+    assert third["offsets"]["delta.events#0"] == "2:0"
+    # events is bounded and reached its end, but profiles is not bounded: the task does not end.
+    assert third["ended"] is False
