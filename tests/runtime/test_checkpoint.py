@@ -48,3 +48,25 @@ def test_local_checkpoint_store(tmp_path):
 def test_azure_checkpoint_store(azure_account, unique_name):
     container = azure_account.blob_service_client().get_container_client(unique_name)
     _exercise(AzureCheckpointStore(container, "job-1"))
+
+
+def test_checkpoints_show_prints_every_task(tmp_path):
+    import json
+
+    import yaml
+    from tests.runtime.helpers import job_values
+    from typer.testing import CliRunner
+
+    from sparza.cli import app
+
+    values = job_values(tmp_path)
+    store = LocalCheckpointStore(tmp_path / "blobstore" / "checkpoints", "kc-1")
+    store.write(_cp(4), None)
+    store.write(_cp(5, task="Partition 1"), None)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(values))
+    result = CliRunner().invoke(app, ["checkpoints", "show", "--config", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "Partition 0" in result.output and "Partition 1" in result.output and "index-5" in result.output
+    shown = json.loads(CliRunner().invoke(app, ["checkpoints", "show", "--config", str(path), "--json"]).output)
+    assert shown["Partition 1"]["batch"] == 5 and shown["Partition 0"]["offsets"] == {"delta.in#0": "4:0"}

@@ -48,23 +48,34 @@ def show(config: str = typer.Option(..., "--config", "-c", help="Job config (YAM
 
     cfg = _load(config)
     job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
-    store = checkpoint_store_from_config(cfg, job.job_key)  # type: ignore[arg-type]
-    checkpoints = store.read_all()
+    configs = [cfg]
+    if job.app_class is not None and cfg.get_str("app.stage", None) is None:  # type: ignore[attr-defined]
+        from sparza.api import plan_application
+
+        configs = [stage.config for stage in plan_application(cfg).stages]  # type: ignore[arg-type]
+    everything: dict[str, dict[str, object]] = {}
+    console = Console(file=sys.stdout, width=200)
+    for stage_cfg in configs:
+        stage_job = JobConfig.from_config(stage_cfg, require_inputs=False)  # type: ignore[arg-type]
+        store = checkpoint_store_from_config(stage_cfg, stage_job.job_key)  # type: ignore[arg-type]
+        checkpoints = store.read_all()
+        if as_json:
+            everything[stage_job.job_key] = {t: json.loads(cp.to_json()) for t, cp in sorted(checkpoints.items())}
+            continue
+        if not checkpoints:
+            typer.echo(f"no task checkpoints for job {stage_job.job_key} at {store.describe()}")
+            continue
+        table = Table(title=f"task checkpoints of {stage_job.job_key} ({store.describe()})")
+        for column in ("task", "batch", "generation", "offsets", "stores", "ended"):
+            table.add_column(column)
+        for name in sorted(checkpoints, key=lambda n: (len(n), n)):
+            cp = checkpoints[name]
+            table.add_row(name, str(cp.batch), str(cp.generation),
+                          "\n".join(f"{k} {v}" for k, v in sorted(cp.offsets.items())),
+                          "\n".join(f"{k} {v}" for k, v in sorted(cp.stores.items())), "yes" if cp.ended else "no")
+        console.print(table)
     if as_json:
-        typer.echo(json.dumps({t: json.loads(cp.to_json()) for t, cp in sorted(checkpoints.items())}, indent=2))
-        return
-    if not checkpoints:
-        typer.echo(f"no task checkpoints for job {job.job_key} at {store.describe()}")
-        return
-    table = Table(title=f"task checkpoints of {job.job_key} ({store.describe()})")
-    for column in ("task", "batch", "generation", "offsets", "stores", "ended"):
-        table.add_column(column)
-    for name in sorted(checkpoints, key=lambda n: (len(n), n)):
-        cp = checkpoints[name]
-        table.add_row(name, str(cp.batch), str(cp.generation),
-                      "\n".join(f"{k} {v}" for k, v in sorted(cp.offsets.items())),
-                      "\n".join(f"{k} {v}" for k, v in sorted(cp.stores.items())), "yes" if cp.ended else "no")
-    Console(file=sys.stdout, width=200).print(table)
+        typer.echo(json.dumps(everything if len(configs) > 1 else next(iter(everything.values()), {}), indent=2))
 
 
 def register(app: typer.Typer) -> None:
