@@ -163,6 +163,13 @@ def plan_application(config: Config, partition_counts: Mapping[SystemStream, int
         used = _stores_of(stage)
         values = {k: v for k, v in config.items()
                   if not (k.startswith("stores.") and k.split(".")[1] in all_stores - used)}
+        # A broadcast input that fills an adjunct store of another stage stays with that stage: here it
+        # would have no store to go to and reach StageTask as a message of a stream it does not read.
+        foreign = {config.get_str(f"stores.{s}.adstore.input").strip() for s in all_stores - used
+                   if config.get_str(f"stores.{s}.adstore.input", None)}
+        broadcast = [b.strip() for b in config.get_str("task.broadcast.inputs", "").split(",") if b.strip()]
+        if any(b.split("#", 1)[0] in foreign for b in broadcast):
+            values["task.broadcast.inputs"] = ",".join(b for b in broadcast if b.split("#", 1)[0] not in foreign)
         values.update({
             "job.name": f"{config.get_str('job.name')}-{stage.name}",
             "job.id": config.get_str("job.id", "1"),

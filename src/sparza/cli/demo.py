@@ -74,23 +74,6 @@ def _connection_string(given: str | None, console: Console) -> str:
     return proc.connection_string
 
 
-def _without_unused_broadcast(config: Any) -> Any:
-    """A stage config keeps only the broadcast inputs that feed an adjunct store of that stage.
-
-    The planner copies ``task.broadcast.inputs`` to every stage but keeps only the stores a stage
-    uses, so stage 1 would otherwise read the profile stream with no store to put it in.
-    """
-    from sparza.config import Config
-
-    feeding = {v.strip() for k, v in config.items() if k.startswith("stores.") and k.endswith(".adstore.input")}
-    broadcast = [b.strip() for b in config.get_str("task.broadcast.inputs", "").split(",") if b.strip()]
-    keep = [b for b in broadcast if b.split("#", 1)[0] in feeding]
-    values = {k: v for k, v in config.items() if k != "task.broadcast.inputs"}
-    if keep:
-        values["task.broadcast.inputs"] = ",".join(keep)
-    return Config(values)
-
-
 def _stage_input_counts(runner: Any) -> int:
     return int(runner.metrics.snapshot().get("aggregate", {}).get("messages-in", 0))
 
@@ -111,7 +94,7 @@ def _run_stages(plan: Any, master: str | None, console: Console) -> dict[str, in
     from sparza.runtime import JobRunner, build_spark_session
     from sparza.runtime.jobconfig import JobConfig
 
-    stages = [(s.name, _without_unused_broadcast(s.config)) for s in plan.stages]
+    stages = [(s.name, s.config) for s in plan.stages]
     spark = build_spark_session(JobConfig.from_config(stages[0][1]), master, "sparza-demo")
 
     def status(stage: str) -> Any:
