@@ -1,6 +1,6 @@
 """Write the demo's input into its Delta streams: edits (partitioned by user) and the profile CDC stream.
 
-``python -m examples.wikipedia.load --config app.yaml --events 20000`` does the same from the shell.
+``sparza demo`` calls these with the config of ``examples.wikipedia.config.demo_config``.
 """
 
 from __future__ import annotations
