@@ -166,5 +166,5 @@ def run_coordinated(config: Config, *, master: str | None = None, processor_id: 
     try:
         return processor.run()
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

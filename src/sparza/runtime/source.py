@@ -206,8 +206,9 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
                 ends=[after["offsets"][n] for n in names], ended=bool(after.get("ended")), bounded_ends=bounded))
         return splits
 
-    def read(self, partition: TaskSplit) -> Iterator[pa.RecordBatch]:
-        """Runs on an executor: the marker row, then the task's messages."""
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Runs on an executor: the marker row, then the task's messages (``partition`` is a TaskSplit)."""
+        assert isinstance(partition, TaskSplit)
         return read_split(self.config, partition)
 
     def commit(self, end: dict) -> None:

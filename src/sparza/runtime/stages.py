@@ -41,11 +41,14 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
     runners = [JobRunner(s.config, spark=spark, processor_id=processor_id, once=once,
                          install_signal_handlers=False) for s in stages]
     previous: dict[int, Any] = {}
+    def stop_all(signum: int, _frame: Any) -> None:
+        for r in runners:
+            r.request_stop(f"stopped by {signal.Signals(signum).name}")
+
     if install_signal_handlers and threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.getsignal(sig)
-            signal.signal(sig, lambda signum, _f: [r.request_stop(f"stopped by {signal.Signals(signum).name}")
-                                                   for r in runners])
+            signal.signal(sig, stop_all)
     try:
         if once:
             # AvailableNow freezes each query's end at its start: run the stages one after the other
@@ -79,8 +82,8 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
         reasons = sorted({o.reason for o in outcomes})
         return RunOutcome("; ".join(reasons), sum(o.batches for o in outcomes), 0)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         for runner in runners:
             runner.close()
         if owns_spark:
