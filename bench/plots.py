@@ -89,7 +89,7 @@ def blob_throughput(scale: dict[str, Any], work: Path) -> tuple[str, str]:
     finally:
         storage.stop()
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=(9.5, 4.2))
     for i, (threads, row) in enumerate(results.items()):
         color = f"C{i}"
         ax.plot([int(k) / 1024 for k in row], list(row.values()), marker="o", color=color,
@@ -100,7 +100,8 @@ def blob_throughput(scale: dict[str, Any], work: Path) -> tuple[str, str]:
     ax.set_xlabel("block size (maxFlushThresholdSize), MiB")
     ax.set_ylabel("MiB/s (Azurite on the same host)")
     ax.set_title(f"Blob producer: {scale['blob_mib']} MiB of 1 KiB Avro records, one stream")
-    ax.legend(fontsize=7)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # outside: the lines stay visible
     path = _save(fig, "plot-blob-throughput", {"producer_mib_s": results, "sdk_mib_s": sdk,
                                                 "records": n})
     best = max((v, t, k) for t, row in results.items() for k, v in row.items())
