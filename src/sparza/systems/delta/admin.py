@@ -6,9 +6,11 @@ import getpass
 import os
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from sparza.config import Config
+from sparza.streams import SystemStreamPartition
 from sparza.systems import StreamSpec, SystemStreamMetadata, SystemStreamPartitionMetadata
 from sparza.systems.delta.exceptions import PartitionCountMismatchError, StreamNotFoundError
 from sparza.systems.delta.log import DeltaLog
@@ -59,6 +61,7 @@ class DeltaSystemAdmin:
         self.settings = DeltaSystemSettings(system_name, config)
         self._partitions: dict[str, int] = {}
         self._indexes: dict[str, _StreamIndex] = {}
+        self._logs: dict[str, DeltaLog] = {}
 
     # --- locations and config ----------------------------------------------------------------
     def stream_location(self, stream: str) -> str:
@@ -147,6 +150,51 @@ class DeltaSystemAdmin:
         """Negative, zero or positive as offset ``a`` is before, equal to or after ``b``."""
         oa, ob = DeltaOffset.parse(a), DeltaOffset.parse(b)
         return -1 if oa < ob else (1 if ob < oa else 0)
+
+    def _log(self, stream: str) -> DeltaLog:
+        log = self._logs.get(stream)
+        if log is None:
+            log = self._logs[stream] = DeltaLog(self.settings.location(stream))
+        return log
+
+    def _slices(self, ssp: SystemStreamPartition, start: str, end: str) -> Iterator[tuple[int, int, int, int]]:
+        """Per commit in ``[start, end)`` with rows for ``ssp``: (version, first index, rows in range, rows
+        the commit added to the partition). Uses the commits' row counts only; stops at a missing commit."""
+        begin, stop = DeltaOffset.parse(start), DeltaOffset.parse(end)
+        if not begin < stop:
+            return
+        for commit in self._log(ssp.stream).commits(begin.version, stop.version):
+            rows = commit.rows_by_partition().get(ssp.partition, 0)
+            first = begin.index if commit.version == begin.version else 0
+            last = stop.index if commit.version == stop.version else rows
+            available = max(0, min(rows, last) - first)
+            if available:
+                yield commit.version, first, available, rows
+
+    def offset_after(self, ssp: SystemStreamPartition, start: str, end: str, n: int) -> str:
+        """The offset after the first ``n`` rows of ``ssp`` in ``[start, end)``, or ``end`` when fewer lie there.
+
+        Lets a planner cap a batch at ``n`` messages from commit row counts, without reading data. A
+        batch that ends with the last row of a version ends at ``<version + 1>:0``, so it equals
+        ``upcoming`` when nothing follows. Control rows count like any other row.
+        """
+        if n < 1:
+            raise ValueError(f"offset_after needs n >= 1, got {n}")
+        remaining = n
+        for version, first, available, rows in self._slices(ssp, start, end):
+            if available >= remaining:
+                if first + remaining >= rows:
+                    return str(DeltaOffset(version + 1, 0))
+                return str(DeltaOffset(version, first + remaining))
+            remaining -= available
+        return end
+
+    def count_between(self, ssp: SystemStreamPartition, start: str, end: str) -> int:
+        """How many rows of ``ssp`` (user and control) lie in ``[start, end)``; 0 when ``start >= end``.
+
+        For lag: counted from commit row counts (Delta ``numRecords``), without reading data files.
+        """
+        return sum(available for _, _, available, _ in self._slices(ssp, start, end))
 
     def _index(self, stream: str, log: DeltaLog) -> tuple[_StreamIndex, int]:
         latest = log.latest_version(self._indexes[stream].scanned_to if stream in self._indexes else None)
