@@ -166,9 +166,9 @@ def test_broadcast_changes_are_visible_from_the_next_batch_in_every_task(spark: 
     seen = _seen(config)
     assert {seen[i]["task"] for i in range(4)} == {f"Partition {p}" for p in range(4)}
     assert [seen[i]["found"] for i in range(8)] == [{"v": 1}] * 4 + [{"v": 2}] * 4
-    container = work_dir / "state" / "_container" / "lookup"
+    [container] = list((work_dir / "state").glob("*/_container/lookup"))  # <base>/<job>-<id>/_container
     assert len([p for p in container.iterdir() if p.is_dir()]) == 1  # one copy for the 4 tasks of this host
-    assert not (work_dir / "state" / "lookup" / "Partition_1").exists()  # readers keep no copy of their own
+    assert not list((work_dir / "state").glob("*/lookup/Partition_1"))  # readers keep no copy of their own
 
 
 def test_versioned_dataset_switches_atomically(spark: Any, work_dir: Path) -> None:

@@ -17,7 +17,7 @@ EXIT_CONFIG = 2
 
 def run_app(app: Any) -> None:
     """Run a Typer app; a :class:`SparzaError` becomes one line on stderr instead of a traceback."""
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)  # one line, even without a terminal
     try:
         app(standalone_mode=True)
     except ConfigError as exc:

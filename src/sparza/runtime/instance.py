@@ -290,6 +290,8 @@ class TaskInstance:
                                                    self._control_ssps, self.job.config, self.metrics)
             if hasattr(self.task, "init"):
                 self.task.init(_Context(self))
+        if self.control is not None:
+            self.control.bind_metrics(self.metrics)  # the registry is fresh every batch
 
     def _prepare_adjunct(self, split: TaskSplit, cp: TaskCheckpoint | None) -> None:
         """Adjunct stores: restore to the checkpoint's entry (every batch: their stores close at commit),
@@ -299,7 +301,7 @@ class TaskInstance:
         from sparza.state.adjunct import TaskAdjunctManager
 
         if self.adjunct is None:
-            self.adjunct = TaskAdjunctManager(self.name, self.job.config, self.job.store_base_dir,
+            self.adjunct = TaskAdjunctManager(self.name, self.job.config, self.job.task_store_base_dir,
                                               blob_store_manager_from_config(self.job.config), self.job.name,
                                               self.job.job_id, input_ssps=list(self.ssps), metrics=self.metrics)
         self.adjunct.metrics = self.metrics

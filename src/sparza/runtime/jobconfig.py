@@ -122,6 +122,12 @@ class JobConfig:
         return f"{self.name}-{self.job_id}"
 
     @property
+    def task_store_base_dir(self) -> str:
+        """``<job.logged.store.base.dir>/<job.name>-<job.id>``: task stores of different jobs (or stages of
+        one application) sharing a base dir never collide, even with the same store names."""
+        return str(Path(self.store_base_dir) / self.job_key)
+
+    @property
     def systems(self) -> list[str]:
         """The systems the job's inputs come from, sorted."""
         return sorted({spec.stream.system for spec in self.inputs})

@@ -149,6 +149,10 @@ class StoreHandle:
         return f"StoreHandle({self._name!r})"
 
 
+_CLEANED_SNAPSHOTS: set[str] = set()
+"""Snapshot index ids whose cleanup already ran in this process (cleanup is idempotent, this only saves calls)."""
+
+
 class TaskStores:
     """The stores of one task instance (see the module docstring for the lifecycle)."""
 
@@ -175,10 +179,10 @@ class TaskStores:
 
     # --- paths ---------------------------------------------------------------------------------
     def store_dir(self, name: str) -> Path:
-        """The live dir of store ``name`` (``<base>/<store>/<task>``)."""
+        """The live dir of store ``name`` (``<base>/<job.name>-<job.id>/<store>/<task>``)."""
         from sparza.state.kv import store_dir
 
-        return Path(store_dir(self.job.store_base_dir, name, self.task))
+        return Path(store_dir(self.job.task_store_base_dir, name, self.task))
 
     def _marker(self, name: str) -> Path:
         d = self.store_dir(name)
@@ -212,7 +216,7 @@ class TaskStores:
                 with self.metrics.timer("stores", "restore-ms").time():
                     self._prepare_dir(name, expected, committed_batch)
                 self._marker(name).unlink(missing_ok=True)
-            store = open_store(name, self.job.config, self.task, self.job.store_base_dir)
+            store = open_store(name, self.job.config, self.task, self.job.task_store_base_dir)
             self._open[name] = store
             self.handles[name]._bind(store)
 
@@ -222,7 +226,20 @@ class TaskStores:
         except (FileNotFoundError, ValueError, KeyError):
             return None
 
+    def _ensure_cleaned(self, name: str, expected: str | None) -> None:
+        """Finish the cleanup of the committed snapshot once per process: a crash between the task
+        checkpoint write and cleanup leaves its new blobs with a TTL, and gc would delete them if no
+        later commit ran before it passed."""
+        if expected is None or not self.backed_up[name] or expected.startswith(LOCAL_SNAPSHOT_PREFIX):
+            return
+        if expected in _CLEANED_SNAPSHOTS:
+            return
+        with self.metrics.timer("stores", "cleanup-ms").time():
+            self._backup_client().cleanup(expected)
+        _CLEANED_SNAPSHOTS.add(expected)
+
     def _prepare_dir(self, name: str, expected: str | None, committed_batch: int | None) -> None:
+        self._ensure_cleaned(name, expected)
         live = self.store_dir(name)
         if expected is not None and self._read_marker(name) == expected and live.is_dir():
             self.metrics.counter("stores", "reused-local").inc()
@@ -293,6 +310,7 @@ class TaskStores:
             if self.backed_up[name]:
                 with self.metrics.timer("stores", "cleanup-ms").time():
                     self._backup_client().cleanup(snapshot)
+                _CLEANED_SNAPSHOTS.add(snapshot)
             self._remove_old_checkpoints(name, keep=batch)
 
     def _remove_old_checkpoints(self, name: str, keep: int) -> None:

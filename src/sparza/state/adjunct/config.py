@@ -40,7 +40,7 @@ define_key("systems.<system>.streams.<stream>.samza.reset.offset", "false",
            _PKG)
 define_key("job.container.store.base.dir", None,
            "host-local dir shared by the tasks of one host for broadcast store snapshots "
-           "(default <job.logged.store.base.dir>/_container)", _PKG)
+           "(default <job.logged.store.base.dir>/<job.name>-<job.id>/_container)", _PKG)
 
 
 @dataclass(frozen=True, slots=True)

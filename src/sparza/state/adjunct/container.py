@@ -23,6 +23,7 @@ import hashlib
 import logging
 import os
 import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import IO
@@ -82,18 +83,40 @@ class ContainerSnapshotCache:
         path = parent / key
         lock_file = open(parent / f"{key}.lock", "a+b")  # noqa: SIM115 - held for the lease's lifetime
         try:
-            fcntl.flock(lock_file, fcntl.LOCK_SH)
-            if not (path / "CURRENT").exists():
-                # Upgrade to exclusive to download; re-check, another process may have done it.
-                fcntl.flock(lock_file, fcntl.LOCK_EX)
-                if not (path / "CURRENT").exists():
-                    self._download(snapshot_id, path, snapshots)
-                fcntl.flock(lock_file, fcntl.LOCK_SH)
+            self._lock_shared_copy(lock_file, path, snapshot_id, snapshots)
             store = open_raw_store(store_name, self.config, key, self.root, read_only=True)
         except BaseException:
             lock_file.close()
             raise
         return SnapshotLease(snapshot_id, path, store, lock_file)
+
+    def _lock_shared_copy(self, lock_file: IO[bytes], path: Path, snapshot_id: str, snapshots: SnapshotStore) -> None:
+        """Return holding a shared lock on a complete local copy, downloading it if no process has.
+
+        Never upgrades a shared lock to an exclusive one and never blocks on the exclusive lock:
+        readers keep their shared lock for a whole batch, so a process that waited for exclusivity
+        while others read would wait for ever (and, with a barrier between readers, deadlock).
+        """
+        while True:
+            if (path / "CURRENT").exists():
+                fcntl.flock(lock_file, fcntl.LOCK_SH)  # waits only while a download holds it exclusively
+                if (path / "CURRENT").exists():
+                    return
+                fcntl.flock(lock_file, fcntl.LOCK_UN)  # collected between the check and the lock: retry
+                continue
+            try:
+                fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                time.sleep(0.02)  # another process downloads (or collects) it right now
+                continue
+            try:
+                if not (path / "CURRENT").exists():
+                    self._download(snapshot_id, path, snapshots)
+            except BaseException:
+                fcntl.flock(lock_file, fcntl.LOCK_UN)
+                raise
+            fcntl.flock(lock_file, fcntl.LOCK_SH)  # downgrade: readers may share it from now on
+            return
 
     def _download(self, snapshot_id: str, path: Path, snapshots: SnapshotStore) -> None:
         tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
