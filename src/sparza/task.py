@@ -11,7 +11,9 @@ which optional interfaces a task implements. Lifecycle, per task instance (one p
    (``WatermarkListenerTask``);
 5. ``on_end_of_stream(collector, coordinator)`` once, when every input of the task has ended
    (``EndOfStreamListenerTask``);
-6. ``close()`` when the task stops (``ClosableTask``). Not guaranteed after a crash.
+6. ``close()`` once, after the commit of the batch in which every input of the task ended
+   (``ClosableTask``). Not guaranteed for a task that never ends (Spark may stop or reuse its
+   Python worker at any time) nor after a crash.
 
 Messages sent through the collector are durable only after the batch commits; a batch that is
 replayed after a failure runs again from the state of the previous commit, so ``process`` must
@@ -120,7 +122,7 @@ class ClosableTask(Protocol):
     """A task with resources to release."""
 
     def close(self) -> None:
-        """Called when the task stops normally (not after a crash)."""
+        """Called once after the task's inputs have all ended and that state is committed."""
         ...
 
 

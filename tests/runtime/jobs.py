@@ -25,10 +25,18 @@ class FailingOnKeyTask:
 
 
 class EndOfStreamTask:
-    """Counts in the store and writes each key's final count once, at end-of-stream."""
+    """Counts in the store and writes each key's final count once, at end-of-stream; ``close`` appends a
+    line to ``<test.close.dir>/<task name>`` so a test can see it ran once per task."""
 
     def init(self, context: Any) -> None:
         self.store = context.get_store("counts")
+        self.close_dir = context.config.get_str("test.close.dir", None)
+        self.task_name = context.task_name
+
+    def close(self) -> None:
+        if self.close_dir:
+            with open(f"{self.close_dir}/{self.task_name}", "a", encoding="utf-8") as fh:
+                fh.write("closed\n")
 
     def process(self, envelope: Any, collector: Any, coordinator: Any) -> None:
         key = envelope.key.decode()

@@ -119,9 +119,11 @@ def test_task_exception_stops_the_job_unless_ignored(spark, make_job):
     assert final_counts(config)[0] == {"a": 2}
 
 
-def test_bounded_input_ends_the_job_and_calls_end_of_stream(spark, make_job):
+def test_bounded_input_ends_the_job_and_calls_end_of_stream(spark, make_job, work_dir):
+    close_dir = work_dir / "closed"
+    close_dir.mkdir()
     config = make_job(**{"task.class": "tests.runtime.jobs.EndOfStreamTask",
-                         "systems.delta.streams.events.bounded": "true"})
+                         "systems.delta.streams.events.bounded": "true", "test.close.dir": str(close_dir)})
     append_messages(config, 700, 4, commit_size=350)
     runner = JobRunner(config, spark=spark, once=False, install_signal_handlers=False, status=lambda line: None)
     outcome = runner.run()
@@ -129,4 +131,7 @@ def test_bounded_input_ends_the_job_and_calls_end_of_stream(spark, make_job):
     counts, rows = final_counts(config)
     assert counts == expected_counts(700, 4)
     assert rows == 4  # one final row per key, written once at end-of-stream
-    assert all(cp.ended for cp in checkpoint_store_from_config(config, "kc-1").read_all().values())
+    checkpoints = checkpoint_store_from_config(config, "kc-1").read_all()
+    assert all(cp.ended for cp in checkpoints.values())
+    # ClosableTask.close ran exactly once per task, after its end-of-stream was committed
+    assert {p.name: p.read_text() for p in close_dir.iterdir()} == {t: "closed\n" for t in checkpoints}

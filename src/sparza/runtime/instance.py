@@ -17,6 +17,7 @@ checkpoint; any failure drops them, so a retry starts from the committed state.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -43,6 +44,8 @@ from sparza.streams import (
 from sparza.systems import get_system_factory, load_object
 
 __all__ = ["BatchResult", "TaskInstance", "get_instance"]
+
+_log = logging.getLogger(__name__)
 
 define_key("task.testing.fail.once.file", None,
            "Testing only: the first task to create this file fails once after flushing its producers and before "
@@ -257,6 +260,8 @@ class TaskInstance:
             self._release_producers(failed=True)
             raise
         self._release_producers(failed=False)
+        if result.ended and not (cp.ended if cp else False):
+            self._close_task()
         self.metrics.counter("task", "messages-processed").inc(result.processed)
         self.metrics.timer("task", "process-ms").update(result.process_ms)
         self.metrics.timer("task", "commit-ms").update(result.commit_ms)
@@ -432,6 +437,20 @@ class TaskInstance:
                 counts = {stream: self._partition_count(stream) for stream in outputs}
                 for envelope in control.outgoing(split.planned_at, counts):
                     collector.send(envelope)
+
+    def _close_task(self) -> None:
+        """``ClosableTask.close`` once the task's inputs have all ended and that state is committed.
+
+        A task that never ends (unbounded inputs) is not closed: its Python worker may be reused or
+        killed by Spark at any time, so close is not guaranteed there (as documented in ``sparza.task``).
+        """
+        task = self.task
+        if task is not None and hasattr(task, "close"):
+            try:
+                task.close()
+            except Exception:
+                _log.warning("close() of task %s failed", self.name, exc_info=True)
+                self.metrics.counter("task", "close-errors").inc()
 
     def _partition_count(self, stream: SystemStream) -> int:
         producer_admin = get_system_factory(self.job.config, stream.system).get_admin(stream.system, self.job.config)
