@@ -107,8 +107,9 @@ def _seen(config: Config) -> dict[int, dict[str, Any]]:
 def _run(spark: Any, config: Config, **kwargs: Any) -> Any:
     from sparza.runtime import JobRunner
 
+    status = kwargs.pop("status", lambda line: None)
     runner = JobRunner(config, spark=spark, once=kwargs.pop("once", True), install_signal_handlers=False,
-                       status=lambda line: None, **kwargs)
+                       status=status, **kwargs)
     runner.run()
     return runner
 
@@ -130,9 +131,12 @@ def test_bootstrap_finishes_before_the_first_main_message(spark: Any, work_dir: 
     customers = {f"c{i}": {"name": f"n{i}"} for i in range(200)}
     _customers(config, customers)
     _orders(config, [(i, f"c{i}") for i in range(0, 200, 5)])
-    _run(spark, config)
+    lines: list[str] = []
+    _run(spark, config, status=lines.append)
     seen = _seen(config)
     assert len(seen) == 40
+    progress = [line.split("bootstrap ", 1)[1] for line in lines if "bootstrap [" in line]
+    assert progress and progress[-1].endswith("100% (200/200)"), lines  # a bar while bootstrapping, to the end
     missing = [o for o, body in seen.items() if body["found"] is None]
     assert missing == []  # every order, including the very first, saw its customer
     assert all(body["found"] == customers[body["customer"]] for body in seen.values())

@@ -34,7 +34,7 @@ from sparza.runtime.instance import BatchResult
 from sparza.runtime.jobconfig import JobConfig
 from sparza.runtime.model import TaskModel
 
-__all__ = ["EXIT_CODES", "JobRunner", "RunOutcome", "build_spark_session"]
+__all__ = ["EXIT_CODES", "BootstrapProgress", "JobRunner", "RunOutcome", "build_spark_session"]
 
 EXIT_CODES = {0: "stopped cleanly (signal, --once done, all inputs ended, or a task asked to shut down)",
               1: "the job failed (a task error names SSP and offset; or Spark failed)",
@@ -176,9 +176,13 @@ class JobRunner:
         self.metrics.gauge(agg, "lag").set(-1 if lag is None else lag)
         seq = max((r.seq for r in results), default=0)
         skipped = sum(1 for r in results if r.status == "skipped")
+        bootstrap = self._bootstrap.update(results)
+        if bootstrap is not None:
+            self.metrics.gauge(agg, "bootstrap-remaining").set(bootstrap[1] - bootstrap[0])
         self.status(f"batch {seq} (spark {batch_id}): {messages} msgs in, lag {'?' if lag is None else lag}, "
                     f"batch {elapsed_ms:.0f} ms, commit {commit_ms:.0f} ms"
-                    + (f", {skipped} task(s) skipped (replay)" if skipped else ""))
+                    + (f", {skipped} task(s) skipped (replay)" if skipped else "")
+                    + (f", {BootstrapProgress.render(*bootstrap)}" if bootstrap is not None else ""))
         if self._jsonl is not None:
             self._jsonl.report()
 
@@ -217,6 +221,7 @@ class JobRunner:
         from sparza.runtime.source import SparzaDataSource
 
         self._inputs = InputSystems(self.job)
+        self._bootstrap = BootstrapProgress(self.job, self._inputs)
         tasks = self._tasks(self._inputs)
         self._task_count = len(self._inputs.task_models())
         self._jsonl = (JsonLinesReporter(self.metrics, self.job.metrics_jsonl_path, source=self.job.job_key)
@@ -324,3 +329,56 @@ def _short(text: str) -> str:
         if line and not line.startswith(("at ", "File ", "Traceback", "JVM stacktrace")):
             return line[:500]
     return text[:500]
+
+
+class BootstrapProgress:
+    """How far the bootstrap inputs (``samza.bootstrap: true``) are on their way to the offsets seen
+    when the job started: shown as a bar in the status line until they get there."""
+
+    def __init__(self, job: JobConfig, inputs: InputSystems) -> None:
+        self._inputs = inputs
+        streams = {spec.stream for spec in job.inputs if spec.bootstrap}
+        self._targets: dict[Any, str] = {}
+        self._total = 0
+        self._done = not streams
+        if self._done:
+            return
+        try:
+            positions = inputs.positions()
+            for ssp, pos in positions.items():
+                if ssp.system_stream in streams:
+                    self._targets[ssp] = pos.upcoming
+                    if pos.oldest is not None:
+                        self._total += inputs.ops[ssp.system].count_between(ssp, pos.oldest, pos.upcoming) or 0
+        except Exception:  # progress is informational: never fail a job over it
+            self._done = True
+
+    def update(self, results: list[BatchResult]) -> tuple[int, int] | None:
+        """``(done, total)`` messages after this batch, or None once bootstrap is complete (or unknown)."""
+        if self._done or not self._total:
+            return None
+        from sparza.streams import SystemStreamPartition
+
+        remaining: dict[Any, int] = {}
+        try:
+            for r in results:
+                for name, offset in r.offsets.items():
+                    ssp = SystemStreamPartition.parse(name)
+                    target = self._targets.get(ssp)
+                    if target is None:
+                        continue
+                    n = max(0, self._inputs.ops[ssp.system].count_between(ssp, offset, target) or 0)
+                    remaining[ssp] = min(n, remaining.get(ssp, n))  # a broadcast SSP: its furthest task
+        except Exception:
+            self._done = True
+            return None
+        left = sum(remaining.values())
+        if left == 0:
+            self._done = True
+        return self._total - min(left, self._total), self._total
+
+    @staticmethod
+    def render(done: int, total: int, width: int = 20) -> str:
+        """``bootstrap [########------------] 40% (400/1000)``."""
+        filled = int(width * done / total) if total else width
+        return f"bootstrap [{'#' * filled}{'-' * (width - filled)}] {100 * done // max(total, 1)}% ({done}/{total})"
