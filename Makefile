@@ -14,7 +14,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 
 test: setup lint
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15
 
 bench: setup
 	$(PY) bench/run_all.py --scale small

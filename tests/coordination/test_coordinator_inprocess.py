@@ -167,10 +167,11 @@ def test_processor_cut_off_from_storage_stops_its_tasks_then_rejoins(coord_confi
         wait(lambda: coords["a"].is_leader(), 20, "a to lead")
         coords["b"].start()
         wait(lambda: (m := coords["b"].job_model) is not None and m == coords["a"].job_model and
-             m.tasks_of("b"), 20, "b to get tasks")
+             m.tasks_of("b") and f"model {m.version}" in listeners["b"].events, 20, "b to get tasks")
         before = coords["b"].job_model
         cut.set()
-        wait(lambda: listeners["b"].events[-1] == "expired", 20, "b to stop its tasks by itself")
+        # the model attribute is set just before the listener hears of it: wait for both, then the cut
+        wait(lambda: listeners["b"].events[-1:] == ["expired"], 20, "b to stop its tasks by itself")
         wait(lambda: (m := coords["a"].job_model) is not None and "b" not in m.assignments, 20,
              "the leader to give b's tasks away")
         cut.clear()
