@@ -164,8 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     proc = _Processor(args, Config.load(args.config))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGUSR1, proc.freeze)
-    signal.signal(signal.SIGCONT, proc.commit_frozen)
+    # Handlers only raise flags: the work (locks, storage calls) runs in the loop below, never inside a
+    # handler that may have interrupted this thread while it held one of those locks.
+    freeze_requested, commit_requested = threading.Event(), threading.Event()
+    signal.signal(signal.SIGUSR1, lambda *_: freeze_requested.set())
+    signal.signal(signal.SIGCONT, lambda *_: commit_requested.set())
     proc.report.update("starting")
     proc.coordinator.start()
     if proc.checkpoints:
@@ -173,6 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     leader = False
     while not stop.is_set():
         time.sleep(0.1)  # signal handlers run in this thread, between sleeps
+        if freeze_requested.is_set():
+            freeze_requested.clear()
+            proc.freeze()
+        if commit_requested.is_set():
+            commit_requested.clear()
+            proc.commit_frozen()
         if proc.coordinator.is_leader() != leader:
             leader = not leader
             proc.report.update("leader" if leader else "not leader", leader=leader)
