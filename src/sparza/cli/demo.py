@@ -93,6 +93,7 @@ def _run_stages(plan: Any, master: str | None, console: Console) -> dict[str, in
     """Run every stage as its own streaming query of one SparkSession until all of them ended."""
     from sparza.runtime import JobRunner, build_spark_session
     from sparza.runtime.jobconfig import JobConfig
+    from sparza.runtime.stages import run_together
 
     stages = [(s.name, s.config) for s in plan.stages]
     spark = build_spark_session(JobConfig.from_config(stages[0][1]), master, "sparza-demo")
@@ -103,18 +104,7 @@ def _run_stages(plan: Any, master: str | None, console: Console) -> dict[str, in
     runners = [JobRunner(cfg, spark=spark, install_signal_handlers=False, status=status(name))
                for name, cfg in stages]
     try:
-        for runner in runners:
-            runner.start()
-        while True:
-            running = [r.poll(0.25 / len(runners)) for r in runners]
-            if any(r.failed for r in runners):
-                for r in runners:
-                    r.request_stop("another stage failed")
-                break
-            if not any(running):
-                break
-        for runner in runners:
-            runner.finish()
+        run_together(runners)
         return {name: _stage_input_counts(r) for (name, _), r in zip(stages, runners, strict=True)}
     finally:
         for runner in runners:

@@ -18,7 +18,7 @@ from sparza.errors import ConfigError
 from sparza.runtime.jobconfig import JobConfig
 from sparza.runtime.runner import JobRunner, RunOutcome, build_spark_session
 
-__all__ = ["run_application"]
+__all__ = ["run_application", "run_together"]
 
 
 def run_application(config: Config, *, master: str | None = None, processor_id: str = "0", once: bool = False,
@@ -60,25 +60,7 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
                     pass
                 outcomes.append(runner.finish())
             return RunOutcome("caught up (--once)", sum(o.batches for o in outcomes), 0)
-        for runner in runners:
-            runner.start()
-        while True:
-            running = [r.poll(0.25 / len(runners)) for r in runners]
-            if any(r.failed for r in runners):
-                for r in runners:
-                    r.request_stop("another stage failed")
-                break
-            if not any(running):
-                break
-        outcomes = []
-        failure: BaseException | None = None
-        for runner in runners:
-            try:
-                outcomes.append(runner.finish())
-            except Exception as exc:
-                failure = failure or exc
-        if failure is not None:
-            raise failure
+        outcomes = run_together(runners)
         reasons = sorted({o.reason for o in outcomes})
         return RunOutcome("; ".join(reasons), sum(o.batches for o in outcomes), 0)
     finally:
@@ -88,3 +70,30 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
             runner.close()
         if owns_spark:
             spark.stop()
+
+
+def run_together(runners: list[JobRunner]) -> list[RunOutcome]:
+    """Start every runner and poll them in turn until all have stopped; a failed one stops the others.
+
+    Every runner is finished (committed and stopped) before the first failure, if any, is raised.
+    """
+    for runner in runners:
+        runner.start()
+    while True:
+        running = [r.poll(0.25 / len(runners)) for r in runners]
+        if any(r.failed for r in runners):
+            for r in runners:
+                r.request_stop("another stage failed")
+            break
+        if not any(running):
+            break
+    outcomes = []
+    failure: BaseException | None = None
+    for runner in runners:
+        try:
+            outcomes.append(runner.finish())
+        except Exception as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+    return outcomes
