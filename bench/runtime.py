@@ -33,28 +33,12 @@ SCALES = {"small": (100_000, 1_000, 8), "full": (2_000_000, 10_000, 8)}
 
 
 def job_config(root: Path, max_batch: int) -> Any:
+    from examples.keyed_count.config import job_values
+
     from sparza.config import Config
 
-    return Config({
-        "job.name": "bench-kc", "job.id": "1",
-        "job.logged.store.base.dir": str(root / "state"),
-        "task.class": "examples.keyed_count.task.KeyedCountTask",
-        "task.inputs": "delta.events",
-        "task.max.batch.messages": str(max_batch),
-        "task.commit.ms": "0",
-        "systems.delta.samza.factory": "delta",
-        "systems.delta.samza.offset.default": "oldest",
-        "systems.delta.delta.root": str(root / "streams"),
-        "systems.delta.streams.counts.samza.key.serde": "string",
-        "systems.delta.streams.counts.samza.msg.serde": "json",
-        "stores.counts.factory": "rocksdb",
-        "stores.counts.key.serde": "string",
-        "stores.counts.msg.serde": "json",
-        "stores.counts.backup.factories": "blobstore",
-        "blob.store.manager.factory": "local",
-        "blob.store.local.root": str(root / "blobstore"),
-        "blob.store.local.fsync": "false",
-    })
+    return Config(job_values(root, **{"job.name": "bench-kc", "task.max.batch.messages": max_batch,
+                                      "blob.store.local.fsync": "false"}))
 
 
 def load(config: Any, messages: int, keys: int, partitions: int) -> float:

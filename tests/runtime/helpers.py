@@ -17,29 +17,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def job_values(root: Path, **overrides: Any) -> dict[str, Any]:
-    """The keyed-count job's config (flat keys) rooted in ``root``."""
-    values: dict[str, Any] = {
-        "job.name": "kc",
-        "job.id": "1",
-        "job.logged.store.base.dir": str(root / "state"),
-        "task.class": "examples.keyed_count.task.KeyedCountTask",
-        "task.inputs": "delta.events",
-        "task.max.batch.messages": "300",
-        "task.commit.ms": "0",
-        "systems.delta.samza.factory": "delta",
-        "systems.delta.samza.offset.default": "oldest",
-        "systems.delta.delta.root": str(root / "streams"),
-        "systems.delta.streams.counts.samza.key.serde": "string",
-        "systems.delta.streams.counts.samza.msg.serde": "json",
-        "stores.counts.factory": "rocksdb",
-        "stores.counts.key.serde": "string",
-        "stores.counts.msg.serde": "json",
-        "stores.counts.backup.factories": "blobstore",
-        "blob.store.manager.factory": "local",
-        "blob.store.local.root": str(root / "blobstore"),
-    }
-    values.update({k: str(v) for k, v in overrides.items()})
-    return values
+    """The keyed-count job's config (flat keys) rooted in ``root``, in small batches."""
+    from examples.keyed_count.config import job_values as example_values
+
+    return example_values(root, **{"job.name": "kc", "task.max.batch.messages": "300", **overrides})
 
 
 def final_counts(config: Config, stream: str = "counts") -> tuple[dict[str, int], int]:
