@@ -10,7 +10,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["local_spark_session"]
+__all__ = ["FAST_AZURE_COORDINATION", "local_spark_session"]
+
+FAST_AZURE_COORDINATION: dict[str, str] = {
+    "job.coordinator.factory": "azure",
+    "job.coordinator.azure.lease.duration.ms": "15000",
+    "job.coordinator.azure.lease.renew.interval.ms": "3000",
+    "job.coordinator.azure.heartbeat.interval.ms": "500",
+    "job.coordinator.azure.liveness.timeout.ms": "3000",
+    "job.coordinator.azure.liveness.check.interval.ms": "500",
+    "job.coordinator.azure.leader.check.interval.ms": "500",
+    "job.coordinator.azure.jobmodel.poll.interval.ms": "300",
+    "job.coordinator.azure.barrier.timeout.ms": "10000",
+    "job.coordinator.azure.request.timeout.ms": "3000",
+}
+"""Azure coordination with short periods, so tests see failures in seconds (the lease stays at Azure's
+15 s minimum)."""
 
 
 def local_spark_session(master: str = "local[2]", app_name: str = "sparza-test", **conf: str) -> Any:

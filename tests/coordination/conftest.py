@@ -9,20 +9,9 @@ from typing import Any
 import pytest
 
 from sparza.coordination._fleet import ProcessorFleet
+from sparza.testing import FAST_AZURE_COORDINATION
 
-# Short periods so failures are detected in seconds; the lease stays at Azure's 15 s minimum.
-FAST: dict[str, str] = {
-    "job.coordinator.factory": "azure",
-    "job.coordinator.azure.lease.duration.ms": "15000",
-    "job.coordinator.azure.lease.renew.interval.ms": "3000",
-    "job.coordinator.azure.heartbeat.interval.ms": "500",
-    "job.coordinator.azure.liveness.timeout.ms": "3000",
-    "job.coordinator.azure.liveness.check.interval.ms": "500",
-    "job.coordinator.azure.leader.check.interval.ms": "500",
-    "job.coordinator.azure.jobmodel.poll.interval.ms": "300",
-    "job.coordinator.azure.barrier.timeout.ms": "10000",
-    "job.coordinator.azure.request.timeout.ms": "3000",
-}
+FAST = FAST_AZURE_COORDINATION
 
 
 def job_config(connection_string: str, job_name: str, **extra: str) -> dict[str, str]:

@@ -12,21 +12,11 @@ from tests.runtime.helpers import expected_counts, final_counts
 
 from sparza.runtime import CheckpointFencedError, checkpoint_store_from_config
 from sparza.runtime.coordinated import CoordinatedProcessor
+from sparza.testing import FAST_AZURE_COORDINATION
 
 pytestmark = [pytest.mark.spark, pytest.mark.azurite]
 
-FAST = {
-    "job.coordinator.factory": "azure",
-    "job.coordinator.azure.lease.duration.ms": "15000",
-    "job.coordinator.azure.lease.renew.interval.ms": "3000",
-    "job.coordinator.azure.heartbeat.interval.ms": "500",
-    "job.coordinator.azure.liveness.timeout.ms": "3000",
-    "job.coordinator.azure.liveness.check.interval.ms": "500",
-    "job.coordinator.azure.leader.check.interval.ms": "500",
-    "job.coordinator.azure.jobmodel.poll.interval.ms": "300",
-    "job.coordinator.azure.barrier.timeout.ms": "10000",
-    "job.coordinator.azure.request.timeout.ms": "3000",
-}
+FAST = FAST_AZURE_COORDINATION
 
 
 def test_coordinated_processor_runs_its_model_with_fenced_checkpoints(spark, make_job, azure_connection_string,
