@@ -14,7 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+import msgspec
+
 from sparza.errors import ConfigError, SerdeError
+
+_JSON_ENCODE = msgspec.json.Encoder().encode
+_JSON_DECODE = msgspec.json.Decoder().decode
+_JSON_FAST_ERRORS = (TypeError, ValueError, OverflowError, msgspec.MsgspecError)
 
 __all__ = [
     "AvroRecord",
@@ -81,17 +87,32 @@ class StringSerde:
 
 
 class JsonSerde:
-    """JSON text in UTF-8, compact separators, keys in insertion order."""
+    """JSON text in UTF-8, compact separators, keys in insertion order.
+
+    Encoded and decoded with msgspec (about 20x faster than the standard library on small
+    messages, which matters per message); what msgspec refuses but the standard library accepts
+    (NaN literals when decoding, objects with a ``default``-less type) falls back to ``json``.
+    NaN and infinities encode as ``null``, as standard JSON has no such numbers; sets, dataclasses
+    and datetimes encode as msgspec does (arrays, objects, ISO-8601 strings).
+    """
 
     name = "json"
 
     def to_bytes(self, obj: Any) -> bytes:
+        try:
+            return _JSON_ENCODE(obj)
+        except _JSON_FAST_ERRORS:
+            pass
         try:
             return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         except (TypeError, ValueError) as exc:
             raise SerdeError(f"cannot encode {type(obj).__name__} as JSON: {exc}") from exc
 
     def from_bytes(self, data: bytes) -> Any:
+        try:
+            return _JSON_DECODE(data)
+        except _JSON_FAST_ERRORS:
+            pass
         try:
             return json.loads(bytes(data))
         except (ValueError, UnicodeDecodeError) as exc:

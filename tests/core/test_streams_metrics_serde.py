@@ -82,7 +82,7 @@ def test_serdes_round_trip_and_errors():
     with pytest.raises(SerdeError, match="not valid JSON"):
         JsonSerde().from_bytes(b"{nope")
     with pytest.raises(SerdeError, match="JSON"):
-        JsonSerde().to_bytes({1, 2})
+        JsonSerde().to_bytes(object())
     avro = AvroSerde(SCHEMA)
     data = avro.to_bytes({"page": "Main", "delta": -3})
     assert avro.from_bytes(data) == {"page": "Main", "delta": -3}

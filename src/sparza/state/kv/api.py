@@ -145,7 +145,15 @@ class SerdeStore(KeyValueStore):
         return {k: self.msg_serde.from_bytes(v) for k, v in zip(key_list, raws, strict=True) if v is not None}
 
     def put(self, key: Any, value: Any) -> None:
-        self.put_all([(key, value)])
+        if value is None:
+            self.delete(key)
+            return
+        self._writable()
+        self._put_raw(self._k(key), self.msg_serde.to_bytes(value))
+
+    def _put_raw(self, key: bytes, value: bytes) -> None:
+        """One put; engines override it when a single write is cheaper than ``_write_raw``."""
+        self._write_raw([(key, value)], [])
 
     def put_all(self, entries: Mapping[Any, Any] | Iterable[tuple[Any, Any]]) -> None:
         self._writable()

@@ -140,12 +140,15 @@ class RocksDbStore(SerdeStore):
         values: list[bytes | None] = self._live().get(keys)
         return values
 
+    def _put_raw(self, key: bytes, value: bytes) -> None:
+        # One key: skip the WriteBatch (measurably cheaper for per-message puts).
+        self._live().put(key, value)
+
     def _write_raw(self, puts: list[tuple[bytes, bytes]], deletes: list[bytes]) -> None:
         import rocksdict as rd
 
         db = self._live()
         if len(puts) + len(deletes) == 1:
-            # One key: skip the WriteBatch (measurably cheaper for per-message puts).
             if puts:
                 db.put(puts[0][0], puts[0][1])
             else:

@@ -14,6 +14,7 @@ import io
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from zlib import crc32
@@ -23,10 +24,10 @@ import pyarrow.parquet as pq
 
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
-from sparza.serde import Serde
+from sparza.serde import Serde, StringSerde
 from sparza.streams import OutgoingMessageEnvelope
 from sparza.systems.delta.admin import DeltaSystemAdmin, open_table
-from sparza.systems.delta.partitioner import partition_for, partition_key_bytes, serialize
+from sparza.systems.delta.partitioner import partition_for, partition_key_bytes
 from sparza.systems.delta.schema import FILE_SCHEMA, PARTITION_COLUMN, TABLE_SCHEMA
 from sparza.systems.delta.settings import StreamLocation
 from sparza.systems.delta.storage import storage_errors
@@ -85,6 +86,27 @@ class _StreamInfo:
     table: Any = None
     round_robin: int = 0
 
+    def __post_init__(self) -> None:
+        self.key_to_bytes = _to_bytes_fn(self.key_serde)
+        self.msg_to_bytes = _to_bytes_fn(self.msg_serde)
+        self.buffers: dict[str, dict[int, _PartitionBuffer]] = {}  # source -> partition -> rows (hot-path cache)
+
+
+def _to_bytes_fn(serde: Serde) -> Callable[[Any], bytes]:
+    """``serialize`` for one serde as one call (per message): bytes-likes copied, str straight to UTF-8
+    for the string serde, anything else through ``serde.to_bytes``."""
+    to_bytes = serde.to_bytes
+    utf8 = isinstance(serde, StringSerde) and serde.encoding.replace("-", "").lower() == "utf8"
+
+    def convert(obj: Any) -> bytes:
+        if utf8 and obj.__class__ is str:
+            return obj.encode()
+        if isinstance(obj, bytearray | memoryview):
+            return bytes(obj)
+        return to_bytes(obj)
+
+    return convert
+
 
 class DeltaSystemProducer:
     """Writes messages to the streams of a ``delta`` system (see the module docstring)."""
@@ -130,13 +152,14 @@ class DeltaSystemProducer:
         """
         stream = envelope.system_stream.stream
         info = self._streams.get(stream) or self._stream(stream)
-        # Hot path: bytes pass straight through; only other types go through serialize()/serdes.
+        # Hot path (once per message): bytes pass straight through, other types go to the serde's
+        # bound to_bytes with no helper call in between.
         key = envelope.key
-        if type(key) is not bytes and key is not None:
-            key = serialize(key, info.key_serde)
+        if key is not None and key.__class__ is not bytes:
+            key = info.key_to_bytes(key)
         value = envelope.message
-        if type(value) is not bytes and value is not None:
-            value = serialize(value, info.msg_serde)
+        if value is not None and value.__class__ is not bytes:
+            value = info.msg_to_bytes(value)
         partition = envelope.partition
         if partition is not None:
             if not 0 <= partition < info.partitions:
@@ -149,19 +172,16 @@ class DeltaSystemProducer:
         else:
             partition = info.round_robin % info.partitions
             info.round_robin += 1
-        buffers = self._buffers.get(source)
-        if buffers is None:
-            buffers = self._buffers[source] = {}
-        partitions = buffers.get(stream)
+        partitions = info.buffers.get(source)
         if partitions is None:
-            partitions = buffers[stream] = {}
+            partitions = info.buffers[source] = self._buffers.setdefault(source, {}).setdefault(stream, {})
         buffer = partitions.get(partition)
         if buffer is None:
             buffer = partitions[partition] = _PartitionBuffer()
         buffer.keys.append(key)
         buffer.values.append(value)
         ts = envelope.timestamp
-        buffer.timestamps.append(int(time.time() * 1000) if ts is None else (ts if type(ts) is int else int(ts)))
+        buffer.timestamps.append(int(time.time() * 1000) if ts is None else (ts if ts.__class__ is int else int(ts)))
         buffer.types.append(int(envelope.type))   # IntEnum objects convert to Arrow ~1000x slower
 
     def send_batch(self, source: str, stream: str, partition: int, rows: pa.Table | pa.RecordBatch) -> None:
@@ -199,6 +219,9 @@ class DeltaSystemProducer:
             if any(len(b) for b in partitions.values()):
                 self._commit(source, stream, partitions, transaction)
             del by_stream[stream]
+            info = self._streams.get(stream)
+            if info is not None:
+                info.buffers.pop(source, None)  # send's cached reference to the dict just dropped
 
     def _table(self, info: _StreamInfo) -> Any:
         if info.table is None:
