@@ -10,6 +10,11 @@ of that batch when it is still there, else restored from the blob store (SEP-003
 Stores without ``stores.<st>.backup.factories: blobstore`` are kept locally only: their snapshot
 id is ``local:<batch>`` and losing the local dir loses them (the error says so).
 
+``memory`` stores are snapshotted the same way (their checkpoint is one entries file), so their
+state is as durable as a RocksDB store's. Between batches the worker process keeps the store
+object it committed and reuses it while the checkpoint still names that snapshot; any other
+worker or a restart loads the snapshot instead.
+
 The task gets :class:`StoreHandle` proxies from ``context.get_store``: the handle points at the
 store opened for the current batch, so a task may keep it across batches.
 """
@@ -173,6 +178,8 @@ class TaskStores:
                                   job.config.get_list(f"stores.{name}.backup.factories", [])]
             for name in self.names}
         self._open: dict[str, Any] = {}
+        self._to_keep: dict[str, Any] = {}  # memory stores snapshotted in this batch, kept once it commits
+        self._kept: dict[str, tuple[str, Any]] = {}  # memory store -> (committed snapshot id, the store)
         self._backup: Any = None
         self._checkpoint_dirs: dict[str, Path] = {}
         self.replaced: dict[str, str] = {}
@@ -201,9 +208,9 @@ class TaskStores:
                                        self.job.job_id, self.task)
         return self._backup
 
-    def _is_persistent(self, name: str) -> bool:
+    def _is_memory(self, name: str) -> bool:
         factory = self.job.config.get_str(f"stores.{name}.factory", "rocksdb").strip().lower()
-        return factory != "memory"
+        return factory == "memory"
 
     # --- lifecycle -----------------------------------------------------------------------------
     def open(self, committed: dict[str, str], committed_batch: int | None) -> None:
@@ -212,11 +219,22 @@ class TaskStores:
 
         for name in self.names:
             expected = committed.get(name)
-            if self._is_persistent(name):
-                with self.metrics.timer("stores", "restore-ms").time():
-                    self._prepare_dir(name, expected, committed_batch)
-                self._marker(name).unlink(missing_ok=True)
+            kept = self._kept.pop(name, None)
+            if kept is not None and expected is not None and kept[0] == expected:
+                self._open[name] = kept[1]  # the memory store this process committed: still exact
+                self.handles[name]._bind(kept[1])
+                self.metrics.counter("stores", "reused-in-memory").inc()
+                continue
+            if kept is not None:
+                kept[1].close()
+            memory = self._is_memory(name)
+            with self.metrics.timer("stores", "restore-ms").time():
+                # A memory store's live dir is only a load source: rebuild it from the committed snapshot.
+                self._prepare_dir(name, expected, committed_batch, reuse_live=not memory)
+            self._marker(name).unlink(missing_ok=True)
             store = open_store(name, self.job.config, self.task, self.job.task_store_base_dir)
+            if memory and expected is not None:
+                store.load(self.store_dir(name))
             self._open[name] = store
             self.handles[name]._bind(store)
 
@@ -238,10 +256,11 @@ class TaskStores:
             self._backup_client().cleanup(expected)
         _CLEANED_SNAPSHOTS.add(expected)
 
-    def _prepare_dir(self, name: str, expected: str | None, committed_batch: int | None) -> None:
+    def _prepare_dir(self, name: str, expected: str | None, committed_batch: int | None, *,
+                     reuse_live: bool = True) -> None:
         self._ensure_cleaned(name, expected)
         live = self.store_dir(name)
-        if expected is not None and self._read_marker(name) == expected and live.is_dir():
+        if reuse_live and expected is not None and self._read_marker(name) == expected and live.is_dir():
             self.metrics.counter("stores", "reused-local").inc()
             return
         if expected is None and not live.exists():
@@ -280,9 +299,6 @@ class TaskStores:
             self.handles[name].flush_cache()
             store = self._open[name]
             store.flush()
-            if not self._is_persistent(name):
-                ids[name] = f"{LOCAL_SNAPSHOT_PREFIX}{batch}"
-                continue
             target = self._checkpoint_dir(name, batch)
             with self.metrics.timer("stores", "checkpoint-ms").time():
                 store.checkpoint(target)
@@ -295,14 +311,18 @@ class TaskStores:
                     ids[name] = str(self._backup_client().upload(name, target, prev_index_id=prev))
             else:
                 ids[name] = f"{LOCAL_SNAPSHOT_PREFIX}{batch}"
-        self.close()
+        for name in [n for n in self._open if self._is_memory(n)]:
+            self._to_keep[name] = self._open.pop(name)
+            self.handles[name]._bind(None)
+        self._close_open()
         return ids
 
     def committed(self, batch: int, ids: dict[str, str]) -> None:
         """After the task checkpoint is written: markers, blob-store cleanup, old local checkpoints."""
+        for name, store in self._to_keep.items():
+            self._kept[name] = (ids[name], store)
+        self._to_keep.clear()
         for name, snapshot in ids.items():
-            if not self._is_persistent(name):
-                continue
             marker = self._marker(name)
             tmp = marker.with_name(marker.name + ".tmp")
             tmp.write_text(json.dumps({"batch": batch, "snapshot": snapshot}))
@@ -325,7 +345,15 @@ class TaskStores:
                     shutil.rmtree(entry, ignore_errors=True)
 
     def close(self) -> None:
-        """Close the open stores (idempotent); handles then refuse use until the next batch."""
+        """Close the open stores and drop uncommitted memory stores (idempotent); handles then refuse
+        use until the next batch."""
+        for store in self._to_keep.values():
+            with contextlib.suppress(Exception):
+                store.close()
+        self._to_keep.clear()
+        self._close_open()
+
+    def _close_open(self) -> None:
         for name, store in list(self._open.items()):
             with contextlib.suppress(Exception):
                 store.close()

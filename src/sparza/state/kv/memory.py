@@ -72,6 +72,22 @@ class InMemoryStore(SerdeStore):
                 fh.write(json.dumps([key.hex(), value.hex()]) + "\n")
         return target
 
+    def load(self, directory: str | Path) -> int:
+        """Put every entry of a dir written by :meth:`checkpoint` into this store; returns how many."""
+        path = Path(directory) / "entries.jsonl"
+        if not path.exists():
+            return 0
+        puts: list[tuple[bytes, bytes]] = []
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    key, value = json.loads(line)
+                    puts.append((bytes.fromhex(key), bytes.fromhex(value)))
+        data = self._live()
+        data.update(puts)
+        self._keys = sorted(data)
+        return len(puts)
+
     def close(self) -> None:
         self._data = None
         self._keys = []
