@@ -1,7 +1,7 @@
 """The function ``df.mapInArrow`` runs per Spark partition: run the task whose rows it holds.
 
-Spark partition i of a batch holds exactly the rows ``read()`` produced for task split i, in
-order (narrow plan, no shuffle), so each task runs where its input was read. The function
+Spark partition i of a batch holds the marker row ``read()`` produced for task split i (narrow
+plan, no shuffle); the function reads the task's messages in the same Spark task and runs it. It
 returns one small row per task: commit info and metrics for the driver.
 
 Deterministic task failures (a poison message, a task exception) come back as a ``failed`` row,
@@ -22,6 +22,7 @@ from sparza.config import Config
 from sparza.runtime.errors import ProcessingError
 from sparza.runtime.instance import BatchResult, get_instance, split_from_marker
 from sparza.runtime.jobconfig import JobConfig
+from sparza.runtime.source import read_split
 
 __all__ = ["RESULT_ARROW_SCHEMA", "RESULT_SCHEMA", "make_task_runner", "result_from_row"]
 
@@ -62,16 +63,18 @@ def make_task_runner(config_values: dict[str, str], spark_batch_id: int, generat
     """The ``mapInArrow`` function of one batch (a picklable closure over plain values)."""
 
     def run_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        split, rows = split_from_marker(batches)
+        split, rest = split_from_marker(batches)
         if split is None:
             return
-        job = JobConfig.from_config(Config(config_values))
+        for _ in rest:  # the source yields only the marker
+            pass
+        config = Config(config_values)
+        rows = read_split(config, split)
+        job = JobConfig.from_config(config)
         instance = get_instance(job, split, task_count)
         try:
             result = instance.run_batch(split, rows, spark_batch_id=spark_batch_id, generation=generation)
         except ProcessingError as exc:
-            for _ in rows:
-                pass
             result = BatchResult(split.task, split.seq, "failed", error=str(exc))
         yield _to_batch(result)
 

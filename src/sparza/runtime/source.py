@@ -3,8 +3,9 @@
 The reader lives on the driver (in Spark's Python source runner): ``initialOffset`` starts from
 the task checkpoints, ``latestOffset`` plans each batch (:class:`~sparza.runtime.planner.BatchPlanner`),
 ``partitions`` gives one :class:`TaskSplit` per task, and ``read`` runs on executors and yields
-Arrow record batches: first one *marker* row describing the task's batch (seq, planned_at, start
-and end offsets, which SSPs ended), then every message of the task's SSPs in read order.
+one *marker* row per task describing the task's batch (seq, planned_at, start and end offsets,
+which SSPs ended). The task then reads its SSPs' messages itself with :func:`read_split`, in the
+same Spark task, so messages never pass through JVM rows.
 
 Notes: the reader must stay picklable (Spark ships it); every split is independent; Arrow types
 must match :data:`SOURCE_SCHEMA` exactly (PySpark refuses near-misses).
@@ -33,6 +34,7 @@ __all__ = [
     "SparzaDataSource",
     "SparzaStreamReader",
     "TaskSplit",
+    "marker_batch",
     "read_split",
 ]
 
@@ -109,14 +111,21 @@ def _envelopes_to_arrow(envelopes: Iterator[Any], rows: int = 10_000) -> Iterato
         yield pa.RecordBatch.from_pydict(buf)
 
 
-def read_split(config: Config, split: TaskSplit) -> Iterator[pa.RecordBatch]:
-    """The rows of one task's batch: the marker row, then each SSP's messages in ``[start, end)``."""
-    marker = pa.RecordBatch.from_arrays(
+def marker_batch(split: TaskSplit) -> pa.RecordBatch:
+    """The one row the source yields per task and batch: the split as JSON in ``value``."""
+    return pa.RecordBatch.from_arrays(
         [pa.array([split.index], pa.int32()), pa.array([MARKER_SSP], pa.int32()), pa.array([""]),
          pa.array([None], pa.binary()), pa.array([split.to_json()], pa.binary()),
          pa.array([split.planned_at], pa.int64()), pa.array([int(MessageType.USER)], pa.int8()),
          pa.array([None], pa.string())], schema=SOURCE_ARROW_SCHEMA)
-    yield marker
+
+
+def read_split(config: Config, split: TaskSplit) -> Iterator[pa.RecordBatch]:
+    """Every message of a task's batch: each SSP's messages in ``[start, end)``, in the split's SSP order.
+
+    Runs in the Python worker that runs the task (see :mod:`sparza.runtime.executor`), so messages go
+    from storage to the task as Arrow with no detour through the JVM.
+    """
     for i, (name, start, end) in enumerate(zip(split.ssps, split.starts, split.ends, strict=True)):
         if start == end:
             continue
@@ -201,15 +210,21 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
             names = task.ssp_keys()
             bounded = {str(s): planner.bounded_end(s) for s in task.ssps if planner.bounded_end(s) is not None}
             splits.append(TaskSplit(
-                index=i, task=task.name, seq=int(end["seq"]), planned_at=int(end["planned_at"]), ssps=names,
+                index=i, task=task.name, seq=int(end["seq"]),
+                planned_at=int(after.get("planned_at", end["planned_at"])), ssps=names,
                 starts=[before.get(n, after["offsets"][n]) for n in names],
                 ends=[after["offsets"][n] for n in names], ended=bool(after.get("ended")), bounded_ends=bounded))
         return splits
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Runs on an executor: the marker row, then the task's messages (``partition`` is a TaskSplit)."""
+        """Runs on an executor: the task's marker row (``partition`` is a TaskSplit).
+
+        The task reads its messages itself (:func:`read_split`, in the same Spark task): passing
+        them through Spark would convert every message to a JVM row and back to Arrow, which cost
+        more than the task's own processing.
+        """
         assert isinstance(partition, TaskSplit)
-        return read_split(self.config, partition)
+        yield marker_batch(partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: task checkpoints were written by the tasks themselves."""
