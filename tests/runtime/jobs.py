@@ -45,3 +45,19 @@ class EndOfStreamTask:
     def on_end_of_stream(self, collector: Any, coordinator: Any) -> None:
         for key, count in self.store.all():
             collector.send(OutgoingMessageEnvelope(COUNTS, {"key": key, "count": count}, key=key))
+
+
+class WindowingTask:
+    """WindowableTask: counts in the store per message, sends nothing from ``process``; every
+    ``window()`` sends each key's current count (so the last window holds the final counts)."""
+
+    def init(self, context: Any) -> None:
+        self.store = context.get_store("counts")
+
+    def process(self, envelope: Any, collector: Any, coordinator: Any) -> None:
+        key = envelope.key.decode()
+        self.store.put(key, (self.store.get(key) or 0) + 1)
+
+    def window(self, collector: Any, coordinator: Any) -> None:
+        for key, count in self.store.all():
+            collector.send(OutgoingMessageEnvelope(COUNTS, {"key": key, "count": count}, key=key))

@@ -66,3 +66,39 @@ def test_bootstrap_stream_gates_main_input_and_bounded_streams_end(make_job, wor
     assert third["offsets"]["delta.events#0"] == "2:0"
     # events is bounded and reached its end, but profiles is not bounded: the task does not end.
     assert third["ended"] is False
+
+
+def test_an_open_intent_is_replanned_exactly_once_with_its_planned_at(make_job):
+    config = make_job(partitions=1, **{"task.max.batch.messages": "250"})
+    append_messages(config, 600, 3, commit_size=200)
+    # Batch 8 flushed outputs for 1:0 -> 2:50 but never committed; Spark's offset log of it is gone.
+    intent = {"batch": 8, "planned_at": 4_242, "starts": {"delta.events#0": "1:0"},
+              "ends": {"delta.events#0": "2:50"}}
+    cp = TaskCheckpoint("Partition 0", batch=0, generation=0, offsets={}, pending=intent)
+    assert not cp.committed and cp.open_intent() == intent
+    start = _planner(config).initial({"Partition 0": cp})
+    assert start["seq"] == 7  # the next plan is batch 8 again: later batches get higher output versions
+    planner = _planner(config)
+    replay = planner.next(start, 99_000)
+    assert replay["seq"] == 8
+    assert replay["tasks"]["Partition 0"]["offsets"] == {"delta.events#0": "2:50"}
+    assert replay["tasks"]["Partition 0"]["planned_at"] == 4_242
+    after = planner.next(replay, 99_001)  # then planning goes on as usual
+    assert after["tasks"]["Partition 0"]["offsets"] == {"delta.events#0": "3:100"}
+    assert "planned_at" not in after["tasks"]["Partition 0"]
+    # An intent that the checkpoint already committed is not replayed.
+    done = TaskCheckpoint("Partition 0", batch=8, generation=0, offsets={"delta.events#0": "2:50"}, pending=intent)
+    assert done.open_intent() is None
+    assert "replay" not in _planner(config).initial({"Partition 0": done})["tasks"]["Partition 0"]
+
+
+def test_a_due_window_plans_an_empty_batch_except_under_available_now(make_job):
+    config = make_job(partitions=1, **{"task.window.ms": "1000"})
+    append_messages(config, 10, 2, commit_size=10)
+    planner = _planner(config)
+    first = planner.next(planner.initial({}), 10_000)
+    assert planner.next(first, 10_500) is first  # no data, window not due: no batch
+    due = planner.next(first, 11_000)
+    assert due["seq"] == first["seq"] + 1 and due["tasks"] == first["tasks"]  # an empty batch for the window
+    planner.freeze_targets()  # --once
+    assert planner.next(due, 99_000) is due

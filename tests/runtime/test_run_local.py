@@ -66,6 +66,30 @@ def test_replayed_batch_is_skipped(spark, make_job, work_dir):
     assert rows == 600
 
 
+def test_lost_spark_checkpoint_after_a_half_committed_batch_repeats_exactly_that_batch(spark, make_job, work_dir):
+    # One task fails after its producers flushed and before its checkpoint (no Spark retry on the shared
+    # local session), then the Spark checkpoint dir is lost and more input arrives. The re-planned batch
+    # must be the flushed range again (same output version), not a new range under an old or new version.
+    marker = work_dir / "failed-once"
+    config = make_job(**{"task.testing.fail.once.file": str(marker), "task.max.batch.messages": "10000"})
+    append_messages(config, 600, 5, commit_size=600)
+    failing = JobRunner(config, spark=spark, once=True, install_signal_handlers=False, status=lambda line: None)
+    with pytest.raises(JobFailedError):
+        failing.run()
+    failed_task = marker.read_text().strip()
+    stored = checkpoint_store_from_config(config, "kc-1").read_all()
+    intent = stored[failed_task].open_intent()
+    assert intent is not None and intent["batch"] == 1  # recorded before the flush that reached the output
+    shutil.rmtree(failing.spark_checkpoint_dir)
+    append_messages(config, 400, 5, start=600, commit_size=400)
+    _run(spark, config)
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(1000, 5)
+    assert rows == 1000  # no output repeated, none skipped
+    after = checkpoint_store_from_config(config, "kc-1").read_all()
+    assert all(cp.open_intent() is None for cp in after.values())
+
+
 def test_deleted_local_state_is_restored_from_the_blob_store(spark, make_job, work_dir):
     config = make_job(**{"task.max.batch.messages": "10000"})
     append_messages(config, 500, 6, commit_size=500)
@@ -77,6 +101,67 @@ def test_deleted_local_state_is_restored_from_the_blob_store(spark, make_job, wo
     counts, rows = final_counts(config)
     assert counts == expected_counts(800, 6)
     assert rows == 800
+
+
+def test_memory_store_keeps_its_state_across_batches_runs_and_hosts(spark, make_job, work_dir):
+    config = make_job(**{"stores.counts.factory": "memory"})  # backed up to the blob store like RocksDB
+    append_messages(config, 1000, 7, commit_size=250)
+    runner = _run(spark, config)
+    assert runner.metrics.snapshot()["aggregate"]["batches"] >= 2  # capped at 300 per SSP
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(1000, 7)
+    assert rows == 1000
+    shutil.rmtree(work_dir / "state")  # a new host: the snapshot comes back from the blob store
+    append_messages(config, 400, 7, start=1000, commit_size=400)
+    runner = _run(spark, config)
+    assert _metric(runner, "restored-from-blob-store") == 2
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(1400, 7)
+    assert rows == 1400
+
+
+def test_window_runs_every_task_window_ms_of_plan_time(spark, make_job):
+    # A window far in the future: never called, so nothing is sent.
+    config = make_job(**{"task.class": "tests.runtime.jobs.WindowingTask", "task.window.ms": "3600000"})
+    append_messages(config, 600, 4, commit_size=200)
+    _run(spark, config)
+    assert final_counts(config) == ({}, 0)
+    # 1 ms: the timer starts with the first batch; every later batch is at least 1 ms of plan time after
+    # the previous window, so each ends with one.
+    config = make_job(**{"task.class": "tests.runtime.jobs.WindowingTask", "task.window.ms": "1",
+                         "task.max.batch.messages": "100", "job.id": "2"})
+    runner = _run(spark, config)
+    batches = runner.metrics.snapshot()["aggregate"]["batches"]
+    assert batches >= 3
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(600, 4)  # the last window saw every message
+    assert rows > len(counts)  # and earlier windows ran too
+    checkpoints = checkpoint_store_from_config(config, "kc-2").read_all()
+    assert all(cp.window_at_ms > 0 for cp in checkpoints.values())
+
+
+def test_prometheus_endpoint_serves_the_job_metrics_while_it_runs(spark, make_job):
+    import socket
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = make_job(**{"metrics.reporter.prometheus.port": str(port)})
+    append_messages(config, 500, 5, commit_size=250)
+    runner = JobRunner(config, spark=spark, once=True, install_signal_handlers=False, status=lambda line: None)
+    runner.start()
+    try:
+        while runner.poll():
+            pass
+        runner.finish()
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    finally:
+        runner.close()
+    line = next(x for x in text.splitlines() if x.startswith('sparza_messages_processed_total{group="aggregate"}'))
+    assert float(line.split()[-1]) == 500
+    with pytest.raises(OSError):  # closed with the runner
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
 
 
 def _send_raw(config: Config, rows: list[tuple[bytes, bytes]]) -> None:

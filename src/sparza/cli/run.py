@@ -66,13 +66,16 @@ def show(config: str = typer.Option(..., "--config", "-c", help="Job config (YAM
             typer.echo(f"no task checkpoints for job {stage_job.job_key} at {store.describe()}")
             continue
         table = Table(title=f"task checkpoints of {stage_job.job_key} ({store.describe()})")
-        for column in ("task", "batch", "generation", "offsets", "stores", "ended"):
+        for column in ("task", "batch", "generation", "offsets", "stores", "ended", "uncommitted flush"):
             table.add_column(column)
         for name in sorted(checkpoints, key=lambda n: (len(n), n)):
             cp = checkpoints[name]
-            table.add_row(name, str(cp.batch), str(cp.generation),
+            intent = cp.open_intent()
+            table.add_row(name, str(cp.batch) if cp.committed else "-", str(cp.generation),
                           "\n".join(f"{k} {v}" for k, v in sorted(cp.offsets.items())),
-                          "\n".join(f"{k} {v}" for k, v in sorted(cp.stores.items())), "yes" if cp.ended else "no")
+                          "\n".join(f"{k} {v}" for k, v in sorted(cp.stores.items())), "yes" if cp.ended else "no",
+                          "" if intent is None else f"batch {intent['batch']} up to "
+                          + ", ".join(f"{k} {v}" for k, v in sorted(intent["ends"].items())))
         console.print(table)
     if as_json:
         typer.echo(json.dumps(everything if len(configs) > 1 else next(iter(everything.values()), {}), indent=2))

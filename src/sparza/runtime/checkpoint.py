@@ -56,6 +56,11 @@ class TaskCheckpoint:
     snapshot-index blob id (or a local marker when the store is not backed up). ``control``: the
     control-message state (watermarks, end-of-stream counts). ``ended``: the task delivered
     end-of-stream to its task code. ``spark_batch_id`` and ``written_at_ms`` are informational.
+
+    ``pending`` is the task's intent for a batch it started to flush but has not committed:
+    ``{"batch", "planned_at", "starts", "ends"}``, written before its producers flush. A restart that
+    lost Spark's offset log re-plans exactly that range with that output version, so outputs are
+    neither repeated nor skipped. ``batch == 0`` means nothing is committed yet (only an intent).
     """
 
     task: str
@@ -69,6 +74,18 @@ class TaskCheckpoint:
     written_at_ms: int | None = None
     window_at_ms: int = 0
     adjunct: dict[str, Any] | None = None
+    pending: dict[str, Any] | None = None
+
+    @property
+    def committed(self) -> bool:
+        """True when a batch was committed (False for a document holding only a first intent)."""
+        return self.batch > 0
+
+    def open_intent(self) -> dict[str, Any] | None:
+        """``pending`` when it is newer than the committed batch (else None: it was committed)."""
+        if self.pending is not None and int(self.pending["batch"]) > self.batch:
+            return self.pending
+        return None
 
     def to_json(self) -> bytes:
         """The stored form: sorted-key JSON with a format version."""
@@ -88,7 +105,8 @@ class TaskCheckpoint:
                        stores={str(k): str(v) for k, v in body.get("stores", {}).items()},
                        control=body.get("control"), ended=bool(body.get("ended", False)),
                        spark_batch_id=body.get("spark_batch_id"), written_at_ms=body.get("written_at_ms"),
-                       window_at_ms=int(body.get("window_at_ms") or 0), adjunct=body.get("adjunct"))
+                       window_at_ms=int(body.get("window_at_ms") or 0), adjunct=body.get("adjunct"),
+                       pending=body.get("pending"))
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointConflictError("?", f"unreadable task checkpoint {source}: {exc}") from exc
 

@@ -6,7 +6,9 @@
 2. bring the stores to the checkpoint's snapshots (reuse the local dir when it matches);
 3. deliver every message in order (control messages go to :class:`~sparza.control.TaskControl`);
 4. end-of-stream, watermark and window callbacks, decided from the plan (never the local clock);
-5. flush the producers with the transaction ``(<job>/<task>, batch)`` — a replay commits nothing twice;
+5. record the batch's range as the task's intent (``TaskCheckpoint.pending``), then flush the producers
+   with the transaction ``(<job>/<task>, batch)`` — a replay commits nothing twice, and a re-planned
+   batch after a lost Spark checkpoint dir repeats exactly the intended range;
 6. checkpoint and upload the stores, then write the task checkpoint (conditional on the version
    read in step 1 and the coordinator generation), then clean up old snapshots.
 
@@ -17,6 +19,8 @@ checkpoint; any failure drops them, so a retry starts from the committed state.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import logging
 import os
 import time
@@ -75,12 +79,19 @@ class BatchResult:
 class _Collector:
     """The task's MessageCollector: serializes and hands messages to producers (created on first use)."""
 
+    __slots__ = ("_instance", "_sends", "sent")
+
     def __init__(self, instance: TaskInstance) -> None:
         self._instance = instance
+        self._sends: dict[str, Any] = {}  # system -> the producer's send bound to this task (per-message path)
         self.sent = 0
 
     def send(self, envelope: OutgoingMessageEnvelope) -> None:
-        self._instance.producer(envelope.system_stream.system).send(self._instance.name, envelope)
+        system = envelope.system_stream.system
+        send = self._sends.get(system)
+        if send is None:
+            send = self._sends[system] = functools.partial(self._instance.producer(system).send, self._instance.name)
+        send(envelope)
         self.sent += 1
 
 
@@ -227,27 +238,29 @@ class TaskInstance:
     # --- one batch -----------------------------------------------------------------------------
     def run_batch(self, split: TaskSplit, rows: Iterator[pa.RecordBatch], *, spark_batch_id: int,
                   generation: int) -> BatchResult:
-        """Process one batch of this task (see the module docstring); drains ``rows`` in every case."""
+        """Process one batch of this task (see the module docstring); ``rows`` is read lazily, and not at
+        all for a replayed batch."""
         self.metrics = MetricsRegistry()
         self.stores.metrics = self.metrics
         result = BatchResult(self.name, split.seq, "committed", offsets=dict(zip(split.ssps, split.ends, strict=True)))
         versioned = self.checkpoints.read(self.name)
-        cp = versioned.checkpoint if versioned else None
+        stored = versioned.checkpoint if versioned else None
+        cp = stored if stored is not None and stored.committed else None  # what was committed
         if cp is not None and cp.batch >= split.seq:
-            for _ in rows:
-                pass
             result.status = "skipped"
             result.ended = cp.ended
             self.metrics.counter("task", "batches-skipped").inc()
             result.metrics = self.metrics.snapshot()
             return result
         self._check_start(split, cp)
+        version = self._output_version(split, stored)
         started = time.perf_counter()
         try:
             result = self._process(split, rows, cp, result)
             commit_started = time.perf_counter()
             result.process_ms = (commit_started - started) * 1000.0
-            self._commit(split, cp, versioned.etag if versioned else None, result, spark_batch_id, generation)
+            self._commit(split, cp, versioned.etag if versioned else None, result, spark_batch_id, generation,
+                         version)
             result.commit_ms = (time.perf_counter() - commit_started) * 1000.0
         except BaseException:
             # Whatever happened, the in-memory task no longer matches a checkpoint: drop it.
@@ -267,6 +280,22 @@ class TaskInstance:
         self.metrics.timer("task", "commit-ms").update(result.commit_ms)
         result.metrics = self.metrics.snapshot()
         return result
+
+    def _output_version(self, split: TaskSplit, stored: TaskCheckpoint | None) -> int:
+        """The version of this batch's output transactions: ``split.seq``, or the open intent's batch
+        when this batch is that intent's range again (its outputs may already be partly flushed)."""
+        intent = stored.open_intent() if stored is not None else None
+        if intent is None:
+            return split.seq
+        starts = dict(zip(split.ssps, split.starts, strict=True))
+        ends = dict(zip(split.ssps, split.ends, strict=True))
+        if intent.get("starts") == starts and intent.get("ends") == ends:
+            return int(intent["batch"])
+        raise RuntimeStateError(
+            f"task '{self.name}' began flushing outputs for batch {intent['batch']} (offsets {intent.get('starts')} "
+            f"to {intent.get('ends')}) without committing it, but batch {split.seq} covers {starts} to {ends}: "
+            "its outputs would be repeated or lost. Restart the job so the batch is re-planned from the task "
+            "checkpoints (the inputs of this task must not have changed since)")
 
     def _check_start(self, split: TaskSplit, cp: TaskCheckpoint | None) -> None:
         """The batch must start where the task checkpoint ends (else Spark's and sparza's state disagree)."""
@@ -345,8 +374,6 @@ class TaskInstance:
             columns = [batch.column(name).to_pylist() for name in ("ssp", "offset", "key", "value", "timestamp",
                                                                     "type")]
             for ssp_idx, offset, raw_key, raw_value, ts, kind in zip(*columns, strict=True):
-                if ssp_idx == MARKER_SSP:
-                    continue
                 messages += 1
                 ssp = ssps[ssp_idx]
                 if ssp_idx in adjunct_idx:
@@ -423,7 +450,8 @@ class TaskInstance:
             if watermark is not None and hasattr(task, "on_watermark"):
                 task.on_watermark(watermark, collector, coordinator)
         window_ms = self.job.window_ms
-        last_window = cp.window_at_ms if cp else 0
+        # The window timer starts with the task's first batch (as Samza's starts with the container).
+        last_window = (cp.window_at_ms if cp else 0) or split.planned_at
         self._window_at = last_window
         if window_ms > 0 and hasattr(task, "window") and split.planned_at - last_window >= window_ms:
             task.window(collector, coordinator)
@@ -460,11 +488,20 @@ class TaskInstance:
         return int(meta.partition_count)
 
     def _commit(self, split: TaskSplit, cp: TaskCheckpoint | None, etag: str | None, result: BatchResult,
-                spark_batch_id: int, generation: int) -> None:
+                spark_batch_id: int, generation: int, version: int) -> None:
         app_id = f"{self.job.job_key}/{self.name}"
+        if self._producers:
+            # The intent goes first: once any output of this batch may be visible, a restart must be able
+            # to re-plan exactly this range with this version (see TaskCheckpoint.pending).
+            intent = {"batch": version, "planned_at": split.planned_at,
+                      "starts": dict(zip(split.ssps, split.starts, strict=True)),
+                      "ends": dict(zip(split.ssps, split.ends, strict=True))}
+            base = cp if cp is not None else TaskCheckpoint(task=self.name, batch=0, generation=generation, offsets={})
+            with self.metrics.timer("task", "intent-write-ms").time():
+                etag = self.checkpoints.write(dataclasses.replace(base, generation=generation, pending=intent), etag)
         with self.metrics.timer("task", "flush-ms").time():
             for producer in self._producers.values():
-                producer.flush(self.name, transaction=(app_id, split.seq))
+                producer.flush(self.name, transaction=(app_id, version))
         self._maybe_inject_failure()
         adjunct_entry = self.adjunct.commit(split.seq) if self.adjunct is not None else None
         previous = dict(cp.stores) if cp else {}

@@ -13,6 +13,10 @@ checkpoint dir is new (Spark's own batch id restarts at 0 then). ``planned_at`` 
 time in epoch ms: tasks use it instead of their own clock (window timing, control messages), so a
 replay makes the same decisions.
 
+A task whose checkpoint holds an open intent (it flushed outputs for a batch it did not commit,
+and Spark's offset log of that batch is gone) gets ``replay`` in the start plan: its next batch
+is exactly that range, with the intent's ``planned_at`` (see ``TaskCheckpoint.pending``).
+
 Each SSP's end is its newest offset, capped by ``task.max.batch.messages``, by the end of a
 bounded stream (the upcoming offset seen when the planner started), and by the AvailableNow
 target. Bootstrap gating: a task's other inputs stay put until its bootstrap inputs reached the
@@ -101,6 +105,13 @@ class BatchPlanner:
             tasks[task.name] = {"offsets": offsets, "ended": bool(cp.ended) if cp is not None else False}
             if cp is not None:
                 seq = max(seq, cp.batch)
+                intent = cp.open_intent()
+                if intent is not None:
+                    # Later batches must use higher output versions than the intent's.
+                    seq = max(seq, int(intent["batch"]) - 1)
+                    if intent.get("starts") == offsets and set(intent.get("ends", {})) == set(offsets):
+                        tasks[task.name]["replay"] = {"ends": dict(intent["ends"]),
+                                                      "planned_at": int(intent["planned_at"])}
         return {"seq": seq, "planned_at": 0, "tasks": tasks}
 
     def bounded_end(self, ssp: SystemStreamPartition) -> str | None:
@@ -114,13 +125,18 @@ class BatchPlanner:
         changed = force
         for task in self.tasks:
             before = start["tasks"].get(task.name) or {"offsets": {}, "ended": False}
-            ends = self._task_ends(task, before["offsets"], positions)
+            replay = before.get("replay")
+            ends = dict(replay["ends"]) if replay else self._task_ends(task, before["offsets"], positions)
             ended = bool(before.get("ended")) or self._all_ended(task, ends)
-            if ends != before["offsets"] or ended != bool(before.get("ended")):
+            if replay or ends != before["offsets"] or ended != bool(before.get("ended")):
                 changed = True
             tasks[task.name] = {"offsets": ends, "ended": ended}
+            if replay:
+                tasks[task.name]["planned_at"] = replay["planned_at"]
         window_ms = self.job.window_ms
-        if not changed and window_ms > 0 and now_ms - int(start.get("planned_at", 0)) >= window_ms:
+        # A due window is worth a batch of its own, except under AvailableNow: that would never end.
+        if (not changed and window_ms > 0 and self.targets is None
+                and now_ms - int(start.get("planned_at", 0)) >= window_ms):
             changed = True
         if not changed:
             return start
