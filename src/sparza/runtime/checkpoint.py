@@ -232,6 +232,9 @@ class AzureCheckpointStore:
         self.job_key = job_key
         self.prefix = f"{prefix}{job_key}/"
         self._ensured = False
+        # ETag -> the checkpoint stored under it, for versions this object read or wrote: a write
+        # conditional on one of them checks the generation without downloading the blob again.
+        self._known: dict[str, TaskCheckpoint] = {}
 
     def describe(self) -> str:
         """Container and prefix."""
@@ -257,7 +260,14 @@ class AzureCheckpointStore:
                 data = stream.readall()
         except ResourceNotFoundError:
             return None
-        return VersionedCheckpoint(TaskCheckpoint.from_json(data, source=blob.blob_name), stream.properties.etag)
+        checkpoint = TaskCheckpoint.from_json(data, source=blob.blob_name)
+        self._remember(stream.properties.etag, checkpoint)
+        return VersionedCheckpoint(checkpoint, stream.properties.etag)
+
+    def _remember(self, etag: str, checkpoint: TaskCheckpoint) -> None:
+        if len(self._known) > 1024:
+            self._known.clear()
+        self._known[etag] = checkpoint
 
     def write(self, checkpoint: TaskCheckpoint, expected_etag: str | None) -> str:
         """``If-Match`` the expected ETag (or ``If-None-Match: *`` for the first write)."""
@@ -267,8 +277,11 @@ class AzureCheckpointStore:
         self._ensure_container()
         if expected_etag is not None:
             # Check the generation of what is stored; the ETag condition below makes it race-free.
-            current = self.read(checkpoint.task)
-            _check_generation(checkpoint.task, checkpoint, current.checkpoint if current else None)
+            known = self._known.get(expected_etag)
+            if known is None or known.task != checkpoint.task:
+                current = self.read(checkpoint.task)
+                known = current.checkpoint if current else None
+            _check_generation(checkpoint.task, checkpoint, known)
         blob = self.container.get_blob_client(self.prefix + f"{_slug(checkpoint.task)}.json")
         try:
             with _azure_errors(self.describe()):
@@ -282,6 +295,7 @@ class AzureCheckpointStore:
             _check_generation(checkpoint.task, checkpoint, current.checkpoint if current else None)
             raise CheckpointConflictError(checkpoint.task, f"the blob changed since it was read ({exc.reason})") \
                 from exc
+        self._remember(str(result["etag"]), checkpoint)
         return str(result["etag"])
 
     def read_all(self) -> dict[str, TaskCheckpoint]:
