@@ -94,7 +94,7 @@ class StoreHandle:
         if self._limit:
             value = self._cache.get(key, _ABSENT)
             if value is not _ABSENT:
-                return None if value is _ABSENT else value
+                return value
             if key in self._cache:  # cached deletion
                 return None
             value = self._live().get(key)

@@ -14,7 +14,6 @@ import io
 import json
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from zlib import crc32
@@ -87,25 +86,19 @@ class _StreamInfo:
     round_robin: int = 0
 
     def __post_init__(self) -> None:
-        self.key_to_bytes = _to_bytes_fn(self.key_serde)
-        self.msg_to_bytes = _to_bytes_fn(self.msg_serde)
+        self.key_to_bytes = self.key_serde.to_bytes
+        self.msg_to_bytes = self.msg_serde.to_bytes
+        self.key_utf8 = _is_utf8(self.key_serde)
+        self.msg_utf8 = _is_utf8(self.msg_serde)
         self.buffers: dict[str, dict[int, _PartitionBuffer]] = {}  # source -> partition -> rows (hot-path cache)
 
 
-def _to_bytes_fn(serde: Serde) -> Callable[[Any], bytes]:
-    """``serialize`` for one serde as one call (per message): bytes-likes copied, str straight to UTF-8
-    for the string serde, anything else through ``serde.to_bytes``."""
-    to_bytes = serde.to_bytes
-    utf8 = isinstance(serde, StringSerde) and serde.encoding.replace("-", "").lower() == "utf8"
+_BYTES_LIKE = (bytearray, memoryview)
 
-    def convert(obj: Any) -> bytes:
-        if utf8 and obj.__class__ is str:
-            return obj.encode()
-        if isinstance(obj, bytearray | memoryview):
-            return bytes(obj)
-        return to_bytes(obj)
 
-    return convert
+def _is_utf8(serde: Serde) -> bool:
+    """True for a string serde in UTF-8: ``str.encode()`` is then its ``to_bytes``."""
+    return isinstance(serde, StringSerde) and serde.encoding.replace("-", "").lower() == "utf8"
 
 
 class DeltaSystemProducer:
@@ -156,10 +149,16 @@ class DeltaSystemProducer:
         # bound to_bytes with no helper call in between.
         key = envelope.key
         if key is not None and key.__class__ is not bytes:
-            key = info.key_to_bytes(key)
+            if key.__class__ is str and info.key_utf8:
+                key = key.encode()
+            else:
+                key = bytes(key) if isinstance(key, _BYTES_LIKE) else info.key_to_bytes(key)
         value = envelope.message
         if value is not None and value.__class__ is not bytes:
-            value = info.msg_to_bytes(value)
+            if value.__class__ is str and info.msg_utf8:
+                value = value.encode()
+            else:
+                value = bytes(value) if isinstance(value, _BYTES_LIKE) else info.msg_to_bytes(value)
         partition = envelope.partition
         if partition is not None:
             if not 0 <= partition < info.partitions:
