@@ -20,7 +20,7 @@ from sparza.errors import ConfigError, SerdeError
 
 _JSON_ENCODE = msgspec.json.Encoder().encode
 _JSON_DECODE = msgspec.json.Decoder().decode
-_JSON_FAST_ERRORS = (TypeError, ValueError, OverflowError, msgspec.MsgspecError)
+_JSON_FAST_ERRORS = (TypeError, ValueError, OverflowError, RecursionError, msgspec.MsgspecError)
 
 __all__ = [
     "AvroRecord",
@@ -90,17 +90,23 @@ class JsonSerde:
     """JSON text in UTF-8, compact separators, keys in insertion order.
 
     Encoded and decoded with msgspec (about 20x faster than the standard library on small
-    messages, which matters per message); what msgspec refuses but the standard library accepts
-    (NaN literals when decoding, objects with a ``default``-less type) falls back to ``json``.
-    NaN and infinities encode as ``null``, as standard JSON has no such numbers; sets, dataclasses
-    and datetimes encode as msgspec does (arrays, objects, ISO-8601 strings).
+    messages, which matters per message). Anything msgspec refuses, and any object holding NaN or
+    an infinity (msgspec would write ``null``), is encoded by ``json`` as before (``NaN``,
+    ``Infinity``); decoding falls back to ``json`` the same way, so both read what they wrote.
+    Differences from ``json.dumps``: floats with large or small exponents are spelled shortest
+    (``1e16``, ``0.00001`` rather than ``1e+16``, ``1e-05``: the same numbers), and types ``json``
+    refuses are accepted the msgspec way (bytes as base64 text, sets as arrays, dataclasses as
+    objects, datetimes, UUIDs and decimals as strings).
     """
 
     name = "json"
 
     def to_bytes(self, obj: Any) -> bytes:
         try:
-            return _JSON_ENCODE(obj)
+            out = _JSON_ENCODE(obj)
+            if b"null" not in out or obj is None:
+                return out
+            # The null may be a NaN or an infinity msgspec wrote as null: let json decide.
         except _JSON_FAST_ERRORS:
             pass
         try:

@@ -81,13 +81,13 @@ class SystemStreamPartition:
         return cls(ss.system, ss.stream, int(part))
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class IncomingMessageEnvelope:
     """A message as a task receives it: where it came from, its offset, key, message and event time.
 
     ``size`` is the serialized size in bytes; ``type`` tells user messages from control messages.
-    Treat it as read-only. It is not frozen because one is built per message and a frozen
-    dataclass costs about 9x more to construct.
+    Treat it as read-only (it hashes on its fields, as before). It is not frozen because one is
+    built per message and a frozen dataclass costs about 9x more to construct.
     """
 
     ssp: SystemStreamPartition

@@ -101,3 +101,16 @@ def test_serde_by_name():
         serde_from_name("xml", key="stores.s.msg.serde")
     with pytest.raises(ConfigError, match="Avro schema"):
         serde_from_name("avro", key="k")
+
+
+def test_json_serde_keeps_nan_and_infinity_and_reports_cycles():
+    serde = JsonSerde()
+    assert serde.to_bytes({"a": float("nan"), "b": None}) == b'{"a":NaN,"b":null}'
+    assert serde.to_bytes([1.5, float("inf")]) == b"[1.5,Infinity]"
+    back = serde.from_bytes(serde.to_bytes({"x": float("-inf")}))
+    assert back == {"x": float("-inf")}
+    assert serde.to_bytes({"key": "k", "count": 3}) == b'{"key":"k","count":3}'
+    loop: list[object] = []
+    loop.append(loop)
+    with pytest.raises(SerdeError, match="Circular"):
+        serde.to_bytes(loop)

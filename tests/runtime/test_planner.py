@@ -102,3 +102,31 @@ def test_a_due_window_plans_an_empty_batch_except_under_available_now(make_job):
     assert due["seq"] == first["seq"] + 1 and due["tasks"] == first["tasks"]  # an empty batch for the window
     planner.freeze_targets()  # --once
     assert planner.next(due, 99_000) is due
+
+
+def test_an_intent_of_a_first_batch_starts_where_the_intent_says_and_new_ssps_stay_put(make_job):
+    # offset.default upcoming: re-computing the start after a crash would skip the flushed range.
+    config = make_job(partitions=1, **{"systems.delta.samza.offset.default": "upcoming"})
+    append_messages(config, 100, 2, commit_size=100)  # version 1
+    intent = {"batch": 1, "planned_at": 7, "starts": {"delta.events#0": "1:0"}, "ends": {"delta.events#0": "1:60"},
+              "bounded_ends": {}}
+    first_batch = TaskCheckpoint("Partition 0", batch=0, generation=0, offsets={}, pending=intent)
+    append_messages(config, 100, 2, start=100, commit_size=100)  # version 2: upcoming has moved on
+    planner = _planner(config)
+    start = planner.initial({"Partition 0": first_batch})
+    assert start["tasks"]["Partition 0"]["offsets"] == {"delta.events#0": "1:0"}
+    replay = planner.next(start, 50)
+    assert replay["seq"] == 1
+    assert replay["tasks"]["Partition 0"]["offsets"] == {"delta.events#0": "1:60"}
+    # An input added since the intent was written reads nothing in the replayed batch.
+    wider = make_job(partitions=1, **{"task.inputs": "delta.events,delta.counts"})
+    append_messages(wider, 10, 2, start=200, commit_size=10)
+    committed = TaskCheckpoint("Partition 0", batch=4, generation=0, offsets={"delta.events#0": "1:0"},
+                               pending={**intent, "batch": 5})
+    planner = _planner(wider)
+    start = planner.initial({"Partition 0": committed})
+    replay = planner.next(start, 50)
+    assert replay["seq"] == 5
+    offsets = replay["tasks"]["Partition 0"]["offsets"]
+    assert offsets["delta.events#0"] == "1:60"
+    assert offsets["delta.counts#0"] == start["tasks"]["Partition 0"]["offsets"]["delta.counts#0"]

@@ -81,6 +81,41 @@ def show(config: str = typer.Option(..., "--config", "-c", help="Job config (YAM
         typer.echo(json.dumps(everything if len(configs) > 1 else next(iter(everything.values()), {}), indent=2))
 
 
+@checkpoints_app.command("drop-intent")
+def drop_intent(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML or .properties)."),
+                task: str = typer.Option(..., "--task", help="The task whose uncommitted flush to forget."),
+                stage: str = typer.Option(None, "--stage", help="app.class jobs: the stage of the task.")) -> None:
+    """Forget a task's uncommitted flush (its intent) so the task can run again after its inputs changed.
+
+    The outputs that flush wrote stay, and the task processes that range again: those outputs may be
+    repeated. Stop the job first. Exits 1 when the task has no open intent.
+    """
+    import dataclasses
+
+    from sparza.runtime.checkpoint import checkpoint_store_from_config
+    from sparza.runtime.jobconfig import JobConfig
+
+    cfg = _load(config)
+    job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
+    if job.app_class is not None and stage is not None:
+        from sparza.api import plan_application
+
+        matches = [s.config for s in plan_application(cfg).stages if s.name == stage]  # type: ignore[arg-type]
+        if not matches:
+            raise typer.BadParameter(f"no stage {stage!r} in {job.app_class}", param_hint="--stage")
+        cfg = matches[0]
+        job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
+    store = checkpoint_store_from_config(cfg, job.job_key)  # type: ignore[arg-type]
+    current = store.read(task)
+    intent = current.checkpoint.open_intent() if current is not None else None
+    if current is None or intent is None:
+        typer.echo(f"task {task!r} of {job.job_key} has no uncommitted flush at {store.describe()}", err=True)
+        raise typer.Exit(1)
+    store.write(dataclasses.replace(current.checkpoint, pending=None), current.etag)
+    typer.echo(f"dropped the intent of task {task!r} (batch {intent['batch']}, offsets {intent['starts']} to "
+               f"{intent['ends']}); its next run processes that range again, and outputs already written may repeat")
+
+
 def register(app: typer.Typer) -> None:
     """Add ``run`` and ``checkpoints`` to the root command."""
     app.command("run")(run)

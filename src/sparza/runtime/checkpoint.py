@@ -45,7 +45,8 @@ __all__ = [
 define_key("blob.store.local.root", ".sparza/blobstore",
            "Root dir of the local blob store; task checkpoints default to <root>/checkpoints.", "runtime")
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
+"""Format version: 2 adds ``pending`` (written as 2 only when an intent is open, so older readers refuse it)."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class TaskCheckpoint:
 
     def to_json(self) -> bytes:
         """The stored form: sorted-key JSON with a format version."""
-        body = {"version": CHECKPOINT_VERSION, **asdict(self)}
+        body = {"version": CHECKPOINT_VERSION if self.pending is not None else 1, **asdict(self)}
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
     @classmethod

@@ -184,6 +184,7 @@ class TaskInstance:
         self._control_ssps = [s for s in ssps if not self._adjunct_config.is_adjunct(s)]
         self._uses_control = self._needs_control()
         self._window_at = 0
+        self._version = 0  # the output transaction version of the running batch
         self._config_key = _config_key(job.config)
 
     # --- setup ---------------------------------------------------------------------------------
@@ -253,7 +254,7 @@ class TaskInstance:
             result.metrics = self.metrics.snapshot()
             return result
         self._check_start(split, cp)
-        version = self._output_version(split, stored)
+        version = self._version = self._output_version(split, stored)
         started = time.perf_counter()
         try:
             result = self._process(split, rows, cp, result)
@@ -283,19 +284,32 @@ class TaskInstance:
 
     def _output_version(self, split: TaskSplit, stored: TaskCheckpoint | None) -> int:
         """The version of this batch's output transactions: ``split.seq``, or the open intent's batch
-        when this batch is that intent's range again (its outputs may already be partly flushed)."""
+        when this batch is that intent's range again (its outputs may already be partly flushed).
+
+        The replayed batch must read exactly the intent's ranges, and nothing from SSPs the intent
+        does not know; anything else would repeat or lose output, so it is refused.
+        """
         intent = stored.open_intent() if stored is not None else None
         if intent is None:
             return split.seq
         starts = dict(zip(split.ssps, split.starts, strict=True))
         ends = dict(zip(split.ssps, split.ends, strict=True))
-        if intent.get("starts") == starts and intent.get("ends") == ends:
+        gone = sorted(s for s in intent["starts"] if s not in starts)
+        if gone:
+            raise RuntimeStateError(
+                f"task '{self.name}' flushed outputs for batch {intent['batch']} reading {', '.join(gone)}, which it "
+                "no longer reads, and that batch never committed. Put those inputs back until it has, or accept "
+                f"that its outputs may be repeated: sparza checkpoints drop-intent --task '{self.name}'")
+        same = (all(starts[s] == v and ends[s] == intent["ends"][s] for s, v in intent["starts"].items())
+                and all(starts[s] == ends[s] for s in starts if s not in intent["starts"]))
+        if same:
             return int(intent["batch"])
         raise RuntimeStateError(
-            f"task '{self.name}' began flushing outputs for batch {intent['batch']} (offsets {intent.get('starts')} "
-            f"to {intent.get('ends')}) without committing it, but batch {split.seq} covers {starts} to {ends}: "
+            f"task '{self.name}' began flushing outputs for batch {intent['batch']} (offsets {intent['starts']} "
+            f"to {intent['ends']}) without committing it, but batch {split.seq} covers {starts} to {ends}: "
             "its outputs would be repeated or lost. Restart the job so the batch is re-planned from the task "
-            "checkpoints (the inputs of this task must not have changed since)")
+            "checkpoints; if the input was truncated past those offsets, accept repeated outputs with "
+            f"sparza checkpoints drop-intent --task '{self.name}'")
 
     def _check_start(self, split: TaskSplit, cp: TaskCheckpoint | None) -> None:
         """The batch must start where the task checkpoint ends (else Spark's and sparza's state disagree)."""
@@ -340,7 +354,7 @@ class TaskInstance:
                                               self.job.job_id, input_ssps=list(self.ssps), metrics=self.metrics)
         self.adjunct.metrics = self.metrics
         self.adjunct.restore(cp.adjunct if cp else None)
-        self.adjunct.begin_batch(split.seq)
+        self.adjunct.begin_batch(self._version)  # a replayed intent reads what its first attempt read
         until = {SystemStreamPartition.parse(s): start for s, start in zip(split.ssps, split.starts, strict=True)
                  if self._adjunct_config.is_adjunct(SystemStreamPartition.parse(s))}
         if until:
@@ -495,7 +509,8 @@ class TaskInstance:
             # to re-plan exactly this range with this version (see TaskCheckpoint.pending).
             intent = {"batch": version, "planned_at": split.planned_at,
                       "starts": dict(zip(split.ssps, split.starts, strict=True)),
-                      "ends": dict(zip(split.ssps, split.ends, strict=True))}
+                      "ends": dict(zip(split.ssps, split.ends, strict=True)),
+                      "bounded_ends": dict(split.bounded_ends)}
             base = cp if cp is not None else TaskCheckpoint(task=self.name, batch=0, generation=generation, offsets={})
             with self.metrics.timer("task", "intent-write-ms").time():
                 etag = self.checkpoints.write(dataclasses.replace(base, generation=generation, pending=intent), etag)

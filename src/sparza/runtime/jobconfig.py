@@ -29,7 +29,9 @@ define_key("task.inputs", None, "Comma list of system.stream inputs; task N owns
 define_key("task.broadcast.inputs", "", "system.stream#N / #[N-M] partitions read by every task.", _PKG)
 define_key("task.max.batch.messages", "100000", "Most messages per SSP in one batch (caps each plan).", _PKG)
 define_key("task.commit.ms", "1000", "Trigger interval: a batch (and its commit) at most this often.", _PKG)
-define_key("task.window.ms", "-1", "Call WindowableTask.window this often (checked at batch boundaries); -1 off.",
+define_key("task.window.ms", "-1", "Call WindowableTask.window this often, the first time this long after the task's "
+           "first batch (checked at batch boundaries; a due window plans a batch of its own, except under --once); "
+           "-1 off.",
            _PKG)
 define_key("task.drop.deserialization.errors", "false",
            "Skip (and count) messages that fail to deserialize instead of stopping the job.", _PKG)

@@ -90,11 +90,16 @@ class BatchPlanner:
         seq = 0
         for task in self.tasks:
             cp = checkpoints.get(task.name)
+            intent = cp.open_intent() if cp is not None else None
             offsets: dict[str, str] = {}
             for ssp in task.ssps:
                 key = str(ssp)
                 if cp is not None and key in cp.offsets:
                     offsets[key] = cp.offsets[key]
+                    continue
+                if intent is not None and key in intent["starts"]:
+                    # First batch of this SSP, flushed but not committed: it started where the intent says.
+                    offsets[key] = intent["starts"][key]
                     continue
                 pos = positions[ssp]
                 wants_oldest = self.spec(ssp).offset_default == "oldest" or ssp.system_stream in self._adjunct
@@ -105,13 +110,15 @@ class BatchPlanner:
             tasks[task.name] = {"offsets": offsets, "ended": bool(cp.ended) if cp is not None else False}
             if cp is not None:
                 seq = max(seq, cp.batch)
-                intent = cp.open_intent()
-                if intent is not None:
-                    # Later batches must use higher output versions than the intent's.
-                    seq = max(seq, int(intent["batch"]) - 1)
-                    if intent.get("starts") == offsets and set(intent.get("ends", {})) == set(offsets):
-                        tasks[task.name]["replay"] = {"ends": dict(intent["ends"]),
-                                                      "planned_at": int(intent["planned_at"])}
+            if intent is not None:
+                # Later batches must use higher output versions than the intent's.
+                seq = max(seq, int(intent["batch"]) - 1)
+                if all(offsets.get(k) == v for k, v in intent["starts"].items()):
+                    # SSPs the intent does not know (added since) stay put in the replayed batch;
+                    # an SSP the task no longer reads makes the task refuse the batch (instance.py).
+                    ends = {k: intent["ends"].get(k, v) for k, v in offsets.items()}
+                    tasks[task.name]["replay"] = {"ends": ends, "planned_at": int(intent["planned_at"]),
+                                                  "bounded_ends": dict(intent.get("bounded_ends") or {})}
         return {"seq": seq, "planned_at": 0, "tasks": tasks}
 
     def bounded_end(self, ssp: SystemStreamPartition) -> str | None:
@@ -133,6 +140,7 @@ class BatchPlanner:
             tasks[task.name] = {"offsets": ends, "ended": ended}
             if replay:
                 tasks[task.name]["planned_at"] = replay["planned_at"]
+                tasks[task.name]["bounded_ends"] = replay.get("bounded_ends", {})
         window_ms = self.job.window_ms
         # A due window is worth a batch of its own, except under AvailableNow: that would never end.
         if (not changed and window_ms > 0 and self.targets is None

@@ -209,6 +209,8 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
             after = end["tasks"][task.name]
             names = task.ssp_keys()
             bounded = {str(s): planner.bounded_end(s) for s in task.ssps if planner.bounded_end(s) is not None}
+            if "bounded_ends" in after:  # a replayed intent decides end-of-stream as its first attempt did
+                bounded = {k: v for k, v in after["bounded_ends"].items() if k in bounded}
             splits.append(TaskSplit(
                 index=i, task=task.name, seq=int(end["seq"]),
                 planned_at=int(after.get("planned_at", end["planned_at"])), ssps=names,

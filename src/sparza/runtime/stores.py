@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,8 @@ define_key("stores.<store>.backup.factories", "", "blobstore: back the store up 
            "(SEP-003); empty: local only.", "runtime")
 
 LOCAL_SNAPSHOT_PREFIX = "local:"
+_MEMORY_TAG = ":memory-"  # in the local snapshot ids of memory stores: local:<batch>:memory-<unique>
+_log = logging.getLogger(__name__)
 _MARKER_SUFFIX = ".sparza-committed"
 
 
@@ -228,6 +232,13 @@ class TaskStores:
             if kept is not None:
                 kept[1].close()
             memory = self._is_memory(name)
+            if memory and expected is not None and expected.startswith(LOCAL_SNAPSHOT_PREFIX) \
+                    and _MEMORY_TAG not in expected:
+                # Written before memory stores were snapshotted (sparza kept no state for them then).
+                _log.warning("memory store '%s' of task '%s' has a checkpoint from before memory stores were "
+                             "snapshotted (%s): it starts empty", name, self.task, expected)
+                self.metrics.counter("stores", "legacy-memory-started-empty").inc()
+                expected = None
             with self.metrics.timer("stores", "restore-ms").time():
                 # A memory store's live dir is only a load source: rebuild it from the committed snapshot.
                 self._prepare_dir(name, expected, committed_batch, reuse_live=not memory)
@@ -270,7 +281,7 @@ class TaskStores:
             return  # first batch of this task: start empty (the old dir held an uncommitted attempt)
         live.parent.mkdir(parents=True, exist_ok=True)
         if expected.startswith(LOCAL_SNAPSHOT_PREFIX):
-            batch = int(expected[len(LOCAL_SNAPSHOT_PREFIX):])
+            batch = int(expected[len(LOCAL_SNAPSHOT_PREFIX):].split(":")[0])
             source = self._checkpoint_dir(name, batch)
             if not source.is_dir():
                 raise RuntimeStateError(
@@ -309,6 +320,9 @@ class TaskStores:
                     prev = None
                 with self.metrics.timer("stores", "upload-ms").time():
                     ids[name] = str(self._backup_client().upload(name, target, prev_index_id=prev))
+            elif self._is_memory(name):
+                # Unique per snapshot: a kept memory store is reused only for the very snapshot it holds.
+                ids[name] = f"{LOCAL_SNAPSHOT_PREFIX}{batch}{_MEMORY_TAG}{uuid.uuid4().hex[:12]}"
             else:
                 ids[name] = f"{LOCAL_SNAPSHOT_PREFIX}{batch}"
         for name in [n for n in self._open if self._is_memory(n)]:

@@ -93,12 +93,12 @@ class _StreamInfo:
         self.buffers: dict[str, dict[int, _PartitionBuffer]] = {}  # source -> partition -> rows (hot-path cache)
 
 
-_BYTES_LIKE = (bytearray, memoryview)
+_BYTES_LIKE = (bytes, bytearray, memoryview)  # bytes: its subclasses (numpy.bytes_)
 
 
 def _is_utf8(serde: Serde) -> bool:
     """True for a string serde in UTF-8: ``str.encode()`` is then its ``to_bytes``."""
-    return isinstance(serde, StringSerde) and serde.encoding.replace("-", "").lower() == "utf8"
+    return type(serde) is StringSerde and serde.encoding.replace("-", "").lower() == "utf8"
 
 
 class DeltaSystemProducer:
