@@ -27,42 +27,41 @@ def create_streams(config: Config, partitions: int) -> None:
     admin.create_stream(StreamSpec("profiles", 1))
 
 
-def load_edits(config: Config, edits: Iterable[Edit]) -> int:
-    """Append edits as JSON values keyed by user (so a page's edits are spread over partitions,
-    which is why stage 1 repartitions by page); the event time is the edit's timestamp."""
+def _append(config: Config, source: str, envelopes: Iterable[OutgoingMessageEnvelope],
+            commit_rows: int | None = None) -> int:
+    """Send ``envelopes`` through one producer, committing every ``commit_rows`` (None: once at the end)."""
     producer = DeltaSystemProducer("delta", config)
-    producer.register("loader")
+    producer.register(source)
     producer.start()
-    stream = SystemStream("delta", "edits")
     n = 0
     try:
-        for edit in edits:
-            body = json.dumps(edit.to_json(), separators=(",", ":")).encode()
-            producer.send("loader", OutgoingMessageEnvelope(stream, body, key=edit.user.encode(),
-                                                            timestamp=edit.timestamp))
+        for envelope in envelopes:
+            producer.send(source, envelope)
             n += 1
-            if n % _COMMIT_ROWS == 0:
-                producer.flush("loader")
-        producer.flush("loader")
+            if commit_rows and n % commit_rows == 0:
+                producer.flush(source)
+        producer.flush(source)
     finally:
         producer.stop()
     return n
+
+
+def load_edits(config: Config, edits: Iterable[Edit]) -> int:
+    """Append edits as JSON values keyed by user (so a page's edits are spread over partitions,
+    which is why stage 1 repartitions by page); the event time is the edit's timestamp."""
+    stream = SystemStream("delta", "edits")
+    return _append(config, "loader", (
+        OutgoingMessageEnvelope(stream, json.dumps(edit.to_json(), separators=(",", ":")).encode(),
+                                key=edit.user.encode(), timestamp=edit.timestamp)
+        for edit in edits), _COMMIT_ROWS)
 
 
 def load_profiles(config: Config, rows: Iterable[tuple[str, dict[str, object] | None]], timestamp: int) -> int:
     """Append CDC rows keyed by user: a JSON profile (insert/update) or no value (delete)."""
-    producer = DeltaSystemProducer("delta", config)
-    producer.register("cdc")
-    producer.start()
     stream = SystemStream("delta", "profiles")
-    n = 0
-    try:
-        for user, profile in rows:
-            body = None if profile is None else json.dumps(profile, separators=(",", ":")).encode()
-            producer.send("cdc", OutgoingMessageEnvelope(stream, body, key=user.encode(), partition=0,
-                                                         timestamp=timestamp))
-            n += 1
-        producer.flush("cdc")
-    finally:
-        producer.stop()
-    return n
+
+    def envelope(user: str, profile: dict[str, object] | None) -> OutgoingMessageEnvelope:
+        body = None if profile is None else json.dumps(profile, separators=(",", ":")).encode()
+        return OutgoingMessageEnvelope(stream, body, key=user.encode(), partition=0, timestamp=timestamp)
+
+    return _append(config, "cdc", (envelope(user, profile) for user, profile in rows))
