@@ -243,7 +243,7 @@ class TaskInstance:
         all for a replayed batch."""
         self.metrics = MetricsRegistry()
         self.stores.metrics = self.metrics
-        result = BatchResult(self.name, split.seq, "committed", offsets=dict(zip(split.ssps, split.ends, strict=True)))
+        result = BatchResult(self.name, split.seq, "committed", offsets=split.end_offsets())
         versioned = self.checkpoints.read(self.name)
         stored = versioned.checkpoint if versioned else None
         cp = stored if stored is not None and stored.committed else None  # what was committed
@@ -292,8 +292,8 @@ class TaskInstance:
         intent = stored.open_intent() if stored is not None else None
         if intent is None:
             return split.seq
-        starts = dict(zip(split.ssps, split.starts, strict=True))
-        ends = dict(zip(split.ssps, split.ends, strict=True))
+        starts = split.start_offsets()
+        ends = split.end_offsets()
         gone = sorted(s for s in intent["starts"] if s not in starts)
         if gone:
             raise RuntimeStateError(
@@ -508,8 +508,8 @@ class TaskInstance:
             # The intent goes first: once any output of this batch may be visible, a restart must be able
             # to re-plan exactly this range with this version (see TaskCheckpoint.pending).
             intent = {"batch": version, "planned_at": split.planned_at,
-                      "starts": dict(zip(split.ssps, split.starts, strict=True)),
-                      "ends": dict(zip(split.ssps, split.ends, strict=True)),
+                      "starts": split.start_offsets(),
+                      "ends": split.end_offsets(),
                       "bounded_ends": dict(split.bounded_ends)}
             base = cp if cp is not None else TaskCheckpoint(task=self.name, batch=0, generation=generation, offsets={})
             with self.metrics.timer("task", "intent-write-ms").time():
@@ -523,7 +523,7 @@ class TaskInstance:
         ids = self.stores.snapshot(split.seq, previous)
         checkpoint = TaskCheckpoint(
             task=self.name, batch=split.seq, generation=generation,
-            offsets=dict(zip(split.ssps, split.ends, strict=True)), stores=ids,
+            offsets=split.end_offsets(), stores=ids,
             control=self.control.snapshot() if self.control is not None else None,
             ended=result.ended, spark_batch_id=spark_batch_id, written_at_ms=int(time.time() * 1000),
             window_at_ms=self._window_at, adjunct=adjunct_entry)

@@ -65,6 +65,14 @@ class TaskSplit(InputPartition):  # type: ignore[misc]
     ended: bool
     bounded_ends: dict[str, str] = field(default_factory=dict)
 
+    def start_offsets(self) -> dict[str, str]:
+        """``{ssp: start offset}`` of this batch."""
+        return dict(zip(self.ssps, self.starts, strict=True))
+
+    def end_offsets(self) -> dict[str, str]:
+        """``{ssp: end offset}`` of this batch: where the task's checkpoint will be after it."""
+        return dict(zip(self.ssps, self.ends, strict=True))
+
     def to_json(self) -> bytes:
         """The marker row's payload."""
         return json.dumps({"index": self.index, "task": self.task, "seq": self.seq, "planned_at": self.planned_at,
