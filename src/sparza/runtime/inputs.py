@@ -10,7 +10,7 @@ from sparza.runtime.model import TaskModel, build_task_models
 from sparza.runtime.offsets import OffsetOps
 from sparza.runtime.planner import SspPosition
 from sparza.streams import SystemStream, SystemStreamPartition
-from sparza.systems import get_system_factory
+from sparza.systems import SupportsPartitionCount, get_system_factory
 
 __all__ = ["InputSystems"]
 
@@ -31,7 +31,7 @@ class InputSystems:
         out: dict[SystemStream, int] = {}
         for spec in self.job.inputs:
             admin = self.admins[spec.stream.system]
-            if hasattr(admin, "partition_count"):
+            if isinstance(admin, SupportsPartitionCount):
                 out[spec.stream] = int(admin.partition_count(spec.stream.stream))
             else:
                 meta = admin.get_system_stream_metadata({spec.stream.stream})[spec.stream.stream]

@@ -45,7 +45,7 @@ from sparza.streams import (
     SystemStream,
     SystemStreamPartition,
 )
-from sparza.systems import get_system_factory, load_object
+from sparza.systems import SupportsPartitionCount, Transaction, get_system_factory, load_object
 
 __all__ = ["BatchResult", "TaskInstance", "get_instance"]
 
@@ -225,13 +225,23 @@ class TaskInstance:
                 producer.start()
                 _PRODUCERS[key] = producer
             producer.register(self.name)
+            producer.begin(self.name, Transaction(self.app_id, self._version))
             self._producers[system] = producer
         return producer
 
+    @property
+    def app_id(self) -> str:
+        """The app id of this task's output transactions: ``<job key>/<task>``."""
+        return f"{self.job.job_key}/{self.name}"
+
     def _release_producers(self, *, failed: bool) -> None:
         if failed:
+            # A failed batch leaves nothing visible: abandon (never flush) what this task sent, then drop
+            # the producer (it may be in a bad state) without letting its stop() flush anything of ours.
             for system, producer in self._producers.items():
                 _PRODUCERS.pop((self._config_key, system), None)
+                with contextlib.suppress(Exception):
+                    producer.abandon(self.name)
                 with contextlib.suppress(Exception):
                     producer.stop()
         self._producers.clear()
@@ -496,14 +506,13 @@ class TaskInstance:
 
     def _partition_count(self, stream: SystemStream) -> int:
         producer_admin = get_system_factory(self.job.config, stream.system).get_admin(stream.system, self.job.config)
-        if hasattr(producer_admin, "partition_count"):
+        if isinstance(producer_admin, SupportsPartitionCount):
             return int(producer_admin.partition_count(stream.stream))
         meta = producer_admin.get_system_stream_metadata({stream.stream})[stream.stream]
         return int(meta.partition_count)
 
     def _commit(self, split: TaskSplit, cp: TaskCheckpoint | None, etag: str | None, result: BatchResult,
                 spark_batch_id: int, generation: int, version: int) -> None:
-        app_id = f"{self.job.job_key}/{self.name}"
         if self._producers:
             # The intent goes first: once any output of this batch may be visible, a restart must be able
             # to re-plan exactly this range with this version (see TaskCheckpoint.pending).
@@ -516,7 +525,7 @@ class TaskInstance:
                 etag = self.checkpoints.write(dataclasses.replace(base, generation=generation, pending=intent), etag)
         with self.metrics.timer("task", "flush-ms").time():
             for producer in self._producers.values():
-                producer.flush(self.name, transaction=(app_id, version))
+                producer.flush(self.name, transaction=Transaction(self.app_id, version))
         self._maybe_inject_failure()
         adjunct_entry = self.adjunct.commit(split.seq) if self.adjunct is not None else None
         previous = dict(cp.stores) if cp else {}

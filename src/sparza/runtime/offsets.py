@@ -2,9 +2,9 @@
 
 Offsets are opaque strings ordered by the system's admin. To cap a batch at N messages the
 planner must know the offset N messages after a start; to report lag it must count messages
-between two offsets. Admins that can answer cheaply offer ``offset_after(ssp, start, end, n)`` and
-``count_between(ssp, start, end)`` (the Delta admin does, from its log's row counts); for other
-systems batches are uncapped and lag is unknown.
+between two offsets. Admins that can answer cheaply implement :class:`~sparza.systems.SupportsOffsetArithmetic` (the
+Delta admin does, from its log's row counts); for other systems batches are uncapped and lag is
+unknown.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparza.streams import SystemStreamPartition
+from sparza.systems import SupportsOffsetArithmetic
 
 __all__ = ["OffsetOps"]
 
@@ -33,7 +34,7 @@ class OffsetOps:
     def offset_after(self, ssp: SystemStreamPartition, start: str, end: str, n: int) -> str:
         """The offset ``n`` messages after ``start``, or ``end`` when fewer than ``n`` lie in ``[start, end)``
         (always ``end`` when the admin cannot tell: the batch is then uncapped)."""
-        if hasattr(self.admin, "offset_after"):
+        if isinstance(self.admin, SupportsOffsetArithmetic):
             return str(self.admin.offset_after(ssp, start, end, n))
         return end
 
@@ -41,6 +42,6 @@ class OffsetOps:
         """How many messages lie in ``[start, end)``; None when the system cannot tell cheaply."""
         if self.compare(start, end) >= 0:
             return 0
-        if hasattr(self.admin, "count_between"):
+        if isinstance(self.admin, SupportsOffsetArithmetic):
             return int(self.admin.count_between(ssp, start, end))
         return None

@@ -26,6 +26,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 
 from sparza.config import Config
 from sparza.streams import MessageType, SystemStreamPartition
+from sparza.systems import SupportsArrowRead
 
 __all__ = [
     "MARKER_SSP",
@@ -139,7 +140,7 @@ def read_split(config: Config, split: TaskSplit) -> Iterator[pa.RecordBatch]:
             continue
         ssp = SystemStreamPartition.parse(name)
         consumer = _consumer(config, ssp.system)
-        if hasattr(consumer, "read_arrow"):
+        if isinstance(consumer, SupportsArrowRead):
             batches = consumer.read_arrow(ssp, start, end, include_control=True, bounded=False)
         else:
             batches = _envelopes_to_arrow(consumer.read(ssp, start, end))

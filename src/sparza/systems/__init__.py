@@ -10,7 +10,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
+
+import pyarrow as pa
 
 from sparza.config import Config, define_key
 from sparza.errors import ConfigError
@@ -20,12 +22,16 @@ from sparza.streams import IncomingMessageEnvelope, OutgoingMessageEnvelope, Sys
 __all__ = [
     "SYSTEM_FACTORIES",
     "StreamSpec",
+    "SupportsArrowRead",
+    "SupportsOffsetArithmetic",
+    "SupportsPartitionCount",
     "SystemAdmin",
     "SystemConsumer",
     "SystemFactory",
     "SystemProducer",
     "SystemStreamMetadata",
     "SystemStreamPartitionMetadata",
+    "Transaction",
     "get_system_factory",
     "load_object",
 ]
@@ -100,9 +106,37 @@ class SystemConsumer(Protocol):
         ...
 
 
+class Transaction(NamedTuple):
+    """The identity of one batch's output: ``app_id`` is ``<job.name>-<job.id>/<task>`` (or a sink id),
+    ``version`` the batch's output version (strictly increasing per ``app_id``).
+
+    A producer derives everything it writes for a transaction (names, ids, commit markers) from it,
+    never from the wall clock or randomness, so a replay of the same batch with the same messages in
+    the same order rewrites exactly its own output and adds nothing.
+    """
+
+    app_id: str
+    version: int
+
+
 @runtime_checkable
 class SystemProducer(Protocol):
-    """Sends messages to a system. ``flush(source)`` makes everything sent by ``source`` durable."""
+    """Sends messages to a system. The runtime drives every producer through one batch like this:
+
+    1. ``begin(source, transaction)`` before the source's first ``send`` of the batch;
+    2. ``send(source, envelope)`` any number of times (may stage data, never makes it visible under a
+       name or offset another batch could own);
+    3. either ``flush(source, transaction=...)``: make everything the source sent in this batch durable
+       and visible, atomically per stream where the system allows it, and **idempotently**: a flush of a
+       transaction already committed (a replay after a crash anywhere after a previous flush) commits
+       nothing new, and a partially committed one completes only what is missing;
+    4. or ``abandon(source)``: the batch failed; forget what the source sent since its last flush and
+       make none of it visible (staged data may stay invisible until the system expires it).
+
+    ``flush(source)`` without a transaction is the library use (tools, loaders): durable, not idempotent.
+    ``stop()`` releases resources; what was neither flushed nor abandoned may be flushed then without a
+    transaction (as Samza's stop does), so the runtime flushes or abandons every source before it.
+    """
 
     def register(self, source: str) -> None:
         """Declare a source (a task name) before ``start``."""
@@ -112,16 +146,57 @@ class SystemProducer(Protocol):
         """Open connections and create what is missing."""
         ...
 
+    def begin(self, source: str, transaction: Transaction) -> None:
+        """Announce the transaction of what ``source`` sends until its next flush or abandon."""
+        ...
+
     def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
         """Buffer one message; may block for backpressure but never drops it."""
         ...
 
-    def flush(self, source: str) -> None:
-        """Write everything ``source`` sent; raises if it could not (the caller may replay)."""
+    def flush(self, source: str, *, transaction: Transaction | None = None) -> None:
+        """Make everything ``source`` sent durable (idempotently with a transaction); raises if it could not."""
+        ...
+
+    def abandon(self, source: str) -> None:
+        """Drop everything ``source`` sent since its last flush without making any of it visible."""
         ...
 
     def stop(self) -> None:
-        """Flush nothing further and release resources."""
+        """Release resources (see the class docstring for what happens to unflushed messages)."""
+        ...
+
+
+@runtime_checkable
+class SupportsArrowRead(Protocol):
+    """A consumer that reads an SSP range as Arrow batches (much faster than envelopes in Python)."""
+
+    def read_arrow(self, ssp: SystemStreamPartition, start: str | None, end: str | None = None,
+                   include_control: bool = True, *, bounded: bool | None = None) -> Iterator[pa.RecordBatch]:
+        """Rows of ``ssp`` in ``[start, end)``: columns ``offset`` (string), ``key``/``value`` (binary),
+        ``timestamp`` (int64 ms), ``type`` (int8 MessageType), ``producer`` (string), in offset order."""
+        ...
+
+
+@runtime_checkable
+class SupportsOffsetArithmetic(Protocol):
+    """An admin that can cap a batch at N messages and count lag cheaply."""
+
+    def offset_after(self, ssp: SystemStreamPartition, start: str, end: str, n: int) -> str:
+        """The offset ``n`` messages after ``start``, or ``end`` when fewer lie in ``[start, end)``."""
+        ...
+
+    def count_between(self, ssp: SystemStreamPartition, start: str, end: str) -> int:
+        """How many messages lie in ``[start, end)``."""
+        ...
+
+
+@runtime_checkable
+class SupportsPartitionCount(Protocol):
+    """An admin that knows a stream's partition count without reading its offsets."""
+
+    def partition_count(self, stream: str) -> int:
+        """How many partitions ``stream`` has (raises if it does not exist)."""
         ...
 
 

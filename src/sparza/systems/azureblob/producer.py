@@ -152,19 +152,21 @@ class AzureBlobSystemProducer:
         if error is not None:
             raise error
 
-    def abandon(self) -> None:
-        """Stop without flushing: buffered messages are dropped and staged blocks stay uncommitted
-        (invisible; Azure discards them after 7 days). For a task that failed mid-batch."""
-        if self._stopped:
-            return
-        self._stopped = True
-        for state in list(self._sources.values()):
+    def abandon(self, source: str | None = None) -> None:
+        """Drop what ``source`` sent since its last flush (every source when None) without committing any
+        of it: buffered messages are released and staged blocks stay uncommitted (invisible; Azure
+        discards them after 7 days). For a batch that failed. With no source the producer also stops."""
+        states = list(self._sources.values()) if source is None else [self._source(source)]
+        for state in states:
             with state.create_lock:
                 writers, state.writers = list(state.writers.values()), {}
+            state.transaction = None
             for writer in writers:
                 writer.discard()
-        if self._ctx is not None:
-            self._ctx.pool.shutdown(wait=False)
+        if source is None and not self._stopped:
+            self._stopped = True
+            if self._ctx is not None:
+                self._ctx.pool.shutdown(wait=False)
 
     def _context(self) -> UploadContext:
         if self._stopped:

@@ -25,6 +25,7 @@ from sparza.config import Config
 from sparza.metrics import MetricsRegistry
 from sparza.serde import Serde, StringSerde
 from sparza.streams import OutgoingMessageEnvelope
+from sparza.systems import Transaction
 from sparza.systems.delta.admin import DeltaSystemAdmin, open_table
 from sparza.systems.delta.partitioner import partition_for, partition_key_bytes
 from sparza.systems.delta.schema import FILE_SCHEMA, PARTITION_COLUMN, TABLE_SCHEMA
@@ -123,6 +124,17 @@ class DeltaSystemProducer:
     def start(self) -> None:
         """Nothing to open ahead of time: streams are opened on first send."""
 
+    def begin(self, source: str, transaction: Transaction) -> None:
+        """Nothing to prepare: Delta commits carry the transaction given to :meth:`flush`."""
+
+    def abandon(self, source: str) -> None:
+        """Forget what ``source`` sent since its last flush (nothing of it was committed)."""
+        for stream in self._buffers.pop(source, {}):
+            info = self._streams.get(stream)
+            if info is not None:
+                info.buffers.pop(source, None)
+        self._buffers[source] = {}
+
     def stop(self) -> None:
         """Drop unflushed messages and open tables."""
         self._buffers.clear()
@@ -205,7 +217,7 @@ class DeltaSystemProducer:
         return sum(len(b) for parts in self._buffers.get(source, {}).values() for b in parts.values())
 
     # --- flushing ----------------------------------------------------------------------------
-    def flush(self, source: str, *, transaction: tuple[str, int] | None = None) -> None:
+    def flush(self, source: str, *, transaction: Transaction | None = None) -> None:
         """Write and commit everything ``source`` sent, one Delta commit per stream.
 
         ``transaction=(app_id, version)``: commit through a Delta app transaction, and commit nothing
@@ -231,7 +243,7 @@ class DeltaSystemProducer:
         return info.table
 
     def _commit(self, source: str, stream: str, partitions: dict[int, _PartitionBuffer],
-                transaction: tuple[str, int] | None) -> None:
+                transaction: Transaction | None) -> None:
         from deltalake import Schema
         from deltalake.exceptions import CommitFailedError
         from deltalake.transaction import AddAction, CommitProperties, Transaction
