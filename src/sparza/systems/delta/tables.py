@@ -512,8 +512,7 @@ class TypedTable:
             return
         row = self._row(envelope.message)
         if spec.timestamp_column is not None and row.get(spec.timestamp_column) is None:
-            row[spec.timestamp_column] = envelope.timestamp if envelope.timestamp is not None \
-                else int(time.time() * 1000)
+            row[spec.timestamp_column] = envelope.timestamp  # None stays null: a row never gets the wall clock
         if spec.message_key_column is not None and row.get(spec.message_key_column) is None \
                 and envelope.key is not None:
             row[spec.message_key_column] = self._key_value(envelope.key)

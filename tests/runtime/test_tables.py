@@ -1,0 +1,98 @@
+"""Typed result tables through `sparza run`: the keyed count written as an append table and as an upserted
+materialized view, with a one-time task failure after the flush (Spark retries the task, the replay must
+commit nothing twice), read back with deltalake, DuckDB, Polars and Spark and compared with a plain count."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from examples.keyed_count.load import append_messages
+from tests.runtime.helpers import expected_counts, job_values, run_sparza, write_config
+
+from sparza.config import Config
+from sparza.systems import StreamSpec
+from sparza.systems.delta import DeltaSystemAdmin
+
+pytestmark = pytest.mark.slow
+
+
+def _job(work_dir: Path, partitions: int, overrides: dict[str, str], **table: str) -> Config:
+    """The keyed-count job with its output ``counts`` as a typed table (created by the job's first flush)."""
+    values = {"systems.delta.streams.counts.delta.location": str(work_dir / "tables" / "counts"), **overrides}
+    values.update({f"systems.delta.streams.counts.delta.table.{k}": v for k, v in table.items()})
+    config = Config(job_values(work_dir, **values))
+    DeltaSystemAdmin("delta", config).create_stream(StreamSpec("events", partitions))
+    return config
+
+
+def _transactions(location: Path) -> list[tuple[str, int]]:
+    """Every (app id, version) the table's commits carry, read from the Delta log's JSON files."""
+    found = []
+    for path in sorted((location / "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        txns = [(a["txn"]["appId"], a["txn"]["version"]) for a in actions if "txn" in a]
+        has_data = any("add" in a or "remove" in a for a in actions)
+        assert len(txns) == (1 if has_data and path.name != "00000000000000000000.json" else len(txns))
+        found += txns
+    return found
+
+
+def test_append_table_gets_every_update_exactly_once_despite_a_retried_task(work_dir):
+    marker = work_dir / "failed-once"
+    config = _job(work_dir, 2, {"task.testing.fail.once.file": str(marker), "task.max.batch.messages": "400"},
+                  schema="key string not null, count long not null, at timestamp", **{"timestamp.column": "at"})
+    append_messages(config, 900, 5, commit_size=300)
+    result = run_sparza("run", "--config", str(write_config(config, work_dir / "job.yaml")), "--once",
+                        "--master", "local[2,2]")
+    assert result.returncode == 0, result.stderr
+    assert marker.exists()   # a task did fail after its flush, and Spark ran it again
+
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(work_dir / "tables" / "counts")).to_pyarrow_table().to_pylist()
+    # Independent expectation: key k_j gets counts 1..n_j, each exactly once.
+    expected = sorted((k, c) for k, n in expected_counts(900, 5).items() for c in range(1, n + 1))
+    assert sorted((r["key"], r["count"]) for r in rows) == expected
+    assert all(r["at"] is None for r in rows)   # the task sends no event time: null, never the wall clock
+    assert set(rows[0]) == {"key", "count", "at"}                            # real columns, no control rows
+    txns = _transactions(work_dir / "tables" / "counts")
+    assert len(txns) == len(set(txns)) and {app for app, _ in txns} == {"kc-1/Partition 0", "kc-1/Partition 1"}
+
+
+def test_upserted_view_holds_the_final_count_per_key_with_four_tasks(work_dir, request):
+    marker = work_dir / "failed-once"
+    config = _job(work_dir, 4, {"task.testing.fail.once.file": str(marker), "task.max.batch.messages": "150"},
+                  schema="key string not null, count long", mode="upsert", key="key")
+    append_messages(config, 2400, 37, commit_size=400)
+    result = run_sparza("run", "--config", str(write_config(config, work_dir / "job.yaml")), "--once",
+                        "--master", "local[2,2]")
+    assert result.returncode == 0, result.stderr
+    assert marker.exists()
+    expected = expected_counts(2400, 37)
+    location = work_dir / "tables" / "counts"
+
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(location))
+    got = {r["key"]: r["count"] for r in table.to_pyarrow_table().to_pylist()}
+    assert got == expected and table.count() == 37
+    # Four tasks merged concurrently, each batch exactly once: every data commit carries one transaction
+    # and no (task, batch) transaction was committed twice.
+    txns = _transactions(location)
+    assert len(txns) == len(set(txns)) and {app for app, _ in txns} == {f"kc-1/Partition {p}" for p in range(4)}
+
+    import duckdb
+    import polars
+
+    files = table.file_uris()
+    assert dict(duckdb.connect().execute("SELECT key, count FROM read_parquet(?)", [files]).fetchall()) == expected
+    frame = polars.read_delta(str(location))
+    assert dict(zip(frame["key"].to_list(), frame["count"].to_list(), strict=True)) == expected
+    # Spark SQL over the Parquet files the Delta log names (no Delta jars needed in the session); the shared
+    # session starts only now, so its JVM does not compete with the job's.
+    spark = request.getfixturevalue("spark")
+    spark.read.parquet(*files).createOrReplaceTempView("counts_view")
+    rows = spark.sql("SELECT key, count FROM counts_view").collect()
+    assert {r["key"]: r["count"] for r in rows} == expected and len(rows) == 37
