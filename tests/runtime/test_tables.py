@@ -96,3 +96,45 @@ def test_upserted_view_holds_the_final_count_per_key_with_four_tasks(work_dir, r
     spark.read.parquet(*files).createOrReplaceTempView("counts_view")
     rows = spark.sql("SELECT key, count FROM counts_view").collect()
     assert {r["key"]: r["count"] for r in rows} == expected and len(rows) == 37
+
+
+def test_high_level_windows_upserted_into_a_typed_table(work_dir, request):
+    """`send_to(app.output(..., schema=..., mode="upsert", key=[...]))` of window panes, compared with a plain
+    Python count per key and window."""
+    from sparza.runtime.stages import run_application
+    from sparza.streams import OutgoingMessageEnvelope, SystemStream
+    from sparza.systems.delta import DeltaSystemProducer
+
+    config = Config({
+        "job.name": "stats", "app.class": "sparza.api.examples.WindowedCountTable",
+        "app.example.window.ms": "100", "app.example.partitions": "2",
+        "job.logged.store.base.dir": str(work_dir / "state"), "task.commit.ms": "0",
+        "task.max.batch.messages": "40",
+        "systems.delta.samza.factory": "delta", "systems.delta.samza.offset.default": "oldest",
+        "systems.delta.delta.root": str(work_dir / "streams"),
+        "systems.delta.streams.events.bounded": "true",
+        "blob.store.local.root": str(work_dir / "blobstore"),
+    })
+    DeltaSystemAdmin("delta", config).create_stream(StreamSpec("events", 2))
+    producer = DeltaSystemProducer("delta", config)
+    producer.register("test")
+    events = [(f"k{i % 5}", i % 9, 1000 + i * 7) for i in range(150)]
+    for i, (key, n, ts) in enumerate(events):
+        producer.send("test", OutgoingMessageEnvelope(SystemStream("delta", "events"),
+                                                      json.dumps({"key": key, "n": n}).encode(), key=key.encode(),
+                                                      partition=i % 2, timestamp=ts))
+    producer.flush("test")
+    outcome = run_application(config, spark=request.getfixturevalue("spark"), install_signal_handlers=False)
+    assert outcome.reason == "all inputs ended"
+
+    expected: dict[tuple[str, int], list[int]] = {}
+    for key, n, ts in events:
+        acc = expected.setdefault((key, ts - ts % 100), [0, 0])
+        acc[0] += 1
+        acc[1] += n
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(work_dir / "streams" / "window_stats")).to_pyarrow_table().to_pylist()
+    got = {(r["key"], int(r["window_start"].timestamp() * 1000)): [r["count"], r["sum"]] for r in rows}
+    assert got == expected and len(rows) == len(expected)
+    assert all(int((r["window_end"] - r["window_start"]).total_seconds() * 1000) == 100 for r in rows)
