@@ -45,7 +45,7 @@ def test_append_table_gets_every_update_exactly_once_despite_a_retried_task(work
                   schema="key string not null, count long not null, at timestamp", **{"timestamp.column": "at"})
     append_messages(config, 900, 5, commit_size=300)
     result = run_sparza("run", "--config", str(write_config(config, work_dir / "job.yaml")), "--once",
-                        "--master", "local[2,2]")
+                        "--master", "local[2,2]", timeout=900)
     assert result.returncode == 0, result.stderr
     assert marker.exists()   # a task did fail after its flush, and Spark ran it again
 
@@ -63,14 +63,14 @@ def test_append_table_gets_every_update_exactly_once_despite_a_retried_task(work
 
 def test_upserted_view_holds_the_final_count_per_key_with_four_tasks(work_dir, request):
     marker = work_dir / "failed-once"
-    config = _job(work_dir, 4, {"task.testing.fail.once.file": str(marker), "task.max.batch.messages": "150"},
+    config = _job(work_dir, 4, {"task.testing.fail.once.file": str(marker), "task.max.batch.messages": "100"},
                   schema="key string not null, count long", mode="upsert", key="key")
-    append_messages(config, 2400, 37, commit_size=400)
+    append_messages(config, 1200, 37, commit_size=400)
     result = run_sparza("run", "--config", str(write_config(config, work_dir / "job.yaml")), "--once",
-                        "--master", "local[2,2]")
+                        "--master", "local[2,2]", timeout=900)
     assert result.returncode == 0, result.stderr
     assert marker.exists()
-    expected = expected_counts(2400, 37)
+    expected = expected_counts(1200, 37)
     location = work_dir / "tables" / "counts"
 
     from deltalake import DeltaTable

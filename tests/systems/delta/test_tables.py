@@ -214,3 +214,54 @@ def test_readers_duckdb_and_polars_see_the_upserted_rows(work_dir: Path) -> None
     assert dict(got) == expected and len(got) == len(expected)
     frame = polars.read_delta(location)
     assert dict(zip(frame["page"].to_list(), frame["views"].to_list(), strict=True)) == expected
+
+
+def test_optimize_compacts_and_vacuums_and_a_replay_still_commits_nothing(work_dir: Path) -> None:
+    from deltalake import DeltaTable
+    from typer.testing import CliRunner
+
+    from sparza.cli import app
+    from sparza.systems.delta.tables import optimize_table
+
+    config = _config(work_dir, schema="page string not null, views long", mode="upsert", key="page")
+    producer = _producer(config)
+    for batch in range(1, 7):
+        _send(producer, {"page": f"p{batch % 3}", "views": batch})
+        producer.flush("task-0", transaction=Transaction("j/t", batch))
+    location = work_dir / "tables" / "results"
+    before = _rows(work_dir, ["page"])
+    assert before == [{"page": "p0", "views": 6}, {"page": "p1", "views": 4}, {"page": "p2", "views": 5}]
+    on_disk = len(list(location.glob("*.parquet")))
+    live = len(DeltaTable(str(location)).file_uris())
+
+    result = CliRunner().invoke(app, ["stream", "optimize", str(location), "--vacuum", "--retain-hours", "1"])
+    assert result.exit_code == 0, result.output
+    assert f"merged {live} files into 1" in result.output and "vacuumed 0 files older than 1h" in result.output
+    refused = CliRunner().invoke(app, ["stream", "optimize", str(location), "--vacuum", "--retain-hours", "0"])
+    assert refused.exit_code != 0 and "below 1h" in str(refused.exception)
+
+    outcome = optimize_table(config_location(config), vacuum_retention_hours=0, min_retention_hours=0)
+    assert outcome.vacuumed == on_disk  # every replaced file: merges' and compaction's
+    assert [p.name for p in location.glob("*.parquet")] == [DeltaTable(str(location)).file_uris()[0].rsplit("/")[-1]]
+    assert _rows(work_dir, ["page"]) == before
+    # The job's replay of batch 4 after compaction and vacuum: skipped by its app transaction.
+    _send(producer, {"page": "p1", "views": 999})
+    producer.flush("task-0", transaction=Transaction("j/t", 4))
+    assert _rows(work_dir, ["page"]) == before
+
+
+def config_location(config: Config) -> Any:
+    from sparza.systems.delta.settings import DeltaSystemSettings
+
+    return DeltaSystemSettings("d", config).location("results")
+
+
+def test_optimize_refuses_stream_tables(work_dir: Path) -> None:
+    from sparza.systems import StreamSpec
+    from sparza.systems.delta import DeltaSystemAdmin
+    from sparza.systems.delta.tables import optimize_table
+
+    config = _config(work_dir)
+    DeltaSystemAdmin("d", config).create_stream(StreamSpec("results", 2))
+    with pytest.raises(TableError, match="sparza stream truncate"):
+        optimize_table(config_location(config), vacuum_retention_hours=200)
