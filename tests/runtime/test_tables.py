@@ -20,7 +20,10 @@ pytestmark = pytest.mark.slow
 
 def _job(work_dir: Path, partitions: int, overrides: dict[str, str], **table: str) -> Config:
     """The keyed-count job with its output ``counts`` as a typed table (created by the job's first flush)."""
-    values = {"systems.delta.streams.counts.delta.location": str(work_dir / "tables" / "counts"), **overrides}
+    values = {"systems.delta.streams.counts.delta.location": str(work_dir / "tables" / "counts"),
+              # The shared 2-core machine can be so loaded that a Python worker takes over Spark's default
+              # 15 s to connect back (seen: "Python worker failed to connect back" before the first batch).
+              "spark.python.authenticate.socketTimeout": "120s", **overrides}
     values.update({f"systems.delta.streams.counts.delta.table.{k}": v for k, v in table.items()})
     config = Config(job_values(work_dir, **values))
     DeltaSystemAdmin("delta", config).create_stream(StreamSpec("events", partitions))

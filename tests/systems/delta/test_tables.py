@@ -137,7 +137,7 @@ def test_schema_evolution_adds_a_nullable_column_and_refuses_incompatible_change
     producer.flush("task-0", transaction=Transaction("j/t", 1))
     files_before = sorted(p.name for p in (work_dir / "tables" / "results").glob("*.parquet"))
 
-    producer = _producer(_config(work_dir, schema="page string not null, views long, lang string"))
+    producer = _producer(_config(work_dir, schema="page string not null, lang string, views long"))
     _send(producer, {"page": "b", "views": 2, "lang": "en"})
     producer.flush("task-0", transaction=Transaction("j/t", 2))
     assert _rows(work_dir, ["page"]) == [{"page": "a", "views": 1, "lang": None},
