@@ -118,7 +118,7 @@ def test_upsert_keeps_the_latest_row_per_key_and_none_deletes(work_dir: Path) ->
     _send(producer, {"page": "c", "window_start": 0, "views": 9})
     producer.flush("task-0", transaction=Transaction("j/t", 1))
     _send(producer, {"views": 5}, key={"page": "b", "window_start": 60_000})  # key columns from the message key
-    _send(producer, None, key=("c", 0))                                      # a deletion
+    _send(producer, None, key=("c", "1970-01-01T00:00:00Z"))                 # a deletion (ISO time in its key)
     _send(producer, None, key=("zzz", 0))                                    # deleting a missing key: no-op
     producer.flush("task-0", transaction=Transaction("j/t", 2))
     # A replay of batch 2 with other content must not change anything.

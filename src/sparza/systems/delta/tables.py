@@ -544,7 +544,12 @@ class TypedTable:
         self._buffers.pop(source, None)
 
     # --- building Arrow data ----------------------------------------------------------------
-    def _arrow(self, rows: list[dict[str, Any]]) -> pa.Table:
+    def _arrow(self, rows: list[dict[str, Any]], deleted: list[bool] | None = None) -> pa.Table:
+        """The rows as Arrow in the table's types; a clear error names the first column a value does not fit.
+
+        ``deleted`` marks deletions of a merge: they carry only their key, so NOT NULL is checked on the
+        other rows and the result's columns are all nullable.
+        """
         columns = []
         for f in self._input_schema:
             values = [r.get(f.name) for r in rows]
@@ -557,11 +562,17 @@ class TypedTable:
                 raise TableError(f"typed table {self.spec.stream!r}: column {f.name!r} ({f.type}) cannot hold "
                                  f"{bad!r} ({type(bad).__name__}): {exc}") from exc
             if not f.nullable and array.null_count:
-                raise TableError(f"typed table {self.spec.stream!r}: column {f.name!r} is NOT NULL but "
-                                 f"{array.null_count} of {len(values)} rows have no value for it")
+                missing = array.null_count if deleted is None else sum(
+                    1 for v, d in zip(values, deleted, strict=True) if v is None and not d)
+                if missing:
+                    raise TableError(f"typed table {self.spec.stream!r}: column {f.name!r} is NOT NULL but "
+                                     f"{missing} of {len(values)} rows have no value for it")
             columns.append(array)
-        table = pa.Table.from_arrays(columns, schema=self._input_schema)
-        return table.cast(self.spec.schema)
+        if deleted is None:
+            return pa.Table.from_arrays(columns, schema=self._input_schema).cast(self.spec.schema)
+        relaxed = pa.schema([pa.field(f.name, f.type, True) for f in self._input_schema])
+        target = pa.schema([pa.field(f.name, f.type, True) for f in self.spec.schema])
+        return pa.Table.from_arrays(columns, schema=relaxed).cast(target)
 
     # --- flushing ------------------------------------------------------------------------------
     def _open(self) -> Any:
@@ -638,7 +649,7 @@ class TypedTable:
             else:
                 rows.append(row)
                 deleted.append(False)
-        data = self._arrow_lenient(rows, deleted)
+        data = self._arrow(rows, deleted if any(deleted) else None)
         data = data.append_column(pa.field(_DELETE, pa.bool_(), nullable=False), pa.array(deleted, pa.bool_()))
         names = self.spec.schema.names
         predicate = " AND ".join(f't."{c}" = s."{c}"' for c in self.spec.key)
@@ -653,17 +664,6 @@ class TypedTable:
         self.stats["commits"] += 1
         self.stats["rows"] += len(rows)
 
-    def _arrow_lenient(self, rows: list[dict[str, Any]], deleted: list[bool]) -> pa.Table:
-        """Arrow rows for a merge: deletions carry only their key, so NOT NULL is checked on the other rows."""
-        if not any(deleted):
-            return self._arrow(rows)
-        kept = [r for r, d in zip(rows, deleted, strict=True) if not d]
-        if kept:
-            self._arrow(kept)  # validates types and NOT NULL of the real rows
-        relaxed = pa.schema([pa.field(f.name, f.type, True) for f in self._input_schema])
-        columns = [pa.array([r.get(f.name) for r in rows], type=f.type) for f in relaxed]
-        target = pa.schema([pa.field(f.name, f.type, True) for f in self.spec.schema])
-        return pa.Table.from_arrays(columns, schema=relaxed).cast(target)
 
 
 def _parse_time(text: str, f: pa.Field) -> Any:
