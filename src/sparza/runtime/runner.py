@@ -317,6 +317,18 @@ class JobRunner:
                     f"spark checkpoint {self.spark_checkpoint_dir}")
         self._query = writer.start()
 
+    def wait_initialized(self, timeout_s: float = 60.0) -> None:
+        """Wait until the query has initialized its source (or stopped, or ``timeout_s`` passed)."""
+        query = self._query
+        deadline = time.monotonic() + timeout_s
+        while query is not None and time.monotonic() < deadline:
+            try:
+                if not query.isActive or query.status.get("message") != "Initializing sources":
+                    return
+            except Exception:
+                return  # a failed query: poll()/finish() report it
+            time.sleep(0.1)
+
     @property
     def failed(self) -> bool:
         """True once a batch failed (the query stops)."""
