@@ -316,6 +316,9 @@ class JobRunner:
         self.status(f"sparza: job {self.job.job_key}, {len(tasks)} task(s), processor {self.processor_id}, "
                     f"spark checkpoint {self.spark_checkpoint_dir}")
         self._query = writer.start()
+        if tasks and self._all_ended_before(tasks):
+            # Nothing will be planned, so no batch would ever notice that every input ended: stop now.
+            self.request_stop("all inputs ended")
 
     def wait_initialized(self, timeout_s: float = 60.0) -> None:
         """Wait until the query has initialized its source (or stopped, or ``timeout_s`` passed)."""
@@ -328,6 +331,12 @@ class JobRunner:
             except Exception:
                 return  # a failed query: poll()/finish() report it
             time.sleep(0.1)
+
+    def _all_ended_before(self, tasks: list[TaskModel]) -> bool:
+        from sparza.runtime.checkpoint import checkpoint_store_from_config
+
+        checkpoints = checkpoint_store_from_config(self.config, self.job.job_key).read_all()
+        return all(t.name in checkpoints and checkpoints[t.name].ended for t in tasks)
 
     @property
     def failed(self) -> bool:
