@@ -77,7 +77,7 @@ def test_multi_block_blob_reads_back_every_message_in_order(make_producer, azure
                   .get_block_list("committed")[0])
     assert len(block_list) > 10
     assert blob.metadata == {"streamName": "events", "rawSizeBytes": blob.metadata["rawSizeBytes"],
-                             "numberOfRecords": str(n)}
+                             "numberOfRecords": str(n), "sparzaWriter": f"producer-{producer.identity.id}"}
     snap = metrics.snapshot()
     for group in ("aggregate", unique_name, "task-1"):
         assert snap[group]["messages_sent"] == n
@@ -194,7 +194,8 @@ def test_custom_metadata_generator(make_producer, azure_account, unique_name):
     producer.send("t", env(unique_name, "s", rec(1)))
     producer.flush("t")
     [blob] = list_blobs(azure_account, unique_name)
-    assert blob.metadata == {"team": "data", "records": "1"}
+    # the generator's entries, and the writer stamp it cannot drop (commits are checked against it)
+    assert blob.metadata == {"team": "data", "records": "1", "sparzaWriter": f"producer-{producer.identity.id}"}
 
 
 class TeamMetadata:
