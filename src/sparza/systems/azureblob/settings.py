@@ -51,8 +51,8 @@ define_key(_P + "blockingQueueSize", "2 x threadPoolCount", "Blocks waiting for 
            "sending thread uploads itself (backpressure)", _PKG)
 define_key(_P + "flushTimeoutMs", 180000, "Time flush waits for pending block uploads", _PKG)
 define_key(_P + "closeTimeoutMs", 300000, "Time flush waits for block lists to be committed", _PKG)
-define_key(_P + "suffixRandomStringToBlobName", False, "Add 8 random characters to blob names (always on, and "
-           "deterministic, for transactional flushes)", _PKG)
+define_key(_P + "suffixRandomStringToBlobName", False, "Add 8 random characters to names written outside a "
+           "transaction (names are unique per producer without it; ignored in a transaction)", _PKG)
 define_key(_P + "writer.format", "avro", "avro (Avro container files), jsonl (JSON lines) or raw (bytes as sent)",
            _PKG)
 define_key(_P + "maxBufferedBytes", 268435456, "Bytes buffered by the whole producer; above it the writer being "
