@@ -107,11 +107,10 @@ def test_drop_intent_forgets_an_uncommitted_flush_and_memory_stores_upgrade(make
 
 
 def _fence_exercise(store) -> None:
-    from sparza.runtime.checkpoint import stamp_generation
+    from sparza.runtime.checkpoint import Intent, stamp_generation
 
     # The old holder (epoch 1) read its checkpoints; a new holder then claims the job at epoch 2.
-    tag = store.write(dataclasses.replace(_cp(1, generation=1), pending={"batch": 2, "planned_at": 5,
-                                                                          "starts": {}, "ends": {}}), None)
+    tag = store.write(dataclasses.replace(_cp(1, generation=1), pending=Intent(2, 5, {}, {})), None)
     stamp_generation(store, ["Partition 0", "Partition 1"], 2)
     stamped = store.read("Partition 0").checkpoint
     assert stamped.generation == 2 and stamped.batch == 1 and stamped.pending is not None  # content kept

@@ -135,31 +135,31 @@ def _exact(config: Config, messages: int, keys: int) -> None:
 
 
 def test_second_processor_is_refused_whatever_its_id_and_the_holder_keeps_running(make_job, work_dir):
-    config = make_job(**FAST_CLAIM, **{"task.max.batch.messages": "100", "task.commit.ms": "200"})
-    append_messages(config, 1500, 9, commit_size=500)
+    config = make_job(**FAST_CLAIM, **{"task.max.batch.messages": "300", "task.commit.ms": "200"})
+    append_messages(config, 600, 9, commit_size=300)
     path = write_config(config, work_dir / "job.yaml")
     holder = _start(path, "0")
     try:
         _committed(config, "kc-1", 1, holder)
         _refused(path, "1", "0")       # another processor id
         _refused(path, "0", "0")       # the same processor id: must not disturb the running one
-        append_messages(config, 500, 9, start=1500, commit_size=500)
-        _output(config, 2000, holder)  # it kept processing
+        append_messages(config, 300, 9, start=600, commit_size=300)
+        _output(config, 900, holder)  # it kept processing
         holder.proc.send_signal(signal.SIGTERM)
         _, stderr = holder.proc.communicate(timeout=300)
         assert holder.proc.returncode == 0, stderr
     finally:
         _kill(holder)
-    _exact(config, 2000, 9)
+    _exact(config, 900, 9)
     # Released at the clean stop: the other processor may take the job over at once.
     result = _once(path, "1")
     assert result.returncode == 0, result.stderr
-    _exact(config, 2000, 9)
+    _exact(config, 900, 9)
 
 
 def test_frozen_holder_expires_is_taken_over_and_is_fenced_when_it_wakes(make_job, work_dir):
-    config = make_job(**FAST_CLAIM, **{"task.max.batch.messages": "100", "task.commit.ms": "200"})
-    append_messages(config, 1000, 9, commit_size=500)
+    config = make_job(**FAST_CLAIM, **{"task.max.batch.messages": "300", "task.commit.ms": "200"})
+    append_messages(config, 600, 9, commit_size=300)
     path = write_config(config, work_dir / "job.yaml")
     old = _start(path, "0")
     new: _Processor | None = None
@@ -168,17 +168,17 @@ def test_frozen_holder_expires_is_taken_over_and_is_fenced_when_it_wakes(make_jo
         os.killpg(old.pid, signal.SIGSTOP)  # alive but silent: a paused or partitioned host
         time.sleep(4)  # past the claim timeout
         new = _start(path, "1")
-        append_messages(config, 1000, 9, start=1000, commit_size=250)
-        _output(config, 2000, new)
+        append_messages(config, 300, 9, start=600, commit_size=300)
+        _output(config, 900, new)
         generations = {cp.generation for cp in checkpoint_store_from_config(config, "kc-1").read_all().values()}
         assert generations == {_holder_epoch(config, "kc-1", "1")}  # the new holder's epoch fences the old one
         assert min(generations) >= 2
-        append_messages(config, 500, 9, start=2000, commit_size=500)
+        append_messages(config, 300, 9, start=900, commit_size=300)
         os.killpg(old.pid, signal.SIGCONT)
         _, stderr = old.proc.communicate(timeout=300)
         assert old.proc.returncode == 3, stderr
         assert "processor 0 lost its claim on job kc-1" in stderr and "processor 1 (pid" in stderr
-        _output(config, 2500, new)
+        _output(config, 1200, new)
         new.proc.send_signal(signal.SIGTERM)
         _, stderr = new.proc.communicate(timeout=300)
         assert new.proc.returncode == 0, stderr
@@ -188,7 +188,7 @@ def test_frozen_holder_expires_is_taken_over_and_is_fenced_when_it_wakes(make_jo
         _kill(old)
         if new is not None:
             _kill(new)
-    _exact(config, 2500, 9)
+    _exact(config, 1200, 9)
 
 
 @pytest.mark.azurite
@@ -198,9 +198,9 @@ def test_on_azure_a_second_processor_is_refused_and_a_killed_holder_is_replaced(
     config = make_job(**FAST_CLAIM, **{
         "azure.storage.connect": azure_connection_string, "job.name": unique_name,
         "blob.store.manager.factory": "azure", "blob.store.azure.container": unique_name,
-        "task.max.batch.messages": "100", "task.commit.ms": "200"})
+        "task.max.batch.messages": "300", "task.commit.ms": "200"})
     job_key = f"{unique_name}-1"
-    append_messages(config, 1500, 9, commit_size=500)
+    append_messages(config, 600, 9, commit_size=300)
     path = write_config(config, work_dir / "job.yaml")
     holder = _start(path, "0")
     try:
@@ -214,6 +214,6 @@ def test_on_azure_a_second_processor_is_refused_and_a_killed_holder_is_replaced(
     # Its host knows it is dead: no wait for the timeout.
     result = _once(path, "1")
     assert result.returncode == 0, result.stderr
-    _exact(config, 1500, 9)
+    _exact(config, 600, 9)
     generations = {cp.generation for cp in checkpoint_store_from_config(config, job_key).read_all().values()}
     assert len(generations) == 1 and min(generations) > killed_epoch
