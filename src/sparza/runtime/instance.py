@@ -555,6 +555,8 @@ class TaskInstance:
             self.checkpoints.write(checkpoint, etag)
         self.committed_seq = split.seq
         self.stores.committed(split.seq, ids)
+        if self.adjunct is not None:
+            self.adjunct.committed(split.seq)  # committed means permanent: no TTL left on its snapshots
 
     def _maybe_inject_failure(self) -> None:
         path = self.job.config.get_str("task.testing.fail.once.file", None)
