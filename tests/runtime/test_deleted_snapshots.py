@@ -22,7 +22,9 @@ from sparza.config import Config
 from sparza.runtime import checkpoint_store_from_config
 from sparza.state.backup import StateBackup
 
-pytestmark = pytest.mark.slow
+# Three Spark runs per test: on a loaded 2-core machine one run can take minutes.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+RUN_TIMEOUT = 900
 
 KEYS = 7
 DAY_MS = 86_400_000
@@ -87,7 +89,7 @@ def test_deleted_snapshot_blobs_are_recovered_and_recommitted(make_job, work_dir
     config = _job(make_job, backend, request, unique_name, work_dir)
     path = write_config(config, work_dir / "job.yaml")
     append_messages(config, 600, KEYS, commit_size=200)
-    first = run_sparza("run", "--config", str(path), "--once", "--master", "local[2]")
+    first = run_sparza("run", "--config", str(path), "--once", "--master", "local[2]", timeout=RUN_TIMEOUT)
     assert first.returncode == 0, first.stderr
 
     deleted = _delete_snapshots(config)
@@ -95,7 +97,7 @@ def test_deleted_snapshot_blobs_are_recovered_and_recommitted(make_job, work_dir
     _lose_local_state(config)
     append_messages(config, 300, KEYS, start=600, commit_size=300)
 
-    second = run_sparza("run", "--config", str(path), "--once", "--master", "local[2]")
+    second = run_sparza("run", "--config", str(path), "--once", "--master", "local[2]", timeout=RUN_TIMEOUT)
     assert second.returncode == 0, second.stderr
     counts, rows = final_counts(config)
     assert counts == expected_counts(900, KEYS)
@@ -134,7 +136,7 @@ def test_purged_snapshot_fails_naming_snapshot_task_and_remedy(make_job, work_di
     config = _job(make_job, "local", request, unique_name, work_dir)
     path = write_config(config, work_dir / "job.yaml")
     append_messages(config, 300, KEYS, commit_size=300)
-    first = run_sparza("run", "--config", str(path), "--once", "--master", "local[2]")
+    first = run_sparza("run", "--config", str(path), "--once", "--master", "local[2]", timeout=RUN_TIMEOUT)
     assert first.returncode == 0, first.stderr
     snapshots = _snapshots(config)
     _delete_snapshots(config)
@@ -145,7 +147,7 @@ def test_purged_snapshot_fails_naming_snapshot_task_and_remedy(make_job, work_di
         manager.close()
     _lose_local_state(config)
 
-    result = run_sparza("run", "--config", str(path), "--once", "--master", "local[2]")
+    result = run_sparza("run", "--config", str(path), "--once", "--master", "local[2]", timeout=RUN_TIMEOUT)
     assert result.returncode != 0
     # The last line says it all (not a Spark stack trace): which store, task and snapshot, and what to do.
     err = [line for line in result.stderr.splitlines() if line.startswith("error:")][-1]
