@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -491,8 +492,15 @@ class JobRunner:
             signal.signal(sig, handler)
 
 
+_SPARZA_ERROR = re.compile(r"^\s*sparza\.[\w.]*\.(\w+(?:Error|Exception)): (.+)$")
+
+
 def _short(text: str) -> str:
-    """The first meaningful line of a Spark/py4j error (they carry whole JVM stack traces)."""
+    """The sparza error a Python worker raised, else the first meaningful line of a Spark/py4j error
+    (they carry whole JVM stack traces and the worker's traceback)."""
+    raised = [m for m in map(_SPARZA_ERROR.match, text.splitlines()) if m]
+    if raised:
+        return f"{raised[-1].group(1)}: {raised[-1].group(2).strip()}"[:2000]
     for line in text.splitlines():
         line = line.strip()
         if line and not line.startswith(("at ", "File ", "Traceback", "JVM stacktrace")):
