@@ -38,7 +38,7 @@ from sparza.testing.oracle import (
     read_delta_records,
     read_delta_values,
 )
-from sparza.testing.scenario import FAULTS, Scenario, generate
+from sparza.testing.scenario import FAULTS, Scenario, generate, scale_scenario
 
 __all__ = ["Outcome", "reproduce_command", "run_scenario", "soak"]
 
@@ -46,6 +46,9 @@ RUN_TIMEOUT_S = 600.0
 """Longest a single ``sparza run`` may take before the harness calls it hung."""
 
 _SRC = Path(__file__).resolve().parents[2]
+
+_AFTER_RUN_FAULTS = frozenset({"lost-state", "lost-spark-checkpoint", "replay-spark-batch", "deleted-snapshot"})
+"""Faults applied between runs (the others happen during a run, which is then restarted)."""
 
 
 def reproduce_command(seed: int, *, messages: int | None = None, fault: str | None = None) -> str:
@@ -387,8 +390,32 @@ def _apply_phase(job: _Job, outcome: Outcome, fault: str, phase: int) -> None:
                     (spark_dir / "commits" / f".{commits[-1].name}.crc").unlink(missing_ok=True)
                     dropped += 1
             outcome.notes.append(f"replay-spark-batch: dropped the last commit of {dropped} queries")
+        elif fault == "deleted-snapshot":
+            marked = _mark_committed_snapshots_deleted(job)
+            shutil.rmtree(state, ignore_errors=True)        # and a new host: restore must use them
+            outcome.notes.append(f"deleted-snapshot: marked {marked} committed snapshot blobs deleted")
         elif fault != "none":
             raise ValueError(f"unknown fault {fault!r}")
+
+
+def _mark_committed_snapshots_deleted(job: _Job) -> int:
+    """Tombstone every committed (permanent, live) snapshot blob through the blob store's own
+    ``delete``: what an operator's or a gc's mistake does (SAMZA-2787). The bytes stay readable with
+    ``get_deleted`` until purged."""
+    from sparza.blobstore.api import Metadata
+    from sparza.blobstore.factory import blob_store_manager_from_config
+
+    manager = blob_store_manager_from_config(job.config)
+    marked = 0
+    try:
+        for info in list(manager.list_blobs()):
+            if info.deleted_at_ms is None and info.expires_at_ms is None and not info.blob_id.startswith(
+                    "checkpoints/"):
+                manager.delete(info.blob_id, Metadata(payload_path=info.blob_id))
+                marked += 1
+    finally:
+        manager.close()
+    return marked
 
 
 def _routed_late(job: _Job) -> Counter[int]:
@@ -432,7 +459,9 @@ def run_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messages_ov
         for phase in range(scenario.chunks):
             job.append_chunk(phase)
             _apply_phase(job, outcome, scenario.fault if phase == scenario.fault_phase else "none", phase)
-        _expect_clean(outcome, job.run("final"))
+        if scenario.fault in _AFTER_RUN_FAULTS:
+            # The damage was done after the last run: one more run must repair it.
+            _expect_clean(outcome, job.run("final"))
         _check(job, outcome)
     except Exception as exc:  # a harness error is a failed scenario too, reported with its seed
         outcome.problems.append(f"harness error: {type(exc).__name__}: {exc}")
@@ -488,23 +517,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, help="override the scenario's message count")
     parser.add_argument("--fault", choices=FAULTS, help="override the scenario's fault")
     parser.add_argument("--soak", type=float, metavar="MINUTES", help="run random seeds for this long")
+    parser.add_argument("--seeds", help="with --soak: run these comma-separated seeds (in order) instead")
+    parser.add_argument("--scale", action="store_true", help="run the scale scenario (100k messages) instead")
     parser.add_argument("--print", action="store_true", help="only describe the scenario")
     parser.add_argument("--workdir", help="where runs keep their files (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the files of passing scenarios too")
     args = parser.parse_args(argv)
     base = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="sparza-harness-"))
     if args.soak is not None:
-        outcomes = soak(args.soak, base, keep=args.keep)
+        listed = [int(x) for x in args.seeds.split(",")] if args.seeds else None
+        outcomes = soak(args.soak, base, seeds=listed, keep=args.keep)
         return 0 if all(o.ok for o in outcomes) else 1
-    if args.seed is None:
-        parser.error("give --seed N or --soak MINUTES")
-    scenario = generate(args.seed, messages=args.messages, fault=args.fault)
+    if args.scale:
+        scenario = scale_scenario(**({"messages": args.messages} if args.messages else {}))
+    elif args.seed is None:
+        parser.error("give --seed N, --scale or --soak MINUTES")
+    else:
+        scenario = generate(args.seed, messages=args.messages, fault=args.fault)
     print(scenario.describe(), flush=True)
     if args.print:
         return 0
     azurite = _start_azurite(base)
     try:
-        outcome = run_scenario(scenario, azurite, base / f"seed-{args.seed}", messages_override=args.messages,
+        outcome = run_scenario(scenario, azurite, base / f"seed-{scenario.seed}", messages_override=args.messages,
                                fault_override=args.fault)
     finally:
         azurite.stop()

@@ -11,14 +11,14 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["COMMIT_STEPS", "FAULTS", "InputMessage", "Profile", "Scenario", "generate"]
+__all__ = ["COMMIT_STEPS", "FAULTS", "InputMessage", "Profile", "Scenario", "generate", "scale_scenario"]
 
 COMMIT_STEPS = ("after-intent", "after-flush", "after-adjunct", "after-snapshot", "after-checkpoint",
                 "during-cleanup")
 """The commit steps a one-time failure can hit (``task.testing.fail.once.at``)."""
 
 FAULTS = ("none", "poison", "kill9", "fail-once", "second-processor", "azurite-restart", "lost-state",
-          "replay-spark-batch", "lost-spark-checkpoint")
+          "replay-spark-batch", "lost-spark-checkpoint", "deleted-snapshot")
 """Every fault the harness injects (one per scenario, at a random phase)."""
 
 T0 = 1_700_000_000_000
@@ -120,15 +120,15 @@ def generate(seed: int, *, messages: int | None = None, fault: str | None = None
     api = rng.choice(["task", "task", "app"])
     kind = rng.choice(["copy", "count", "filtermap"]) if api == "task" else rng.choice(["pipeline", "window"])
     partitions = rng.randint(1, 8)
-    count = messages if messages is not None else rng.choice([40, 120, 300, 600])
+    count = messages if messages is not None else rng.choice([40, 120, 300])
     keys = rng.randint(1, 12)
     skew = rng.random() < 0.5
     bounded = True if kind == "window" else rng.random() < 0.4
-    chunks = 1 if bounded else rng.randint(1, 3)
-    # Batches per run stay ≤ ~40 (each batch has a fixed cost of a few hundred ms): "tiny" caps are
-    # as small as that allows, "large" ones take a partition in one batch.
+    chunks = 1 if bounded else rng.randint(1, 2)
+    # Batches per run stay ≤ ~8 (each batch has a fixed cost of a second or more on a busy 2-core
+    # machine): "tiny" caps are as small as that allows, "large" ones take a partition in one batch.
     per_partition = max(1, math.ceil(count / max(1, partitions)))
-    tiny = max(1, math.ceil(per_partition / 40))
+    tiny = max(1, math.ceil(per_partition / 8))
     max_batch = rng.choice([tiny, tiny, max(tiny, per_partition // 5), max(tiny, per_partition // 2), 100_000])
     event_order = rng.choice(["sorted", "shuffled"])
     late = api == "app" and rng.random() < 0.4
@@ -205,7 +205,25 @@ def _pick_fault(rng: random.Random, scenario: Scenario, fault: str | None) -> No
     scenario.fault_delay_s = round(rng.uniform(3.0, 20.0), 1)
     if chosen == "azurite-restart" and scenario.output != "blob":
         scenario.blob_store = "azure"         # the fault needs something on Azure
-    if chosen == "lost-state":
+    if chosen in ("lost-state", "deleted-snapshot"):
         scenario.backup = True                # without a backup a lost disk loses state by definition
-    if chosen == "replay-spark-batch" and scenario.fault_phase == scenario.chunks - 1 and not scenario.bounded:
-        scenario.chunks += 1                  # a replay needs a run after the one whose commit is dropped
+    if chosen == "deleted-snapshot" and scenario.api == "task":
+        scenario.kind = "count"               # the fault needs a store with snapshots
+
+
+def scale_scenario(seed: int = 100_000, messages: int = 100_000) -> Scenario:
+    """The CI scale scenario: ``messages`` messages through a two-stage application with a broadcast
+    join and tumbling windows, written as gzip Avro to Azure blobs, no fault, checked exactly."""
+    rng = random.Random(seed)
+    partitions, keys, stage2 = 4, 50, 2
+    names = [f"k{i}" for i in range(keys)]
+    scenario = Scenario(seed=seed, api="app", kind="window", partitions=partitions, keys=keys, bounded=True,
+                        chunks=1, max_batch=20_000, event_order="sorted", late=False, store="rocksdb", backup=True,
+                        blob_store="azure", output="blob", blob_format="avro", blob_gzip=True,
+                        blob_flush_threshold=64 * 1024, blob_rollover="count", blob_rollover_value=400,
+                        stage2_partitions=stage2, join="broadcast", window_size_ms=60_000,
+                        window_slide_ms=60_000)
+    scenario.messages = [InputMessage(i, names[rng.randrange(keys)], rng.randrange(1000), T0 + i * 10,
+                                      rng.randrange(partitions), 0) for i in range(messages)]
+    scenario.profiles = [Profile(name, f"c{rng.randrange(100)}", 0) for name in names if rng.random() < 0.9]
+    return scenario

@@ -1,0 +1,38 @@
+"""The CI sample of the fault harness: fixed seeds through ``sparza run`` subprocesses, each output
+checked exactly against the oracle, plus the scale scenario.
+
+Find them with ``pytest -m guarantees``. A failing seed prints its one-line reproduction. Seeds that
+fail on current code because of a known defect are ``xfail(strict=True)`` naming it, so they flip
+(and must be moved to the passing list) when the defect is fixed. ``make soak MINUTES=N`` runs random
+seeds for longer; docs/guarantees.md records what it found.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sparza.testing.harness import run_scenario
+from sparza.testing.scenario import generate, scale_scenario
+
+pytestmark = [pytest.mark.guarantees, pytest.mark.slow]
+
+# (seed, messages, fault): small inputs keep each scenario to a few `sparza run`s.
+SAMPLE = [
+    pytest.param(125, None, None, id="copy-bounded-delta"),
+]
+
+
+@pytest.mark.parametrize(("seed", "messages", "fault"), SAMPLE)
+def test_fixed_seed(seed: int, messages: int | None, fault: str | None, azurite, tmp_path) -> None:
+    outcome = run_scenario(generate(seed, messages=messages, fault=fault), azurite, tmp_path,
+                           messages_override=messages, fault_override=fault)
+    assert outcome.ok, outcome.report()
+
+
+def test_scale_two_stages_broadcast_join_windows_to_azure_blobs(azurite, tmp_path) -> None:
+    """≥ 100k messages through two stages with a broadcast join, tumbling windows and gzip Avro
+    blobs (rolled over by count), no fault: every window exact."""
+    scenario = scale_scenario()
+    outcome = run_scenario(scenario, azurite, tmp_path)
+    assert outcome.ok, outcome.report()
+    assert outcome.comparison is not None and outcome.comparison.actual > 0
