@@ -17,8 +17,12 @@ from sparza.testing.scenario import generate, scale_scenario
 pytestmark = [pytest.mark.guarantees, pytest.mark.slow]
 
 # (seed, messages, fault): small inputs keep each scenario to a few `sparza run`s.
+_PARTITIONED_JOIN = ("defect: an application cannot join a partitioned adjunct table: the planner builds each "
+                     "stage's task.inputs from the graph, so stores.<t>.adstore.input is never a job input and "
+                     "`sparza run` exits 2 with a config error")
 SAMPLE = [
-    pytest.param(125, None, None, id="copy-bounded-delta"),
+    pytest.param(122, None, "none", id="pipeline-partitioned-join", marks=pytest.mark.xfail(
+        strict=True, reason=_PARTITIONED_JOIN)),
 ]
 
 

@@ -131,9 +131,6 @@ class _Job:
             "app.harness.kind": s.kind,
             "metrics.reporter.jsonl.path": root / "metrics.jsonl",
             "task.testing.fail.once.file": "",
-            # A busy machine starts Python workers slowly; Spark's 15 s default then fails the query
-            # with "Python worker failed to connect back", which says nothing about sparza.
-            "spark.python.authenticate.socketTimeout": "120s",
         }
         if s.bounded:
             v["systems.delta.streams.in.bounded"] = "true"
@@ -535,7 +532,9 @@ def soak(minutes: float, base: Path, *, seeds: list[int] | None = None, keep: bo
         while time.monotonic() < deadline:
             seed = queue.pop(0) if queue else rng.randrange(1, 10**9)
             workdir = base / f"seed-{seed}"
-            outcome = run_scenario(generate(seed), azurite, workdir)
+            scenario = generate(seed)
+            print(f"start {scenario.describe()}", flush=True)
+            outcome = run_scenario(scenario, azurite, workdir)
             outcomes.append(outcome)
             print(outcome.report(), flush=True)
             if outcome.ok and not keep:
