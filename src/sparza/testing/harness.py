@@ -81,14 +81,23 @@ class Outcome:
     messages_override: int | None = None
     fault_override: str | None = None
 
+    inconclusive: bool = False
+    """Spark itself could not start the job's Python workers, even after restarts (an overloaded
+    machine): the scenario proves nothing either way and counts neither as a pass nor as a fail."""
+
     @property
     def ok(self) -> bool:
         """True when nothing went wrong."""
         return not self.problems
 
+    @property
+    def verdict(self) -> str:
+        """``PASS``, ``FAIL`` or ``INCONCLUSIVE``."""
+        return "INCONCLUSIVE" if self.inconclusive else ("PASS" if self.ok else "FAIL")
+
     def report(self) -> str:
         """A few lines for humans: the scenario, the verdict, the problems, how to reproduce."""
-        lines = [f"{'PASS' if self.ok else 'FAIL'} {self.scenario.describe()} ({self.seconds:.0f}s)"]
+        lines = [f"{self.verdict} {self.scenario.describe()} ({self.seconds:.0f}s)"]
         lines += [f"  problem: {p}" for p in self.problems]
         lines += [f"  note: {n}" for n in self.notes]
         if not self.ok:
@@ -282,12 +291,14 @@ class _Job:
         something the job must survive anyway, and the failure says nothing about sparza."""
         once = self.once_args()
         record = self.wait(label, self.spawn(label, config_path, *once, *extra))
-        for attempt in (1, 2):
+        for attempt in (1, 2, 3):
             if record.returncode == 0 or not _transient(record.log):
                 break
             self.notes.append(f"run '{label}' hit Spark's '{_TRANSIENT}'; restarted ({attempt})")
             record = self.wait(f"{label}-again{attempt}", self.spawn(f"{label}-again{attempt}", config_path,
                                                                       *once, *extra))
+        if record.returncode != 0 and _transient(record.log):
+            raise _SparkStartFailure(f"run '{label}': Spark could not start its Python workers 4 times")
         return record
 
     def once_args(self) -> tuple[str, ...]:
@@ -308,6 +319,10 @@ def _json_key_partition(key: str, partitions: int) -> int:
 
 
 _TRANSIENT = "Python worker failed to connect back"
+
+
+class _SparkStartFailure(RuntimeError):
+    """Spark failed to start Python workers again and again: the scenario is inconclusive."""
 
 
 def _transient(log: Path) -> bool:
@@ -501,6 +516,9 @@ def run_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messages_ov
             # The damage was done after the last run: one more run must repair it.
             _expect_clean(outcome, job.run("final"))
         _check(job, outcome)
+    except _SparkStartFailure as exc:
+        outcome.inconclusive = True
+        outcome.notes.append(f"inconclusive: {exc}")
     except Exception as exc:  # a harness error is a failed scenario too, reported with its seed
         outcome.problems.append(f"harness error: {type(exc).__name__}: {exc}")
     finally:
@@ -543,8 +561,11 @@ def soak(minutes: float, base: Path, *, seeds: list[int] | None = None, keep: bo
                 break
     finally:
         azurite.stop()
-    failed = [o for o in outcomes if not o.ok]
-    print(f"\nsoak: {len(outcomes)} scenarios, {len(outcomes) - len(failed)} passed, {len(failed)} failed", flush=True)
+    failed = [o for o in outcomes if not o.ok and not o.inconclusive]
+    unsure = sum(1 for o in outcomes if o.inconclusive)
+    passed = len(outcomes) - len(failed) - unsure
+    print(f"\nsoak: {len(outcomes)} scenarios, {passed} passed, {len(failed)} failed, {unsure} inconclusive "
+          f"(Spark could not start Python workers)", flush=True)
     for o in failed:
         print("  " + reproduce_command(o.scenario.seed), flush=True)
     return outcomes
