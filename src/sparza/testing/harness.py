@@ -305,7 +305,7 @@ class _Job:
         """``--once`` except for a bounded job's first run, which must end by itself. A bounded job
         started again after it ended has nothing to plan and does not stop by itself (see
         docs/guarantees.md), so later runs use ``--once``."""
-        return () if self.s.bounded and not self.runs else ("--once",)
+        return () if self.s.bounded and not self.runs and not self.s.once_always else ("--once",)
 
     def variant(self, name: str, **overrides: str) -> Path:
         """A copy of the config with some keys changed (a poison id, a fault point)."""

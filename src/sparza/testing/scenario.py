@@ -79,6 +79,7 @@ class Scenario:
     fault_phase: int = 0
     fail_step: str = "after-flush"
     fault_delay_s: float = 0.0
+    once_always: bool = False     # every run with --once (stages one after the other: fewer Spark workers)
     messages: list[InputMessage] = field(default_factory=list)
     profiles: list[Profile] = field(default_factory=list)
 
@@ -222,7 +223,7 @@ def scale_scenario(seed: int = 100_000, messages: int = 100_000) -> Scenario:
                         blob_store="azure", output="blob", blob_format="avro", blob_gzip=True,
                         blob_flush_threshold=64 * 1024, blob_rollover="count", blob_rollover_value=400,
                         stage2_partitions=stage2, join="broadcast", window_size_ms=60_000,
-                        window_slide_ms=60_000)
+                        window_slide_ms=60_000, once_always=True)
     scenario.messages = [InputMessage(i, names[rng.randrange(keys)], rng.randrange(1000), T0 + i * 10,
                                       rng.randrange(partitions), 0) for i in range(messages)]
     scenario.profiles = [Profile(name, f"c{rng.randrange(100)}", 0) for name in names if rng.random() < 0.9]
