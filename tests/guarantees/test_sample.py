@@ -21,6 +21,7 @@ _PARTITIONED_JOIN = ("defect: an application cannot join a partitioned adjunct t
                      "stage's task.inputs from the graph, so stores.<t>.adstore.input is never a job input and "
                      "`sparza run` exits 2 with a config error")
 SAMPLE = [
+    pytest.param(669040315, None, None, id="count-rocksdb-kill9"),
     pytest.param(122, None, "none", id="pipeline-partitioned-join", marks=pytest.mark.xfail(
         strict=True, raises=AssertionError, reason=_PARTITIONED_JOIN)),
 ]
