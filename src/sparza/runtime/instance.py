@@ -43,6 +43,14 @@ from sparza.streams import (
     SystemStreamPartition,
 )
 from sparza.systems import SupportsPartitionCount, Transaction, get_system_factory, load_object
+from sparza.task import (
+    ClosableTask,
+    EndOfStreamListenerTask,
+    InitableTask,
+    StreamTask,
+    WatermarkListenerTask,
+    WindowableTask,
+)
 
 __all__ = ["BatchResult", "TaskInstance", "get_instance"]
 
@@ -59,6 +67,8 @@ class BatchResult:
     processed: int = 0
     dropped: int = 0
     ignored: int = 0
+    late: int = 0  # messages event-time operators found late (their windows had fired): dropped or routed
+    late_routed: int = 0  # of those, routed to task.late.messages.stream
     ended: bool = False
     shutdown: bool = False
     process_ms: float = 0.0
@@ -187,7 +197,11 @@ class TaskInstance:
         if any(cfg.get_bool(f"systems.{s.system}.streams.{s.stream}.samza.intermediate", False) for s in self.ssps):
             return True
         task_cls = load_object(self.job.task_class, "task.class") if self.job.task_class else None
-        return task_cls is not None and hasattr(task_cls, "on_watermark")
+        if task_cls is None:
+            return False
+        if isinstance(task_cls, type):
+            return issubclass(task_cls, WatermarkListenerTask)
+        return isinstance(task_cls, WatermarkListenerTask)
 
     def _new_task(self) -> Any:
         target = self.job.task_class
@@ -195,7 +209,7 @@ class TaskInstance:
             raise RuntimeStateError("no task.class to run (app.class jobs are planned into stages first)")
         cls = load_object(target, "task.class")
         task = cls() if isinstance(cls, type) else cls
-        if not hasattr(task, "process"):
+        if not isinstance(task, StreamTask):
             from sparza.errors import ConfigError
 
             raise ConfigError("task.class", target, "a class with process(envelope, collector, coordinator)")
@@ -338,7 +352,7 @@ class TaskInstance:
 
                 self.control = TaskControl.restore(cp.control if cp else None, self.name, self.task_count,
                                                    self._control_ssps, self.job.config, self.metrics)
-            if hasattr(self.task, "init"):
+            if isinstance(self.task, InitableTask):
                 self.task.init(_Context(self))
         if self.control is not None:
             self.control.bind_metrics(self.metrics)  # the registry is fresh every batch
@@ -419,12 +433,9 @@ class TaskInstance:
                 envelope = envelope_cls(ssp, offset, key, value, ts,
                                         (len(raw_key) if raw_key else 0) + (len(raw_value) if raw_value else 0))
                 if control is not None:
+                    # Watermark bookkeeping only: lateness is decided by event-time operators (windows), so a
+                    # task or stage without one delivers every message whatever its event time.
                     control.on_envelope(envelope)
-                    if control.is_late(envelope):
-                        routed = control.on_late(envelope)
-                        if routed is not None:
-                            collector.send(routed)
-                        continue
                 try:
                     process(envelope, collector, coordinator)
                 except Exception as exc:
@@ -437,6 +448,9 @@ class TaskInstance:
         result.messages, result.processed, result.dropped, result.ignored = messages, processed, dropped, ignored_count
         self.metrics.counter("task", "messages-dropped").inc(dropped)
         self.metrics.counter("task", "exceptions-ignored").inc(ignored_count)
+        # Windows count late messages in the task's registry, which is fresh every batch.
+        result.late = self.metrics.counter("control", "late-messages").count
+        result.late_routed = self.metrics.counter("control", "late-messages-routed").count
         self._boundary_callbacks(split, cp, collector, coordinator, result)
         result.shutdown = coordinator.shutdown_requested
         return result
@@ -463,16 +477,16 @@ class TaskInstance:
         already = cp.ended if cp else False
         if control is not None:
             watermark = control.advance(split.planned_at)
-            if watermark is not None and hasattr(task, "on_watermark"):
+            if watermark is not None and isinstance(task, WatermarkListenerTask):
                 task.on_watermark(watermark, collector, coordinator)
         window_ms = self.job.window_ms
         # The window timer starts with the task's first batch (as Samza's starts with the container).
         last_window = (cp.window_at_ms if cp else 0) or split.planned_at
         self._window_at = last_window
-        if window_ms > 0 and hasattr(task, "window") and split.planned_at - last_window >= window_ms:
+        if window_ms > 0 and isinstance(task, WindowableTask) and split.planned_at - last_window >= window_ms:
             task.window(collector, coordinator)
             self._window_at = split.planned_at
-        if ended and not already and hasattr(task, "on_end_of_stream"):
+        if ended and not already and isinstance(task, EndOfStreamListenerTask):
             task.on_end_of_stream(collector, coordinator)
         result.ended = ended or already
         if control is not None:
@@ -489,7 +503,7 @@ class TaskInstance:
         killed by Spark at any time, so close is not guaranteed there (as documented in ``sparza.task``).
         """
         task = self.task
-        if task is not None and hasattr(task, "close"):
+        if isinstance(task, ClosableTask):
             try:
                 task.close()
             except Exception:

@@ -197,13 +197,16 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
 
         job = JobConfig.from_config(self.config)
         checkpoints = checkpoint_store_from_config(self.config, job.job_key).read_all()
-        return self.planner().initial(checkpoints)  # type: ignore[no-any-return]
+        return self.planner().initial(checkpoints).to_json()  # type: ignore[no-any-return]
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """The next batch's plan (``start`` when there is nothing new, or a stop was requested)."""
         if self.stop_file and os.path.exists(self.stop_file):
             return start
-        return self.planner().next(start, int(time.time() * 1000))  # type: ignore[no-any-return]
+        from sparza.runtime.planner import BatchPlan
+
+        planned = self.planner().next(BatchPlan.from_json(start), int(time.time() * 1000))
+        return planned.to_json()  # type: ignore[no-any-return]
 
     def prepareForTriggerAvailableNow(self) -> None:
         """``--once``: plan only up to what exists now."""
@@ -211,20 +214,23 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
 
     def partitions(self, start: dict, end: dict) -> list[TaskSplit]:
         """One split per task, in task order."""
+        from sparza.runtime.planner import BatchPlan
+
         planner = self.planner()
+        before, after = BatchPlan.from_json(start), BatchPlan.from_json(end)
         splits = []
         for i, task in enumerate(planner.tasks):
-            before = start["tasks"].get(task.name, {"offsets": {}})["offsets"]
-            after = end["tasks"][task.name]
+            was = before.task(task.name).offsets
+            now = after.tasks[task.name]
             names = task.ssp_keys()
             bounded = {str(s): planner.bounded_end(s) for s in task.ssps if planner.bounded_end(s) is not None}
-            if "bounded_ends" in after:  # a replayed intent decides end-of-stream as its first attempt did
-                bounded = {k: v for k, v in after["bounded_ends"].items() if k in bounded}
+            if now.bounded_ends is not None:  # a replayed intent decides end-of-stream as its first attempt did
+                bounded = {k: v for k, v in now.bounded_ends.items() if k in bounded}
             splits.append(TaskSplit(
-                index=i, task=task.name, seq=int(end["seq"]),
-                planned_at=int(after.get("planned_at", end["planned_at"])), ssps=names,
-                starts=[before.get(n, after["offsets"][n]) for n in names],
-                ends=[after["offsets"][n] for n in names], ended=bool(after.get("ended")), bounded_ends=bounded))
+                index=i, task=task.name, seq=after.seq,
+                planned_at=now.planned_at_ms if now.planned_at_ms is not None else after.planned_at_ms, ssps=names,
+                starts=[was.get(n, now.offsets[n]) for n in names],
+                ends=[now.offsets[n] for n in names], ended=now.ended, bounded_ends=bounded))
         return splits
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
