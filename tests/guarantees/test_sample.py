@@ -22,6 +22,7 @@ _PARTITIONED_JOIN = ("defect: an application cannot join a partitioned adjunct t
                      "`sparza run` exits 2 with a config error")
 SAMPLE = [
     pytest.param(669040315, None, None, id="count-rocksdb-kill9"),
+    pytest.param(365773884, None, None, id="window-broadcast-join-lost-spark-checkpoint"),
     pytest.param(122, None, "none", id="pipeline-partitioned-join", marks=pytest.mark.xfail(
         strict=True, raises=AssertionError, reason=_PARTITIONED_JOIN)),
 ]
