@@ -161,6 +161,10 @@ define_key("serializers.registry.<name>.class", None, "Samza serde registry: a n
            "*.msg.serde, bound to a Samza SerdeFactory class or a built-in serde name.", _PKG)
 define_key("sensitive.<key>", None, "Samza's prefix for secret values (sensitive.systems.<container>.azureblob."
            "account.key): the value is used as <key> and never shown.", _PKG)
+define_key("stores.<store>.side.inputs", None, "Samza's side inputs: one system.stream that fills the store; "
+           "becomes stores.<store>.adstore.input (a partitioned adjunct store) and joins task.inputs.", _PKG)
+define_key("stores.<store>.side.inputs.processor.factory", None, "Samza's spelling of "
+           "stores.<store>.adstore.key.value.extractor.factory (a Python KeyValueExtractorFactory).", _PKG)
 for _alias, _target in KEY_ALIASES.items():
     define_key(_alias, None, f"Samza's spelling of {_target}.", _PKG)
 
@@ -249,6 +253,8 @@ def translate(config: Mapping[str, str]) -> Translation:
             if values.get(target) == values[alias]:
                 del values[alias]
 
+    _side_inputs(values, notes)
+
     default_backup = values.get("stores.backup.factories")
     if default_backup:
         for store in sorted(_store_names(values)):
@@ -281,6 +287,42 @@ def translate(config: Mapping[str, str]) -> Translation:
     _check_backups(values, notes)
     _resolve_serde_names(values, notes)
     return Translation(Config(values), tuple(notes))
+
+
+_SIDE_INPUTS = re.compile(r"^stores\.([^.]+)\.side\.inputs$")
+
+
+def _side_inputs(values: dict[str, str], notes: list[Note]) -> None:
+    """Samza's side-input stores become partitioned adjunct stores: ``stores.<s>.side.inputs`` (one
+    ``system.stream``) is ``stores.<s>.adstore.input``, and the stream joins ``task.inputs`` as Samza adds
+    side inputs to the job's inputs; the processor factory is the adjunct store's extractor factory."""
+    for key in sorted(k for k in values if _SIDE_INPUTS.match(k)):
+        store = key.split(".")[1]
+        streams = [v.strip() for v in values[key].split(",") if v.strip()]
+        if len(streams) != 1 or "." not in streams[0]:
+            notes.append(Note(key, "error", f"{values[key]!r}: sparza fills a side-input (adjunct) store from "
+                                            "exactly one system.stream; give each stream its own store"))
+            continue
+        target = f"stores.{store}.adstore.input"
+        _set(values, notes, key, target, streams[0], secret=False)
+        if values.get(target) != streams[0]:
+            continue
+        del values[key]
+        listed = {item.strip().split("#")[0] for name in ("task.inputs", "task.broadcast.inputs")
+                  for item in values.get(name, "").split(",") if item.strip()}
+        if streams[0] not in listed:
+            values["task.inputs"] = ",".join([*(v.strip() for v in values.get("task.inputs", "").split(",")
+                                                if v.strip()), streams[0]])
+            notes.append(Note("task.inputs", "info", f"{streams[0]} added: the side input of store {store} "
+                                                     "(Samza adds side inputs to the job's inputs)"))
+        factory = f"stores.{store}.side.inputs.processor.factory"
+        if factory in values:
+            extractor = f"stores.{store}.adstore.key.value.extractor.factory"
+            _set(values, notes, factory, extractor, values[factory], secret=False)
+            if values.get(extractor) == values[factory]:
+                del values[factory]
+                notes.append(Note(extractor, "warning", "a side-input processor is a KeyValueExtractorFactory "
+                                                        "in sparza (get_key / get_value per message)"))
 
 
 def _set(values: dict[str, str], notes: list[Note], source: str, target: str, value: str, *, secret: bool) -> None:

@@ -174,3 +174,19 @@ def test_migrate_drops_samza_only_keys_and_replaces_the_changelog(tmp_path):
     assert migration.values["job.checkpoint.factory"] == "blobstore"
     assert "task.checkpoint.factory" not in migration.values
     assert not migration.to_fix, migration.to_fix
+
+
+def test_side_inputs_become_partitioned_adjunct_stores(tmp_path):
+    from sparza.state.adjunct import AdjunctConfig
+
+    config = _job(tmp_path, **{"stores.profiles.side.inputs": "delta.profiles",
+                               "stores.profiles.side.inputs.processor.factory": "examples.x.ProfileExtractor",
+                               "stores.profiles.key.serde": "string"})
+    job = JobConfig.from_config(config)
+    assert job.config["task.inputs"] == "delta.events,delta.profiles"
+    spec = AdjunctConfig.from_config(job.config).store("profiles")
+    assert spec is not None and str(spec.stream) == "delta.profiles" and not spec.broadcast
+    assert spec.extractor_factory == "examples.x.ProfileExtractor"
+    assert check_config(config).ok
+    two = translate(Config({"stores.p.side.inputs": "delta.a,delta.b"}))
+    assert two.errors and "exactly one system.stream" in two.errors[0].message
