@@ -285,9 +285,7 @@ def _check_values(config: Config, report: CheckReport) -> None:
 def validate_for_run(config: Mapping[str, str], warn: Callable[[str], None] | None = None) -> Config:
     """What ``sparza run`` does first: check every key, raise the first problem as :class:`ConfigError`,
     pass each warning to ``warn`` once, and return the config in sparza's spelling."""
-    translation = translate(config)
-    translation.raise_first_error()
-    report = check_config(config)
+    report = check_config(config)  # translation errors come first among its problems
     if report.problems:
         raise report.problems[0]
     if warn is not None:

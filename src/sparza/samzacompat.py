@@ -242,7 +242,8 @@ def translate(config: Mapping[str, str]) -> Translation:
     values = dict(config.items())
     notes: list[Note] = []
 
-    for key in [k for k in values if k.startswith(SENSITIVE_PREFIX)]:
+    # sensitive.streams.<x>.eventhubs.* is read with its prefix by the Event Hubs mapping (pass-through).
+    for key in [k for k in values if k.startswith(SENSITIVE_PREFIX) and not k.startswith("sensitive.streams.")]:
         target = key[len(SENSITIVE_PREFIX):]
         _set(values, notes, key, target, values[key], secret=True)
 
