@@ -242,13 +242,13 @@ def check_config(config: Mapping[str, str]) -> CheckReport:
             report.keys.append(KeyReport(key, value, status, entry.key, entry.description, entry.default,
                                          entry.package))
             continue
-        if key.startswith(FREE_FORM):
-            report.keys.append(KeyReport(key, value, "free-form", meaning="application or Spark setting"))
-            continue
         unused = next((p for p in SAMZA_UNUSED if _regex(p).match(key)), None)
         if unused is not None:
             report.keys.append(KeyReport(key, value, "samza-unused", unused, SAMZA_UNUSED[unused]))
             report.warnings.append(f"{key}: a Samza key sparza does not use ({SAMZA_UNUSED[unused]})")
+            continue
+        if key.startswith(FREE_FORM):
+            report.keys.append(KeyReport(key, value, "free-form", meaning="application or Spark setting"))
             continue
         if key.split(".", 1)[0] not in OWNED_NAMESPACES:
             report.keys.append(KeyReport(key, value, "unused", meaning="not a sparza namespace"))

@@ -124,9 +124,11 @@ def test_free_form_pass_through_and_samza_unused_keys(tmp_path):
         "systems.kafka.consumer.fetch.min.bytes": "1", "systems.kafka.producer.linger.ms": "5",
         "streams.clicks.eventhubs.namespace": "ns", "sensitive.streams.clicks.eventhubs.sas.key": "k",
         "job.factory.class": "org.apache.samza.job.yarn.YarnJobFactory", "stores.counts.changelog": "kafka.c",
-        "yarn.package.path": "x.tgz", "my.own.key": "1"}), warn=warned.append)
+        "yarn.package.path": "x.tgz", "my.own.key": "1",
+        "app.runner.class": "org.apache.samza.runtime.RemoteApplicationRunner"}), warn=warned.append)
     assert config["app.anything.goes"] == "1"
-    assert len(warned) == 4, warned
+    assert len(warned) == 5, warned
+    assert any(w.startswith("app.runner.class") for w in warned)  # Samza's app.* keys are known, not free-form
     assert any(w.startswith("job.factory.class") for w in warned)
     assert any(w.startswith("stores.counts.changelog") and "backup.factories" in w for w in warned)
     assert any(w.startswith("my.own.key") and "not read by sparza" in w for w in warned)
