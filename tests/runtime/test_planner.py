@@ -3,10 +3,12 @@ starting offsets from task checkpoints, and no new plan when nothing changed."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from examples.keyed_count.load import append_messages
 
 from sparza.config import Config
-from sparza.runtime import JobConfig, TaskCheckpoint
+from sparza.runtime import Intent, JobConfig, TaskCheckpoint
 from sparza.runtime.inputs import InputSystems
 from sparza.runtime.planner import BatchPlanner
 from sparza.streams import OutgoingMessageEnvelope, SystemStream
@@ -72,8 +74,8 @@ def test_an_open_intent_is_replanned_exactly_once_with_its_planned_at(make_job):
     config = make_job(partitions=1, **{"task.max.batch.messages": "250"})
     append_messages(config, 600, 3, commit_size=200)
     # Batch 8 flushed outputs for 1:0 -> 2:50 but never committed; Spark's offset log of it is gone.
-    intent = {"batch": 8, "planned_at": 4_242, "starts": {"delta.events#0": "1:0"},
-              "ends": {"delta.events#0": "2:50"}}
+    intent = Intent(batch=8, planned_at_ms=4_242, starts={"delta.events#0": "1:0"},
+                    ends={"delta.events#0": "2:50"})
     cp = TaskCheckpoint("Partition 0", batch=0, generation=0, offsets={}, pending=intent)
     assert not cp.committed and cp.open_intent() == intent
     start = _planner(config).initial({"Partition 0": cp})
@@ -108,8 +110,7 @@ def test_an_intent_of_a_first_batch_starts_where_the_intent_says_and_new_ssps_st
     # offset.default upcoming: re-computing the start after a crash would skip the flushed range.
     config = make_job(partitions=1, **{"systems.delta.samza.offset.default": "upcoming"})
     append_messages(config, 100, 2, commit_size=100)  # version 1
-    intent = {"batch": 1, "planned_at": 7, "starts": {"delta.events#0": "1:0"}, "ends": {"delta.events#0": "1:60"},
-              "bounded_ends": {}}
+    intent = Intent(batch=1, planned_at_ms=7, starts={"delta.events#0": "1:0"}, ends={"delta.events#0": "1:60"})
     first_batch = TaskCheckpoint("Partition 0", batch=0, generation=0, offsets={}, pending=intent)
     append_messages(config, 100, 2, start=100, commit_size=100)  # version 2: upcoming has moved on
     planner = _planner(config)
@@ -122,7 +123,7 @@ def test_an_intent_of_a_first_batch_starts_where_the_intent_says_and_new_ssps_st
     wider = make_job(partitions=1, **{"task.inputs": "delta.events,delta.counts"})
     append_messages(wider, 10, 2, start=200, commit_size=10)
     committed = TaskCheckpoint("Partition 0", batch=4, generation=0, offsets={"delta.events#0": "1:0"},
-                               pending={**intent, "batch": 5})
+                               pending=dataclasses.replace(intent, batch=5))
     planner = _planner(wider)
     start = planner.initial({"Partition 0": committed})
     replay = planner.next(start, 50)

@@ -60,7 +60,7 @@ def test_replayed_batch_is_skipped(spark, make_job, work_dir):
     for crc in (spark_dir / "commits").glob(f".{commits[-1].name}.crc"):
         crc.unlink()
     replay = _run(spark, config)
-    assert replay.last_results and {r.status for r in replay.last_results} == {"skipped"}
+    assert replay.last_results and {r.status.value for r in replay.last_results} == {"skipped"}
     counts, rows = final_counts(config)
     assert counts == expected_counts(600, 5)
     assert rows == 600
@@ -79,7 +79,7 @@ def test_lost_spark_checkpoint_after_a_half_committed_batch_repeats_exactly_that
     failed_task = marker.read_text().strip()
     stored = checkpoint_store_from_config(config, "kc-1").read_all()
     intent = stored[failed_task].open_intent()
-    assert intent is not None and intent["batch"] == 1  # recorded before the flush that reached the output
+    assert intent is not None and intent.batch == 1  # recorded before the flush that reached the output
     shutil.rmtree(failing.spark_checkpoint_dir)
     append_messages(config, 400, 5, start=600, commit_size=400)
     _run(spark, config)

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparza.config import Config
+from sparza.runtime.commit import BatchStatus
 from sparza.runtime.errors import ProcessingError
 from sparza.runtime.instance import BatchResult, get_instance, split_from_marker
 from sparza.runtime.jobconfig import JobConfig
@@ -41,7 +42,7 @@ RESULT_ARROW_SCHEMA = pa.schema([
 
 def _to_batch(result: BatchResult) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([{
-        "task": result.task, "seq": result.seq, "status": result.status, "messages": result.messages,
+        "task": result.task, "seq": result.seq, "status": result.status.value, "messages": result.messages,
         "processed": result.processed, "dropped": result.dropped, "ignored": result.ignored,
         "ended": result.ended, "shutdown": result.shutdown, "process_ms": result.process_ms,
         "commit_ms": result.commit_ms, "error": result.error, "metrics": json.dumps(result.metrics, default=str),
@@ -51,7 +52,8 @@ def _to_batch(result: BatchResult) -> pa.RecordBatch:
 
 def result_from_row(row: Any) -> BatchResult:
     """A driver-side :class:`BatchResult` from a collected result row."""
-    return BatchResult(task=row["task"], seq=int(row["seq"]), status=row["status"], messages=int(row["messages"]),
+    return BatchResult(task=row["task"], seq=int(row["seq"]), status=BatchStatus(row["status"]),
+                       messages=int(row["messages"]),
                        processed=int(row["processed"]), dropped=int(row["dropped"]), ignored=int(row["ignored"]),
                        ended=bool(row["ended"]), shutdown=bool(row["shutdown"]),
                        process_ms=float(row["process_ms"]), commit_ms=float(row["commit_ms"]), error=row["error"],
@@ -75,7 +77,7 @@ def make_task_runner(config_values: dict[str, str], spark_batch_id: int, generat
         try:
             result = instance.run_batch(split, rows, spark_batch_id=spark_batch_id, generation=generation)
         except ProcessingError as exc:
-            result = BatchResult(split.task, split.seq, "failed", error=str(exc))
+            result = BatchResult(split.task, split.seq, BatchStatus.FAILED, error=str(exc))
         yield _to_batch(result)
 
     return run_tasks

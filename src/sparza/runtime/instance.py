@@ -1,28 +1,24 @@
-"""One task's batch on an executor: restore, process, flush, back up, checkpoint — in that order.
+"""One task's batch on an executor: restore, process, then commit (:mod:`sparza.runtime.commit`).
 
-:meth:`TaskInstance.run_batch` is Samza's TaskInstance commit lifecycle on a batch boundary:
+:meth:`TaskInstance.run_batch` is Samza's TaskInstance lifecycle on a batch boundary:
 
 1. read the task checkpoint; a checkpoint already at this batch means a replay: skip it;
 2. bring the stores to the checkpoint's snapshots (reuse the local dir when it matches);
 3. deliver every message in order (control messages go to :class:`~sparza.control.TaskControl`);
 4. end-of-stream, watermark and window callbacks, decided from the plan (never the local clock);
-5. record the batch's range as the task's intent (``TaskCheckpoint.pending``), then flush the producers
-   with the transaction ``(<job>/<task>, batch)`` — a replay commits nothing twice, and a re-planned
-   batch after a lost Spark checkpoint dir repeats exactly the intended range;
-6. checkpoint and upload the stores, then write the task checkpoint (conditional on the version
-   read in step 1 and the coordinator generation), then clean up old snapshots.
+5. commit with :class:`~sparza.runtime.commit.TaskCommit`: intent, flush, adjunct, snapshot, task
+   checkpoint, cleanup — numbered steps, each a fault point of the guarantees harness.
 
 Task objects are cached per worker process and reused only while their in-memory view matches the
-checkpoint; any failure drops them, so a retry starts from the committed state.
+checkpoint; any failure abandons what the task sent and drops the in-memory task, so a retry starts
+from the committed state and leaves nothing of the failed attempt visible.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import logging
-import os
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -30,9 +26,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparza.config import Config, define_key
+from sparza.config import Config
 from sparza.metrics import MetricsRegistry
-from sparza.runtime.checkpoint import CheckpointStore, TaskCheckpoint, checkpoint_store_from_config
+from sparza.runtime.checkpoint import CheckpointStore, Intent, TaskCheckpoint, checkpoint_store_from_config
+from sparza.runtime.commit import BatchStatus, TaskCommit
 from sparza.runtime.errors import ProcessingError, RuntimeStateError
 from sparza.runtime.jobconfig import JobConfig
 from sparza.runtime.source import MARKER_SSP, TaskSplit
@@ -51,18 +48,13 @@ __all__ = ["BatchResult", "TaskInstance", "get_instance"]
 
 _log = logging.getLogger(__name__)
 
-define_key("task.testing.fail.once.file", None,
-           "Testing only: the first task to create this file fails once after flushing its producers and before "
-           "writing its checkpoint (proves Spark retries are exact).", "runtime")
-
-
 @dataclass
 class BatchResult:
     """What a task reports to the driver for one batch."""
 
     task: str
     seq: int
-    status: str  # committed | skipped | failed
+    status: BatchStatus
     messages: int = 0
     processed: int = 0
     dropped: int = 0
@@ -253,12 +245,12 @@ class TaskInstance:
         all for a replayed batch."""
         self.metrics = MetricsRegistry()
         self.stores.metrics = self.metrics
-        result = BatchResult(self.name, split.seq, "committed", offsets=split.end_offsets())
+        result = BatchResult(self.name, split.seq, BatchStatus.COMMITTED, offsets=split.end_offsets())
         versioned = self.checkpoints.read(self.name)
         stored = versioned.checkpoint if versioned else None
         cp = stored if stored is not None and stored.committed else None  # what was committed
         if cp is not None and cp.batch >= split.seq:
-            result.status = "skipped"
+            result.status = BatchStatus.SKIPPED
             result.ended = cp.ended
             self.metrics.counter("task", "batches-skipped").inc()
             result.metrics = self.metrics.snapshot()
@@ -304,19 +296,19 @@ class TaskInstance:
             return split.seq
         starts = split.start_offsets()
         ends = split.end_offsets()
-        gone = sorted(s for s in intent["starts"] if s not in starts)
+        gone = sorted(s for s in intent.starts if s not in starts)
         if gone:
             raise RuntimeStateError(
-                f"task '{self.name}' flushed outputs for batch {intent['batch']} reading {', '.join(gone)}, which it "
+                f"task '{self.name}' flushed outputs for batch {intent.batch} reading {', '.join(gone)}, which it "
                 "no longer reads, and that batch never committed. Put those inputs back until it has, or accept "
                 f"that its outputs may be repeated: sparza checkpoints drop-intent --task '{self.name}'")
-        same = (all(starts[s] == v and ends[s] == intent["ends"][s] for s, v in intent["starts"].items())
-                and all(starts[s] == ends[s] for s in starts if s not in intent["starts"]))
+        same = (all(starts[s] == v and ends[s] == intent.ends[s] for s, v in intent.starts.items())
+                and all(starts[s] == ends[s] for s in starts if s not in intent.starts))
         if same:
-            return int(intent["batch"])
+            return intent.batch
         raise RuntimeStateError(
-            f"task '{self.name}' began flushing outputs for batch {intent['batch']} (offsets {intent['starts']} "
-            f"to {intent['ends']}) without committing it, but batch {split.seq} covers {starts} to {ends}: "
+            f"task '{self.name}' began flushing outputs for batch {intent.batch} (offsets {intent.starts} "
+            f"to {intent.ends}) without committing it, but batch {split.seq} covers {starts} to {ends}: "
             "its outputs would be repeated or lost. Restart the job so the batch is re-planned from the task "
             "checkpoints; if the input was truncated past those offsets, accept repeated outputs with "
             f"sparza checkpoints drop-intent --task '{self.name}'")
@@ -513,45 +505,26 @@ class TaskInstance:
 
     def _commit(self, split: TaskSplit, cp: TaskCheckpoint | None, etag: str | None, result: BatchResult,
                 spark_batch_id: int, generation: int, version: int) -> None:
-        if self._producers:
-            # The intent goes first: once any output of this batch may be visible, a restart must be able
-            # to re-plan exactly this range with this version (see TaskCheckpoint.pending).
-            intent = {"batch": version, "planned_at": split.planned_at,
-                      "starts": split.start_offsets(),
-                      "ends": split.end_offsets(),
-                      "bounded_ends": dict(split.bounded_ends)}
-            base = cp if cp is not None else TaskCheckpoint(task=self.name, batch=0, generation=generation, offsets={})
-            with self.metrics.timer("task", "intent-write-ms").time():
-                etag = self.checkpoints.write(dataclasses.replace(base, generation=generation, pending=intent), etag)
-        with self.metrics.timer("task", "flush-ms").time():
-            for producer in self._producers.values():
-                producer.flush(self.name, transaction=Transaction(self.app_id, version))
-        self._maybe_inject_failure()
-        adjunct_entry = self.adjunct.commit(split.seq) if self.adjunct is not None else None
-        previous = dict(cp.stores) if cp else {}
-        ids = self.stores.snapshot(split.seq, previous)
-        checkpoint = TaskCheckpoint(
-            task=self.name, batch=split.seq, generation=generation,
-            offsets=split.end_offsets(), stores=ids,
-            control=self.control.snapshot() if self.control is not None else None,
-            ended=result.ended, spark_batch_id=spark_batch_id, written_at_ms=int(time.time() * 1000),
-            window_at_ms=self._window_at, adjunct=adjunct_entry)
-        with self.metrics.timer("task", "checkpoint-write-ms").time():
-            self.checkpoints.write(checkpoint, etag)
-        self.committed_seq = split.seq
-        self.stores.committed(split.seq, ids)
+        commit = TaskCommit(task=self.name, config=self.job.config, checkpoints=self.checkpoints,
+                            metrics=self.metrics, stores=self.stores, adjunct=self.adjunct,
+                            producers=self._producers, transaction=Transaction(self.app_id, version),
+                            committed=cp, etag=etag, generation=generation)
+        commit.write_intent(Intent(batch=version, planned_at_ms=split.planned_at, starts=split.start_offsets(),
+                                   ends=split.end_offsets(), bounded_ends=dict(split.bounded_ends)))
+        commit.flush()
+        commit.commit_adjunct(split.seq)
+        commit.snapshot(split.seq)
 
-    def _maybe_inject_failure(self) -> None:
-        path = self.job.config.get_str("task.testing.fail.once.file", None)
-        if not path:
-            return
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            return
-        os.write(fd, f"{self.name}\n".encode())
-        os.close(fd)
-        raise RuntimeError(f"injected one-time failure in task '{self.name}' after flushing its producers")
+        def checkpoint(stores: dict[str, str], adjunct: dict[str, Any] | None) -> TaskCheckpoint:
+            return TaskCheckpoint(
+                task=self.name, batch=split.seq, generation=generation, offsets=split.end_offsets(), stores=stores,
+                control=self.control.snapshot() if self.control is not None else None, ended=result.ended,
+                spark_batch_id=spark_batch_id, window_at_ms=self._window_at, adjunct=adjunct)
+
+        commit.write_checkpoint(checkpoint)
+        # From here the batch is committed: an in-memory task that fails cleanup stays consistent with it.
+        self.committed_seq = split.seq
+        commit.cleanup(split.seq)
 
 
 _INSTANCES: dict[tuple[str, str], TaskInstance] = {}

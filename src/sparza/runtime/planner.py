@@ -97,9 +97,9 @@ class BatchPlanner:
                 if cp is not None and key in cp.offsets:
                     offsets[key] = cp.offsets[key]
                     continue
-                if intent is not None and key in intent["starts"]:
+                if intent is not None and key in intent.starts:
                     # First batch of this SSP, flushed but not committed: it started where the intent says.
-                    offsets[key] = intent["starts"][key]
+                    offsets[key] = intent.starts[key]
                     continue
                 pos = positions[ssp]
                 wants_oldest = self.spec(ssp).offset_default == "oldest" or ssp.system_stream in self._adjunct
@@ -112,13 +112,13 @@ class BatchPlanner:
                 seq = max(seq, cp.batch)
             if intent is not None:
                 # Later batches must use higher output versions than the intent's.
-                seq = max(seq, int(intent["batch"]) - 1)
-                if all(offsets.get(k) == v for k, v in intent["starts"].items()):
+                seq = max(seq, intent.batch - 1)
+                if all(offsets.get(k) == v for k, v in intent.starts.items()):
                     # SSPs the intent does not know (added since) stay put in the replayed batch;
                     # an SSP the task no longer reads makes the task refuse the batch (instance.py).
-                    ends = {k: intent["ends"].get(k, v) for k, v in offsets.items()}
-                    tasks[task.name]["replay"] = {"ends": ends, "planned_at": int(intent["planned_at"]),
-                                                  "bounded_ends": dict(intent.get("bounded_ends") or {})}
+                    ends = {k: intent.ends.get(k, v) for k, v in offsets.items()}
+                    tasks[task.name]["replay"] = {"ends": ends, "planned_at": intent.planned_at_ms,
+                                                  "bounded_ends": dict(intent.bounded_ends)}
         return {"seq": seq, "planned_at": 0, "tasks": tasks}
 
     def bounded_end(self, ssp: SystemStreamPartition) -> str | None:

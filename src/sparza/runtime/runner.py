@@ -27,6 +27,7 @@ from typing import Any
 
 from sparza.config import Config
 from sparza.metrics import JsonLinesReporter, MetricsRegistry, PrometheusExporter
+from sparza.runtime.commit import BatchStatus
 from sparza.runtime.errors import JobFailedError
 from sparza.runtime.executor import RESULT_SCHEMA, make_task_runner, result_from_row
 from sparza.runtime.inputs import InputSystems
@@ -144,7 +145,7 @@ class JobRunner:
             rows = df.mapInArrow(runner, RESULT_SCHEMA).collect()
             results = [result_from_row(r) for r in rows]
             self.last_results = results
-            failed = [r for r in results if r.status == "failed"]
+            failed = [r for r in results if r.status is BatchStatus.FAILED]
             if failed:
                 message = "; ".join(r.error or "failed" for r in failed)
                 self._failure = JobFailedError(message)
@@ -168,14 +169,14 @@ class JobRunner:
         self.metrics.counter(agg, "messages-dropped").inc(sum(r.dropped for r in results))
         self.metrics.counter(agg, "exceptions-ignored").inc(sum(r.ignored for r in results))
         self.metrics.counter(agg, "batches").inc()
-        self.metrics.counter(agg, "tasks-skipped").inc(sum(1 for r in results if r.status == "skipped"))
+        self.metrics.counter(agg, "tasks-skipped").inc(sum(1 for r in results if r.status is BatchStatus.SKIPPED))
         self.metrics.timer(agg, "batch-ms").update(elapsed_ms)
         commit_ms = max((r.commit_ms for r in results), default=0.0)
         self.metrics.timer(agg, "commit-ms").update(commit_ms)
         lag = self._lag(results)
         self.metrics.gauge(agg, "lag").set(-1 if lag is None else lag)
         seq = max((r.seq for r in results), default=0)
-        skipped = sum(1 for r in results if r.status == "skipped")
+        skipped = sum(1 for r in results if r.status is BatchStatus.SKIPPED)
         bootstrap = self._bootstrap.update(results)
         if bootstrap is not None:
             self.metrics.gauge(agg, "bootstrap-remaining").set(bootstrap[1] - bootstrap[0])
