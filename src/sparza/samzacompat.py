@@ -247,6 +247,15 @@ def translate(config: Mapping[str, str]) -> Translation:
         target = key[len(SENSITIVE_PREFIX):]
         _set(values, notes, key, target, values[key], secret=True)
 
+    # Samza's task.name.grouper.factory places tasks on containers (sparza's key of that name groups
+    # partitions into tasks): Spark and the job coordinator place tasks, so it has no effect here.
+    grouper = values.get("task.name.grouper.factory", "").strip()
+    if grouper.startswith(_SAMZA + "container.grouper.task."):
+        del values["task.name.grouper.factory"]
+        notes.append(Note("task.name.grouper.factory", "warning", f"{grouper} places tasks on Samza containers; "
+                                                                  "in sparza Spark and the job coordinator place "
+                                                                  "tasks, so it is not used"))
+
     for alias, target in KEY_ALIASES.items():
         if alias in values:
             # Moved, not copied: the translated config has one spelling, so translating it again is a no-op.

@@ -192,3 +192,15 @@ def test_side_inputs_become_partitioned_adjunct_stores(tmp_path):
     assert check_config(config).ok
     two = translate(Config({"stores.p.side.inputs": "delta.a,delta.b"}))
     assert two.errors and "exactly one system.stream" in two.errors[0].message
+
+
+def test_samza_groupers(tmp_path):
+    both = translate(Config({
+        "job.systemstreampartition.grouper.factory":
+            "org.apache.samza.container.grouper.stream.GroupByPartitionFactory",
+        "task.name.grouper.factory": "org.apache.samza.container.grouper.task.GroupByContainerCountFactory"}))
+    assert not both.errors and both.config["task.name.grouper.factory"] == "partition"
+    assert any(n.level == "warning" and "containers" in n.message for n in both.notes)
+    other = translate(Config({"job.systemstreampartition.grouper.factory":
+                              "org.apache.samza.container.grouper.stream.GroupBySystemStreamPartitionFactory"}))
+    assert other.errors and "GroupByPartition" in other.errors[0].message
