@@ -17,8 +17,12 @@ checkpoints_app = typer.Typer(help="Inspect task checkpoints.", no_args_is_help=
 
 def _load(config_path: str) -> object:
     from sparza.config import Config
+    from sparza.samzacompat import translate
 
-    return Config.load(config_path)
+    # Samza's spellings (e.g. task.checkpoint.factory class names) name the same checkpoints as sparza's.
+    translation = translate(Config.load(config_path))
+    translation.raise_first_error()
+    return translation.config
 
 
 def run(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML or .properties)."),
@@ -31,10 +35,11 @@ def run(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML
     """Run a job until stopped (SIGINT/SIGTERM finish the batch, commit and exit 0), or until every
     bounded input ended; with --once, until caught up. Exit codes: 0 clean stop, 1 job failed,
     2 bad config, 3 another processor holds the job (standalone: refused, or claim lost while running)."""
+    from sparza.config import Config
     from sparza.coordination.claim import ClaimError
     from sparza.runtime.app import run_config
 
-    cfg = _load(config)
+    cfg = Config.load(config)  # untranslated: run_config checks it and warns about Samza's spellings itself
     pid = processor_id or cfg.get_str("processor.id", None) or "0"  # type: ignore[attr-defined]
     try:
         outcome = run_config(cfg, master=master, processor_id=pid, once=once, stage=stage)  # type: ignore[arg-type]

@@ -152,7 +152,7 @@ class JobRunner:
                  generation: int = 0, status: Callable[[str], None] | None = None,
                  install_signal_handlers: bool = True, claim: bool | None = None) -> None:
         self.job = JobConfig.from_config(config)
-        self.config = config
+        self.config = self.job.config  # in sparza's spelling (Samza class names and aliases translated)
         self.master = master
         self.processor_id = processor_id
         self.once = once

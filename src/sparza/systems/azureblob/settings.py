@@ -33,7 +33,9 @@ AZURE_MAX_BLOCK_SIZE = 4000 * 1024 * 1024
 """Azure's largest block (service version 2019-12-12 and later)."""
 
 define_key(_P + "account.name", None, "Storage account name (or use azure.storage.connect / dev storage)", _PKG)
-define_key(_P + "account.key", None, "Storage account key; also read from sensitive.account.key", _PKG)
+define_key(_P + "account.key", None, "Storage account key; also read from sensitive.account.key and from Samza's "
+           "sensitive.systems.<container>.azureblob.account.key", _PKG)
+define_key(_P + "sensitive.account.key", None, "Storage account key (alternative spelling)", _PKG)
 define_key(_P + "endpoint", None, "Blob endpoint URL (Azurite, sovereign clouds); default https://<account>"
            ".blob.core.windows.net", _PKG)
 define_key(_P + "proxy.use", False, "Send blob traffic through an HTTP proxy", _PKG)
