@@ -1,4 +1,4 @@
-"""``sparza stream create|describe|tail|load|compact|truncate``: Delta Lake streams from the shell.
+"""``sparza stream create|describe|tail|load|compact|optimize|truncate``: Delta Lake streams from the shell.
 
 A STREAM argument is a stream name of a delta system (``--system``, tables under its
 ``systems.<s>.delta.root`` or ``--root``) or a table location: a path or ``az://container/path``
@@ -318,6 +318,27 @@ def compact(stream: str = typer.Argument(..., help="Stream name or location."),
     else:
         typer.echo(f"stream {stream_name}: merged {result.files_removed} files into {result.files_added} "
                    f"(version {result.version}); offsets unchanged")
+
+
+@app.command()
+def optimize(stream: str = typer.Argument(..., help="Typed table name or location."),
+             target_size: str = typer.Option("128MB", "--target-size", help="Target file size."),
+             vacuum: bool = typer.Option(False, "--vacuum/--no-vacuum",
+                                         help="Also delete files compaction and merges replaced."),
+             retain: float = typer.Option(168.0, "--retain-hours",
+                                          help="Vacuum only files replaced more than this many hours ago (>= 1)."),
+             config: Path = _CONFIG, system: str = _SYSTEM, root: str = _ROOT) -> None:
+    """Compact a typed result table (and vacuum it): replays stay exact, the app transactions are kept."""
+    from sparza.config import parse_byte_size
+    from sparza.systems.delta.tables import optimize_table
+
+    cfg, name, stream_name = _resolve(stream, config, system, root)
+    result = optimize_table(_admin(cfg, name).location(stream_name), target_size=parse_byte_size(target_size),
+                            vacuum_retention_hours=retain if vacuum else None)
+    merged = ("nothing to compact" if result.version is None else
+              f"merged {result.files_removed} files into {result.files_added} (version {result.version})")
+    vacuumed = "" if result.vacuumed is None else f"; vacuumed {result.vacuumed} files older than {retain:g}h"
+    typer.echo(f"table {stream_name}: {merged}{vacuumed}")
 
 
 @app.command()
