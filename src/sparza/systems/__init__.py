@@ -220,12 +220,15 @@ class SystemFactory(Protocol):
 SYSTEM_FACTORIES: dict[str, str] = {
     "delta": "sparza.systems.delta:DeltaSystemFactory",
     "azureblob": "sparza.systems.azureblob:AzureBlobSystemFactory",
+    "kafka": "sparza.systems.kafka:KafkaSystemFactory",
+    "org.apache.samza.system.kafka.kafkasystemfactory": "sparza.systems.kafka:KafkaSystemFactory",
 }
 """Short factory names accepted in ``systems.<name>.samza.factory``."""
 
 
 define_key("systems.<system>.samza.factory", None,
-           "The system's factory: delta, azureblob or a dotted Python path.", "sparza.systems")
+           "The system's factory: delta, azureblob, kafka (or Samza's KafkaSystemFactory) or a dotted path.",
+           "sparza.systems")
 
 
 def load_object(path: str, key: str = "factory") -> Any:
