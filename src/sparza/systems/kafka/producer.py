@@ -6,16 +6,18 @@ transactional producer with ``transactional.id = <app_id>@<system>`` (``app_id``
 
 1. ``begin(task, (app_id, version))``: ``init_transactions`` on first use (this fences any zombie
    instance of the task elsewhere and aborts the transaction it left open), then read the version
-   recorded for ``app_id`` (below). Recorded version ``>= version``: this batch already committed
+   recorded for ``app_id`` (step 3). Recorded version ``>= version``: this batch already committed
    (a replay after a crash after the commit): its sends are discarded and its flush commits
-   nothing. Otherwise ``begin_transaction``.
-2. ``send``: produce into the open transaction.
-3. ``flush(task, transaction=...)``: ``send_offsets_to_transaction`` commits offset ``version`` of
-   partition 0 of the bookkeeping topic (``kafka.transactions.topic``) for consumer group
-   ``<transactional.id>`` *in the same transaction*, then ``commit_transaction``. The records and
-   the recorded version become visible together or not at all, so the version read back in step 1
-   says exactly whether batch ``version`` committed.
-4. ``abandon``: ``abort_transaction``.
+   nothing.
+2. ``send``: the message is serialized, partitioned and buffered in memory (as the delta producer
+   does), so no Kafka transaction is open while the task processes its batch.
+3. ``flush(task, transaction=...)``: ``begin_transaction``, produce the buffer,
+   ``send_offsets_to_transaction`` of offset ``version`` of partition 0 of the bookkeeping topic
+   (``kafka.transactions.topic``) for consumer group ``<transactional.id>``, ``commit_transaction``.
+   The records and the recorded version become visible together or not at all, so the version
+   read back in step 1 says exactly whether batch ``version`` committed. A transaction is open
+   only for the duration of this flush: a crash elsewhere leaves nothing to abort.
+4. ``abandon``: drop the buffer (and abort, should a flush have failed half-way).
 
 Sends without ``begin`` (tools, loaders: the library use) go through one shared idempotent,
 non-transactional producer; ``flush(source)`` then waits until every message is acknowledged.
@@ -27,6 +29,7 @@ and ``sparza.producer`` headers (see :mod:`sparza.systems.kafka.consumer`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -65,6 +68,18 @@ def _partition_key_bytes(key: Any, serde: Serde) -> bytes:
     return serde.to_bytes(key)
 
 
+def _produce(producer: Any, on_delivery: Any, topic: str, value: bytes | None, key: bytes | None,
+             partition: int, ts: int, headers: Any) -> None:
+    """Produce one message, waiting while librdkafka's local queue is full (backpressure, never a drop)."""
+    while True:
+        try:
+            producer.produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery,
+                             timestamp=ts, headers=headers)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
 def transactional_id(app_id: str, system: str) -> str:
     """The ``transactional.id`` (and bookkeeping group id) of one task's output to one system."""
     return f"{app_id}@{system}"
@@ -87,7 +102,8 @@ class _Source:
     group: Any = None            # a consumer of the bookkeeping group: committed versions, group metadata
     txn_id: str | None = None
     transaction: Transaction | None = None
-    state: str = "idle"          # idle | open (a Kafka transaction is open) | replay (already committed)
+    state: str = "idle"          # idle | ready (begun, buffering) | replay (already committed)
+    pending: list[tuple[str, bytes | None, bytes | None, int, int, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     skipped: int = 0
 
@@ -130,9 +146,8 @@ class KafkaSystemProducer:
 
     def stop(self) -> None:
         """Abort what is still open, deliver the library-use messages, release the producers."""
-        for name, src in list(self._sources.items()):
-            if src.state == "open":
-                self.abandon(name)
+        for name in list(self._sources):
+            self.abandon(name)
         if self._plain is not None:
             self._plain.flush(self.settings.request_timeout_s)
         self._sources.clear()
@@ -205,15 +220,15 @@ class KafkaSystemProducer:
         """Open ``source``'s Kafka transaction for ``transaction``, or mark the batch a replay when the
         version is already committed (see the module docstring)."""
         src = self._sources.setdefault(source, _Source())
-        if src.state == "open":
-            raise KafkaError(f"{source}: begin({transaction}) while transaction {src.transaction} is still open; "
-                             "flush or abandon it first")
+        if src.state == "ready" and src.pending:
+            raise KafkaError(f"{source}: begin({transaction}) while {len(src.pending)} messages of "
+                             f"{src.transaction} are neither flushed nor abandoned")
         txn_id = transactional_id(transaction.app_id, self.system_name)
         timeout = self.settings.request_timeout_s
         if src.producer is None or src.txn_id != txn_id:
             self._ensure_bookkeeping()
             src.errors.clear()
-            # transaction.timeout.ms: a batch may run for minutes; the broker aborts a longer one.
+            # transaction.timeout.ms: generous, as a flush of a big batch may take a while.
             src.producer = self._new_producer({"transactional.id": txn_id, "transaction.timeout.ms": 300_000,
                                                **{k: v for k, v in self.settings.producer_conf().items()
                                                   if k == "transaction.timeout.ms"}}, src.errors)
@@ -221,22 +236,18 @@ class KafkaSystemProducer:
             try:
                 src.producer.init_transactions(timeout)  # fences zombies, aborts what they left open
             except Exception as exc:
-                src.producer = None
+                self._drop(src)
                 raise KafkaError(f"cannot initialise Kafka transactions for {txn_id!r}: {exc}") from exc
         committed = self._read_version(src, txn_id)
         src.transaction = transaction
+        src.pending = []
         if committed is not None and committed >= transaction.version:
             src.state = "replay"
             src.skipped = 0
             log.info("%s: output version %d of %s is already committed (recorded %d); this replay writes nothing",
                      source, transaction.version, transaction.app_id, committed)
             return
-        try:
-            src.producer.begin_transaction()
-        except Exception as exc:
-            self._drop(src)
-            raise KafkaError(f"cannot begin a Kafka transaction for {txn_id!r}: {exc}") from exc
-        src.state = "open"
+        src.state = "ready"
 
     def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
         """Produce one message into ``source``'s open transaction (or the library producer)."""
@@ -271,22 +282,20 @@ class KafkaSystemProducer:
         if envelope.type:
             headers = [(CONTROL_TYPE_HEADER, str(int(envelope.type)).encode()),
                        (CONTROL_PRODUCER_HEADER, source.encode("utf-8"))]
-        if src is not None and src.state == "open":
-            producer, on_delivery = src.producer, src.on_delivery
-        else:
-            if self._plain is None:
-                self._plain = self._new_producer({}, self._plain_errors)
-                self._plain_delivery = _delivery_callback(self._plain_errors)
-            producer, on_delivery = self._plain, self._plain_delivery
-        ts = envelope.timestamp
-        while True:
-            try:
-                producer.produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery,
-                                 timestamp=int(ts) if ts is not None else 0, headers=headers)
-                break
-            except BufferError:
-                producer.poll(0.05)  # the local queue is full: wait for deliveries (backpressure)
+        ts = int(envelope.timestamp) if envelope.timestamp is not None else 0
         self._count("messages-sent")
+        if src is not None and src.state == "ready":
+            src.pending.append((topic, value, key, partition, ts, headers))
+            return
+        if self._plain is None:
+            self._plain = self._new_producer({}, self._plain_errors)
+            self._plain_delivery = _delivery_callback(self._plain_errors)
+        _produce(self._plain, self._plain_delivery, topic, value, key, partition, ts, headers)
+
+    def pending(self, source: str) -> int:
+        """How many messages ``source`` sent that are not flushed yet."""
+        src = self._sources.get(source)
+        return len(src.pending) if src is not None else 0
 
     def flush(self, source: str, *, transaction: Transaction | None = None) -> None:
         """Commit ``source``'s transaction together with its version (nothing for a replay); without a
@@ -323,26 +332,30 @@ class KafkaSystemProducer:
         started = time.perf_counter()
         timeout = self.settings.request_timeout_s
         app_id, version = src.transaction
+        producer = src.producer
+        opened = False
         try:
+            producer.begin_transaction()
+            opened = True
+            for topic, value, key, partition, ts, headers in src.pending:
+                _produce(producer, src.on_delivery, topic, value, key, partition, ts, headers)
             marker = TopicPartition(self.settings.transactions_topic, 0, version)
-            try:
-                marker.metadata = app_id
-            except AttributeError:
-                pass
-            src.producer.send_offsets_to_transaction([marker], src.group.consumer_group_metadata(), timeout)
+            with contextlib.suppress(AttributeError):
+                marker.metadata = app_id  # for people reading the group's offsets; versions ignore it
+            producer.send_offsets_to_transaction([marker], src.group.consumer_group_metadata(), timeout)
             while True:
                 try:
-                    src.producer.commit_transaction(timeout)
+                    producer.commit_transaction(timeout)
                     break
                 except KafkaException as exc:
                     if exc.args and exc.args[0].retriable():
                         continue
                     raise
         except Exception as exc:
-            errors, txn_id = list(src.errors), src.txn_id
-            error = exc.args[0] if exc.args else None
             from confluent_kafka import KafkaError as RdKafkaError
 
+            errors, txn_id = list(src.errors), src.txn_id
+            error = exc.args[0] if exc.args else None
             fenced = getattr(error, "code", lambda: None)() in (RdKafkaError._FENCED,
                                                               RdKafkaError.PRODUCER_FENCED,
                                                               RdKafkaError.INVALID_PRODUCER_EPOCH)
@@ -352,30 +365,37 @@ class KafkaSystemProducer:
                 self._drop(src)
                 outcome = "this producer is fenced or broken and was dropped"
             else:
-                self.abandon(source)
-                outcome = "it was aborted"
+                if opened:
+                    self._abort(source, src)
+                outcome = "it was aborted; the messages stay buffered until abandon"
             raise KafkaError(f"{source}: committing Kafka transaction {txn_id!r} version {version} failed "
                              f"({exc}); {outcome}{'; ' + '; '.join(errors[:3]) if errors else ''}") from exc
+        self._count("messages-written", len(src.pending))
+        src.pending = []
         src.state = "idle"
         self._count("commits")
         if self.metrics is not None:
             self.metrics.timer(self.system_name, "flush-ms").update((time.perf_counter() - started) * 1000.0)
 
     def abandon(self, source: str) -> None:
-        """Abort ``source``'s open transaction: none of its messages become visible to read_committed readers."""
+        """Drop what ``source`` sent since its last flush: none of it was produced (see the module docstring)."""
         src = self._sources.get(source)
         if src is None:
             return
-        if src.state == "open":
-            try:
-                src.producer.abort_transaction(self.settings.request_timeout_s)
-            except Exception as exc:
-                # A fenced or broken producer: drop it; the next init_transactions aborts the transaction.
-                log.warning("%s: aborting Kafka transaction %r failed (%s); the producer is dropped",
-                            source, src.txn_id, exc)
-                self._drop(src)
-            self._count("transactions-aborted")
+        if src.pending:
+            self._count("messages-abandoned", len(src.pending))
+        src.pending = []
         src.state = "idle"
+
+    def _abort(self, source: str, src: _Source) -> None:
+        try:
+            src.producer.abort_transaction(self.settings.request_timeout_s)
+        except Exception as exc:
+            # A broken producer: drop it; the next instance's init_transactions aborts the transaction.
+            log.warning("%s: aborting Kafka transaction %r failed (%s); the producer is dropped",
+                        source, src.txn_id, exc)
+            self._drop(src)
+        self._count("transactions-aborted")
 
     @staticmethod
     def _drop(src: _Source) -> None:

@@ -35,9 +35,6 @@ define_key("systems.<system>.kafka.request.timeout.ms", "30s",
            "Timeout of admin requests and transaction operations (metadata, offsets, commit).", _PKG)
 define_key("systems.<system>.default.stream.replication.factor", "-1",
            "Replication factor of topics sparza creates (-1: the broker's default).", _PKG)
-define_key("systems.<system>.streams.<stream>.samza.reset.offset", "false",
-           "true: ignore the task checkpoint's offset of this stream at start and begin at samza.offset.default.",
-           _PKG)
 
 CONTROL_TYPE_HEADER = "sparza.type"
 """Header carrying the MessageType byte of control messages (watermark 1, end-of-stream 2); absent for user data."""
