@@ -222,12 +222,14 @@ SYSTEM_FACTORIES: dict[str, str] = {
     "azureblob": "sparza.systems.azureblob:AzureBlobSystemFactory",
     "kafka": "sparza.systems.kafka:KafkaSystemFactory",
     "org.apache.samza.system.kafka.kafkasystemfactory": "sparza.systems.kafka:KafkaSystemFactory",
+    "eventhubs": "sparza.systems.kafka.eventhubs:EventHubsSystemFactory",
+    "org.apache.samza.system.eventhub.eventhubsystemfactory": "sparza.systems.kafka.eventhubs:EventHubsSystemFactory",
 }
 """Short factory names accepted in ``systems.<name>.samza.factory``."""
 
 
 define_key("systems.<system>.samza.factory", None,
-           "The system's factory: delta, azureblob, kafka (or Samza's KafkaSystemFactory) or a dotted path.",
+           "The system's factory: delta, azureblob, kafka, eventhubs (or Samza's class names) or a dotted path.",
            "sparza.systems")
 
 

@@ -150,3 +150,23 @@ def test_read_of_missing_offsets_fails_clearly(kafka_config: Config, topic: Call
     consumer = KafkaSystemConsumer("k", config)
     with pytest.raises(Exception, match=r"k\." + name + r"#0"):
         list(consumer.read(SystemStreamPartition("k", name, 0), "0", "5"))
+
+
+def test_reads_commit_their_start_to_the_job_group_for_monitoring(kafka_config: Config, kafka_bootstrap: str,
+                                                                  topic: Callable[..., str],
+                                                                  produce_one_by_one: Callable[..., None],
+                                                                  unique_name: str) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    name = topic(1)
+    produce_one_by_one(name, 0, [(None, b"%d" % i) for i in range(6)])
+    config = kafka_config.with_overrides({"job.name": unique_name, "job.id": "2"})
+    consumer = KafkaSystemConsumer("k", config)
+    ssp = SystemStreamPartition("k", name, 0)
+    assert len(list(consumer.read(ssp, "0", "3"))) == 3
+    assert len(list(consumer.read(ssp, "3", "6"))) == 3   # batch 2 starts where batch 1 committed
+    consumer.stop()
+    group = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"{unique_name}-2"})
+    committed = group.committed([TopicPartition(name, 0)], timeout=10)[0].offset
+    group.close()
+    assert committed == 3

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin, PartitionCountMismatchError, TopicNotFoundError
 from sparza.systems.kafka.consumer import READ_SCHEMA, KafkaSystemConsumer, OffsetOutOfRangeError
+from sparza.systems.kafka.eventhubs import EventHubsSystemFactory, eventhubs_kafka_config
 from sparza.systems.kafka.factory import KafkaSystemFactory
 from sparza.systems.kafka.partitioner import murmur2, partition_for
 from sparza.systems.kafka.producer import KafkaSystemProducer, transactional_id
@@ -16,6 +17,7 @@ from sparza.systems.kafka.settings import KafkaSystemSettings
 
 __all__ = [
     "READ_SCHEMA",
+    "EventHubsSystemFactory",
     "KafkaError",
     "KafkaSystemAdmin",
     "KafkaSystemConsumer",
@@ -25,6 +27,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "PartitionCountMismatchError",
     "TopicNotFoundError",
+    "eventhubs_kafka_config",
     "murmur2",
     "partition_for",
     "transactional_id",

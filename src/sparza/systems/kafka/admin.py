@@ -84,19 +84,20 @@ class KafkaSystemAdmin:
 
         if spec.partitions < 1:
             raise ValueError(f"a stream needs at least 1 partition, got {spec.partitions}")
-        topic = NewTopic(spec.stream, num_partitions=spec.partitions,
+        name = self.settings.topic(spec.stream)
+        topic = NewTopic(name, num_partitions=spec.partitions,
                          replication_factor=self.settings.replication_factor, config=dict(spec.properties))
-        future = self.client.create_topics([topic], request_timeout=self._timeout)[spec.stream]
+        future = self.client.create_topics([topic], request_timeout=self._timeout)[name]
         try:
             future.result(timeout=self._timeout)
         except Exception as exc:
             error = exc.args[0] if exc.args else None
             if getattr(error, "code", lambda: None)() != RdKafkaError.TOPIC_ALREADY_EXISTS:
-                raise KafkaError(f"cannot create Kafka topic {spec.stream!r}: {exc}") from exc
+                raise KafkaError(f"cannot create Kafka topic {name!r}: {exc}") from exc
             self._partitions.pop(spec.stream, None)
             existing = self.partition_count(spec.stream)
             if existing != spec.partitions:
-                raise PartitionCountMismatchError(spec.stream, existing, spec.partitions) from None
+                raise PartitionCountMismatchError(name, existing, spec.partitions) from None
             return False
         self._partitions[spec.stream] = spec.partitions
         return True
@@ -110,18 +111,19 @@ class KafkaSystemAdmin:
         return True
 
     def partition_count(self, stream: str) -> int:
-        """How many partitions topic ``stream`` has (cached: sparza never changes it)."""
+        """How many partitions the topic of ``stream`` has (cached: sparza never changes it)."""
         count = self._partitions.get(stream)
         if count is None:
+            topic = self.settings.topic(stream)
             client = self.client
             try:
-                metadata = client.list_topics(topic=stream, timeout=self._timeout)
+                metadata = client.list_topics(topic=topic, timeout=self._timeout)
             except Exception as exc:
-                raise KafkaError(f"cannot read the metadata of Kafka topic {stream!r}: {exc}") from exc
-            info = metadata.topics.get(stream)
+                raise KafkaError(f"cannot read the metadata of Kafka topic {topic!r}: {exc}") from exc
+            info = metadata.topics.get(topic)
             # A missing topic comes back with an error or (some brokers) with no partitions.
             if info is None or info.error is not None or not info.partitions:
-                raise TopicNotFoundError(stream, self.settings.bootstrap_servers())
+                raise TopicNotFoundError(topic, self.settings.bootstrap_servers())
             count = len(info.partitions)
             self._partitions[stream] = count
         return count
@@ -166,12 +168,13 @@ class KafkaSystemAdmin:
         """Per topic and partition: ``oldest`` (None when empty), ``newest`` (the offset before
         ``upcoming``; it may be a transaction marker) and ``upcoming``."""
         counts = {stream: self.partition_count(stream) for stream in streams}
-        marks = self.watermarks([(s, p) for s, n in counts.items() for p in range(n)])
+        topics = {stream: self.settings.topic(stream) for stream in counts}
+        marks = self.watermarks([(topics[s], p) for s, n in counts.items() for p in range(n)])
         out: dict[str, SystemStreamMetadata] = {}
         for stream, count in counts.items():
             parts: dict[int, SystemStreamPartitionMetadata] = {}
             for p in range(count):
-                lo, hi = marks[(stream, p)]
+                lo, hi = marks[(topics[stream], p)]
                 if hi > lo:
                     parts[p] = SystemStreamPartitionMetadata(str(lo), str(hi - 1), str(hi))
                 else:

@@ -16,6 +16,7 @@ read as plain data.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -42,6 +43,8 @@ READ_SCHEMA = pa.schema([
 """Arrow batches from :meth:`KafkaSystemConsumer.read_arrow` (the same layout as the delta system's)."""
 
 _BATCH = 5000
+
+log = logging.getLogger(__name__)
 
 
 class OffsetOutOfRangeError(KafkaError):
@@ -107,8 +110,17 @@ class KafkaSystemConsumer:
         from confluent_kafka import TopicPartition
 
         consumer = self._client()
-        topic, partition = ssp.stream, ssp.partition
+        topic, partition = self.settings.topic(ssp.stream), ssp.partition
         consumer.assign([TopicPartition(topic, partition, begin)])
+        if self.settings.commit_monitoring_offsets and begin > 0:
+            # Monitoring only: everything before a batch's start was committed by the task, so the group
+            # trails the task checkpoint by at most one batch. Never read back; a failed commit is
+            # logged, not raised (the task checkpoint holds the real position).
+            try:
+                consumer.commit(offsets=[TopicPartition(topic, partition, begin)], asynchronous=True)
+            except Exception as exc:
+                log.warning("committing monitoring offset %d of %s to group %r failed: %s", begin, ssp,
+                            self.settings.monitoring_group, exc)
         timeout = self.settings.read_timeout_s
         position = begin
         last_progress = time.monotonic()
@@ -164,7 +176,8 @@ class KafkaSystemConsumer:
         """
         is_bounded = self.settings.is_bounded(ssp.stream) if bounded is None else bounded
         if start is None or end is None:
-            lo, hi = self.admin.watermarks([(ssp.stream, ssp.partition)])[(ssp.stream, ssp.partition)]
+            tp = (self.settings.topic(ssp.stream), ssp.partition)
+            lo, hi = self.admin.watermarks([tp])[tp]
             begin = lo if start is None else int(start)
             stop = hi if end is None else int(end)
         else:

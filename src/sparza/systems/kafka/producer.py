@@ -87,8 +87,9 @@ def transactional_id(app_id: str, system: str) -> str:
 
 @dataclass
 class _Topic:
-    """What a producer caches per topic: partition count and serdes."""
+    """What a producer caches per stream: its topic, partition count and serdes."""
 
+    name: str
     partitions: int
     key_serde: Serde
     msg_serde: Serde
@@ -161,7 +162,7 @@ class KafkaSystemProducer:
     def _topic(self, topic: str) -> _Topic:
         info = self._topics.get(topic)
         if info is None:
-            info = _Topic(self.admin.partition_count(topic), self.settings.key_serde(topic),
+            info = _Topic(self.settings.topic(topic), self.admin.partition_count(topic), self.settings.key_serde(topic),
                           self.settings.msg_serde(topic))
             self._topics[topic] = info
         return info
@@ -285,12 +286,12 @@ class KafkaSystemProducer:
         ts = int(envelope.timestamp) if envelope.timestamp is not None else 0
         self._count("messages-sent")
         if src is not None and src.state == "ready":
-            src.pending.append((topic, value, key, partition, ts, headers))
+            src.pending.append((info.name, value, key, partition, ts, headers))
             return
         if self._plain is None:
             self._plain = self._new_producer({}, self._plain_errors)
             self._plain_delivery = _delivery_callback(self._plain_errors)
-        _produce(self._plain, self._plain_delivery, topic, value, key, partition, ts, headers)
+        _produce(self._plain, self._plain_delivery, info.name, value, key, partition, ts, headers)
 
     def pending(self, source: str) -> int:
         """How many messages ``source`` sent that are not flushed yet."""

@@ -33,6 +33,12 @@ define_key("systems.<system>.kafka.read.timeout.ms", "60s",
            "How long a read waits for the messages of a planned offset range before it fails.", _PKG)
 define_key("systems.<system>.kafka.request.timeout.ms", "30s",
            "Timeout of admin requests and transaction operations (metadata, offsets, commit).", _PKG)
+define_key("systems.<system>.kafka.monitoring.group.commit", "true",
+           "Also commit each read's start offset to consumer group <job.name>-<job.id> (or consumer.group.id) "
+           "so Kafka lag tools work; monitoring only, never read back.", _PKG)
+define_key("systems.<system>.streams.<stream>.samza.physical.name", None,
+           "The Kafka topic of stream <stream> (default: the stream name); Samza's "
+           "streams.<stream>.samza.physical.name is accepted too.", _PKG)
 define_key("systems.<system>.default.stream.replication.factor", "-1",
            "Replication factor of topics sparza creates (-1: the broker's default).", _PKG)
 
@@ -63,6 +69,15 @@ class KafkaSystemSettings:
         """The full key ``systems.<system>.streams.<stream>.<suffix>``."""
         return f"{self._prefix}streams.{stream}.{suffix}"
 
+    def topic(self, stream: str) -> str:
+        """The Kafka topic of ``stream``: its physical name (system-scoped or Samza's top-level
+        ``streams.<x>.samza.physical.name``), else the stream name itself."""
+        for key in (self.stream_key(stream, "samza.physical.name"), f"streams.{stream}.samza.physical.name"):
+            value = self.config.get_str(key, None)
+            if value and value.strip():
+                return str(value.strip())
+        return stream
+
     # --- librdkafka settings -------------------------------------------------------------------
     def _passthrough(self, role: str) -> dict[str, str]:
         sub = self.config.subset(f"{self._prefix}{role}.")
@@ -82,7 +97,7 @@ class KafkaSystemSettings:
     def consumer_conf(self) -> dict[str, Any]:
         """librdkafka settings of consumers: ``consumer.*`` plus sparza's defaults (read_committed,
         no auto commit, no offset store: offsets live in task checkpoints)."""
-        conf: dict[str, Any] = {"isolation.level": "read_committed", "group.id": "sparza-reader",
+        conf: dict[str, Any] = {"isolation.level": "read_committed", "group.id": self.monitoring_group,
                                 "log_level": 3}
         conf.update(self._passthrough("consumer"))
         conf["bootstrap.servers"] = self.bootstrap_servers("consumer")
@@ -111,6 +126,21 @@ class KafkaSystemSettings:
         return conf
 
     # --- sparza's own keys ---------------------------------------------------------------------
+    @property
+    def monitoring_group(self) -> str:
+        """The consumer group input offsets are committed to: ``consumer.group.id``, else
+        ``<job.name>-<job.id>``, else ``sparza``."""
+        explicit = self.config.get_str(f"{self._prefix}consumer.group.id", None)
+        if explicit:
+            return str(explicit)
+        name = self.config.get_str("job.name", None)
+        return f"{name}-{self.config.get_str('job.id', '1')}" if name else "sparza"
+
+    @property
+    def commit_monitoring_offsets(self) -> bool:
+        """``systems.<s>.kafka.monitoring.group.commit``."""
+        return bool(self.config.get_bool(self._prefix + "kafka.monitoring.group.commit", True))
+
     @property
     def transactions_topic(self) -> str:
         """``systems.<s>.kafka.transactions.topic``."""
