@@ -127,7 +127,12 @@ class KafkaSystemConsumer:
         last_error = ""
         try:
             while position < stop:
-                messages = consumer.consume(num_messages=_BATCH, timeout=0.5)
+                # consume() with a timeout waits for a full batch; take what is there, else block in
+                # poll() only until the next record or event arrives.
+                messages = consumer.consume(num_messages=_BATCH, timeout=0)
+                if not messages:
+                    one = consumer.poll(0.5)
+                    messages = [one] if one is not None else []
                 chunk: list[Any] = []
                 done = False
                 for msg in messages:
