@@ -92,9 +92,18 @@ def final_counts(config: Config) -> tuple[dict[str, int], int]:
     return best, rows
 
 
+_TRANSIENT = "Python worker failed to connect back"
+
+
 def _run(path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(sparza_cmd("run", "--config", str(path), "--once", *args), cwd=REPO,
-                          env=env or sparza_env(), capture_output=True, text=True, timeout=300, check=False)
+    """``sparza run --once``; rerun (from its checkpoints) when Spark's fixed Python worker connect-back
+    timeout failed the query on a loaded machine (as tests/control/conftest.py does)."""
+    for _ in range(3):
+        result = subprocess.run(sparza_cmd("run", "--config", str(path), "--once", *args), cwd=REPO,
+                                env=env or sparza_env(), capture_output=True, text=True, timeout=600, check=False)
+        if result.returncode == 0 or _TRANSIENT not in result.stderr:
+            break
+    return result
 
 
 def test_task_retry_after_flush_gives_exact_counts(kafka_job: Callable[..., Config], work_dir: Path) -> None:
@@ -110,6 +119,16 @@ def test_task_retry_after_flush_gives_exact_counts(kafka_job: Callable[..., Conf
     counts, rows = final_counts(config)
     assert counts == expected_counts(900, 5)
     assert rows == 900
+    # `sparza checkpoints show`: Kafka offsets with their lag (0: the bounded run read everything).
+    from typer.testing import CliRunner
+
+    from sparza.cli import app
+
+    shown = CliRunner().invoke(app, ["checkpoints", "show", "--config", str(path)])
+    assert shown.exit_code == 0, shown.output
+    topic = config["task.inputs"]
+    assert f"{topic}#0" in shown.output and f"{topic}#1" in shown.output
+    assert shown.output.count("(lag 0)") == 2, shown.output
 
 
 def _wait_for_batch(config: Config, job_key: str, at_least: int, proc: subprocess.Popen[str],
@@ -117,7 +136,8 @@ def _wait_for_batch(config: Config, job_key: str, at_least: int, proc: subproces
     store = checkpoint_store_from_config(config, job_key)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else "exited"
+        if proc.poll() is not None:
+            raise AssertionError(proc.stderr.read() if proc.stderr else "exited")
         batches = [cp.batch for cp in store.read_all().values()]
         if batches and min(batches) >= at_least:
             return
@@ -130,18 +150,23 @@ def test_kill_9_mid_run_then_restart_on_a_new_host_gives_exact_counts(kafka_job:
     config = kafka_job(**{"task.max.batch.messages": "100"})
     load_events(config, 3000, 9)
     path = write_config(config, work_dir / "job.yaml")
-    proc = subprocess.Popen(sparza_cmd("run", "--config", str(path), "--master", "local[2]"), cwd=REPO,
-                            env=sparza_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        _wait_for_batch(config, f"{unique_name}-1", 3, proc)
-        os.killpg(proc.pid, signal.SIGKILL)   # the whole driver: JVM and Python workers
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    partial, _ = final_counts(config)
-    assert 0 < sum(partial.values()) < 3000 * 3000   # it was mid-run (some output, the job not done)
+    for attempt in range(3):
+        proc = subprocess.Popen(sparza_cmd("run", "--config", str(path), "--master", "local[2]"), cwd=REPO,
+                                env=sparza_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        try:
+            _wait_for_batch(config, f"{unique_name}-1", 3, proc, timeout=400)
+            os.killpg(proc.pid, signal.SIGKILL)   # the whole driver: JVM and Python workers
+            proc.wait(timeout=60)
+            break
+        except AssertionError as exc:
+            if attempt == 2 or _TRANSIENT not in str(exc):
+                raise
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    _, partial_rows = final_counts(config)
+    assert 0 < partial_rows < 3000   # killed mid-run: some output committed, not all
     # Restart on a "new host": an empty local state dir; stores restore from the blob store.
     env = {**sparza_env(), "SPARZA_CONF_task__max__batch__messages": "100000",
            "SPARZA_CONF_job__logged__store__base__dir": str(work_dir / "new-host-state")}
