@@ -8,6 +8,7 @@ from sparza.runtime import (
     AzureCheckpointStore,
     CheckpointConflictError,
     CheckpointFencedError,
+    Intent,
     LocalCheckpointStore,
     TaskCheckpoint,
 )
@@ -84,7 +85,7 @@ def test_drop_intent_forgets_an_uncommitted_flush_and_memory_stores_upgrade(make
 
     config = make_job(**{"stores.counts.factory": "memory"})
     store = checkpoint_store_from_config(config, "kc-1")
-    intent = {"batch": 3, "planned_at": 1, "starts": {"delta.events#0": "1:0"}, "ends": {"delta.events#0": "1:5"}}
+    intent = Intent(batch=3, planned_at_ms=1, starts={"delta.events#0": "1:0"}, ends={"delta.events#0": "1:5"})
     store.write(dataclasses.replace(_cp(2), stores={"counts": "local:2"}, pending=intent), None)
     assert '"version":2' in store.read("Partition 0").checkpoint.to_json().decode()  # older readers refuse it
     path = str(write_config(config, work_dir / "job.yaml"))

@@ -60,7 +60,7 @@ def test_replayed_batch_is_skipped(spark, make_job, work_dir):
     for crc in (spark_dir / "commits").glob(f".{commits[-1].name}.crc"):
         crc.unlink()
     replay = _run(spark, config)
-    assert replay.last_results and {r.status for r in replay.last_results} == {"skipped"}
+    assert replay.last_results and {r.status.value for r in replay.last_results} == {"skipped"}
     counts, rows = final_counts(config)
     assert counts == expected_counts(600, 5)
     assert rows == 600
@@ -79,7 +79,7 @@ def test_lost_spark_checkpoint_after_a_half_committed_batch_repeats_exactly_that
     failed_task = marker.read_text().strip()
     stored = checkpoint_store_from_config(config, "kc-1").read_all()
     intent = stored[failed_task].open_intent()
-    assert intent is not None and intent["batch"] == 1  # recorded before the flush that reached the output
+    assert intent is not None and intent.batch == 1  # recorded before the flush that reached the output
     shutil.rmtree(failing.spark_checkpoint_dir)
     append_messages(config, 400, 5, start=600, commit_size=400)
     _run(spark, config)
@@ -220,3 +220,16 @@ def test_bounded_input_ends_the_job_and_calls_end_of_stream(spark, make_job, wor
     assert all(cp.ended for cp in checkpoints.values())
     # ClosableTask.close ran exactly once per task, after its end-of-stream was committed
     assert {p.name: p.read_text() for p in close_dir.iterdir()} == {t: "closed\n" for t in checkpoints}
+
+
+def test_a_bounded_job_started_again_after_it_ended_stops_by_itself(spark, make_job):
+    # Found by the guarantees harness: with every task ended nothing is planned, no batch runs, and the
+    # end was only noticed after a batch, so the restarted job waited for a signal forever.
+    config = make_job(**{"systems.delta.streams.events.bounded": "true"})
+    append_messages(config, 200, 4, commit_size=200)
+    first = JobRunner(config, spark=spark, install_signal_handlers=False, status=lambda line: None).run()
+    assert first.reason == "all inputs ended"
+    again = JobRunner(config, spark=spark, install_signal_handlers=False, status=lambda line: None).run()
+    assert again.reason == "all inputs ended" and again.batches == 0
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(200, 4) and rows == 200

@@ -206,6 +206,8 @@ class StageTask:
                 # Looked up each time: the runtime may give the task a fresh registry per batch.
                 self._context.metrics.counter("control", "late-messages").inc()
             if self._late_policy == LatePolicy.ROUTE and self._late_stream is not None:
+                if self._context is not None:
+                    self._context.metrics.counter("control", "late-messages-routed").inc()
                 call.collector.send(OutgoingMessageEnvelope(self._late_stream, json.dumps(
                     record.value, separators=(",", ":"), default=str).encode("utf-8"),
                     key=_key_bytes(record.key), timestamp=int(ts)))

@@ -106,8 +106,8 @@ def show(config: str = typer.Option(..., "--config", "-c", help="Job config (YAM
                           "\n".join(f"{k} {v}" + (f" (lag {lags[k]})" if k in lags else "")
                                     for k, v in sorted(cp.offsets.items())),
                           "\n".join(f"{k} {v}" for k, v in sorted(cp.stores.items())), "yes" if cp.ended else "no",
-                          "" if intent is None else f"batch {intent['batch']} up to "
-                          + ", ".join(f"{k} {v}" for k, v in sorted(intent["ends"].items())))
+                          "" if intent is None else f"batch {intent.batch} up to "
+                          + ", ".join(f"{k} {v}" for k, v in sorted(intent.ends.items())))
         console.print(table)
     if as_json:
         typer.echo(json.dumps(everything if len(configs) > 1 else next(iter(everything.values()), {}), indent=2))
@@ -144,8 +144,8 @@ def drop_intent(config: str = typer.Option(..., "--config", "-c", help="Job conf
         typer.echo(f"task {task!r} of {job.job_key} has no uncommitted flush at {store.describe()}", err=True)
         raise typer.Exit(1)
     store.write(dataclasses.replace(current.checkpoint, pending=None), current.etag)
-    typer.echo(f"dropped the intent of task {task!r} (batch {intent['batch']}, offsets {intent['starts']} to "
-               f"{intent['ends']}); its next run processes that range again, and outputs already written may repeat")
+    typer.echo(f"dropped the intent of task {task!r} (batch {intent.batch}, offsets {intent.starts} to "
+               f"{intent.ends}); its next run processes that range again, and outputs already written may repeat")
 
 
 def register(app: typer.Typer) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from sparza.runtime.checkpoint import (
     AzureCheckpointStore,
     CheckpointStore,
+    Intent,
     LocalCheckpointStore,
     TaskCheckpoint,
     VersionedCheckpoint,
@@ -37,6 +38,7 @@ __all__ = [
     "CheckpointFencedError",
     "CheckpointStore",
     "InputSpec",
+    "Intent",
     "JobConfig",
     "JobFailedError",
     "JobRunner",

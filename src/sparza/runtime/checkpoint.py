@@ -36,6 +36,7 @@ from sparza.runtime.errors import CheckpointConflictError, CheckpointFencedError
 __all__ = [
     "AzureCheckpointStore",
     "CheckpointStore",
+    "Intent",
     "LocalCheckpointStore",
     "TaskCheckpoint",
     "VersionedCheckpoint",
@@ -50,6 +51,38 @@ CHECKPOINT_VERSION = 2
 
 
 @dataclass(frozen=True)
+class Intent:
+    """What a task announces before its producers flush batch ``batch``: the exact input range and the
+    planning time, so that a restart which lost Spark's offset log re-plans exactly that batch with that
+    output version (its outputs may already be partly visible: replaying anything else would repeat or
+    lose them).
+
+    ``starts``/``ends``: SSP → offset range read; ``bounded_ends``: where bounded SSPs end, as the first
+    attempt saw it (end-of-stream is decided the same way on replay); ``planned_at_ms``: the plan's time.
+    Stored as JSON keys ``batch``, ``planned_at``, ``starts``, ``ends``, ``bounded_ends``.
+    """
+
+    batch: int
+    planned_at_ms: int
+    starts: dict[str, str]
+    ends: dict[str, str]
+    bounded_ends: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form (a JSON object inside the task checkpoint)."""
+        return {"batch": self.batch, "planned_at": self.planned_at_ms, "starts": dict(self.starts),
+                "ends": dict(self.ends), "bounded_ends": dict(self.bounded_ends)}
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Intent:
+        """Parse the stored form (``bounded_ends`` is absent in intents written by sparza 0.1)."""
+        return cls(batch=int(body["batch"]), planned_at_ms=int(body["planned_at"]),
+                   starts={str(k): str(v) for k, v in body["starts"].items()},
+                   ends={str(k): str(v) for k, v in body["ends"].items()},
+                   bounded_ends={str(k): str(v) for k, v in (body.get("bounded_ends") or {}).items()})
+
+
+@dataclass(frozen=True)
 class TaskCheckpoint:
     """What one task committed at the end of batch ``batch``.
 
@@ -58,10 +91,8 @@ class TaskCheckpoint:
     control-message state (watermarks, end-of-stream counts). ``ended``: the task delivered
     end-of-stream to its task code. ``spark_batch_id`` and ``written_at_ms`` are informational.
 
-    ``pending`` is the task's intent for a batch it started to flush but has not committed:
-    ``{"batch", "planned_at", "starts", "ends"}``, written before its producers flush. A restart that
-    lost Spark's offset log re-plans exactly that range with that output version, so outputs are
-    neither repeated nor skipped. ``batch == 0`` means nothing is committed yet (only an intent).
+    ``pending`` is the task's :class:`Intent` for a batch it started to flush but has not committed,
+    written before its producers flush. ``batch == 0`` means nothing is committed yet (only an intent).
     """
 
     task: str
@@ -75,22 +106,23 @@ class TaskCheckpoint:
     written_at_ms: int | None = None
     window_at_ms: int = 0
     adjunct: dict[str, Any] | None = None
-    pending: dict[str, Any] | None = None
+    pending: Intent | None = None
 
     @property
     def committed(self) -> bool:
         """True when a batch was committed (False for a document holding only a first intent)."""
         return self.batch > 0
 
-    def open_intent(self) -> dict[str, Any] | None:
+    def open_intent(self) -> Intent | None:
         """``pending`` when it is newer than the committed batch (else None: it was committed)."""
-        if self.pending is not None and int(self.pending["batch"]) > self.batch:
+        if self.pending is not None and self.pending.batch > self.batch:
             return self.pending
         return None
 
     def to_json(self) -> bytes:
         """The stored form: sorted-key JSON with a format version."""
         body = {"version": CHECKPOINT_VERSION if self.pending is not None else 1, **asdict(self)}
+        body["pending"] = self.pending.to_json() if self.pending is not None else None
         return json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
     @classmethod
@@ -107,7 +139,7 @@ class TaskCheckpoint:
                        control=body.get("control"), ended=bool(body.get("ended", False)),
                        spark_batch_id=body.get("spark_batch_id"), written_at_ms=body.get("written_at_ms"),
                        window_at_ms=int(body.get("window_at_ms") or 0), adjunct=body.get("adjunct"),
-                       pending=body.get("pending"))
+                       pending=Intent.from_json(body["pending"]) if body.get("pending") else None)
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointConflictError("?", f"unreadable task checkpoint {source}: {exc}") from exc
 

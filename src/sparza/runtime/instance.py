@@ -1,42 +1,40 @@
-"""One task's batch on an executor: restore, process, flush, back up, checkpoint — in that order.
+"""One task's batch on an executor: restore, process, then commit (:mod:`sparza.runtime.commit`).
 
-:meth:`TaskInstance.run_batch` is Samza's TaskInstance commit lifecycle on a batch boundary:
+:meth:`TaskInstance.run_batch` is Samza's TaskInstance lifecycle on a batch boundary:
 
 1. read the task checkpoint; a checkpoint already at this batch means a replay: skip it;
 2. bring the stores to the checkpoint's snapshots (reuse the local dir when it matches);
 3. deliver every message in order (control messages go to :class:`~sparza.control.TaskControl`);
 4. end-of-stream, watermark and window callbacks, decided from the plan (never the local clock);
-5. record the batch's range as the task's intent (``TaskCheckpoint.pending``), then flush the producers
-   with the transaction ``(<job>/<task>, batch)`` — a replay commits nothing twice, and a re-planned
-   batch after a lost Spark checkpoint dir repeats exactly the intended range;
-6. checkpoint and upload the stores, then write the task checkpoint (conditional on the version
-   read in step 1 and the coordinator generation), then clean up old snapshots.
+5. commit with :class:`~sparza.runtime.commit.TaskCommit`: intent, flush, adjunct, snapshot, task
+   checkpoint, cleanup — numbered steps, each a fault point of the guarantees harness.
 
 Task objects are cached per worker process and reused only while their in-memory view matches the
-checkpoint; any failure drops them, so a retry starts from the committed state.
+checkpoint; any failure abandons what the task sent and drops the in-memory task, so a retry starts
+from the committed state and leaves nothing of the failed attempt visible.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import logging
-import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from sparza.config import Config, define_key
+from sparza.config import Config
 from sparza.metrics import MetricsRegistry
-from sparza.runtime.checkpoint import CheckpointStore, TaskCheckpoint, checkpoint_store_from_config
+from sparza.runtime.checkpoint import CheckpointStore, Intent, TaskCheckpoint, checkpoint_store_from_config
+from sparza.runtime.commit import BatchStatus, TaskCommit
 from sparza.runtime.errors import ProcessingError, RuntimeStateError
 from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.source import MARKER_SSP, TaskSplit
+from sparza.runtime.split import TaskSplit
 from sparza.runtime.stores import TaskStores
+from sparza.runtime.worker import WORKER
 from sparza.serde import BytesSerde, Serde, serde_from_name
 from sparza.streams import (
     IncomingMessageEnvelope,
@@ -46,15 +44,18 @@ from sparza.streams import (
     SystemStreamPartition,
 )
 from sparza.systems import SupportsPartitionCount, Transaction, get_system_factory, load_object
+from sparza.task import (
+    ClosableTask,
+    EndOfStreamListenerTask,
+    InitableTask,
+    StreamTask,
+    WatermarkListenerTask,
+    WindowableTask,
+)
 
 __all__ = ["BatchResult", "TaskInstance", "get_instance"]
 
 _log = logging.getLogger(__name__)
-
-define_key("task.testing.fail.once.file", None,
-           "Testing only: the first task to create this file fails once after flushing its producers and before "
-           "writing its checkpoint (proves Spark retries are exact).", "runtime")
-
 
 @dataclass
 class BatchResult:
@@ -62,11 +63,13 @@ class BatchResult:
 
     task: str
     seq: int
-    status: str  # committed | skipped | failed
+    status: BatchStatus
     messages: int = 0
     processed: int = 0
     dropped: int = 0
     ignored: int = 0
+    late: int = 0  # messages event-time operators found late (their windows had fired): dropped or routed
+    late_routed: int = 0  # of those, routed to task.late.messages.stream
     ended: bool = False
     shutdown: bool = False
     process_ms: float = 0.0
@@ -185,7 +188,6 @@ class TaskInstance:
         self._uses_control = self._needs_control()
         self._window_at = 0
         self._version = 0  # the output transaction version of the running batch
-        self._config_key = _config_key(job.config)
 
     # --- setup ---------------------------------------------------------------------------------
     def _needs_control(self) -> bool:
@@ -195,7 +197,11 @@ class TaskInstance:
         if any(cfg.get_bool(f"systems.{s.system}.streams.{s.stream}.samza.intermediate", False) for s in self.ssps):
             return True
         task_cls = load_object(self.job.task_class, "task.class") if self.job.task_class else None
-        return task_cls is not None and hasattr(task_cls, "on_watermark")
+        if task_cls is None:
+            return False
+        if isinstance(task_cls, type):
+            return issubclass(task_cls, WatermarkListenerTask)
+        return isinstance(task_cls, WatermarkListenerTask)
 
     def _new_task(self) -> Any:
         target = self.job.task_class
@@ -203,7 +209,7 @@ class TaskInstance:
             raise RuntimeStateError("no task.class to run (app.class jobs are planned into stages first)")
         cls = load_object(target, "task.class")
         task = cls() if isinstance(cls, type) else cls
-        if not hasattr(task, "process"):
+        if not isinstance(task, StreamTask):
             from sparza.errors import ConfigError
 
             raise ConfigError("task.class", target, "a class with process(envelope, collector, coordinator)")
@@ -218,12 +224,7 @@ class TaskInstance:
         """
         producer = self._producers.get(system)
         if producer is None:
-            key = (self._config_key, system)
-            producer = _PRODUCERS.get(key)
-            if producer is None:
-                producer = get_system_factory(self.job.config, system).get_producer(system, self.job.config)
-                producer.start()
-                _PRODUCERS[key] = producer
+            producer = WORKER.producer(self.job.config, system)
             producer.register(self.name)
             producer.begin(self.name, Transaction(self.app_id, self._version))
             self._producers[system] = producer
@@ -239,7 +240,7 @@ class TaskInstance:
             # A failed batch leaves nothing visible: abandon (never flush) what this task sent, then drop
             # the producer (it may be in a bad state) without letting its stop() flush anything of ours.
             for system, producer in self._producers.items():
-                _PRODUCERS.pop((self._config_key, system), None)
+                WORKER.drop_producer(self.job.config, system, producer)
                 with contextlib.suppress(Exception):
                     producer.abandon(self.name)
                 with contextlib.suppress(Exception):
@@ -253,12 +254,12 @@ class TaskInstance:
         all for a replayed batch."""
         self.metrics = MetricsRegistry()
         self.stores.metrics = self.metrics
-        result = BatchResult(self.name, split.seq, "committed", offsets=split.end_offsets())
+        result = BatchResult(self.name, split.seq, BatchStatus.COMMITTED, offsets=split.end_offsets())
         versioned = self.checkpoints.read(self.name)
         stored = versioned.checkpoint if versioned else None
         cp = stored if stored is not None and stored.committed else None  # what was committed
         if cp is not None and cp.batch >= split.seq:
-            result.status = "skipped"
+            result.status = BatchStatus.SKIPPED
             result.ended = cp.ended
             self.metrics.counter("task", "batches-skipped").inc()
             result.metrics = self.metrics.snapshot()
@@ -304,19 +305,19 @@ class TaskInstance:
             return split.seq
         starts = split.start_offsets()
         ends = split.end_offsets()
-        gone = sorted(s for s in intent["starts"] if s not in starts)
+        gone = sorted(s for s in intent.starts if s not in starts)
         if gone:
             raise RuntimeStateError(
-                f"task '{self.name}' flushed outputs for batch {intent['batch']} reading {', '.join(gone)}, which it "
+                f"task '{self.name}' flushed outputs for batch {intent.batch} reading {', '.join(gone)}, which it "
                 "no longer reads, and that batch never committed. Put those inputs back until it has, or accept "
                 f"that its outputs may be repeated: sparza checkpoints drop-intent --task '{self.name}'")
-        same = (all(starts[s] == v and ends[s] == intent["ends"][s] for s, v in intent["starts"].items())
-                and all(starts[s] == ends[s] for s in starts if s not in intent["starts"]))
+        same = (all(starts[s] == v and ends[s] == intent.ends[s] for s, v in intent.starts.items())
+                and all(starts[s] == ends[s] for s in starts if s not in intent.starts))
         if same:
-            return int(intent["batch"])
+            return intent.batch
         raise RuntimeStateError(
-            f"task '{self.name}' began flushing outputs for batch {intent['batch']} (offsets {intent['starts']} "
-            f"to {intent['ends']}) without committing it, but batch {split.seq} covers {starts} to {ends}: "
+            f"task '{self.name}' began flushing outputs for batch {intent.batch} (offsets {intent.starts} "
+            f"to {intent.ends}) without committing it, but batch {split.seq} covers {starts} to {ends}: "
             "its outputs would be repeated or lost. Restart the job so the batch is re-planned from the task "
             "checkpoints; if the input was truncated past those offsets, accept repeated outputs with "
             f"sparza checkpoints drop-intent --task '{self.name}'")
@@ -346,7 +347,7 @@ class TaskInstance:
 
                 self.control = TaskControl.restore(cp.control if cp else None, self.name, self.task_count,
                                                    self._control_ssps, self.job.config, self.metrics)
-            if hasattr(self.task, "init"):
+            if isinstance(self.task, InitableTask):
                 self.task.init(_Context(self))
         if self.control is not None:
             self.control.bind_metrics(self.metrics)  # the registry is fresh every batch
@@ -355,7 +356,6 @@ class TaskInstance:
         """Adjunct stores: restore to the checkpoint's entry (every batch: their stores close at commit),
         pick the broadcast snapshot of this batch, read what a forced bootstrap missed."""
         from sparza.blobstore import blob_store_manager_from_config
-        from sparza.runtime.source import _consumer
         from sparza.state.adjunct import TaskAdjunctManager
 
         if self.adjunct is None:
@@ -370,7 +370,7 @@ class TaskInstance:
         if until:
 
             def read(ssp: SystemStreamPartition, start: str | None, end: str | None = None) -> Any:
-                return _consumer(self.job.config, ssp.system).read(ssp, start, end)
+                return WORKER.consumer(self.job.config, ssp.system).read(ssp, start, end)
 
             self.adjunct.catch_up(read, until)
 
@@ -427,12 +427,9 @@ class TaskInstance:
                 envelope = envelope_cls(ssp, offset, key, value, ts,
                                         (len(raw_key) if raw_key else 0) + (len(raw_value) if raw_value else 0))
                 if control is not None:
+                    # Watermark bookkeeping only: lateness is decided by event-time operators (windows), so a
+                    # task or stage without one delivers every message whatever its event time.
                     control.on_envelope(envelope)
-                    if control.is_late(envelope):
-                        routed = control.on_late(envelope)
-                        if routed is not None:
-                            collector.send(routed)
-                        continue
                 try:
                     process(envelope, collector, coordinator)
                 except Exception as exc:
@@ -445,6 +442,9 @@ class TaskInstance:
         result.messages, result.processed, result.dropped, result.ignored = messages, processed, dropped, ignored_count
         self.metrics.counter("task", "messages-dropped").inc(dropped)
         self.metrics.counter("task", "exceptions-ignored").inc(ignored_count)
+        # Windows count late messages in the task's registry, which is fresh every batch.
+        result.late = self.metrics.counter("control", "late-messages").count
+        result.late_routed = self.metrics.counter("control", "late-messages-routed").count
         self._boundary_callbacks(split, cp, collector, coordinator, result)
         result.shutdown = coordinator.shutdown_requested
         return result
@@ -471,16 +471,16 @@ class TaskInstance:
         already = cp.ended if cp else False
         if control is not None:
             watermark = control.advance(split.planned_at)
-            if watermark is not None and hasattr(task, "on_watermark"):
+            if watermark is not None and isinstance(task, WatermarkListenerTask):
                 task.on_watermark(watermark, collector, coordinator)
         window_ms = self.job.window_ms
         # The window timer starts with the task's first batch (as Samza's starts with the container).
         last_window = (cp.window_at_ms if cp else 0) or split.planned_at
         self._window_at = last_window
-        if window_ms > 0 and hasattr(task, "window") and split.planned_at - last_window >= window_ms:
+        if window_ms > 0 and isinstance(task, WindowableTask) and split.planned_at - last_window >= window_ms:
             task.window(collector, coordinator)
             self._window_at = split.planned_at
-        if ended and not already and hasattr(task, "on_end_of_stream"):
+        if ended and not already and isinstance(task, EndOfStreamListenerTask):
             task.on_end_of_stream(collector, coordinator)
         result.ended = ended or already
         if control is not None:
@@ -497,7 +497,7 @@ class TaskInstance:
         killed by Spark at any time, so close is not guaranteed there (as documented in ``sparza.task``).
         """
         task = self.task
-        if task is not None and hasattr(task, "close"):
+        if isinstance(task, ClosableTask):
             try:
                 task.close()
             except Exception:
@@ -513,82 +513,32 @@ class TaskInstance:
 
     def _commit(self, split: TaskSplit, cp: TaskCheckpoint | None, etag: str | None, result: BatchResult,
                 spark_batch_id: int, generation: int, version: int) -> None:
-        if self._producers:
-            # The intent goes first: once any output of this batch may be visible, a restart must be able
-            # to re-plan exactly this range with this version (see TaskCheckpoint.pending).
-            intent = {"batch": version, "planned_at": split.planned_at,
-                      "starts": split.start_offsets(),
-                      "ends": split.end_offsets(),
-                      "bounded_ends": dict(split.bounded_ends)}
-            base = cp if cp is not None else TaskCheckpoint(task=self.name, batch=0, generation=generation, offsets={})
-            with self.metrics.timer("task", "intent-write-ms").time():
-                etag = self.checkpoints.write(dataclasses.replace(base, generation=generation, pending=intent), etag)
-        with self.metrics.timer("task", "flush-ms").time():
-            for producer in self._producers.values():
-                producer.flush(self.name, transaction=Transaction(self.app_id, version))
-        self._maybe_inject_failure()
-        adjunct_entry = self.adjunct.commit(split.seq) if self.adjunct is not None else None
-        previous = dict(cp.stores) if cp else {}
-        ids = self.stores.snapshot(split.seq, previous)
-        checkpoint = TaskCheckpoint(
-            task=self.name, batch=split.seq, generation=generation,
-            offsets=split.end_offsets(), stores=ids,
-            control=self.control.snapshot() if self.control is not None else None,
-            ended=result.ended, spark_batch_id=spark_batch_id, written_at_ms=int(time.time() * 1000),
-            window_at_ms=self._window_at, adjunct=adjunct_entry)
-        with self.metrics.timer("task", "checkpoint-write-ms").time():
-            self.checkpoints.write(checkpoint, etag)
+        commit = TaskCommit(task=self.name, config=self.job.config, checkpoints=self.checkpoints,
+                            metrics=self.metrics, stores=self.stores, adjunct=self.adjunct,
+                            producers=self._producers, transaction=Transaction(self.app_id, version),
+                            committed=cp, etag=etag, generation=generation)
+        commit.write_intent(Intent(batch=version, planned_at_ms=split.planned_at, starts=split.start_offsets(),
+                                   ends=split.end_offsets(), bounded_ends=dict(split.bounded_ends)))
+        commit.flush()
+        commit.commit_adjunct(split.seq)
+        commit.snapshot(split.seq)
+
+        def checkpoint(stores: dict[str, str], adjunct: dict[str, Any] | None) -> TaskCheckpoint:
+            return TaskCheckpoint(
+                task=self.name, batch=split.seq, generation=generation, offsets=split.end_offsets(), stores=stores,
+                control=self.control.snapshot() if self.control is not None else None, ended=result.ended,
+                spark_batch_id=spark_batch_id, window_at_ms=self._window_at, adjunct=adjunct)
+
+        commit.write_checkpoint(checkpoint)
+        # From here the batch is committed: an in-memory task that fails cleanup stays consistent with it.
         self.committed_seq = split.seq
-        self.stores.committed(split.seq, ids)
-
-    def _maybe_inject_failure(self) -> None:
-        path = self.job.config.get_str("task.testing.fail.once.file", None)
-        if not path:
-            return
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            return
-        os.write(fd, f"{self.name}\n".encode())
-        os.close(fd)
-        raise RuntimeError(f"injected one-time failure in task '{self.name}' after flushing its producers")
-
-
-_INSTANCES: dict[tuple[str, str], TaskInstance] = {}
-_PRODUCERS: dict[tuple[str, str], Any] = {}
-
-
-def _config_key(config: Config) -> str:
-    return repr(sorted(config.items()))
+        commit.cleanup(split.seq)
 
 
 def get_instance(job: JobConfig, split: TaskSplit, task_count: int) -> TaskInstance:
     """The cached instance of ``split.task`` in this worker process (created on first use)."""
-    key = (_config_key(job.config), split.task)
-    instance = _INSTANCES.get(key)
     ssps = [SystemStreamPartition.parse(s) for s in split.ssps]
-    if instance is None or instance.ssps != ssps:
-        instance = TaskInstance(job, split.task, ssps, task_count,
-                                checkpoint_store_from_config(job.config, job.job_key))
-        _INSTANCES[key] = instance
-    return instance
-
-
-def split_from_marker(batches: Iterable[pa.RecordBatch]) -> tuple[TaskSplit | None, Iterator[pa.RecordBatch]]:
-    """Take the marker row off the front of a task's rows: its split and the rest of the rows."""
-    iterator = iter(batches)
-    for first in iterator:
-        if first.num_rows == 0:
-            continue
-        ssp_col = first.column("ssp")
-        if ssp_col[0].as_py() != MARKER_SSP:
-            raise RuntimeStateError("a task's rows did not start with the batch marker (partitioning changed?)")
-        split = TaskSplit.from_json(first.column("value")[0].as_py())
-        return split, _chain(first.slice(1), iterator)
-    return None, iter(())
-
-
-def _chain(head: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    if head.num_rows:
-        yield head
-    yield from rest
+    return WORKER.instance(  # type: ignore[no-any-return]
+        job.config, split.task,
+        lambda: TaskInstance(job, split.task, ssps, task_count, checkpoint_store_from_config(job.config, job.job_key)),
+        lambda instance: instance.ssps == ssps)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -27,6 +28,7 @@ from typing import Any
 
 from sparza.config import Config
 from sparza.metrics import JsonLinesReporter, MetricsRegistry, PrometheusExporter
+from sparza.runtime.commit import BatchStatus
 from sparza.runtime.errors import JobFailedError
 from sparza.runtime.executor import RESULT_SCHEMA, make_task_runner, result_from_row
 from sparza.runtime.inputs import InputSystems
@@ -34,12 +36,70 @@ from sparza.runtime.instance import BatchResult
 from sparza.runtime.jobconfig import JobConfig
 from sparza.runtime.model import TaskModel
 
-__all__ = ["EXIT_CODES", "BootstrapProgress", "JobRunner", "RunOutcome", "build_spark_session"]
+__all__ = ["EXIT_CODES", "BootstrapProgress", "Discards", "JobRunner", "RunOutcome", "build_spark_session"]
+
+_log = logging.getLogger(__name__)
 
 EXIT_CODES = {0: "stopped cleanly (signal, --once done, all inputs ended, or a task asked to shut down)",
               1: "the job failed (a task error names SSP and offset; or Spark failed)",
               2: "bad config (one line names the key)"}
 """Exit codes of ``sparza run``."""
+
+
+@dataclass
+class Discards:
+    """What a run did not deliver to task code or output as sent, by cause: never silent (status line,
+    summary, metrics and a warning that names the setting to change)."""
+
+    late: int = 0
+    late_routed: int = 0
+    undeserializable: int = 0
+    ignored: int = 0
+
+    @classmethod
+    def of(cls, results: list[BatchResult]) -> Discards:
+        """The sum over one batch's task results."""
+        return cls(sum(r.late for r in results), sum(r.late_routed for r in results),
+                   sum(r.dropped for r in results), sum(r.ignored for r in results))
+
+    def add(self, other: Discards) -> None:
+        """Accumulate another batch."""
+        self.late += other.late
+        self.late_routed += other.late_routed
+        self.undeserializable += other.undeserializable
+        self.ignored += other.ignored
+
+    def __bool__(self) -> bool:
+        return bool(self.late or self.undeserializable or self.ignored)
+
+    def describe(self) -> str:
+        """``"3 late message(s) dropped, 1 undeserializable message(s) dropped"`` (only the non-zero ones)."""
+        parts = []
+        dropped_late = self.late - self.late_routed
+        if dropped_late:
+            parts.append(f"{dropped_late} late message(s) dropped")
+        if self.late_routed:
+            parts.append(f"{self.late_routed} late message(s) routed")
+        if self.undeserializable:
+            parts.append(f"{self.undeserializable} undeserializable message(s) dropped")
+        if self.ignored:
+            parts.append(f"{self.ignored} message(s) whose processing raised an ignored exception")
+        return ", ".join(parts)
+
+    def advice(self, job: JobConfig) -> str:
+        """The warning: counts, the streams read, and the settings that decide them."""
+        inputs = ", ".join(str(spec.stream) for spec in job.inputs)
+        lines = [f"{self.describe()} (inputs {inputs})."]
+        if self.late:
+            lines.append("Late messages arrived after every window they belong to had fired; allow more "
+                         "out-of-orderness with systems.<system>.streams.<stream>.watermark.lateness.ms on the "
+                         "application's input streams, or keep them with task.late.messages.policy: route and "
+                         "task.late.messages.stream.")
+        if self.undeserializable:
+            lines.append("Undeserializable messages are dropped because task.drop.deserialization.errors is true.")
+        if self.ignored:
+            lines.append("Exceptions were ignored because task.ignored.exceptions names them.")
+        return " ".join(lines)
 
 
 @dataclass
@@ -109,6 +169,8 @@ class JobRunner:
         self._query: Any = None
         self._exporter: Any = None
         self.last_results: list[BatchResult] = []
+        self.discards = Discards()
+        """Messages this run did not deliver or write as sent (late at windows, undeserializable, ignored)."""
 
     # --- setup ---------------------------------------------------------------------------------
     @property
@@ -144,7 +206,7 @@ class JobRunner:
             rows = df.mapInArrow(runner, RESULT_SCHEMA).collect()
             results = [result_from_row(r) for r in rows]
             self.last_results = results
-            failed = [r for r in results if r.status == "failed"]
+            failed = [r for r in results if r.status is BatchStatus.FAILED]
             if failed:
                 message = "; ".join(r.error or "failed" for r in failed)
                 self._failure = JobFailedError(message)
@@ -165,23 +227,28 @@ class JobRunner:
             self.metrics.merge_snapshot({f"{r.task}:{g}": m for g, m in r.metrics.items()})
         self.metrics.counter(agg, "messages-in").inc(messages)
         self.metrics.counter(agg, "messages-processed").inc(sum(r.processed for r in results))
-        self.metrics.counter(agg, "messages-dropped").inc(sum(r.dropped for r in results))
-        self.metrics.counter(agg, "exceptions-ignored").inc(sum(r.ignored for r in results))
+        discards = Discards.of(results)
+        self.discards.add(discards)
+        self.metrics.counter(agg, "messages-dropped").inc(discards.undeserializable)
+        self.metrics.counter(agg, "exceptions-ignored").inc(discards.ignored)
+        self.metrics.counter(agg, "late-messages").inc(discards.late)
+        self.metrics.counter(agg, "late-messages-routed").inc(discards.late_routed)
         self.metrics.counter(agg, "batches").inc()
-        self.metrics.counter(agg, "tasks-skipped").inc(sum(1 for r in results if r.status == "skipped"))
+        self.metrics.counter(agg, "tasks-skipped").inc(sum(1 for r in results if r.status is BatchStatus.SKIPPED))
         self.metrics.timer(agg, "batch-ms").update(elapsed_ms)
         commit_ms = max((r.commit_ms for r in results), default=0.0)
         self.metrics.timer(agg, "commit-ms").update(commit_ms)
         lag = self._lag(results)
         self.metrics.gauge(agg, "lag").set(-1 if lag is None else lag)
         seq = max((r.seq for r in results), default=0)
-        skipped = sum(1 for r in results if r.status == "skipped")
+        skipped = sum(1 for r in results if r.status is BatchStatus.SKIPPED)
         bootstrap = self._bootstrap.update(results)
         if bootstrap is not None:
             self.metrics.gauge(agg, "bootstrap-remaining").set(bootstrap[1] - bootstrap[0])
         self.status(f"batch {seq} (spark {batch_id}): {messages} msgs in, lag {'?' if lag is None else lag}, "
                     f"batch {elapsed_ms:.0f} ms, commit {commit_ms:.0f} ms"
                     + (f", {skipped} task(s) skipped (replay)" if skipped else "")
+                    + (f", {discards.describe()}" if discards else "")
                     + (f", {BootstrapProgress.render(*bootstrap)}" if bootstrap is not None else ""))
         if self._jsonl is not None:
             self._jsonl.report()
@@ -249,6 +316,27 @@ class JobRunner:
         self.status(f"sparza: job {self.job.job_key}, {len(tasks)} task(s), processor {self.processor_id}, "
                     f"spark checkpoint {self.spark_checkpoint_dir}")
         self._query = writer.start()
+        if tasks and self._all_ended_before(tasks):
+            # Nothing will be planned, so no batch would ever notice that every input ended: stop now.
+            self.request_stop("all inputs ended")
+
+    def wait_initialized(self, timeout_s: float = 60.0) -> None:
+        """Wait until the query has initialized its source (or stopped, or ``timeout_s`` passed)."""
+        query = self._query
+        deadline = time.monotonic() + timeout_s
+        while query is not None and time.monotonic() < deadline:
+            try:
+                if not query.isActive or query.status.get("message") != "Initializing sources":
+                    return
+            except Exception:
+                return  # a failed query: poll()/finish() report it
+            time.sleep(0.1)
+
+    def _all_ended_before(self, tasks: list[TaskModel]) -> bool:
+        from sparza.runtime.checkpoint import checkpoint_store_from_config
+
+        checkpoints = checkpoint_store_from_config(self.config, self.job.job_key).read_all()
+        return all(t.name in checkpoints and checkpoints[t.name].ended for t in tasks)
 
     @property
     def failed(self) -> bool:
@@ -281,7 +369,12 @@ class JobRunner:
         if exc is not None:
             raise JobFailedError(f"the streaming query of {self.job.job_key} failed: {_short(str(exc))}")
         reason = self._stop_reason or ("caught up (--once)" if self.once else "stopped")
-        self.status(f"sparza: {self.job.job_key}: {reason}; {self._batches} batch(es) committed")
+        self.status(f"sparza: {self.job.job_key}: {reason}; {self._batches} batch(es) committed"
+                    + (f"; {self.discards.describe()}" if self.discards else ""))
+        if self.discards:
+            advice = self.discards.advice(self.job)
+            _log.warning("%s: %s", self.job.job_key, advice)
+            self.status(f"sparza: {self.job.job_key}: warning: {advice}")
         return RunOutcome(reason, self._batches, 0)
 
     def close(self) -> None:

@@ -79,6 +79,10 @@ def run_together(runners: list[JobRunner]) -> list[RunOutcome]:
     """
     for runner in runners:
         runner.start()
+        # One query at a time through source initialization: each starts a Python source process that
+        # must connect back to the JVM within Spark's fixed 10 s, which several at once on a busy
+        # host can miss.
+        runner.wait_initialized()
     while True:
         running = [r.poll(0.25 / len(runners)) for r in runners]
         if any(r.failed for r in runners):

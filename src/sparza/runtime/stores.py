@@ -27,6 +27,7 @@ import logging
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -331,8 +332,11 @@ class TaskStores:
         self._close_open()
         return ids
 
-    def committed(self, batch: int, ids: dict[str, str]) -> None:
-        """After the task checkpoint is written: markers, blob-store cleanup, old local checkpoints."""
+    def committed(self, batch: int, ids: dict[str, str], *, fault: Callable[[], None] | None = None) -> None:
+        """After the task checkpoint is written: markers, blob-store cleanup, old local checkpoints.
+
+        ``fault`` (tests) runs after the first store's marker is written, before its blob-store cleanup.
+        """
         for name, store in self._to_keep.items():
             self._kept[name] = (ids[name], store)
         self._to_keep.clear()
@@ -341,6 +345,9 @@ class TaskStores:
             tmp = marker.with_name(marker.name + ".tmp")
             tmp.write_text(json.dumps({"batch": batch, "snapshot": snapshot}))
             os.replace(tmp, marker)
+            if fault is not None:
+                fault()
+                fault = None
             if self.backed_up[name]:
                 with self.metrics.timer("stores", "cleanup-ms").time():
                     self._backup_client().cleanup(snapshot)
