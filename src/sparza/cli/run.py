@@ -49,10 +49,40 @@ def run(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML
     raise typer.Exit(outcome.exit_code)
 
 
+def _lags(cfg: object, offsets: dict[str, str]) -> dict[str, str]:
+    """Per checkpointed SSP: how many messages lie between its offset and the stream's end now
+    (``?`` when the system cannot count or cannot be reached). Kafka counts offsets: an upper bound."""
+    from sparza.runtime.offsets import OffsetOps
+    from sparza.streams import SystemStreamPartition
+    from sparza.systems import get_system_factory
+
+    by_stream: dict[tuple[str, str], list[SystemStreamPartition]] = {}
+    for key in offsets:
+        try:
+            ssp = SystemStreamPartition.parse(key)
+        except ValueError:
+            continue
+        by_stream.setdefault((ssp.system, ssp.stream), []).append(ssp)
+    out: dict[str, str] = {}
+    for (system, stream), ssps in by_stream.items():
+        try:
+            admin = get_system_factory(cfg, system).get_admin(system, cfg)  # type: ignore[arg-type]
+            meta = admin.get_system_stream_metadata({stream})[stream]
+            ops = OffsetOps(admin)
+            for ssp in ssps:
+                n = ops.count_between(ssp, offsets[str(ssp)], meta.partitions[ssp.partition].upcoming)
+                out[str(ssp)] = "?" if n is None else str(n)
+        except Exception:
+            out.update({str(ssp): "?" for ssp in ssps})  # an unreachable system: show the offsets anyway
+    return out
+
+
 @checkpoints_app.command("show")
 def show(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML or .properties)."),
-         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
-    """Print every task's checkpoint: batch, generation, offsets, store snapshots."""
+         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+         lag: bool = typer.Option(True, "--lag/--no-lag", help="Also show each input's lag (asks the systems).")
+         ) -> None:
+    """Print every task's checkpoint: batch, generation, offsets (with lag), store snapshots."""
     from rich.console import Console
     from rich.table import Table
 
@@ -84,8 +114,10 @@ def show(config: str = typer.Option(..., "--config", "-c", help="Job config (YAM
         for name in sorted(checkpoints, key=lambda n: (len(n), n)):
             cp = checkpoints[name]
             intent = cp.open_intent()
+            lags = _lags(stage_cfg, cp.offsets) if lag else {}
             table.add_row(name, str(cp.batch) if cp.committed else "-", str(cp.generation),
-                          "\n".join(f"{k} {v}" for k, v in sorted(cp.offsets.items())),
+                          "\n".join(f"{k} {v}" + (f" (lag {lags[k]})" if k in lags else "")
+                                    for k, v in sorted(cp.offsets.items())),
                           "\n".join(f"{k} {v}" for k, v in sorted(cp.stores.items())), "yes" if cp.ended else "no",
                           "" if intent is None else f"batch {intent.batch} up to "
                           + ", ".join(f"{k} {v}" for k, v in sorted(intent.ends.items())))

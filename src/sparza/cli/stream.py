@@ -2,7 +2,8 @@
 
 A STREAM argument is a stream name of a delta system (``--system``, tables under its
 ``systems.<s>.delta.root`` or ``--root``) or a table location: a path or ``az://container/path``
-(the stream is then named after the last path segment).
+(the stream is then named after the last path segment). With ``--system`` naming a kafka or
+eventhubs system, ``create``, ``describe``, ``tail`` and ``load`` work on its topics.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ __all__ = ["app", "register"]
 app = typer.Typer(help="Create, inspect, fill and maintain Delta Lake streams.", no_args_is_help=True)
 
 _CONFIG = typer.Option(None, "--config", "-c", help="Job config file (YAML or .properties).")
-_SYSTEM = typer.Option(None, "--system", "-s", help="Delta system name (default: the config's only delta system).")
+_SYSTEM = typer.Option(None, "--system", "-s",
+                       help="System name: a delta system (default: the config's only one), or a kafka/eventhubs one.")
 _ROOT = typer.Option(None, "--root", help="Override systems.<system>.delta.root (a dir or az://container/prefix).")
 
 
@@ -56,9 +58,33 @@ def _resolve(stream: str, config_path: Path | None, system: str | None, root: st
 
 
 def _admin(config: Config, system: str) -> Any:
+    if _is_kafka(config, system):
+        return _kafka_factory(config, system).get_admin(system, config)
     from sparza.systems.delta import DeltaSystemAdmin
 
     return DeltaSystemAdmin(system, config)
+
+
+def _kafka_factory(config: Config, system: str) -> Any:
+    from sparza.systems import get_system_factory
+
+    return get_system_factory(config, system)
+
+
+def _is_kafka(config: Config, system: str) -> bool:
+    """True when ``system`` is a kafka or eventhubs system (topics, not Delta tables)."""
+    if config.get_str(f"systems.{system}.samza.factory", None) is None:
+        return False
+    from sparza.systems.kafka import EventHubsSystemFactory, KafkaSystemFactory
+
+    return isinstance(_kafka_factory(config, system), KafkaSystemFactory | EventHubsSystemFactory)
+
+
+def _where(admin: Any, stream: str) -> str:
+    """Where a stream lives, for messages: a table location or a topic on brokers."""
+    if hasattr(admin, "stream_location"):
+        return str(admin.stream_location(stream))
+    return f"Kafka topic {admin.settings.topic(stream)} on {admin.settings.bootstrap_servers()}"
 
 
 @app.command()
@@ -75,7 +101,7 @@ def create(stream: str = typer.Argument(..., help="Stream name or location."),
     admin = _admin(cfg, name)
     created = admin.create_stream(StreamSpec(stream_name, partitions))
     verb = "created" if created else "already exists"
-    typer.echo(f"stream {stream_name} {verb}: {partitions} partitions at {admin.stream_location(stream_name)}")
+    typer.echo(f"stream {stream_name} {verb}: {partitions} partitions at {_where(admin, stream_name)}")
 
 
 @app.command()
@@ -91,8 +117,18 @@ def describe(stream: str = typer.Argument(..., help="Stream name or location."),
     cfg, name, stream_name = _resolve(stream, config, system, root)
     admin = _admin(cfg, name)
     meta = admin.get_system_stream_metadata({stream_name})[stream_name]
-    rows = live_rows_by_partition(open_table(admin.location(stream_name)))
     console = Console()
+    if _is_kafka(cfg, name):
+        console.print(f"stream [bold]{stream_name}[/bold]: {_where(admin, stream_name)}", highlight=False)
+        console.print(f"partitions: {meta.partition_count}, bounded: {admin.settings.is_bounded(stream_name)}")
+        # Offsets are not dense (transaction markers, compaction): upcoming - oldest is an upper bound.
+        table = Table("partition", "oldest", "newest", "upcoming", "offsets (≥ records)")
+        for p, m in sorted(meta.partitions.items()):
+            span = int(m.upcoming) - int(m.oldest) if m.oldest is not None else 0
+            table.add_row(str(p), m.oldest or "-", m.newest or "-", m.upcoming, str(span))
+        console.print(table)
+        return
+    rows = live_rows_by_partition(open_table(admin.location(stream_name)))
     console.print(f"stream [bold]{stream_name}[/bold] at {admin.stream_location(stream_name)}")
     console.print(f"partitions: {meta.partition_count}, version: {meta.properties.get('version')}, "
                   f"bounded: {admin.is_bounded(stream_name)}")
@@ -133,12 +169,25 @@ def tail(stream: str = typer.Argument(..., help="Stream name or location."),
     k_serde = serde_from_name(key_serde, key="--key-serde", config=cfg)
     admin = _admin(cfg, name)
     parts = [partition] if partition is not None else list(range(admin.partition_count(stream_name)))
-    consumer = DeltaSystemConsumer(name, cfg)
     found = []
-    for p in parts:
-        ssp = SystemStreamPartition(name, stream_name, p)
-        start = start_of_last(consumer.log(stream_name), p, count)
-        found += list(consumer.read(ssp, start, include_control=include_control, bounded=False))[-count:]
+    if _is_kafka(cfg, name):
+        meta = admin.get_system_stream_metadata({stream_name})[stream_name]
+        kafka = _kafka_factory(cfg, name).get_consumer(name, cfg)
+        for p in parts:
+            pm = meta.partitions[p]
+            if pm.oldest is None:
+                continue
+            # The last `count` offsets; fewer records when markers or compaction left gaps there.
+            start = str(max(int(pm.oldest), int(pm.upcoming) - count))
+            ssp = SystemStreamPartition(name, stream_name, p)
+            found += list(kafka.read(ssp, start, pm.upcoming, include_control=include_control))[-count:]
+        kafka.stop()
+    else:
+        consumer = DeltaSystemConsumer(name, cfg)
+        for p in parts:
+            ssp = SystemStreamPartition(name, stream_name, p)
+            start = start_of_last(consumer.log(stream_name), p, count)
+            found += list(consumer.read(ssp, start, include_control=include_control, bounded=False))[-count:]
     found.sort(key=lambda e: (e.timestamp or 0, e.ssp.partition))
     for envelope in found[-count:]:
         when = dt.datetime.fromtimestamp((envelope.timestamp or 0) / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
@@ -234,6 +283,7 @@ def load(stream: str = typer.Argument(..., metavar="STREAM_LOCATION", help="Stre
     from sparza.errors import SparzaError
     from sparza.systems import StreamSpec, Transaction
     from sparza.systems.delta import DeltaSystemProducer, StreamNotFoundError
+    from sparza.systems.kafka import TopicNotFoundError
 
     cfg, name, stream_name = _resolve(stream, config, system, root)
     fmt = fmt.lower()
@@ -253,19 +303,21 @@ def load(stream: str = typer.Argument(..., metavar="STREAM_LOCATION", help="Stre
     admin = _admin(cfg, name)
     try:
         admin.partition_count(stream_name)
-    except StreamNotFoundError:
+    except (StreamNotFoundError, TopicNotFoundError):
         if partitions is None:
             raise
         admin.create_stream(StreamSpec(stream_name, partitions))
-    # 2. Commit in chunks, each an app transaction whose version is the count of records through it.
+    # 2. Commit in chunks, each a transaction whose version is the count of records through it. Delta tells
+    #    how far an earlier load of this file got; Kafka's producer skips a version it already committed.
+    kafka = _is_kafka(cfg, name)
     app_id = _load_id(stream_name, file, key, timestamp, fmt)
-    done = admin.transaction_version(stream_name, app_id) or 0
-    where = admin.stream_location(stream_name)
+    done = 0 if kafka else (admin.transaction_version(stream_name, app_id) or 0)
+    where = _where(admin, stream_name)
     if done >= total:
         typer.echo(f"already loaded: all {total} messages of {file.name} are in {stream_name} ({where}, app "
                    f"transaction {app_id}); nothing written")
         return
-    producer = DeltaSystemProducer(name, cfg)
+    producer = _kafka_factory(cfg, name).get_producer(name, cfg) if kafka else DeltaSystemProducer(name, cfg)
     source = "sparza-load"
     producer.register(source)
     producer.start()

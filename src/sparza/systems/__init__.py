@@ -221,14 +221,16 @@ class SystemFactory(Protocol):
 SYSTEM_FACTORIES: dict[str, str] = {
     "delta": "sparza.systems.delta:DeltaSystemFactory",
     "azureblob": "sparza.systems.azureblob:AzureBlobSystemFactory",
+    "kafka": "sparza.systems.kafka:KafkaSystemFactory",
+    "eventhubs": "sparza.systems.kafka.eventhubs:EventHubsSystemFactory",
 }
 """Short factory names accepted in ``systems.<name>.samza.factory`` (Samza's class names for them are
 mapped in :data:`sparza.samzacompat.FACTORY_KINDS`)."""
 
 
 define_key("systems.<system>.samza.factory", None,
-           "The system's factory: delta, azureblob, a dotted Python path, or Samza's factory class of a "
-           "system sparza has (org.apache.samza.system.azureblob.AzureBlobSystemFactory).", "sparza.systems")
+           "The system's factory: delta, azureblob, kafka, eventhubs, Samza's factory class of a system sparza "
+           "has (e.g. org.apache.samza.system.kafka.KafkaSystemFactory), or a dotted Python path.", "sparza.systems")
 
 
 def load_object(path: str, key: str = "factory") -> Any:
