@@ -169,21 +169,28 @@ def plan_application(config: Config, partition_counts: Mapping[SystemStream, int
     window_defaults = config.subset(WINDOW_STORE_PREFIX)
     tables = _table_outputs(app, config)
     plans: list[StagePlan] = []
+    broadcast = [b.strip() for b in config.get_str("task.broadcast.inputs", "").split(",") if b.strip()]
     for stage in stages:
         reads = [names[op.params["name"]] for op in stage.reads]
         writes = [names[op.params["name"]] for op in stage.writes]
+        used = _stores_of(stage)
+        # A partitioned table (an adjunct store not filled from a broadcast input) is read by the tasks of
+        # the stage that joins it, partition N by task N: it is one of that stage's inputs.
+        partitioned_tables = [SystemStream.parse(config.get_str(f"stores.{s}.adstore.input"))
+                              for s in sorted(used) if config.get_str(f"stores.{s}.adstore.input", None)
+                              and config.get_str(f"stores.{s}.adstore.input").strip()
+                              not in {b.split("#", 1)[0] for b in broadcast}]
         inputs = list(dict.fromkeys([*stage.inputs, *reads]))
         task_count = max(_partition_count(config, s, {**counts, **inter_partitions}) for s in inputs)
+        inputs = list(dict.fromkeys([*inputs, *partitioned_tables]))
         for op, stream in zip(stage.writes, writes, strict=True):
             inter_partitions[stream] = op.params["partitions"] or task_count
-        used = _stores_of(stage)
         values = {k: v for k, v in config.items()
                   if not (k.startswith("stores.") and k.split(".")[1] in all_stores - used)}
         # A broadcast input that fills an adjunct store of another stage stays with that stage: here it
         # would have no store to go to and reach StageTask as a message of a stream it does not read.
         foreign = {config.get_str(f"stores.{s}.adstore.input").strip() for s in all_stores - used
                    if config.get_str(f"stores.{s}.adstore.input", None)}
-        broadcast = [b.strip() for b in config.get_str("task.broadcast.inputs", "").split(",") if b.strip()]
         if any(b.split("#", 1)[0] in foreign for b in broadcast):
             values["task.broadcast.inputs"] = ",".join(b for b in broadcast if b.split("#", 1)[0] not in foreign)
         for key, value in tables.items():
