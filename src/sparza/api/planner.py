@@ -139,6 +139,21 @@ def _stores_of(stage: StageSpec) -> set[str]:
     return stores
 
 
+def _table_outputs(app: StreamApplication, config: Config) -> dict[str, str]:
+    """The ``delta.table.*`` keys of every output declared with ``app.output(..., schema=...)``."""
+    out: dict[str, str] = {}
+    for op in app.ops:
+        if op.kind != OpKind.SEND_TO or op.params["output"].table is None:
+            continue
+        descriptor = op.params["output"]
+        factory = config.get_str(f"systems.{descriptor.stream.system}.samza.factory", "")
+        if "delta" not in factory.lower():
+            raise ApiError(f"output {descriptor.stream} has a table schema, but typed tables need a delta system "
+                           f"(systems.{descriptor.stream.system}.samza.factory is {factory or 'not set'!r})")
+        out.update(descriptor.table.config_values(descriptor.stream))
+    return out
+
+
 def plan_application(config: Config, partition_counts: Mapping[SystemStream, int] | None = None) -> ApplicationPlan:
     """Plan the application of ``config``: one :class:`StagePlan` per stage, in topological order.
 
@@ -152,6 +167,7 @@ def plan_application(config: Config, partition_counts: Mapping[SystemStream, int
     inter_partitions: dict[SystemStream, int] = {}
     all_stores = {key.split(".")[1] for key in config if key.startswith("stores.") and key.count(".") >= 2}
     window_defaults = config.subset(WINDOW_STORE_PREFIX)
+    tables = _table_outputs(app, config)
     plans: list[StagePlan] = []
     broadcast = [b.strip() for b in config.get_str("task.broadcast.inputs", "").split(",") if b.strip()]
     for stage in stages:
@@ -177,6 +193,8 @@ def plan_application(config: Config, partition_counts: Mapping[SystemStream, int
                    if config.get_str(f"stores.{s}.adstore.input", None)}
         if any(b.split("#", 1)[0] in foreign for b in broadcast):
             values["task.broadcast.inputs"] = ",".join(b for b in broadcast if b.split("#", 1)[0] not in foreign)
+        for key, value in tables.items():
+            values.setdefault(key, value)  # keys set in the config win over app.output(..., schema=...)
         values.update({
             "job.name": f"{config.get_str('job.name')}-{stage.name}",
             "job.id": config.get_str("job.id", "1"),

@@ -9,13 +9,20 @@ import typer
 
 __all__ = ["register"]
 
+EXIT_CLAIMED = 3
+"""``sparza run`` exit code: another standalone processor holds the job (see ``sparza.coordination.claim``)."""
+
 checkpoints_app = typer.Typer(help="Inspect task checkpoints.", no_args_is_help=True)
 
 
 def _load(config_path: str) -> object:
     from sparza.config import Config
+    from sparza.samzacompat import translate
 
-    return Config.load(config_path)
+    # Samza's spellings (e.g. task.checkpoint.factory class names) name the same checkpoints as sparza's.
+    translation = translate(Config.load(config_path))
+    translation.raise_first_error()
+    return translation.config
 
 
 def run(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML or .properties)."),
@@ -27,12 +34,18 @@ def run(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML
         stage: str = typer.Option(None, "--stage", help="app.class jobs: run only this stage.")) -> None:
     """Run a job until stopped (SIGINT/SIGTERM finish the batch, commit and exit 0), or until every
     bounded input ended; with --once, until caught up. Exit codes: 0 clean stop, 1 job failed,
-    2 bad config."""
+    2 bad config, 3 another processor holds the job (standalone: refused, or claim lost while running)."""
+    from sparza.config import Config
+    from sparza.coordination.claim import ClaimError
     from sparza.runtime.app import run_config
 
-    cfg = _load(config)
+    cfg = Config.load(config)  # untranslated: run_config checks it and warns about Samza's spellings itself
     pid = processor_id or cfg.get_str("processor.id", None) or "0"  # type: ignore[attr-defined]
-    outcome = run_config(cfg, master=master, processor_id=pid, once=once, stage=stage)  # type: ignore[arg-type]
+    try:
+        outcome = run_config(cfg, master=master, processor_id=pid, once=once, stage=stage)  # type: ignore[arg-type]
+    except ClaimError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(EXIT_CLAIMED) from None
     raise typer.Exit(outcome.exit_code)
 
 

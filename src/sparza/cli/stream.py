@@ -1,4 +1,4 @@
-"""``sparza stream create|describe|tail|load|compact|truncate``: Delta Lake streams from the shell.
+"""``sparza stream create|describe|tail|load|compact|optimize|truncate``: Delta Lake streams from the shell.
 
 A STREAM argument is a stream name of a delta system (``--system``, tables under its
 ``systems.<s>.delta.root`` or ``--root``) or a table location: a path or ``az://container/path``
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import hashlib
 import io
 import json
 import os
@@ -233,6 +234,34 @@ def _records(path: Path, fmt: str) -> Iterator[tuple[dict[str, Any], bytes]]:
             yield record, line.strip()
 
 
+def _message(record: dict[str, Any], value: bytes, key: str, timestamp: str | None, where: str,
+             columns_hint: str) -> tuple[bytes | None, bytes, int | None]:
+    """(key bytes, value, event ms) of one record; a bad record raises naming its place in the file."""
+    if not isinstance(record, dict):
+        raise SerdeError(f"{where}: not a JSON object but {type(record).__name__}")
+    if key not in record:
+        raise ConfigError("--key", key, f"a column of {columns_hint} (found at {where}: "
+                                         f"{', '.join(map(str, record))})")
+    key_value = record[key]
+    key_bytes = None if key_value is None else str(key_value).encode("utf-8")
+    try:
+        event_ms = _event_ms(record.get(timestamp), timestamp) if timestamp else None
+    except ConfigError as exc:
+        raise ConfigError("--timestamp", record.get(timestamp or ""),
+                          f"{exc.expected} (at {where})") from None
+    return key_bytes, value, event_ms
+
+
+def _load_id(stream: str, file: Path, key: str, timestamp: str | None, fmt: str) -> str:
+    """The app id of a load: the target stream and what makes its messages (file content, key and time columns)."""
+    digest = hashlib.sha256()
+    with file.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    digest.update(json.dumps([key, timestamp, fmt]).encode("utf-8"))
+    return f"sparza-load/{stream}/{digest.hexdigest()[:32]}"
+
+
 @app.command()
 def load(stream: str = typer.Argument(..., metavar="STREAM_LOCATION", help="Stream name or location."),
          file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON lines or CSV file."),
@@ -243,14 +272,34 @@ def load(stream: str = typer.Argument(..., metavar="STREAM_LOCATION", help="Stre
          fmt: str = typer.Option("auto", "--format", help="auto, jsonl or csv."),
          batch: int = typer.Option(10_000, "--batch", min=1, help="Messages per commit."),
          config: Path = _CONFIG, system: str = _SYSTEM, root: str = _ROOT) -> None:
-    """Load a JSON-lines or CSV file into a stream: value = the record as JSON, key = a column."""
+    """Load a JSON-lines or CSV file into a stream: value = the record as JSON, key = a column.
+
+    The whole file is checked before the first commit (a bad line loads nothing), and every commit is
+    a Delta app transaction of this file's load: loading the same file again (after a failure, or by
+    mistake) writes only the messages not committed yet.
+    """
     from rich.progress import BarColumn, Progress, TextColumn, TransferSpeedColumn
 
-    from sparza.systems import StreamSpec
+    from sparza.errors import SparzaError
+    from sparza.systems import StreamSpec, Transaction
     from sparza.systems.delta import DeltaSystemProducer, StreamNotFoundError
     from sparza.systems.kafka import TopicNotFoundError
 
     cfg, name, stream_name = _resolve(stream, config, system, root)
+    fmt = fmt.lower()
+    # 1. Check every record before anything is committed.
+    total = 0
+    try:
+        for record, value in _records(file, fmt):
+            total += 1
+            _message(record, value, key, timestamp, f"{file.name} record {total}", file.name)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise SerdeError(f"{file}: unreadable after record {total} ({exc}); nothing was loaded") from None
+    except SerdeError as exc:
+        raise SerdeError(f"{exc}; nothing was loaded (the whole file is checked before the first commit): fix "
+                         "the line and load the file again") from None
+    except ConfigError as exc:
+        raise ConfigError(exc.key, exc.value, f"{exc.expected}; nothing was loaded") from None
     admin = _admin(cfg, name)
     try:
         admin.partition_count(stream_name)
@@ -258,32 +307,60 @@ def load(stream: str = typer.Argument(..., metavar="STREAM_LOCATION", help="Stre
         if partitions is None:
             raise
         admin.create_stream(StreamSpec(stream_name, partitions))
+    # 2. Commit in chunks, each a transaction whose version is the count of records through it (a Delta
+    #    app transaction; on Kafka a Kafka transaction recording that version, see docs/kafka.md).
+    app_id = _load_id(stream_name, file, key, timestamp, fmt)
     kafka = _is_kafka(cfg, name)
-    producer = _kafka_factory(cfg, name).get_producer(name, cfg) if kafka else DeltaSystemProducer(name, cfg)
+    producer: Any
+    if kafka:
+        producer = _kafka_factory(cfg, name).get_producer(name, cfg)
+        done = producer.committed_version(app_id) or 0
+    else:
+        producer = DeltaSystemProducer(name, cfg)
+        done = admin.transaction_version(stream_name, app_id) or 0
+    where = _where(admin, stream_name)
+    if done >= total:
+        typer.echo(f"already loaded: all {total} messages of {file.name} are in {stream_name} ({where}, app "
+                   f"transaction {app_id}); nothing written")
+        return
     source = "sparza-load"
     producer.register(source)
     producer.start()
     target = SystemStream(name, stream_name)
-    sent = 0
+    position = committed = done
     size = os.path.getsize(file)
-    with Progress(TextColumn("loading {task.description}"), BarColumn(), TextColumn("{task.fields[sent]} messages"),
-                  TransferSpeedColumn()) as progress:
-        task = progress.add_task(file.name, total=size, sent=0)
-        for record, value in _records(file, fmt.lower()):
-            if key not in record:
-                raise ConfigError("--key", key, f"a column of {file.name} (found: {', '.join(map(str, record))})")
-            key_value = record[key]
-            key_bytes = None if key_value is None else str(key_value).encode("utf-8")
-            event_ms = _event_ms(record.get(timestamp), timestamp) if timestamp else None
-            producer.send(source, OutgoingMessageEnvelope(target, value, key=key_bytes, timestamp=event_ms))
-            sent += 1
-            progress.update(task, advance=len(value) + 1, sent=sent)
-            if sent % batch == 0:
-                producer.flush(source)
-        producer.flush(source)
-        progress.update(task, completed=size, sent=sent)
-    producer.stop()
-    typer.echo(f"loaded {sent} messages into {stream_name} ({_where(admin, stream_name)})")
+    try:
+        with Progress(TextColumn("loading {task.description}"), BarColumn(),
+                      TextColumn("{task.fields[sent]} messages"), TransferSpeedColumn()) as progress:
+            task = progress.add_task(file.name, total=size, sent=0)
+            for index, (record, value) in enumerate(_records(file, fmt)):
+                progress.update(task, advance=len(value) + 1)
+                if index < done:
+                    continue  # committed by an earlier load of this file
+                key_bytes, value, event_ms = _message(record, value, key, timestamp,
+                                                      f"{file.name} record {index + 1}", file.name)
+                if kafka and (index == done or index % batch == 0):
+                    # A Kafka transaction is begun for each chunk; its version is where the chunk ends.
+                    producer.begin(source, Transaction(app_id, min((index // batch + 1) * batch, total)))
+                producer.send(source, OutgoingMessageEnvelope(target, value, key=key_bytes, timestamp=event_ms))
+                position = index + 1
+                progress.update(task, sent=position - done)
+                if position % batch == 0:
+                    producer.flush(source, transaction=Transaction(app_id, position))
+                    committed = position
+            if position > committed:
+                producer.flush(source, transaction=Transaction(app_id, position))
+                committed = position
+            progress.update(task, completed=size)
+    except Exception as exc:
+        raise SparzaError(f"loading {file.name} into {stream_name} stopped: committed {committed} of {total} "
+                          f"messages ({committed - done} by this run), the rest not: {type(exc).__name__}: {exc}. "
+                          "Fix the cause and run the same command again: messages already committed are "
+                          "skipped, never written twice") from exc
+    finally:
+        producer.stop()
+    skipped = f"; {done} already loaded, skipped" if done else ""
+    typer.echo(f"loaded {committed - done} messages into {stream_name} ({where}){skipped}")
 
 
 @app.command()
@@ -301,6 +378,27 @@ def compact(stream: str = typer.Argument(..., help="Stream name or location."),
     else:
         typer.echo(f"stream {stream_name}: merged {result.files_removed} files into {result.files_added} "
                    f"(version {result.version}); offsets unchanged")
+
+
+@app.command()
+def optimize(stream: str = typer.Argument(..., help="Typed table name or location."),
+             target_size: str = typer.Option("128MB", "--target-size", help="Target file size."),
+             vacuum: bool = typer.Option(False, "--vacuum/--no-vacuum",
+                                         help="Also delete files compaction and merges replaced."),
+             retain: float = typer.Option(168.0, "--retain-hours",
+                                          help="Vacuum only files replaced more than this many hours ago (>= 1)."),
+             config: Path = _CONFIG, system: str = _SYSTEM, root: str = _ROOT) -> None:
+    """Compact a typed result table (and vacuum it): replays stay exact, the app transactions are kept."""
+    from sparza.config import parse_byte_size
+    from sparza.systems.delta.tables import optimize_table
+
+    cfg, name, stream_name = _resolve(stream, config, system, root)
+    result = optimize_table(_admin(cfg, name).location(stream_name), target_size=parse_byte_size(target_size),
+                            vacuum_retention_hours=retain if vacuum else None)
+    merged = ("nothing to compact" if result.version is None else
+              f"merged {result.files_removed} files into {result.files_added} (version {result.version})")
+    vacuumed = "" if result.vacuumed is None else f"; vacuumed {result.vacuumed} files older than {retain:g}h"
+    typer.echo(f"table {stream_name}: {merged}{vacuumed}")
 
 
 @app.command()

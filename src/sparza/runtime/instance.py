@@ -21,7 +21,7 @@ import functools
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -266,13 +266,15 @@ class TaskInstance:
             return result
         self._check_start(split, cp)
         version = self._version = self._output_version(split, stored)
+        etag = versioned.etag if versioned else None
         started = time.perf_counter()
         try:
+            if cp is not None:
+                cp, etag = self._recover_deleted_snapshots(cp, etag, generation)
             result = self._process(split, rows, cp, result)
             commit_started = time.perf_counter()
             result.process_ms = (commit_started - started) * 1000.0
-            self._commit(split, cp, versioned.etag if versioned else None, result, spark_batch_id, generation,
-                         version)
+            self._commit(split, cp, etag, result, spark_batch_id, generation, version)
             result.commit_ms = (time.perf_counter() - commit_started) * 1000.0
         except BaseException:
             # Whatever happened, the in-memory task no longer matches a checkpoint: drop it.
@@ -292,6 +294,19 @@ class TaskInstance:
         self.metrics.timer("task", "commit-ms").update(result.commit_ms)
         result.metrics = self.metrics.snapshot()
         return result
+
+    def _recover_deleted_snapshots(self, cp: TaskCheckpoint, etag: str | None,
+                                   generation: int) -> tuple[TaskCheckpoint, str | None]:
+        """SAMZA-2787: committed snapshots with deleted blobs are replaced by fresh ones, and the task
+        checkpoint names them at once (same batch and offsets), before gc can purge the old blobs."""
+        replaced = self.stores.recover_deleted(dict(cp.stores), cp.batch)
+        if not replaced:
+            return cp, etag
+        cp = replace(cp, generation=generation, stores={**cp.stores, **replaced})
+        with self.metrics.timer("task", "checkpoint-write-ms").time():
+            etag = self.checkpoints.write(cp, etag)
+        self.stores.recovery_committed(cp.batch, replaced)
+        return cp, etag
 
     def _output_version(self, split: TaskSplit, stored: TaskCheckpoint | None) -> int:
         """The version of this batch's output transactions: ``split.seq``, or the open intent's batch
