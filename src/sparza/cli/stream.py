@@ -177,10 +177,17 @@ def tail(stream: str = typer.Argument(..., help="Stream name or location."),
             pm = meta.partitions[p]
             if pm.oldest is None:
                 continue
-            # The last `count` offsets; fewer records when markers or compaction left gaps there.
-            start = str(max(int(pm.oldest), int(pm.upcoming) - count))
+            # Offsets are not dense (transaction markers, compaction): widen the window until it holds
+            # `count` records or reaches the oldest offset.
             ssp = SystemStreamPartition(name, stream_name, p)
-            found += list(kafka.read(ssp, start, pm.upcoming, include_control=include_control))[-count:]
+            window = count
+            while True:
+                start = max(int(pm.oldest), int(pm.upcoming) - window)
+                got = list(kafka.read(ssp, str(start), pm.upcoming, include_control=include_control))
+                if len(got) >= count or start == int(pm.oldest):
+                    break
+                window *= 4
+            found += got[-count:]
         kafka.stop()
     else:
         consumer = DeltaSystemConsumer(name, cfg)
