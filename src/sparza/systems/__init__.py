@@ -229,8 +229,8 @@ mapped in :data:`sparza.samzacompat.FACTORY_KINDS`)."""
 
 
 define_key("systems.<system>.samza.factory", None,
-           "The system's factory: delta, azureblob, kafka, eventhubs, a dotted Python path, or Samza's factory "
-           "class of a system sparza has (org.apache.samza.system.kafka.KafkaSystemFactory).", "sparza.systems")
+           "The system's factory: delta, azureblob, kafka, eventhubs, Samza's factory class of a system sparza "
+           "has (e.g. org.apache.samza.system.kafka.KafkaSystemFactory), or a dotted Python path.", "sparza.systems")
 
 
 def load_object(path: str, key: str = "factory") -> Any:
