@@ -177,10 +177,17 @@ def tail(stream: str = typer.Argument(..., help="Stream name or location."),
             pm = meta.partitions[p]
             if pm.oldest is None:
                 continue
-            # The last `count` offsets; fewer records when markers or compaction left gaps there.
-            start = str(max(int(pm.oldest), int(pm.upcoming) - count))
+            # Offsets are not dense (transaction markers, compaction): widen the window until it holds
+            # `count` records or reaches the oldest offset.
             ssp = SystemStreamPartition(name, stream_name, p)
-            found += list(kafka.read(ssp, start, pm.upcoming, include_control=include_control))[-count:]
+            window = count
+            while True:
+                start = max(int(pm.oldest), int(pm.upcoming) - window)
+                got = list(kafka.read(ssp, str(start), pm.upcoming, include_control=include_control))
+                if len(got) >= count or start == int(pm.oldest):
+                    break
+                window *= 4
+            found += got[-count:]
         kafka.stop()
     else:
         consumer = DeltaSystemConsumer(name, cfg)
@@ -307,17 +314,22 @@ def load(stream: str = typer.Argument(..., metavar="STREAM_LOCATION", help="Stre
         if partitions is None:
             raise
         admin.create_stream(StreamSpec(stream_name, partitions))
-    # 2. Commit in chunks, each a transaction whose version is the count of records through it. Delta tells
-    #    how far an earlier load of this file got; Kafka's producer skips a version it already committed.
-    kafka = _is_kafka(cfg, name)
+    # 2. Commit in chunks, each a transaction whose version is the count of records through it (a Delta
+    #    app transaction; on Kafka a Kafka transaction recording that version, see docs/kafka.md).
     app_id = _load_id(stream_name, file, key, timestamp, fmt)
-    done = 0 if kafka else (admin.transaction_version(stream_name, app_id) or 0)
+    kafka = _is_kafka(cfg, name)
+    producer: Any
+    if kafka:
+        producer = _kafka_factory(cfg, name).get_producer(name, cfg)
+        done = producer.committed_version(app_id) or 0
+    else:
+        producer = DeltaSystemProducer(name, cfg)
+        done = admin.transaction_version(stream_name, app_id) or 0
     where = _where(admin, stream_name)
     if done >= total:
         typer.echo(f"already loaded: all {total} messages of {file.name} are in {stream_name} ({where}, app "
                    f"transaction {app_id}); nothing written")
         return
-    producer = _kafka_factory(cfg, name).get_producer(name, cfg) if kafka else DeltaSystemProducer(name, cfg)
     source = "sparza-load"
     producer.register(source)
     producer.start()
@@ -334,6 +346,9 @@ def load(stream: str = typer.Argument(..., metavar="STREAM_LOCATION", help="Stre
                     continue  # committed by an earlier load of this file
                 key_bytes, value, event_ms = _message(record, value, key, timestamp,
                                                       f"{file.name} record {index + 1}", file.name)
+                if kafka and (index == done or index % batch == 0):
+                    # A Kafka transaction is begun for each chunk; its version is where the chunk ends.
+                    producer.begin(source, Transaction(app_id, min((index // batch + 1) * batch, total)))
                 producer.send(source, OutgoingMessageEnvelope(target, value, key=key_bytes, timestamp=event_ms))
                 position = index + 1
                 progress.update(task, sent=position - done)

@@ -35,7 +35,10 @@ def test_create_load_describe_tail_on_kafka(work_dir: Path, kafka_bootstrap: str
     data.write_text("\n".join(json.dumps({"user": f"u{i % 4}", "n": i}) for i in range(20)) + "\n")
     assert "loaded 20 messages" in _ok("stream", "load", unique_name, str(data), "--key", "user",
                                        "--batch", "1", *common)
-    # --batch 1: one record per request, so Tansu's reported ends are exact (test_conformance.py).
+    # The same file again: every chunk's Kafka transaction recorded how far the file got, so nothing is added.
+    assert "already loaded" in _ok("stream", "load", unique_name, str(data), "--key", "user", "--batch", "1",
+                                   *common)
+    # Each chunk is a transaction: its commit marker makes Tansu's reported ends exact (test_conformance.py).
     consumer = KafkaSystemConsumer("k", Config(values))
     by_partition: dict[int, list[int]] = {}
     for p in range(3):

@@ -155,6 +155,7 @@ def test_partitioning_is_kafkas_default_and_control_messages_have_headers(kafka_
     producer.send(TASK, OutgoingMessageEnvelope(stream, b"by-pkey", key=b"x", partition_key="foobar"))
     producer.send(TASK, OutgoingMessageEnvelope(stream, b"explicit", key=b"21", partition=3))
     producer.send(TASK, OutgoingMessageEnvelope(stream, b"", partition=2, timestamp=99, type=MessageType.WATERMARK))
+    producer.send(TASK, OutgoingMessageEnvelope(stream, b"epoch", partition=2, timestamp=0))   # not "now"
     producer.flush(TASK, transaction=Transaction(app, 1))
     # Java's Utils.murmur2: "21" -> -973932308, "foobar" -> -790332482, "abc" -> 479470107 (Kafka's UtilsTest)
     assert [partition_for(k, 4) for k in (b"21", b"foobar", b"abc")] == [
@@ -172,6 +173,7 @@ def test_partitioning_is_kafkas_default_and_control_messages_have_headers(kafka_
     rows = [r for b in consumer.read_arrow(SystemStreamPartition("k", name, 2), "0", None) for r in b.to_pylist()]
     control = [r for r in rows if r["type"]]
     assert [(r["type"], r["producer"], r["timestamp"]) for r in control] == [(1, TASK, 99)]
+    assert [r["timestamp"] for r in rows if r["value"] == b"epoch"] == [0]
     with pytest.raises(ValueError, match="out of range"):
         producer.begin(TASK, Transaction(app, 2))
         producer.send(TASK, OutgoingMessageEnvelope(stream, b"x", partition=4))

@@ -30,6 +30,7 @@ from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin
 from sparza.systems.kafka.settings import (
     CONTROL_PRODUCER_HEADER,
     CONTROL_TYPE_HEADER,
+    TIMESTAMP_HEADER,
     KafkaSystemSettings,
     redact_conf,
 )
@@ -227,6 +228,7 @@ def _to_arrow(messages: list[Any], partition: int, include_control: bool) -> pa.
     for msg in messages:
         kind = 0
         producer = None
+        event_ms = None
         headers = msg.headers()
         if headers:
             for name, raw in headers:
@@ -234,13 +236,17 @@ def _to_arrow(messages: list[Any], partition: int, include_control: bool) -> pa.
                     kind = int(raw)
                 elif name == CONTROL_PRODUCER_HEADER and raw is not None:
                     producer = raw.decode("utf-8")
+                elif name == TIMESTAMP_HEADER and raw:
+                    event_ms = int(raw)
         if kind and not include_control:
             continue
         offsets.append(str(msg.offset()))
         keys.append(msg.key())
         values.append(msg.value())
-        ts_type, ts = msg.timestamp()
-        stamps.append(ts if ts_type else 0)
+        if event_ms is None:
+            ts_type, ts = msg.timestamp()
+            event_ms = ts if ts_type else 0
+        stamps.append(event_ms)
         types.append(kind)
         producers.append(producer)
     n = len(offsets)

@@ -45,6 +45,7 @@ from sparza.systems.kafka.partitioner import partition_for
 from sparza.systems.kafka.settings import (
     CONTROL_PRODUCER_HEADER,
     CONTROL_TYPE_HEADER,
+    TIMESTAMP_HEADER,
     KafkaSystemSettings,
     redact_conf,
 )
@@ -284,6 +285,11 @@ class KafkaSystemProducer:
             headers = [(CONTROL_TYPE_HEADER, str(int(envelope.type)).encode()),
                        (CONTROL_PRODUCER_HEADER, source.encode("utf-8"))]
         ts = int(envelope.timestamp) if envelope.timestamp is not None else 0
+        if envelope.timestamp is not None and ts <= 0:
+            # librdkafka reads timestamp 0 as "now" and Kafka refuses negative ones: an event time of 0
+            # (or before 1970) travels in a header instead, and the consumer restores it.
+            headers = [*(headers or []), (TIMESTAMP_HEADER, str(ts).encode())]
+            ts = 0
         self._count("messages-sent")
         if src is not None and src.state == "ready":
             src.pending.append((info.name, value, key, partition, ts, headers))

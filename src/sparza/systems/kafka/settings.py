@@ -15,7 +15,8 @@ from sparza.config import Config, define_key, is_secret_key
 from sparza.errors import ConfigError
 from sparza.serde import Serde, serde_from_name
 
-__all__ = ["CONTROL_PRODUCER_HEADER", "CONTROL_TYPE_HEADER", "KafkaSystemSettings", "redact_conf"]
+__all__ = ["CONTROL_PRODUCER_HEADER", "CONTROL_TYPE_HEADER", "TIMESTAMP_HEADER", "KafkaSystemSettings",
+           "redact_conf"]
 
 _PKG = "systems.kafka"
 define_key("systems.<system>.consumer.bootstrap.servers", None,
@@ -44,6 +45,9 @@ define_key("systems.<system>.default.stream.replication.factor", "-1",
 
 CONTROL_TYPE_HEADER = "sparza.type"
 """Header carrying the MessageType byte of control messages (watermark 1, end-of-stream 2); absent for user data."""
+TIMESTAMP_HEADER = "sparza.timestamp"
+"""Header carrying an event time Kafka's record timestamp cannot hold (0, which librdkafka reads as "now",
+or negative), in decimal ms."""
 CONTROL_PRODUCER_HEADER = "sparza.producer"
 """Header naming the task that wrote a control message (control messages are reconciled per producer)."""
 
