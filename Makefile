@@ -1,5 +1,5 @@
 # Two commands matter: `make demo` and `make test`. Both set everything up first (idempotent).
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench soak clean
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -15,6 +15,12 @@ lint: setup
 
 test: setup lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15
+
+# The fault harness on random seeds for MINUTES (default 60): prints each scenario's verdict, every
+# failing seed's one-line reproduction, and a final count. Starts no scenario after the time is up.
+MINUTES ?= 60
+soak:
+	PYTHONPATH=src:. $(PY) -m sparza.testing.harness --soak $(MINUTES)
 
 bench: setup
 	$(PY) bench/run_all.py --scale small

@@ -4,6 +4,7 @@ starting offsets from task checkpoints, and no new plan when nothing changed."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from examples.keyed_count.load import append_messages
 
@@ -27,19 +28,19 @@ def test_plans_are_capped_and_continue_from_checkpoints(make_job):
     append_messages(config, 600, 3, commit_size=200)  # versions 1..3, 200 rows each, partition 0
     planner = _planner(config)
     start = planner.initial({})
-    assert start["tasks"]["Partition 0"]["offsets"] == {"delta.events#0": "1:0"}  # oldest
+    assert start.tasks["Partition 0"].offsets == {"delta.events#0": "1:0"}  # oldest
     ends = []
     plan = start
     for i in range(4):
         plan = planner.next(plan, 1_000 + i)
-        ends.append(plan["tasks"]["Partition 0"]["offsets"]["delta.events#0"])
+        ends.append(plan.tasks["Partition 0"].offsets["delta.events#0"])
     assert ends == ["2:50", "3:100", "4:0", "4:0"]
-    assert plan["seq"] == 3  # the last call planned nothing new: same plan
+    assert plan.seq == 3  # the last call planned nothing new: same plan
     # A new planner (new Spark checkpoint dir) starts where the task checkpoint says, seq included.
     cp = TaskCheckpoint("Partition 0", batch=7, generation=0, offsets={"delta.events#0": "3:100"})
     again = _planner(config).initial({"Partition 0": cp})
-    assert again["seq"] == 7
-    assert again["tasks"]["Partition 0"]["offsets"] == {"delta.events#0": "3:100"}
+    assert again.seq == 7
+    assert again.tasks["Partition 0"].offsets == {"delta.events#0": "3:100"}
 
 
 def test_bootstrap_stream_gates_main_input_and_bounded_streams_end(make_job, work_dir):
@@ -57,17 +58,17 @@ def test_bootstrap_stream_gates_main_input_and_bounded_streams_end(make_job, wor
     append_messages(config, 120, 2, commit_size=120)
     planner = _planner(config)
     first = planner.next(planner.initial({}), 1)
-    offsets = first["tasks"]["Partition 0"]["offsets"]
+    offsets = first.tasks["Partition 0"].offsets
     assert offsets["delta.profiles#0"] == "1:100"  # each stream is its own table: own versions
     assert offsets["delta.events#0"] == "1:0"  # gated: the bootstrap stream has not caught up
-    second = planner.next(first, 2)["tasks"]["Partition 0"]
-    assert second["offsets"]["delta.profiles#0"] == "2:0"
-    assert second["offsets"]["delta.events#0"] == "1:100"
-    assert second["ended"] is False
-    third = planner.next(planner.next(first, 2), 3)["tasks"]["Partition 0"]
-    assert third["offsets"]["delta.events#0"] == "2:0"
+    second = planner.next(first, 2).tasks["Partition 0"]
+    assert second.offsets["delta.profiles#0"] == "2:0"
+    assert second.offsets["delta.events#0"] == "1:100"
+    assert second.ended is False
+    third = planner.next(planner.next(first, 2), 3).tasks["Partition 0"]
+    assert third.offsets["delta.events#0"] == "2:0"
     # events is bounded and reached its end, but profiles is not bounded: the task does not end.
-    assert third["ended"] is False
+    assert third.ended is False
 
 
 def test_an_open_intent_is_replanned_exactly_once_with_its_planned_at(make_job):
@@ -79,19 +80,19 @@ def test_an_open_intent_is_replanned_exactly_once_with_its_planned_at(make_job):
     cp = TaskCheckpoint("Partition 0", batch=0, generation=0, offsets={}, pending=intent)
     assert not cp.committed and cp.open_intent() == intent
     start = _planner(config).initial({"Partition 0": cp})
-    assert start["seq"] == 7  # the next plan is batch 8 again: later batches get higher output versions
+    assert start.seq == 7  # the next plan is batch 8 again: later batches get higher output versions
     planner = _planner(config)
     replay = planner.next(start, 99_000)
-    assert replay["seq"] == 8
-    assert replay["tasks"]["Partition 0"]["offsets"] == {"delta.events#0": "2:50"}
-    assert replay["tasks"]["Partition 0"]["planned_at"] == 4_242
+    assert replay.seq == 8
+    assert replay.tasks["Partition 0"].offsets == {"delta.events#0": "2:50"}
+    assert replay.tasks["Partition 0"].planned_at_ms == 4_242
     after = planner.next(replay, 99_001)  # then planning goes on as usual
-    assert after["tasks"]["Partition 0"]["offsets"] == {"delta.events#0": "3:100"}
-    assert "planned_at" not in after["tasks"]["Partition 0"]
+    assert after.tasks["Partition 0"].offsets == {"delta.events#0": "3:100"}
+    assert after.tasks["Partition 0"].planned_at_ms is None
     # An intent that the checkpoint already committed is not replayed.
     done = TaskCheckpoint("Partition 0", batch=8, generation=0, offsets={"delta.events#0": "2:50"}, pending=intent)
     assert done.open_intent() is None
-    assert "replay" not in _planner(config).initial({"Partition 0": done})["tasks"]["Partition 0"]
+    assert _planner(config).initial({"Partition 0": done}).tasks["Partition 0"].replay is None
 
 
 def test_a_due_window_plans_an_empty_batch_except_under_available_now(make_job):
@@ -101,7 +102,7 @@ def test_a_due_window_plans_an_empty_batch_except_under_available_now(make_job):
     first = planner.next(planner.initial({}), 10_000)
     assert planner.next(first, 10_500) is first  # no data, window not due: no batch
     due = planner.next(first, 11_000)
-    assert due["seq"] == first["seq"] + 1 and due["tasks"] == first["tasks"]  # an empty batch for the window
+    assert due.seq == first.seq + 1 and due.tasks == first.tasks  # an empty batch for the window
     planner.freeze_targets()  # --once
     assert planner.next(due, 99_000) is due
 
@@ -115,10 +116,10 @@ def test_an_intent_of_a_first_batch_starts_where_the_intent_says_and_new_ssps_st
     append_messages(config, 100, 2, start=100, commit_size=100)  # version 2: upcoming has moved on
     planner = _planner(config)
     start = planner.initial({"Partition 0": first_batch})
-    assert start["tasks"]["Partition 0"]["offsets"] == {"delta.events#0": "1:0"}
+    assert start.tasks["Partition 0"].offsets == {"delta.events#0": "1:0"}
     replay = planner.next(start, 50)
-    assert replay["seq"] == 1
-    assert replay["tasks"]["Partition 0"]["offsets"] == {"delta.events#0": "1:60"}
+    assert replay.seq == 1
+    assert replay.tasks["Partition 0"].offsets == {"delta.events#0": "1:60"}
     # An input added since the intent was written reads nothing in the replayed batch.
     wider = make_job(partitions=1, **{"task.inputs": "delta.events,delta.counts"})
     append_messages(wider, 10, 2, start=200, commit_size=10)
@@ -127,7 +128,24 @@ def test_an_intent_of_a_first_batch_starts_where_the_intent_says_and_new_ssps_st
     planner = _planner(wider)
     start = planner.initial({"Partition 0": committed})
     replay = planner.next(start, 50)
-    assert replay["seq"] == 5
-    offsets = replay["tasks"]["Partition 0"]["offsets"]
+    assert replay.seq == 5
+    offsets = replay.tasks["Partition 0"].offsets
     assert offsets["delta.events#0"] == "1:60"
-    assert offsets["delta.counts#0"] == start["tasks"]["Partition 0"]["offsets"]["delta.counts#0"]
+    assert offsets["delta.counts#0"] == start.tasks["Partition 0"].offsets["delta.counts#0"]
+
+
+def test_plans_round_trip_through_the_json_spark_keeps_in_its_offset_log():
+    from sparza.runtime.planner import BatchPlan, Replay, TaskPlan
+
+    plan = BatchPlan(4, 1_234, {
+        "Partition 0": TaskPlan({"delta.events#0": "1:0"}, ended=False,
+                                replay=Replay({"delta.events#0": "2:5"}, 99, {"delta.events#0": "3:0"})),
+        "Partition 1": TaskPlan({"delta.events#1": "1:7"}, ended=True, planned_at_ms=77, bounded_ends={}),
+    })
+    body = plan.to_json()
+    assert json.loads(json.dumps(body)) == body  # plain JSON, as Spark stores it
+    assert BatchPlan.from_json(body) == plan
+    # The stored keys are the ones sparza 0.1 wrote, so an existing Spark checkpoint dir still replays.
+    assert body["tasks"]["Partition 0"]["replay"] == {"ends": {"delta.events#0": "2:5"}, "planned_at": 99,
+                                                      "bounded_ends": {"delta.events#0": "3:0"}}
+    assert body["tasks"]["Partition 1"]["planned_at"] == 77 and "replay" not in body["tasks"]["Partition 1"]

@@ -21,20 +21,23 @@ import pyarrow as pa
 from sparza.config import Config
 from sparza.runtime.commit import BatchStatus
 from sparza.runtime.errors import ProcessingError
-from sparza.runtime.instance import BatchResult, get_instance, split_from_marker
+from sparza.runtime.instance import BatchResult, get_instance
 from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.source import read_split
+from sparza.runtime.split import split_from_marker
+from sparza.runtime.worker import read_split
 
 __all__ = ["RESULT_ARROW_SCHEMA", "RESULT_SCHEMA", "make_task_runner", "result_from_row"]
 
 RESULT_SCHEMA = ("task string, seq bigint, status string, messages bigint, processed bigint, dropped bigint, "
-                 "ignored bigint, ended boolean, shutdown boolean, process_ms double, commit_ms double, "
+                 "ignored bigint, late bigint, late_routed bigint, ended boolean, shutdown boolean, process_ms double, "
+                 "commit_ms double, "
                  "error string, metrics string, offsets string")
 """What each task returns to the driver (one row per task per batch)."""
 
 RESULT_ARROW_SCHEMA = pa.schema([
     ("task", pa.string()), ("seq", pa.int64()), ("status", pa.string()), ("messages", pa.int64()),
-    ("processed", pa.int64()), ("dropped", pa.int64()), ("ignored", pa.int64()), ("ended", pa.bool_()),
+    ("processed", pa.int64()), ("dropped", pa.int64()), ("ignored", pa.int64()), ("late", pa.int64()),
+    ("late_routed", pa.int64()), ("ended", pa.bool_()),
     ("shutdown", pa.bool_()), ("process_ms", pa.float64()), ("commit_ms", pa.float64()), ("error", pa.string()),
     ("metrics", pa.string()), ("offsets", pa.string()),
 ])
@@ -44,6 +47,7 @@ def _to_batch(result: BatchResult) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([{
         "task": result.task, "seq": result.seq, "status": result.status.value, "messages": result.messages,
         "processed": result.processed, "dropped": result.dropped, "ignored": result.ignored,
+        "late": result.late, "late_routed": result.late_routed,
         "ended": result.ended, "shutdown": result.shutdown, "process_ms": result.process_ms,
         "commit_ms": result.commit_ms, "error": result.error, "metrics": json.dumps(result.metrics, default=str),
         "offsets": json.dumps(result.offsets),
@@ -55,6 +59,7 @@ def result_from_row(row: Any) -> BatchResult:
     return BatchResult(task=row["task"], seq=int(row["seq"]), status=BatchStatus(row["status"]),
                        messages=int(row["messages"]),
                        processed=int(row["processed"]), dropped=int(row["dropped"]), ignored=int(row["ignored"]),
+                       late=int(row["late"]), late_routed=int(row["late_routed"]),
                        ended=bool(row["ended"]), shutdown=bool(row["shutdown"]),
                        process_ms=float(row["process_ms"]), commit_ms=float(row["commit_ms"]), error=row["error"],
                        metrics=json.loads(row["metrics"] or "{}"), offsets=json.loads(row["offsets"] or "{}"))

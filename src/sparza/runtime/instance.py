@@ -20,7 +20,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,8 +32,9 @@ from sparza.runtime.checkpoint import CheckpointStore, Intent, TaskCheckpoint, c
 from sparza.runtime.commit import BatchStatus, TaskCommit
 from sparza.runtime.errors import ProcessingError, RuntimeStateError
 from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.source import MARKER_SSP, TaskSplit
+from sparza.runtime.split import TaskSplit
 from sparza.runtime.stores import TaskStores
+from sparza.runtime.worker import WORKER
 from sparza.serde import BytesSerde, Serde, serde_from_name
 from sparza.streams import (
     IncomingMessageEnvelope,
@@ -43,6 +44,14 @@ from sparza.streams import (
     SystemStreamPartition,
 )
 from sparza.systems import SupportsPartitionCount, Transaction, get_system_factory, load_object
+from sparza.task import (
+    ClosableTask,
+    EndOfStreamListenerTask,
+    InitableTask,
+    StreamTask,
+    WatermarkListenerTask,
+    WindowableTask,
+)
 
 __all__ = ["BatchResult", "TaskInstance", "get_instance"]
 
@@ -59,6 +68,8 @@ class BatchResult:
     processed: int = 0
     dropped: int = 0
     ignored: int = 0
+    late: int = 0  # messages event-time operators found late (their windows had fired): dropped or routed
+    late_routed: int = 0  # of those, routed to task.late.messages.stream
     ended: bool = False
     shutdown: bool = False
     process_ms: float = 0.0
@@ -177,7 +188,6 @@ class TaskInstance:
         self._uses_control = self._needs_control()
         self._window_at = 0
         self._version = 0  # the output transaction version of the running batch
-        self._config_key = _config_key(job.config)
 
     # --- setup ---------------------------------------------------------------------------------
     def _needs_control(self) -> bool:
@@ -187,7 +197,11 @@ class TaskInstance:
         if any(cfg.get_bool(f"systems.{s.system}.streams.{s.stream}.samza.intermediate", False) for s in self.ssps):
             return True
         task_cls = load_object(self.job.task_class, "task.class") if self.job.task_class else None
-        return task_cls is not None and hasattr(task_cls, "on_watermark")
+        if task_cls is None:
+            return False
+        if isinstance(task_cls, type):
+            return issubclass(task_cls, WatermarkListenerTask)
+        return isinstance(task_cls, WatermarkListenerTask)
 
     def _new_task(self) -> Any:
         target = self.job.task_class
@@ -195,7 +209,7 @@ class TaskInstance:
             raise RuntimeStateError("no task.class to run (app.class jobs are planned into stages first)")
         cls = load_object(target, "task.class")
         task = cls() if isinstance(cls, type) else cls
-        if not hasattr(task, "process"):
+        if not isinstance(task, StreamTask):
             from sparza.errors import ConfigError
 
             raise ConfigError("task.class", target, "a class with process(envelope, collector, coordinator)")
@@ -210,12 +224,7 @@ class TaskInstance:
         """
         producer = self._producers.get(system)
         if producer is None:
-            key = (self._config_key, system)
-            producer = _PRODUCERS.get(key)
-            if producer is None:
-                producer = get_system_factory(self.job.config, system).get_producer(system, self.job.config)
-                producer.start()
-                _PRODUCERS[key] = producer
+            producer = WORKER.producer(self.job.config, system)
             producer.register(self.name)
             producer.begin(self.name, Transaction(self.app_id, self._version))
             self._producers[system] = producer
@@ -231,7 +240,7 @@ class TaskInstance:
             # A failed batch leaves nothing visible: abandon (never flush) what this task sent, then drop
             # the producer (it may be in a bad state) without letting its stop() flush anything of ours.
             for system, producer in self._producers.items():
-                _PRODUCERS.pop((self._config_key, system), None)
+                WORKER.drop_producer(self.job.config, system, producer)
                 with contextlib.suppress(Exception):
                     producer.abandon(self.name)
                 with contextlib.suppress(Exception):
@@ -353,7 +362,7 @@ class TaskInstance:
 
                 self.control = TaskControl.restore(cp.control if cp else None, self.name, self.task_count,
                                                    self._control_ssps, self.job.config, self.metrics)
-            if hasattr(self.task, "init"):
+            if isinstance(self.task, InitableTask):
                 self.task.init(_Context(self))
         if self.control is not None:
             self.control.bind_metrics(self.metrics)  # the registry is fresh every batch
@@ -362,7 +371,6 @@ class TaskInstance:
         """Adjunct stores: restore to the checkpoint's entry (every batch: their stores close at commit),
         pick the broadcast snapshot of this batch, read what a forced bootstrap missed."""
         from sparza.blobstore import blob_store_manager_from_config
-        from sparza.runtime.source import _consumer
         from sparza.state.adjunct import TaskAdjunctManager
 
         if self.adjunct is None:
@@ -377,7 +385,7 @@ class TaskInstance:
         if until:
 
             def read(ssp: SystemStreamPartition, start: str | None, end: str | None = None) -> Any:
-                return _consumer(self.job.config, ssp.system).read(ssp, start, end)
+                return WORKER.consumer(self.job.config, ssp.system).read(ssp, start, end)
 
             self.adjunct.catch_up(read, until)
 
@@ -434,12 +442,9 @@ class TaskInstance:
                 envelope = envelope_cls(ssp, offset, key, value, ts,
                                         (len(raw_key) if raw_key else 0) + (len(raw_value) if raw_value else 0))
                 if control is not None:
+                    # Watermark bookkeeping only: lateness is decided by event-time operators (windows), so a
+                    # task or stage without one delivers every message whatever its event time.
                     control.on_envelope(envelope)
-                    if control.is_late(envelope):
-                        routed = control.on_late(envelope)
-                        if routed is not None:
-                            collector.send(routed)
-                        continue
                 try:
                     process(envelope, collector, coordinator)
                 except Exception as exc:
@@ -452,6 +457,9 @@ class TaskInstance:
         result.messages, result.processed, result.dropped, result.ignored = messages, processed, dropped, ignored_count
         self.metrics.counter("task", "messages-dropped").inc(dropped)
         self.metrics.counter("task", "exceptions-ignored").inc(ignored_count)
+        # Windows count late messages in the task's registry, which is fresh every batch.
+        result.late = self.metrics.counter("control", "late-messages").count
+        result.late_routed = self.metrics.counter("control", "late-messages-routed").count
         self._boundary_callbacks(split, cp, collector, coordinator, result)
         result.shutdown = coordinator.shutdown_requested
         return result
@@ -478,16 +486,16 @@ class TaskInstance:
         already = cp.ended if cp else False
         if control is not None:
             watermark = control.advance(split.planned_at)
-            if watermark is not None and hasattr(task, "on_watermark"):
+            if watermark is not None and isinstance(task, WatermarkListenerTask):
                 task.on_watermark(watermark, collector, coordinator)
         window_ms = self.job.window_ms
         # The window timer starts with the task's first batch (as Samza's starts with the container).
         last_window = (cp.window_at_ms if cp else 0) or split.planned_at
         self._window_at = last_window
-        if window_ms > 0 and hasattr(task, "window") and split.planned_at - last_window >= window_ms:
+        if window_ms > 0 and isinstance(task, WindowableTask) and split.planned_at - last_window >= window_ms:
             task.window(collector, coordinator)
             self._window_at = split.planned_at
-        if ended and not already and hasattr(task, "on_end_of_stream"):
+        if ended and not already and isinstance(task, EndOfStreamListenerTask):
             task.on_end_of_stream(collector, coordinator)
         result.ended = ended or already
         if control is not None:
@@ -504,7 +512,7 @@ class TaskInstance:
         killed by Spark at any time, so close is not guaranteed there (as documented in ``sparza.task``).
         """
         task = self.task
-        if task is not None and hasattr(task, "close"):
+        if isinstance(task, ClosableTask):
             try:
                 task.close()
             except Exception:
@@ -542,41 +550,10 @@ class TaskInstance:
         commit.cleanup(split.seq)
 
 
-_INSTANCES: dict[tuple[str, str], TaskInstance] = {}
-_PRODUCERS: dict[tuple[str, str], Any] = {}
-
-
-def _config_key(config: Config) -> str:
-    return repr(sorted(config.items()))
-
-
 def get_instance(job: JobConfig, split: TaskSplit, task_count: int) -> TaskInstance:
     """The cached instance of ``split.task`` in this worker process (created on first use)."""
-    key = (_config_key(job.config), split.task)
-    instance = _INSTANCES.get(key)
     ssps = [SystemStreamPartition.parse(s) for s in split.ssps]
-    if instance is None or instance.ssps != ssps:
-        instance = TaskInstance(job, split.task, ssps, task_count,
-                                checkpoint_store_from_config(job.config, job.job_key))
-        _INSTANCES[key] = instance
-    return instance
-
-
-def split_from_marker(batches: Iterable[pa.RecordBatch]) -> tuple[TaskSplit | None, Iterator[pa.RecordBatch]]:
-    """Take the marker row off the front of a task's rows: its split and the rest of the rows."""
-    iterator = iter(batches)
-    for first in iterator:
-        if first.num_rows == 0:
-            continue
-        ssp_col = first.column("ssp")
-        if ssp_col[0].as_py() != MARKER_SSP:
-            raise RuntimeStateError("a task's rows did not start with the batch marker (partitioning changed?)")
-        split = TaskSplit.from_json(first.column("value")[0].as_py())
-        return split, _chain(first.slice(1), iterator)
-    return None, iter(())
-
-
-def _chain(head: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    if head.num_rows:
-        yield head
-    yield from rest
+    return WORKER.instance(  # type: ignore[no-any-return]
+        job.config, split.task,
+        lambda: TaskInstance(job, split.task, ssps, task_count, checkpoint_store_from_config(job.config, job.job_key)),
+        lambda instance: instance.ssps == ssps)

@@ -1,21 +1,22 @@
 """The batch planner: on the driver, decide what every task reads in the next batch.
 
-A *plan* is a JSON-able dict that Spark stores in its offset log before the batch runs, so a
-replay after a crash runs the very same batch::
+A :class:`BatchPlan` is what Spark stores in its offset log (as JSON, :meth:`BatchPlan.to_json`)
+before the batch runs, so a replay after a crash runs the very same batch::
 
     {"seq": 7, "planned_at": 1732230000000,
      "tasks": {"Partition 0": {"offsets": {"delta.in#0": "12:0", ...}, "ended": false}, ...}}
 
 ``offsets`` are, per task and SSP, the next offset to read; a batch reads ``[start plan, end
-plan)``. ``seq`` is the runtime's batch number: task checkpoints record it, Delta app
-transactions use it as version, and it continues from the task checkpoints when the Spark
-checkpoint dir is new (Spark's own batch id restarts at 0 then). ``planned_at`` is the planning
-time in epoch ms: tasks use it instead of their own clock (window timing, control messages), so a
-replay makes the same decisions.
+plan)``. ``seq`` is the runtime's batch number: task checkpoints record it, output transactions use
+it as version, and it continues from the task checkpoints when the Spark checkpoint dir is new
+(Spark's own batch id restarts at 0 then). ``planned_at`` is the planning time in epoch ms: tasks
+use it instead of their own clock (window timing, control messages), so a replay makes the same
+decisions.
 
 A task whose checkpoint holds an open intent (it flushed outputs for a batch it did not commit,
-and Spark's offset log of that batch is gone) gets ``replay`` in the start plan: its next batch
-is exactly that range, with the intent's ``planned_at`` (see ``TaskCheckpoint.pending``).
+and Spark's offset log of that batch is gone) gets a :class:`Replay` in the start plan: its next
+batch is exactly that range, with the intent's ``planned_at`` (see
+:class:`~sparza.runtime.checkpoint.Intent`).
 
 Each SSP's end is its newest offset, capped by ``task.max.batch.messages``, by the end of a
 bounded stream (the upcoming offset seen when the planner started), and by the AvailableNow
@@ -25,8 +26,8 @@ offsets seen at start.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from sparza.runtime.checkpoint import TaskCheckpoint
@@ -35,10 +36,80 @@ from sparza.runtime.model import TaskModel
 from sparza.runtime.offsets import OffsetOps
 from sparza.streams import SystemStreamPartition
 
-__all__ = ["BatchPlanner", "Plan", "SspPosition"]
+__all__ = ["BatchPlan", "BatchPlanner", "Replay", "SspPosition", "TaskPlan"]
 
-Plan = dict[str, Any]
-"""A batch plan (see the module docstring)."""
+
+@dataclass(frozen=True)
+class Replay:
+    """In a start plan: the task's next batch is its open intent's range again, planned as then."""
+
+    ends: dict[str, str]
+    planned_at_ms: int
+    bounded_ends: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON keys ``ends``, ``planned_at``, ``bounded_ends``."""
+        return {"ends": dict(self.ends), "planned_at": self.planned_at_ms, "bounded_ends": dict(self.bounded_ends)}
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> Replay:
+        """Inverse of :meth:`to_json`."""
+        return cls(dict(body["ends"]), int(body["planned_at"]), dict(body.get("bounded_ends") or {}))
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """One task in a plan: the next offset per SSP, whether its inputs ended, and (replayed intents
+    only) the intent's planning time and bounded ends; ``replay`` only in start plans."""
+
+    offsets: dict[str, str]
+    ended: bool = False
+    replay: Replay | None = None
+    planned_at_ms: int | None = None
+    bounded_ends: dict[str, str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON keys ``offsets``, ``ended`` and, when set, ``replay``, ``planned_at``, ``bounded_ends``."""
+        body: dict[str, Any] = {"offsets": dict(self.offsets), "ended": self.ended}
+        if self.replay is not None:
+            body["replay"] = self.replay.to_json()
+        if self.planned_at_ms is not None:
+            body["planned_at"] = self.planned_at_ms
+        if self.bounded_ends is not None:
+            body["bounded_ends"] = dict(self.bounded_ends)
+        return body
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> TaskPlan:
+        """Inverse of :meth:`to_json`."""
+        return cls(dict(body.get("offsets") or {}), bool(body.get("ended", False)),
+                   Replay.from_json(body["replay"]) if body.get("replay") else None,
+                   int(body["planned_at"]) if body.get("planned_at") is not None else None,
+                   dict(body["bounded_ends"]) if body.get("bounded_ends") is not None else None)
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """A batch plan (see the module docstring): batch ``seq``, its planning time, and every task's plan."""
+
+    seq: int
+    planned_at_ms: int
+    tasks: dict[str, TaskPlan]
+
+    def task(self, name: str) -> TaskPlan:
+        """The plan of task ``name`` (empty when the plan does not know it yet)."""
+        return self.tasks.get(name) or TaskPlan({})
+
+    def to_json(self) -> dict[str, Any]:
+        """The form Spark keeps in its offset log."""
+        return {"seq": self.seq, "planned_at": self.planned_at_ms,
+                "tasks": {name: plan.to_json() for name, plan in self.tasks.items()}}
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> BatchPlan:
+        """Parse what :meth:`to_json` wrote (from Spark's offset log)."""
+        return cls(int(body["seq"]), int(body.get("planned_at", 0)),
+                   {str(name): TaskPlan.from_json(plan) for name, plan in body.get("tasks", {}).items()})
 
 
 class SspPosition:
@@ -83,10 +154,10 @@ class BatchPlanner:
         """AvailableNow: never plan past the offsets that exist now."""
         self.targets = {ssp: pos.upcoming for ssp, pos in self._metadata().items()}
 
-    def initial(self, checkpoints: Mapping[str, TaskCheckpoint]) -> Plan:
+    def initial(self, checkpoints: Mapping[str, TaskCheckpoint]) -> BatchPlan:
         """The start plan: offsets from task checkpoints, else ``samza.offset.default`` (oldest/upcoming)."""
         positions = self._metadata()
-        tasks: dict[str, Any] = {}
+        tasks: dict[str, TaskPlan] = {}
         seq = 0
         for task in self.tasks:
             cp = checkpoints.get(task.name)
@@ -107,7 +178,7 @@ class BatchPlanner:
                     offsets[key] = pos.oldest
                 else:
                     offsets[key] = pos.upcoming
-            tasks[task.name] = {"offsets": offsets, "ended": bool(cp.ended) if cp is not None else False}
+            replay = None
             if cp is not None:
                 seq = max(seq, cp.batch)
             if intent is not None:
@@ -116,39 +187,39 @@ class BatchPlanner:
                 if all(offsets.get(k) == v for k, v in intent.starts.items()):
                     # SSPs the intent does not know (added since) stay put in the replayed batch;
                     # an SSP the task no longer reads makes the task refuse the batch (instance.py).
-                    ends = {k: intent.ends.get(k, v) for k, v in offsets.items()}
-                    tasks[task.name]["replay"] = {"ends": ends, "planned_at": intent.planned_at_ms,
-                                                  "bounded_ends": dict(intent.bounded_ends)}
-        return {"seq": seq, "planned_at": 0, "tasks": tasks}
+                    replay = Replay({k: intent.ends.get(k, v) for k, v in offsets.items()}, intent.planned_at_ms,
+                                    dict(intent.bounded_ends))
+            tasks[task.name] = TaskPlan(offsets, bool(cp.ended) if cp is not None else False, replay)
+        return BatchPlan(seq, 0, tasks)
 
     def bounded_end(self, ssp: SystemStreamPartition) -> str | None:
         """Where a bounded SSP ends (None for unbounded ones)."""
         return self.start_positions[ssp] if self.spec(ssp).bounded else None
 
-    def next(self, start: Plan, now_ms: int, *, force: bool = False) -> Plan:
+    def next(self, start: BatchPlan, now_ms: int, *, force: bool = False) -> BatchPlan:
         """The plan of the next batch, or ``start`` itself when there is nothing to do."""
         positions = self._metadata()
-        tasks: dict[str, Any] = {}
+        tasks: dict[str, TaskPlan] = {}
         changed = force
         for task in self.tasks:
-            before = start["tasks"].get(task.name) or {"offsets": {}, "ended": False}
-            replay = before.get("replay")
-            ends = dict(replay["ends"]) if replay else self._task_ends(task, before["offsets"], positions)
-            ended = bool(before.get("ended")) or self._all_ended(task, ends)
-            if replay or ends != before["offsets"] or ended != bool(before.get("ended")):
+            before = start.task(task.name)
+            replay = before.replay
+            ends = dict(replay.ends) if replay else self._task_ends(task, before.offsets, positions)
+            ended = before.ended or self._all_ended(task, ends)
+            if replay or ends != before.offsets or ended != before.ended:
                 changed = True
-            tasks[task.name] = {"offsets": ends, "ended": ended}
             if replay:
-                tasks[task.name]["planned_at"] = replay["planned_at"]
-                tasks[task.name]["bounded_ends"] = replay.get("bounded_ends", {})
+                tasks[task.name] = TaskPlan(ends, ended, planned_at_ms=replay.planned_at_ms,
+                                            bounded_ends=dict(replay.bounded_ends))
+            else:
+                tasks[task.name] = TaskPlan(ends, ended)
         window_ms = self.job.window_ms
         # A due window is worth a batch of its own, except under AvailableNow: that would never end.
-        if (not changed and window_ms > 0 and self.targets is None
-                and now_ms - int(start.get("planned_at", 0)) >= window_ms):
+        if not changed and window_ms > 0 and self.targets is None and now_ms - start.planned_at_ms >= window_ms:
             changed = True
         if not changed:
             return start
-        return {"seq": int(start["seq"]) + 1, "planned_at": now_ms, "tasks": tasks}
+        return BatchPlan(start.seq + 1, now_ms, tasks)
 
     def _task_ends(self, task: TaskModel, starts: Mapping[str, str],
                    positions: Mapping[SystemStreamPartition, SspPosition]) -> dict[str, str]:
@@ -186,12 +257,12 @@ class BatchPlanner:
                 return False
         return True
 
-    def lag(self, plan: Plan) -> int | None:
+    def lag(self, plan: BatchPlan) -> int | None:
         """Messages not yet planned across every task's SSPs (None when a system cannot count)."""
         positions = self._metadata()
         total = 0
         for task in self.tasks:
-            offsets = plan["tasks"].get(task.name, {}).get("offsets", {})
+            offsets = plan.task(task.name).offsets
             for ssp in task.ssps:
                 begin = offsets.get(str(ssp))
                 if begin is None:
@@ -201,8 +272,3 @@ class BatchPlanner:
                     return None
                 total += n
         return total
-
-    @staticmethod
-    def copy(plan: Plan) -> Plan:
-        """A deep copy (plans are handed to Spark and must not be mutated afterwards)."""
-        return copy.deepcopy(plan)

@@ -50,6 +50,8 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
             previous[sig] = signal.getsignal(sig)
             signal.signal(sig, stop_all)
     try:
+        for runner in runners:  # every stage's claim before any stage runs: refuse as a whole
+            runner.acquire_claim()
         if once:
             # AvailableNow freezes each query's end at its start: run the stages one after the other
             # (writers first), so every stage sees all its upstream stage wrote.
@@ -79,6 +81,10 @@ def run_together(runners: list[JobRunner]) -> list[RunOutcome]:
     """
     for runner in runners:
         runner.start()
+        # One query at a time through source initialization: each starts a Python source process that
+        # must connect back to the JVM within Spark's fixed 10 s, which several at once on a busy
+        # host can miss.
+        runner.wait_initialized()
     while True:
         running = [r.poll(0.25 / len(runners)) for r in runners]
         if any(r.failed for r in runners):

@@ -1,6 +1,9 @@
-"""Helpers for tests of sparza and of jobs built on it: a local SparkSession and an Azurite.
+"""Helpers for tests of sparza and of jobs built on it: a local SparkSession, fast coordination
+settings, and the randomized fault harness.
 
-Used by sparza's own pytest fixtures (``tests/conftest.py``) and usable from a user's tests.
+Used by sparza's own pytest fixtures (``tests/conftest.py``) and usable from a user's tests. The
+harness (``sparza.testing.harness``: scenario generator, fault injection, oracle) runs generated jobs
+through ``sparza run`` and checks their outputs exactly: ``python -m sparza.testing.harness --seed N``.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ def local_spark_session(master: str = "local[2]", app_name: str = "sparza-test",
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Loopback only: Spark otherwise binds to the first non-loopback interface it finds.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    log4j = Path(__file__).parent / "resources" / "log4j2.properties"
+    log4j = Path(__file__).parent.parent / "resources" / "log4j2.properties"
     java_opts = f"-Dlog4j.configurationFile=file:{log4j}"
     from pyspark.sql import SparkSession
 

@@ -1,0 +1,614 @@
+"""The randomized, oracle-checked fault harness: run a generated scenario through ``sparza run``
+subprocesses, inject its fault, and compare the outputs exactly with the oracle.
+
+    python -m sparza.testing.harness --seed 12345          # one scenario; exit 1 if it fails
+    python -m sparza.testing.harness --soak 60             # random seeds for 60 minutes
+    python -m sparza.testing.harness --seed 12345 --print  # only describe the scenario
+
+Every failure prints a one-line command that reproduces it. The harness starts its own Azurite
+unless it is given one (:func:`run_scenario` takes an :class:`~sparza.devstorage.AzuriteProcess`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sparza.testing.jobs import RECORD_SCHEMA
+from sparza.testing.oracle import (
+    Comparison,
+    compare,
+    expected_records,
+    read_blob_records,
+    read_delta_records,
+    read_delta_values,
+)
+from sparza.testing.scenario import FAULTS, Scenario, generate, scale_scenario
+
+__all__ = ["Outcome", "reproduce_command", "run_scenario", "soak"]
+
+RUN_TIMEOUT_S = 600.0
+"""Longest a single ``sparza run`` may take before the harness calls it hung."""
+
+_SRC = Path(__file__).resolve().parents[2]
+
+_AFTER_RUN_FAULTS = frozenset({"lost-state", "lost-spark-checkpoint", "replay-spark-batch", "deleted-snapshot"})
+"""Faults applied between runs (the others happen during a run, which is then restarted)."""
+
+
+def reproduce_command(seed: int, *, messages: int | None = None, fault: str | None = None) -> str:
+    """The one-line command (from the repository root) that runs the scenario of ``seed`` again."""
+    extra = (f" --messages {messages}" if messages is not None else "") + (f" --fault {fault}" if fault else "")
+    return f"PYTHONPATH=src:. .venv/bin/python -m sparza.testing.harness --seed {seed}{extra}"
+
+
+@dataclass
+class RunRecord:
+    """One ``sparza run`` the scenario started: why, its exit code, its log."""
+
+    label: str
+    returncode: int | None
+    seconds: float
+    log: Path
+
+
+@dataclass
+class Outcome:
+    """The result of one scenario: ``ok`` when every run behaved and the outputs matched exactly."""
+
+    scenario: Scenario
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    runs: list[RunRecord] = field(default_factory=list)
+    comparison: Comparison | None = None
+    seconds: float = 0.0
+    workdir: Path | None = None
+    messages_override: int | None = None
+    fault_override: str | None = None
+
+    inconclusive: bool = False
+    """Spark itself could not start the job's Python workers, even after restarts (an overloaded
+    machine): the scenario proves nothing either way and counts neither as a pass nor as a fail."""
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing went wrong."""
+        return not self.problems
+
+    @property
+    def verdict(self) -> str:
+        """``PASS``, ``FAIL`` or ``INCONCLUSIVE``."""
+        return "INCONCLUSIVE" if self.inconclusive else ("PASS" if self.ok else "FAIL")
+
+    def report(self) -> str:
+        """A few lines for humans: the scenario, the verdict, the problems, how to reproduce."""
+        lines = [f"{self.verdict} {self.scenario.describe()} ({self.seconds:.0f}s)"]
+        lines += [f"  problem: {p}" for p in self.problems]
+        lines += [f"  note: {n}" for n in self.notes]
+        if not self.ok:
+            lines += [f"  run {r.label}: exit {r.returncode} in {r.seconds:.0f}s, log {r.log}" for r in self.runs]
+            lines.append("  reproduce: " + reproduce_command(self.scenario.seed, messages=self.messages_override,
+                                                             fault=self.fault_override))
+        return "\n".join(lines)
+
+
+class _Job:
+    """One scenario's files, config and processes."""
+
+    def __init__(self, scenario: Scenario, root: Path, azurite: Any) -> None:
+        self.s = scenario
+        self.root = root
+        self.azurite = azurite
+        self.nonce = uuid.uuid4().hex[:10]
+        self.output_container = f"ho-{self.nonce}"
+        self.state_container = f"hs-{self.nonce}"
+        self.logs = root / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.config = self._config()
+        self.config_path = self._write("job.yaml", self.config)
+        self.runs: list[RunRecord] = []
+        self.notes: list[str] = []
+
+    # --- config ----------------------------------------------------------------------------
+    def _config(self) -> dict[str, str]:
+        s, root = self.s, self.root
+        v: dict[str, Any] = {
+            "job.name": "harness",
+            "job.id": self.nonce,
+            "job.logged.store.base.dir": root / "state",
+            "task.max.batch.messages": s.max_batch,
+            "task.commit.ms": 0,
+            "systems.delta.samza.factory": "delta",
+            "systems.delta.samza.offset.default": "oldest",
+            "systems.delta.delta.root": root / "streams",
+            "azure.storage.connect": self.azurite.connection_string,
+            "app.harness.kind": s.kind,
+            "metrics.reporter.jsonl.path": root / "metrics.jsonl",
+            "task.testing.fail.once.file": "",
+        }
+        if s.bounded:
+            v["systems.delta.streams.in.bounded"] = "true"
+        if s.api == "task":
+            v["task.class"] = "sparza.testing.jobs.HarnessTask"
+            v["task.inputs"] = "delta.in"
+            v["app.harness.output.partition"] = s.blob_partition
+        else:
+            v["app.class"] = "sparza.testing.jobs.HarnessApp"
+            v["app.harness.partitions"] = s.stage2_partitions
+            v["app.harness.flatmap"] = str(s.flatmap).lower()
+            v["app.harness.join"] = str(s.join != "none").lower()
+            v["app.window.store.factory"] = s.store if s.store == "rocksdb" else "memory"
+            if s.backup:
+                v["app.window.store.backup.factories"] = "blobstore"
+            if s.kind == "window":
+                v["app.harness.window.size.ms"] = s.window_size_ms
+                v["app.harness.window.slide.ms"] = s.window_slide_ms
+            # Without late data nothing may be late: the lateness spans every event time.
+            v["systems.delta.streams.in.watermark.lateness.ms"] = 0 if s.late else 10**12
+            v["task.late.messages.policy"] = "route"
+            v["task.late.messages.stream"] = "delta.late"
+        if s.kind == "count":
+            v["stores.counts.factory"] = s.store
+            v["stores.counts.key.serde"] = "string"
+            v["stores.counts.msg.serde"] = "json"
+            if s.backup:
+                v["stores.counts.backup.factories"] = "blobstore"
+        if s.join != "none":
+            v["stores.profiles.adstore.input"] = "delta.profiles"
+            v["stores.profiles.key.serde"] = "string"
+            v["stores.profiles.msg.serde"] = "json"
+            if s.backup:
+                v["stores.profiles.backup.factories"] = "blobstore"
+            v["systems.delta.streams.profiles.bounded"] = "true"
+            v["systems.delta.streams.profiles.samza.bootstrap"] = "true"
+            if s.join == "broadcast":
+                v["task.broadcast.inputs"] = "delta.profiles#0"
+        if s.blob_store == "local":
+            v["blob.store.manager.factory"] = "local"
+            v["blob.store.local.root"] = root / "blobstore"
+        else:
+            v["blob.store.manager.factory"] = "azure"
+            v["blob.store.azure.container"] = self.state_container
+        if s.output == "delta":
+            v["app.harness.output"] = "delta.out"
+            v["systems.delta.streams.out.samza.key.serde"] = "string"
+            v["systems.delta.streams.out.samza.msg.serde"] = "json"
+        else:
+            c = self.output_container
+            v["app.harness.output"] = f"{c}.out"
+            v["app.harness.output.avro"] = str(s.blob_format == "avro").lower()
+            v[f"systems.{c}.samza.factory"] = "azureblob"
+            v[f"systems.{c}.azureblob.writer.format"] = s.blob_format
+            v[f"systems.{c}.azureblob.compression.type"] = "gzip" if s.blob_gzip else "none"
+            v[f"systems.{c}.streams.out.avro.schema"] = json.dumps(RECORD_SCHEMA)
+            if s.blob_flush_threshold is not None:
+                v[f"systems.{c}.azureblob.maxFlushThresholdSize"] = s.blob_flush_threshold
+            if s.blob_rollover == "count":
+                v[f"systems.{c}.azureblob.maxMessagesPerBlob"] = s.blob_rollover_value
+            elif s.blob_rollover == "size":
+                v[f"systems.{c}.azureblob.maxBlobSize"] = s.blob_rollover_value
+        return {k: str(x) for k, x in v.items()}
+
+    def _write(self, name: str, values: dict[str, str]) -> Path:
+        path = self.root / name
+        path.write_text(yaml.safe_dump(values))
+        return path
+
+    # --- input -----------------------------------------------------------------------------
+    def create_streams(self) -> None:
+        """Create the input, output, late and profile streams, and load the profiles."""
+        from sparza.config import Config
+        from sparza.streams import OutgoingMessageEnvelope, SystemStream
+        from sparza.systems import StreamSpec
+        from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer
+
+        config = Config(self.config)
+        admin = DeltaSystemAdmin("delta", config)
+        admin.create_stream(StreamSpec("in", self.s.partitions))
+        admin.create_stream(StreamSpec("late", 1))
+        if self.s.output == "delta":
+            admin.create_stream(StreamSpec("out", 2))
+        if self.s.join != "none":
+            admin.create_stream(StreamSpec("profiles", 1 if self.s.join == "broadcast" else self.s.stage2_partitions))
+            producer = DeltaSystemProducer("delta", config)
+            producer.register("harness")
+            stream = SystemStream("delta", "profiles")
+            for p in self.s.profiles:
+                partition = p.partition if self.s.join == "broadcast" else _json_key_partition(
+                    p.key, self.s.stage2_partitions)
+                producer.send("harness", OutgoingMessageEnvelope(stream, json.dumps({"c": p.c}).encode(),
+                                                                 key=p.key.encode(), partition=partition,
+                                                                 timestamp=0))
+            producer.flush("harness")
+
+    def append_chunk(self, chunk: int) -> int:
+        """Append the input messages of ``chunk`` (one Delta commit); returns how many."""
+        from sparza.config import Config
+        from sparza.streams import OutgoingMessageEnvelope, SystemStream
+        from sparza.systems.delta import DeltaSystemProducer
+
+        messages = [m for m in self.s.messages if m.chunk == chunk]
+        if not messages:
+            return 0
+        producer = DeltaSystemProducer("delta", Config(self.config))
+        producer.register("harness")
+        stream = SystemStream("delta", "in")
+        for m in messages:
+            body = json.dumps({"id": m.id, "key": m.key, "n": m.n}).encode()
+            producer.send("harness", OutgoingMessageEnvelope(stream, body, key=m.key.encode(), partition=m.partition,
+                                                             timestamp=m.timestamp))
+        producer.flush("harness")
+        return len(messages)
+
+    # --- processes -------------------------------------------------------------------------
+    def spawn(self, label: str, config_path: Path | None = None, *extra: str) -> tuple[subprocess.Popen[bytes], Path,
+                                                                                       float]:
+        """Start ``sparza run`` for this job (its own process group, output to a log file)."""
+        log = self.logs / f"{len(self.runs) + 1:02d}-{label}.log"
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [str(_SRC), env.get("PYTHONPATH", "")] if p)
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        cmd = [sys.executable, "-m", "sparza.cli", "run", "--config", str(config_path or self.config_path),
+               "--master", "local[2]", *extra]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                    start_new_session=True)
+        return proc, log, time.monotonic()
+
+    def wait(self, label: str, handle: tuple[subprocess.Popen[bytes], Path, float],
+             timeout: float = RUN_TIMEOUT_S) -> RunRecord:
+        """Wait for a spawned run (killing its process group when it hangs) and record it."""
+        proc, log, started = handle
+        try:
+            rc: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            rc = None
+        record = RunRecord(label, rc, time.monotonic() - started, log)
+        self.runs.append(record)
+        return record
+
+    def run(self, label: str, config_path: Path | None = None, *extra: str) -> RunRecord:
+        """One run to completion: ``--once`` for unbounded inputs; bounded ones end by themselves.
+
+        A run that died of Spark's own start-up trouble on an overloaded machine (a Python worker
+        that did not connect back in time) is started again, at most twice, and noted: a restart is
+        something the job must survive anyway, and the failure says nothing about sparza."""
+        once = self.once_args()
+        record = self.wait(label, self.spawn(label, config_path, *once, *extra))
+        for attempt in (1, 2, 3):
+            if record.returncode == 0 or not _transient(record.log):
+                break
+            self.notes.append(f"run '{label}' hit Spark's '{_TRANSIENT}'; restarted ({attempt})")
+            record = self.wait(f"{label}-again{attempt}", self.spawn(f"{label}-again{attempt}", config_path,
+                                                                      *once, *extra))
+        if record.returncode != 0 and _transient(record.log):
+            raise _SparkStartFailure(f"run '{label}': Spark could not start its Python workers 4 times")
+        return record
+
+    def once_args(self) -> tuple[str, ...]:
+        """``--once`` except for a bounded job's first run, which must end by itself. A bounded job
+        started again after it ended has nothing to plan and does not stop by itself (see
+        docs/guarantees.md), so later runs use ``--once``."""
+        return () if self.s.bounded and not self.runs and not self.s.once_always else ("--once",)
+
+    def variant(self, name: str, **overrides: str) -> Path:
+        """A copy of the config with some keys changed (a poison id, a fault point)."""
+        return self._write(name, {**self.config, **overrides})
+
+
+def _json_key_partition(key: str, partitions: int) -> int:
+    import zlib
+
+    return zlib.crc32(json.dumps(key, sort_keys=True, separators=(",", ":")).encode()) % partitions
+
+
+_TRANSIENT = "Python worker failed to connect back"
+
+
+class _SparkStartFailure(RuntimeError):
+    """Spark failed to start Python workers again and again: the scenario is inconclusive."""
+
+
+def _transient(log: Path) -> bool:
+    try:
+        return _TRANSIENT in log.read_text(errors="replace")[-20_000:]
+    except OSError:
+        return False
+
+
+def _log_tail(log: Path, lines: int = 3) -> str:
+    """The last meaningful lines of a run's log (no Spark/JVM warnings, no stack frames)."""
+    try:
+        text = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    keep = [line.strip() for line in text if line.strip() and " WARN " not in line
+            and not line.lstrip().startswith(("at ", "...", "WARNING:", "Using Spark", "Setting default", "To adjust"))]
+    return " | ".join(keep[-lines:])[:500]
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _expect_clean(outcome: Outcome, record: RunRecord) -> None:
+    if record.returncode != 0:
+        what = "hung (killed)" if record.returncode is None else f"exited {record.returncode}"
+        outcome.problems.append(f"run '{record.label}' {what}: {_log_tail(record.log)}")
+
+
+def _spark_dirs(state: Path) -> list[Path]:
+    return [p.parent for p in state.glob("_spark/**/commits")] if state.exists() else []
+
+
+def _apply_phase(job: _Job, outcome: Outcome, fault: str, phase: int) -> None:
+    """Run one phase with ``fault`` (``none``: a clean run)."""
+    s = job.s
+    label = f"phase{phase}"
+    if fault == "poison":
+        ids = [m.id for m in s.messages if m.chunk == phase]
+        if not ids:
+            outcome.notes.append("poison: the phase has no input; nothing to poison")
+            _expect_clean(outcome, job.run(label))
+            return
+        poison = ids[len(ids) // 2]
+        record = job.run(f"{label}-poison", job.variant("poison.yaml", **{"app.harness.poison.ids": str(poison)}))
+        if record.returncode == 0:
+            outcome.problems.append(f"a job that raises on message id {poison} exited 0 (the failure was hidden)")
+        _expect_clean(outcome, job.run(f"{label}-fixed"))
+    elif fault == "kill9":
+        handle = job.spawn(f"{label}-kill9")        # no --once: an unbounded job keeps running until killed
+        deadline = time.monotonic() + s.fault_delay_s
+        while time.monotonic() < deadline and handle[0].poll() is None:
+            time.sleep(0.2)
+        if handle[0].poll() is None:
+            _kill_group(handle[0])
+        else:
+            outcome.notes.append(f"kill9: the run had ended by itself before {s.fault_delay_s}s")
+        job.wait(f"{label}-kill9", handle)
+        _expect_clean(outcome, job.run(f"{label}-restart"))
+    elif fault == "fail-once":
+        marker = job.root / "fail-once.marker"
+        path = job.variant("fail-once.yaml", **{"task.testing.fail.once.file": str(marker),
+                                                "task.testing.fail.once.at": s.fail_step})
+        _expect_clean(outcome, job.run(f"{label}-fail-once", path))
+        outcome.notes.append(f"fail-once at {s.fail_step}: {'fired' if marker.exists() else 'did not fire'}")
+        if outcome.problems:
+            _expect_clean(outcome, job.run(f"{label}-rerun"))
+    elif fault == "second-processor":
+        once = job.once_args()
+        first = job.spawn(f"{label}-proc0", None, *once, "--processor-id", "0")
+        time.sleep(min(s.fault_delay_s, 8.0))
+        second = job.spawn(f"{label}-proc1", None, *once, "--processor-id", "1")
+        r0 = job.wait(f"{label}-proc0", first)
+        r1 = job.wait(f"{label}-proc1", second)
+        outcome.notes.append(f"second processor: exits {r0.returncode} and {r1.returncode}")
+        _expect_clean(outcome, job.run(f"{label}-after"))
+    elif fault == "azurite-restart":
+        handle = job.spawn(f"{label}-azurite")
+        deadline = time.monotonic() + s.fault_delay_s
+        while time.monotonic() < deadline and handle[0].poll() is None:
+            time.sleep(0.2)
+        if handle[0].poll() is not None:
+            outcome.notes.append(f"azurite-restart: the run had ended before {s.fault_delay_s}s")
+        job.azurite.stop()
+        time.sleep(3.0)
+        job.azurite.start()
+        if s.bounded:
+            job.wait(f"{label}-azurite", handle)
+        else:
+            # An unbounded run (no --once) would go on forever: stop it the polite way after the outage.
+            time.sleep(5.0)
+            if handle[0].poll() is None:
+                os.killpg(handle[0].pid, signal.SIGTERM)
+            job.wait(f"{label}-azurite", handle, timeout=180)
+        _expect_clean(outcome, job.run(f"{label}-after"))
+    else:
+        _expect_clean(outcome, job.run(label))
+        state = job.root / "state"
+        if fault == "lost-state":
+            shutil.rmtree(state, ignore_errors=True)
+        elif fault == "lost-spark-checkpoint":
+            shutil.rmtree(state / "_spark", ignore_errors=True)
+        elif fault == "replay-spark-batch":
+            dropped = 0
+            for spark_dir in _spark_dirs(state):
+                commits = sorted((p for p in (spark_dir / "commits").iterdir() if p.name.isdigit()),
+                                 key=lambda p: int(p.name))
+                if commits:
+                    commits[-1].unlink()                      # Spark now runs that batch again
+                    (spark_dir / "commits" / f".{commits[-1].name}.crc").unlink(missing_ok=True)
+                    dropped += 1
+            outcome.notes.append(f"replay-spark-batch: dropped the last commit of {dropped} queries")
+        elif fault == "deleted-snapshot":
+            marked = _mark_committed_snapshots_deleted(job)
+            shutil.rmtree(state, ignore_errors=True)        # and a new host: restore must use them
+            outcome.notes.append(f"deleted-snapshot: marked {marked} committed snapshot blobs deleted")
+        elif fault != "none":
+            raise ValueError(f"unknown fault {fault!r}")
+
+
+def _mark_committed_snapshots_deleted(job: _Job) -> int:
+    """Tombstone every committed (permanent, live) snapshot blob through the blob store's own
+    ``delete``: what an operator's or a gc's mistake does (SAMZA-2787). The bytes stay readable with
+    ``get_deleted`` until purged."""
+    from sparza.blobstore.api import Metadata
+    from sparza.blobstore.factory import blob_store_manager_from_config
+
+    manager = blob_store_manager_from_config(job.config)
+    marked = 0
+    try:
+        for info in list(manager.list_blobs()):
+            if info.deleted_at_ms is None and info.expires_at_ms is None and not info.blob_id.startswith(
+                    "checkpoints/"):
+                manager.delete(info.blob_id, Metadata(payload_path=info.blob_id))
+                marked += 1
+    finally:
+        manager.close()
+    return marked
+
+
+def _routed_late(job: _Job) -> Counter[int]:
+    return Counter(int(json.loads(v)["id"]) for v in read_delta_values(job.root / "streams" / "late"))
+
+
+def _check(job: _Job, outcome: Outcome) -> None:
+    s = job.s
+    routed = _routed_late(job)
+    if s.output == "delta":
+        actual = read_delta_records(job.root / "streams" / "out")
+    else:
+        actual, names = read_blob_records(job.azurite.connection_string, job.output_container, "out/")
+        outcome.notes.append(f"{len(names)} blobs")
+    if routed:
+        repeated = [i for i, n in routed.items() if n > 1]
+        if repeated:
+            outcome.problems.append(f"{len(repeated)} late messages routed more than once (e.g. ids {repeated[:5]})")
+        if s.kind != "window":
+            outcome.problems.append(f"{sum(routed.values())} messages routed as late by a job without a window "
+                                    f"(e.g. ids {sorted(routed)[:5]}): only event-time operators may call data late")
+        elif not s.late:
+            outcome.problems.append(f"{len(routed)} messages routed as late although the lateness spans all event "
+                                    f"times (e.g. ids {sorted(routed)[:5]})")
+    excluded = routed if s.kind == "window" else Counter()
+    comparison = compare(expected_records(s, excluded_ids=excluded), actual)
+    outcome.comparison = comparison
+    if not comparison.ok:
+        outcome.problems.append("output: " + comparison.summary())
+
+
+def run_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messages_override: int | None = None,
+                 fault_override: str | None = None) -> Outcome:
+    """Run ``scenario`` in ``workdir`` against ``azurite``: every phase, its fault, a final run, the check."""
+    started = time.monotonic()
+    outcome = Outcome(scenario, workdir=workdir, messages_override=messages_override, fault_override=fault_override)
+    workdir.mkdir(parents=True, exist_ok=True)
+    job = _Job(scenario, workdir, azurite)
+    try:
+        job.create_streams()
+        for phase in range(scenario.chunks):
+            job.append_chunk(phase)
+            _apply_phase(job, outcome, scenario.fault if phase == scenario.fault_phase else "none", phase)
+        if scenario.fault in _AFTER_RUN_FAULTS:
+            # The damage was done after the last run: one more run must repair it.
+            _expect_clean(outcome, job.run("final"))
+        _check(job, outcome)
+    except _SparkStartFailure as exc:
+        outcome.inconclusive = True
+        outcome.notes.append(f"inconclusive: {exc}")
+    except Exception as exc:  # a harness error is a failed scenario too, reported with its seed
+        outcome.problems.append(f"harness error: {type(exc).__name__}: {exc}")
+    finally:
+        outcome.runs = job.runs
+        outcome.notes.extend(job.notes)
+        outcome.seconds = time.monotonic() - started
+        if not azurite.is_running():
+            azurite.start()
+    return outcome
+
+
+def _start_azurite(base: Path) -> Any:
+    from sparza.devstorage import AzuriteProcess
+
+    proc = AzuriteProcess(base / "azurite")
+    proc.start()
+    return proc
+
+
+def soak(minutes: float, base: Path, *, seeds: list[int] | None = None, keep: bool = False) -> list[Outcome]:
+    """Run random seeds (or ``seeds``) until ``minutes`` have passed; print each result as it comes,
+    every failing seed's command, and the final count."""
+    azurite = _start_azurite(base)
+    deadline = time.monotonic() + minutes * 60
+    outcomes: list[Outcome] = []
+    rng = random.Random()
+    queue = list(seeds or [])
+    try:
+        while time.monotonic() < deadline:
+            seed = queue.pop(0) if queue else rng.randrange(1, 10**9)
+            workdir = base / f"seed-{seed}"
+            scenario = generate(seed)
+            print(f"start {scenario.describe()}", flush=True)
+            outcome = run_scenario(scenario, azurite, workdir)
+            outcomes.append(outcome)
+            print(outcome.report(), flush=True)
+            if outcome.ok and not keep:
+                shutil.rmtree(workdir, ignore_errors=True)
+            if seeds is not None and not queue:
+                break
+    finally:
+        azurite.stop()
+    failed = [o for o in outcomes if not o.ok and not o.inconclusive]
+    unsure = sum(1 for o in outcomes if o.inconclusive)
+    passed = len(outcomes) - len(failed) - unsure
+    print(f"\nsoak: {len(outcomes)} scenarios, {passed} passed, {len(failed)} failed, {unsure} inconclusive "
+          f"(Spark could not start Python workers)", flush=True)
+    for o in failed:
+        print("  " + reproduce_command(o.scenario.seed), flush=True)
+    return outcomes
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: one seed, or a soak."""
+    parser = argparse.ArgumentParser(prog="python -m sparza.testing.harness", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, help="run this scenario")
+    parser.add_argument("--messages", type=int, help="override the scenario's message count")
+    parser.add_argument("--fault", choices=FAULTS, help="override the scenario's fault")
+    parser.add_argument("--soak", type=float, metavar="MINUTES", help="run random seeds for this long")
+    parser.add_argument("--seeds", help="with --soak: run these comma-separated seeds (in order) instead")
+    parser.add_argument("--scale", action="store_true", help="run the scale scenario (100k messages) instead")
+    parser.add_argument("--print", action="store_true", help="only describe the scenario")
+    parser.add_argument("--workdir", help="where runs keep their files (default: a temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the files of passing scenarios too")
+    args = parser.parse_args(argv)
+    base = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="sparza-harness-"))
+    if args.soak is not None:
+        listed = [int(x) for x in args.seeds.split(",")] if args.seeds else None
+        outcomes = soak(args.soak, base, seeds=listed, keep=args.keep)
+        return 0 if all(o.ok for o in outcomes) else 1
+    if args.scale:
+        scenario = scale_scenario(**({"messages": args.messages} if args.messages else {}))
+    elif args.seed is None:
+        parser.error("give --seed N, --scale or --soak MINUTES")
+    else:
+        scenario = generate(args.seed, messages=args.messages, fault=args.fault)
+    print(scenario.describe(), flush=True)
+    if args.print:
+        return 0
+    azurite = _start_azurite(base)
+    try:
+        outcome = run_scenario(scenario, azurite, base / f"seed-{scenario.seed}", messages_override=args.messages,
+                               fault_override=args.fault)
+    finally:
+        azurite.stop()
+    print(outcome.report())
+    print(f"files: {base}")
+    return 0 if outcome.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

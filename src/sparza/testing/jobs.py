@@ -1,0 +1,170 @@
+"""The jobs the fault harness generates: small low-level tasks and one high-level application, all
+driven by ``app.harness.*`` config keys so one class covers every generated shape.
+
+Input messages are JSON objects ``{"id": int, "key": str, "n": int}`` (unique ``id``). Every output
+is a :data:`RECORD_SCHEMA` record, so one reader serves Delta, Avro and JSON-lines outputs:
+
+- ``copy`` (task): ``{id, key, val: n, aux: 0, tag: "copy"}`` per message;
+- ``count`` (task, store ``counts``): ``{id, key, val: running count of key in the task, tag: "count"}``;
+- ``filtermap`` (task): messages with ``n % 3 != 0`` as ``{…, val: n*n, tag: "fm0"}``, plus
+  ``{…, val: n+1, tag: "fm1"}`` when ``n % 5 == 0``;
+- ``pipeline`` (app): filter (or the ``filtermap`` rule) → ``partition_by(key)`` → [join ``profiles``]
+  → ``{…, tag: "p" or the profile's}``;
+- ``window`` (app): ``partition_by(key)`` → [join] → tumbling or sliding window (count, sum of n)
+  → ``{id: start, key, val: count, aux: sum, tag: "w"}``.
+
+`app.harness.poison.ids` (comma-separated ids) makes the job raise on those messages: the poison-message fault.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sparza.api import StreamApplication, WindowPane, Windows
+from sparza.serde import AvroSerde
+from sparza.streams import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream
+
+__all__ = ["RECORD_SCHEMA", "HarnessApp", "HarnessTask", "PoisonMessageError"]
+
+RECORD_SCHEMA: dict[str, Any] = {
+    "type": "record", "name": "HarnessRecord", "namespace": "sparza.testing",
+    "doc": "One output record of a harness job.",
+    "fields": [{"name": "id", "type": "long"}, {"name": "key", "type": "string"},
+               {"name": "val", "type": "long"}, {"name": "aux", "type": "long"},
+               {"name": "tag", "type": "string"}],
+}
+"""Avro schema of every harness output record (JSON-lines outputs carry the same fields)."""
+
+
+class PoisonMessageError(RuntimeError):
+    """Raised by a harness job on a message listed in ``app.harness.poison.ids`` (an injected bug)."""
+
+
+def _poison_ids(config: Any) -> frozenset[int]:
+    raw = str(config.get_str("app.harness.poison.ids", "") or "")
+    return frozenset(int(x) for x in raw.split(",") if x.strip())
+
+
+def _check_poison(message: dict[str, Any], poison: frozenset[int]) -> None:
+    if message["id"] in poison:
+        raise PoisonMessageError(f"harness poison message id {message['id']} (app.harness.poison.ids)")
+
+
+def filtermap_records(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``filtermap`` rule: drop ``n % 3 == 0``, square the rest, and emit a second record for
+    ``n % 5 == 0``."""
+    n = int(message["n"])
+    if n % 3 == 0:
+        return []
+    out = [{"id": message["id"], "key": message["key"], "val": n * n, "aux": 0, "tag": "fm0"}]
+    if n % 5 == 0:
+        out.append({"id": message["id"], "key": message["key"], "val": n + 1, "aux": 0, "tag": "fm1"})
+    return out
+
+
+class HarnessTask:
+    """StreamTask + InitableTask of the low-level harness jobs (``copy``, ``count``, ``filtermap``).
+
+    ``app.harness.output`` is the output ``system.stream``; ``app.harness.output.partition`` is
+    ``none`` (no partition: the producer decides), ``key`` (partition key = message key) or
+    ``number`` (partition ``id % 3``), which exercises the Azure blob producer's name segments.
+    """
+
+    def init(self, context: Any) -> None:
+        """Read the job's shape from config; open the ``counts`` store for ``count``."""
+        config = context.config
+        self.kind = str(config.get_str("app.harness.kind"))
+        self.output = SystemStream.parse(str(config.get_str("app.harness.output")))
+        self.partition_mode = str(config.get_str("app.harness.output.partition", "none"))
+        self.poison = _poison_ids(config)
+        self.store = context.get_store("counts") if self.kind == "count" else None
+
+    def _send(self, collector: Any, record: dict[str, Any], timestamp: int | None) -> None:
+        key = record["key"]
+        if self.partition_mode == "key":
+            envelope = OutgoingMessageEnvelope(self.output, record, key=key, partition_key=key, timestamp=timestamp)
+        elif self.partition_mode == "number":
+            envelope = OutgoingMessageEnvelope(self.output, record, key=key, partition=record["id"] % 3,
+                                               timestamp=timestamp)
+        else:
+            envelope = OutgoingMessageEnvelope(self.output, record, key=key, timestamp=timestamp)
+        collector.send(envelope)
+
+    def process(self, envelope: IncomingMessageEnvelope, collector: Any, coordinator: Any) -> None:
+        """Apply the job's rule to one message."""
+        message = json.loads(envelope.message)
+        _check_poison(message, self.poison)
+        if self.kind == "copy":
+            self._send(collector, {"id": message["id"], "key": message["key"], "val": message["n"], "aux": 0,
+                                   "tag": "copy"}, envelope.timestamp)
+        elif self.kind == "count":
+            assert self.store is not None
+            count = int(self.store.get(message["key"]) or 0) + 1
+            self.store.put(message["key"], count)
+            self._send(collector, {"id": message["id"], "key": message["key"], "val": count, "aux": 0,
+                                   "tag": "count"}, envelope.timestamp)
+        elif self.kind == "filtermap":
+            for record in filtermap_records(message):
+                self._send(collector, record, envelope.timestamp)
+        else:
+            raise ValueError(f"app.harness.kind {self.kind!r} is not a task kind: use copy, count or filtermap")
+
+
+def _fold(message: dict[str, Any], acc: list[int]) -> list[int]:
+    return [acc[0] + 1, acc[1] + int(message["n"])]
+
+
+def _pane_record(pane: WindowPane) -> dict[str, Any]:
+    count, total = pane.value
+    return {"id": int(pane.start), "key": str(pane.key), "val": int(count), "aux": int(total), "tag": "w"}
+
+
+class HarnessApp:
+    """The high-level harness application (``app.harness.kind``: ``pipeline`` or ``window``).
+
+    Keys: ``app.harness.output`` (``system.stream``), ``app.harness.output.avro`` (``true``: Avro
+    serde), ``app.harness.partitions`` (partitions of the ``by-key`` stream), ``app.harness.join``
+    (``true``: inner join with the table store ``profiles``), ``app.harness.flatmap`` (pipeline: the
+    ``filtermap`` rule instead of a plain filter), ``app.harness.window.size.ms`` / ``.slide.ms``.
+    """
+
+    def describe(self, app: StreamApplication) -> None:
+        """Build the generated graph."""
+        config = app.config
+        kind = str(config.get_str("app.harness.kind"))
+        poison = _poison_ids(config)
+        avro = str(config.get_str("app.harness.output.avro", "false")) == "true"
+        out = app.output(str(config.get_str("app.harness.output")),
+                         serde=AvroSerde(RECORD_SCHEMA) if avro else "json", key_serde="string")
+        partitions = int(config.get_str("app.harness.partitions", "2"))
+        join = str(config.get_str("app.harness.join", "false")) == "true"
+
+        def parse(raw: bytes) -> dict[str, Any]:
+            message = json.loads(raw)
+            _check_poison(message, poison)
+            return dict(message)
+
+        stream = app.input("delta.in", serde="bytes").map(parse)
+        if kind == "pipeline":
+            if str(config.get_str("app.harness.flatmap", "false")) == "true":
+                stream = stream.flat_map(filtermap_records)
+            else:
+                stream = stream.filter(lambda m: int(m["n"]) % 3 != 0).map(
+                    lambda m: {"id": m["id"], "key": m["key"], "val": int(m["n"]) * 2, "aux": 0, "tag": "p"})
+            stream = stream.partition_by(lambda m: m["key"], "by-key", partitions=partitions)
+            if join:
+                stream = stream.join(app.table("profiles"), lambda m: m["key"], lambda m, p: {**m, "tag": str(p["c"])})
+            stream.map(lambda m: {"id": int(m["id"]), "key": str(m["key"]), "val": int(m["val"]),
+                                  "aux": int(m["aux"]), "tag": str(m["tag"])}).send_to(out)
+        elif kind == "window":
+            size = int(config.get_str("app.harness.window.size.ms"))
+            slide = int(config.get_str("app.harness.window.slide.ms", str(size)))
+            stream = stream.partition_by(lambda m: m["key"], "by-key", partitions=partitions)
+            if join:
+                stream = stream.join(app.table("profiles"), lambda m: m["key"], lambda m, p: {**m, "c": p["c"]})
+            spec = (Windows.tumbling(size, lambda m: m["key"], [0, 0], _fold) if slide == size
+                    else Windows.sliding(size, slide, lambda m: m["key"], [0, 0], _fold))
+            stream.window(spec, name="w").map(_pane_record).send_to(out)
+        else:
+            raise ValueError(f"app.harness.kind {kind!r} is not an application kind: use pipeline or window")

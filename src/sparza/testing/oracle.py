@@ -1,0 +1,177 @@
+"""The oracle: what a harness job must output, computed in plain Python from the scenario's input,
+and the readers that fetch what the job really wrote.
+
+Deliberately independent of sparza: nothing here imports it. Expectations follow the documented
+rules (the job definitions in ``sparza.testing.jobs``, window starts at multiples of the slide,
+partition = CRC-32 of the JSON key), and outputs are read with deltalake, the Azure SDK and
+fastavro directly. Comparisons are exact multisets, so a lost or a duplicated record both show.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Comparison", "Record", "compare", "expected_records", "read_blob_records", "read_delta_records",
+           "read_delta_values"]
+
+Record = tuple[int, str, int, int, str]
+"""An output record as ``(id, key, val, aux, tag)``."""
+
+
+def _join_table(scenario: Any) -> dict[str, str]:
+    table: dict[str, str] = {}
+    for profile in scenario.profiles:       # change capture in order: the last update wins
+        table[profile.key] = profile.c
+    return table
+
+
+def _filtermap(m: Any) -> list[Record]:
+    if m.n % 3 == 0:
+        return []
+    out: list[Record] = [(m.id, m.key, m.n * m.n, 0, "fm0")]
+    if m.n % 5 == 0:
+        out.append((m.id, m.key, m.n + 1, 0, "fm1"))
+    return out
+
+
+def _offset_order(scenario: Any) -> list[Any]:
+    # Within a partition, messages are appended chunk by chunk in id order: that is their offset order.
+    return sorted(scenario.messages, key=lambda m: (m.partition, m.chunk, m.id))
+
+
+def window_starts(timestamp: int, size: int, slide: int) -> list[int]:
+    """Starts of the windows ``[s, s + size)`` (s a multiple of ``slide``) that contain ``timestamp``."""
+    first = timestamp - (timestamp % slide)
+    starts = []
+    s = first
+    while s + size > timestamp:
+        starts.append(s)
+        s -= slide
+    return sorted(starts)
+
+
+def expected_records(scenario: Any, *, excluded_ids: Iterable[int] = ()) -> Counter[Record]:
+    """Every record the job must write, as a multiset; ``excluded_ids`` are input messages the job's
+    own lateness rules routed away (only windows may do that)."""
+    excluded = set(excluded_ids)
+    out: Counter[Record] = Counter()
+    kind = scenario.kind
+    if kind == "copy":
+        out.update((m.id, m.key, m.n, 0, "copy") for m in scenario.messages)
+    elif kind == "count":
+        counts: Counter[tuple[int, str]] = Counter()
+        for m in _offset_order(scenario):
+            counts[(m.partition, m.key)] += 1
+            out[(m.id, m.key, counts[(m.partition, m.key)], 0, "count")] += 1
+    elif kind == "filtermap":
+        for m in scenario.messages:
+            out.update(_filtermap(m))
+    elif kind == "pipeline":
+        table = _join_table(scenario) if scenario.join != "none" else None
+        for m in scenario.messages:
+            records = _filtermap(m) if scenario.flatmap else (
+                [(m.id, m.key, m.n * 2, 0, "p")] if m.n % 3 != 0 else [])
+            for r in records:
+                if table is None:
+                    out[r] += 1
+                elif m.key in table:
+                    out[(r[0], r[1], r[2], r[3], table[m.key])] += 1
+    elif kind == "window":
+        table = _join_table(scenario) if scenario.join != "none" else None
+        panes: dict[tuple[str, int], list[int]] = {}
+        for m in scenario.messages:
+            if m.id in excluded or (table is not None and m.key not in table):
+                continue
+            for start in window_starts(m.timestamp, scenario.window_size_ms, scenario.window_slide_ms):
+                acc = panes.setdefault((m.key, start), [0, 0])
+                acc[0] += 1
+                acc[1] += m.n
+        out.update((start, key, acc[0], acc[1], "w") for (key, start), acc in panes.items())
+    else:
+        raise ValueError(f"unknown job kind {kind!r}")
+    return out
+
+
+def _record(obj: dict[str, Any]) -> Record:
+    return (int(obj["id"]), str(obj["key"]), int(obj["val"]), int(obj["aux"]), str(obj["tag"]))
+
+
+def read_delta_values(table_path: Path) -> list[bytes]:
+    """The values of the user messages (type 0) of a Delta stream, read with deltalake directly."""
+    from deltalake import DeltaTable
+
+    if not (table_path / "_delta_log").exists():
+        return []
+    table = DeltaTable(str(table_path)).to_pyarrow_table(columns=["value", "type"])
+    return [v for v, t in zip(table.column("value").to_pylist(), table.column("type").to_pylist(), strict=True)
+            if t == 0]
+
+
+def read_delta_records(table_path: Path) -> Counter[Record]:
+    """A Delta output stream's records (JSON values)."""
+    return Counter(_record(json.loads(v)) for v in read_delta_values(table_path))
+
+
+def read_blob_records(connection_string: str, container: str, prefix: str) -> tuple[Counter[Record], list[str]]:
+    """Records of every committed blob under ``prefix`` (Avro or JSON lines, gzip or not), and the
+    blob names, read with the Azure SDK and fastavro."""
+    import fastavro
+    from azure.core.exceptions import ResourceNotFoundError
+    from azure.storage.blob import BlobServiceClient
+
+    service = BlobServiceClient.from_connection_string(connection_string)
+    client = service.get_container_client(container)
+    records: Counter[Record] = Counter()
+    names: list[str] = []
+    try:
+        blobs = list(client.list_blobs(name_starts_with=prefix))
+    except ResourceNotFoundError:
+        return records, names
+    for blob in blobs:
+        names.append(blob.name)
+        data = client.download_blob(blob.name).readall()
+        if blob.name.endswith(".gz"):
+            data = gzip.decompress(data)
+        if ".avro" in blob.name:
+            records.update(_record(r) for r in fastavro.reader(io.BytesIO(data)))  # type: ignore[arg-type]
+        elif ".jsonl" in blob.name:
+            records.update(_record(json.loads(line)) for line in data.splitlines() if line.strip())
+        else:
+            raise ValueError(f"blob {blob.name!r} has neither .avro nor .jsonl in its name")
+    return records, names
+
+
+@dataclass
+class Comparison:
+    """Expected vs. actual output: what is missing, what is extra or repeated."""
+
+    expected: int
+    actual: int
+    missing: Counter[Record] = field(default_factory=Counter)
+    extra: Counter[Record] = field(default_factory=Counter)
+
+    @property
+    def ok(self) -> bool:
+        """True when the outputs match exactly."""
+        return not self.missing and not self.extra
+
+    def summary(self) -> str:
+        """One line: counts and a few examples of each difference."""
+        if self.ok:
+            return f"exact: {self.actual} records"
+        dup = sum(1 for r in self.extra if r in self.missing or self.extra[r] > 0)
+        return (f"expected {self.expected} records, got {self.actual}: {sum(self.missing.values())} missing "
+                f"(e.g. {sorted(self.missing)[:3]}), {sum(self.extra.values())} extra or repeated "
+                f"(e.g. {sorted(self.extra)[:3]}; {dup} distinct)")
+
+
+def compare(expected: Counter[Record], actual: Counter[Record]) -> Comparison:
+    """Exact multiset comparison."""
+    return Comparison(sum(expected.values()), sum(actual.values()), expected - actual, actual - expected)

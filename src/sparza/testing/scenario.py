@@ -1,0 +1,230 @@
+"""The scenario generator: one seed → one job shape, one input, one fault schedule.
+
+Everything random comes from ``random.Random(seed)``, so a seed is a complete reproduction. The
+generator knows nothing of sparza's code: it only picks config values and input data.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["COMMIT_STEPS", "FAULTS", "InputMessage", "Profile", "Scenario", "generate", "scale_scenario"]
+
+COMMIT_STEPS = ("after-intent", "after-flush", "after-adjunct", "after-snapshot", "after-checkpoint",
+                "during-cleanup")
+"""The commit steps a one-time failure can hit (``task.testing.fail.once.at``)."""
+
+FAULTS = ("none", "poison", "kill9", "fail-once", "second-processor", "azurite-restart", "lost-state",
+          "replay-spark-batch", "lost-spark-checkpoint", "deleted-snapshot")
+"""Every fault the harness injects (one per scenario, at a random phase)."""
+
+T0 = 1_700_000_000_000
+"""Event time of the first message (epoch ms)."""
+
+
+@dataclass(frozen=True)
+class InputMessage:
+    """One input message: its partition, its chunk (the run before which it is appended) and content."""
+
+    id: int
+    key: str
+    n: int
+    timestamp: int
+    partition: int
+    chunk: int
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One change-capture record of the ``profiles`` stream (the join table): ``key → {"c": c}``."""
+
+    key: str
+    c: str
+    partition: int
+
+
+@dataclass
+class Scenario:
+    """A generated job, its input and its fault. ``describe()`` is the one-line summary."""
+
+    seed: int
+    api: str                      # "task" or "app"
+    kind: str                     # copy | count | filtermap | pipeline | window
+    partitions: int               # input partitions = stage-1 tasks
+    keys: int
+    bounded: bool
+    chunks: int                   # input chunks (one run after each)
+    max_batch: int                # task.max.batch.messages
+    event_order: str              # "sorted" or "shuffled"
+    late: bool                    # small watermark lateness (late data possible)
+    store: str                    # count job: rocksdb | memory
+    backup: bool                  # stores backed up to the blob store
+    blob_store: str               # local | azure
+    output: str                   # delta | blob
+    blob_format: str = "avro"     # avro | jsonl
+    blob_gzip: bool = False
+    blob_flush_threshold: int | None = None
+    blob_rollover: str = "none"   # none | count | size
+    blob_rollover_value: int = 0
+    blob_partition: str = "none"  # none | key | number (tasks only)
+    stage2_partitions: int = 2
+    join: str = "none"            # none | broadcast | partitioned
+    flatmap: bool = False
+    window_size_ms: int = 0
+    window_slide_ms: int = 0
+    fault: str = "none"
+    fault_phase: int = 0
+    fail_step: str = "after-flush"
+    fault_delay_s: float = 0.0
+    once_always: bool = False     # every run with --once (stages one after the other: fewer Spark workers)
+    messages: list[InputMessage] = field(default_factory=list)
+    profiles: list[Profile] = field(default_factory=list)
+
+    def describe(self) -> str:
+        """One line naming the job shape and the fault."""
+        out = self.output if self.output == "delta" else (
+            f"blob/{self.blob_format}{'.gz' if self.blob_gzip else ''}/thr={self.blob_flush_threshold}"
+            f"/roll={self.blob_rollover}:{self.blob_rollover_value}/part={self.blob_partition}")
+        shape = f"{self.api}:{self.kind}"
+        if self.kind == "count":
+            shape += f"({self.store}{'+backup' if self.backup else ''})"
+        if self.api == "app":
+            shape += f"(p2={self.stage2_partitions},join={self.join}"
+            shape += f",win={self.window_size_ms}/{self.window_slide_ms})" if self.kind == "window" else \
+                f",flatmap={self.flatmap})"
+        fault = self.fault + (f"@{self.fail_step}" if self.fault == "fail-once" else "")
+        return (f"seed={self.seed} {shape} tasks={self.partitions} msgs={len(self.messages)} keys={self.keys} "
+                f"{'bounded' if self.bounded else 'unbounded'} chunks={self.chunks} batch={self.max_batch} "
+                f"{self.event_order}{' late' if self.late else ''} blobstore={self.blob_store} out={out} "
+                f"fault={fault}@phase{self.fault_phase}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything but the data, for reports."""
+        data = asdict(self)
+        data.pop("messages")
+        data.pop("profiles")
+        return data
+
+
+def _keys(rng: random.Random, count: int, skew: bool) -> tuple[list[str], list[float]]:
+    names = [f"k{i}" for i in range(count)]
+    weights = [1.0 / (i + 1) ** 1.5 for i in range(count)] if skew else [1.0] * count
+    return names, weights
+
+
+def generate(seed: int, *, messages: int | None = None, fault: str | None = None) -> Scenario:
+    """The scenario of ``seed``; ``messages`` / ``fault`` override the drawn values (CI samples)."""
+    rng = random.Random(seed)
+    api = rng.choice(["task", "task", "app"])
+    kind = rng.choice(["copy", "count", "filtermap"]) if api == "task" else rng.choice(["pipeline", "window"])
+    partitions = rng.randint(1, 8)
+    count = messages if messages is not None else rng.choice([40, 120, 300])
+    keys = rng.randint(1, 12)
+    skew = rng.random() < 0.5
+    bounded = True if kind == "window" else rng.random() < 0.4
+    chunks = 1 if bounded else rng.randint(1, 2)
+    # Batches per run stay ≤ ~8 (each batch has a fixed cost of a second or more on a busy 2-core
+    # machine): "tiny" caps are as small as that allows, "large" ones take a partition in one batch.
+    per_partition = max(1, math.ceil(count / max(1, partitions)))
+    tiny = max(1, math.ceil(per_partition / 8))
+    max_batch = rng.choice([tiny, tiny, max(tiny, per_partition // 5), max(tiny, per_partition // 2), 100_000])
+    event_order = rng.choice(["sorted", "shuffled"])
+    late = api == "app" and rng.random() < 0.4
+    store = rng.choice(["rocksdb", "memory"])
+    backup = rng.random() < 0.7
+    blob_store = rng.choice(["local", "azure"])
+    output = rng.choice(["delta", "blob"])
+    scenario = Scenario(seed=seed, api=api, kind=kind, partitions=partitions, keys=keys, bounded=bounded,
+                        chunks=chunks, max_batch=max_batch, event_order=event_order, late=late, store=store,
+                        backup=backup, blob_store=blob_store, output=output)
+    if output == "blob":
+        scenario.blob_format = rng.choice(["avro", "jsonl"])
+        scenario.blob_gzip = rng.random() < 0.5
+        scenario.blob_flush_threshold = rng.choice([None, 256, 1024, 4096])
+        scenario.blob_rollover = rng.choice(["none", "count", "size"])
+        scenario.blob_rollover_value = {"none": 0, "count": rng.choice([1, 5, 40]),
+                                        "size": rng.choice([300, 2000, 20_000])}[scenario.blob_rollover]
+        scenario.blob_partition = rng.choice(["none", "key", "number"]) if api == "task" else "none"
+    if api == "app":
+        scenario.stage2_partitions = rng.randint(1, 4)
+        scenario.join = rng.choice(["none", "none", "broadcast", "partitioned"])
+        scenario.flatmap = rng.random() < 0.5
+        if kind == "window":
+            size = rng.choice([50, 200, 1000, 5000])
+            scenario.window_size_ms = size
+            scenario.window_slide_ms = size if rng.random() < 0.6 else size // rng.choice([2, 4, 5])
+            # Late data is only checked exactly for tumbling windows (see oracle.expected_windows).
+            scenario.late = late and scenario.window_slide_ms == size
+
+    # Input: ids 0..count-1; some partitions stay empty; shuffled order shuffles each partition.
+    names, weights = _keys(rng, keys, skew)
+    empty = set(rng.sample(range(partitions), rng.randint(0, partitions - 1))) if partitions > 1 else set()
+    live = [p for p in range(partitions) if p not in empty]
+    step = rng.choice([1, 10, 100, 1000])
+    msgs: list[InputMessage] = []
+    for i in range(count):
+        ts = T0 + i * step
+        if scenario.late and rng.random() < 0.05:
+            ts -= rng.randint(1, 50) * step * 10        # far behind the others: late under a small lateness
+        msgs.append(InputMessage(i, rng.choices(names, weights)[0], rng.randrange(0, 1000), ts,
+                                 rng.choice(live), min(chunks - 1, i * chunks // count)))
+    if event_order == "shuffled":
+        by_chunk_partition: dict[tuple[int, int], list[InputMessage]] = {}
+        for m in msgs:
+            by_chunk_partition.setdefault((m.chunk, m.partition), []).append(m)
+        msgs = []
+        for group_key in sorted(by_chunk_partition):
+            group = by_chunk_partition[group_key]
+            stamps = [m.timestamp for m in group]
+            rng.shuffle(stamps)
+            msgs.extend(InputMessage(m.id, m.key, m.n, t, m.partition, m.chunk) for m, t in zip(group, stamps,
+                                                                                                   strict=True))
+        msgs.sort(key=lambda m: m.id)
+    scenario.messages = msgs
+    if scenario.join != "none":
+        profile_parts = 1 if scenario.join == "broadcast" else scenario.stage2_partitions
+        for name in names:
+            if rng.random() < 0.8:
+                for version in range(rng.randint(1, 3)):   # several updates: the last one wins
+                    scenario.profiles.append(Profile(name, f"c{rng.randrange(100)}v{version}",
+                                                     rng.randrange(profile_parts)))
+    _pick_fault(rng, scenario, fault)
+    return scenario
+
+
+def _pick_fault(rng: random.Random, scenario: Scenario, fault: str | None) -> None:
+    choices = list(FAULTS)
+    chosen = fault if fault is not None else rng.choice(choices)
+    if chosen not in FAULTS:
+        raise ValueError(f"unknown fault {chosen!r}; known: {', '.join(FAULTS)}")
+    scenario.fault = chosen
+    scenario.fault_phase = rng.randrange(scenario.chunks)
+    scenario.fail_step = rng.choice(COMMIT_STEPS)
+    scenario.fault_delay_s = round(rng.uniform(3.0, 20.0), 1)
+    if chosen == "azurite-restart" and scenario.output != "blob":
+        scenario.blob_store = "azure"         # the fault needs something on Azure
+    if chosen in ("lost-state", "deleted-snapshot"):
+        scenario.backup = True                # without a backup a lost disk loses state by definition
+    if chosen == "deleted-snapshot" and scenario.api == "task":
+        scenario.kind = "count"               # the fault needs a store with snapshots
+
+
+def scale_scenario(seed: int = 100_000, messages: int = 100_000) -> Scenario:
+    """The CI scale scenario: ``messages`` messages through a two-stage application with a broadcast
+    join and tumbling windows, written as gzip Avro to Azure blobs, no fault, checked exactly."""
+    rng = random.Random(seed)
+    partitions, keys, stage2 = 4, 50, 2
+    names = [f"k{i}" for i in range(keys)]
+    scenario = Scenario(seed=seed, api="app", kind="window", partitions=partitions, keys=keys, bounded=True,
+                        chunks=1, max_batch=20_000, event_order="sorted", late=False, store="rocksdb", backup=True,
+                        blob_store="azure", output="blob", blob_format="avro", blob_gzip=True,
+                        blob_flush_threshold=64 * 1024, blob_rollover="count", blob_rollover_value=400,
+                        stage2_partitions=stage2, join="broadcast", window_size_ms=60_000,
+                        window_slide_ms=60_000, once_always=True)
+    scenario.messages = [InputMessage(i, names[rng.randrange(keys)], rng.randrange(1000), T0 + i * 10,
+                                      rng.randrange(partitions), 0) for i in range(messages)]
+    scenario.profiles = [Profile(name, f"c{rng.randrange(100)}", 0) for name in names if rng.random() < 0.9]
+    return scenario

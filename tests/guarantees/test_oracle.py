@@ -1,0 +1,125 @@
+"""The harness's own parts, fast and without Spark: the generator is deterministic and covers the
+fault matrix, the oracle computes what the documented rules say, and the check notices a lost and
+a repeated record in a real Delta output."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from sparza.testing.harness import Outcome, _check, _Job, reproduce_command
+from sparza.testing.oracle import compare, expected_records, window_starts
+from sparza.testing.scenario import COMMIT_STEPS, FAULTS, InputMessage, Profile, Scenario, generate, scale_scenario
+
+pytestmark = pytest.mark.guarantees
+
+
+def _scenario(kind: str, messages: list[InputMessage], **kw: object) -> Scenario:
+    base: dict[str, object] = dict(seed=0, api="task", kind=kind, partitions=2, keys=2, bounded=True, chunks=1,
+                                   max_batch=10, event_order="sorted", late=False, store="rocksdb", backup=True,
+                                   blob_store="local", output="delta")
+    base.update(kw)
+    scenario = Scenario(**base)  # type: ignore[arg-type]
+    scenario.messages = messages
+    return scenario
+
+
+def test_a_seed_is_a_complete_reproduction() -> None:
+    first, again = generate(4242), generate(4242)
+    assert first.describe() == again.describe()
+    assert first.messages == again.messages and first.profiles == again.profiles
+    assert generate(4243).describe() != first.describe()
+
+
+def test_seeds_cover_every_job_kind_fault_and_commit_step() -> None:
+    drawn = [generate(seed) for seed in range(1, 400)]
+    assert {s.kind for s in drawn} == {"copy", "count", "filtermap", "pipeline", "window"}
+    assert {s.fault for s in drawn} == set(FAULTS)
+    assert {s.fail_step for s in drawn if s.fault == "fail-once"} == set(COMMIT_STEPS)
+    assert {s.join for s in drawn if s.api == "app"} == {"none", "broadcast", "partitioned"}
+    assert {s.partitions for s in drawn} == set(range(1, 9))
+    assert any(s.window_slide_ms != s.window_size_ms for s in drawn if s.kind == "window")
+    assert {(s.blob_format, s.blob_gzip, s.blob_rollover) for s in drawn if s.output == "blob"} >= {
+        ("avro", True, "count"), ("jsonl", False, "size"), ("avro", False, "none")}
+    # ids are unique and every chunk/partition assignment is in range
+    for s in drawn[:50]:
+        assert sorted(m.id for m in s.messages) == list(range(len(s.messages)))
+        assert all(0 <= m.partition < s.partitions and 0 <= m.chunk < s.chunks for m in s.messages)
+
+
+def test_count_oracle_ranks_messages_per_task_and_key_in_offset_order() -> None:
+    msgs = [InputMessage(0, "a", 1, 0, 0, 0), InputMessage(1, "a", 1, 0, 1, 0), InputMessage(2, "a", 1, 0, 0, 0),
+            InputMessage(3, "b", 1, 0, 0, 1), InputMessage(4, "a", 1, 0, 0, 1)]
+    expected = expected_records(_scenario("count", msgs, chunks=2))
+    assert expected == Counter({(0, "a", 1, 0, "count"): 1, (2, "a", 2, 0, "count"): 1, (4, "a", 3, 0, "count"): 1,
+                                (1, "a", 1, 0, "count"): 1, (3, "b", 1, 0, "count"): 1})
+
+
+def test_filtermap_and_pipeline_oracles() -> None:
+    msgs = [InputMessage(0, "a", 3, 0, 0, 0), InputMessage(1, "a", 5, 0, 0, 0), InputMessage(2, "b", 7, 0, 0, 0)]
+    assert expected_records(_scenario("filtermap", msgs)) == Counter(
+        {(1, "a", 25, 0, "fm0"): 1, (1, "a", 6, 0, "fm1"): 1, (2, "b", 49, 0, "fm0"): 1})
+    joined = _scenario("pipeline", msgs, api="app", join="broadcast")
+    joined.profiles = [Profile("a", "x", 0), Profile("a", "y", 0)]     # the last update wins; b has none
+    assert expected_records(joined) == Counter({(1, "a", 10, 0, "y"): 1})
+
+
+def test_window_oracle_tumbling_sliding_and_routed_late_messages() -> None:
+    assert window_starts(1234, 1000, 1000) == [1000]
+    assert window_starts(1234, 1000, 500) == [500, 1000]
+    assert window_starts(1000, 1000, 250) == [250, 500, 750, 1000]
+    msgs = [InputMessage(0, "a", 1, 100, 0, 0), InputMessage(1, "a", 2, 900, 0, 0), InputMessage(2, "a", 4, 1100, 0, 0)]
+    tumbling = _scenario("window", msgs, api="app", window_size_ms=1000, window_slide_ms=1000)
+    assert expected_records(tumbling) == Counter({(0, "a", 2, 3, "w"): 1, (1000, "a", 1, 4, "w"): 1})
+    assert expected_records(tumbling, excluded_ids=[1]) == Counter({(0, "a", 1, 1, "w"): 1, (1000, "a", 1, 4, "w"): 1})
+    sliding = _scenario("window", msgs, api="app", window_size_ms=1000, window_slide_ms=500)
+    assert expected_records(sliding)[(500, "a", 2, 6, "w")] == 1
+
+
+def test_compare_names_missing_and_repeated_records() -> None:
+    expected = Counter({(1, "a", 1, 0, "copy"): 1, (2, "a", 2, 0, "copy"): 1})
+    result = compare(expected, Counter({(1, "a", 1, 0, "copy"): 2}))
+    assert not result.ok
+    assert result.missing == Counter({(2, "a", 2, 0, "copy"): 1})
+    assert result.extra == Counter({(1, "a", 1, 0, "copy"): 1})
+    assert "1 missing" in result.summary() and "1 extra or repeated" in result.summary()
+    assert compare(expected, expected).ok
+
+
+def test_the_check_finds_a_lost_and_a_duplicated_record_in_a_real_delta_output(tmp_path) -> None:
+    """The harness must be able to fail: write the copy job's output with one record lost and one
+    repeated, through the real Delta producer, and the check reports both."""
+    from sparza.config import Config
+    from sparza.streams import OutgoingMessageEnvelope, SystemStream
+    from sparza.systems.delta import DeltaSystemProducer
+
+    class _NoAzurite:
+        connection_string = "UseDevelopmentStorage=true"
+
+    scenario = generate(7, fault="none")
+    scenario.output, scenario.kind, scenario.api = "delta", "copy", "task"
+    job = _Job(scenario, tmp_path, _NoAzurite())
+    job.create_streams()
+    producer = DeltaSystemProducer("delta", Config(job.config))
+    producer.register("t")
+    messages = scenario.messages[1:] + scenario.messages[-1:]           # first lost, last twice
+    for m in messages:
+        producer.send("t", OutgoingMessageEnvelope(SystemStream("delta", "out"), json.dumps(
+            {"id": m.id, "key": m.key, "val": m.n, "aux": 0, "tag": "copy"}).encode(), key=m.key.encode()))
+    producer.flush("t")
+    outcome = Outcome(scenario)
+    _check(job, outcome)
+    assert outcome.comparison is not None
+    assert sum(outcome.comparison.missing.values()) == 1 and sum(outcome.comparison.extra.values()) == 1
+    assert not outcome.ok and "1 missing" in outcome.problems[0]
+    assert "--seed 7" in outcome.report() and outcome.report().startswith("FAIL")
+
+
+def test_reproduce_command_and_scale_scenario_shape() -> None:
+    assert reproduce_command(12) == "PYTHONPATH=src:. .venv/bin/python -m sparza.testing.harness --seed 12"
+    assert reproduce_command(12, messages=40, fault="kill9").endswith("--seed 12 --messages 40 --fault kill9")
+    big = scale_scenario()
+    assert len(big.messages) >= 100_000 and big.join == "broadcast" and big.kind == "window"
+    assert big.output == "blob"
