@@ -150,7 +150,9 @@ def test_purged_snapshot_fails_naming_snapshot_task_and_remedy(make_job, work_di
     result = run_sparza("run", "--config", str(path), "--once", "--master", "local[2]", timeout=RUN_TIMEOUT)
     assert result.returncode != 0
     # The last line says it all (not a Spark stack trace): which store, task and snapshot, and what to do.
-    err = [line for line in result.stderr.splitlines() if line.startswith("error:")][-1]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors, result.stderr
+    err = errors[-1]
     assert "RuntimeStateError" in err and "store 'counts'" in err, result.stderr
     assert any(f"task '{t}'" in err and snapshots[t] in err for t in snapshots), err
     assert "undelete" in err and "delete the task checkpoint" in err, err
