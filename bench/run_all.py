@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["streams", "azureblob", "state_backup", "coordination", "runtime", "control", "adjunct", "plots"]
+BENCHMARKS = ["streams", "azureblob", "state_backup", "coordination", "runtime", "control", "adjunct", "tables",
+              "kafka",
+              "plots"]
 """Every benchmark, in run order; ``plots`` last (it measures with the others' helpers)."""
 
 

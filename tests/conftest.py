@@ -1,4 +1,4 @@
-"""Shared fixtures: one Azurite and one SparkSession per test session, temp dirs.
+"""Shared fixtures: one Azurite, one Kafka broker (Tansu) and one SparkSession per test session, temp dirs.
 
 Both are started lazily (only when a test asks for them) and torn down at the end of the session
 even when tests fail.
@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from sparza.azure import StorageAccount
+from sparza.devkafka import TansuProcess
 from sparza.devstorage import AzuriteProcess
 
 
@@ -38,6 +39,23 @@ def azure_account(azurite: AzuriteProcess) -> StorageAccount:
 def azure_connection_string(azurite: AzuriteProcess) -> str:
     """The Azurite connection string."""
     return azurite.connection_string
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TansuProcess]:
+    """A session-wide Kafka-protocol broker (Tansu, in-memory) on a free loopback port."""
+    proc = TansuProcess(tmp_path_factory.mktemp("tansu"))
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_broker: TansuProcess) -> str:
+    """``127.0.0.1:<port>`` of the session's broker."""
+    return kafka_broker.bootstrap_servers
 
 
 @pytest.fixture(scope="session")

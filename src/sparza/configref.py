@@ -37,6 +37,12 @@ def render() -> str:
             lines += ["", f"## `{package}`", "", "| key | default | meaning |", "|---|---|---|"]
         default = "—" if key.default is None else f"`{key.default}`"
         lines.append(f"| `{key.key}` | {default} | {key.description.replace('|', '/')} |")
+    from sparza.configcheck import SAMZA_UNUSED
+
+    lines += ["", "## Samza keys sparza does not use", "",
+              "Accepted in a Samza job config with a warning (printed once by `sparza run`), never silently "
+              "ignored; see [config](config.md).", "", "| key | why |", "|---|---|"]
+    lines += [f"| `{key}` | {why.replace('|', '/')} |" for key, why in sorted(SAMZA_UNUSED.items())]
     return "\n".join(lines).strip() + "\n"
 
 

@@ -20,10 +20,14 @@ class ConfigError(SparzaError, ValueError):
     the operator can fix the config file without reading code.
     """
 
-    def __init__(self, key: str, value: object, expected: str, *, secret: bool = False) -> None:
+    def __init__(self, key: str, value: object, expected: str, *, secret: bool = False,
+                 message: str | None = None) -> None:
         self.key = key
         self.value = value
         self.expected = expected
+        if message is not None:  # a caller that words the whole line itself (it still names the key)
+            super().__init__(message)
+            return
         if value is None:
             found = "is missing"
         else:

@@ -1,7 +1,9 @@
 """Serdes: how keys and messages become bytes and back.
 
-``bytes`` (no-op), ``string`` (UTF-8), ``json`` and ``avro`` (fastavro, schemaless binary with a
-known schema). An Avro record that carries its own schema is an :class:`AvroRecord`. Every failure
+``bytes`` (no-op), ``string`` (UTF-8), ``json``, ``avro`` (fastavro, schemaless binary with a
+known schema) and Samza's fixed-width ``integer``, ``long`` and ``double`` (big-endian, as Samza's
+IntegerSerde, LongSerde and DoubleSerde write them, so state and streams stay readable by both).
+An Avro record that carries its own schema is an :class:`AvroRecord`. Every failure
 raises :class:`~sparza.errors.SerdeError` saying what was wrong with the input.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +30,7 @@ __all__ = [
     "AvroSerde",
     "BytesSerde",
     "JsonSerde",
+    "NumberSerde",
     "Serde",
     "SerdeError",
     "StringSerde",
@@ -215,12 +219,39 @@ class AvroSerde:
         self.schema = state["schema"]
 
 
-_NAMES = ("bytes", "string", "json", "avro")
+class NumberSerde:
+    """A fixed-width big-endian number: ``integer`` (4 bytes), ``long`` (8) or ``double`` (8), the byte
+    layout of Samza's IntegerSerde, LongSerde and DoubleSerde."""
+
+    _FORMATS = {"integer": (">i", int), "long": (">q", int), "double": (">d", float)}
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._format, self._type = self._FORMATS[name]
+
+    def to_bytes(self, obj: Any) -> bytes:
+        if isinstance(obj, bool) or not isinstance(obj, self._type | int):
+            raise SerdeError(f"{self.name} serde needs a number, got {type(obj).__name__}")
+        try:
+            return struct.pack(self._format, obj)
+        except struct.error as exc:
+            raise SerdeError(f"{self.name} serde cannot hold {obj!r}: {exc}") from exc
+
+    def from_bytes(self, data: bytes) -> Any:
+        try:
+            return struct.unpack(self._format, data)[0]
+        except struct.error as exc:
+            raise SerdeError(f"{self.name} serde needs {struct.calcsize(self._format)} bytes, got {len(data)}") \
+                from exc
+
+
+_NAMES = ("bytes", "string", "json", "avro", "integer", "long", "double")
 
 
 def serde_from_name(name: str | None, *, key: str = "serde", schema: Any = None,
                     config: Mapping[str, str] | None = None) -> Serde:
-    """The serde called ``name`` (``bytes``, ``string``, ``json``, ``avro``; None means bytes).
+    """The serde called ``name`` (``bytes``, ``string``, ``json``, ``avro``, ``integer``, ``long``,
+    ``double``; None means bytes).
 
     ``avro`` needs ``schema`` (or ``config['serializers.registry.<name>.schema']``); ``key`` is the
     config key reported in errors.
@@ -232,6 +263,8 @@ def serde_from_name(name: str | None, *, key: str = "serde", schema: Any = None,
         return StringSerde()
     if chosen == "json":
         return JsonSerde()
+    if chosen in ("integer", "int", "long", "double"):
+        return NumberSerde("integer" if chosen == "int" else chosen)
     if chosen == "avro":
         if schema is None:
             raise ConfigError(key, name, "an Avro schema to go with the avro serde")

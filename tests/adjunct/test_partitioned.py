@@ -295,3 +295,24 @@ def test_a_closed_manager_can_be_restored_and_reused(harness: AdjunctHarness, fe
     assert entry3["stores"]["customers"]["versions"]["0"] != entry["stores"]["customers"]["versions"]["0"]
     assert manager.get_store("customers").get("c9") == {"i": "nine"}
     manager.close()
+
+
+@pytest.mark.usefixtures("streams")
+def test_committed_snapshot_outlives_the_ttl_while_the_job_is_stopped(harness: AdjunctHarness, feeder: BatchFeeder,
+                                                                      work_dir: Path,
+                                                                      local_blob_store: BlobStoreManager) -> None:
+    from sparza.blobstore import collect_garbage, system_clock_ms
+
+    manager = harness.manager("Partition 0", _config(harness), work_dir / "host-a")
+    harness.write("customers", 0, [("c1", {"name": "ann"}), ("c2", {"name": "bob"})])
+    feeder.feed(manager, [P0])
+    entry = manager.commit(1)
+    manager.committed(1)  # what the runtime calls once the task checkpoint holding ``entry`` is written
+    manager.close()
+    # Stopped longer than blob.store.ttl.days while the daily gc runs, then a new host.
+    collect_garbage(local_blob_store, now_ms=system_clock_ms() + 31 * 86_400_000)
+    shutil.rmtree(work_dir / "host-a")
+    moved = harness.manager("Partition 0", _config(harness), work_dir / "host-b", entry=entry)
+    assert moved.status()["customers"]["recovery"] == RecoveryAction.RESTORE_SNAPSHOT.value
+    assert dict(moved.get_store("customers").all()) == {"c1": {"name": "ann"}, "c2": {"name": "bob"}}
+    moved.close()

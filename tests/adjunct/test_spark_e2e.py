@@ -249,3 +249,58 @@ def test_new_host_restores_the_store_from_the_blob_store(spark: Any, work_dir: P
     assert _applied(runner) == 1  # only the new change was read: the rest came from the snapshot
     seen = _seen(config)
     assert seen[100]["found"] == {"v": "new"} and seen[101]["found"] == {"v": 250}
+
+
+@pytest.mark.parametrize("broadcast", [False, True], ids=["partitioned", "broadcast"])
+def test_committed_snapshot_survives_gc_past_the_ttl_while_the_job_is_stopped(spark: Any, work_dir: Path,
+                                                                              broadcast: bool) -> None:
+    from sparza.blobstore import blob_store_manager_from_config, collect_garbage, system_clock_ms
+
+    config = _job(work_dir, broadcast=broadcast, bootstrap=False)
+    _customers(config, {f"c{i}": {"v": i} for i in range(40)})
+    _run(spark, config)  # the store is built and committed (a broadcast builder also publishes it)
+    # Stopped longer than blob.store.ttl.days (30) while the daily `sparza gc` runs, then a new host.
+    manager = blob_store_manager_from_config(config)
+    try:
+        collect_garbage(manager, now_ms=system_clock_ms() + 31 * 86_400_000)
+    finally:
+        manager.close()
+    shutil.rmtree(work_dir / "state")
+    _orders(config, [(100, "c1"), (101, "c33")])
+    _run(spark, config)
+    seen = _seen(config)
+    assert seen[100]["found"] == {"v": 1} and seen[101]["found"] == {"v": 33}
+
+
+def _end_of_dataset(config: Config, *partitions: int) -> None:
+    from sparza.state.adjunct import end_of_dataset
+
+    producer = DeltaSystemProducer("delta", config)
+    producer.register("t")
+    producer.start()
+    for p in partitions:
+        producer.send("t", end_of_dataset(SystemStream("delta", "customers"), p))
+    producer.flush("t")
+    producer.stop()
+
+
+def test_versioned_broadcast_dataset_seals_when_every_partition_has_its_marker(spark: Any, work_dir: Path) -> None:
+    config = _job(work_dir, broadcast=True, bootstrap=False, **{"stores.lookup.adstore.versioned": "true"})
+    keys = [f"c{i}" for i in range(10)]  # even keys in partition 0, odd keys in partition 1
+    _customers(config, {k: {"ver": 1} for k in keys})
+    _end_of_dataset(config, 0, 1)
+    _run(spark, config)  # version 1 complete in both partitions: served from the next batch
+    _orders(config, [(i, k) for i, k in enumerate(keys)])
+    _customers(config, {k: {"ver": 2} for k in keys[0::2]})
+    _end_of_dataset(config, 0)  # partition 0 has all of version 2 ...
+    _send(config, "customers", [("c0", {"ver": 3}, 0)])  # ... and already starts version 3
+    _customers(config, {k: {"ver": 2} for k in keys[1::2]})  # partition 1: version 2 without its marker yet
+    _run(spark, config)
+    _orders(config, [(10 + i, k) for i, k in enumerate(keys)])
+    _end_of_dataset(config, 1)  # now version 2 is complete: served from the next batch
+    _run(spark, config)
+    _orders(config, [(20 + i, k) for i, k in enumerate(keys)])
+    _run(spark, config)
+    seen = _seen(config)
+    assert [seen[i]["found"] for i in range(20)] == [{"ver": 1}] * 20
+    assert [seen[20 + i]["found"] for i in range(10)] == [{"ver": 2}] * 10

@@ -118,3 +118,58 @@ def test_restart_while_building_keeps_both_versions(harness: AdjunctHarness, fee
     moved.commit(3)
     assert _contents(moved) == V2  # "a"=2 came from the restored building version
     moved.close()
+
+
+def test_a_version_over_two_partitions_is_sealed_when_both_sent_their_marker(
+        harness: AdjunctHarness, feeder: BatchFeeder, work_dir: Path) -> None:
+    harness.create("model", 2)
+    harness.create("events", 1)
+    config = harness.config(**{
+        "task.inputs": "d.events",
+        "task.broadcast.inputs": "d.model#[0-1]",
+        "stores.model.adstore.input": "d.model",
+        "stores.model.adstore.versioned": "true",
+        "stores.model.key.serde": "string",
+        "stores.model.msg.serde": "string",
+    })
+    ssps = [SystemStreamPartition("d", "model", 0), SystemStreamPartition("d", "model", 1)]
+
+    def serving(manager: TaskAdjunctManager) -> dict[str, str]:
+        store = manager.manager("model").builder.serving_store()  # type: ignore[attr-defined]
+        return {k.decode(): v.decode() for k, v in store.all()}
+
+    manager = harness.manager("Partition 0", config, work_dir / "host-a")
+    # Batch 1: version 1 in both partitions, each with its marker: served whole.
+    harness.write("model", 0, [("a", "1")])
+    harness.seal("model", 0)
+    harness.write("model", 1, [("b", "1")])
+    harness.seal("model", 1)
+    feeder.feed(manager, ssps)
+    manager.commit(1)
+    assert serving(manager) == {"a": "1", "b": "1"}
+
+    # Batch 2: partition 0 ends version 2 and starts version 3; partition 1 has version 2 without a marker.
+    harness.write("model", 0, [("a", "2")])
+    harness.seal("model", 0)
+    harness.write("model", 0, [("a", "3")])
+    harness.write("model", 1, [("b", "2")])
+    feeder.feed(manager, ssps)
+    entry = manager.commit(2)
+    assert serving(manager) == {"a": "1", "b": "1"}  # version 1 still, whole
+    manager.close()
+
+    # A new host between the two markers keeps partition 0's progress.
+    shutil.rmtree(work_dir / "host-a")
+    moved = harness.manager("Partition 0", config, work_dir / "host-b", entry=entry)
+    harness.seal("model", 1)
+    feeder.feed(moved, ssps)
+    moved.commit(3)
+    assert serving(moved) == {"a": "2", "b": "2"}  # a=3 came after partition 0's marker: version 3
+
+    harness.write("model", 1, [("b", "3")])
+    harness.seal("model", 0)
+    harness.seal("model", 1)
+    feeder.feed(moved, ssps)
+    moved.commit(4)
+    assert serving(moved) == {"a": "3", "b": "3"}
+    moved.close()

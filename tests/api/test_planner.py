@@ -93,3 +93,29 @@ def test_graph_misuse_is_reported():
         s.window(Windows.tumbling(10, lambda m: m, 0, lambda m, a: a), name="w")
     with pytest.raises(ApiError, match="no operators"):
         split_stages(StreamApplication())
+
+
+class PartitionedJoinApp:
+    """Repartition by customer, then join the partitioned adjunct table ``customers``."""
+
+    def describe(self, app: StreamApplication) -> None:
+        orders = app.input("delta.events", serde="json")
+        customers = app.table("customers")
+        (orders.partition_by(lambda m: m["customer"], "by-customer", 3)
+         .join(customers, lambda m: m["customer"], lambda m, c: {**m, "name": c})
+         .send_to(app.output("delta.out", serde="json")))
+
+
+def test_a_partitioned_table_is_an_input_of_the_stage_that_joins_it():
+    # Found by the guarantees harness (seed 122): the planner built task.inputs from the graph only, so
+    # the table's stream was never an input and the stage refused to start ("add it to task.inputs").
+    config = base("tests.api.test_planner.PartitionedJoinApp", **{
+        "stores.customers.factory": "memory", "stores.customers.adstore.input": "delta.customers"})
+    plan = plan_application(config, {EVENTS: 2, SystemStream("delta", "customers"): 3})
+    main, joined = plan.stages
+    assert main.config["task.inputs"] == "delta.events"
+    assert joined.config["task.inputs"] == "delta.shop-2-by-customer,delta.customers"
+    assert joined.config["stores.customers.adstore.input"] == "delta.customers"
+    from sparza.state.adjunct import AdjunctConfig
+
+    assert AdjunctConfig.from_config(joined.config).stores  # the stage's adjunct config validates

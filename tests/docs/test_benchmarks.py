@@ -18,7 +18,8 @@ def test_every_benchmark_script_imports_and_takes_scale() -> None:
     result = subprocess.run([sys.executable, str(ROOT / "bench" / "run_all.py"), "--check"], capture_output=True,
                             text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    for name in ("streams", "azureblob", "state_backup", "coordination", "runtime", "control", "adjunct", "plots"):
+    for name in ("streams", "azureblob", "state_backup", "coordination", "runtime", "control", "adjunct", "tables",
+                 "plots"):
         assert f"== {name}: ok" in result.stdout
 
 

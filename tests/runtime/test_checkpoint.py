@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from sparza.runtime import (
@@ -102,3 +104,37 @@ def test_drop_intent_forgets_an_uncommitted_flush_and_memory_stores_upgrade(make
     assert list(stores.handles["counts"].all()) == []
     assert stores.metrics.snapshot()["stores"]["legacy-memory-started-empty"] == 1
     stores.close()
+
+
+def _fence_exercise(store) -> None:
+    from sparza.runtime.checkpoint import Intent, stamp_generation
+
+    # The old holder (epoch 1) read its checkpoints; a new holder then claims the job at epoch 2.
+    tag = store.write(dataclasses.replace(_cp(1, generation=1), pending=Intent(2, 5, {}, {})), None)
+    stamp_generation(store, ["Partition 0", "Partition 1"], 2)
+    stamped = store.read("Partition 0").checkpoint
+    assert stamped.generation == 2 and stamped.batch == 1 and stamped.pending is not None  # content kept
+    fresh = store.read("Partition 1").checkpoint
+    assert fresh.generation == 2 and not fresh.committed  # a task that never committed is fenced too
+    # The old holder's intent or checkpoint writes are refused, whatever version tag it presents.
+    with pytest.raises(CheckpointFencedError):
+        store.write(_cp(2, generation=1), tag)
+    with pytest.raises(CheckpointFencedError):
+        store.write(_cp(1, generation=1, task="Partition 1"), None)
+    assert {t: cp.generation for t, cp in store.read_all().items()} == {"Partition 0": 2, "Partition 1": 2}
+    # Stamping never lowers a generation.
+    stamp_generation(store, ["Partition 0"], 1)
+    assert store.read("Partition 0").checkpoint.generation == 2
+
+
+def test_a_claim_epoch_stamped_on_every_task_fences_the_previous_holder(tmp_path):
+    store = LocalCheckpointStore(tmp_path, "job-1")
+    _fence_exercise(store)
+    claim = store.claim_backend()
+    assert claim.read() is None and not str(claim.describe()).endswith(".json")  # never read as a task
+
+
+@pytest.mark.azurite
+def test_a_claim_epoch_fences_the_previous_holder_on_azure(azure_account, unique_name):
+    container = azure_account.blob_service_client().get_container_client(unique_name)
+    _fence_exercise(AzureCheckpointStore(container, "job-1"))

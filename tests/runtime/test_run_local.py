@@ -220,3 +220,16 @@ def test_bounded_input_ends_the_job_and_calls_end_of_stream(spark, make_job, wor
     assert all(cp.ended for cp in checkpoints.values())
     # ClosableTask.close ran exactly once per task, after its end-of-stream was committed
     assert {p.name: p.read_text() for p in close_dir.iterdir()} == {t: "closed\n" for t in checkpoints}
+
+
+def test_a_bounded_job_started_again_after_it_ended_stops_by_itself(spark, make_job):
+    # Found by the guarantees harness: with every task ended nothing is planned, no batch runs, and the
+    # end was only noticed after a batch, so the restarted job waited for a signal forever.
+    config = make_job(**{"systems.delta.streams.events.bounded": "true"})
+    append_messages(config, 200, 4, commit_size=200)
+    first = JobRunner(config, spark=spark, install_signal_handlers=False, status=lambda line: None).run()
+    assert first.reason == "all inputs ended"
+    again = JobRunner(config, spark=spark, install_signal_handlers=False, status=lambda line: None).run()
+    assert again.reason == "all inputs ended" and again.batches == 0
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(200, 4) and rows == 200

@@ -17,6 +17,7 @@ from sparza.api.graph import (
     OutputDescriptor,
     StreamApplication,
     TableDescriptor,
+    TableOptions,
 )
 from sparza.api.planner import ApplicationPlan, StagePlan, build_application, intermediate_streams, plan_application
 from sparza.api.stage_task import StageTask, stable_partition
@@ -36,6 +37,7 @@ __all__ = [
     "StageTask",
     "StreamApplication",
     "TableDescriptor",
+    "TableOptions",
     "WindowError",
     "WindowPane",
     "WindowSpec",

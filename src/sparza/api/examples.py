@@ -5,6 +5,8 @@ JSON objects ``{"key": str, "n": int, ...}`` whose event time is the row's ``tim
 
 - :class:`RepartitionCount`: input → filter → ``partition_by(key)`` → map → output (2 stages).
 - :class:`WindowedCount`: input → ``partition_by(key)`` → tumbling window count/sum → output (2 stages).
+- :class:`WindowedCountTable`: as :class:`WindowedCount`, its panes upserted into a typed Delta table
+  keyed by ``(key, window_start)`` (docs/tables.md).
 - :class:`ThreeStageCount`: input → ``partition_by(key)`` → map → ``partition_by(bucket)`` → tumbling
   window → output (3 stages).
 """
@@ -16,7 +18,7 @@ from typing import Any
 from sparza.api.graph import StreamApplication
 from sparza.api.windows import WindowPane, Windows
 
-__all__ = ["RepartitionCount", "ThreeStageCount", "WindowedCount", "pane_to_json"]
+__all__ = ["RepartitionCount", "ThreeStageCount", "WindowedCount", "WindowedCountTable", "pane_to_json"]
 
 
 def _cfg(app: StreamApplication, key: str, default: str) -> str:
@@ -77,4 +79,33 @@ class ThreeStageCount:
          .partition_by(lambda m: m["bucket"], "by-bucket", _partitions(app))
          .window(Windows.tumbling(size, lambda m: m["bucket"], [0, 0], _fold), name="buckets")
          .map(pane_to_json)
+         .send_to(out))
+
+
+def _fold_fields(message: dict[str, Any], acc: dict[str, int]) -> dict[str, int]:
+    return {"count": acc["count"] + 1, "sum": acc["sum"] + int(message.get("n", 0))}
+
+
+class WindowedCountTable:
+    """Per key and tumbling window: count and sum of ``n``, upserted as rows ``key, window_start, window_end,
+    count, sum`` of the typed table ``app.example.output`` (default ``delta.window_stats``).
+
+    The panes go to the table as they are: a pane's dict key and dict value contribute their fields.
+    """
+
+    def describe(self, app: StreamApplication) -> None:
+        """Build the graph."""
+        import pyarrow as pa
+
+        size = int(_cfg(app, "window.ms", "1000"))
+        events = app.input(_cfg(app, "input", "delta.events"), serde="json")
+        schema = pa.schema([pa.field("key", pa.string(), nullable=False),
+                            pa.field("window_start", pa.timestamp("ms", tz="UTC"), nullable=False),
+                            pa.field("window_end", pa.timestamp("ms", tz="UTC")),
+                            pa.field("count", pa.int64()), pa.field("sum", pa.int64())])
+        out = app.output(_cfg(app, "output", "delta.window_stats"), schema=schema, mode="upsert",
+                         key=["key", "window_start"])
+        (events.partition_by(lambda m: m["key"], "by-key", _partitions(app))
+         .window(Windows.tumbling(size, lambda m: {"key": m["key"]}, {"count": 0, "sum": 0}, _fold_fields),
+                 name="stats")
          .send_to(out))

@@ -9,6 +9,7 @@ task rebuilds the graph by calling its ``describe(app)``.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ __all__ = [
     "OutputDescriptor",
     "StreamApplication",
     "TableDescriptor",
+    "TableOptions",
 ]
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -72,12 +74,44 @@ class InputDescriptor:
 
 
 @dataclass(frozen=True, slots=True)
+class TableOptions:
+    """How an output is written as a typed Delta table (``app.output(..., schema=...)``): the planner turns
+    these into the stream's ``delta.table.*`` keys (docs/tables.md)."""
+
+    schema: Any
+    mode: str = "append"
+    key: tuple[str, ...] = ()
+    partition_by: tuple[str, ...] = ()
+    timestamp_column: str | None = None
+
+    def config_values(self, stream: SystemStream) -> dict[str, str]:
+        """The ``systems.<s>.streams.<x>.delta.table.*`` keys describing this table."""
+        import pyarrow as pa
+
+        from sparza.systems.delta.tables import arrow_schema_to_text
+
+        prefix = f"systems.{stream.system}.streams.{stream.stream}.delta.table."
+        schema = self.schema
+        text = arrow_schema_to_text(schema) if isinstance(schema, pa.Schema) else (
+            json.dumps(schema) if isinstance(schema, dict) else str(schema))
+        values = {prefix + "schema": text, prefix + "mode": self.mode}
+        if self.key:
+            values[prefix + "key"] = ",".join(self.key)
+        if self.partition_by:
+            values[prefix + "partition.by"] = ",".join(self.partition_by)
+        if self.timestamp_column:
+            values[prefix + "timestamp.column"] = self.timestamp_column
+        return values
+
+
+@dataclass(frozen=True, slots=True)
 class OutputDescriptor:
-    """An output stream and the serdes of its messages and keys."""
+    """An output stream and the serdes of its messages and keys; ``table`` makes it a typed Delta table."""
 
     stream: SystemStream
     serde: Serde
     key_serde: Serde | None = None
+    table: TableOptions | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,11 +170,23 @@ class StreamApplication:
         self._inputs[ss] = ms
         return ms
 
-    def output(self, stream: str, serde: Serde | str | None = None,
-               key_serde: Serde | str | None = None) -> OutputDescriptor:
-        """An output stream ``system.stream`` for :meth:`MessageStream.send_to` (serde default: json)."""
-        return OutputDescriptor(_parse_stream(stream), _serde(serde, "json"),
-                                None if key_serde is None else _serde(key_serde, "json"))
+    def output(self, stream: str, serde: Serde | str | None = None, key_serde: Serde | str | None = None, *,
+               schema: Any = None, mode: str | None = None, key: Iterable[str] | str | None = None,
+               partition_by: Iterable[str] | str | None = None,
+               timestamp_column: str | None = None) -> OutputDescriptor:
+        """An output stream ``system.stream`` for :meth:`MessageStream.send_to` (serde default: json).
+
+        With ``schema`` (a pyarrow schema, schema text or an Avro record) the output is a typed Delta table
+        (docs/tables.md): ``mode`` ``append`` (default) or ``upsert`` on the ``key`` columns, optionally
+        partitioned by ``partition_by`` columns. Messages are then sent as rows (dicts, dataclasses, or
+        window panes, which become ``window_start``/``window_end`` plus their key and value fields).
+        """
+        ss = _parse_stream(stream)
+        table = None
+        if schema is not None or mode is not None or key is not None:
+            table = _table_options(ss, schema, mode, key, partition_by, timestamp_column)
+        return OutputDescriptor(ss, _serde(serde, "json"), None if key_serde is None else _serde(key_serde, "json"),
+                                table)
 
     def table(self, store: str) -> TableDescriptor:
         """The table kept in the task store ``stores.<store>`` (configure its serdes there)."""
@@ -159,6 +205,30 @@ class StreamApplication:
         if name in self._partition_names:
             raise ApiError(f"partition_by name {name!r} is used twice; each intermediate stream needs its own name")
         self._partition_names.add(name)
+
+
+def _columns(value: Iterable[str] | str | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(c.strip() for c in value.split(",") if c.strip())
+    return tuple(value)
+
+
+def _table_options(stream: SystemStream, schema: Any, mode: str | None, key: Iterable[str] | str | None,
+                   partition_by: Iterable[str] | str | None, timestamp_column: str | None) -> TableOptions:
+    from sparza.systems.delta.tables import TableError, TableSpec, parse_schema
+
+    if schema is None:
+        raise ApiError(f"output {stream}: a typed table (mode/key given) needs schema=...")
+    options = TableOptions(schema, (mode or "append").strip().lower(), _columns(key), _columns(partition_by),
+                           timestamp_column)
+    try:  # checked now, so a bad declaration fails when the application is described
+        TableSpec(stream.stream, parse_schema(schema, f"output {stream}"), options.mode, options.key,
+                  options.partition_by, timestamp_column)
+    except TableError as exc:
+        raise ApiError(f"output {stream}: {exc}") from exc
+    return options
 
 
 def _parse_stream(text: str) -> SystemStream:

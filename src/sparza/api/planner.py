@@ -139,6 +139,21 @@ def _stores_of(stage: StageSpec) -> set[str]:
     return stores
 
 
+def _table_outputs(app: StreamApplication, config: Config) -> dict[str, str]:
+    """The ``delta.table.*`` keys of every output declared with ``app.output(..., schema=...)``."""
+    out: dict[str, str] = {}
+    for op in app.ops:
+        if op.kind != OpKind.SEND_TO or op.params["output"].table is None:
+            continue
+        descriptor = op.params["output"]
+        factory = config.get_str(f"systems.{descriptor.stream.system}.samza.factory", "")
+        if "delta" not in factory.lower():
+            raise ApiError(f"output {descriptor.stream} has a table schema, but typed tables need a delta system "
+                           f"(systems.{descriptor.stream.system}.samza.factory is {factory or 'not set'!r})")
+        out.update(descriptor.table.config_values(descriptor.stream))
+    return out
+
+
 def plan_application(config: Config, partition_counts: Mapping[SystemStream, int] | None = None) -> ApplicationPlan:
     """Plan the application of ``config``: one :class:`StagePlan` per stage, in topological order.
 
@@ -152,24 +167,34 @@ def plan_application(config: Config, partition_counts: Mapping[SystemStream, int
     inter_partitions: dict[SystemStream, int] = {}
     all_stores = {key.split(".")[1] for key in config if key.startswith("stores.") and key.count(".") >= 2}
     window_defaults = config.subset(WINDOW_STORE_PREFIX)
+    tables = _table_outputs(app, config)
     plans: list[StagePlan] = []
+    broadcast = [b.strip() for b in config.get_str("task.broadcast.inputs", "").split(",") if b.strip()]
     for stage in stages:
         reads = [names[op.params["name"]] for op in stage.reads]
         writes = [names[op.params["name"]] for op in stage.writes]
+        used = _stores_of(stage)
+        # A partitioned table (an adjunct store not filled from a broadcast input) is read by the tasks of
+        # the stage that joins it, partition N by task N: it is one of that stage's inputs.
+        partitioned_tables = [SystemStream.parse(config.get_str(f"stores.{s}.adstore.input"))
+                              for s in sorted(used) if config.get_str(f"stores.{s}.adstore.input", None)
+                              and config.get_str(f"stores.{s}.adstore.input").strip()
+                              not in {b.split("#", 1)[0] for b in broadcast}]
         inputs = list(dict.fromkeys([*stage.inputs, *reads]))
         task_count = max(_partition_count(config, s, {**counts, **inter_partitions}) for s in inputs)
+        inputs = list(dict.fromkeys([*inputs, *partitioned_tables]))
         for op, stream in zip(stage.writes, writes, strict=True):
             inter_partitions[stream] = op.params["partitions"] or task_count
-        used = _stores_of(stage)
         values = {k: v for k, v in config.items()
                   if not (k.startswith("stores.") and k.split(".")[1] in all_stores - used)}
         # A broadcast input that fills an adjunct store of another stage stays with that stage: here it
         # would have no store to go to and reach StageTask as a message of a stream it does not read.
         foreign = {config.get_str(f"stores.{s}.adstore.input").strip() for s in all_stores - used
                    if config.get_str(f"stores.{s}.adstore.input", None)}
-        broadcast = [b.strip() for b in config.get_str("task.broadcast.inputs", "").split(",") if b.strip()]
         if any(b.split("#", 1)[0] in foreign for b in broadcast):
             values["task.broadcast.inputs"] = ",".join(b for b in broadcast if b.split("#", 1)[0] not in foreign)
+        for key, value in tables.items():
+            values.setdefault(key, value)  # keys set in the config win over app.output(..., schema=...)
         values.update({
             "job.name": f"{config.get_str('job.name')}-{stage.name}",
             "job.id": config.get_str("job.id", "1"),

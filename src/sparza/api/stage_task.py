@@ -18,14 +18,14 @@ from sparza.api.graph import ApiError, OpKind, OpSpec
 from sparza.api.planner import APP_STAGE_KEY, build_application, intermediate_streams
 from sparza.api.stages import StageSpec, split_stages
 from sparza.api.window_state import WindowState
-from sparza.api.windows import WindowError
+from sparza.api.windows import WindowError, WindowPane
 from sparza.control.settings import ControlSettings, LatePolicy
 from sparza.errors import SerdeError
 from sparza.serde import BytesSerde, Serde
 from sparza.streams import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream
 from sparza.task import MessageCollector, TaskContext, TaskCoordinator
 
-__all__ = ["StageTask", "stable_partition"]
+__all__ = ["StageTask", "stable_partition", "table_row"]
 
 
 def stable_partition(key_bytes: bytes, partitions: int) -> int:
@@ -39,6 +39,23 @@ def _key_bytes(key: Any) -> bytes | None:
     if isinstance(key, str):
         return key.encode("utf-8")
     return json.dumps(key, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def table_row(value: Any) -> Any:
+    """A message as a typed-table row: a window pane becomes ``window_start``, ``window_end`` and its key and
+    value (a dict key or value contributes its fields; anything else the column ``key`` / ``value``)."""
+    if not isinstance(value, WindowPane):
+        return value
+    row: dict[str, Any] = {"window_start": value.start, "window_end": value.end}
+    for name, part in (("key", value.key), ("value", value.value)):
+        if isinstance(part, dict):
+            for field_name, item in part.items():
+                if field_name in row:
+                    raise ApiError(f"window pane field {field_name!r} of its {name} clashes with another column")
+                row[field_name] = item
+        else:
+            row[name] = part
+    return row
 
 
 def _decode(serde: Serde, data: Any) -> Any:
@@ -168,6 +185,12 @@ class StageTask:
             self._window_add(op, record, call)
         elif kind == OpKind.PARTITION_BY:
             self._partition(op, record, call)
+        elif kind == OpKind.SEND_TO and params["output"].table is not None:
+            # A typed table takes rows, not bytes: the delta producer turns them into columns (and a None
+            # value with its key into a deletion in upsert mode).
+            out = params["output"]
+            call.collector.send(OutgoingMessageEnvelope(out.stream, table_row(record.value), key=record.key,
+                                                        timestamp=record.timestamp))
         elif kind == OpKind.SEND_TO:
             out = params["output"]
             key = record.key

@@ -9,13 +9,20 @@ import typer
 
 __all__ = ["register"]
 
+EXIT_CLAIMED = 3
+"""``sparza run`` exit code: another standalone processor holds the job (see ``sparza.coordination.claim``)."""
+
 checkpoints_app = typer.Typer(help="Inspect task checkpoints.", no_args_is_help=True)
 
 
 def _load(config_path: str) -> object:
     from sparza.config import Config
+    from sparza.samzacompat import translate
 
-    return Config.load(config_path)
+    # Samza's spellings (e.g. task.checkpoint.factory class names) name the same checkpoints as sparza's.
+    translation = translate(Config.load(config_path))
+    translation.raise_first_error()
+    return translation.config
 
 
 def run(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML or .properties)."),
@@ -27,19 +34,55 @@ def run(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML
         stage: str = typer.Option(None, "--stage", help="app.class jobs: run only this stage.")) -> None:
     """Run a job until stopped (SIGINT/SIGTERM finish the batch, commit and exit 0), or until every
     bounded input ended; with --once, until caught up. Exit codes: 0 clean stop, 1 job failed,
-    2 bad config."""
+    2 bad config, 3 another processor holds the job (standalone: refused, or claim lost while running)."""
+    from sparza.config import Config
+    from sparza.coordination.claim import ClaimError
     from sparza.runtime.app import run_config
 
-    cfg = _load(config)
+    cfg = Config.load(config)  # untranslated: run_config checks it and warns about Samza's spellings itself
     pid = processor_id or cfg.get_str("processor.id", None) or "0"  # type: ignore[attr-defined]
-    outcome = run_config(cfg, master=master, processor_id=pid, once=once, stage=stage)  # type: ignore[arg-type]
+    try:
+        outcome = run_config(cfg, master=master, processor_id=pid, once=once, stage=stage)  # type: ignore[arg-type]
+    except ClaimError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(EXIT_CLAIMED) from None
     raise typer.Exit(outcome.exit_code)
+
+
+def _lags(cfg: object, offsets: dict[str, str]) -> dict[str, str]:
+    """Per checkpointed SSP: how many messages lie between its offset and the stream's end now
+    (``?`` when the system cannot count or cannot be reached). Kafka counts offsets: an upper bound."""
+    from sparza.runtime.offsets import OffsetOps
+    from sparza.streams import SystemStreamPartition
+    from sparza.systems import get_system_factory
+
+    by_stream: dict[tuple[str, str], list[SystemStreamPartition]] = {}
+    for key in offsets:
+        try:
+            ssp = SystemStreamPartition.parse(key)
+        except ValueError:
+            continue
+        by_stream.setdefault((ssp.system, ssp.stream), []).append(ssp)
+    out: dict[str, str] = {}
+    for (system, stream), ssps in by_stream.items():
+        try:
+            admin = get_system_factory(cfg, system).get_admin(system, cfg)  # type: ignore[arg-type]
+            meta = admin.get_system_stream_metadata({stream})[stream]
+            ops = OffsetOps(admin)
+            for ssp in ssps:
+                n = ops.count_between(ssp, offsets[str(ssp)], meta.partitions[ssp.partition].upcoming)
+                out[str(ssp)] = "?" if n is None else str(n)
+        except Exception:
+            out.update({str(ssp): "?" for ssp in ssps})  # an unreachable system: show the offsets anyway
+    return out
 
 
 @checkpoints_app.command("show")
 def show(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML or .properties)."),
-         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
-    """Print every task's checkpoint: batch, generation, offsets, store snapshots."""
+         as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+         lag: bool = typer.Option(True, "--lag/--no-lag", help="Also show each input's lag (asks the systems).")
+         ) -> None:
+    """Print every task's checkpoint: batch, generation, offsets (with lag), store snapshots."""
     from rich.console import Console
     from rich.table import Table
 
@@ -71,8 +114,10 @@ def show(config: str = typer.Option(..., "--config", "-c", help="Job config (YAM
         for name in sorted(checkpoints, key=lambda n: (len(n), n)):
             cp = checkpoints[name]
             intent = cp.open_intent()
+            lags = _lags(stage_cfg, cp.offsets) if lag else {}
             table.add_row(name, str(cp.batch) if cp.committed else "-", str(cp.generation),
-                          "\n".join(f"{k} {v}" for k, v in sorted(cp.offsets.items())),
+                          "\n".join(f"{k} {v}" + (f" (lag {lags[k]})" if k in lags else "")
+                                    for k, v in sorted(cp.offsets.items())),
                           "\n".join(f"{k} {v}" for k, v in sorted(cp.stores.items())), "yes" if cp.ended else "no",
                           "" if intent is None else f"batch {intent.batch} up to "
                           + ", ".join(f"{k} {v}" for k, v in sorted(intent.ends.items())))

@@ -1,14 +1,16 @@
-"""``sparza stream create|describe|tail|load|compact|truncate``: Delta Lake streams from the shell.
+"""``sparza stream create|describe|tail|load|compact|optimize|truncate``: Delta Lake streams from the shell.
 
 A STREAM argument is a stream name of a delta system (``--system``, tables under its
 ``systems.<s>.delta.root`` or ``--root``) or a table location: a path or ``az://container/path``
-(the stream is then named after the last path segment).
+(the stream is then named after the last path segment). With ``--system`` naming a kafka or
+eventhubs system, ``create``, ``describe``, ``tail`` and ``load`` work on its topics.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
+import hashlib
 import io
 import json
 import os
@@ -28,7 +30,8 @@ __all__ = ["app", "register"]
 app = typer.Typer(help="Create, inspect, fill and maintain Delta Lake streams.", no_args_is_help=True)
 
 _CONFIG = typer.Option(None, "--config", "-c", help="Job config file (YAML or .properties).")
-_SYSTEM = typer.Option(None, "--system", "-s", help="Delta system name (default: the config's only delta system).")
+_SYSTEM = typer.Option(None, "--system", "-s",
+                       help="System name: a delta system (default: the config's only one), or a kafka/eventhubs one.")
 _ROOT = typer.Option(None, "--root", help="Override systems.<system>.delta.root (a dir or az://container/prefix).")
 
 
@@ -55,9 +58,33 @@ def _resolve(stream: str, config_path: Path | None, system: str | None, root: st
 
 
 def _admin(config: Config, system: str) -> Any:
+    if _is_kafka(config, system):
+        return _kafka_factory(config, system).get_admin(system, config)
     from sparza.systems.delta import DeltaSystemAdmin
 
     return DeltaSystemAdmin(system, config)
+
+
+def _kafka_factory(config: Config, system: str) -> Any:
+    from sparza.systems import get_system_factory
+
+    return get_system_factory(config, system)
+
+
+def _is_kafka(config: Config, system: str) -> bool:
+    """True when ``system`` is a kafka or eventhubs system (topics, not Delta tables)."""
+    if config.get_str(f"systems.{system}.samza.factory", None) is None:
+        return False
+    from sparza.systems.kafka import EventHubsSystemFactory, KafkaSystemFactory
+
+    return isinstance(_kafka_factory(config, system), KafkaSystemFactory | EventHubsSystemFactory)
+
+
+def _where(admin: Any, stream: str) -> str:
+    """Where a stream lives, for messages: a table location or a topic on brokers."""
+    if hasattr(admin, "stream_location"):
+        return str(admin.stream_location(stream))
+    return f"Kafka topic {admin.settings.topic(stream)} on {admin.settings.bootstrap_servers()}"
 
 
 @app.command()
@@ -74,7 +101,7 @@ def create(stream: str = typer.Argument(..., help="Stream name or location."),
     admin = _admin(cfg, name)
     created = admin.create_stream(StreamSpec(stream_name, partitions))
     verb = "created" if created else "already exists"
-    typer.echo(f"stream {stream_name} {verb}: {partitions} partitions at {admin.stream_location(stream_name)}")
+    typer.echo(f"stream {stream_name} {verb}: {partitions} partitions at {_where(admin, stream_name)}")
 
 
 @app.command()
@@ -90,8 +117,18 @@ def describe(stream: str = typer.Argument(..., help="Stream name or location."),
     cfg, name, stream_name = _resolve(stream, config, system, root)
     admin = _admin(cfg, name)
     meta = admin.get_system_stream_metadata({stream_name})[stream_name]
-    rows = live_rows_by_partition(open_table(admin.location(stream_name)))
     console = Console()
+    if _is_kafka(cfg, name):
+        console.print(f"stream [bold]{stream_name}[/bold]: {_where(admin, stream_name)}", highlight=False)
+        console.print(f"partitions: {meta.partition_count}, bounded: {admin.settings.is_bounded(stream_name)}")
+        # Offsets are not dense (transaction markers, compaction): upcoming - oldest is an upper bound.
+        table = Table("partition", "oldest", "newest", "upcoming", "offsets (≥ records)")
+        for p, m in sorted(meta.partitions.items()):
+            span = int(m.upcoming) - int(m.oldest) if m.oldest is not None else 0
+            table.add_row(str(p), m.oldest or "-", m.newest or "-", m.upcoming, str(span))
+        console.print(table)
+        return
+    rows = live_rows_by_partition(open_table(admin.location(stream_name)))
     console.print(f"stream [bold]{stream_name}[/bold] at {admin.stream_location(stream_name)}")
     console.print(f"partitions: {meta.partition_count}, version: {meta.properties.get('version')}, "
                   f"bounded: {admin.is_bounded(stream_name)}")
@@ -132,12 +169,25 @@ def tail(stream: str = typer.Argument(..., help="Stream name or location."),
     k_serde = serde_from_name(key_serde, key="--key-serde", config=cfg)
     admin = _admin(cfg, name)
     parts = [partition] if partition is not None else list(range(admin.partition_count(stream_name)))
-    consumer = DeltaSystemConsumer(name, cfg)
     found = []
-    for p in parts:
-        ssp = SystemStreamPartition(name, stream_name, p)
-        start = start_of_last(consumer.log(stream_name), p, count)
-        found += list(consumer.read(ssp, start, include_control=include_control, bounded=False))[-count:]
+    if _is_kafka(cfg, name):
+        meta = admin.get_system_stream_metadata({stream_name})[stream_name]
+        kafka = _kafka_factory(cfg, name).get_consumer(name, cfg)
+        for p in parts:
+            pm = meta.partitions[p]
+            if pm.oldest is None:
+                continue
+            # The last `count` offsets; fewer records when markers or compaction left gaps there.
+            start = str(max(int(pm.oldest), int(pm.upcoming) - count))
+            ssp = SystemStreamPartition(name, stream_name, p)
+            found += list(kafka.read(ssp, start, pm.upcoming, include_control=include_control))[-count:]
+        kafka.stop()
+    else:
+        consumer = DeltaSystemConsumer(name, cfg)
+        for p in parts:
+            ssp = SystemStreamPartition(name, stream_name, p)
+            start = start_of_last(consumer.log(stream_name), p, count)
+            found += list(consumer.read(ssp, start, include_control=include_control, bounded=False))[-count:]
     found.sort(key=lambda e: (e.timestamp or 0, e.ssp.partition))
     for envelope in found[-count:]:
         when = dt.datetime.fromtimestamp((envelope.timestamp or 0) / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
@@ -184,6 +234,34 @@ def _records(path: Path, fmt: str) -> Iterator[tuple[dict[str, Any], bytes]]:
             yield record, line.strip()
 
 
+def _message(record: dict[str, Any], value: bytes, key: str, timestamp: str | None, where: str,
+             columns_hint: str) -> tuple[bytes | None, bytes, int | None]:
+    """(key bytes, value, event ms) of one record; a bad record raises naming its place in the file."""
+    if not isinstance(record, dict):
+        raise SerdeError(f"{where}: not a JSON object but {type(record).__name__}")
+    if key not in record:
+        raise ConfigError("--key", key, f"a column of {columns_hint} (found at {where}: "
+                                         f"{', '.join(map(str, record))})")
+    key_value = record[key]
+    key_bytes = None if key_value is None else str(key_value).encode("utf-8")
+    try:
+        event_ms = _event_ms(record.get(timestamp), timestamp) if timestamp else None
+    except ConfigError as exc:
+        raise ConfigError("--timestamp", record.get(timestamp or ""),
+                          f"{exc.expected} (at {where})") from None
+    return key_bytes, value, event_ms
+
+
+def _load_id(stream: str, file: Path, key: str, timestamp: str | None, fmt: str) -> str:
+    """The app id of a load: the target stream and what makes its messages (file content, key and time columns)."""
+    digest = hashlib.sha256()
+    with file.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    digest.update(json.dumps([key, timestamp, fmt]).encode("utf-8"))
+    return f"sparza-load/{stream}/{digest.hexdigest()[:32]}"
+
+
 @app.command()
 def load(stream: str = typer.Argument(..., metavar="STREAM_LOCATION", help="Stream name or location."),
          file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON lines or CSV file."),
@@ -194,44 +272,87 @@ def load(stream: str = typer.Argument(..., metavar="STREAM_LOCATION", help="Stre
          fmt: str = typer.Option("auto", "--format", help="auto, jsonl or csv."),
          batch: int = typer.Option(10_000, "--batch", min=1, help="Messages per commit."),
          config: Path = _CONFIG, system: str = _SYSTEM, root: str = _ROOT) -> None:
-    """Load a JSON-lines or CSV file into a stream: value = the record as JSON, key = a column."""
+    """Load a JSON-lines or CSV file into a stream: value = the record as JSON, key = a column.
+
+    The whole file is checked before the first commit (a bad line loads nothing), and every commit is
+    a Delta app transaction of this file's load: loading the same file again (after a failure, or by
+    mistake) writes only the messages not committed yet.
+    """
     from rich.progress import BarColumn, Progress, TextColumn, TransferSpeedColumn
 
-    from sparza.systems import StreamSpec
+    from sparza.errors import SparzaError
+    from sparza.systems import StreamSpec, Transaction
     from sparza.systems.delta import DeltaSystemProducer, StreamNotFoundError
+    from sparza.systems.kafka import TopicNotFoundError
 
     cfg, name, stream_name = _resolve(stream, config, system, root)
+    fmt = fmt.lower()
+    # 1. Check every record before anything is committed.
+    total = 0
+    try:
+        for record, value in _records(file, fmt):
+            total += 1
+            _message(record, value, key, timestamp, f"{file.name} record {total}", file.name)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise SerdeError(f"{file}: unreadable after record {total} ({exc}); nothing was loaded") from None
+    except SerdeError as exc:
+        raise SerdeError(f"{exc}; nothing was loaded (the whole file is checked before the first commit): fix "
+                         "the line and load the file again") from None
+    except ConfigError as exc:
+        raise ConfigError(exc.key, exc.value, f"{exc.expected}; nothing was loaded") from None
     admin = _admin(cfg, name)
     try:
         admin.partition_count(stream_name)
-    except StreamNotFoundError:
+    except (StreamNotFoundError, TopicNotFoundError):
         if partitions is None:
             raise
         admin.create_stream(StreamSpec(stream_name, partitions))
-    producer = DeltaSystemProducer(name, cfg)
+    # 2. Commit in chunks, each a transaction whose version is the count of records through it. Delta tells
+    #    how far an earlier load of this file got; Kafka's producer skips a version it already committed.
+    kafka = _is_kafka(cfg, name)
+    app_id = _load_id(stream_name, file, key, timestamp, fmt)
+    done = 0 if kafka else (admin.transaction_version(stream_name, app_id) or 0)
+    where = _where(admin, stream_name)
+    if done >= total:
+        typer.echo(f"already loaded: all {total} messages of {file.name} are in {stream_name} ({where}, app "
+                   f"transaction {app_id}); nothing written")
+        return
+    producer = _kafka_factory(cfg, name).get_producer(name, cfg) if kafka else DeltaSystemProducer(name, cfg)
     source = "sparza-load"
     producer.register(source)
     producer.start()
     target = SystemStream(name, stream_name)
-    sent = 0
+    position = committed = done
     size = os.path.getsize(file)
-    with Progress(TextColumn("loading {task.description}"), BarColumn(), TextColumn("{task.fields[sent]} messages"),
-                  TransferSpeedColumn()) as progress:
-        task = progress.add_task(file.name, total=size, sent=0)
-        for record, value in _records(file, fmt.lower()):
-            if key not in record:
-                raise ConfigError("--key", key, f"a column of {file.name} (found: {', '.join(map(str, record))})")
-            key_value = record[key]
-            key_bytes = None if key_value is None else str(key_value).encode("utf-8")
-            event_ms = _event_ms(record.get(timestamp), timestamp) if timestamp else None
-            producer.send(source, OutgoingMessageEnvelope(target, value, key=key_bytes, timestamp=event_ms))
-            sent += 1
-            progress.update(task, advance=len(value) + 1, sent=sent)
-            if sent % batch == 0:
-                producer.flush(source)
-        producer.flush(source)
-        progress.update(task, completed=size, sent=sent)
-    typer.echo(f"loaded {sent} messages into {stream_name} ({admin.stream_location(stream_name)})")
+    try:
+        with Progress(TextColumn("loading {task.description}"), BarColumn(),
+                      TextColumn("{task.fields[sent]} messages"), TransferSpeedColumn()) as progress:
+            task = progress.add_task(file.name, total=size, sent=0)
+            for index, (record, value) in enumerate(_records(file, fmt)):
+                progress.update(task, advance=len(value) + 1)
+                if index < done:
+                    continue  # committed by an earlier load of this file
+                key_bytes, value, event_ms = _message(record, value, key, timestamp,
+                                                      f"{file.name} record {index + 1}", file.name)
+                producer.send(source, OutgoingMessageEnvelope(target, value, key=key_bytes, timestamp=event_ms))
+                position = index + 1
+                progress.update(task, sent=position - done)
+                if position % batch == 0:
+                    producer.flush(source, transaction=Transaction(app_id, position))
+                    committed = position
+            if position > committed:
+                producer.flush(source, transaction=Transaction(app_id, position))
+                committed = position
+            progress.update(task, completed=size)
+    except Exception as exc:
+        raise SparzaError(f"loading {file.name} into {stream_name} stopped: committed {committed} of {total} "
+                          f"messages ({committed - done} by this run), the rest not: {type(exc).__name__}: {exc}. "
+                          "Fix the cause and run the same command again: messages already committed are "
+                          "skipped, never written twice") from exc
+    finally:
+        producer.stop()
+    skipped = f"; {done} already loaded, skipped" if done else ""
+    typer.echo(f"loaded {committed - done} messages into {stream_name} ({where}){skipped}")
 
 
 @app.command()
@@ -249,6 +370,27 @@ def compact(stream: str = typer.Argument(..., help="Stream name or location."),
     else:
         typer.echo(f"stream {stream_name}: merged {result.files_removed} files into {result.files_added} "
                    f"(version {result.version}); offsets unchanged")
+
+
+@app.command()
+def optimize(stream: str = typer.Argument(..., help="Typed table name or location."),
+             target_size: str = typer.Option("128MB", "--target-size", help="Target file size."),
+             vacuum: bool = typer.Option(False, "--vacuum/--no-vacuum",
+                                         help="Also delete files compaction and merges replaced."),
+             retain: float = typer.Option(168.0, "--retain-hours",
+                                          help="Vacuum only files replaced more than this many hours ago (>= 1)."),
+             config: Path = _CONFIG, system: str = _SYSTEM, root: str = _ROOT) -> None:
+    """Compact a typed result table (and vacuum it): replays stay exact, the app transactions are kept."""
+    from sparza.config import parse_byte_size
+    from sparza.systems.delta.tables import optimize_table
+
+    cfg, name, stream_name = _resolve(stream, config, system, root)
+    result = optimize_table(_admin(cfg, name).location(stream_name), target_size=parse_byte_size(target_size),
+                            vacuum_retention_hours=retain if vacuum else None)
+    merged = ("nothing to compact" if result.version is None else
+              f"merged {result.files_removed} files into {result.files_added} (version {result.version})")
+    vacuumed = "" if result.vacuumed is None else f"; vacuumed {result.vacuumed} files older than {retain:g}h"
+    typer.echo(f"table {stream_name}: {merged}{vacuumed}")
 
 
 @app.command()

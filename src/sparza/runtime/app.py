@@ -28,8 +28,15 @@ def _importable_cwd() -> None:
 
 def run_config(config: Config, *, master: str | None = None, processor_id: str = "0", once: bool = False,
                stage: str | None = None) -> RunOutcome:
-    """Validate the config and run it until it stops; raises ConfigError / JobFailedError."""
+    """Validate the config and run it until it stops; raises ConfigError / JobFailedError.
+
+    Every key is checked first (:func:`sparza.configcheck.validate_for_run`): an unknown key in a
+    namespace sparza owns stops the run; a Samza key sparza does not use is warned about once.
+    """
+    from sparza.configcheck import validate_for_run
+
     _importable_cwd()
+    config = validate_for_run(config, warn=lambda line: print(f"warning: {line}", file=sys.stderr, flush=True))
     job = JobConfig.from_config(config)
     if job.app_class is not None and config.get_str("app.stage", None) is None:
         from sparza.runtime.stages import run_application

@@ -18,6 +18,7 @@ blob store's (``blob.store.manager.factory``), under ``checkpoints/<job.name>-<j
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -26,21 +27,26 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import quote, unquote
 
 from sparza.config import Config, define_key
 from sparza.errors import ConfigError, StorageUnavailableError
 from sparza.runtime.errors import CheckpointConflictError, CheckpointFencedError
 
+if TYPE_CHECKING:  # the claim is the driver's business: executors never import it
+    from sparza.coordination.claim import ClaimBackend
+
 __all__ = [
     "AzureCheckpointStore",
     "CheckpointStore",
     "Intent",
     "LocalCheckpointStore",
+    "SupportsJobClaim",
     "TaskCheckpoint",
     "VersionedCheckpoint",
     "checkpoint_store_from_config",
+    "stamp_generation",
 ]
 
 define_key("blob.store.local.root", ".sparza/blobstore",
@@ -172,6 +178,44 @@ class CheckpointStore(Protocol):
         ...
 
 
+@runtime_checkable
+class SupportsJobClaim(Protocol):
+    """A checkpoint store that can also keep the job's standalone claim (so it works across hosts)."""
+
+    def claim_backend(self) -> ClaimBackend:
+        """The claim document of this job, next to its checkpoints."""
+        ...
+
+
+CLAIM_NAME = "_claim"
+"""The claim document's name inside the job's checkpoint dir / prefix (not ``*.json``: not a task)."""
+
+
+def stamp_generation(store: CheckpointStore, tasks: list[str], generation: int) -> None:
+    """Raise every task's stored generation to ``generation`` (conditional writes), before running them.
+
+    A task with no checkpoint gets a document holding only the generation (``batch`` 0: nothing
+    committed), so even the first write of an older processor is refused. Content is kept, open
+    intents included.
+    """
+    for task in tasks:
+        for _ in range(10):
+            current = store.read(task)
+            if current is not None and current.checkpoint.generation >= generation:
+                break
+            stamped = (dataclasses.replace(current.checkpoint, generation=generation) if current is not None
+                       else TaskCheckpoint(task=task, batch=0, generation=generation, offsets={}))
+            try:
+                store.write(stamped, current.etag if current is not None else None)
+                break
+            except CheckpointFencedError:
+                raise
+            except CheckpointConflictError:
+                continue  # the previous holder wrote meanwhile: read again and stamp that
+        else:
+            raise CheckpointConflictError(task, f"could not stamp generation {generation}: it kept changing")
+
+
 def _slug(task: str) -> str:
     return quote(task.replace(" ", "_"), safe="_-.")
 
@@ -198,6 +242,12 @@ class LocalCheckpointStore:
 
     def _path(self, task: str) -> Path:
         return self.dir / f"{_slug(task)}.json"
+
+    def claim_backend(self) -> ClaimBackend:
+        """The claim file ``<root>/<job>/_claim``."""
+        from sparza.coordination.claim import LocalClaimBackend
+
+        return LocalClaimBackend(self.dir / CLAIM_NAME)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -272,6 +322,12 @@ class AzureCheckpointStore:
     def describe(self) -> str:
         """Container and prefix."""
         return f"azure container {self.container.container_name}/{self.prefix}"
+
+    def claim_backend(self) -> ClaimBackend:
+        """The claim blob ``<prefix><job>/_claim``."""
+        from sparza.coordination.claim import AzureClaimBackend
+
+        return AzureClaimBackend(self.container, self.prefix + CLAIM_NAME)
 
     def _ensure_container(self) -> None:
         if self._ensured:

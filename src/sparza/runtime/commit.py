@@ -188,6 +188,8 @@ class TaskCommit:
 
         with self.metrics.timer("task", "cleanup-ms").time():
             self.stores.committed(batch, self.snapshot_ids, fault=fault)
+            if self.adjunct is not None:
+                self.adjunct.committed(batch)  # committed means permanent: no TTL left on its snapshots
         if not fired:  # a task without stores still has the fault point
             fault()
         self._advance(CommitStatus.CHECKPOINTED, CommitStatus.CLEANED)

@@ -21,9 +21,10 @@ import pyarrow as pa
 from sparza.config import Config
 from sparza.runtime.commit import BatchStatus
 from sparza.runtime.errors import ProcessingError
-from sparza.runtime.instance import BatchResult, get_instance, split_from_marker
+from sparza.runtime.instance import BatchResult, get_instance
 from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.source import read_split
+from sparza.runtime.split import split_from_marker
+from sparza.runtime.worker import read_split
 
 __all__ = ["RESULT_ARROW_SCHEMA", "RESULT_SCHEMA", "make_task_runner", "result_from_row"]
 

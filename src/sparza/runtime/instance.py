@@ -20,8 +20,8 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -32,8 +32,9 @@ from sparza.runtime.checkpoint import CheckpointStore, Intent, TaskCheckpoint, c
 from sparza.runtime.commit import BatchStatus, TaskCommit
 from sparza.runtime.errors import ProcessingError, RuntimeStateError
 from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.source import MARKER_SSP, TaskSplit
+from sparza.runtime.split import TaskSplit
 from sparza.runtime.stores import TaskStores
+from sparza.runtime.worker import WORKER
 from sparza.serde import BytesSerde, Serde, serde_from_name
 from sparza.streams import (
     IncomingMessageEnvelope,
@@ -187,7 +188,6 @@ class TaskInstance:
         self._uses_control = self._needs_control()
         self._window_at = 0
         self._version = 0  # the output transaction version of the running batch
-        self._config_key = _config_key(job.config)
 
     # --- setup ---------------------------------------------------------------------------------
     def _needs_control(self) -> bool:
@@ -224,12 +224,7 @@ class TaskInstance:
         """
         producer = self._producers.get(system)
         if producer is None:
-            key = (self._config_key, system)
-            producer = _PRODUCERS.get(key)
-            if producer is None:
-                producer = get_system_factory(self.job.config, system).get_producer(system, self.job.config)
-                producer.start()
-                _PRODUCERS[key] = producer
+            producer = WORKER.producer(self.job.config, system)
             producer.register(self.name)
             producer.begin(self.name, Transaction(self.app_id, self._version))
             self._producers[system] = producer
@@ -245,7 +240,7 @@ class TaskInstance:
             # A failed batch leaves nothing visible: abandon (never flush) what this task sent, then drop
             # the producer (it may be in a bad state) without letting its stop() flush anything of ours.
             for system, producer in self._producers.items():
-                _PRODUCERS.pop((self._config_key, system), None)
+                WORKER.drop_producer(self.job.config, system, producer)
                 with contextlib.suppress(Exception):
                     producer.abandon(self.name)
                 with contextlib.suppress(Exception):
@@ -271,13 +266,15 @@ class TaskInstance:
             return result
         self._check_start(split, cp)
         version = self._version = self._output_version(split, stored)
+        etag = versioned.etag if versioned else None
         started = time.perf_counter()
         try:
+            if cp is not None:
+                cp, etag = self._recover_deleted_snapshots(cp, etag, generation)
             result = self._process(split, rows, cp, result)
             commit_started = time.perf_counter()
             result.process_ms = (commit_started - started) * 1000.0
-            self._commit(split, cp, versioned.etag if versioned else None, result, spark_batch_id, generation,
-                         version)
+            self._commit(split, cp, etag, result, spark_batch_id, generation, version)
             result.commit_ms = (time.perf_counter() - commit_started) * 1000.0
         except BaseException:
             # Whatever happened, the in-memory task no longer matches a checkpoint: drop it.
@@ -297,6 +294,19 @@ class TaskInstance:
         self.metrics.timer("task", "commit-ms").update(result.commit_ms)
         result.metrics = self.metrics.snapshot()
         return result
+
+    def _recover_deleted_snapshots(self, cp: TaskCheckpoint, etag: str | None,
+                                   generation: int) -> tuple[TaskCheckpoint, str | None]:
+        """SAMZA-2787: committed snapshots with deleted blobs are replaced by fresh ones, and the task
+        checkpoint names them at once (same batch and offsets), before gc can purge the old blobs."""
+        replaced = self.stores.recover_deleted(dict(cp.stores), cp.batch)
+        if not replaced:
+            return cp, etag
+        cp = replace(cp, generation=generation, stores={**cp.stores, **replaced})
+        with self.metrics.timer("task", "checkpoint-write-ms").time():
+            etag = self.checkpoints.write(cp, etag)
+        self.stores.recovery_committed(cp.batch, replaced)
+        return cp, etag
 
     def _output_version(self, split: TaskSplit, stored: TaskCheckpoint | None) -> int:
         """The version of this batch's output transactions: ``split.seq``, or the open intent's batch
@@ -361,7 +371,6 @@ class TaskInstance:
         """Adjunct stores: restore to the checkpoint's entry (every batch: their stores close at commit),
         pick the broadcast snapshot of this batch, read what a forced bootstrap missed."""
         from sparza.blobstore import blob_store_manager_from_config
-        from sparza.runtime.source import _consumer
         from sparza.state.adjunct import TaskAdjunctManager
 
         if self.adjunct is None:
@@ -376,7 +385,7 @@ class TaskInstance:
         if until:
 
             def read(ssp: SystemStreamPartition, start: str | None, end: str | None = None) -> Any:
-                return _consumer(self.job.config, ssp.system).read(ssp, start, end)
+                return WORKER.consumer(self.job.config, ssp.system).read(ssp, start, end)
 
             self.adjunct.catch_up(read, until)
 
@@ -541,41 +550,10 @@ class TaskInstance:
         commit.cleanup(split.seq)
 
 
-_INSTANCES: dict[tuple[str, str], TaskInstance] = {}
-_PRODUCERS: dict[tuple[str, str], Any] = {}
-
-
-def _config_key(config: Config) -> str:
-    return repr(sorted(config.items()))
-
-
 def get_instance(job: JobConfig, split: TaskSplit, task_count: int) -> TaskInstance:
     """The cached instance of ``split.task`` in this worker process (created on first use)."""
-    key = (_config_key(job.config), split.task)
-    instance = _INSTANCES.get(key)
     ssps = [SystemStreamPartition.parse(s) for s in split.ssps]
-    if instance is None or instance.ssps != ssps:
-        instance = TaskInstance(job, split.task, ssps, task_count,
-                                checkpoint_store_from_config(job.config, job.job_key))
-        _INSTANCES[key] = instance
-    return instance
-
-
-def split_from_marker(batches: Iterable[pa.RecordBatch]) -> tuple[TaskSplit | None, Iterator[pa.RecordBatch]]:
-    """Take the marker row off the front of a task's rows: its split and the rest of the rows."""
-    iterator = iter(batches)
-    for first in iterator:
-        if first.num_rows == 0:
-            continue
-        ssp_col = first.column("ssp")
-        if ssp_col[0].as_py() != MARKER_SSP:
-            raise RuntimeStateError("a task's rows did not start with the batch marker (partitioning changed?)")
-        split = TaskSplit.from_json(first.column("value")[0].as_py())
-        return split, _chain(first.slice(1), iterator)
-    return None, iter(())
-
-
-def _chain(head: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    if head.num_rows:
-        yield head
-    yield from rest
+    return WORKER.instance(  # type: ignore[no-any-return]
+        job.config, split.task,
+        lambda: TaskInstance(job, split.task, ssps, task_count, checkpoint_store_from_config(job.config, job.job_key)),
+        lambda instance: instance.ssps == ssps)

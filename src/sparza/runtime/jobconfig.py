@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sparza.config import Config, define_key
 from sparza.errors import ConfigError
+from sparza.samzacompat import translate
 from sparza.streams import SystemStream, parse_input_list
 
 __all__ = [
@@ -143,7 +144,14 @@ class JobConfig:
 
     @classmethod
     def from_config(cls, config: Config, *, require_inputs: bool = True) -> JobConfig:
-        """Parse and validate every runtime key; raises :class:`ConfigError` naming the first bad one."""
+        """Parse and validate every runtime key; raises :class:`ConfigError` naming the first bad one.
+
+        Samza's spellings (factory class names, key aliases, ``sensitive.*``) are translated first, and
+        ``config`` of the result is the translated config, so every reader of ``job.config`` sees sparza's.
+        """
+        translation = translate(config)
+        translation.raise_first_error()
+        config = translation.config
         name = config.get_str("job.name").strip()
         if not name or any(ch in name for ch in "/\\#"):
             raise ConfigError("job.name", name, "a non-empty name without '/', '\\' or '#'")

@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -42,7 +43,8 @@ _log = logging.getLogger(__name__)
 
 EXIT_CODES = {0: "stopped cleanly (signal, --once done, all inputs ended, or a task asked to shut down)",
               1: "the job failed (a task error names SSP and offset; or Spark failed)",
-              2: "bad config (one line names the key)"}
+              2: "bad config (one line names the key)",
+              3: "another processor holds the job (standalone): refused to start, or lost the claim while running"}
 """Exit codes of ``sparza run``."""
 
 
@@ -148,14 +150,21 @@ class JobRunner:
     def __init__(self, config: Config, *, spark: Any = None, master: str | None = None,
                  processor_id: str = "0", once: bool = False, tasks: list[str] | None = None,
                  generation: int = 0, status: Callable[[str], None] | None = None,
-                 install_signal_handlers: bool = True) -> None:
+                 install_signal_handlers: bool = True, claim: bool | None = None) -> None:
         self.job = JobConfig.from_config(config)
-        self.config = config
+        self.config = self.job.config  # in sparza's spelling (Samza class names and aliases translated)
         self.master = master
         self.processor_id = processor_id
         self.once = once
         self.task_filter = tasks
         self.generation = generation
+        self._dir_generation = generation  # a coordinator's generation names the Spark dir; a claim epoch does not
+        # Standalone (all tasks in this processor): hold the job's claim while running (see JobClaim).
+        self.claims_job = (claim if claim is not None
+                           else self.job.coordinator_factory == "standalone" and tasks is None)
+        self._claim: Any = None
+        self._claim_lost: BaseException | None = None
+        self._started = False
         self.status = status or (lambda line: print(line, file=sys.stderr, flush=True))
         self.install_signal_handlers = install_signal_handlers
         self._spark = spark
@@ -177,7 +186,7 @@ class JobRunner:
     def spark_checkpoint_dir(self) -> str:
         """Spark's checkpoint dir of this processor's query (per generation when coordinated)."""
         base = self.job.spark_checkpoint_dir(self.processor_id)
-        return base if self.generation == 0 else f"{base}/g{self.generation}"
+        return base if self._dir_generation == 0 else f"{base}/g{self._dir_generation}"
 
     def _stop_file(self) -> Path:
         return Path(self.spark_checkpoint_dir + ".stop")
@@ -191,6 +200,63 @@ class JobRunner:
                 self._stop_file().write_text(reason)
             self._stop.set()
 
+    # --- the job claim (standalone) ------------------------------------------------------------
+    def acquire_claim(self) -> None:
+        """Standalone: take the job's claim (or raise ClaimHeldError naming its holder), fence older holders.
+
+        The claim's epoch becomes the generation of every task-checkpoint write of this run, and each
+        task's stored generation is raised to it first, so a previous holder that is still alive
+        somewhere has its intent and checkpoint writes refused. Does nothing when already held or
+        when this runner does not claim (a coordinator assigns its tasks).
+        """
+        if not self.claims_job or self._claim is not None:
+            return
+        from sparza.coordination.claim import KEY_RENEW, KEY_TIMEOUT, JobClaim
+        from sparza.runtime.checkpoint import SupportsJobClaim, checkpoint_store_from_config, stamp_generation
+
+        store = checkpoint_store_from_config(self.config, self.job.job_key)
+        if not isinstance(store, SupportsJobClaim):
+            raise JobFailedError(f"the checkpoint store {store.describe()} cannot keep a job claim")
+
+        def floor() -> int:
+            return max((cp.generation for cp in store.read_all().values()), default=0)
+
+        claim = JobClaim(store.claim_backend(), self.job.job_key, self.processor_id,
+                         timeout_ms=self.config.get_int(KEY_TIMEOUT, 30000),
+                         renew_interval_ms=self.config.get_int(KEY_RENEW, 5000), epoch_floor=floor)
+        epoch = claim.acquire()
+        self._claim = claim
+        try:
+            stamp_generation(store, [t.name for t in InputSystems(self.job).task_models()], epoch)
+        except BaseException:
+            self._release_claim()
+            raise
+        self.generation = epoch
+        claim.start_renewing(self._on_claim_lost)
+
+    def _on_claim_lost(self, error: BaseException) -> None:
+        self._claim_lost = error
+        self.request_stop("lost the job claim")
+
+    def _check_claim(self) -> None:
+        """Renew now (outside the schedule): records the loss when another processor took the claim."""
+        from sparza.coordination.claim import ClaimLostError
+
+        claim = self._claim
+        if claim is None or self._claim_lost is not None:
+            return
+        try:
+            claim.renew()
+        except ClaimLostError as exc:
+            self._claim_lost = exc
+        except Exception:  # storage trouble: the renewal thread keeps judging
+            pass
+
+    def _release_claim(self) -> None:
+        claim, self._claim = self._claim, None
+        if claim is not None:
+            claim.release()
+
     def _tasks(self, inputs: InputSystems) -> list[TaskModel]:
         tasks = inputs.task_models()
         if self.task_filter is not None:
@@ -201,6 +267,9 @@ class JobRunner:
     # --- the batch -----------------------------------------------------------------------------
     def _on_batch(self, df: Any, batch_id: int) -> None:
         with self._in_batch:
+            if self._claim_lost is not None:  # its writes would be refused anyway: run nothing more
+                self._failure = self._claim_lost
+                raise self._failure
             started = time.perf_counter()
             runner = make_task_runner(dict(self.config.items()), int(batch_id), self.generation, self._task_count)
             rows = df.mapInArrow(runner, RESULT_SCHEMA).collect()
@@ -209,7 +278,8 @@ class JobRunner:
             failed = [r for r in results if r.status is BatchStatus.FAILED]
             if failed:
                 message = "; ".join(r.error or "failed" for r in failed)
-                self._failure = JobFailedError(message)
+                self._check_claim()  # a fenced write usually means the claim is gone: say that, not the symptom
+                self._failure = self._claim_lost or JobFailedError(message)
                 self.request_stop("failed")
                 raise self._failure
             elapsed = (time.perf_counter() - started) * 1000.0
@@ -287,6 +357,8 @@ class JobRunner:
         """Build the SparkSession if needed and start the query (returns at once)."""
         from sparza.runtime.source import SparzaDataSource
 
+        self.acquire_claim()  # before anything touches the job's shared files
+        self._started = True
         self._inputs = InputSystems(self.job)
         self._bootstrap = BootstrapProgress(self.job, self._inputs)
         tasks = self._tasks(self._inputs)
@@ -313,9 +385,13 @@ class JobRunner:
             writer = writer.trigger(availableNow=True)
         elif self.job.commit_ms > 0:
             writer = writer.trigger(processingTime=f"{self.job.commit_ms} milliseconds")
-        self.status(f"sparza: job {self.job.job_key}, {len(tasks)} task(s), processor {self.processor_id}, "
-                    f"spark checkpoint {self.spark_checkpoint_dir}")
+        self.status(f"sparza: job {self.job.job_key}, {len(tasks)} task(s), processor {self.processor_id}"
+                    + (f" (claim epoch {self.generation})" if self._claim is not None else "")
+                    + f", spark checkpoint {self.spark_checkpoint_dir}")
         self._query = writer.start()
+        if tasks and self._all_ended_before(tasks):
+            # Nothing will be planned, so no batch would ever notice that every input ended: stop now.
+            self.request_stop("all inputs ended")
 
     def wait_initialized(self, timeout_s: float = 60.0) -> None:
         """Wait until the query has initialized its source (or stopped, or ``timeout_s`` passed)."""
@@ -328,6 +404,12 @@ class JobRunner:
             except Exception:
                 return  # a failed query: poll()/finish() report it
             time.sleep(0.1)
+
+    def _all_ended_before(self, tasks: list[TaskModel]) -> bool:
+        from sparza.runtime.checkpoint import checkpoint_store_from_config
+
+        checkpoints = checkpoint_store_from_config(self.config, self.job.job_key).read_all()
+        return all(t.name in checkpoints and checkpoints[t.name].ended for t in tasks)
 
     @property
     def failed(self) -> bool:
@@ -355,6 +437,8 @@ class JobRunner:
             exc = query.exception()
         except Exception as error:  # a failed query raises its failure from stop()/exception()
             exc = error
+        if self._claim_lost is not None:
+            raise self._claim_lost
         if self._failure is not None:
             raise self._failure
         if exc is not None:
@@ -369,8 +453,9 @@ class JobRunner:
         return RunOutcome(reason, self._batches, 0)
 
     def close(self) -> None:
-        """Release the stop file, the metrics endpoint and (if this runner built it) the SparkSession."""
-        self._stop_file().unlink(missing_ok=True)
+        """Release the stop file, the metrics endpoint, (if built here) the SparkSession, and the job claim."""
+        if self._started:  # a runner refused at start must not touch the running holder's stop file
+            self._stop_file().unlink(missing_ok=True)
         if self._exporter is not None:
             self._exporter.stop()
             self._exporter = None
@@ -378,6 +463,7 @@ class JobRunner:
             with contextlib.suppress(Exception):
                 self._spark.stop()
             self._spark = None
+        self._release_claim()
 
     def _quiesce(self, query: Any) -> None:
         """Wait until no batch runs (the stop file keeps new ones from being planned)."""
@@ -406,8 +492,15 @@ class JobRunner:
             signal.signal(sig, handler)
 
 
+_SPARZA_ERROR = re.compile(r"^\s*sparza\.[\w.]*\.(\w+(?:Error|Exception)): (.+)$")
+
+
 def _short(text: str) -> str:
-    """The first meaningful line of a Spark/py4j error (they carry whole JVM stack traces)."""
+    """The sparza error a Python worker raised, else the first meaningful line of a Spark/py4j error
+    (they carry whole JVM stack traces and the worker's traceback)."""
+    raised = [m for m in map(_SPARZA_ERROR.match, text.splitlines()) if m]
+    if raised:
+        return f"{raised[-1].group(1)}: {raised[-1].group(2).strip()}"[:2000]
     for line in text.splitlines():
         line = line.strip()
         if line and not line.startswith(("at ", "File ", "Traceback", "JVM stacktrace")):

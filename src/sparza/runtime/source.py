@@ -2,13 +2,14 @@
 
 The reader lives on the driver (in Spark's Python source runner): ``initialOffset`` starts from
 the task checkpoints, ``latestOffset`` plans each batch (:class:`~sparza.runtime.planner.BatchPlanner`),
-``partitions`` gives one :class:`TaskSplit` per task, and ``read`` runs on executors and yields
-one *marker* row per task describing the task's batch (seq, planned_at, start and end offsets,
-which SSPs ended). The task then reads its SSPs' messages itself with :func:`read_split`, in the
-same Spark task, so messages never pass through JVM rows.
+``partitions`` gives one :class:`~sparza.runtime.split.TaskSplit` per task, and ``read`` runs on
+executors and yields one *marker* row per task describing the task's batch (seq, planned_at, start
+and end offsets, which SSPs ended). The task then reads its SSPs' messages itself
+(:func:`sparza.runtime.worker.read_split`), in the same Spark task, so messages never pass through
+JVM rows. This module is driver-side only; the split is the one document both sides share.
 
 Notes: the reader must stay picklable (Spark ships it); every split is independent; Arrow types
-must match :data:`SOURCE_SCHEMA` exactly (PySpark refuses near-misses).
+must match :data:`~sparza.runtime.split.SOURCE_SCHEMA` exactly (PySpark refuses near-misses).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -25,139 +25,9 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from sparza.config import Config
-from sparza.streams import MessageType, SystemStreamPartition
-from sparza.systems import SupportsArrowRead
+from sparza.runtime.split import SOURCE_SCHEMA, TaskSplit, marker_batch
 
-__all__ = [
-    "MARKER_SSP",
-    "SOURCE_ARROW_SCHEMA",
-    "SOURCE_SCHEMA",
-    "SparzaDataSource",
-    "SparzaStreamReader",
-    "TaskSplit",
-    "marker_batch",
-    "read_split",
-]
-
-SOURCE_SCHEMA = ("task int, ssp int, offset string, key binary, value binary, timestamp bigint, type tinyint, "
-                 "producer string")
-"""Rows the source yields: ``task`` is the split index, ``ssp`` the index into the task's SSP list."""
-
-SOURCE_ARROW_SCHEMA = pa.schema([
-    ("task", pa.int32()), ("ssp", pa.int32()), ("offset", pa.string()), ("key", pa.binary()),
-    ("value", pa.binary()), ("timestamp", pa.int64()), ("type", pa.int8()), ("producer", pa.string()),
-])
-
-MARKER_SSP = -1
-"""``ssp`` value of the marker row that opens every task's rows (its ``value`` is the TaskSplit JSON)."""
-
-
-@dataclass
-class TaskSplit(InputPartition):  # type: ignore[misc]
-    """What one task reads in one batch: ``starts``/``ends`` per SSP (same order as ``ssps``)."""
-
-    index: int
-    task: str
-    seq: int
-    planned_at: int
-    ssps: list[str]
-    starts: list[str]
-    ends: list[str]
-    ended: bool
-    bounded_ends: dict[str, str] = field(default_factory=dict)
-
-    def start_offsets(self) -> dict[str, str]:
-        """``{ssp: start offset}`` of this batch."""
-        return dict(zip(self.ssps, self.starts, strict=True))
-
-    def end_offsets(self) -> dict[str, str]:
-        """``{ssp: end offset}`` of this batch: where the task's checkpoint will be after it."""
-        return dict(zip(self.ssps, self.ends, strict=True))
-
-    def to_json(self) -> bytes:
-        """The marker row's payload."""
-        return json.dumps({"index": self.index, "task": self.task, "seq": self.seq, "planned_at": self.planned_at,
-                           "ssps": self.ssps, "starts": self.starts, "ends": self.ends, "ended": self.ended,
-                           "bounded_ends": self.bounded_ends}, sort_keys=True).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> TaskSplit:
-        """Parse a marker row's payload."""
-        body = json.loads(data)
-        return cls(**body)
-
-
-_CONSUMERS: dict[tuple[int, str], Any] = {}
-
-
-def _consumer(config: Config, system: str) -> Any:
-    """A consumer per (config, system), cached in the worker process (consumers cache Delta logs)."""
-    key = (hash(config), system)
-    consumer = _CONSUMERS.get(key)
-    if consumer is None:
-        from sparza.systems import get_system_factory
-
-        consumer = get_system_factory(config, system).get_consumer(system, config)
-        consumer.start()
-        _CONSUMERS[key] = consumer
-    return consumer
-
-
-def _envelopes_to_arrow(envelopes: Iterator[Any], rows: int = 10_000) -> Iterator[pa.RecordBatch]:
-    """For systems without ``read_arrow``: envelopes (bytes key/message) to record batches."""
-    buf: dict[str, list[Any]] = {n: [] for n in ("offset", "key", "value", "timestamp", "type", "producer")}
-    for env in envelopes:
-        buf["offset"].append(env.offset)
-        buf["key"].append(env.key)
-        buf["value"].append(env.message)
-        buf["timestamp"].append(env.timestamp)
-        buf["type"].append(int(env.type))
-        buf["producer"].append(None)
-        if len(buf["offset"]) >= rows:
-            yield pa.RecordBatch.from_pydict(buf)
-            buf = {n: [] for n in buf}
-    if buf["offset"]:
-        yield pa.RecordBatch.from_pydict(buf)
-
-
-def marker_batch(split: TaskSplit) -> pa.RecordBatch:
-    """The one row the source yields per task and batch: the split as JSON in ``value``."""
-    return pa.RecordBatch.from_arrays(
-        [pa.array([split.index], pa.int32()), pa.array([MARKER_SSP], pa.int32()), pa.array([""]),
-         pa.array([None], pa.binary()), pa.array([split.to_json()], pa.binary()),
-         pa.array([split.planned_at], pa.int64()), pa.array([int(MessageType.USER)], pa.int8()),
-         pa.array([None], pa.string())], schema=SOURCE_ARROW_SCHEMA)
-
-
-def read_split(config: Config, split: TaskSplit) -> Iterator[pa.RecordBatch]:
-    """Every message of a task's batch: each SSP's messages in ``[start, end)``, in the split's SSP order.
-
-    Runs in the Python worker that runs the task (see :mod:`sparza.runtime.executor`), so messages go
-    from storage to the task as Arrow with no detour through the JVM.
-    """
-    for i, (name, start, end) in enumerate(zip(split.ssps, split.starts, split.ends, strict=True)):
-        if start == end:
-            continue
-        ssp = SystemStreamPartition.parse(name)
-        consumer = _consumer(config, ssp.system)
-        if isinstance(consumer, SupportsArrowRead):
-            batches = consumer.read_arrow(ssp, start, end, include_control=True, bounded=False)
-        else:
-            batches = _envelopes_to_arrow(consumer.read(ssp, start, end))
-        for batch in batches:
-            n = batch.num_rows
-            if n == 0:
-                continue
-            yield pa.RecordBatch.from_arrays([
-                pa.repeat(pa.scalar(split.index, pa.int32()), n),
-                pa.repeat(pa.scalar(i, pa.int32()), n),
-                batch.column("offset").cast(pa.string()),
-                batch.column("key").cast(pa.binary()),
-                batch.column("value").cast(pa.binary()),
-                batch.column("timestamp").cast(pa.int64()),
-                batch.column("type").cast(pa.int8()),
-                batch.column("producer").cast(pa.string()),
-            ], schema=SOURCE_ARROW_SCHEMA)
+__all__ = ["SparzaDataSource", "SparzaStreamReader"]
 
 
 class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
@@ -236,7 +106,7 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Runs on an executor: the task's marker row (``partition`` is a TaskSplit).
 
-        The task reads its messages itself (:func:`read_split`, in the same Spark task): passing
+        The task reads its messages itself (:func:`~sparza.runtime.worker.read_split`, in the same Spark task): passing
         them through Spark would convert every message to a JVM row and back to Arrow, which cost
         more than the task's own processing.
         """

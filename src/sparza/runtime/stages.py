@@ -50,6 +50,8 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
             previous[sig] = signal.getsignal(sig)
             signal.signal(sig, stop_all)
     try:
+        for runner in runners:  # every stage's claim before any stage runs: refuse as a whole
+            runner.acquire_claim()
         if once:
             # AvailableNow freezes each query's end at its start: run the stages one after the other
             # (writers first), so every stage sees all its upstream stage wrote.

@@ -268,6 +268,70 @@ class TaskStores:
             self._backup_client().cleanup(expected)
         _CLEANED_SNAPSHOTS.add(expected)
 
+    def recover_deleted(self, committed: dict[str, str], committed_batch: int | None) -> dict[str, str]:
+        """SAMZA-2787: replace every committed snapshot that has deleted blobs. Returns ``{store: new
+        snapshot id}`` (empty when nothing was deleted); the caller records the new ids in the task
+        checkpoint at once and then calls :meth:`recovery_committed`.
+
+        The committed snapshot's cleanup runs first (as at every task start); when it meets a deleted
+        blob the store is restored from the deleted-but-readable blobs (or the local checkpoint dir)
+        and a fresh full snapshot is uploaded. Blobs gone for good (purged) stop the task with a
+        :class:`RuntimeStateError` naming the snapshot, the task and what to do.
+        """
+        from sparza.blobstore import DeletedError
+        from sparza.state.backup import SnapshotUnavailableError
+
+        replaced: dict[str, str] = {}
+        for name in self.names:
+            expected = committed.get(name)
+            if expected is None or not self.backed_up[name] or expected.startswith(LOCAL_SNAPSHOT_PREFIX):
+                continue
+            try:
+                self._ensure_cleaned(name, expected)
+                continue
+            except (DeletedError, SnapshotUnavailableError) as exc:
+                cause: Exception = exc
+            live = self.store_dir(name)
+            self._marker(name).unlink(missing_ok=True)
+            local_checkpoint = self._checkpoint_dir(name, committed_batch) if committed_batch is not None else None
+            try:
+                with self.metrics.timer("stores", "restore-ms").time():
+                    restored = self._backup_client().restore(
+                        expected, live, checkpoint_dir=local_checkpoint if local_checkpoint is not None
+                        and local_checkpoint.is_dir() else None, fresh_snapshot=True)
+            except SnapshotUnavailableError as exc:
+                raise RuntimeStateError(
+                    f"store '{name}' of task '{self.task}' cannot be restored: its committed snapshot {expected} "
+                    f"(batch {committed_batch}) refers to blob {exc.blob_id}, which is gone from the blob store "
+                    f"(purged after it was deleted: {cause}). Its state is lost unless you bring that blob back "
+                    "(restore it from a backup of the blob store, or undelete it if the Azure account keeps "
+                    "soft-deleted blobs) and rerun. Otherwise stop the job, delete the task checkpoint of "
+                    f"'{self.task}' (see `sparza checkpoints show`) so the task rebuilds its stores from its "
+                    "inputs' oldest offsets (outputs it already wrote will be written again), or check "
+                    "`sparza snapshots verify` of an older snapshot id") from exc
+            new_id = str(restored.index_blob_id)
+            _log.warning("store '%s' of task '%s': the committed snapshot %s (batch %s) had deleted blobs (%s); "
+                         "restored it from the deleted blobs and committed a fresh snapshot %s (SAMZA-2787 "
+                         "recovery, state is exact)", name, self.task, expected, committed_batch, cause, new_id)
+            self.metrics.counter("stores", "deleted-snapshot-recoveries").inc()
+            replaced[name] = new_id
+        return replaced
+
+    def recovery_committed(self, batch: int, ids: dict[str, str]) -> None:
+        """The task checkpoint now names the fresh snapshots :meth:`recover_deleted` returned: make
+        them permanent (the old deleted blobs are let go) and mark the restored dirs as committed."""
+        for name, snapshot in ids.items():
+            with self.metrics.timer("stores", "cleanup-ms").time():
+                self._backup_client().cleanup(snapshot)
+            _CLEANED_SNAPSHOTS.add(snapshot)
+            self._write_marker(name, batch, snapshot)
+
+    def _write_marker(self, name: str, batch: int, snapshot: str) -> None:
+        marker = self._marker(name)
+        tmp = marker.with_name(marker.name + ".tmp")
+        tmp.write_text(json.dumps({"batch": batch, "snapshot": snapshot}))
+        os.replace(tmp, marker)
+
     def _prepare_dir(self, name: str, expected: str | None, committed_batch: int | None, *,
                      reuse_live: bool = True) -> None:
         self._ensure_cleaned(name, expected)
@@ -341,10 +405,7 @@ class TaskStores:
             self._kept[name] = (ids[name], store)
         self._to_keep.clear()
         for name, snapshot in ids.items():
-            marker = self._marker(name)
-            tmp = marker.with_name(marker.name + ".tmp")
-            tmp.write_text(json.dumps({"batch": batch, "snapshot": snapshot}))
-            os.replace(tmp, marker)
+            self._write_marker(name, batch, snapshot)
             if fault is not None:
                 fault()
                 fault = None

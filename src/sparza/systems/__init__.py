@@ -17,6 +17,7 @@ import pyarrow as pa
 from sparza.config import Config, define_key
 from sparza.errors import ConfigError
 from sparza.metrics import MetricsRegistry
+from sparza.samzacompat import resolve_factory
 from sparza.streams import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition
 
 __all__ = [
@@ -220,12 +221,16 @@ class SystemFactory(Protocol):
 SYSTEM_FACTORIES: dict[str, str] = {
     "delta": "sparza.systems.delta:DeltaSystemFactory",
     "azureblob": "sparza.systems.azureblob:AzureBlobSystemFactory",
+    "kafka": "sparza.systems.kafka:KafkaSystemFactory",
+    "eventhubs": "sparza.systems.kafka.eventhubs:EventHubsSystemFactory",
 }
-"""Short factory names accepted in ``systems.<name>.samza.factory``."""
+"""Short factory names accepted in ``systems.<name>.samza.factory`` (Samza's class names for them are
+mapped in :data:`sparza.samzacompat.FACTORY_KINDS`)."""
 
 
 define_key("systems.<system>.samza.factory", None,
-           "The system's factory: delta, azureblob or a dotted Python path.", "sparza.systems")
+           "The system's factory: delta, azureblob, kafka, eventhubs, Samza's factory class of a system sparza "
+           "has (e.g. org.apache.samza.system.kafka.KafkaSystemFactory), or a dotted Python path.", "sparza.systems")
 
 
 def load_object(path: str, key: str = "factory") -> Any:
@@ -248,7 +253,10 @@ def load_object(path: str, key: str = "factory") -> Any:
 def get_system_factory(config: Config, system_name: str) -> SystemFactory:
     """The factory configured for ``systems.<system_name>.samza.factory``."""
     key = f"systems.{system_name}.samza.factory"
-    name = config.get_str(key)
+    name = resolve_factory("system", key, config.get_str(key))  # Samza class names → short names
+    if "." not in name and ":" not in name and name.strip().lower() not in SYSTEM_FACTORIES:
+        raise ConfigError(key, name, f"one of {', '.join(sorted(SYSTEM_FACTORIES))} or a dotted Python path "
+                                     "(this sparza has no such system)")
     target = SYSTEM_FACTORIES.get(name.strip().lower(), name)
     factory = load_object(target, key)
     return factory() if isinstance(factory, type) else factory  # type: ignore[no-any-return]

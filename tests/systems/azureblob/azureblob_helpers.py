@@ -94,3 +94,6 @@ class _FaultyBlob:
     def commit_block_list(self, *args: Any, **kwargs: Any) -> Any:
         self._injector.before("commit_block_list", self._name)
         return self._real.commit_block_list(*args, **kwargs)
+
+    def get_blob_properties(self, *args: Any, **kwargs: Any) -> Any:
+        return self._real.get_blob_properties(*args, **kwargs)

@@ -34,15 +34,17 @@ def test_names_with_and_without_partition_and_suffix(make_producer, azure_accoun
     plain.flush("task-0")
     names = [b.name for b in list_blobs(azure_account, unique_name)]
     assert len(names) == 2
-    assert re.fullmatch(rf"clicks/{TS}\.avro", names[0]), names
-    assert re.fullmatch(rf"clicks/partition-0/{TS}\.avro", names[1]), names
+    # outside a transaction: source slug, this producer's random id and its blob counter
+    producer_id = plain.identity.id
+    assert re.fullmatch(rf"clicks/{TS}-task-0-{producer_id}-000[01]\.avro", names[0]), names
+    assert re.fullmatch(rf"clicks/partition-0/{TS}-task-0-{producer_id}-000[01]\.avro", names[1]), names
 
     other = unique_name + "s"
     suffixed = make_producer(other, suffixRandomStringToBlobName="true", **{"compression.type": "gzip"})
     suffixed.send("task-0", env(other, "clicks", rec(1), partition_key="p7"))
     suffixed.flush("task-0")
     [blob] = [b.name for b in list_blobs(azure_account, other)]
-    assert re.fullmatch(rf"clicks/p7/{TS}-[0-9a-f]{{8}}\.avro\.gz", blob), blob
+    assert re.fullmatch(rf"clicks/p7/{TS}-task-0-{suffixed.identity.id}-0000-[0-9a-f]{{8}}\.avro\.gz", blob), blob
 
 
 def test_messages_after_flush_go_to_new_blob_and_same_second_names_do_not_collide(make_producer, azure_account,
@@ -52,7 +54,7 @@ def test_messages_after_flush_go_to_new_blob_and_same_second_names_do_not_collid
         producer.send("t", env(unique_name, "s", rec(batch)))
         producer.flush("t")
     blobs = list_blobs(azure_account, unique_name)
-    assert len(blobs) == 3  # three flushes within a second or two: counter suffix, nothing overwritten
+    assert len(blobs) == 3  # three flushes within a second or two: the producer's counter, nothing overwritten
     ids = sorted(r["id"] for b in blobs for r in read_avro(download(azure_account, unique_name, b.name)))
     assert ids == [0, 1, 2]
 
@@ -75,7 +77,7 @@ def test_multi_block_blob_reads_back_every_message_in_order(make_producer, azure
                   .get_block_list("committed")[0])
     assert len(block_list) > 10
     assert blob.metadata == {"streamName": "events", "rawSizeBytes": blob.metadata["rawSizeBytes"],
-                             "numberOfRecords": str(n)}
+                             "numberOfRecords": str(n), "sparzaWriter": f"producer-{producer.identity.id}"}
     snap = metrics.snapshot()
     for group in ("aggregate", unique_name, "task-1"):
         assert snap[group]["messages_sent"] == n
@@ -192,7 +194,8 @@ def test_custom_metadata_generator(make_producer, azure_account, unique_name):
     producer.send("t", env(unique_name, "s", rec(1)))
     producer.flush("t")
     [blob] = list_blobs(azure_account, unique_name)
-    assert blob.metadata == {"team": "data", "records": "1"}
+    # the generator's entries, and the writer stamp it cannot drop (commits are checked against it)
+    assert blob.metadata == {"team": "data", "records": "1", "sparzaWriter": f"producer-{producer.identity.id}"}
 
 
 class TeamMetadata:

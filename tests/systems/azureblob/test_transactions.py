@@ -34,8 +34,9 @@ def test_replayed_batch_overwrites_the_same_blobs(make_producer, azure_account, 
     before = snapshot(azure_account, unique_name)
     assert len(before) == 4
     for name in before:
-        # time from the first message's event timestamp, suffix from the transaction
-        assert re.fullmatch(r"[ab]/[01]/2020/09/13/12/2[67]-4[01]-[0-9a-f]{8}\.avro", name), name
+        # time from the first message's event timestamp; source, version, sequence, hash of (app id, source)
+        assert re.fullmatch(r"[ab]/[01]/2020/09/13/12/2[67]-4[01]-job-1-partition-0-v5-0000-[0-9a-f]{12}\.avro",
+                            name), name
 
     replay = make_producer(unique_name)  # e.g. a new process after a crash between flush and checkpoint
     send_batch(replay, unique_name, 40)

@@ -85,3 +85,72 @@ def test_cli_on_azurite(work_dir: Path, azure_connection_string: str, unique_nam
     assert "sparza.partitions = 2" in ok("stream", "describe", location)
     lines = ok("stream", "tail", location, "-n", "2", "--serde", "json").strip().splitlines()
     assert [json.loads(line.split(": ", 1)[1])["id"] for line in lines] == [10, 11]
+
+
+def _loaded_values(location: str) -> list[int]:
+    """The ``n`` of every message in the stream (sorted): each loaded line must appear exactly once."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(location).to_pyarrow_table(columns=["value", "type"])
+    return sorted(json.loads(v)["n"] for v, t in zip(table.column("value").to_pylist(),
+                                                      table.column("type").to_pylist(), strict=True) if t == 0)
+
+
+def _lines(numbers: range, bad: int | None = None) -> str:
+    return "".join(("{not json\n" if i == bad else json.dumps({"k": f"k{i % 3}", "n": i}) + "\n") for i in numbers)
+
+
+def test_a_bad_line_commits_nothing_says_so_and_the_fixed_file_loads_once(work_dir: Path) -> None:
+    import subprocess
+    import sys
+
+    location = str(work_dir / "events")
+    _ok("stream", "create", location, "--partitions", "2")
+    data = work_dir / "e.jsonl"
+    data.write_text(_lines(range(30), bad=24))  # line 25, after two commits of 10
+    result = subprocess.run([sys.executable, "-c", "from sparza.cli import main; main()", "stream", "load", location,
+                             str(data), "--key", "k", "--batch", "10"], capture_output=True, text=True, timeout=120,
+                            env={**__import__("os").environ, "COLUMNS": "400"}, check=False)
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert f"{data}:25: not a JSON line" in lines[0] and "nothing was loaded" in lines[0]
+    assert _loaded_values(location) == []
+    data.write_text(_lines(range(30)))
+    assert "loaded 30 messages" in _ok("stream", "load", location, str(data), "--key", "k", "--batch", "10")
+    assert _loaded_values(location) == list(range(30))
+
+
+def test_reloading_a_file_writes_only_what_is_missing(work_dir: Path, monkeypatch) -> None:
+    from sparza.systems.delta import DeltaSystemProducer
+
+    location = str(work_dir / "events")
+    _ok("stream", "create", location, "--partitions", "2")
+    data = work_dir / "e.jsonl"
+    data.write_text(_lines(range(35)))
+    # The third commit fails (storage trouble): the real producer, with a failure injected around it.
+    real_flush = DeltaSystemProducer.flush
+    calls = []
+
+    def failing_flush(self, source, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError("injected: storage went away")
+        return real_flush(self, source, **kwargs)
+
+    monkeypatch.setattr(DeltaSystemProducer, "flush", failing_flush)
+    result = runner.invoke(app, ["stream", "load", location, str(data), "--key", "k", "--batch", "10"])
+    assert result.exception is not None
+    message = str(result.exception)
+    assert "committed 20 of 35 messages" in message and "injected: storage went away" in message
+    assert "run the same command again" in message
+    assert _loaded_values(location) == list(range(20))
+    monkeypatch.setattr(DeltaSystemProducer, "flush", real_flush)
+    # Again, with another batch size: only the 15 missing messages are written.
+    out = _ok("stream", "load", location, str(data), "--key", "k", "--batch", "7")
+    assert "loaded 15 messages" in out and "20 already loaded" in out
+    assert _loaded_values(location) == list(range(35))
+    # And once more: nothing to do, nothing written.
+    out = _ok("stream", "load", location, str(data), "--key", "k")
+    assert "already loaded" in out and "nothing written" in out
+    assert _loaded_values(location) == list(range(35))

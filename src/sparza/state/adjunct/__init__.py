@@ -46,6 +46,7 @@ from sparza.state.adjunct.stores import (
     BroadcastStoreManager,
     DefaultAdjunctStoreManagerFactory,
     PartitionedStoreManager,
+    SupportsCommitted,
 )
 
 __all__ = [
@@ -83,6 +84,7 @@ __all__ = [
     "StoreMarker",
     "StoreSlot",
     "StreamAccess",
+    "SupportsCommitted",
     "TaskAdjunctManager",
     "UnknownAdjunctStoreError",
     "container_store_dir",

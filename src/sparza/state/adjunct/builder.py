@@ -7,8 +7,10 @@ store, the builder task for a broadcast store. It
   messages at or before the last applied offset of their SSP are skipped, so a replayed batch (or
   an overlapping catch-up read) never applies anything twice;
 * for a versioned dataset, writes into the *building* version while readers see the *serving*
-  one; an end-of-dataset marker (a message of type END_OF_STREAM) seals the building version, and
-  the switch happens at the next commit, i.e. at a batch boundary; the old version is then deleted;
+  one. An end-of-dataset marker (a message of type END_OF_STREAM) ends the version in its
+  partition: that partition's later messages go to the next version. The version is sealed once
+  every partition the store reads has sent its marker, and the switch happens at the next commit,
+  i.e. at a batch boundary; the old version is then deleted;
 * at commit flushes, uploads a snapshot of every changed version (SEP-003, incremental), writes
   each version's local marker and returns the JSON entry for the task checkpoint. Cleanup of the
   previous snapshots runs one commit later, once the checkpoint that replaced them is durable;
@@ -101,7 +103,9 @@ class StoreBuilder:
         """Messages dropped because they did not deserialize (``task.drop.deserialization.errors``)."""
         self._drop_bad = bool(config.get_bool("task.drop.deserialization.errors", False))
         self._key_serde, self._msg_serde = store_serdes(config, spec.name)
-        self._pending: dict[bytes, bytes | None] = {}
+        self._pending: dict[int, dict[bytes, bytes | None]] = {}
+        """Buffered writes per version (a partition past its marker writes the next version)."""
+        self._pending_count = 0
         self._last_keys: dict[str, tuple[str, Any]] = {}
         self.decision: RecoveryDecision | None = None
         self.bootstrap = BootstrapProgress()
@@ -111,7 +115,10 @@ class StoreBuilder:
         self.serving: int | None = None if spec.versioned else 0
         self.building = 1 if spec.versioned else 0
         self.sealed: int | None = None
-        """A version sealed by an end-of-dataset marker in this batch: it becomes serving at commit."""
+        """A version sealed by end-of-dataset markers in this batch: it becomes serving at commit."""
+        self.ssp_versions: dict[str, int] = {}
+        """Versioned datasets: SSPs that sent their marker for ``building`` → the version they write
+        now (absent: ``building``). ``building`` is sealed when every SSP the store reads is past it."""
         self._uncleaned: list[str] = []
         self._retired: list[str] = []
         self._empty: KeyValueStore | None = None
@@ -127,8 +134,11 @@ class StoreBuilder:
             self._snapshot_ids.setdefault(version, None)
         return slot
 
+    def _top_version(self) -> int:
+        return max([self.building, *self.ssp_versions.values()])
+
     def _live_versions(self) -> list[int]:
-        versions = {self.building}
+        versions = set(range(self.building, self._top_version() + 1))
         if self.serving is not None:
             versions.add(self.serving)
         if self.sealed is not None:
@@ -199,12 +209,13 @@ class StoreBuilder:
                 else:
                     # Buffered and written as one batch: a later write of a key replaces an
                     # earlier one of the same batch, so order is kept. None deletes.
-                    self._pending[raw_key] = raw_value
+                    self._pending.setdefault(self.ssp_versions.get(ssp_key, self.building), {})[raw_key] = raw_value
+                    self._pending_count += 1
                     self.applied += 1
-                    if len(self._pending) >= _WRITE_BATCH:
+                    if self._pending_count >= _WRITE_BATCH:
                         self._write_pending()
         elif envelope.type == MessageType.END_OF_STREAM and self.spec.versioned:
-            self._seal()
+            self._end_of_dataset(ssp_key)
         # Other control messages (watermarks, end-of-stream of a non-versioned stream) carry no data.
         self.offsets[ssp_key] = envelope.offset
         return True
@@ -212,21 +223,39 @@ class StoreBuilder:
     def _write_pending(self) -> None:
         if not self._pending:
             return
-        slot = self._slot(self.building)
-        slot.store.put_all(list(self._pending.items()))
-        slot.dirty = True
+        for version, writes in sorted(self._pending.items()):
+            if writes:
+                slot = self._slot(version)
+                slot.store.put_all(list(writes.items()))
+                slot.dirty = True
         self._pending = {}
+        self._pending_count = 0
 
-    def _seal(self) -> None:
+    def _end_of_dataset(self, ssp_key: str) -> None:
+        """``ssp_key`` finished the version it was writing; seal the oldest versions every SSP the
+        store reads has finished (the newest of them is served from the next commit)."""
         self._write_pending()
-        if self.sealed is not None:
-            # Two markers in one batch: the earlier version was never served; drop it now.
-            _log.info("adjunct store %s: version %d superseded before it was served", self.spec.name, self.sealed)
-            self._drop_slot(self.sealed, retire_snapshot=True)
-        self.sealed = self.building
-        self.building += 1
-        self._drop_slot(self.building, retire_snapshot=True)  # a leftover of a crashed attempt
-        self._slot(self.building).dirty = True
+        top = self._top_version()
+        version = self.ssp_versions.get(ssp_key, self.building) + 1
+        if version > top:
+            self._drop_slot(version, retire_snapshot=True)  # a leftover of a crashed attempt
+            self._slot(version).dirty = True
+        self.ssp_versions[ssp_key] = version
+        expected = {str(s) for s in self.ssps} | {ssp_key}
+        complete_below = min(self.ssp_versions.get(s, self.building) for s in expected)
+        if complete_below <= self.building:
+            waiting = sorted(s for s in expected if self.ssp_versions.get(s, self.building) == self.building)
+            _log.info("adjunct store %s: %s finished version %d; it is sealed when %s send their end-of-dataset "
+                      "marker too", self.spec.name, ssp_key, self.building, ", ".join(waiting))
+            return
+        # Versions building .. complete_below-1 are complete: serve the newest, drop the others unserved.
+        superseded = [v for v in (self.sealed, *range(self.building, complete_below - 1)) if v is not None]
+        for old in superseded:
+            _log.info("adjunct store %s: version %d superseded before it was served", self.spec.name, old)
+            self._drop_slot(old, retire_snapshot=True)
+        self.sealed = complete_below - 1
+        self.building = complete_below
+        self.ssp_versions = {s: v for s, v in self.ssp_versions.items() if v > self.building}
         _log.info("adjunct store %s: version %d sealed; serving from the next batch", self.spec.name, self.sealed)
 
     def catch_up(self, read: EnvelopeReader, until: dict[SystemStreamPartition, str | None]) -> int:
@@ -309,6 +338,15 @@ class StoreBuilder:
                 slot.close()
         return self.entry()
 
+    def committed(self) -> None:
+        """The task checkpoint holding this builder's last :meth:`commit` entry is durable: make the
+        snapshots uploaded in that commit permanent at once (committed means permanent, even if no
+        further commit comes before ``blob.store.ttl.days`` pass). Deleting what they replaced
+        still waits for the next commit, when no reader can use it any more."""
+        if self.snapshots is not None:
+            for index_id in self._uncleaned:
+                self.snapshots.make_permanent(index_id)
+
     def entry(self) -> dict[str, Any]:
         """The JSON-able checkpoint entry of this store (as of the last commit)."""
         return {
@@ -317,6 +355,7 @@ class StoreBuilder:
             "versions": {str(v): self._snapshot_ids.get(v) for v in self._live_versions()},
             "serving": self.serving,
             "building": self.building,
+            "ssp_versions": dict(sorted(self.ssp_versions.items())),
             "applied": self.applied,
             "bootstrap": self.bootstrap.to_json(),
             "uncleaned": list(self._uncleaned),
@@ -334,6 +373,7 @@ class StoreBuilder:
                 and self.offsets == {str(k): str(v) for k, v in entry.get("offsets", {}).items()}):
             return self.decision
         self._pending = {}
+        self._pending_count = 0
         self._close_stores()
         self._slots.clear()
         self._snapshot_ids.clear()
@@ -345,6 +385,7 @@ class StoreBuilder:
             versions = {int(v): s for v, s in committed.get("versions", {}).items()}
             self.serving = committed.get("serving")
             self.building = int(committed.get("building", self.building))
+            self.ssp_versions = {str(k): int(v) for k, v in (committed.get("ssp_versions") or {}).items()}
             self.applied = int(committed.get("applied", 0))
             self.bootstrap = BootstrapProgress.from_json(committed.get("bootstrap"))
             self._uncleaned = list(committed.get("uncleaned", []))
@@ -355,6 +396,7 @@ class StoreBuilder:
             versions = {1: None} if self.spec.versioned else {0: None}
             self.serving = None if self.spec.versioned else 0
             self.building = 1 if self.spec.versioned else 0
+            self.ssp_versions = {}
             self.applied = 0
             self.bootstrap = BootstrapProgress()
             self._uncleaned, self._retired = [], []
@@ -375,7 +417,13 @@ class StoreBuilder:
         decision = decide_recovery(persistent=self.spec.persistent, bootstrap=self.spec.bootstrap,
                                    reset_offset=self.spec.reset_offset, local=local,
                                    committed_snapshot=_first(versions.values()) if restorable else None)
+        entry_uncleaned = list(self._uncleaned)
         self._apply_decision(decision, local_states)
+        if self.snapshots is not None and committed is not None:
+            # A crash between the checkpoint write and committed() left these with their TTL.
+            for index_id in entry_uncleaned:
+                if index_id in self._uncleaned:  # not replaced by a deleted-blob recovery
+                    self.snapshots.make_permanent(index_id)
         self._remove_strays()
         self.decision = decision
         _log.info("adjunct store %s of %s: %s (%s)", self.spec.name, self.task_name, decision.action.value,
@@ -394,13 +442,19 @@ class StoreBuilder:
                 slot.wipe()
                 snapshot = self._snapshot_ids[version]
                 assert snapshot is not None
-                self._snapshot_ids[version] = self.snapshots.restore(snapshot, slot.path)
+                restored = self.snapshots.restore(snapshot, slot.path)
+                if restored != snapshot:
+                    # Deleted blobs were re-uploaded: the fresh snapshot is committed with the next
+                    # checkpoint, and made permanent then (the old one is not cleaned up any more).
+                    self._uncleaned = [i for i in self._uncleaned if i != snapshot] + [restored]
+                self._snapshot_ids[version] = restored
             return
         # Re-create: wipe every version; a forced bootstrap also forgets the offsets.
         for version in list(self._slots):
             self._drop_slot(version, retire_snapshot=False)
         self.serving = None if self.spec.versioned else 0
         self.building = 1 if self.spec.versioned else 0
+        self.ssp_versions = {}
         self._slot(self.building).dirty = True
         if action is RecoveryAction.CREATE_BOOTSTRAP:
             self.offsets = {}

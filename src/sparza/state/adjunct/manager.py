@@ -32,6 +32,7 @@ from sparza.state.adjunct.stores import (
     AdjunctStoreContext,
     AdjunctStoreManager,
     DefaultAdjunctStoreManagerFactory,
+    SupportsCommitted,
 )
 from sparza.state.kv import KeyValueStore
 from sparza.streams import IncomingMessageEnvelope, SystemStreamPartition
@@ -149,6 +150,14 @@ class TaskAdjunctManager:
             status = manager.status()
             self.metrics.gauge(f"adjunct-{name}", "bootstrapped").set(bool(status.get("bootstrapped", True)))
         return {"version": ENTRY_VERSION, "batch": batch_id, "stores": stores}
+
+    def committed(self, batch_id: int) -> None:
+        """The task checkpoint holding :meth:`commit`'s entry for ``batch_id`` is durable: the
+        snapshots of that commit become permanent now, not at the next commit (which may come after
+        ``blob.store.ttl.days``, or never, while gc runs)."""
+        for manager in self._managers.values():
+            if isinstance(manager, SupportsCommitted):
+                manager.committed(batch_id)
 
     def close(self) -> None:
         """Close every store (idempotent)."""

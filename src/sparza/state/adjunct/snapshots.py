@@ -36,6 +36,11 @@ class SnapshotStore:
         """Upload a checkpoint dir (only the files not in ``prev_index_id``); returns the new index id."""
         return self._backup.upload(slot_name, checkpoint_dir, prev_index_id, checkpoint_id=checkpoint_id)
 
+    def make_permanent(self, index_id: str) -> None:
+        """Remove the TTL of every blob of ``index_id`` and delete nothing (idempotent): run once the
+        task checkpoint naming the snapshot is durable, so a committed snapshot never expires."""
+        self._backup.make_permanent(index_id)
+
     def cleanup(self, index_id: str) -> None:
         """Make ``index_id`` permanent and delete its predecessor and the files it dropped (idempotent)."""
         self._backup.cleanup(index_id)

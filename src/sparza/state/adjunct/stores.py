@@ -33,6 +33,7 @@ __all__ = [
     "BroadcastStoreManager",
     "DefaultAdjunctStoreManagerFactory",
     "PartitionedStoreManager",
+    "SupportsCommitted",
 ]
 
 _log = logging.getLogger(__name__)
@@ -96,6 +97,16 @@ class AdjunctStoreManager(Protocol):
 
 
 @runtime_checkable
+class SupportsCommitted(Protocol):
+    """Optional capability of an :class:`AdjunctStoreManager`: told when the task checkpoint holding
+    its last ``commit`` entry is durable (to make the snapshots of that commit permanent)."""
+
+    def committed(self, batch_id: int) -> None:
+        """The checkpoint of batch ``batch_id`` is durable."""
+        ...
+
+
+@runtime_checkable
 class AdjunctStoreManagerFactory(Protocol):
     """Builds the manager of one adjunct store for one task."""
 
@@ -144,6 +155,9 @@ class PartitionedStoreManager:
 
     def commit(self, batch_id: int) -> dict[str, Any]:
         return self.builder.commit(batch_id)
+
+    def committed(self, batch_id: int) -> None:
+        self.builder.committed()
 
     def status(self) -> dict[str, Any]:
         return _builder_status(self.builder)
@@ -265,6 +279,10 @@ class BroadcastStoreManager:
         self._stale = True
         self._release()
         return entry
+
+    def committed(self, batch_id: int) -> None:
+        if self.builder is not None:
+            self.builder.committed()
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = _builder_status(self.builder) if self.builder is not None else {}

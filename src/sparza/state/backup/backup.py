@@ -273,6 +273,22 @@ class StateBackup:
         return index_id
 
     # --- cleanup -----------------------------------------------------------------------------
+    def make_permanent(self, index_blob_id: str) -> int:
+        """Remove the TTL of every file blob of the snapshot, then of its index, and delete nothing:
+        the half of :meth:`cleanup` that may run as soon as the checkpoint naming the snapshot is
+        durable, even while readers may still use the snapshot it replaced. Idempotent; raises
+        :class:`DeletedError` when a blob of the snapshot was deleted. Returns the blobs touched."""
+        return self._make_permanent(index_blob_id, self.read_index(index_blob_id))
+
+    def _make_permanent(self, index_blob_id: str, index: SnapshotIndex) -> int:
+        store = index.metadata.store_name
+        meta = self._meta(store, "")
+        ttl = self._transfer.for_each(lambda b: self.blob_store.remove_ttl(b, meta),
+                                      (b.blob_id for b in index.dir_index.present_blobs()), ignore_deleted=False)
+        self.blob_store.remove_ttl(index_blob_id, self._meta(store, INDEX_PAYLOAD_PATH))
+        self.backup_metrics.blobs_ttl_removed.inc(ttl + 1)
+        return ttl + 1
+
     def cleanup(self, index_blob_id: str) -> CleanupResult:
         """After the checkpoint naming ``index_blob_id`` is durable: make the snapshot permanent
         (remove TTL of its file blobs, then of the index), delete the blobs of files it removed and
@@ -281,9 +297,7 @@ class StateBackup:
         store = index.metadata.store_name
         meta = self._meta(store, "")
         with self.backup_metrics.cleanup_ms.time():
-            ttl = self._transfer.for_each(lambda b: self.blob_store.remove_ttl(b, meta),
-                                          (b.blob_id for b in index.dir_index.present_blobs()), ignore_deleted=False)
-            self.blob_store.remove_ttl(index_blob_id, self._meta(store, INDEX_PAYLOAD_PATH))
+            ttl = self._make_permanent(index_blob_id, index) - 1
             removed = [b.blob_id for b in index.dir_index.removed_blobs()]
             deleted = self._transfer.for_each(lambda b: self.blob_store.delete(b, meta), removed,
                                               ignore_deleted=True)
@@ -294,7 +308,6 @@ class StateBackup:
                     deleted += 1
                 except DeletedError:
                     pass
-        self.backup_metrics.blobs_ttl_removed.inc(ttl + 1)
         self.backup_metrics.blobs_deleted.inc(deleted)
         self.backup_metrics.files_removed.inc(len(removed))
         return CleanupResult(ttl + 1, deleted)
@@ -320,7 +333,7 @@ class StateBackup:
         return files > PROGRESS_MIN_FILES and sys.stderr.isatty()
 
     def restore(self, index_blob_id: str, store_dir: str | Path, checkpoint_dir: str | Path | None = None, *,
-                reupload_deleted: bool = True) -> RestoreResult:
+                reupload_deleted: bool = True, fresh_snapshot: bool = False) -> RestoreResult:
         """Make ``store_dir`` hold the snapshot ``index_blob_id``.
 
         With ``checkpoint_dir`` (the local checkpoint dir of the snapshot's checkpoint id): when it
@@ -332,7 +345,10 @@ class StateBackup:
 
         Deleted blobs (SAMZA-2787) are read anyway and a fresh snapshot is uploaded: the result's
         ``index_blob_id`` then differs from the argument (``reupload_deleted=False`` skips the
-        upload: tools that only read, such as ``sparza snapshots restore``).
+        upload: tools that only read, such as ``sparza snapshots restore``). ``fresh_snapshot=True``
+        uploads the fresh snapshot even when nothing deleted was read, because the caller knows some
+        blob of the snapshot is deleted (its cleanup failed with :class:`DeletedError`) and the local
+        checkpoint dir was reused. Blobs that are gone for good raise :class:`SnapshotUnavailableError`.
         """
         start = time.perf_counter()
         store = Path(store_dir)
@@ -360,6 +376,7 @@ class StateBackup:
                     materialize_store_dir(cp, store)
             files, nbytes, reused = stats[0], stats[1], False
         result_id = index_blob_id
+        recovered = recovered or fresh_snapshot
         if recovered and reupload_deleted:
             # The snapshot refers to deleted blobs that gc will purge: replace it with a fresh one.
             source = cp if cp is not None else store

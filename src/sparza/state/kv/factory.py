@@ -22,9 +22,12 @@ __all__ = ["STORE_FACTORIES", "open_store", "safe_dir_name", "store_dir"]
 _PKG = "sparza.state.kv"
 STORE_FACTORIES = ("rocksdb", "memory")
 
-define_key("stores.<store>.factory", "rocksdb", "store engine: rocksdb or memory", _PKG)
-define_key("stores.<store>.key.serde", "bytes", "serde of the store's keys: bytes, string, json or avro", _PKG)
-define_key("stores.<store>.msg.serde", "bytes", "serde of the store's values: bytes, string, json or avro", _PKG)
+define_key("stores.<store>.factory", "rocksdb", "store engine: rocksdb or memory (or Samza's RocksDb / InMemory "
+           "KeyValueStorageEngineFactory)", _PKG)
+define_key("stores.<store>.key.serde", "bytes", "serde of the store's keys: bytes, string, json, avro, integer, long, "
+           "double or a serializers.registry name", _PKG)
+define_key("stores.<store>.msg.serde", "bytes", "serde of the store's values: bytes, string, json, avro, integer, "
+           "long, double or a serializers.registry name", _PKG)
 define_key("stores.<store>.key.schema", None, "Avro schema (JSON or a file path) of the keys when key.serde is avro",
            _PKG)
 define_key("stores.<store>.msg.schema", None, "Avro schema (JSON or a file path) of the values when msg.serde is avro",

@@ -1,16 +1,19 @@
 """SEP-26 in sparza: a SystemProducer that writes messages as block blobs (Avro, JSON lines or raw) to
 Azure Blob Storage, plus a Spark sink (``format("azureblob")``) built on the same writers.
 
-Container = system name; blob = ``<stream>[/<partition>]/yyyy/MM/dd/HH/mm-ss[-<8 chars>].avro[.gz]``;
-one blob per (source, stream, partition) between flushes. See ``docs/azureblob.md``.
+Container = system name; blob = ``<stream>[/<partition>]/yyyy/MM/dd/HH/mm-ss-<writer>.avro[.gz]`` where
+``<writer>`` names the source and its transaction (or producer instance); one blob per (source, stream,
+partition) between flushes. See ``docs/azureblob.md``.
 """
 
 from sparza.systems.azureblob.errors import (
     AzureBlobConnectionError,
     AzureBlobError,
     AzureBlobRequestError,
+    BlobOwnedError,
     FlushTimeoutError,
     SchemaChangeError,
+    TransactionStateError,
     UnsupportedMessageError,
     WriteOnlySystemError,
     WriterClosedError,
@@ -33,9 +36,11 @@ __all__ = [
     "AzureBlobSystemProducer",
     "BlobMetadataContext",
     "BlobMetadataGenerator",
+    "BlobOwnedError",
     "DefaultBlobMetadataGenerator",
     "FlushTimeoutError",
     "SchemaChangeError",
+    "TransactionStateError",
     "UnsupportedMessageError",
     "WriteOnlySystemError",
     "WriterClosedError",

@@ -1,4 +1,5 @@
-"""The one boundary to Azure: create the container, stage a block, commit a block list.
+"""The one boundary to Azure: create the container, stage a block, commit a block list (conditionally:
+a blob committed by one writer is never replaced by another).
 
 Azure SDK exceptions are translated here and nowhere else: unreachable storage becomes
 :class:`AzureBlobConnectionError`, an error answer :class:`AzureBlobRequestError`. The SDK's own
@@ -11,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from sparza.systems.azureblob.errors import AzureBlobConnectionError, AzureBlobRequestError
+from sparza.systems.azureblob.errors import AzureBlobConnectionError, AzureBlobRequestError, BlobOwnedError
+from sparza.systems.azureblob.naming import OWNER_KEY
 
 __all__ = ["BlobStorage"]
 
@@ -64,15 +66,71 @@ class BlobStorage:
             block_id, data, length=len(data), read_timeout=self.request_timeout_s))
 
     def commit_block_list(self, blob: str, block_ids: Sequence[str], metadata: dict[str, str] | None,
-                          content_type: str | None = None, content_encoding: str | None = None) -> None:
-        """Commit ``block_ids`` in order as the blob's content (replacing an existing blob)."""
+                          content_type: str | None = None, content_encoding: str | None = None,
+                          *, owner: str | None = None) -> None:
+        """Commit ``block_ids`` in order as the blob's content.
+
+        Without ``owner`` an existing blob is replaced. With ``owner`` the blob is created only if absent
+        (If-None-Match: *) and stamped ``metadata[OWNER_KEY] = owner``; an existing blob is replaced only
+        when it carries the same owner (a replay of the same writer), conditionally on the ETag just read,
+        else :class:`BlobOwnedError` is raised and the blob is left untouched.
+        """
+        from azure.core import MatchConditions
+        from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
         from azure.storage.blob import BlobBlock, ContentSettings
 
         client = self._container_client.get_blob_client(blob)
         settings = ContentSettings(content_type=content_type, content_encoding=content_encoding)
         blocks = [BlobBlock(block_id=b) for b in block_ids]
-        self._call("commit block list", blob, lambda: client.commit_block_list(
-            blocks, content_settings=settings, metadata=metadata or None, read_timeout=self.request_timeout_s))
+        if owner is None:
+            self._call("commit block list", blob, lambda: client.commit_block_list(
+                blocks, content_settings=settings, metadata=metadata or None, read_timeout=self.request_timeout_s))
+            return
+        stamped = {**(metadata or {}), OWNER_KEY: owner}
+
+        def commit_owned() -> None:
+            # Created if absent; else replaced only under our own name, at the ETag read (a concurrent
+            # rewrite by the same writer makes us read again; anyone else's blob is never touched).
+            for _ in range(5):
+                try:
+                    client.commit_block_list(blocks, content_settings=settings, metadata=stamped,
+                                             match_condition=MatchConditions.IfMissing,
+                                             read_timeout=self.request_timeout_s)
+                    return
+                except (ResourceExistsError, ResourceModifiedError):
+                    pass
+                try:
+                    props = client.get_blob_properties(timeout=self.request_timeout_s)
+                except ResourceNotFoundError:
+                    continue  # deleted meanwhile: create it
+                found = {k.lower(): v for k, v in (props.metadata or {}).items()}.get(OWNER_KEY.lower())
+                if found != owner:
+                    raise BlobOwnedError(blob, found, owner)
+                try:
+                    client.commit_block_list(blocks, content_settings=settings, metadata=stamped,
+                                             etag=props.etag, match_condition=MatchConditions.IfNotModified,
+                                             read_timeout=self.request_timeout_s)
+                    return
+                except (ResourceModifiedError, ResourceNotFoundError):
+                    continue
+            raise BlobOwnedError(blob, "unknown (it kept changing while this commit ran)", owner)
+
+        self._call("commit block list", blob, commit_owned)
+
+    def owner_of(self, blob: str) -> str | None:
+        """The :data:`OWNER_KEY` metadata of a committed blob (None when absent or not stamped)."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        client = self._container_client.get_blob_client(blob)
+
+        def get() -> str | None:
+            try:
+                props = client.get_blob_properties(timeout=self.request_timeout_s)
+            except ResourceNotFoundError:
+                return None
+            return {k.lower(): v for k, v in (props.metadata or {}).items()}.get(OWNER_KEY.lower())
+
+        return self._call("get properties", blob, get)
 
     def download(self, blob: str) -> bytes | None:
         """A committed blob's content, or None when it does not exist."""

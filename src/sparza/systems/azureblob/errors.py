@@ -13,8 +13,10 @@ __all__ = [
     "AzureBlobConnectionError",
     "AzureBlobError",
     "AzureBlobRequestError",
+    "BlobOwnedError",
     "FlushTimeoutError",
     "SchemaChangeError",
+    "TransactionStateError",
     "UnsupportedMessageError",
     "WriteOnlySystemError",
     "WriterClosedError",
@@ -44,6 +46,26 @@ class AzureBlobRequestError(AzureBlobError):
         self.status = status
         self.error_code = error_code
         super().__init__(f"{operation} of blob {blob!r} failed with HTTP {status} {error_code or ''}: {cause}")
+
+
+class BlobOwnedError(AzureBlobError):
+    """A commit found ``blob`` already committed by another writer (another transaction or producer
+    instance); it was not overwritten. Names are unique per writer, so this means two writers were given
+    the same identity (two jobs with one job name and id, or a hand-made name)."""
+
+    def __init__(self, blob: str, owner: str | None, ours: str) -> None:
+        self.blob = blob
+        self.owner = owner
+        self.ours = ours
+        super().__init__(f"blob {blob!r} was already committed by writer {owner or 'unknown (not sparza)'}, not by "
+                         f"this one ({ours}); it was left as it is and this flush failed. Two writers share one "
+                         "identity: give each job its own job.name/job.id (or sink id), or write to another "
+                         "container or stream")
+
+
+class TransactionStateError(AzureBlobError):
+    """``begin`` or ``flush`` named a different transaction than the one the source's unflushed messages
+    belong to; nothing was changed."""
 
 
 class FlushTimeoutError(AzureBlobError, TimeoutError):

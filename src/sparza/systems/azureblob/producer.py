@@ -1,43 +1,53 @@
 """``AzureBlobSystemProducer``: sends messages to block blobs of one container (the system name).
 
-Lifecycle: ``register(source)`` for each source, ``start()`` (creates the container if missing),
-``send(source, envelope)`` from any number of threads, ``flush(source)`` at every commit, ``stop()``.
+Lifecycle: ``register(source)`` for each source, ``start()`` (creates the container if missing), then per
+batch ``begin(source, transaction)``, ``send(source, envelope)`` from any number of threads, and either
+``flush(source, transaction=...)`` or ``abandon(source)``; finally ``stop()``. This is the
+:class:`~sparza.systems.SystemProducer` contract.
 
 ``flush(source)`` makes everything the source sent durable, in two phases under one lock that keeps
 that source's sends out: (1) stage what is buffered and wait for every block upload
 (``flushTimeoutMs``); (2) commit each block list (``closeTimeoutMs``). If any upload of the flush
-failed or timed out, nothing more is committed and the error is raised; the writers are dropped
-either way, so messages sent afterwards go to new blobs and the caller replays the batch.
+failed or timed out, nothing is committed and the error is raised; the writers are dropped
+either way, so messages sent afterwards go to new blobs and the caller replays the batch. Nothing a
+source sends becomes visible before its flush: rolled-over blobs are staged early but committed there.
 
-Exactly-once with the task runtime: ``flush(source, transaction=(app_id, version))`` (or
-``begin(source, transaction)`` before sending) derives blob names, block ids and Avro sync markers
-from the transaction, the source, the stream, the partition and the blob's sequence, and takes the
-time in the name from the first message's event timestamp. A replay of the same batch that sends the
-same messages in the same order therefore writes byte-identical blobs under the same names: it
-overwrites, it never adds. Blobs that had to stage a block before the transaction was known (a
-buffer over ``maxFlushThresholdSize`` or a rollover before ``flush``) keep non-deterministic names;
-call ``begin`` first to avoid that (the counter ``non_transactional_blobs`` counts them).
+Exactly-once with the task runtime: after ``begin(source, (app_id, version))`` blob names, block ids and
+Avro sync markers derive from the transaction, the source, the stream, the partition and the blob's
+sequence, and the time in the name is the first message's event timestamp. A replay of the same batch
+that sends the same messages in the same order writes byte-identical blobs under the same names. Every
+commit is stamped with its writer (the transaction, or this producer instance outside one) and replaces
+an existing blob only when that blob carries the same writer, so a replay rewrites its own blobs and a
+different batch, task, job or producer can never overwrite them (:class:`BlobOwnedError` instead).
+A transaction announced only at ``flush`` cannot rename blobs that had to stage a block before it (a
+buffer over ``maxFlushThresholdSize`` or a rollover); those keep per-producer names and are counted in
+``non_transactional_blobs``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
-from concurrent.futures import Future
 from typing import Any
 
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
 from sparza.streams import OutgoingMessageEnvelope
 from sparza.systems.azureblob.client import BlobStorage
-from sparza.systems.azureblob.errors import AzureBlobConnectionError, AzureBlobError, WriterClosedError
+from sparza.systems.azureblob.errors import (
+    AzureBlobConnectionError,
+    AzureBlobError,
+    TransactionStateError,
+    WriterClosedError,
+)
 from sparza.systems.azureblob.metadata import load_metadata_generator
 from sparza.systems.azureblob.metrics import AzureBlobMetrics
 from sparza.systems.azureblob.naming import BlobKey, Transaction
 from sparza.systems.azureblob.settings import AzureBlobSettings
 from sparza.systems.azureblob.upload import BlobUpload, BufferBudget, PreparedBlob, UploadContext, wait_all
 from sparza.systems.azureblob.uploader import UploadPool
-from sparza.systems.azureblob.writer import BlobWriter, NameRegistry
+from sparza.systems.azureblob.writer import BlobWriter, ProducerIdentity
 
 __all__ = ["AzureBlobSystemProducer", "partition_segment"]
 
@@ -68,6 +78,23 @@ class _Source:
         self.create_lock = threading.Lock()
         self.writers: dict[BlobKey, BlobWriter] = {}
         self.transaction: Transaction | None = None
+        self.sequences: dict[BlobKey, int] = {}  # blobs opened per key since the transaction began
+
+    def next_sequence(self, key: BlobKey) -> int:
+        """The number of the next blob of ``key`` in the running transaction (0, 1, ... per key)."""
+        with self.create_lock:
+            n = self.sequences.get(key, 0)
+            self.sequences[key] = n + 1
+            return n
+
+    def reset(self) -> None:
+        """Forget the transaction and its blob numbers (after a flush or an abandon)."""
+        self.transaction = None
+        self.sequences = {}
+
+    def has_unflushed(self) -> bool:
+        """True when the source sent something since its last flush or abandon."""
+        return bool(self.writers)
 
 
 class AzureBlobSystemProducer:
@@ -90,7 +117,7 @@ class AzureBlobSystemProducer:
         self._ctx: UploadContext | None = None
         self._sources: dict[str, _Source] = {}
         self._sources_lock = threading.Lock()
-        self._names = NameRegistry()
+        self.identity = ProducerIdentity()
         self._started = False
         self._stopped = False
         self._system_metrics = AzureBlobMetrics(self.registry, system_name, None)
@@ -136,7 +163,8 @@ class AzureBlobSystemProducer:
         self._started = True
 
     def stop(self) -> None:
-        """Flush every source, then stop the upload threads. Raises the first flush failure."""
+        """Flush what any source sent and neither flushed nor abandoned (in its begun transaction if any, as
+        Samza's stop does), then stop the upload threads. Raises the first flush failure."""
         if self._stopped:
             return
         error: BaseException | None = None
@@ -158,11 +186,12 @@ class AzureBlobSystemProducer:
         discards them after 7 days). For a batch that failed. With no source the producer also stops."""
         states = list(self._sources.values()) if source is None else [self._source(source)]
         for state in states:
-            with state.create_lock:
-                writers, state.writers = list(state.writers.values()), {}
-            state.transaction = None
-            for writer in writers:
-                writer.discard()
+            with state.flush_lock:
+                with state.create_lock:
+                    writers, state.writers = list(state.writers.values()), {}
+                state.reset()
+                for writer in writers:
+                    writer.discard()
         if source is None and not self._stopped:
             self._stopped = True
             if self._ctx is not None:
@@ -177,8 +206,19 @@ class AzureBlobSystemProducer:
 
     # --- sending ---------------------------------------------------------------------------------
     def begin(self, source: str, transaction: Transaction) -> None:
-        """Announce the transaction of the messages ``source`` sends until its next flush."""
-        self._source(source).transaction = (str(transaction[0]), int(transaction[1]))
+        """Announce the transaction of the messages ``source`` sends until its next flush or abandon.
+        Refused (:class:`TransactionStateError`) while the source holds unflushed messages of another one."""
+        txn = (str(transaction[0]), int(transaction[1]))
+        state = self._source(source)
+        with state.create_lock:
+            if state.transaction == txn:
+                return
+            if state.has_unflushed():
+                raise TransactionStateError(
+                    f"begin({source!r}, {txn}) while the source holds unflushed messages of "
+                    f"{state.transaction or 'no transaction'}: flush or abandon them first")
+            state.transaction = txn
+            state.sequences = {}
 
     def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
         """Buffer one message into the blob of its (source, stream, partition); may upload a block in this
@@ -195,8 +235,9 @@ class AzureBlobSystemProducer:
                     with state.create_lock:
                         writer = state.writers.get(key)
                         if writer is None:
-                            writer = BlobWriter(ctx, state.metrics, self._names, source, key[0], key[1],
-                                                lambda: state.transaction)
+                            writer = BlobWriter(ctx, state.metrics, self.identity, source, key[0], key[1],
+                                                lambda: state.transaction,
+                                                functools.partial(state.next_sequence, key))
                             state.writers[key] = writer
                 if writer.write(envelope):
                     return
@@ -220,19 +261,22 @@ class AzureBlobSystemProducer:
         state.flush_lock.acquire()
         try:
             if transaction is not None:
-                state.transaction = (str(transaction[0]), int(transaction[1]))
+                txn = (str(transaction[0]), int(transaction[1]))
+                if state.transaction is not None and state.transaction != txn:
+                    raise TransactionStateError(
+                        f"flush({source!r}, transaction={txn}) but the source began {state.transaction}: "
+                        "a flush commits the transaction its messages were sent in")
+                state.transaction = txn
             with state.create_lock:
                 writers = list(state.writers.values())
                 state.writers = {}
             try:
-                uploads, early = self._stage_all(state, writers)
+                uploads = self._stage_all(state, writers)
                 if not commit:
-                    wait_all(early, self.settings.close_timeout_ms, "block list commits",
-                             self.settings.prefix + "closeTimeoutMs")
                     return [u.prepared() for u in uploads if u.block_ids]
                 # Phase 2: commit every block list (on the pool, bounded by closeTimeoutMs).
                 commits = [ctx.pool.submit(upload.commit) for upload in uploads]
-                wait_all(commits + early, self.settings.close_timeout_ms, "block list commits",
+                wait_all(commits, self.settings.close_timeout_ms, "block list commits",
                          self.settings.prefix + "closeTimeoutMs")
                 return []
             except Exception:
@@ -241,17 +285,14 @@ class AzureBlobSystemProducer:
                     writer.discard()
                 raise
         finally:
-            state.transaction = None
+            state.reset()
             state.flush_lock.release()
 
-    def _stage_all(self, state: _Source, writers: list[BlobWriter]) -> tuple[list[BlobUpload], list[Future[None]]]:
+    def _stage_all(self, state: _Source, writers: list[BlobWriter]) -> list[BlobUpload]:
         """Phase 1: stage every buffer, then wait for all block uploads of this source."""
         uploads: list[BlobUpload] = []
-        early: list[Future[None]] = []
         for writer in writers:
-            finished, running = writer.finish()
-            uploads.extend(finished)
-            early.extend(running)
+            uploads.extend(writer.finish())
         if state.transaction is not None:
             for upload in uploads:
                 naming = upload.naming
@@ -261,4 +302,4 @@ class AzureBlobSystemProducer:
                                 "deterministic (call begin() before sending)", naming.name)
         wait_all([f for u in uploads for f in u.futures], self.settings.flush_timeout_ms, "block uploads",
                  self.settings.prefix + "flushTimeoutMs")
-        return uploads, early
+        return uploads

@@ -33,7 +33,9 @@ AZURE_MAX_BLOCK_SIZE = 4000 * 1024 * 1024
 """Azure's largest block (service version 2019-12-12 and later)."""
 
 define_key(_P + "account.name", None, "Storage account name (or use azure.storage.connect / dev storage)", _PKG)
-define_key(_P + "account.key", None, "Storage account key; also read from sensitive.account.key", _PKG)
+define_key(_P + "account.key", None, "Storage account key; also read from sensitive.account.key and from Samza's "
+           "sensitive.systems.<container>.azureblob.account.key", _PKG)
+define_key(_P + "sensitive.account.key", None, "Storage account key (alternative spelling)", _PKG)
 define_key(_P + "endpoint", None, "Blob endpoint URL (Azurite, sovereign clouds); default https://<account>"
            ".blob.core.windows.net", _PKG)
 define_key(_P + "proxy.use", False, "Send blob traffic through an HTTP proxy", _PKG)
@@ -51,8 +53,8 @@ define_key(_P + "blockingQueueSize", "2 x threadPoolCount", "Blocks waiting for 
            "sending thread uploads itself (backpressure)", _PKG)
 define_key(_P + "flushTimeoutMs", 180000, "Time flush waits for pending block uploads", _PKG)
 define_key(_P + "closeTimeoutMs", 300000, "Time flush waits for block lists to be committed", _PKG)
-define_key(_P + "suffixRandomStringToBlobName", False, "Add 8 random characters to blob names (always on, and "
-           "deterministic, for transactional flushes)", _PKG)
+define_key(_P + "suffixRandomStringToBlobName", False, "Add 8 random characters to names written outside a "
+           "transaction (names are unique per producer without it; ignored in a transaction)", _PKG)
 define_key(_P + "writer.format", "avro", "avro (Avro container files), jsonl (JSON lines) or raw (bytes as sent)",
            _PKG)
 define_key(_P + "maxBufferedBytes", 268435456, "Bytes buffered by the whole producer; above it the writer being "

@@ -266,7 +266,8 @@ def _write_partition(options: SinkOptions, avro_schema: dict[str, Any] | None, w
 
 def _commit_blobs(storage: BlobStorage, blobs: list[PreparedBlob]) -> None:
     for blob in blobs:
-        storage.commit_block_list(blob.name, blob.block_ids, blob.metadata, content_type=blob.content_type)
+        storage.commit_block_list(blob.name, blob.block_ids, blob.metadata, content_type=blob.content_type,
+                                  owner=blob.owner)
 
 
 def _manifest_name(sink_id: str, batch_id: int) -> str:
@@ -276,13 +277,14 @@ def _manifest_name(sink_id: str, batch_id: int) -> str:
 
 def _encode_manifest(blobs: list[PreparedBlob]) -> bytes:
     return json.dumps([{"name": b.name, "block_ids": list(b.block_ids), "metadata": b.metadata,
-                        "content_type": b.content_type, "records": b.records, "raw_size": b.raw_size}
+                        "content_type": b.content_type, "records": b.records, "raw_size": b.raw_size,
+                        "owner": b.owner}
                        for b in blobs]).encode("utf-8")
 
 
 def _decode_manifest(data: bytes) -> list[PreparedBlob]:
     return [PreparedBlob(d["name"], tuple(d["block_ids"]), d["metadata"], d["content_type"], d["records"],
-                         d["raw_size"]) for d in json.loads(data)]
+                         d["raw_size"], d.get("owner")) for d in json.loads(data)]
 
 
 class _WriterBase:

@@ -65,11 +65,14 @@ class UploadContext:
 
 @dataclass(frozen=True, slots=True)
 class BlobNaming:
-    """A bound blob: its name, the 16-char token its block ids start with, and whether both were
+    """A bound blob: its name, the 16-char token its block ids start with, the writer identity its commit
+    is stamped and checked with (``owner``), extra metadata naming that writer, and whether all of it was
     derived from a transaction."""
 
     name: str
     token: str
+    owner: str
+    metadata: dict[str, str]
     transactional: bool = False
 
 
@@ -87,6 +90,7 @@ class PreparedBlob:
     content_type: str | None
     records: int
     raw_size: int
+    owner: str | None = None
 
 
 def _run_counting(metrics: AzureBlobMetrics, fn: Callable[[], None]) -> None:
@@ -181,20 +185,32 @@ class BlobUpload:
 
     def _metadata(self) -> dict[str, str]:
         context = BlobMetadataContext(self.stream, self.name, self.raw_size, self.records)
-        return self.ctx.metadata.get_blob_metadata(context)
+        naming = self.naming
+        assert naming is not None
+        # the writer's identity goes last: a custom generator cannot drop it
+        return {**self.ctx.metadata.get_blob_metadata(context), **naming.metadata}
+
+    @property
+    def owner(self) -> str:
+        """The writer identity the commit is stamped and checked with."""
+        _ = self.name
+        assert self.naming is not None
+        return self.naming.owner
 
     def prepared(self) -> PreparedBlob:
         """What a commit needs, for committing elsewhere (uploads must have finished)."""
         return PreparedBlob(self.name, tuple(self.block_ids), self._metadata(), self.content_type, self.records,
-                            self.raw_size)
+                            self.raw_size, self.owner)
 
     def commit(self) -> None:
-        """Commit the staged block list with its metadata (uploads must have finished)."""
+        """Commit the staged block list with its metadata (uploads must have finished); refuses to replace
+        a blob another writer committed (:class:`~sparza.systems.azureblob.errors.BlobOwnedError`)."""
         if not self.block_ids or self.committed:
             return
         metadata = self._metadata()
+        owner = self.owner
         _run_counting(self.metrics, lambda: self.ctx.storage.commit_block_list(
-            self.name, self.block_ids, metadata, content_type=self.content_type))
+            self.name, self.block_ids, metadata, content_type=self.content_type, owner=owner))
         self.committed = True
         self.metrics.inc("blobs_committed")
 

@@ -3,8 +3,8 @@
 Records are encoded first (so a bad message changes nothing), grouped into format chunks (Avro data
 blocks of ~64 KiB), and written to the current :class:`BlobUpload`. The writer rolls over to a new
 blob before a record would exceed ``maxBlobSize``, ``maxMessagesPerBlob`` or Azure's 50,000 blocks.
-A rolled-over blob is committed as soon as its uploads are done, except inside a transaction, where
-every commit waits for ``flush`` so an aborted batch leaves nothing visible.
+A rolled-over blob is staged at once but committed only by the source's next ``flush``, so an abandoned
+batch leaves nothing visible, in a transaction or not.
 """
 
 from __future__ import annotations
@@ -15,47 +15,58 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 
 from sparza.streams import OutgoingMessageEnvelope
 from sparza.systems.azureblob.formats import AVRO_SYNC_INTERVAL, RecordFormat, make_format
 from sparza.systems.azureblob.metrics import AzureBlobMetrics
-from sparza.systems.azureblob.naming import Transaction, blob_name, deterministic_token, random_token
+from sparza.systems.azureblob.naming import (
+    Transaction,
+    blob_name,
+    deterministic_token,
+    producer_owner,
+    random_token,
+    source_slug,
+    transaction_metadata,
+    transaction_owner,
+)
 from sparza.systems.azureblob.settings import AZURE_MAX_BLOCKS
 from sparza.systems.azureblob.upload import BlobNaming, BlobUpload, UploadContext
 
-__all__ = ["BlobWriter", "NameRegistry"]
+__all__ = ["BlobWriter", "ProducerIdentity"]
 
 _PUBLISH_EVERY = 1024
 _FRAME_OVERHEAD = 36  # Avro block count + size varints (<= 20) and the 16-byte sync marker
 
 
-class NameRegistry:
-    """Blob names a producer has used: without a random suffix, a second blob of the same stream and
-    partition in the same second gets a counter suffix instead of overwriting the first."""
+class ProducerIdentity:
+    """Who writes outside a transaction: a random id per producer instance and a counter of its blobs, so
+    no two producers (processes, hosts, restarts) and no two blobs of one producer share a name."""
 
     def __init__(self) -> None:
-        self._counts: dict[str, int] = {}
+        self.id = secrets.token_hex(6)
+        self._count = 0
         self._lock = threading.Lock()
 
-    def claim(self, base: Callable[[str | None], str]) -> str:
-        """``base(None)`` if unused, else ``base("%08d" % n)`` for the next free ``n``."""
+    def next(self) -> int:
+        """The number of the producer's next non-transactional blob."""
         with self._lock:
-            name = base(None)
-            n = self._counts.get(name, 0)
-            self._counts[name] = n + 1
-            return name if n == 0 else base(f"{n:08d}")
+            n = self._count
+            self._count += 1
+            return n
 
 
 class BlobWriter:
     """Writes one stream-partition's messages of one source into blobs; thread-safe."""
 
-    def __init__(self, ctx: UploadContext, metrics: AzureBlobMetrics, names: NameRegistry, source: str,
-                 stream: str, partition: str | None, transaction: Callable[[], Transaction | None]) -> None:
+    def __init__(self, ctx: UploadContext, metrics: AzureBlobMetrics, identity: ProducerIdentity, source: str,
+                 stream: str, partition: str | None, transaction: Callable[[], Transaction | None],
+                 next_sequence: Callable[[], int]) -> None:
         self.ctx = ctx
         self.metrics = metrics
-        self.names = names
+        self.identity = identity
         self.source = source
+        self._slug = source_slug(source)
+        self._next_sequence = next_sequence
         self.stream = stream
         self.partition = partition
         self._transaction = transaction
@@ -73,8 +84,6 @@ class BlobWriter:
         # staged + buffered + chunk can add 2 blocks, and the final split up to threadPoolCount - 1 more
         self._block_guard = AZURE_MAX_BLOCKS - 3 - settings.thread_pool_count
         self._sealed: list[BlobUpload] = []
-        self._early_commits: list[Future[None]] = []
-        self._sequence = 0
         self._closed = False
         self._unpublished = 0
 
@@ -110,8 +119,6 @@ class BlobWriter:
                 # memory cap (maxBufferedBytes): stage this blob's bytes now rather than hold them
                 self._emit_chunk()
                 current.stage_buffer()
-            if self._sealed and self._transaction() is None:
-                self._commit_finished_sealed()
             # counted per writer and published in batches: three locked counters per message cost more
             # than encoding it
             self._unpublished += 1
@@ -137,8 +144,8 @@ class BlobWriter:
         return blocks + settings.thread_pool_count - 1 > AZURE_MAX_BLOCKS  # room for the final split
 
     def _open(self, event_time_ms: int | None, first_record: bytes) -> None:
-        sequence = self._sequence
-        self._sequence += 1
+        # numbered per (source, stream, partition) from the transaction's start: a replay numbers alike
+        sequence = self._next_sequence()
         opened_ms = int(time.time() * 1000)
         ext = self.ctx.settings.extension
         # The Avro sync marker only has to be unlikely inside the data; hashing what a replay repeats
@@ -147,19 +154,24 @@ class BlobWriter:
         digest = hashlib.sha256(deterministic_token(self.source, self.stream, self.partition, sequence,
                                                     event_time_ms).encode() + first_record).digest()
         self._sync = digest[:16]
+        source, stream, partition, slug = self.source, self.stream, self.partition, self._slug
 
         def bind() -> BlobNaming:
             txn = self._transaction()
             if txn is not None:
                 app_id, version = txn
-                suffix = deterministic_token(app_id, version, self.source, self.stream, self.partition, sequence)[:8]
-                name = blob_name(self.stream, self.partition, event_time_ms or 0, suffix, ext)
-                return BlobNaming(name, deterministic_token(name, app_id, version, self.source, sequence), True)
+                writer = deterministic_token(app_id, source, length=12)
+                name = blob_name(stream, partition, event_time_ms or 0, f"{slug}-v{version}-{sequence:04d}-{writer}",
+                                 ext)
+                return BlobNaming(name, deterministic_token(name, app_id, version, source, sequence),
+                                  transaction_owner(app_id, version, source),
+                                  transaction_metadata(app_id, version, source), True)
+            identity = self.identity
+            tail = f"{slug}-{identity.id}-{identity.next():04d}"
             if self.ctx.settings.suffix_random_string:
-                name = blob_name(self.stream, self.partition, opened_ms, random_token(), ext)
-            else:
-                name = self.names.claim(lambda s: blob_name(self.stream, self.partition, opened_ms, s, ext))
-            return BlobNaming(name, secrets.token_hex(8))
+                tail += f"-{random_token()}"
+            name = blob_name(stream, partition, opened_ms, tail, ext)
+            return BlobNaming(name, secrets.token_hex(8), producer_owner(identity.id), {})
 
         self._current = BlobUpload(self.ctx, self.metrics, self.stream, bind, self._format.content_type)
         self._current.write(self._format.header(self._sync))
@@ -180,16 +192,9 @@ class BlobWriter:
         self._sealed.append(self._current)
         self._current = None
 
-    def _commit_finished_sealed(self) -> None:
-        ready = [u for u in self._sealed if u.uploads_done()]
-        for upload in ready:
-            self._sealed.remove(upload)
-            self._early_commits.append(self.ctx.pool.submit(_commit_after_uploads(upload)))
-
     # --- flushing ------------------------------------------------------------------------------
-    def finish(self) -> tuple[list[BlobUpload], list[Future[None]]]:
-        """Close the writer: stage what is buffered; return the blobs still to commit and the commits
-        already running for rolled-over blobs."""
+    def finish(self) -> list[BlobUpload]:
+        """Close the writer: stage what is buffered; return every blob to commit (rolled-over ones too)."""
         with self._lock:
             self._closed = True
             self._publish()
@@ -199,7 +204,7 @@ class BlobWriter:
                 self._sealed.append(self._current)
                 self._current = None
             uploads, self._sealed = self._sealed, []
-            return uploads, self._early_commits
+            return uploads
 
     def discard(self) -> None:
         """Release buffered memory after a failed flush."""
@@ -210,11 +215,3 @@ class BlobWriter:
             self._chunk, self._chunk_size = [], 0
             for upload in self._sealed + ([self._current] if self._current else []):
                 upload.discard()
-
-
-def _commit_after_uploads(upload: BlobUpload) -> Callable[[], None]:
-    def commit() -> None:
-        for future in upload.futures:
-            future.result()  # already done: re-raises an upload failure instead of committing
-        upload.commit()
-    return commit

@@ -8,6 +8,7 @@ import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from sparza.config import Config
 from sparza.streams import SystemStreamPartition
@@ -140,6 +141,18 @@ class DeltaSystemAdmin:
             count = self._count_from_table(self.settings.location(stream))
             self._partitions[stream] = count
         return count
+
+    def transaction_version(self, stream: str, app_id: str) -> int | None:
+        """The newest app-transaction version the stream's table records for ``app_id`` (None: never).
+
+        What an idempotent writer reads first, to commit only versions above it (delta-rs records
+        app transactions but does not skip a repeated one by itself).
+        """
+        location = self.location(stream)
+        table: Any = open_table(location)
+        with storage_errors(location.uri):
+            version = table.transaction_version(app_id)
+        return None if version is None else int(version)
 
     def properties(self, stream: str) -> dict[str, str]:
         """The stream table's properties (partition count, creation info, Delta settings)."""

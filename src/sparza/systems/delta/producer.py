@@ -6,6 +6,9 @@ order per partition. With ``transaction=(app_id, version)`` the commit carries a
 transaction and is skipped when the table already records ``version`` (or newer) for ``app_id``:
 a replayed flush commits nothing twice. delta-rs resolves concurrent appends by retrying the
 commit against the winner (``systems.<s>.delta.commit.retries``).
+
+Streams with ``delta.table.*`` config are typed result tables instead: their messages become rows of
+real columns, appended or merged by key (:mod:`sparza.systems.delta.tables`, ``docs/tables.md``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from sparza.systems.delta.partitioner import partition_for, partition_key_bytes
 from sparza.systems.delta.schema import FILE_SCHEMA, PARTITION_COLUMN, TABLE_SCHEMA
 from sparza.systems.delta.settings import StreamLocation
 from sparza.systems.delta.storage import storage_errors
+from sparza.systems.delta.tables import TableError, TypedTable
 
 __all__ = ["DeltaSystemProducer"]
 
@@ -85,6 +89,7 @@ class _StreamInfo:
     msg_serde: Serde
     table: Any = None
     round_robin: int = 0
+    typed: TypedTable | None = None   # set when the stream is a typed table (docs/tables.md)
 
     def __post_init__(self) -> None:
         self.key_to_bytes = self.key_serde.to_bytes
@@ -114,6 +119,7 @@ class DeltaSystemProducer:
         self._buffers: dict[str, dict[str, dict[int, _PartitionBuffer]]] = {}
         self._streams: dict[str, _StreamInfo] = {}
         self._delta_schema: Any = None
+        self._typed: dict[str, TypedTable] = {}
 
     # --- SystemProducer lifecycle ------------------------------------------------------------
     def register(self, source: str) -> None:
@@ -134,18 +140,30 @@ class DeltaSystemProducer:
             if info is not None:
                 info.buffers.pop(source, None)
         self._buffers[source] = {}
+        for typed in self._typed.values():
+            typed.abandon(source)
 
     def stop(self) -> None:
         """Drop unflushed messages and open tables."""
         self._buffers.clear()
         self._streams.clear()
+        self._typed.clear()
 
     # --- sending -----------------------------------------------------------------------------
     def _stream(self, stream: str) -> _StreamInfo:
         info = self._streams.get(stream)
         if info is None:
-            info = _StreamInfo(self.settings.location(stream), self.admin.partition_count(stream),
-                               self.settings.key_serde(stream), self.settings.msg_serde(stream))
+            spec = self.settings.table_spec(stream)
+            if spec is not None:
+                location = self.settings.location(stream)
+                key_serde, msg_serde = self.settings.key_serde(stream), self.settings.msg_serde(stream)
+                typed = self._typed[stream] = TypedTable(
+                    spec, location, msg_serde, key_serde, commit_retries=self.settings.commit_retries,
+                    config=self.settings.config, system=self.system_name, log_retention=self.settings.log_retention)
+                info = _StreamInfo(location, 0, key_serde, msg_serde, typed=typed)
+            else:
+                info = _StreamInfo(self.settings.location(stream), self.admin.partition_count(stream),
+                                   self.settings.key_serde(stream), self.settings.msg_serde(stream))
             self._streams[stream] = info
         return info
 
@@ -157,6 +175,9 @@ class DeltaSystemProducer:
         """
         stream = envelope.system_stream.stream
         info = self._streams.get(stream) or self._stream(stream)
+        if info.typed is not None:
+            info.typed.send(source, envelope)
+            return
         # Hot path (once per message): partitioner.serialize() inlined, plus str -> UTF-8 without a
         # serde call; bytes pass straight through.
         key = envelope.key
@@ -199,6 +220,9 @@ class DeltaSystemProducer:
         """Buffer Arrow rows for one partition without per-row Python: columns ``key``, ``value``
         (binary), ``timestamp`` (int64) and optionally ``type`` (int8, default user messages)."""
         info = self._stream(stream)
+        if info.typed is not None:
+            raise TableError(f"send_batch writes stream rows (key/value); {stream!r} is a typed table: send() "
+                             f"its rows as dicts")
         if not 0 <= partition < info.partitions:
             raise ValueError(f"partition {partition} out of range for stream {stream!r} "
                              f"with {info.partitions} partitions")
@@ -214,7 +238,8 @@ class DeltaSystemProducer:
 
     def pending(self, source: str) -> int:
         """How many messages ``source`` sent that are not flushed yet."""
-        return sum(len(b) for parts in self._buffers.get(source, {}).values() for b in parts.values())
+        return (sum(len(b) for parts in self._buffers.get(source, {}).values() for b in parts.values())
+                + sum(t.pending(source) for t in self._typed.values()))
 
     # --- flushing ----------------------------------------------------------------------------
     def flush(self, source: str, *, transaction: Transaction | None = None) -> None:
@@ -233,6 +258,14 @@ class DeltaSystemProducer:
             info = self._streams.get(stream)
             if info is not None:
                 info.buffers.pop(source, None)  # send's cached reference to the dict just dropped
+        for typed in self._typed.values():
+            if typed.pending(source):
+                before = dict(typed.stats)
+                typed.flush(source, transaction)
+                self._count("messages-written", typed.stats["rows"] - before["rows"])
+                self._count("commits", typed.stats["commits"] - before["commits"])
+                self._count("flushes-skipped-replay", typed.stats["skipped"] - before["skipped"])
+                self._count("commit-conflicts", typed.stats["conflicts"] - before["conflicts"])
 
     def _table(self, info: _StreamInfo) -> Any:
         if info.table is None:

@@ -29,6 +29,25 @@ define_key("systems.<system>.streams.<stream>.samza.msg.serde", None,
            "Serde of message values that are not bytes (bytes, string, json, avro); default: the system's.", _PKG)
 define_key("systems.<system>.streams.<stream>.samza.key.serde", None,
            "Serde of keys that are not bytes; default: the system's.", _PKG)
+define_key("systems.<system>.streams.<stream>.samza.msg.schema", None,
+           "Avro schema (JSON text or a file path) of the stream's values when its msg serde is avro; a typed "
+           "table without delta.table.schema takes its columns from it.", _PKG)
+define_key("systems.<system>.streams.<stream>.samza.key.schema", None,
+           "Avro schema (JSON text or a file path) of the stream's keys when its key serde is avro.", _PKG)
+define_key("systems.<system>.streams.<stream>.delta.table.schema", None,
+           "Makes the stream a typed table with these columns: 'name type [not null], ...', a Delta schema "
+           "JSON or an Avro record (text or file path). See docs/tables.md.", _PKG)
+define_key("systems.<system>.streams.<stream>.delta.table.mode", None,
+           "append (every message a new row) or upsert (merge the latest row per key; None deletes); "
+           "setting it alone makes a typed table whose columns come from the avro msg schema.", _PKG)
+define_key("systems.<system>.streams.<stream>.delta.table.key", None,
+           "Comma list of the key columns of an upsert table (rows are merged on them).", _PKG)
+define_key("systems.<system>.streams.<stream>.delta.table.partition.by", None,
+           "Comma list of columns the typed table is partitioned by (Delta partition columns).", _PKG)
+define_key("systems.<system>.streams.<stream>.delta.table.timestamp.column", None,
+           "Column that gets the message's event time when the message has no value for it.", _PKG)
+define_key("systems.<system>.streams.<stream>.delta.table.message.key.column", None,
+           "Column that gets the message key when the message has no value for it.", _PKG)
 define_key("systems.<system>.samza.msg.serde", "bytes", "Default value serde of the system's streams.", _PKG)
 define_key("systems.<system>.samza.key.serde", "bytes", "Default key serde of the system's streams.", _PKG)
 define_key("systems.<system>.delta.commit.retries", 100,
@@ -166,7 +185,8 @@ class DeltaSystemSettings:
         if name is None:
             key = f"{self._prefix}samza.{which}.serde"
             name = self.config.get_str(key, None)
-        return serde_from_name(name, key=key, config=self.config)
+        schema = self.config.get_str(self.stream_key(stream, f"samza.{which}.schema"), None)
+        return serde_from_name(name, key=key, schema=schema, config=self.config)
 
     def key_serde(self, stream: str) -> Serde:
         """Serde for keys that are not bytes."""
@@ -175,6 +195,12 @@ class DeltaSystemSettings:
     def msg_serde(self, stream: str) -> Serde:
         """Serde for message values that are not bytes."""
         return self._serde(stream, "msg")
+
+    def table_spec(self, stream: str) -> Any:
+        """The :class:`~sparza.systems.delta.tables.TableSpec` of a typed table stream, None for a plain stream."""
+        from sparza.systems.delta.tables import table_spec_from_config
+
+        return table_spec_from_config(self, stream)
 
     @property
     def commit_retries(self) -> int:

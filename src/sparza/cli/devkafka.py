@@ -1,0 +1,44 @@
+"""``sparza dev-kafka start|stop|status``: a local Kafka-protocol broker (Tansu) for development."""
+
+from __future__ import annotations
+
+import typer
+
+from sparza.devkafka import DevKafka
+
+__all__ = ["app", "register"]
+
+app = typer.Typer(help="Run a local Kafka-protocol broker (Tansu, in-memory) on loopback under .sparza/kafka/.",
+                  no_args_is_help=True)
+
+
+@app.command()
+def start(port: int = typer.Option(0, help="Listener port (0: a free one).")) -> None:
+    """Start the broker (or report the running one) and print its bootstrap servers."""
+    proc, started = DevKafka.default().start(port=port)
+    state = "started" if started else "already running"
+    typer.echo(f"dev kafka {state}: pid {proc.pid}, bootstrap servers {proc.bootstrap_servers}")
+    typer.echo(f"config: systems.<s>.samza.factory: kafka, systems.<s>.consumer.bootstrap.servers: "
+               f"{proc.bootstrap_servers}  (topics live in memory until 'sparza dev-kafka stop')")
+
+
+@app.command()
+def stop() -> None:
+    """Stop the running broker (its topics are lost: it keeps them in memory)."""
+    stopped = DevKafka.default().stop()
+    typer.echo("dev kafka stopped" if stopped else "dev kafka was not running")
+
+
+@app.command()
+def status() -> None:
+    """Say whether the broker runs, and where. Exit code 1 when it does not."""
+    proc = DevKafka.default().status()
+    if proc is None:
+        typer.echo("dev kafka is not running (start it with 'sparza dev-kafka start')")
+        raise typer.Exit(1)
+    typer.echo(f"dev kafka running: pid {proc.pid}, bootstrap servers {proc.bootstrap_servers}")
+
+
+def register(root: typer.Typer) -> None:
+    """Add ``dev-kafka`` to the root command."""
+    root.add_typer(app, name="dev-kafka")

@@ -1,0 +1,381 @@
+"""Checks a whole job config before anything runs: every key known, every value usable.
+
+sparza owns the namespaces in :data:`OWNED_NAMESPACES`; a key there that no package declares (with
+``define_key``), that is no pass-through (:data:`PASS_THROUGH`) and no Samza key sparza knows and
+deliberately does not use (:data:`SAMZA_UNUSED`) is an error naming the closest known key, so a
+misspelled key fails at start instead of being ignored. ``app.*`` and ``spark.*`` stay free-form;
+keys of other namespaces are reported as unused. Samza's spellings are translated first
+(:mod:`sparza.samzacompat`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Literal
+
+from sparza.config import Config, ConfigKey, define_key, defined_keys, is_secret_key
+from sparza.errors import ConfigError
+from sparza.samzacompat import Note, translate
+
+__all__ = [
+    "OWNED_NAMESPACES",
+    "PASS_THROUGH",
+    "SAMZA_UNUSED",
+    "CheckReport",
+    "KeyReport",
+    "Migration",
+    "UnknownKeyError",
+    "check_config",
+    "migrate_config",
+    "validate_for_run",
+]
+
+_PKG = "pass-through"
+
+OWNED_NAMESPACES = ("job", "task", "systems", "streams", "stores", "blob", "metrics", "serializers", "azure",
+                    "sensitive", "processor")
+"""First key segments sparza owns: an undeclared key there is an error (``blob`` stands for ``blob.store``)."""
+
+FREE_FORM = ("app.", "spark.")
+"""Prefixes whose keys are never checked (application settings, Spark settings)."""
+
+PASS_THROUGH: dict[str, str] = {
+    "systems.<system>.consumer.*": "Kafka systems: passed to the librdkafka consumer as is.",
+    "systems.<system>.producer.*": "Kafka systems: passed to the librdkafka producer as is.",
+    "streams.<stream>.eventhubs.*": "Event Hubs streams: passed to the Event Hubs mapping as is.",
+    "sensitive.streams.<stream>.eventhubs.*": "Event Hubs secrets (SAS keys): passed as is, never shown.",
+}
+"""Namespaces whose keys a client library interprets: accepted without checking each key."""
+
+for _pattern, _meaning in PASS_THROUGH.items():
+    define_key(_pattern, None, _meaning, _PKG)
+
+SAMZA_UNUSED: dict[str, str] = {
+    "job.factory.class": "sparza runs jobs on Spark with `sparza run`; there is no YARN or process job factory",
+    "job.container.count": "Spark decides the executors (spark.executor.instances); tasks are input partitions",
+    "job.container.thread.pool.size": "tasks of a batch run in parallel as Spark tasks",
+    "job.coordinator.system": "sparza needs no coordinator stream: job models live in the blob store / Azure",
+    "job.coordinator.replication.factor": "sparza needs no coordinator stream",
+    "job.coordinator.azure.blob.length": "sparza's job-model blob is a block blob without a fixed length",
+    "job.default.system": "sparza names every stream as system.stream",
+    "job.changelog.system": "sparza keeps no changelog topics: back stores up with backup.factories: blobstore",
+    "job.jmx.enabled": "sparza exports metrics as JSON lines or Prometheus, not JMX",
+    "job.config.rewriters": "sparza has no config rewriters",
+    "job.config.rewriter.<name>.class": "sparza has no config rewriters",
+    "job.security.manager.factory": "sparza has no security manager (use Azure credentials)",
+    "task.checkpoint.system": "task checkpoints live in the blob store, not a Kafka topic",
+    "task.checkpoint.replication.factor": "task checkpoints live in the blob store, not a Kafka topic",
+    "task.checkpoint.segment.bytes": "task checkpoints live in the blob store, not a Kafka topic",
+    "task.checkpoint.write.versions": "sparza always writes one checkpoint version (Samza's CheckpointV2 content)",
+    "task.checkpoint.read.versions": "sparza always reads its one checkpoint version",
+    "task.opts": "JVM options: set Spark's spark.executor.extraJavaOptions",
+    "task.java.home": "Spark's JVM is configured by Spark",
+    "task.log4j.system": "logs go to Spark's log4j configuration",
+    "task.poll.interval.ms": "inputs are read per batch by Spark",
+    "task.shutdown.ms": "a stop finishes the running batch and commits",
+    "task.max.concurrency": "one task processes its messages in order, one batch at a time",
+    "task.callback.timeout.ms": "sparza tasks are synchronous",
+    "task.commit.max.delay.ms": "a batch commits when its tasks finished",
+    "task.consumer.batch.size": "task.max.batch.messages caps a batch",
+    "task.drop.producer.errors": "a failed producer flush fails the batch, which is retried",
+    "task.transactional.state.restore.enabled": "sparza's state is always transactional (versioned by batch)",
+    "stores.<store>.changelog": "sparza keeps no changelog: set stores.<store>.backup.factories: blobstore to "
+                                "keep the store when a host is lost",
+    "stores.<store>.changelog.replication.factor": "sparza keeps no changelog",
+    "stores.<store>.write.batch.size": "writes go through the object cache and are batched per commit",
+    "stores.<store>.container.write.buffer.size.bytes": "set stores.<store>.rocksdb.write.buffer.size.bytes",
+    "stores.<store>.container.cache.size.bytes": "set stores.<store>.rocksdb.cache.size.bytes",
+    "stores.<store>.rocksdb.ttl.ms": "sparza's RocksDB stores have no TTL",
+    "stores.<store>.clean.on.container.start": "restores always verify the local copy against the snapshot",
+    "stores.<store>.side.inputs.processor.serialized.instance": "a serialized Java instance cannot be used",
+    "systems.<system>.streams.<stream>.samza.priority": "sparza reads every input of a batch; bootstrap streams "
+                                                        "go first",
+    "systems.<system>.samza.fetch.threshold": "inputs are read per batch by Spark",
+    "streams.<stream>.samza.system": "sparza names streams as system.stream; configure systems.<s>.streams.<x>",
+    "streams.<stream>.samza.physical.name": "sparza names streams as system.stream; configure "
+                                            "systems.<s>.streams.<x>",
+    "metrics.reporters": "sparza reports metrics with metrics.reporter.jsonl.path and "
+                         "metrics.reporter.prometheus.port",
+    "metrics.reporter.<name>.class": "sparza reports metrics with metrics.reporter.jsonl.path and "
+                                     "metrics.reporter.prometheus.port",
+    "metrics.reporter.<name>.stream": "sparza has no metrics stream reporter",
+    "metrics.reporter.<name>.interval": "metrics are reported once per batch",
+    "yarn.*": "sparza runs on Spark: set spark.* (spark.executor.memory, spark.executor.cores, ...)",
+    "cluster-manager.*": "sparza runs on Spark: set spark.*",
+    "app.runner.class": "sparza runs applications with `sparza run`",
+    "app.mode": "sparza decides batch or stream from bounded inputs",
+}
+"""Samza keys sparza knows and deliberately does not use, with why: warned about, never silently ignored."""
+
+
+@cache
+def _regex(pattern: str) -> re.Pattern[str]:
+    """A declared key pattern as a regex: ``<stream>``/``<key>``/``*`` may span dots, other placeholders not."""
+    out = []
+    for part in re.split(r"(<[a-z]+>|\*)", pattern):
+        if part in ("<stream>", "<key>", "<name>", "*"):
+            out.append(r".+")
+        elif part.startswith("<") and part.endswith(">"):
+            out.append(r"[^.]+")
+        else:
+            out.append(re.escape(part))
+    return re.compile("^" + "".join(out) + "$")
+
+
+def _declared() -> list[ConfigKey]:
+    from sparza.configref import import_all_packages
+
+    import_all_packages()
+    return defined_keys()
+
+
+@dataclass(frozen=True, slots=True)
+class KeyReport:
+    """One key of a checked config: its value (masked for secrets), the declared pattern it matches,
+    what it means, its default, the package that reads it, and its status."""
+
+    key: str
+    value: str
+    status: Literal["ok", "pass-through", "free-form", "samza-unused", "unused", "unknown"]
+    pattern: str | None = None
+    meaning: str = ""
+    default: str | None = None
+    package: str | None = None
+
+
+@dataclass
+class CheckReport:
+    """Everything :func:`check_config` found: each key, the translation notes, problems and warnings."""
+
+    config: Config
+    keys: list[KeyReport] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    problems: list[ConfigError] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing stops the job from starting."""
+        return not self.problems
+
+
+class UnknownKeyError(ConfigError):
+    """A key in a namespace sparza owns that no package declares (usually a typo)."""
+
+    def __init__(self, key: str, suggestion: str | None) -> None:
+        hint = f": did you mean '{suggestion}'?" if suggestion else \
+            ": no sparza package reads it (see docs/config-reference.md); remove it or fix its spelling"
+        super().__init__(key, None, "a known key", message=f"unknown config key '{key}'{hint}")
+        self.suggestion = suggestion
+
+
+def _match(key: str, declared: Iterable[ConfigKey]) -> ConfigKey | None:
+    # The most specific pattern wins: fewest placeholders, then longest literal text.
+    best: ConfigKey | None = None
+    best_rank: tuple[int, int] | None = None
+    for entry in declared:
+        if _regex(entry.key).match(key):
+            rank = (entry.key.count("<") + entry.key.count("*"), -len(entry.key))
+            if best_rank is None or rank < best_rank:
+                best, best_rank = entry, rank
+    return best
+
+
+def _names(config: Mapping[str, str]) -> dict[str, set[str]]:
+    systems = {k.split(".")[1] for k in config if k.startswith("systems.") and k.count(".") >= 2}
+    stores = {k.split(".")[1] for k in config if k.startswith("stores.") and k.count(".") >= 2}
+    streams: set[str] = set()
+    for key in ("task.inputs", "task.broadcast.inputs"):
+        for item in config.get(key, "").split(","):
+            _, _, stream = item.strip().partition(".")
+            if stream:
+                streams.add(stream.split("#")[0])
+    for k in config:
+        parts = k.split(".")
+        if len(parts) > 4 and parts[0] == "systems" and parts[2] == "streams":
+            streams.add(parts[3])
+    return {"system": systems, "container": systems, "store": stores, "stream": streams}
+
+
+def suggest(key: str, config: Mapping[str, str], patterns: Iterable[str]) -> str | None:
+    """The known key closest to ``key``: each pattern filled with the names this config uses."""
+    names = _names(config)
+    candidates: set[str] = set()
+    for pattern in patterns:
+        holes = re.findall(r"<([a-z]+)>", pattern)
+        if any(h not in names for h in holes) or "*" in pattern:
+            continue
+        pools = [sorted(names[h]) for h in holes]
+        for combo in itertools.islice(itertools.product(*pools), 500):
+            text = pattern
+            for hole, value in zip(holes, combo, strict=True):
+                text = text.replace(f"<{hole}>", value, 1)
+            candidates.add(text)
+    close = difflib.get_close_matches(key, sorted(candidates), n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def check_config(config: Mapping[str, str]) -> CheckReport:
+    """Translate ``config`` from Samza's spelling and check every key and every value sparza can check
+    without touching storage: unknown keys, unsupported Samza classes, and the runtime's own validation."""
+    translation = translate(config)
+    report = CheckReport(translation.config, notes=list(translation.notes))
+    declared = _declared()
+    patterns = [d.key for d in declared]
+    for note in translation.notes:
+        if note.level == "error":
+            text = note.message if f"'{note.key}'" in note.message else f"config key '{note.key}': {note.message}"
+            report.problems.append(ConfigError(note.key, None, note.message, message=text))
+        elif note.level == "warning":
+            report.warnings.append(f"{note.key}: {note.message}")
+    translated = translation.config
+    for key in sorted(translated):
+        value = "<redacted>" if is_secret_key(key) else translated[key]
+        entry = _match(key, declared)
+        if entry is not None:
+            status: Literal["ok", "pass-through"] = "pass-through" if entry.package == _PKG else "ok"
+            report.keys.append(KeyReport(key, value, status, entry.key, entry.description, entry.default,
+                                         entry.package))
+            continue
+        unused = next((p for p in SAMZA_UNUSED if _regex(p).match(key)), None)
+        if unused is not None:
+            report.keys.append(KeyReport(key, value, "samza-unused", unused, SAMZA_UNUSED[unused]))
+            report.warnings.append(f"{key}: a Samza key sparza does not use ({SAMZA_UNUSED[unused]})")
+            continue
+        if key.startswith(FREE_FORM):
+            report.keys.append(KeyReport(key, value, "free-form", meaning="application or Spark setting"))
+            continue
+        if key.split(".", 1)[0] not in OWNED_NAMESPACES:
+            report.keys.append(KeyReport(key, value, "unused", meaning="not a sparza namespace"))
+            report.warnings.append(f"{key}: not read by sparza (not one of its namespaces: "
+                                   f"{', '.join(n + '.*' for n in OWNED_NAMESPACES)})")
+            continue
+        report.keys.append(KeyReport(key, value, "unknown"))
+        report.problems.append(UnknownKeyError(key, suggest(key, translated, patterns)))
+    _check_systems(translated, report)
+    if not translation.errors:
+        _check_values(translated, report)
+    return report
+
+
+def _check_values(config: Config, report: CheckReport) -> None:
+    """The validation ``sparza run`` does before Spark starts, collected instead of raised."""
+    from sparza.control.settings import ControlSettings
+    from sparza.runtime.jobconfig import JobConfig
+    from sparza.state.adjunct import AdjunctConfig
+
+    checks = (
+        lambda: JobConfig.from_config(config),
+        lambda: AdjunctConfig.from_config(config),
+        lambda: ControlSettings.from_config(config),
+    )
+    for check in checks:
+        try:
+            check()
+        except ConfigError as exc:
+            if not any(str(p) == str(exc) for p in report.problems):
+                report.problems.append(exc)
+
+
+def validate_for_run(config: Mapping[str, str], warn: Callable[[str], None] | None = None) -> Config:
+    """What ``sparza run`` does first: check every key, raise the first problem as :class:`ConfigError`,
+    pass each warning to ``warn`` once, and return the config in sparza's spelling."""
+    report = check_config(config)  # translation errors come first among its problems
+    if report.problems:
+        raise report.problems[0]
+    if warn is not None:
+        for line in dict.fromkeys(report.warnings):
+            warn(line)
+    return report.config
+
+
+@dataclass
+class Migration:
+    """A Samza config in sparza's spelling (``values``), what was changed, what was dropped (Samza keys
+    sparza does not use) and what must be fixed by hand (features sparza lacks, unknown keys)."""
+
+    values: dict[str, str]
+    changes: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    to_fix: list[str] = field(default_factory=list)
+
+    def render(self, fmt: str = "properties", *, mask_secrets: bool = True) -> str:
+        """The config as ``.properties`` lines or flat YAML; secret values masked unless asked not to."""
+        shown = {k: ("<secret: copy from the Samza config>" if mask_secrets and is_secret_key(k) else v)
+                 for k, v in sorted(self.values.items())}
+        if fmt == "yaml":
+            import yaml
+
+            return str(yaml.safe_dump(shown, sort_keys=True, default_flow_style=False))
+        if fmt != "properties":
+            raise ConfigError("--format", fmt, "properties or yaml")
+        return "".join(f"{k}={v}\n" for k, v in shown.items())
+
+
+def migrate_config(config: Mapping[str, str]) -> Migration:
+    """Carry a Samza job config over to sparza: translated keys and classes, Samza-only keys dropped,
+    a changelog replaced by a blob-store backup, and a list of what must be changed by hand."""
+    from sparza.samzacompat import KEY_ALIASES, SENSITIVE_PREFIX
+
+    report = check_config(config)
+    values = dict(report.config.items())
+    migration = Migration(values)
+    for note in report.notes:
+        if note.level == "info":
+            migration.changes.append(f"{note.key}: {note.message}")
+    for alias in KEY_ALIASES:
+        values.pop(alias, None)
+    for key in [k for k in values if k.startswith(SENSITIVE_PREFIX) and k[len(SENSITIVE_PREFIX):] in values
+                and not k.startswith("sensitive.streams.")]:
+        values.pop(key)  # the value was copied to the key without the prefix
+    registered = [k for k in values if k.startswith("serializers.registry.") and k.endswith(".class")]
+    for key in registered:
+        if values[key] in ("bytes", "string", "json", "integer", "long", "double", "avro"):
+            values.pop(key)  # the serde keys now name the built-in serde directly
+    for entry in report.keys:
+        if entry.status in ("samza-unused", "unused"):
+            values.pop(entry.key, None)
+            migration.dropped.append(f"{entry.key}: {entry.meaning}")
+            store = entry.key.split(".")[1] if entry.key.startswith("stores.") else None
+            if store and entry.key == f"stores.{store}.changelog" and \
+                    f"stores.{store}.backup.factories" not in values:
+                values[f"stores.{store}.backup.factories"] = "blobstore"
+                migration.changes.append(f"stores.{store}.backup.factories=blobstore: the changelog's job (state "
+                                         "that survives a lost host) is done by the blob-store backup")
+    for problem in report.problems:
+        migration.to_fix.append(str(problem))
+    for key in ("task.class", "app.class"):
+        if key in values and not _importable(values[key]):
+            migration.to_fix.append(f"{key}={values[key]}: no such Python module here; port the Samza task or "
+                                    "application to Python (sparza.task.StreamTask / sparza.api) and name its "
+                                    "dotted path")
+    return migration
+
+
+def _check_systems(config: Config, report: CheckReport) -> None:
+    """Every system's factory exists in this sparza (a Samza class of a missing system is reported)."""
+    from sparza.systems import SYSTEM_FACTORIES
+
+    for key, value in sorted(config.items()):
+        if key.startswith("systems.") and key.endswith(".samza.factory") and key.count(".") == 3:
+            name = value.strip().lower()
+            if name and "." not in name and ":" not in name and name not in SYSTEM_FACTORIES:
+                report.problems.append(ConfigError(key, value, "", message=(
+                    f"config key '{key}' names the {name} system, which this sparza does not have (available: "
+                    f"{', '.join(sorted(SYSTEM_FACTORIES))} or a dotted Python path): use a delta system in its "
+                    "place")))
+
+
+def _importable(path: str) -> bool:
+    import importlib.util
+
+    module = path.replace(":", ".").rpartition(".")[0]
+    try:
+        return bool(module) and importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False

