@@ -555,6 +555,14 @@ def soak(minutes: float, base: Path, *, seeds: list[int] | None = None, keep: bo
             outcome = run_scenario(scenario, azurite, workdir)
             outcomes.append(outcome)
             print(outcome.report(), flush=True)
+            recent = outcomes[-3:]
+            if len(recent) == 3 and all(any(p.startswith("harness error") for p in o.problems) and o.seconds < 30
+                                        for o in recent):
+                # Three scenarios in a row died at once in the harness itself: the environment is
+                # broken (a venv being reinstalled, a full disk), and going on would only count noise.
+                print("soak: stopped: three scenarios in a row failed at once with a harness error; fix the "
+                      "environment and run again", flush=True)
+                break
             if outcome.ok and not keep:
                 shutil.rmtree(workdir, ignore_errors=True)
             if seeds is not None and not queue:
