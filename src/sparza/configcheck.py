@@ -97,8 +97,6 @@ SAMZA_UNUSED: dict[str, str] = {
                                                         "go first",
     "systems.<system>.samza.fetch.threshold": "inputs are read per batch by Spark",
     "streams.<stream>.samza.system": "sparza names streams as system.stream; configure systems.<s>.streams.<x>",
-    "streams.<stream>.samza.physical.name": "sparza names streams as system.stream; configure "
-                                            "systems.<s>.streams.<x>",
     "metrics.reporters": "sparza reports metrics with metrics.reporter.jsonl.path and "
                          "metrics.reporter.prometheus.port",
     "metrics.reporter.<name>.class": "sparza reports metrics with metrics.reporter.jsonl.path and "

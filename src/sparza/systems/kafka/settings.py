@@ -40,6 +40,9 @@ define_key("systems.<system>.kafka.monitoring.group.commit", "true",
 define_key("systems.<system>.streams.<stream>.samza.physical.name", None,
            "The Kafka topic of stream <stream> (default: the stream name); Samza's "
            "streams.<stream>.samza.physical.name is accepted too.", _PKG)
+define_key("streams.<stream>.samza.physical.name", None,
+           "Samza's spelling of the Kafka topic of stream <stream> (systems.<s>.streams.<stream>.samza.physical.name "
+           "wins when both are set).", _PKG)
 define_key("systems.<system>.default.stream.replication.factor", "-1",
            "Replication factor of topics sparza creates (-1: the broker's default).", _PKG)
 
