@@ -267,11 +267,12 @@ def _check_values(config: Config, report: CheckReport) -> None:
     from sparza.runtime.jobconfig import JobConfig
     from sparza.state.adjunct import AdjunctConfig
 
-    checks = (
-        lambda: JobConfig.from_config(config),
-        lambda: AdjunctConfig.from_config(config),
-        lambda: ControlSettings.from_config(config),
-    )
+    checks: list[Callable[[], object]] = [lambda: JobConfig.from_config(config),
+                                          lambda: ControlSettings.from_config(config)]
+    if config.get_str("app.class", None) is None or config.get_str("app.stage", None) is not None:
+        # An application's inputs (and so where its adjunct streams belong) come from its graph: each
+        # planned stage is checked when it starts, not the application's own config.
+        checks.append(lambda: AdjunctConfig.from_config(config))
     for check in checks:
         try:
             check()

@@ -17,14 +17,11 @@ from sparza.testing.scenario import generate, scale_scenario
 pytestmark = [pytest.mark.guarantees, pytest.mark.slow]
 
 # (seed, messages, fault): small inputs keep each scenario to a few `sparza run`s.
-_PARTITIONED_JOIN = ("defect: an application cannot join a partitioned adjunct table: the planner builds each "
-                     "stage's task.inputs from the graph, so stores.<t>.adstore.input is never a job input and "
-                     "`sparza run` exits 2 with a config error")
 SAMPLE = [
     pytest.param(669040315, None, None, id="count-rocksdb-kill9"),
     pytest.param(365773884, None, None, id="window-broadcast-join-lost-spark-checkpoint"),
-    pytest.param(122, None, "none", id="pipeline-partitioned-join", marks=pytest.mark.xfail(
-        strict=True, raises=AssertionError, reason=_PARTITIONED_JOIN)),
+    # Found by the harness (the planner never made a partitioned table a stage input); fixed by 525f083.
+    pytest.param(122, None, "none", id="pipeline-partitioned-join"),
 ]
 
 
