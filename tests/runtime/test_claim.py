@@ -29,7 +29,7 @@ from tests.runtime.helpers import (
 from sparza.config import Config
 from sparza.runtime import checkpoint_store_from_config
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 FAST_CLAIM = {"job.coordinator.standalone.claim.timeout.ms": "3000",
               "job.coordinator.standalone.claim.renew.interval.ms": "500"}
