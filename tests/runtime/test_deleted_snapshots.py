@@ -146,6 +146,7 @@ def test_purged_snapshot_fails_naming_snapshot_task_and_remedy(make_job, work_di
     finally:
         manager.close()
     _lose_local_state(config)
+    append_messages(config, 300, KEYS, start=300, commit_size=300)  # a batch to run: it must restore first
 
     result = run_sparza("run", "--config", str(path), "--once", "--master", "local[2]", timeout=RUN_TIMEOUT)
     assert result.returncode != 0
