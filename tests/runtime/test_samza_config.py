@@ -87,7 +87,7 @@ def test_config_check_explains_every_key_of_a_samza_config(work_dir):
     assert "stores.wikipedia-stats.factory = rocksdb" in out
     assert "store engine: rocksdb or memory" in out and "read by sparza.state.kv" in out
     assert "stores.wikipedia-stats.msg.serde = integer" in out
-    assert "systems.kafka.producer.bootstrap.servers = localhost:9092" in out and "librdkafka producer" in out
+    assert "systems.kafka.producer.bootstrap.servers = localhost:9092" in out and "read by systems.kafka" in out
     assert "org.apache.samza.storage.kv.RocksDbKeyValueStorageEngineFactory → rocksdb" in out
     for key in ("job.factory.class", "yarn.package.path", "metrics.reporters", "stores.wikipedia-stats.changelog",
                 "stores.wikipedia-stats.write.batch.size", "job.coordinator.system"):
