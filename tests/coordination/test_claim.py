@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sparza.coordination.claim import (
+from sparza.coordination.jobclaim import (
     AzureClaimBackend,
     ClaimHeldError,
     ClaimLostError,

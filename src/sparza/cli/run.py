@@ -10,7 +10,7 @@ import typer
 __all__ = ["register"]
 
 EXIT_CLAIMED = 3
-"""``sparza run`` exit code: another standalone processor holds the job (see ``sparza.coordination.claim``)."""
+"""``sparza run`` exit code: another standalone processor holds the job (see ``sparza.coordination.jobclaim``)."""
 
 checkpoints_app = typer.Typer(help="Inspect task checkpoints.", no_args_is_help=True)
 
@@ -36,7 +36,7 @@ def run(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML
     bounded input ended; with --once, until caught up. Exit codes: 0 clean stop, 1 job failed,
     2 bad config, 3 another processor holds the job (standalone: refused, or claim lost while running)."""
     from sparza.config import Config
-    from sparza.coordination.claim import ClaimError
+    from sparza.coordination.jobclaim import ClaimError
     from sparza.runtime.app import run_config
 
     cfg = Config.load(config)  # untranslated: run_config checks it and warns about Samza's spellings itself

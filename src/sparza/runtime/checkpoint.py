@@ -35,7 +35,7 @@ from sparza.errors import ConfigError, StorageUnavailableError
 from sparza.runtime.errors import CheckpointConflictError, CheckpointFencedError
 
 if TYPE_CHECKING:  # the claim is the driver's business: executors never import it
-    from sparza.coordination.claim import ClaimBackend
+    from sparza.coordination.jobclaim import ClaimBackend
 
 __all__ = [
     "AzureCheckpointStore",
@@ -245,7 +245,7 @@ class LocalCheckpointStore:
 
     def claim_backend(self) -> ClaimBackend:
         """The claim file ``<root>/<job>/_claim``."""
-        from sparza.coordination.claim import LocalClaimBackend
+        from sparza.coordination.jobclaim import LocalClaimBackend
 
         return LocalClaimBackend(self.dir / CLAIM_NAME)
 
@@ -325,7 +325,7 @@ class AzureCheckpointStore:
 
     def claim_backend(self) -> ClaimBackend:
         """The claim blob ``<prefix><job>/_claim``."""
-        from sparza.coordination.claim import AzureClaimBackend
+        from sparza.coordination.jobclaim import AzureClaimBackend
 
         return AzureClaimBackend(self.container, self.prefix + CLAIM_NAME)
 

@@ -211,7 +211,7 @@ class JobRunner:
         """
         if not self.claims_job or self._claim is not None:
             return
-        from sparza.coordination.claim import KEY_RENEW, KEY_TIMEOUT, JobClaim
+        from sparza.coordination.jobclaim import KEY_RENEW, KEY_TIMEOUT, JobClaim
         from sparza.runtime.checkpoint import SupportsJobClaim, checkpoint_store_from_config, stamp_generation
 
         store = checkpoint_store_from_config(self.config, self.job.job_key)
@@ -240,7 +240,7 @@ class JobRunner:
 
     def _check_claim(self) -> None:
         """Renew now (outside the schedule): records the loss when another processor took the claim."""
-        from sparza.coordination.claim import ClaimLostError
+        from sparza.coordination.jobclaim import ClaimLostError
 
         claim = self._claim
         if claim is None or self._claim_lost is not None:
