@@ -96,6 +96,10 @@ class _Topic:
     msg_serde: Serde
 
 
+class _FencedError(KafkaError):
+    """A commit failed because a newer producer instance with the same ``transactional.id`` exists."""
+
+
 @dataclass
 class _Source:
     """One task's transactional producer and where its current batch stands."""
@@ -222,7 +226,7 @@ class KafkaSystemProducer:
         """Open ``source``'s Kafka transaction for ``transaction``, or mark the batch a replay when the
         version is already committed (see the module docstring)."""
         src = self._sources.setdefault(source, _Source())
-        if src.state == "ready" and src.pending:
+        if src.pending:   # "ready", or a failed commit's buffer: a begin must not silently drop it
             raise KafkaError(f"{source}: begin({transaction}) while {len(src.pending)} messages of "
                              f"{src.transaction} are neither flushed nor abandoned")
         txn_id = transactional_id(transaction.app_id, self.system_name)
@@ -325,12 +329,40 @@ class KafkaSystemProducer:
             raise KafkaError(f"{source}: flush({transaction}) does not match the open transaction {src.transaction}")
         assert src.transaction is not None
         if src.state == "replay":
-            log.info("%s: replayed batch %s: %d messages not written again", source, src.transaction, src.skipped)
-            self._count("flushes-skipped-replay")
-            self._count("messages-skipped-replay", src.skipped)
-            src.state = "idle"
+            self._skip_replay(source, src, src.skipped)
             return
-        self._commit(source, src)
+        try:
+            self._commit(source, src)
+        except _FencedError as fenced:
+            # Another instance of this task (the same transactional.id) ran init_transactions since this
+            # producer's: usually the task ran a batch in another Spark Python worker and came back. The
+            # runtime's intent already fenced zombie processors before this flush, and every instance
+            # writes the same batch for the same version, so: a new producer (which fences the other
+            # instance), and the version read again decides whether this batch is still to be written.
+            log.warning("%s; re-initialising the transactional producer and retrying once", fenced)
+            self._count("producer-reinitialised-after-fencing")
+            if not self._reopen(source, src):
+                return
+            self._commit(source, src)
+
+    def _reopen(self, source: str, src: _Source) -> bool:
+        """A new transactional producer for ``src``'s open batch; False when the batch turned out to be
+        committed already (its buffer is then dropped as a replay's)."""
+        assert src.transaction is not None
+        pending, src.pending = src.pending, []
+        self._drop(src)
+        self.begin(source, src.transaction)
+        if src.state == "replay":
+            self._skip_replay(source, src, len(pending))
+            return False
+        src.pending = pending
+        return True
+
+    def _skip_replay(self, source: str, src: _Source, skipped: int) -> None:
+        log.info("%s: replayed batch %s: %d messages not written again", source, src.transaction, skipped)
+        self._count("flushes-skipped-replay")
+        self._count("messages-skipped-replay", skipped)
+        src.state = "idle"
 
     def _commit(self, source: str, src: _Source) -> None:
         from confluent_kafka import KafkaException, TopicPartition
@@ -369,14 +401,15 @@ class KafkaSystemProducer:
             if fenced or getattr(error, "fatal", lambda: False)():
                 # Fenced by a newer instance of the task (or another fatal error): this producer can do
                 # nothing more, not even abort; the newer instance's init_transactions aborted for us.
-                self._drop(src)
+                self._drop(src)   # the buffer stays, for flush's retry or until abandon
                 outcome = "this producer is fenced or broken and was dropped"
             else:
                 if opened:
                     self._abort(source, src)
                 outcome = "it was aborted; the messages stay buffered until abandon"
-            raise KafkaError(f"{source}: committing Kafka transaction {txn_id!r} version {version} failed "
-                             f"({exc}); {outcome}{'; ' + '; '.join(errors[:3]) if errors else ''}") from exc
+            kind = _FencedError if fenced else KafkaError
+            raise kind(f"{source}: committing Kafka transaction {txn_id!r} version {version} failed "
+                       f"({exc}); {outcome}{'; ' + '; '.join(errors[:3]) if errors else ''}") from exc
         self._count("messages-written", len(src.pending))
         src.pending = []
         src.state = "idle"
