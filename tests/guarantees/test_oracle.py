@@ -10,8 +10,18 @@ from collections import Counter
 import pytest
 
 from sparza.testing.harness import Outcome, _check, _Job, reproduce_command
-from sparza.testing.oracle import compare, expected_records, window_starts
-from sparza.testing.scenario import COMMIT_STEPS, FAULTS, InputMessage, Profile, Scenario, generate, scale_scenario
+from sparza.testing.oracle import compare, expected_records, expected_table_rows, window_starts
+from sparza.testing.scenario import (
+    COMMIT_STEPS,
+    FAULTS,
+    INPUTS,
+    OUTPUTS,
+    InputMessage,
+    Profile,
+    Scenario,
+    generate,
+    scale_scenario,
+)
 
 pytestmark = pytest.mark.guarantees
 
@@ -98,8 +108,8 @@ def test_the_check_finds_a_lost_and_a_duplicated_record_in_a_real_delta_output(t
     class _NoAzurite:
         connection_string = "UseDevelopmentStorage=true"
 
-    scenario = generate(7, fault="none")
-    scenario.output, scenario.kind, scenario.api = "delta", "copy", "task"
+    scenario = generate(7, fault="none", output="delta", input="delta")
+    scenario.kind, scenario.api = "copy", "task"
     job = _Job(scenario, tmp_path, _NoAzurite())
     job.create_streams()
     producer = DeltaSystemProducer("delta", Config(job.config))
@@ -123,3 +133,89 @@ def test_reproduce_command_and_scale_scenario_shape() -> None:
     big = scale_scenario()
     assert len(big.messages) >= 100_000 and big.join == "broadcast" and big.kind == "window"
     assert big.output == "blob"
+
+
+def test_new_kinds_are_drawn_apart_and_leave_older_draws_alone() -> None:
+    """Typed tables and Kafka come from a second generator: every output and input kind is drawn, upsert
+    only for keyed results, and a seed's other choices are what they were before the new kinds existed
+    (these two lines are the sample seeds' scenarios as generated before)."""
+    drawn = [generate(seed) for seed in range(1, 400)]
+    assert {s.output for s in drawn} == set(OUTPUTS) and {s.input for s in drawn} == set(INPUTS)
+    assert {s.kind for s in drawn if s.output == "table-upsert"} == {"count", "window"}
+    assert {s.api for s in drawn if s.output == "table-append"} == {"task", "app"}
+    assert {s.api for s in drawn if s.input == "kafka"} == {"task", "app"}
+    assert generate(669040315, output="delta", input="delta").describe() == (
+        "seed=669040315 task:count(rocksdb) tasks=3 msgs=120 keys=2 unbounded chunks=1 batch=5 sorted "
+        "blobstore=azure out=delta fault=kill9@phase0")
+    assert generate(365773884, output="delta").describe() == (
+        "seed=365773884 app:window(p2=2,join=broadcast,win=1000/1000) tasks=3 msgs=120 keys=3 bounded chunks=1 "
+        "batch=100000 shuffled blobstore=local out=delta fault=lost-spark-checkpoint@phase0")
+    unkeyed = next(seed for seed in range(1, 100) if generate(seed).kind in ("copy", "filtermap", "pipeline"))
+    with pytest.raises(ValueError, match="keyed result"):
+        generate(unkeyed, output="table-upsert")
+    with pytest.raises(ValueError, match="unknown output"):
+        generate(7, output="parquet")
+
+
+def test_table_oracle_append_is_every_record_upsert_the_last_count_per_task_and_key() -> None:
+    msgs = [InputMessage(0, "a", 1, 0, 0, 0), InputMessage(1, "a", 1, 0, 1, 0), InputMessage(2, "a", 1, 0, 0, 0),
+            InputMessage(3, "b", 1, 0, 0, 1), InputMessage(4, "a", 1, 0, 0, 1)]
+    upsert = _scenario("count", msgs, chunks=2, output="table-upsert")
+    assert expected_table_rows(upsert) == Counter({(4, "a", 3, 0, "count"): 1, (1, "a", 1, 1, "count"): 1,
+                                                   (3, "b", 1, 0, "count"): 1})
+    append = _scenario("count", msgs, chunks=2, output="table-append")
+    assert expected_table_rows(append) == expected_records(append)
+    windows = _scenario("window", msgs, api="app", window_size_ms=1000, window_slide_ms=1000, output="table-upsert")
+    assert expected_table_rows(windows) == Counter({(0, "a", 4, 4, "w"): 1, (0, "b", 1, 1, "w"): 1})
+
+
+def _rows_for_upsert_count(scenario: Scenario) -> list[dict[str, object]]:
+    rows: dict[tuple[int, str], dict[str, object]] = {}
+    counts: Counter[tuple[int, str]] = Counter()
+    for m in sorted(scenario.messages, key=lambda m: (m.partition, m.chunk, m.id)):
+        counts[(m.partition, m.key)] += 1
+        rows[(m.partition, m.key)] = {"id": m.id, "key": m.key, "val": counts[(m.partition, m.key)],
+                                      "aux": m.partition, "tag": "count"}
+    return list(rows.values())
+
+
+def test_the_check_reads_a_real_upsert_table_with_every_reader_and_finds_a_wrong_count(tmp_path) -> None:
+    """A typed upsert table written by the real table producer under the job's own config: exact rows
+    pass (read by deltalake, DuckDB and Polars alike); one key's count off by one fails."""
+    from sparza.config import Config
+    from sparza.streams import OutgoingMessageEnvelope, SystemStream
+    from sparza.systems import Transaction
+    from sparza.systems.delta import DeltaSystemProducer
+
+    class _NoAzurite:
+        connection_string = "UseDevelopmentStorage=true"
+
+    scenario = generate(314, fault="none", output="table-upsert", input="delta")
+    assert scenario.kind == "count"
+    job = _Job(scenario, tmp_path, _NoAzurite())
+    assert job.config["systems.delta.streams.out.delta.table.key"] == "key,aux"
+    job.create_streams()
+    stream = SystemStream("delta", "out")
+    rows = _rows_for_upsert_count(scenario)
+
+    def write(version: int, batch: list[dict[str, object]]) -> None:
+        producer = DeltaSystemProducer("delta", Config(job.config))
+        producer.register("t")
+        producer.begin("t", Transaction("harness-test/t", version))
+        for row in batch:
+            producer.send("t", OutgoingMessageEnvelope(stream, dict(row), key=str(row["key"])))
+        producer.flush("t", transaction=Transaction("harness-test/t", version))
+        producer.stop()
+
+    write(1, rows)
+    outcome = Outcome(scenario)
+    _check(job, outcome)
+    assert outcome.ok, outcome.report()
+    assert any("deltalake, duckdb, polars" in n for n in outcome.notes)
+    wrong = dict(rows[0])
+    wrong["val"] = int(wrong["val"]) + 1          # type: ignore[call-overload]
+    write(2, [wrong])
+    outcome = Outcome(scenario)
+    _check(job, outcome)
+    assert not outcome.ok and "1 missing" in outcome.problems[0] and "1 extra" in outcome.problems[0]
+    assert "--seed 314" in outcome.report()

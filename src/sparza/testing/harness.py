@@ -6,7 +6,9 @@ subprocesses, inject its fault, and compare the outputs exactly with the oracle.
     python -m sparza.testing.harness --seed 12345 --print  # only describe the scenario
 
 Every failure prints a one-line command that reproduces it. The harness starts its own Azurite
-unless it is given one (:func:`run_scenario` takes an :class:`~sparza.devstorage.AzuriteProcess`).
+unless it is given one (:func:`run_scenario` takes an :class:`~sparza.devstorage.AzuriteProcess`),
+and, for scenarios with a Kafka input or output, its own Tansu broker unless it is given one
+(``kafka=``, a :class:`~sparza.devkafka.TansuProcess`; a soak starts one for all its scenarios).
 """
 
 from __future__ import annotations
@@ -29,16 +31,19 @@ from typing import Any
 
 import yaml
 
-from sparza.testing.jobs import RECORD_SCHEMA
+from sparza.testing.jobs import RECORD_SCHEMA, TABLE_SCHEMA
 from sparza.testing.oracle import (
     Comparison,
     compare,
     expected_records,
+    expected_table_rows,
     read_blob_records,
     read_delta_records,
     read_delta_values,
+    read_kafka_records,
+    read_table_rows,
 )
-from sparza.testing.scenario import FAULTS, Scenario, generate, scale_scenario
+from sparza.testing.scenario import FAULTS, INPUTS, OUTPUTS, Scenario, generate, scale_scenario
 
 __all__ = ["Outcome", "reproduce_command", "run_scenario", "soak"]
 
@@ -51,9 +56,11 @@ _AFTER_RUN_FAULTS = frozenset({"lost-state", "lost-spark-checkpoint", "replay-sp
 """Faults applied between runs (the others happen during a run, which is then restarted)."""
 
 
-def reproduce_command(seed: int, *, messages: int | None = None, fault: str | None = None) -> str:
+def reproduce_command(seed: int, *, messages: int | None = None, fault: str | None = None,
+                      output: str | None = None, input: str | None = None) -> str:
     """The one-line command (from the repository root) that runs the scenario of ``seed`` again."""
     extra = (f" --messages {messages}" if messages is not None else "") + (f" --fault {fault}" if fault else "")
+    extra += (f" --output {output}" if output else "") + (f" --input {input}" if input else "")
     return f"PYTHONPATH=src:. .venv/bin/python -m sparza.testing.harness --seed {seed}{extra}"
 
 
@@ -80,6 +87,8 @@ class Outcome:
     workdir: Path | None = None
     messages_override: int | None = None
     fault_override: str | None = None
+    output_override: str | None = None
+    input_override: str | None = None
 
     inconclusive: bool = False
     """Spark itself could not start the job's Python workers, even after restarts (an overloaded
@@ -103,18 +112,26 @@ class Outcome:
         if not self.ok:
             lines += [f"  run {r.label}: exit {r.returncode} in {r.seconds:.0f}s, log {r.log}" for r in self.runs]
             lines.append("  reproduce: " + reproduce_command(self.scenario.seed, messages=self.messages_override,
-                                                             fault=self.fault_override))
+                                                             fault=self.fault_override, output=self.output_override,
+                                                             input=self.input_override))
         return "\n".join(lines)
 
 
 class _Job:
     """One scenario's files, config and processes."""
 
-    def __init__(self, scenario: Scenario, root: Path, azurite: Any) -> None:
+    def __init__(self, scenario: Scenario, root: Path, azurite: Any, kafka: Any = None) -> None:
         self.s = scenario
         self.root = root
         self.azurite = azurite
+        self.kafka = kafka
         self.nonce = uuid.uuid4().hex[:10]
+        if (scenario.input == "kafka" or scenario.output == "kafka") and kafka is None:
+            raise ValueError("a scenario with a Kafka input or output needs a broker (kafka=TansuProcess)")
+        # Topics are per scenario (one broker serves a whole soak): the nonce keeps them apart.
+        self.input_stream = "delta.in" if scenario.input == "delta" else f"kafka.in-{self.nonce}"
+        self.output_stream = {"blob": f"ho-{self.nonce}.out", "kafka": f"kafka.out-{self.nonce}"}.get(
+            scenario.output, "delta.out")
         self.output_container = f"ho-{self.nonce}"
         self.state_container = f"hs-{self.nonce}"
         self.logs = root / "logs"
@@ -140,12 +157,19 @@ class _Job:
             "app.harness.kind": s.kind,
             "metrics.reporter.jsonl.path": root / "metrics.jsonl",
             "task.testing.fail.once.file": "",
+            "app.harness.input": self.input_stream,
+            "app.harness.output": self.output_stream,
         }
+        if "kafka" in (s.input, s.output):
+            v["systems.kafka.samza.factory"] = "kafka"
+            v["systems.kafka.consumer.bootstrap.servers"] = self.kafka.bootstrap_servers
+            v["systems.kafka.samza.offset.default"] = "oldest"
+        in_system, in_name = self.input_stream.split(".", 1)
         if s.bounded:
-            v["systems.delta.streams.in.bounded"] = "true"
+            v[f"systems.{in_system}.streams.{in_name}.bounded"] = "true"
         if s.api == "task":
             v["task.class"] = "sparza.testing.jobs.HarnessTask"
-            v["task.inputs"] = "delta.in"
+            v["task.inputs"] = self.input_stream
             v["app.harness.output.partition"] = s.blob_partition
         else:
             v["app.class"] = "sparza.testing.jobs.HarnessApp"
@@ -159,7 +183,7 @@ class _Job:
                 v["app.harness.window.size.ms"] = s.window_size_ms
                 v["app.harness.window.slide.ms"] = s.window_slide_ms
             # Without late data nothing may be late: the lateness spans every event time.
-            v["systems.delta.streams.in.watermark.lateness.ms"] = 0 if s.late else 10**12
+            v[f"systems.{in_system}.streams.{in_name}.watermark.lateness.ms"] = 0 if s.late else 10**12
             v["task.late.messages.policy"] = "route"
             v["task.late.messages.stream"] = "delta.late"
         if s.kind == "count":
@@ -184,13 +208,26 @@ class _Job:
         else:
             v["blob.store.manager.factory"] = "azure"
             v["blob.store.azure.container"] = self.state_container
-        if s.output == "delta":
-            v["app.harness.output"] = "delta.out"
-            v["systems.delta.streams.out.samza.key.serde"] = "string"
-            v["systems.delta.streams.out.samza.msg.serde"] = "json"
-        else:
+        if s.output in ("delta", "kafka", "table-append", "table-upsert"):
+            out_system, out_name = self.output_stream.split(".", 1)
+            v[f"systems.{out_system}.streams.{out_name}.samza.key.serde"] = "string"
+            v[f"systems.{out_system}.streams.{out_name}.samza.msg.serde"] = "json"
+        if s.output.startswith("table-"):
+            mode = s.output.removeprefix("table-")
+            key = ("key,aux" if s.kind == "count" else "key,id") if mode == "upsert" else ""
+            if s.kind == "count" and mode == "upsert":
+                v["app.harness.count.aux"] = "partition"      # one row per (key, task): its current count
+            if s.api == "app":
+                # The high-level API declares the table: app.output(schema=…, mode=…, key=…).
+                v["app.harness.table.mode"] = mode
+                v["app.harness.table.key"] = key
+            else:
+                v["systems.delta.streams.out.delta.table.schema"] = TABLE_SCHEMA
+                v["systems.delta.streams.out.delta.table.mode"] = mode
+                if key:
+                    v["systems.delta.streams.out.delta.table.key"] = key
+        if s.output == "blob":
             c = self.output_container
-            v["app.harness.output"] = f"{c}.out"
             v["app.harness.output.avro"] = str(s.blob_format == "avro").lower()
             v[f"systems.{c}.samza.factory"] = "azureblob"
             v[f"systems.{c}.azureblob.writer.format"] = s.blob_format
@@ -219,10 +256,19 @@ class _Job:
 
         config = Config(self.config)
         admin = DeltaSystemAdmin("delta", config)
-        admin.create_stream(StreamSpec("in", self.s.partitions))
+        if self.s.input == "delta":
+            admin.create_stream(StreamSpec("in", self.s.partitions))
         admin.create_stream(StreamSpec("late", 1))
         if self.s.output == "delta":
             admin.create_stream(StreamSpec("out", 2))
+        if "kafka" in (self.s.input, self.s.output):
+            from sparza.systems.kafka import KafkaSystemAdmin
+
+            kafka_admin = KafkaSystemAdmin("kafka", config)
+            if self.s.input == "kafka":
+                kafka_admin.create_stream(StreamSpec(self.input_stream.split(".", 1)[1], self.s.partitions))
+            if self.s.output == "kafka":
+                kafka_admin.create_stream(StreamSpec(self.output_stream.split(".", 1)[1], 2))
         if self.s.join != "none":
             admin.create_stream(StreamSpec("profiles", 1 if self.s.join == "broadcast" else self.s.stage2_partitions))
             producer = DeltaSystemProducer("delta", config)
@@ -245,6 +291,8 @@ class _Job:
         messages = [m for m in self.s.messages if m.chunk == chunk]
         if not messages:
             return 0
+        if self.s.input == "kafka":
+            return self._append_kafka(chunk, messages)
         producer = DeltaSystemProducer("delta", Config(self.config))
         producer.register("harness")
         stream = SystemStream("delta", "in")
@@ -253,6 +301,22 @@ class _Job:
             producer.send("harness", OutgoingMessageEnvelope(stream, body, key=m.key.encode(), partition=m.partition,
                                                              timestamp=m.timestamp))
         producer.flush("harness")
+        return len(messages)
+
+    def _append_kafka(self, chunk: int, messages: list[Any]) -> int:
+        """One Kafka transaction per chunk, with confluent-kafka directly: the records become visible at
+        once, and the commit marker makes Tansu's reported end offsets exact (docs/kafka.md)."""
+        from confluent_kafka import Producer
+
+        topic = self.input_stream.split(".", 1)[1]
+        producer = Producer({"bootstrap.servers": self.kafka.bootstrap_servers,
+                             "transactional.id": f"harness-loader-{self.nonce}-{chunk}"})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        for m in messages:
+            body = json.dumps({"id": m.id, "key": m.key, "n": m.n}).encode()
+            producer.produce(topic, value=body, key=m.key.encode(), partition=m.partition, timestamp=m.timestamp)
+        producer.commit_transaction(60)
         return len(messages)
 
     # --- processes -------------------------------------------------------------------------
@@ -480,6 +544,19 @@ def _check(job: _Job, outcome: Outcome) -> None:
     routed = _routed_late(job)
     if s.output == "delta":
         actual = read_delta_records(job.root / "streams" / "out")
+    elif s.output.startswith("table-"):
+        readers = read_table_rows(job.root / "streams" / "out")
+        actual = readers["deltalake"]
+        for name, rows in readers.items():
+            if rows != actual:
+                outcome.problems.append(f"table readers disagree: {name} read {sum(rows.values())} rows, deltalake "
+                                        f"{sum(actual.values())}")
+        outcome.notes.append(f"table read by {', '.join(sorted(readers))}")
+    elif s.output == "kafka":
+        actual, control = read_kafka_records(job.kafka.bootstrap_servers, job.output_stream.split(".", 1)[1])
+        if control:
+            outcome.problems.append(f"{control} control records in the output topic (only intermediate streams "
+                                    f"carry watermarks and end-of-stream)")
     else:
         actual, names = read_blob_records(job.azurite.connection_string, job.output_container, "out/")
         outcome.notes.append(f"{len(names)} blobs")
@@ -494,19 +571,27 @@ def _check(job: _Job, outcome: Outcome) -> None:
             outcome.problems.append(f"{len(routed)} messages routed as late although the lateness spans all event "
                                     f"times (e.g. ids {sorted(routed)[:5]})")
     excluded = routed if s.kind == "window" else Counter()
-    comparison = compare(expected_records(s, excluded_ids=excluded), actual)
+    expected = (expected_table_rows(s, excluded_ids=excluded) if s.output.startswith("table-")
+                else expected_records(s, excluded_ids=excluded))
+    comparison = compare(expected, actual)
     outcome.comparison = comparison
     if not comparison.ok:
         outcome.problems.append("output: " + comparison.summary())
 
 
 def run_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messages_override: int | None = None,
-                 fault_override: str | None = None) -> Outcome:
-    """Run ``scenario`` in ``workdir`` against ``azurite``: every phase, its fault, a final run, the check."""
+                 fault_override: str | None = None, kafka: Any = None, output_override: str | None = None,
+                 input_override: str | None = None) -> Outcome:
+    """Run ``scenario`` in ``workdir`` against ``azurite`` (and ``kafka``, a Tansu broker, started here
+    when the scenario uses Kafka and none is given): every phase, its fault, a final run, the check."""
     started = time.monotonic()
-    outcome = Outcome(scenario, workdir=workdir, messages_override=messages_override, fault_override=fault_override)
+    outcome = Outcome(scenario, workdir=workdir, messages_override=messages_override, fault_override=fault_override,
+                      output_override=output_override, input_override=input_override)
     workdir.mkdir(parents=True, exist_ok=True)
-    job = _Job(scenario, workdir, azurite)
+    own_kafka = None
+    if kafka is None and "kafka" in (scenario.input, scenario.output):
+        own_kafka = kafka = _start_kafka(workdir)
+    job = _Job(scenario, workdir, azurite, kafka)
     try:
         job.create_streams()
         for phase in range(scenario.chunks):
@@ -527,6 +612,8 @@ def run_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messages_ov
         outcome.seconds = time.monotonic() - started
         if not azurite.is_running():
             azurite.start()
+        if own_kafka is not None:
+            own_kafka.stop()
     return outcome
 
 
@@ -538,10 +625,19 @@ def _start_azurite(base: Path) -> Any:
     return proc
 
 
+def _start_kafka(base: Path) -> Any:
+    from sparza.devkafka import TansuProcess
+
+    proc = TansuProcess(base / "tansu")
+    proc.start()
+    return proc
+
+
 def soak(minutes: float, base: Path, *, seeds: list[int] | None = None, keep: bool = False) -> list[Outcome]:
     """Run random seeds (or ``seeds``) until ``minutes`` have passed; print each result as it comes,
     every failing seed's command, and the final count."""
     azurite = _start_azurite(base)
+    kafka = _start_kafka(base)
     deadline = time.monotonic() + minutes * 60
     outcomes: list[Outcome] = []
     rng = random.Random()
@@ -552,7 +648,7 @@ def soak(minutes: float, base: Path, *, seeds: list[int] | None = None, keep: bo
             workdir = base / f"seed-{seed}"
             scenario = generate(seed)
             print(f"start {scenario.describe()}", flush=True)
-            outcome = run_scenario(scenario, azurite, workdir)
+            outcome = run_scenario(scenario, azurite, workdir, kafka=kafka)
             outcomes.append(outcome)
             print(outcome.report(), flush=True)
             recent = outcomes[-3:]
@@ -569,6 +665,7 @@ def soak(minutes: float, base: Path, *, seeds: list[int] | None = None, keep: bo
                 break
     finally:
         azurite.stop()
+        kafka.stop()
     failed = [o for o in outcomes if not o.ok and not o.inconclusive]
     unsure = sum(1 for o in outcomes if o.inconclusive)
     passed = len(outcomes) - len(failed) - unsure
@@ -586,6 +683,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="run this scenario")
     parser.add_argument("--messages", type=int, help="override the scenario's message count")
     parser.add_argument("--fault", choices=FAULTS, help="override the scenario's fault")
+    parser.add_argument("--output", choices=OUTPUTS, help="override the scenario's output kind")
+    parser.add_argument("--input", choices=INPUTS, help="override the scenario's input kind")
     parser.add_argument("--soak", type=float, metavar="MINUTES", help="run random seeds for this long")
     parser.add_argument("--seeds", help="with --soak: run these comma-separated seeds (in order) instead")
     parser.add_argument("--scale", action="store_true", help="run the scale scenario (100k messages) instead")
@@ -603,14 +702,18 @@ def main(argv: list[str] | None = None) -> int:
     elif args.seed is None:
         parser.error("give --seed N, --scale or --soak MINUTES")
     else:
-        scenario = generate(args.seed, messages=args.messages, fault=args.fault)
+        try:
+            scenario = generate(args.seed, messages=args.messages, fault=args.fault, output=args.output,
+                                input=args.input)
+        except ValueError as exc:
+            parser.error(str(exc))
     print(scenario.describe(), flush=True)
     if args.print:
         return 0
     azurite = _start_azurite(base)
     try:
         outcome = run_scenario(scenario, azurite, base / f"seed-{scenario.seed}", messages_override=args.messages,
-                               fault_override=args.fault)
+                               fault_override=args.fault, output_override=args.output, input_override=args.input)
     finally:
         azurite.stop()
     print(outcome.report())

@@ -14,6 +14,10 @@ is a :data:`RECORD_SCHEMA` record, so one reader serves Delta, Avro and JSON-lin
   → ``{id: start, key, val: count, aux: sum, tag: "w"}``.
 
 `app.harness.poison.ids` (comma-separated ids) makes the job raise on those messages: the poison-message fault.
+
+Typed-table outputs (docs/tables.md) take the same records as rows of :data:`TABLE_SCHEMA`. For an
+upsert table the keyed count puts its task's partition in ``aux`` (``app.harness.count.aux:
+partition``): the table's key is ``(key, aux)``, one row per key and task holding its current count.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from sparza.api import StreamApplication, WindowPane, Windows
 from sparza.serde import AvroSerde
 from sparza.streams import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream
 
-__all__ = ["RECORD_SCHEMA", "HarnessApp", "HarnessTask", "PoisonMessageError"]
+__all__ = ["RECORD_SCHEMA", "TABLE_SCHEMA", "HarnessApp", "HarnessTask", "PoisonMessageError"]
 
 RECORD_SCHEMA: dict[str, Any] = {
     "type": "record", "name": "HarnessRecord", "namespace": "sparza.testing",
@@ -35,6 +39,17 @@ RECORD_SCHEMA: dict[str, Any] = {
                {"name": "tag", "type": "string"}],
 }
 """Avro schema of every harness output record (JSON-lines outputs carry the same fields)."""
+
+
+TABLE_SCHEMA = "id long not null, key string not null, val long, aux long, tag string"
+"""The typed-table columns of a harness output record (``delta.table.schema`` text)."""
+
+
+def _table_arrow_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("key", pa.string(), nullable=False),
+                      pa.field("val", pa.int64()), pa.field("aux", pa.int64()), pa.field("tag", pa.string())])
 
 
 class PoisonMessageError(RuntimeError):
@@ -79,6 +94,7 @@ class HarnessTask:
         self.partition_mode = str(config.get_str("app.harness.output.partition", "none"))
         self.poison = _poison_ids(config)
         self.store = context.get_store("counts") if self.kind == "count" else None
+        self.count_aux_partition = str(config.get_str("app.harness.count.aux", "zero")) == "partition"
 
     def _send(self, collector: Any, record: dict[str, Any], timestamp: int | None) -> None:
         key = record["key"]
@@ -102,7 +118,8 @@ class HarnessTask:
             assert self.store is not None
             count = int(self.store.get(message["key"]) or 0) + 1
             self.store.put(message["key"], count)
-            self._send(collector, {"id": message["id"], "key": message["key"], "val": count, "aux": 0,
+            aux = envelope.ssp.partition if self.count_aux_partition else 0
+            self._send(collector, {"id": message["id"], "key": message["key"], "val": count, "aux": aux,
                                    "tag": "count"}, envelope.timestamp)
         elif self.kind == "filtermap":
             for record in filtermap_records(message):
@@ -126,7 +143,10 @@ class HarnessApp:
     Keys: ``app.harness.output`` (``system.stream``), ``app.harness.output.avro`` (``true``: Avro
     serde), ``app.harness.partitions`` (partitions of the ``by-key`` stream), ``app.harness.join``
     (``true``: inner join with the table store ``profiles``), ``app.harness.flatmap`` (pipeline: the
-    ``filtermap`` rule instead of a plain filter), ``app.harness.window.size.ms`` / ``.slide.ms``.
+    ``filtermap`` rule instead of a plain filter), ``app.harness.window.size.ms`` / ``.slide.ms``,
+    ``app.harness.input`` (``system.stream``, default ``delta.in``) and ``app.harness.table.mode``
+    (``append`` or ``upsert``: the output is a typed table declared through ``app.output(schema=…,
+    mode=…, key=…)``, with key columns ``app.harness.table.key``).
     """
 
     def describe(self, app: StreamApplication) -> None:
@@ -135,8 +155,14 @@ class HarnessApp:
         kind = str(config.get_str("app.harness.kind"))
         poison = _poison_ids(config)
         avro = str(config.get_str("app.harness.output.avro", "false")) == "true"
-        out = app.output(str(config.get_str("app.harness.output")),
-                         serde=AvroSerde(RECORD_SCHEMA) if avro else "json", key_serde="string")
+        table_mode = str(config.get_str("app.harness.table.mode", "") or "")
+        if table_mode:
+            table_key = [k for k in str(config.get_str("app.harness.table.key", "") or "").split(",") if k]
+            out = app.output(str(config.get_str("app.harness.output")), serde="json", key_serde="string",
+                             schema=_table_arrow_schema(), mode=table_mode, key=table_key or None)
+        else:
+            out = app.output(str(config.get_str("app.harness.output")),
+                             serde=AvroSerde(RECORD_SCHEMA) if avro else "json", key_serde="string")
         partitions = int(config.get_str("app.harness.partitions", "2"))
         join = str(config.get_str("app.harness.join", "false")) == "true"
 
@@ -145,7 +171,7 @@ class HarnessApp:
             _check_poison(message, poison)
             return dict(message)
 
-        stream = app.input("delta.in", serde="bytes").map(parse)
+        stream = app.input(str(config.get_str("app.harness.input", "delta.in")), serde="bytes").map(parse)
         if kind == "pipeline":
             if str(config.get_str("app.harness.flatmap", "false")) == "true":
                 stream = stream.flat_map(filtermap_records)

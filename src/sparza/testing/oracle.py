@@ -12,14 +12,15 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Comparison", "Record", "compare", "expected_records", "read_blob_records", "read_delta_records",
-           "read_delta_values"]
+__all__ = ["Comparison", "Record", "compare", "expected_records", "expected_table_rows", "read_blob_records",
+           "read_delta_records", "read_delta_values", "read_kafka_records", "read_table_rows"]
 
 Record = tuple[int, str, int, int, str]
 """An output record as ``(id, key, val, aux, tag)``."""
@@ -99,6 +100,21 @@ def expected_records(scenario: Any, *, excluded_ids: Iterable[int] = ()) -> Coun
     return out
 
 
+def expected_table_rows(scenario: Any, *, excluded_ids: Iterable[int] = ()) -> Counter[Record]:
+    """The rows a typed-table output must hold at the end. Append: every record once (the multiset of
+    :func:`expected_records`). Upsert: the final row per key: for the keyed count the last message of
+    each (task partition, key) in offset order with its count (``aux`` = the partition); for windows one
+    row per (key, window start), which every pane already is."""
+    if scenario.output == "table-upsert" and scenario.kind == "count":
+        last: dict[tuple[int, str], Record] = {}
+        counts: Counter[tuple[int, str]] = Counter()
+        for m in _offset_order(scenario):
+            counts[(m.partition, m.key)] += 1
+            last[(m.partition, m.key)] = (m.id, m.key, counts[(m.partition, m.key)], m.partition, "count")
+        return Counter(last.values())
+    return expected_records(scenario, excluded_ids=excluded_ids)
+
+
 def _record(obj: dict[str, Any]) -> Record:
     return (int(obj["id"]), str(obj["key"]), int(obj["val"]), int(obj["aux"]), str(obj["tag"]))
 
@@ -117,6 +133,82 @@ def read_delta_values(table_path: Path) -> list[bytes]:
 def read_delta_records(table_path: Path) -> Counter[Record]:
     """A Delta output stream's records (JSON values)."""
     return Counter(_record(json.loads(v)) for v in read_delta_values(table_path))
+
+
+def read_table_rows(table_path: Path) -> dict[str, Counter[Record]]:
+    """A typed Delta table's rows, read through its Delta log by every reader installed: ``deltalake``
+    always, DuckDB (over the log's live files) and Polars (``read_delta``) when importable. Each reader's
+    rows as a multiset, so the caller can check that they agree."""
+    from deltalake import DeltaTable
+
+    if not (table_path / "_delta_log").exists():
+        return {"deltalake": Counter()}
+    table = DeltaTable(str(table_path))
+    readers: dict[str, Counter[Record]] = {
+        "deltalake": Counter(_record(r) for r in table.to_pyarrow_table().to_pylist())}
+    try:
+        import duckdb
+    except ImportError:
+        pass
+    else:
+        files = table.file_uris()
+        if files:
+            rel = duckdb.sql("SELECT id, key, val, aux, tag FROM read_parquet($files)", params={"files": files})
+            readers["duckdb"] = Counter(_record(dict(zip(("id", "key", "val", "aux", "tag"), row, strict=True)))
+                                        for row in rel.fetchall())
+        else:
+            readers["duckdb"] = Counter()
+    try:
+        import polars
+    except ImportError:
+        pass
+    else:
+        readers["polars"] = Counter(_record(r) for r in polars.read_delta(str(table_path)).to_dicts())
+    return readers
+
+
+def read_kafka_records(bootstrap_servers: str, topic: str, *, timeout_s: float = 60.0) -> tuple[Counter[Record], int]:
+    """Every committed record of a Kafka topic, read ``read_committed`` with confluent-kafka directly
+    from the beginning of each partition to its end; control records (header ``sparza.type`` ≠ 0, the
+    documented in-band format) are counted apart. Returns the records and the number of control records."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"oracle-{topic}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "auto.offset.reset": "earliest"})
+    records: Counter[Record] = Counter()
+    control = 0
+    try:
+        metadata = consumer.list_topics(topic, timeout=30)
+        partitions = sorted(metadata.topics[topic].partitions)
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
+        pending = {p for p in partitions if ends[p] > 0}
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                # Offsets are not dense (transaction markers): a partition is done when its position,
+                # which moves past markers, reached the end.
+                for tp in consumer.position([TopicPartition(topic, p) for p in list(pending)]):
+                    if tp.offset >= ends[tp.partition]:
+                        pending.discard(tp.partition)
+                continue
+            if msg.error():
+                raise RuntimeError(f"reading {topic}: {msg.error()}")
+            headers = dict(msg.headers() or [])
+            if headers.get("sparza.type", b"\x00") not in (b"\x00", b"0"):
+                control += 1
+            else:
+                records[_record(json.loads(msg.value()))] += 1
+            if msg.offset() + 1 >= ends[msg.partition()]:
+                pending.discard(msg.partition())
+        if pending:
+            raise RuntimeError(f"reading {topic}: partitions {sorted(pending)} did not reach their end offsets "
+                               f"{ {p: ends[p] for p in pending} } within {timeout_s}s")
+    finally:
+        consumer.close()
+    return records, control
 
 
 def read_blob_records(connection_string: str, container: str, prefix: str) -> tuple[Counter[Record], list[str]]:

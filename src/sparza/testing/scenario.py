@@ -11,7 +11,8 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["COMMIT_STEPS", "FAULTS", "InputMessage", "Profile", "Scenario", "generate", "scale_scenario"]
+__all__ = ["COMMIT_STEPS", "FAULTS", "INPUTS", "OUTPUTS", "InputMessage", "Profile", "Scenario", "generate",
+           "scale_scenario"]
 
 COMMIT_STEPS = ("after-intent", "after-flush", "after-adjunct", "after-snapshot", "after-checkpoint",
                 "during-cleanup")
@@ -20,6 +21,17 @@ COMMIT_STEPS = ("after-intent", "after-flush", "after-adjunct", "after-snapshot"
 FAULTS = ("none", "poison", "kill9", "fail-once", "second-processor", "azurite-restart", "lost-state",
           "replay-spark-batch", "lost-spark-checkpoint", "deleted-snapshot")
 """Every fault the harness injects (one per scenario, at a random phase)."""
+
+OUTPUTS = ("delta", "blob", "table-append", "table-upsert", "kafka")
+"""Output kinds: a Delta stream, Azure blobs, a typed Delta table (append or keyed upsert), a Kafka topic."""
+
+INPUTS = ("delta", "kafka")
+"""Input kinds: a Delta stream or a Kafka topic (loaded in one Kafka transaction per chunk)."""
+
+NEW_KINDS_SALT = 0x7AB1E_CAFE
+"""The table and Kafka choices come from ``random.Random(seed ^ NEW_KINDS_SALT)``, drawn after every
+other choice, so the draws of seeds from before they existed are unchanged (only a seed whose Delta
+stream output or Delta input is now replaced by a new kind shows a different scenario)."""
 
 T0 = 1_700_000_000_000
 """Event time of the first message (epoch ms)."""
@@ -63,7 +75,7 @@ class Scenario:
     store: str                    # count job: rocksdb | memory
     backup: bool                  # stores backed up to the blob store
     blob_store: str               # local | azure
-    output: str                   # delta | blob
+    output: str                   # delta | blob | table-append | table-upsert | kafka
     blob_format: str = "avro"     # avro | jsonl
     blob_gzip: bool = False
     blob_flush_threshold: int | None = None
@@ -79,13 +91,14 @@ class Scenario:
     fault_phase: int = 0
     fail_step: str = "after-flush"
     fault_delay_s: float = 0.0
+    input: str = "delta"          # delta | kafka
     once_always: bool = False     # every run with --once (stages one after the other: fewer Spark workers)
     messages: list[InputMessage] = field(default_factory=list)
     profiles: list[Profile] = field(default_factory=list)
 
     def describe(self) -> str:
         """One line naming the job shape and the fault."""
-        out = self.output if self.output == "delta" else (
+        out = self.output if self.output != "blob" else (
             f"blob/{self.blob_format}{'.gz' if self.blob_gzip else ''}/thr={self.blob_flush_threshold}"
             f"/roll={self.blob_rollover}:{self.blob_rollover_value}/part={self.blob_partition}")
         shape = f"{self.api}:{self.kind}"
@@ -96,7 +109,8 @@ class Scenario:
             shape += f",win={self.window_size_ms}/{self.window_slide_ms})" if self.kind == "window" else \
                 f",flatmap={self.flatmap})"
         fault = self.fault + (f"@{self.fail_step}" if self.fault == "fail-once" else "")
-        return (f"seed={self.seed} {shape} tasks={self.partitions} msgs={len(self.messages)} keys={self.keys} "
+        source = "" if self.input == "delta" else f" in={self.input}"
+        return (f"seed={self.seed} {shape}{source} tasks={self.partitions} msgs={len(self.messages)} keys={self.keys} "
                 f"{'bounded' if self.bounded else 'unbounded'} chunks={self.chunks} batch={self.max_batch} "
                 f"{self.event_order}{' late' if self.late else ''} blobstore={self.blob_store} out={out} "
                 f"fault={fault}@phase{self.fault_phase}")
@@ -115,8 +129,11 @@ def _keys(rng: random.Random, count: int, skew: bool) -> tuple[list[str], list[f
     return names, weights
 
 
-def generate(seed: int, *, messages: int | None = None, fault: str | None = None) -> Scenario:
-    """The scenario of ``seed``; ``messages`` / ``fault`` override the drawn values (CI samples)."""
+def generate(seed: int, *, messages: int | None = None, fault: str | None = None, output: str | None = None,
+             input: str | None = None) -> Scenario:
+    """The scenario of ``seed``; ``messages`` / ``fault`` / ``output`` / ``input`` override the drawn
+    values (CI samples, and forcing a kind by hand)."""
+    forced_output, forced_input = output, input      # ``output`` is reused below for the drawn value
     rng = random.Random(seed)
     api = rng.choice(["task", "task", "app"])
     kind = rng.choice(["copy", "count", "filtermap"]) if api == "task" else rng.choice(["pipeline", "window"])
@@ -192,7 +209,30 @@ def generate(seed: int, *, messages: int | None = None, fault: str | None = None
                     scenario.profiles.append(Profile(name, f"c{rng.randrange(100)}v{version}",
                                                      rng.randrange(profile_parts)))
     _pick_fault(rng, scenario, fault)
+    _pick_new_kinds(random.Random(seed ^ NEW_KINDS_SALT), scenario, forced_output, forced_input)
     return scenario
+
+
+def _pick_new_kinds(rng: random.Random, scenario: Scenario, output: str | None, input: str | None) -> None:
+    """Typed tables and Kafka: a Delta stream output may become a typed table (append, or upsert for the
+    keyed count and windows, whose results have a key) or a Kafka topic; the input may become a Kafka topic."""
+    drawn_output = rng.choice(["delta", "delta", "table-append", "table-upsert", "kafka"])
+    drawn_input = "kafka" if rng.random() < 0.25 else "delta"
+    if output is not None:
+        if output not in OUTPUTS:
+            raise ValueError(f"unknown output {output!r}; known: {', '.join(OUTPUTS)}")
+        if output == "blob" and scenario.output != "blob":
+            raise ValueError("--output blob needs a seed that draws a blob output (its settings are drawn with it)")
+        scenario.output = output
+    elif scenario.output == "delta":
+        scenario.output = drawn_output
+    if scenario.output == "table-upsert" and scenario.kind not in ("count", "window"):
+        if output is not None:
+            raise ValueError(f"table-upsert needs a keyed result (count or window), not {scenario.kind}")
+        scenario.output = "table-append"
+    if input is not None and input not in INPUTS:
+        raise ValueError(f"unknown input {input!r}; known: {', '.join(INPUTS)}")
+    scenario.input = input if input is not None else drawn_input
 
 
 def _pick_fault(rng: random.Random, scenario: Scenario, fault: str | None) -> None:
