@@ -47,6 +47,11 @@ def test_fixed_seed(seed: int, messages: int | None, fault: str | None, output: 
 
 # Typed tables and Kafka (each needs the session's broker only when it uses Kafka).
 SAMPLE_NEW_KINDS = [
+    # Two-stage tumbling windows over a partitioned join, upserted through app.output(schema=, mode="upsert",
+    # key=["key", "id"]) as one row per (key, window start); Spark re-runs the last batch of each stage.
+    pytest.param(1642, None, None, None, None, id="window-table-upsert-replay-spark-batch"),
+    # Keyed count from a Kafka topic to a Kafka topic (transactional producer), kill -9 mid-run.
+    pytest.param(1396, None, "kill9", None, None, id="count-kafka-in-kafka-out-kill9"),
 ]
 
 
