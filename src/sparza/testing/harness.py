@@ -407,6 +407,26 @@ def _log_tail(log: Path, lines: int = 3) -> str:
     return " | ".join(keep[-lines:])[:500]
 
 
+KILL9_START_TIMEOUT_S = 300.0
+"""How long the ``kill9`` fault waits for the first committed batch before it kills anyway."""
+
+
+def _wait_for_first_batch(handle: tuple[subprocess.Popen[bytes], Path, float], timeout: float) -> bool:
+    """Wait until the run's log shows its first committed batch (a ``batch N (spark M)`` status line);
+    False when the run ended or ``timeout`` passed first."""
+    proc, log, _ = handle
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            text = log.read_text(errors="replace")
+        except OSError:
+            text = ""
+        if any(line.startswith("batch ") and "(spark " in line for line in text.splitlines()):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -445,13 +465,19 @@ def _apply_phase(job: _Job, outcome: Outcome, fault: str, phase: int) -> None:
         _expect_clean(outcome, job.run(f"{label}-fixed"))
     elif fault == "kill9":
         handle = job.spawn(f"{label}-kill9")        # no --once: an unbounded job keeps running until killed
-        deadline = time.monotonic() + s.fault_delay_s
+        # The kill lands among the batches, not during Spark's start-up (which alone takes 10-30 s and
+        # would absorb a fixed delay on a loaded machine): 0-2.8 s after the first batch committed.
+        started = _wait_for_first_batch(handle, KILL9_START_TIMEOUT_S)
+        delay = round((s.fault_delay_s - 3.0) / 6.0, 2)
+        deadline = time.monotonic() + delay
         while time.monotonic() < deadline and handle[0].poll() is None:
-            time.sleep(0.2)
+            time.sleep(0.05)
         if handle[0].poll() is None:
             _kill_group(handle[0])
+            outcome.notes.append(f"kill9: killed {delay}s after the first committed batch" if started else
+                                 f"kill9: no batch committed within {KILL9_START_TIMEOUT_S:.0f}s; killed anyway")
         else:
-            outcome.notes.append(f"kill9: the run had ended by itself before {s.fault_delay_s}s")
+            outcome.notes.append(f"kill9: the run had ended by itself (within {delay}s of its first batch)")
         job.wait(f"{label}-kill9", handle)
         _expect_clean(outcome, job.run(f"{label}-restart"))
     elif fault == "fail-once":
