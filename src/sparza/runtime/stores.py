@@ -426,9 +426,9 @@ class TaskStores:
                 if suffix.isdigit() and int(suffix) != keep:
                     shutil.rmtree(entry, ignore_errors=True)
 
-    def read_committed(self, name: str, batch: int) -> dict[Any, Any]:
-        """Every entry of store ``name`` as committed by ``batch`` (deserialized), read from that batch's local
-        checkpoint; the task's live store is not touched. For tests and tools (``sparza.testing.TestRunner``)."""
+    def read_committed(self, name: str, batch: int) -> list[tuple[Any, Any]]:
+        """Every entry of store ``name`` as committed by ``batch`` (deserialized, in key order), read from that
+        batch's local checkpoint; the live store is not touched. For tests and tools (``sparza.testing.TestRunner``)."""
         from sparza.state.kv import open_store
 
         if name not in self.handles:
@@ -441,7 +441,7 @@ class TaskStores:
         store = open_store(name, self.job.config, self.task, self.job.task_store_base_dir, read_only=True,
                            directory=source)
         try:
-            return dict(store.all())
+            return list(store.all())
         finally:
             store.close()
 

@@ -194,7 +194,7 @@ class _Job:
         splits = self.planner.splits(self.plan, self.pending)
         run_tasks = make_task_runner(dict(self.config.items()), self.spark_batch_id, 0, len(self.tasks))
         self.spark_batch_id += 1
-        results = []
+        results: list[Any] = []
         for split in splits:
             for batch in run_tasks(iter([marker_batch(split)])):
                 results.extend(result_from_row(row) for row in batch.to_pylist())
