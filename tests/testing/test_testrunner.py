@@ -233,3 +233,27 @@ def test_samza_in_memory_system_factory_name_is_accepted(tmp_path: Path) -> None
 
     translated = translate(Config(config)).config
     assert isinstance(get_system_factory(translated, "x"), InMemorySystemFactory)
+
+
+def _windowed_count(step: CommitStep | None, job: str) -> list[Any]:
+    config = {"app.example.input": "mem.events", "app.example.output": "mem.out", "app.example.partitions": "2",
+              "task.max.batch.messages": "10"}
+    events = [TestMessage({"key": f"k{i % 3}", "n": i}, partition=i % 2, timestamp=i * 150) for i in range(60)]
+    with TestRunner.of(WindowedCount, config) as runner:
+        runner.add_input("mem.events", events, partitions=2, bounded=True).add_output("mem.out", partitions=2)
+        if step is not None:
+            runner.fail_at(step, job=job, batch=2)
+            with pytest.raises(InjectedFault, match=job):
+                runner.run()
+            runner.restart(keep_plan=False)
+        assert runner.run().ended
+        return sorted((m.partition, m.value["key"], m.value["start"], m.value["count"], m.value["sum"])
+                      for m in runner.outputs("mem.out"))
+
+
+@pytest.mark.parametrize("job", ["main", "by-key"])
+@pytest.mark.parametrize("step", [CommitStep.AFTER_FLUSH, CommitStep.AFTER_CHECKPOINT], ids=lambda s: s.value)
+def test_an_application_stage_failing_mid_commit_restarts_to_the_same_windows(step: CommitStep, job: str) -> None:
+    clean = _windowed_count(None, job)
+    assert sum(count for *_, count, _ in clean) == 60
+    assert _windowed_count(step, job) == clean
