@@ -201,6 +201,10 @@ def test_bad_input_gives_a_clear_error() -> None:
         runner.add_input("delta.events", [TestMessage(b"v", key=b"k", timestamp="noon")])
         with pytest.raises(TestInputError, match="timestamp must be epoch ms"):
             runner.run()
+    with TestRunner.of(KeyedCountTask, KEYED_COUNT) as runner:
+        runner.add_input("delta.events", [TestMessage(b"v", key=b"k"), end_of_stream()]).add_output("delta.counts")
+        with pytest.raises(TestInputError, match=r"end_of_stream\(\) in delta.events.*bounded=True"):
+            runner.run()
     with pytest.raises(TestInputError, match="defined inside a function"):
         TestRunner.of(task_defined_in_a_function())
     with pytest.raises(TestInputError, match="not a commit step.*after-flush"):

@@ -582,6 +582,16 @@ class TestRunner:
 
         return hook
 
+    def _check_reads_control(self, ss: SystemStream, item: ControlInput) -> None:
+        config = self._started_config()
+        if _reads_control(config) or config.get_bool(f"systems.{ss.system}.streams.{ss.stream}.samza.intermediate",
+                                                     False):
+            return
+        what = "watermark()" if item.type == MessageType.WATERMARK else "end_of_stream()"
+        raise TestInputError(f"{what} in {ss}: {config.get_str('task.class')} does not listen to control messages "
+                             "(it is no WatermarkListenerTask), so the runtime would skip it; end its input with "
+                             "add_input(..., bounded=True) instead")
+
     def _write(self, ss: SystemStream, items: list[Any]) -> None:
         from sparza.control.messages import ControlMessage, encode_body
         from sparza.systems.inmemory import InMemorySystemProducer
@@ -593,6 +603,7 @@ class TestRunner:
         for index, item in enumerate(items):
             try:
                 if isinstance(item, ControlInput):
+                    self._check_reads_control(ss, item)
                     targets = range(partitions) if item.partition is None else [item.partition]
                     body = (encode_body(ControlMessage.watermark(item.timestamp, None, 0))
                             if item.type == MessageType.WATERMARK and item.timestamp is not None else b"")
@@ -619,6 +630,18 @@ class TestRunner:
                     f"systems.{ss.system}.streams.{ss.stream}.samza.key.serde / samza.msg.serde (e.g. string, json) "
                     "so the runner serializes them as the job reads them") from exc
         producer.flush(_SOURCE)
+
+
+def _reads_control(config: Config) -> bool:
+    """Whether the job's tasks get control messages (the runtime gives them to TaskControl only then)."""
+    from sparza.systems import load_object
+    from sparza.task import WatermarkListenerTask
+
+    if config.get_str("app.class", None) is not None or config.get_list("task.intermediate.outputs", []):
+        return True
+    target = load_object(config.get_str("task.class"), "task.class")
+    return issubclass(target, WatermarkListenerTask) if isinstance(target, type) else isinstance(
+        target, WatermarkListenerTask)
 
 
 def _flatten(ss: SystemStream, messages: Iterable[Any] | Mapping[int, Iterable[Any]]) -> list[Any]:
