@@ -179,6 +179,7 @@ class JobRunner:
         self._batches = 0
         self._query: Any = None
         self._exporter: Any = None
+        self._inputs: InputSystems | None = None
         self.last_results: list[BatchResult] = []
         self.discards = Discards()
         """Messages this run did not deliver or write as sent (late at windows, undeserializable, ignored)."""
@@ -326,15 +327,18 @@ class JobRunner:
             self._jsonl.report()
 
     def _lag(self, results: list[BatchResult]) -> int | None:
+        inputs = self._inputs
+        if inputs is None:
+            return None
         try:
-            positions = self._inputs.positions()
+            positions = inputs.positions()
             total = 0
             from sparza.streams import SystemStreamPartition
 
             for r in results:
                 for name, offset in r.offsets.items():
                     ssp = SystemStreamPartition.parse(name)
-                    n = self._inputs.ops[ssp.system].count_between(ssp, offset, positions[ssp].upcoming)
+                    n = inputs.ops[ssp.system].count_between(ssp, offset, positions[ssp].upcoming)
                     if n is None:
                         return None
                     total += n
@@ -361,10 +365,10 @@ class JobRunner:
 
         self.acquire_claim()  # before anything touches the job's shared files
         self._started = True
-        self._inputs = InputSystems(self.job)
-        self._bootstrap = BootstrapProgress(self.job, self._inputs)
-        tasks = self._tasks(self._inputs)
-        self._task_count = len(self._inputs.task_models())
+        self._inputs = inputs = InputSystems(self.job)
+        self._bootstrap = BootstrapProgress(self.job, inputs)
+        tasks = self._tasks(inputs)
+        self._task_count = len(inputs.task_models())
         self._jsonl = (JsonLinesReporter(self.metrics, self.job.metrics_jsonl_path, source=self.job.job_key)
                        if self.job.metrics_jsonl_path else None)
         if self.job.prometheus_port is not None:
@@ -493,6 +497,8 @@ class JobRunner:
         if self._exporter is not None:
             self._exporter.stop()
             self._exporter = None
+        if self._inputs is not None:
+            self._inputs.close()   # the query's foreachBatch callback keeps this runner alive until the JVM exits
         if self._owns_spark and self._spark is not None:
             with contextlib.suppress(Exception):
                 self._spark.stop()
