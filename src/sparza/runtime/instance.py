@@ -454,6 +454,8 @@ class TaskInstance:
                     raise ProcessingError(self.name, str(ssp), offset, "task exception",
                                           f"{type(exc).__name__}: {exc}") from exc
                 processed += 1
+        if adjunct_idx:
+            adjunct.read_through({ssps[i]: split.ends[i] for i in adjunct_idx})
         result.messages, result.processed, result.dropped, result.ignored = messages, processed, dropped, ignored_count
         self.metrics.counter("task", "messages-dropped").inc(dropped)
         self.metrics.counter("task", "exceptions-ignored").inc(ignored_count)
