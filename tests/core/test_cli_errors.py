@@ -111,3 +111,15 @@ def test_config_check_of_a_file_that_does_not_parse(work_dir: Path) -> None:
 
 def test_run_of_a_missing_config_file(work_dir: Path) -> None:
     _one_line(_sparza("run", "-c", str(work_dir / "nope.yaml"), cwd=work_dir), "nope.yaml")
+
+
+def test_checkpoints_show_against_storage_that_hangs(work_dir: Path, silent_server: str) -> None:
+    from sparza.azure import AZURITE_ACCOUNT_KEY
+
+    connect = (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT_NAME};AccountKey={AZURITE_ACCOUNT_KEY};"
+               f"BlobEndpoint={silent_server};")
+    config = _config(work_dir / "hang.yaml", _job(
+        work_dir, **{"azure.storage.connect": connect, "job.checkpoint.factory": "azure",
+                     "job.checkpoint.azure.container": "cps", "azure.storage.timeout.ms": "1000"}))
+    _one_line(_sparza("checkpoints", "show", "-c", config, cwd=work_dir), silent_server,
+              "did not answer within 1 s", "azure.storage.timeout.ms")

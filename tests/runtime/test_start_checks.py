@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -158,35 +157,6 @@ def test_storage_that_refuses_connections(start_check: Callable[..., Any]) -> No
     _assert_start_check(start_check(**{"job.checkpoint.factory": "azure", "job.checkpoint.azure.container": "cps",
                                        "azure.storage.connect": _connect(endpoint)}),
                         "'job.checkpoint.azure.container'", "cannot connect", endpoint, "sparza dev-storage start")
-
-
-@pytest.fixture
-def silent_server() -> Iterator[str]:
-    """A loopback server that accepts connections and never answers (storage that hangs)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.getsockname()[1]}/devstoreaccount1"
-    finally:
-        stop.set()
-        thread.join(2)
-        for conn in held:
-            conn.close()
-        server.close()
 
 
 def test_storage_that_hangs_is_reported_within_the_configured_timeout(start_check: Callable[..., Any],
