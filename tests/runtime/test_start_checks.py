@@ -213,3 +213,53 @@ def test_a_good_job_and_every_stage_of_a_good_application_pass_the_checks(make_j
     assert len(plan.stages) == 2
     for stage in plan.stages:
         check_job(stage.config)
+
+
+_INIT_FAILS = '''
+import os
+import time
+
+
+class InitFails:
+    """Records each init() call in app.attempts.dir, then fails: a deterministic task error."""
+
+    def init(self, context):
+        directory = context.config.get_str("app.attempts.dir")
+        with open(os.path.join(directory, f"{os.getpid()}-{time.monotonic_ns()}"), "w"):
+            pass
+        raise ZeroDivisionError("rate of an empty window")
+
+    def process(self, envelope, collector, coordinator):
+        pass
+'''
+
+
+@pytest.mark.spark
+def test_a_deterministic_task_error_on_an_executor_is_one_line_with_its_trace_and_not_retried(
+        work_dir: Path, make_job: Callable[..., Config]) -> None:
+    """Runs Spark (local[*,4]: Spark retries a failed task up to 4 times): init() raising fails the job
+    after one attempt, with one line naming the task, the method, the exception and the trace file."""
+    from examples.keyed_count.load import append_messages
+
+    modules = work_dir / "init-modules"
+    modules.mkdir()
+    (modules / "pf_init.py").write_text(_INIT_FAILS)
+    attempts = work_dir / "attempts"
+    attempts.mkdir()
+    config = make_job(partitions=1, **{"task.class": "pf_init.InitFails", "app.attempts.dir": str(attempts),
+                                       "task.error.trace.dir": str(work_dir / "traces")})
+    append_messages(config, 5, 2)
+    env = sparza_env()
+    env["PYTHONPATH"] = f"{modules}:{env['PYTHONPATH']}"
+    result = run_sparza("run", "-c", str(write_config(config, work_dir / "job.yaml")), "--once", env=env,
+                        timeout=300)
+    assert result.returncode == 1, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    line = errors[0]
+    assert "task exception in task 'Partition 0' during init(): ZeroDivisionError: rate of an empty window" in line
+    assert "next: fix the task's init()" in line
+    trace = Path(line.rsplit("full trace: ", 1)[1].strip())
+    assert trace.parent.parent == work_dir / "traces"
+    assert "Traceback" in trace.read_text() and "rate of an empty window" in trace.read_text()
+    assert len(list(attempts.iterdir())) == 1  # not retried by Spark
