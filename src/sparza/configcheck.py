@@ -96,7 +96,6 @@ SAMZA_UNUSED: dict[str, str] = {
     "systems.<system>.streams.<stream>.samza.priority": "sparza reads every input of a batch; bootstrap streams "
                                                         "go first",
     "systems.<system>.samza.fetch.threshold": "inputs are read per batch by Spark",
-    "streams.<stream>.samza.system": "sparza names streams as system.stream; configure systems.<s>.streams.<x>",
     "metrics.reporters": "sparza reports metrics with metrics.reporter.jsonl.path and "
                          "metrics.reporter.prometheus.port",
     "metrics.reporter.<name>.class": "sparza reports metrics with metrics.reporter.jsonl.path and "

@@ -16,12 +16,11 @@ import json
 import os
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparza.devstorage import _pid_alive, _port_open, _terminate, free_port
-from sparza.errors import SparzaError, StorageUnavailableError
+from sparza.errors import SparzaError
+from sparza.processes import LocalServerProcess, free_port, port_open
 
 __all__ = ["DevKafka", "TansuNotInstalledError", "TansuProcess", "find_tansu"]
 
@@ -53,8 +52,11 @@ def find_tansu() -> str:
 
 
 @dataclass
-class TansuProcess:
+class TansuProcess(LocalServerProcess):
     """One Tansu broker with in-memory storage on a loopback port (0 = pick a free one)."""
+
+    LOG_NAME = "tansu.log"
+    PROGRAM = "Tansu"
 
     data_dir: Path
     port: int = 0
@@ -70,63 +72,26 @@ class TansuProcess:
         """``127.0.0.1:<port>``: the value of ``systems.<s>.consumer.bootstrap.servers``."""
         return f"127.0.0.1:{self.port}"
 
+    def ports(self) -> tuple[int, ...]:
+        """The broker's one port."""
+        return (self.port,)
+
     def start(self, timeout_s: float = 30.0) -> None:
         """Start the broker and wait until it answers a metadata request."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         url = f"tcp://127.0.0.1:{self.port}"
-        cmd = [find_tansu(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-               "--storage-engine", "memory://tansu/"]
-        log = open(self.data_dir / "tansu.log", "ab")  # noqa: SIM115 - handed to the child process
         # RUST_LOG unset: Tansu then logs only warnings and errors.
-        env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
-        self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      start_new_session=True, env=env)
-        log.close()
-        self.pid = self._proc.pid
+        self._spawn([find_tansu(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                     "--storage-engine", "memory://tansu/"],
+                    env={k: v for k, v in os.environ.items() if k != "RUST_LOG"})
         self.wait_ready(timeout_s)
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
         """Block until a metadata request to the broker succeeds."""
         from confluent_kafka.admin import AdminClient
 
-        deadline = time.monotonic() + timeout_s
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            if self._proc is not None and self._proc.poll() is not None:
-                tail = (self.data_dir / "tansu.log").read_text(errors="replace")[-2000:]
-                raise StorageUnavailableError(f"Tansu exited with code {self._proc.returncode}: {tail}")
-            if _port_open(self.port):
-                try:
-                    AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0}).list_topics(timeout=2)
-                    return
-                except Exception as exc:
-                    last = exc
-            time.sleep(0.05)
-        self.stop()
-        raise StorageUnavailableError(f"Tansu did not answer on {self.bootstrap_servers} within {timeout_s:.0f}s "
-                                      f"(last error: {last}); see {self.data_dir / 'tansu.log'}")
-
-    def is_running(self) -> bool:
-        """True when the process is alive."""
-        if self._proc is not None:
-            return self._proc.poll() is None
-        return self.pid is not None and _pid_alive(self.pid)
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop the broker (SIGTERM, then SIGKILL) and wait until its port is free."""
-        if self.pid is None:
-            return
-        _terminate(self.pid, timeout_s)
-        if self._proc is not None:
-            try:
-                self._proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                pass
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and _port_open(self.port):
-            time.sleep(0.05)
-        self.pid = None
-        self._proc = None
+        self._wait_until(lambda: AdminClient({"bootstrap.servers": self.bootstrap_servers,
+                                              "log_level": 0}).list_topics(timeout=2),
+                         self.bootstrap_servers, timeout_s)
 
 
 class DevKafka:
@@ -150,7 +115,7 @@ class DevKafka:
             proc = TansuProcess(self.home, int(state["port"]), pid=int(state["pid"]))
         except (ValueError, KeyError, TypeError):
             return None
-        return proc if proc.is_running() and _port_open(proc.port) else None
+        return proc if proc.is_running() and port_open(proc.port) else None
 
     def status(self) -> TansuProcess | None:
         """The running broker, or None."""

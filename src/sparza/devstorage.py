@@ -12,33 +12,19 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from sparza.azure import AZURITE_ACCOUNT_KEY, AZURITE_ACCOUNT_NAME, StorageAccount
-from sparza.errors import SparzaError, StorageUnavailableError
+from sparza.errors import SparzaError
+from sparza.processes import LocalServerProcess, free_port, port_open
 
 __all__ = ["AzuriteNotInstalledError", "AzuriteProcess", "DevStorage", "find_azurite", "free_port"]
 
 
 class AzuriteNotInstalledError(SparzaError):
     """The Azurite emulator could not be found."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def find_azurite() -> str:
@@ -66,8 +52,11 @@ def find_azurite() -> str:
 
 
 @dataclass
-class AzuriteProcess:
+class AzuriteProcess(LocalServerProcess):
     """One Azurite process with its own data directory, on loopback ports (0 = pick free ones)."""
+
+    LOG_NAME = "azurite.log"
+    PROGRAM = "Azurite"
 
     data_dir: Path
     blob_port: int = 0
@@ -95,62 +84,23 @@ class AzuriteProcess:
         """A connection string for this emulator (the key is Azurite's public dev key)."""
         return self.account.connection_string() + f"QueueEndpoint=http://127.0.0.1:{self.queue_port}/{AZURITE_ACCOUNT_NAME};"
 
+    def ports(self) -> tuple[int, ...]:
+        """The blob and table ports (the queue service is not waited for)."""
+        return (self.blob_port, self.table_port)
+
     def start(self, timeout_s: float = 30.0) -> None:
         """Start Azurite and wait until the blob and table services answer."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [find_azurite(), "--silent", "--location", str(self.data_dir),
-               "--blobHost", "127.0.0.1", "--blobPort", str(self.blob_port),
-               "--tableHost", "127.0.0.1", "--tablePort", str(self.table_port),
-               "--queueHost", "127.0.0.1", "--queuePort", str(self.queue_port),
-               "--skipApiVersionCheck", "--loose", "--disableProductStyleUrl"]
-        log = open(self.data_dir / "azurite.log", "ab")  # noqa: SIM115 - handed to the child process
-        self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      start_new_session=True)
-        log.close()
-        self.pid = self._proc.pid
+        self._spawn([find_azurite(), "--silent", "--location", str(self.data_dir),
+                     "--blobHost", "127.0.0.1", "--blobPort", str(self.blob_port),
+                     "--tableHost", "127.0.0.1", "--tablePort", str(self.table_port),
+                     "--queueHost", "127.0.0.1", "--queuePort", str(self.queue_port),
+                     "--skipApiVersionCheck", "--loose", "--disableProductStyleUrl"])
         self.wait_ready(timeout_s)
 
     def wait_ready(self, timeout_s: float = 30.0) -> None:
         """Block until a real request to the blob service succeeds."""
-        deadline = time.monotonic() + timeout_s
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            if self._proc is not None and self._proc.poll() is not None:
-                tail = (self.data_dir / "azurite.log").read_text(errors="replace")[-2000:]
-                raise StorageUnavailableError(f"Azurite exited with code {self._proc.returncode}: {tail}")
-            if _port_open(self.blob_port) and _port_open(self.table_port):
-                try:
-                    client = self.account.blob_service_client(retry_total=0, timeout_s=2)
-                    client.get_service_properties()
-                    return
-                except Exception as exc:
-                    last = exc
-            time.sleep(0.1)
-        self.stop()
-        raise StorageUnavailableError(f"Azurite did not answer on 127.0.0.1:{self.blob_port} within "
-                                      f"{timeout_s:.0f}s (last error: {last}); see {self.data_dir / 'azurite.log'}")
-
-    def is_running(self) -> bool:
-        """True when the process is alive."""
-        if self._proc is not None:
-            return self._proc.poll() is None
-        return self.pid is not None and _pid_alive(self.pid)
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop the process (SIGTERM, then SIGKILL) and wait until its ports are free."""
-        if self.pid is None:
-            return
-        _terminate(self.pid, timeout_s)
-        if self._proc is not None:
-            try:
-                self._proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                pass
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and (_port_open(self.blob_port) or _port_open(self.table_port)):
-            time.sleep(0.05)
-        self.pid = None
-        self._proc = None
+        self._wait_until(lambda: self.account.blob_service_client(retry_total=0, timeout_s=2).get_service_properties(),
+                         f"127.0.0.1:{self.blob_port}", timeout_s, poll_s=0.1)
 
     def pause(self) -> None:
         """SIGSTOP the process (requests then hang: for timeout tests)."""
@@ -166,39 +116,6 @@ class AzuriteProcess:
         """Stop and start again on the same ports and data directory."""
         self.stop()
         self.start(timeout_s)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child counts as dead
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def _terminate(pid: int, timeout_s: float) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            return
-        except PermissionError:
-            os.kill(pid, sig)
-        deadline = time.monotonic() + timeout_s / 2
-        while time.monotonic() < deadline:
-            if not _pid_alive(pid):
-                return
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-            time.sleep(0.05)
 
 
 class DevStorage:
@@ -223,7 +140,7 @@ class DevStorage:
                                   pid=state["pid"])
         except (ValueError, KeyError):
             return None
-        return proc if proc.is_running() and _port_open(proc.blob_port) else None
+        return proc if proc.is_running() and port_open(proc.blob_port) else None
 
     def status(self) -> AzuriteProcess | None:
         """The running emulator, or None."""

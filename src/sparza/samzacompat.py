@@ -263,6 +263,7 @@ def translate(config: Mapping[str, str]) -> Translation:
             if values.get(target) == values[alias]:
                 del values[alias]
 
+    _stream_ids(values, notes)
     _side_inputs(values, notes)
 
     default_backup = values.get("stores.backup.factories")
@@ -297,6 +298,42 @@ def translate(config: Mapping[str, str]) -> Translation:
     _check_backups(values, notes)
     _resolve_serde_names(values, notes)
     return Translation(Config(values), tuple(notes))
+
+
+_STREAM_KEY = re.compile(r"^streams\.([^.]+)\.(.+)$")
+_STREAM_ID_KEYS = ("samza.system", "samza.physical.name")
+
+
+def _stream_ids(values: dict[str, str], notes: list[Note]) -> None:
+    """Samza's stream-id configs ``streams.<id>.*`` → ``systems.<s>.streams.<physical>.*``.
+
+    ``streams.<id>.samza.system`` (else ``job.default.system``) names the system and
+    ``streams.<id>.samza.physical.name`` (else the id) the stream; every other key of the id moves
+    under the stream's ``systems.<s>.streams.<physical>.`` prefix. Event Hubs keys
+    (``streams.<id>.eventhubs.*``) stay, as the Event Hubs mapping reads them there."""
+    ids: dict[str, list[str]] = {}
+    for key in values:
+        match = _STREAM_KEY.match(key)
+        if match and not match.group(2).startswith("eventhubs."):
+            ids.setdefault(match.group(1), []).append(key)
+    for stream_id, keys in sorted(ids.items()):
+        system = values.get(f"streams.{stream_id}.samza.system") or values.get("job.default.system")
+        if not system:
+            notes.append(Note(keys[0], "error", f"stream id {stream_id!r} has no system: set "
+                                                f"streams.{stream_id}.samza.system (or job.default.system)"))
+            continue
+        physical = values.get(f"streams.{stream_id}.samza.physical.name") or stream_id
+        for key in sorted(keys):
+            rest = key[len(f"streams.{stream_id}."):]
+            target = f"systems.{system}.streams.{physical}.{rest}"
+            if rest not in _STREAM_ID_KEYS:
+                _set(values, notes, key, target, values[key], secret=False)
+            if rest in _STREAM_ID_KEYS or values.get(target) == values[key]:
+                del values[key]   # moved: translating the result again changes nothing
+        if physical != stream_id:
+            notes.append(Note(f"streams.{stream_id}.samza.physical.name", "info",
+                              f"stream id {stream_id} is {system}.{physical}: name it so in task.inputs and "
+                              "outputs"))
 
 
 _SIDE_INPUTS = re.compile(r"^stores\.([^.]+)\.side\.inputs$")

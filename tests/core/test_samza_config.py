@@ -204,3 +204,30 @@ def test_samza_groupers(tmp_path):
     other = translate(Config({"job.systemstreampartition.grouper.factory":
                               "org.apache.samza.container.grouper.stream.GroupBySystemStreamPartitionFactory"}))
     assert other.errors and "GroupByPartition" in other.errors[0].message
+
+
+def test_samza_stream_id_configs_move_under_their_system(tmp_path):
+    """Samza's ``streams.<id>.samza.system`` / ``samza.physical.name`` / ``samza.reset.offset`` …:
+    every key of a stream id lands on ``systems.<s>.streams.<physical>.``; a stream id without a system
+    (and no job.default.system) is an error naming the key to set."""
+    got = translate({"streams.page-views.samza.system": "kafka",
+                     "streams.page-views.samza.physical.name": "PageViewEvent",
+                     "streams.page-views.samza.reset.offset": "true",
+                     "streams.page-views.samza.offset.default": "oldest",
+                     "streams.clicks.samza.bootstrap": "true",
+                     "job.default.system": "delta",
+                     "streams.hub.eventhubs.namespace": "ns"})
+    assert not got.errors
+    config = dict(got.config.items())
+    assert config["systems.kafka.streams.PageViewEvent.samza.reset.offset"] == "true"
+    assert config["systems.kafka.streams.PageViewEvent.samza.offset.default"] == "oldest"
+    assert config["systems.delta.streams.clicks.samza.bootstrap"] == "true"
+    assert config["streams.hub.eventhubs.namespace"] == "ns"  # read there by the Event Hubs mapping
+    assert not any(k.startswith(("streams.page-views.", "streams.clicks.")) for k in config)
+    assert dict(translate(config).config.items()) == config  # idempotent
+    missing = translate({"streams.orphan.samza.reset.offset": "true"})
+    assert [n.key for n in missing.errors] == ["streams.orphan.samza.reset.offset"]
+    assert "streams.orphan.samza.system" in missing.errors[0].message
+    clash = translate({"streams.a.samza.system": "kafka", "streams.a.samza.bootstrap": "true",
+                       "systems.kafka.streams.a.samza.bootstrap": "false"})
+    assert clash.errors and "keep one" in clash.errors[0].message

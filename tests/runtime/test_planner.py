@@ -149,3 +149,41 @@ def test_plans_round_trip_through_the_json_spark_keeps_in_its_offset_log():
     assert body["tasks"]["Partition 0"]["replay"] == {"ends": {"delta.events#0": "2:5"}, "planned_at": 99,
                                                       "bounded_ends": {"delta.events#0": "3:0"}}
     assert body["tasks"]["Partition 1"]["planned_at"] == 77 and "replay" not in body["tasks"]["Partition 1"]
+
+
+def test_reset_offset_starts_main_inputs_at_the_default_unless_a_batch_is_half_committed(make_job):
+    """``samza.reset.offset`` (Samza: ignore the checkpointed offset at every start): oldest or upcoming
+    replaces the checkpoint of that stream only; an ended task reads again; a task with an open intent
+    completes its batch first and is reset at the next start (a warning says so)."""
+    from sparza.runtime.planner import plan_resets
+
+    config = make_job(partitions=1, **{"task.max.batch.messages": "250",
+                                       "systems.delta.streams.events.samza.reset.offset": "true"})
+    append_messages(config, 600, 3, commit_size=200)
+    planner = _planner(config)
+    cp = TaskCheckpoint("Partition 0", batch=5, generation=0, offsets={"delta.events#0": "3:100"}, ended=True)
+    start = planner.initial({"Partition 0": cp})
+    task = start.tasks["Partition 0"]
+    assert task.offsets == {"delta.events#0": "1:0"}  # oldest: the job's samza.offset.default
+    assert task.reset == ("delta.events#0",) and task.ended is False
+    assert start.seq == 5  # output versions keep increasing
+    assert _round_trip(task) == task
+    upcoming = Config({**dict(config.items()), "systems.delta.samza.offset.default": "upcoming"})
+    assert _planner(upcoming).initial({"Partition 0": cp}).tasks["Partition 0"].offsets == {"delta.events#0": "4:0"}
+    # Without the key, the checkpoint decides.
+    plain = Config({k: v for k, v in config.items() if "reset.offset" not in k})
+    assert _planner(plain).initial({"Partition 0": cp}).tasks["Partition 0"].offsets == {"delta.events#0": "3:100"}
+    # A half-committed batch is completed exactly as planned; the reset waits for the next start.
+    intent = Intent(batch=6, planned_at_ms=1, starts={"delta.events#0": "3:100"}, ends={"delta.events#0": "4:0"})
+    open_cp = dataclasses.replace(cp, pending=intent, ended=False)
+    replayed = planner.initial({"Partition 0": open_cp}).tasks["Partition 0"]
+    assert replayed.offsets == {"delta.events#0": "3:100"} and replayed.replay is not None and not replayed.reset
+    job = JobConfig.from_config(config)
+    resets, warnings = plan_resets(job, InputSystems(job).task_models(), {"Partition 0": open_cp})
+    assert resets == {} and len(warnings) == 1 and "uncommitted batch 6" in warnings[0]
+
+
+def _round_trip(plan):
+    from sparza.runtime.planner import TaskPlan
+
+    return TaskPlan.from_json(json.loads(json.dumps(plan.to_json())))

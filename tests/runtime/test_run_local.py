@@ -235,3 +235,29 @@ def test_a_bounded_job_started_again_after_it_ended_stops_by_itself(spark, make_
     assert again.reason == "all inputs ended" and again.batches == 0
     counts, rows = final_counts(config)
     assert counts == expected_counts(200, 4) and rows == 200
+
+
+def test_reset_offset_reads_a_main_input_again_from_the_default_at_each_start(spark, make_job):
+    """Samza's ``samza.reset.offset`` on a main input: every start ignores the task checkpoints' offsets
+    of that stream (Spark's own offset log too) and reads from ``samza.offset.default``; stores keep
+    their state, as in Samza. The status line and a metric say what was reset."""
+    config = make_job()
+    append_messages(config, 500, 5, commit_size=250)
+    _run(spark, config)
+    append_messages(config, 200, 5, start=500, commit_size=200)
+    reset = Config({**dict(config.items()), "systems.delta.streams.events.samza.reset.offset": "true"})
+    lines: list[str] = []
+    runner = JobRunner(reset, spark=spark, once=True, install_signal_handlers=False, status=lines.append)
+    runner.run()
+    assert runner.metrics.snapshot()["aggregate"]["messages-processed"] == 700  # everything again
+    assert _metric(runner, "reset-offsets") == 2  # both partitions
+    assert any("samza.reset.offset: 2 partition(s) of delta.events" in line for line in lines)
+    first, again = expected_counts(500, 5), expected_counts(700, 5)
+    counts, rows = final_counts(config)
+    assert counts == {k: first[k] + again[k] for k in again}
+    assert rows == 1200
+    # Without the key the checkpoints decide again: only the new messages.
+    append_messages(config, 100, 5, start=700, commit_size=100)
+    plain = _run(spark, config)
+    assert plain.metrics.snapshot()["aggregate"]["messages-processed"] == 100
+    assert final_counts(config)[1] == 1300

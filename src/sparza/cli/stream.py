@@ -82,9 +82,11 @@ def _is_kafka(config: Config, system: str) -> bool:
 
 def _where(admin: Any, stream: str) -> str:
     """Where a stream lives, for messages: a table location or a topic on brokers."""
-    if hasattr(admin, "stream_location"):
-        return str(admin.stream_location(stream))
-    return f"Kafka topic {admin.settings.topic(stream)} on {admin.settings.bootstrap_servers()}"
+    from sparza.systems import SupportsStreamLocation
+
+    if isinstance(admin, SupportsStreamLocation):
+        return admin.stream_location(stream)
+    return f"stream {stream}"
 
 
 @app.command()

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 from sparza.config import define_key
 from sparza.coordination.errors import CoordinationError
 from sparza.errors import StorageUnavailableError
+from sparza.processes import pid_alive
 
 __all__ = [
     "AzureClaimBackend",
@@ -299,23 +300,13 @@ def _boot_id() -> str:
         return ""
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _holder_dead_here(record: ClaimRecord) -> bool:
     """True only when the holder certainly died: same host and boot, and its pid does not run.
 
     (A reused pid makes this say "alive": the claim then simply waits for its timeout.)
     """
     return (record.host == socket.gethostname() and bool(record.boot_id) and record.boot_id == _boot_id()
-            and record.pid != os.getpid() and not _pid_alive(record.pid))
+            and record.pid != os.getpid() and not pid_alive(record.pid))
 
 
 class JobClaim:

@@ -343,7 +343,7 @@ class TaskInstance:
             return
         for ssp, start in zip(split.ssps, split.starts, strict=True):
             committed = cp.offsets.get(ssp)
-            if committed is not None and committed != start:
+            if committed is not None and committed != start and ssp not in split.reset:
                 raise RuntimeStateError(
                     f"task '{self.name}' batch {split.seq} starts {ssp} at {start} but its checkpoint "
                     f"(batch {cp.batch}) is at {committed}: the Spark checkpoint dir is stale; stop the job, "

@@ -94,6 +94,8 @@ class InputSpec:
     bootstrap: bool
     bounded: bool
     offset_default: str
+    reset_offset: bool = False
+    """``samza.reset.offset``: at every start, ignore the checkpointed offset and start at ``offset_default``."""
 
 
 @dataclass(frozen=True)
@@ -241,5 +243,6 @@ def _parse_inputs(config: Config, *, require: bool) -> list[InputSpec]:
                 bootstrap=config.get_bool(prefix + "samza.bootstrap", False),
                 bounded=config.get_bool(prefix + "bounded", False),
                 offset_default=offset_default(config, stream),
+                reset_offset=config.get_bool(prefix + "samza.reset.offset", False),
             ))
     return specs

@@ -67,12 +67,17 @@ class TaskPlan:
     replay: Replay | None = None
     planned_at_ms: int | None = None
     bounded_ends: dict[str, str] | None = None
+    reset: tuple[str, ...] = ()
+    """Start plans only: SSPs whose checkpointed offset ``samza.reset.offset`` replaced by the default."""
 
     def to_json(self) -> dict[str, Any]:
-        """JSON keys ``offsets``, ``ended`` and, when set, ``replay``, ``planned_at``, ``bounded_ends``."""
+        """JSON keys ``offsets``, ``ended`` and, when set, ``replay``, ``planned_at``, ``bounded_ends``,
+        ``reset``."""
         body: dict[str, Any] = {"offsets": dict(self.offsets), "ended": self.ended}
         if self.replay is not None:
             body["replay"] = self.replay.to_json()
+        if self.reset:
+            body["reset"] = list(self.reset)
         if self.planned_at_ms is not None:
             body["planned_at"] = self.planned_at_ms
         if self.bounded_ends is not None:
@@ -85,7 +90,8 @@ class TaskPlan:
         return cls(dict(body.get("offsets") or {}), bool(body.get("ended", False)),
                    Replay.from_json(body["replay"]) if body.get("replay") else None,
                    int(body["planned_at"]) if body.get("planned_at") is not None else None,
-                   dict(body["bounded_ends"]) if body.get("bounded_ends") is not None else None)
+                   dict(body["bounded_ends"]) if body.get("bounded_ends") is not None else None,
+                   tuple(body.get("reset") or ()))
 
 
 @dataclass(frozen=True)
@@ -125,6 +131,36 @@ class SspPosition:
 MetadataFn = Callable[[], Mapping[SystemStreamPartition, SspPosition]]
 
 
+def plan_resets(job: JobConfig, tasks: list[TaskModel], checkpoints: Mapping[str, TaskCheckpoint]
+                ) -> tuple[dict[str, tuple[str, ...]], list[str]]:
+    """Which checkpointed offsets ``samza.reset.offset`` replaces at this start, per task, and warnings.
+
+    Main inputs only (an adjunct stream's reset rebuilds its store instead). A task with an open intent
+    is not reset: its flushed but uncommitted batch is completed first, exactly as planned, and the reset
+    happens at the next start; the warning says so."""
+    from sparza.state.adjunct import AdjunctConfig
+
+    adjunct = AdjunctConfig.from_config(job.config).input_streams()
+    specs = {(s.stream.system, s.stream.stream): s for s in job.inputs}
+    resets: dict[str, tuple[str, ...]] = {}
+    warnings: list[str] = []
+    for task in tasks:
+        wanted = [ssp for ssp in task.ssps
+                  if specs[(ssp.system, ssp.stream)].reset_offset and ssp.system_stream not in adjunct]
+        cp = checkpoints.get(task.name)
+        if not wanted or cp is None:
+            continue
+        intent = cp.open_intent()
+        if intent is not None:
+            warnings.append(f"samza.reset.offset: task '{task.name}' has a flushed but uncommitted batch "
+                            f"{intent.batch}; it is completed first, so its offsets are reset at the next start")
+            continue
+        got = tuple(str(ssp) for ssp in wanted if str(ssp) in cp.offsets)
+        if got:
+            resets[task.name] = got
+    return resets, warnings
+
+
 class BatchPlanner:
     """Plans batches for a fixed set of tasks from fresh stream metadata on every call."""
 
@@ -155,17 +191,20 @@ class BatchPlanner:
         self.targets = {ssp: pos.upcoming for ssp, pos in self._metadata().items()}
 
     def initial(self, checkpoints: Mapping[str, TaskCheckpoint]) -> BatchPlan:
-        """The start plan: offsets from task checkpoints, else ``samza.offset.default`` (oldest/upcoming)."""
+        """The start plan: offsets from task checkpoints, else ``samza.offset.default`` (oldest/upcoming);
+        streams with ``samza.reset.offset`` start at the default even with a checkpoint (see :meth:`resets`)."""
         positions = self._metadata()
         tasks: dict[str, TaskPlan] = {}
         seq = 0
+        resets, _ = plan_resets(self.job, self.tasks, checkpoints)
         for task in self.tasks:
             cp = checkpoints.get(task.name)
             intent = cp.open_intent() if cp is not None else None
+            reset = resets.get(task.name, ())
             offsets: dict[str, str] = {}
             for ssp in task.ssps:
                 key = str(ssp)
-                if cp is not None and key in cp.offsets:
+                if cp is not None and key in cp.offsets and key not in reset:
                     offsets[key] = cp.offsets[key]
                     continue
                 if intent is not None and key in intent.starts:
@@ -189,7 +228,8 @@ class BatchPlanner:
                     # an SSP the task no longer reads makes the task refuse the batch (instance.py).
                     replay = Replay({k: intent.ends.get(k, v) for k, v in offsets.items()}, intent.planned_at_ms,
                                     dict(intent.bounded_ends))
-            tasks[task.name] = TaskPlan(offsets, bool(cp.ended) if cp is not None else False, replay)
+            ended = bool(cp.ended) if cp is not None and not reset else False
+            tasks[task.name] = TaskPlan(offsets, ended, replay, reset=reset)
         return BatchPlan(seq, 0, tasks)
 
     def bounded_end(self, ssp: SystemStreamPartition) -> str | None:

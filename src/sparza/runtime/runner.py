@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sparza.config import Config
+from sparza.errors import ConfigError
 from sparza.metrics import JsonLinesReporter, MetricsRegistry, PrometheusExporter
 from sparza.runtime.commit import BatchStatus
 from sparza.runtime.errors import JobFailedError
@@ -391,6 +393,7 @@ class JobRunner:
         spark = self._spark
         spark.dataSource.register(SparzaDataSource)
         self._stop_file().unlink(missing_ok=True)
+        resets = self._apply_resets(tasks)
         reader = (spark.readStream.format("sparza")
                   .option("config", json.dumps(dict(self.config.items())))
                   .option("tasks", json.dumps([t.name for t in tasks]))
@@ -407,7 +410,7 @@ class JobRunner:
                     + (f" (claim epoch {self.generation})" if self._claim is not None else "")
                     + f", spark checkpoint {self.spark_checkpoint_dir}")
         self._query = writer.start()
-        if tasks and self._all_ended_before(tasks):
+        if tasks and not resets and self._all_ended_before(tasks):
             # Nothing will be planned, so no batch would ever notice that every input ended: stop now.
             self.request_stop("all inputs ended")
 
@@ -422,6 +425,37 @@ class JobRunner:
             except Exception:
                 return  # a failed query: poll()/finish() report it
             time.sleep(0.1)
+
+    def _apply_resets(self, tasks: list[TaskModel]) -> int:
+        """``samza.reset.offset`` of main inputs: say what is reset and make Spark plan from the task
+        checkpoints again (its own offset log would continue where the last run stopped). Returns how
+        many SSPs are reset."""
+        if not any(spec.reset_offset for spec in self.job.inputs):
+            return 0
+        from sparza.runtime.checkpoint import checkpoint_store_from_config
+        from sparza.runtime.planner import plan_resets
+        from sparza.streams import SystemStreamPartition
+
+        checkpoints = checkpoint_store_from_config(self.config, self.job.job_key).read_all()
+        resets, warnings = plan_resets(self.job, tasks, checkpoints)
+        for warning in warnings:
+            _log.warning("%s: %s", self.job.job_key, warning)
+            self.status(f"sparza: {self.job.job_key}: warning: {warning}")
+        count = sum(len(v) for v in resets.values())
+        if not count:
+            return 0
+        streams = sorted({SystemStreamPartition.parse(s).system_stream for v in resets.values() for s in v},
+                         key=str)
+        self.status(f"sparza: {self.job.job_key}: samza.reset.offset: {count} partition(s) of "
+                    f"{', '.join(str(s) for s in streams)} start at samza.offset.default, not at their checkpoint")
+        self.metrics.counter("job", "reset-offsets").inc(count)
+        spark_dir = self.spark_checkpoint_dir
+        if "://" in spark_dir and not spark_dir.startswith("file:"):
+            raise ConfigError("job.spark.checkpoint.dir", spark_dir,
+                              "a local directory when an input has samza.reset.offset (the reset discards "
+                              "Spark's offset log there; delete it yourself and restart without the reset)")
+        shutil.rmtree(spark_dir.removeprefix("file:"), ignore_errors=True)
+        return count
 
     def _all_ended_before(self, tasks: list[TaskModel]) -> bool:
         from sparza.runtime.checkpoint import checkpoint_store_from_config

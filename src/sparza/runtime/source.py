@@ -100,7 +100,8 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
                 index=i, task=task.name, seq=after.seq,
                 planned_at=now.planned_at_ms if now.planned_at_ms is not None else after.planned_at_ms, ssps=names,
                 starts=[was.get(n, now.offsets[n]) for n in names],
-                ends=[now.offsets[n] for n in names], ended=now.ended, bounded_ends=bounded))
+                ends=[now.offsets[n] for n in names], ended=now.ended, bounded_ends=bounded,
+                reset=list(before.task(task.name).reset)))
         return splits
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

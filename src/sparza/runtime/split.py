@@ -46,6 +46,8 @@ class TaskSplit(InputPartition):  # type: ignore[misc]
     ends: list[str]
     ended: bool
     bounded_ends: dict[str, str] = field(default_factory=dict)
+    reset: list[str] = field(default_factory=list)
+    """SSPs that start at ``samza.offset.default`` instead of the task checkpoint (``samza.reset.offset``)."""
 
     def start_offsets(self) -> dict[str, str]:
         """``{ssp: start offset}`` of this batch."""
@@ -59,7 +61,7 @@ class TaskSplit(InputPartition):  # type: ignore[misc]
         """The marker row's payload."""
         return json.dumps({"index": self.index, "task": self.task, "seq": self.seq, "planned_at": self.planned_at,
                            "ssps": self.ssps, "starts": self.starts, "ends": self.ends, "ended": self.ended,
-                           "bounded_ends": self.bounded_ends}, sort_keys=True).encode()
+                           "bounded_ends": self.bounded_ends, "reset": self.reset}, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> TaskSplit:

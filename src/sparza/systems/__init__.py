@@ -26,6 +26,7 @@ __all__ = [
     "SupportsArrowRead",
     "SupportsOffsetArithmetic",
     "SupportsPartitionCount",
+    "SupportsStreamLocation",
     "SystemAdmin",
     "SystemConsumer",
     "SystemFactory",
@@ -198,6 +199,15 @@ class SupportsPartitionCount(Protocol):
 
     def partition_count(self, stream: str) -> int:
         """How many partitions ``stream`` has (raises if it does not exist)."""
+        ...
+
+
+@runtime_checkable
+class SupportsStreamLocation(Protocol):
+    """An admin that can say where a stream's data lives, for messages and tools."""
+
+    def stream_location(self, stream: str) -> str:
+        """A table location, a topic on its brokers …: what a user would look up."""
         ...
 
 

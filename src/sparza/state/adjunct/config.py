@@ -36,7 +36,8 @@ define_key("stores.<store>.adstore.versioned", "false",
 define_key("stores.<store>.adstore.builder.task", DEFAULT_BUILDER_TASK,
            "broadcast stores: the task that applies the stream and publishes snapshots", _PKG)
 define_key("systems.<system>.streams.<stream>.samza.reset.offset", "false",
-           "adjunct streams: rebuild the store from the oldest offset at every start (use with memory stores)",
+           "ignore the checkpointed offset at every start: a main input starts at samza.offset.default (its "
+           "batches are processed again or skipped); an adjunct stream rebuilds its store from the oldest offset",
            _PKG)
 define_key("job.container.store.base.dir", None,
            "host-local dir shared by the tasks of one host for broadcast store snapshots "

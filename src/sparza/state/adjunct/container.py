@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO
 
 from sparza.config import Config
+from sparza.processes import pid_alive
 from sparza.state.adjunct.errors import BroadcastSnapshotError
 from sparza.state.adjunct.slot import open_raw_store
 from sparza.state.adjunct.snapshots import SnapshotStore
@@ -160,19 +161,9 @@ class ContainerSnapshotCache:
     def _remove_stale_tmp(self, path: Path) -> None:
         # Temp dirs of a download that crashed; a live download's temp dir belongs to a live pid.
         pid_text = path.name.split(".tmp-", 1)[1].split("-", 1)[0]
-        if pid_text.isdigit() and _pid_alive(int(pid_text)):
+        if pid_text.isdigit() and pid_alive(int(pid_text)):
             return
         shutil.rmtree(path, ignore_errors=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def directory_size_bytes(path: str | Path) -> int:

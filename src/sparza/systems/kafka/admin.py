@@ -102,6 +102,10 @@ class KafkaSystemAdmin:
         self._partitions[spec.stream] = spec.partitions
         return True
 
+    def stream_location(self, stream: str) -> str:
+        """``Kafka topic <name> on <bootstrap servers>``: where ``stream`` lives, for messages."""
+        return f"Kafka topic {self.settings.topic(stream)} on {self.settings.bootstrap_servers()}"
+
     def exists(self, stream: str) -> bool:
         """True when the topic exists."""
         try:

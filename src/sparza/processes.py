@@ -1,0 +1,138 @@
+"""Local processes: is a pid alive, is a loopback port free, and the local servers for development and
+tests (Azurite, the Tansu Kafka broker).
+
+:class:`LocalServerProcess` is what both have in common: start a binary in its own process group
+with its output in a log file, wait until a probe answers (naming the log on failure), tell whether
+it runs, and stop it (SIGTERM, then SIGKILL) until its ports are free. A persistent dev server is
+tracked by pid across Python processes, so ``is_running`` and ``stop`` work from a pid alone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from sparza.errors import StorageUnavailableError
+
+__all__ = ["LocalServerProcess", "free_port", "pid_alive", "port_open"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int) -> bool:
+    """True when something accepts connections on 127.0.0.1:``port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def pid_alive(pid: int) -> bool:
+    """True when process ``pid`` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child counts as dead
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _terminate(pid: int, timeout_s: float) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            os.kill(pid, sig)
+        deadline = time.monotonic() + timeout_s / 2
+        while time.monotonic() < deadline:
+            if not pid_alive(pid):
+                return
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.05)
+
+
+class LocalServerProcess:
+    """Start, probe, check and stop one local server (mixed into the dataclasses that describe one).
+
+    The class using it has ``data_dir``, ``pid`` and ``_proc`` attributes, names its log file in
+    ``LOG_NAME`` and its program in ``PROGRAM``, and lists its ports in :meth:`ports`.
+    """
+
+    LOG_NAME = "server.log"
+    PROGRAM = "the server"
+    data_dir: Path
+    pid: int | None
+    _proc: subprocess.Popen[bytes] | None
+
+    def ports(self) -> tuple[int, ...]:
+        """The ports the server listens on (stop waits until they are free)."""
+        raise NotImplementedError
+
+    def _spawn(self, cmd: list[str], env: Mapping[str, str] | None = None) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.data_dir / self.LOG_NAME, "ab")  # noqa: SIM115 - handed to the child process
+        self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      start_new_session=True, env=dict(env) if env is not None else None)
+        log.close()
+        self.pid = self._proc.pid
+
+    def _wait_until(self, probe: Callable[[], None], endpoint: str, timeout_s: float, poll_s: float = 0.05) -> None:
+        """Call ``probe`` until it returns without raising, once every port is open; else stop and raise."""
+        deadline = time.monotonic() + timeout_s
+        last: Exception | None = None
+        log = self.data_dir / self.LOG_NAME
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                tail = log.read_text(errors="replace")[-2000:]
+                raise StorageUnavailableError(f"{self.PROGRAM} exited with code {self._proc.returncode}: {tail}")
+            if all(port_open(p) for p in self.ports()):
+                try:
+                    probe()
+                    return
+                except Exception as exc:
+                    last = exc
+            time.sleep(poll_s)
+        self.stop()
+        raise StorageUnavailableError(f"{self.PROGRAM} did not answer on {endpoint} within {timeout_s:.0f}s "
+                                      f"(last error: {last}); see {log}")
+
+    def is_running(self) -> bool:
+        """True when the process is alive."""
+        if self._proc is not None:
+            return self._proc.poll() is None
+        return self.pid is not None and pid_alive(self.pid)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the process (SIGTERM, then SIGKILL) and wait until its ports are free."""
+        if self.pid is None:
+            return
+        _terminate(self.pid, timeout_s)
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(port_open(p) for p in self.ports()):
+            time.sleep(0.05)
+        self.pid = None
+        self._proc = None
