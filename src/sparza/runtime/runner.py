@@ -143,7 +143,25 @@ def build_spark_session(job: JobConfig, master: str | None, app_name: str) -> An
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(job.config.get_str("spark.log.level", "ERROR"))
+    if job.config.get_str("spark.log.level", "ERROR").upper() in ("ERROR", "FATAL", "OFF"):
+        _quiet_query_failures(spark)
     return spark
+
+
+_QUERY_LOGGERS = ("org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
+                  "org.apache.spark.sql.execution.streaming.MicroBatchExecution")
+"""Spark's loggers of a failed streaming query (by Spark version): sparza reports the failure itself."""
+
+
+def _quiet_query_failures(spark: Any) -> None:
+    """Turn off Spark's ERROR log of a terminated query (a JVM stack trace plus the Python one, ~70
+    lines): :meth:`JobRunner.finish` reports the failure as one line and writes the whole text to a
+    trace file. A ``spark.log.level`` of WARN or lower keeps Spark's log."""
+    with contextlib.suppress(Exception):  # logging only: never fail a run over it
+        jvm = spark.sparkContext._jvm
+        level = jvm.org.apache.logging.log4j.Level.OFF
+        for name in _QUERY_LOGGERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
 
 
 class JobRunner:
@@ -480,7 +498,11 @@ class JobRunner:
         if self._failure is not None:
             raise self._failure
         if exc is not None:
-            raise JobFailedError(f"the streaming query of {self.job.job_key} failed: {_short(str(exc))}")
+            from sparza.runtime.executor import write_trace_text
+
+            trace = write_trace_text(self.config, "query", str(exc))
+            raise JobFailedError(f"the streaming query of {self.job.job_key} failed: {_short(str(exc))}; "
+                                 f"full trace: {trace}")
         reason = self._stop_reason or ("caught up (--once)" if self.once else "stopped")
         self.status(f"sparza: {self.job.job_key}: {reason}; {self._batches} batch(es) committed"
                     + (f"; {self.discards.describe()}" if self.discards else ""))
