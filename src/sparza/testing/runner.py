@@ -183,7 +183,7 @@ class _Job:
         stays pending and runs again, with the same plan, on the next step (as Spark retries it)."""
         from sparza.runtime.commit import BatchStatus
         from sparza.runtime.errors import JobFailedError
-        from sparza.runtime.executor import make_task_runner, result_from_row
+        from sparza.runtime.executor import TaskAttemptError, make_task_runner, result_from_row
         from sparza.runtime.split import marker_batch
 
         if self.pending is None:
@@ -196,8 +196,14 @@ class _Job:
         self.spark_batch_id += 1
         results: list[Any] = []
         for split in splits:
-            for batch in run_tasks(iter([marker_batch(split)])):
-                results.extend(result_from_row(row) for row in batch.to_pylist())
+            try:
+                for batch in run_tasks(iter([marker_batch(split)])):
+                    results.extend(result_from_row(row) for row in batch.to_pylist())
+            except TaskAttemptError as exc:
+                # An attempt Spark would retry; a failure the test injected is re-raised as what it is.
+                if isinstance(exc.__cause__, InjectedFault):
+                    raise InjectedFault(str(exc.__cause__)) from exc
+                raise
         failed = [r for r in results if r.status is BatchStatus.FAILED]
         if failed:
             raise JobFailedError("; ".join(r.error or "failed" for r in failed))
@@ -566,6 +572,12 @@ class TestRunner:
         for ss, items in self._buffered:
             self._write(ss, items)
         self._buffered.clear()
+        from sparza.runtime.preflight import check_application, check_job
+
+        if config.get_str("app.class", None) is not None and config.get_str("app.stage", None) is None:
+            check_application(config)
+        for _, stage_config in stages:
+            check_job(stage_config)  # what `sparza run` checks before Spark starts
         for name, stage_config in stages:
             hooked = stage_config.with_overrides({"task.testing.fault.hook": self._hook_id(name)})
             register_fault_hook(self._hook_id(name), self._fault_hook(name))
