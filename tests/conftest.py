@@ -6,6 +6,8 @@ even when tests fail.
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,35 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A loopback server that accepts connections and never answers (storage that hangs)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}/devstoreaccount1"
+    finally:
+        stop.set()
+        thread.join(2)
+        for conn in held:
+            conn.close()
+        server.close()
 
 
 @pytest.fixture

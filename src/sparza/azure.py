@@ -14,6 +14,7 @@ Account keys and connection strings are kept out of ``repr``, logs and error mes
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,9 +25,14 @@ from sparza.errors import ConfigError
 __all__ = [
     "AZURITE_ACCOUNT_KEY",
     "AZURITE_ACCOUNT_NAME",
+    "TIMEOUT_KEY",
     "StorageAccount",
+    "check_container",
+    "container_name_problem",
+    "explain_storage_error",
     "parse_connection_string",
     "resolve_storage_account",
+    "storage_timeout_s",
 ]
 
 AZURITE_ACCOUNT_NAME = "devstoreaccount1"
@@ -37,6 +43,90 @@ AZURITE_ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz
 define_key("azure.storage.connect", None,
            "Connection string of the storage account for coordination, blob stores and Delta on az:// "
            "(falls back to AZURE_STORAGE_CONNECTION_STRING, then the embedded dev storage).", "sparza.azure")
+
+
+TIMEOUT_KEY = "azure.storage.timeout.ms"
+define_key(TIMEOUT_KEY, 30000,
+           "How long the start checks of `sparza run` and the CLI's storage calls wait for Azure Storage to "
+           "connect and answer before reporting the endpoint as not answering (no retries).", "sparza.azure")
+
+
+def storage_timeout_s(config: Mapping[str, str]) -> float:
+    """``azure.storage.timeout.ms`` in seconds (default 30 s)."""
+    cfg = config if isinstance(config, Config) else Config(config)
+    return cfg.get_int(TIMEOUT_KEY, 30000, min_value=1) / 1000.0
+
+
+_CONTAINER = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}$")
+
+
+def container_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a valid Azure container name (None when it is): 3-63 characters of lowercase
+    letters, digits and single hyphens, starting and ending with a letter or digit."""
+    if _CONTAINER.match(name):
+        return None
+    if not 3 <= len(name) <= 63:
+        return f"it has {len(name)} characters; Azure container names have 3 to 63"
+    if name != name.lower():
+        return "it has uppercase letters; Azure container names are lowercase"
+    if "--" in name or name.startswith("-") or name.endswith("-"):
+        return "a hyphen is doubled or at an end; hyphens must sit between letters or digits"
+    return "only lowercase letters, digits and hyphens are allowed in Azure container names"
+
+
+def explain_storage_error(exc: BaseException, account: StorageAccount, timeout_s: float | None = None) -> str:
+    """One line saying what went wrong talking to ``account`` and what to check (never the key)."""
+    from azure.core.exceptions import (
+        ClientAuthenticationError,
+        HttpResponseError,
+        ServiceRequestError,
+        ServiceResponseError,
+    )
+
+    endpoint = account.blob_endpoint
+    status = getattr(exc, "status_code", None)
+    code = getattr(exc, "error_code", None) or ""
+    if isinstance(exc, ClientAuthenticationError) or status in (401, 403):
+        return (f"storage account '{account.account_name}' at {endpoint} refused the credentials (HTTP {status} "
+                f"{code}".rstrip() + f"): check the account key in {account.source}")
+    text = f"{type(exc).__name__}: {exc}"
+    waited = f" within {timeout_s:g} s" if timeout_s is not None else ""
+    if isinstance(exc, ServiceResponseError) or "timed out" in text.lower() or isinstance(exc, TimeoutError):
+        return (f"storage endpoint {endpoint} did not answer{waited}: check that it is the Azure Storage (or "
+                f"Azurite) endpoint of {account.source} and that the service is up ({TIMEOUT_KEY} sets the wait)")
+    if isinstance(exc, ServiceRequestError | ConnectionError):
+        hint = " or start local storage with 'sparza dev-storage start'" if account.is_emulator else ""
+        return (f"cannot connect to storage endpoint {endpoint}: check the endpoint in {account.source} and "
+                f"the network{hint}")
+    if isinstance(exc, HttpResponseError):
+        return f"storage at {endpoint} answered HTTP {status} {code}".rstrip() + f" ({account.source})"
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"storage at {endpoint} failed: {type(exc).__name__}: {first}"
+
+
+def check_container(account: StorageAccount, container: str, key: str, timeout_s: float) -> None:
+    """One cheap authenticated call (container properties, no retries, ``timeout_s`` to connect and answer):
+    raises :class:`~sparza.errors.StartCheckError` naming ``key`` when the name is invalid, the
+    credentials are refused or the endpoint is unreachable. A missing container is fine (it is created)."""
+    from azure.core.exceptions import ResourceNotFoundError
+
+    from sparza.errors import StartCheckError
+
+    problem = container_name_problem(container)
+    if problem is not None:
+        raise StartCheckError(key, container, "", message=f"config key '{key}' = {container!r} is not a valid "
+                                                          f"Azure container name: {problem}")
+    client = account.blob_service_client(retry_total=0, timeout_s=max(1, int(timeout_s)),
+                                         connection_timeout=timeout_s, read_timeout=timeout_s)
+    try:
+        client.get_container_client(container).get_container_properties()
+    except ResourceNotFoundError:
+        return  # authenticated (a wrong key is refused before the lookup): the store creates it
+    except Exception as exc:
+        raise StartCheckError(key, container, "", message=f"config key '{key}' (container {container!r}): "
+                                                          f"{explain_storage_error(exc, account, timeout_s)}") from exc
+    finally:
+        client.close()
 
 
 def parse_connection_string(text: str) -> dict[str, str]:

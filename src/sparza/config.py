@@ -148,7 +148,12 @@ class Config(Mapping[str, str]):
         try:
             data = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
-            raise ConfigError(source, None, f"valid YAML ({exc})") from exc
+            # One line: the problem and where (PyYAML's message spans lines with a caret drawing).
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ConfigError(source, None, "", message=f"config file {source} is not valid YAML: {problem}{where}"
+                              ) from exc
         if not isinstance(data, Mapping):
             raise ConfigError(source, type(data).__name__, "a YAML mapping of config keys")
         return cls(data)

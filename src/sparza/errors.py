@@ -6,7 +6,7 @@ caller can catch everything sparza raises with one ``except`` and still match pr
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "SerdeError", "SparzaError", "StorageUnavailableError"]
+__all__ = ["ConfigError", "SerdeError", "SparzaError", "StartCheckError", "StorageUnavailableError"]
 
 
 class SparzaError(Exception):
@@ -34,6 +34,15 @@ class ConfigError(SparzaError, ValueError):
             shown = "<redacted>" if secret else repr(value)
             found = f"has value {shown}"
         super().__init__(f"config key '{key}' {found}: expected {expected}")
+
+
+class StartCheckError(ConfigError):
+    """A check ``sparza run`` makes on the driver before Spark starts failed (a class that does not
+    import, an undeclared store, a missing stream, storage that refuses or does not answer).
+
+    Deterministic or environmental, never worth a Spark retry: the message names the config key
+    and what to do; the CLI exits 2.
+    """
 
 
 class SerdeError(SparzaError, ValueError):

@@ -51,11 +51,12 @@ class FactoryKind:
 FACTORY_KINDS: dict[str, FactoryKind] = {
     "system": FactoryKind(
         "system", r"systems\.[^.]+\.samza\.factory",
-        ("delta", "azureblob", "kafka", "eventhubs", "a dotted Python path"),
+        ("delta", "azureblob", "kafka", "eventhubs", "inmemory", "a dotted Python path"),
         {
             "org.apache.samza.system.azureblob.AzureBlobSystemFactory": "azureblob",
             "org.apache.samza.system.kafka.KafkaSystemFactory": "kafka",
             "org.apache.samza.system.eventhub.EventHubSystemFactory": "eventhubs",
+            "org.apache.samza.system.inmemory.InMemorySystemFactory": "inmemory",
         },
         {
             "org.apache.samza.system.hdfs.HdfsSystemFactory": "sparza has no HDFS system: use a delta system "
@@ -64,8 +65,6 @@ FACTORY_KINDS: dict[str, FactoryKind] = {
             "system: write results to a delta system and index them from there",
             "org.apache.samza.system.kinesis.KinesisSystemFactory": "sparza has no Kinesis system: use kafka, "
             "eventhubs or delta",
-            "org.apache.samza.system.inmemory.InMemorySystemFactory": "sparza has no in-memory system: use a "
-            "delta system in a temporary directory",
         }),
     "coordinator": FactoryKind(
         "job coordinator", r"job\.coordinator\.factory", ("standalone", "azure"),

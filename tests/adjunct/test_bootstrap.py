@@ -58,3 +58,49 @@ def test_empty_bootstrap_stream_is_bootstrapped_at_once(harness: AdjunctHarness,
     manager = harness.manager("Partition 0", config, work_dir / "host-a")
     assert manager.commit(1)["stores"]["customers"]["bootstrap"]["done"] is True
     manager.close()
+
+
+class _MarkerAtTheEnd:
+    """Real offsets and comparisons, but the newest offset of each partition is one that is never
+    delivered, as a Kafka transaction's commit marker is (newest = upcoming - 1 = the marker)."""
+
+    def __init__(self, real, hidden: dict[int, str]) -> None:
+        self._real = real
+        self._hidden = hidden
+
+    def compare(self, system: str, a: str, b: str) -> int:
+        return self._real.compare(system, a, b)
+
+    def offset_key(self, system: str, offset: str):
+        return self._real.offset_key(system, offset)
+
+    def newest_offsets(self, stream):
+        return dict(self._hidden)
+
+
+def test_a_bootstrap_whose_newest_offset_is_never_delivered_completes_once_read_past_it(
+        harness: AdjunctHarness, work_dir: Path) -> None:
+    """Found with the Kafka demo: a CDC topic loaded in transactions ends on a commit marker, which no
+    consumer ever sees, so "applied up to the newest offset" never became true and the store stayed
+    "bootstrapping" for ever. The runtime now says how far each batch read (``read_through``)."""
+    from sparza.state.adjunct import AdminStreamAccess, TaskAdjunctManager
+
+    harness.create("customers", 1)
+    harness.create("orders", 1)
+    config = harness.config(**{"task.inputs": "d.orders,d.customers", "stores.customers.adstore.input": "d.customers",
+                               "systems.d.streams.customers.samza.bootstrap": "true"})
+    harness.write("customers", 0, [(f"c{i}", f"v{i}") for i in range(10)])
+    delivered = harness.read(P0)[:-1]          # the last record plays the marker: never delivered
+    marker = harness.read(P0)[-1].offset
+    access = _MarkerAtTheEnd(AdminStreamAccess(config), {0: marker})
+    for tell in (False, True):
+        manager = TaskAdjunctManager("Partition 0", config, work_dir / f"host-{tell}", harness.blob_store, "adj", "1",
+                                     access=access)
+        manager.restore(None)
+        for env in delivered:
+            assert manager.on_envelope(env)
+        if tell:
+            manager.read_through({P0: harness.upcoming("customers")[0]})
+        entry = manager.commit(1)
+        assert entry["stores"]["customers"]["bootstrap"]["done"] is tell
+        manager.close()

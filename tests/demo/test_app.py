@@ -1,15 +1,19 @@
-"""The demo application's plan: two stages, the profile store and its broadcast input only in stage 2."""
+"""The demo application: its plan (two stages, the profile store and its broadcast input only in stage 2), its
+operators, and its exact windows through ``sparza.testing.TestRunner`` (in-process, no Spark, no Azure)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from examples.wikipedia.app import WINDOW_SCHEMA, join_profile, parse_edit, window_record
-from examples.wikipedia.config import demo_config
+from examples.wikipedia.config import OUTPUT_CONTAINER, demo_config, output_stream
+from examples.wikipedia.generate import expected_demo_windows, generate_edits, generate_profiles
 
 from sparza.api import WindowPane, plan_application
 from sparza.serde import AvroSerde
 from sparza.streams import SystemStream
+from sparza.testing import TestMessage, TestRunner
 
 
 def _plan(tmp_path: Path):
@@ -47,3 +51,25 @@ def test_operators() -> None:
     assert record == {"page": "P", "window_start": 60_000, "window_end": 120_000, "edits": 2,
                       "bytes_changed": 7, "bot_edits": 1}
     assert AvroSerde(WINDOW_SCHEMA).from_bytes(AvroSerde(WINDOW_SCHEMA).to_bytes(record))["edits"] == 2
+
+
+def test_demo_windows_are_exact_through_the_test_runner(tmp_path: Path) -> None:
+    edits, profiles = generate_edits(400, seed=7), generate_profiles(seed=11)
+    out = f"{OUTPUT_CONTAINER}.{output_stream('r1')}"
+    config = demo_config(tmp_path, "r1", "UseDevelopmentStorage=true", partitions=2, max_batch=100)
+    with TestRunner(dict(config.items())) as runner:  # the blob store moves to the runner's work dir
+        runner.add_input("delta.edits", [TestMessage(json.dumps(e.to_json()).encode(), key=e.user.encode(),
+                                                     timestamp=e.timestamp) for e in edits], partitions=2, bounded=True)
+        runner.add_input("delta.profiles", [TestMessage(None if p is None else json.dumps(p).encode(),
+                                                        key=user.encode(), partition=0, timestamp=0)
+                                            for user, p in profiles], bounded=True)
+        runner.add_output(out)
+        report = runner.run()
+        assert report.ended and report.late == 0
+        got = {(r["page"], round(r["window_start"].timestamp() * 1000)): (r["edits"], r["bytes_changed"],
+                                                                          r["bot_edits"])
+               for r in runner.values(out)}  # decoded with the application's Avro serde
+        assert len(runner.values(out)) == len(got)  # each window once
+        assert got == expected_demo_windows(edits, profiles)
+        # Every stage-2 task kept its window store; all windows fired, so only bookkeeping is left in them.
+        assert set(runner.store("window-page-minute")) == {"Partition 0", "Partition 1"}

@@ -64,6 +64,9 @@ def translate_azure_error(operation: str, blob_id: str | None, exc: BaseExceptio
         message = f"HTTP {status} {getattr(exc, 'error_code', '') or ''}".strip()
         if status in (408, 429) or status >= 500:
             return RetriableError(operation, blob_id, message)
+        if status in (401, 403):
+            return BlobStoreError(operation, blob_id, f"storage refused the credentials ({message}): check the "
+                                  "account key (azure.storage.connect or AZURE_STORAGE_CONNECTION_STRING)")
         return BlobStoreError(operation, blob_id, message)
     return BlobStoreError(operation, blob_id, f"{type(exc).__name__}: {exc}")
 

@@ -39,7 +39,10 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the version and exit.")) -> None:
+                                       help="Print the version and exit."),
+          debug: bool = typer.Option(False, "--debug",
+                                     help="Show the traceback of a failure instead of one line (accepted "
+                                          "anywhere on the command line; or set SPARZA_DEBUG=1).")) -> None:
     """Samza's stream-processing model on Apache Spark, at home on Azure."""
 
 

@@ -1,28 +1,97 @@
-"""How the CLI reports failures: one red line naming the problem, exit code 2 for config errors."""
+"""How the CLI reports failures: one red line naming the problem, never a traceback.
+
+Exit code 2 for config errors and failed start checks, 1 for every other failure (sparza's own
+errors, storage errors, anything unexpected), 130 for Ctrl-C. ``--debug`` (anywhere on the command
+line) or ``SPARZA_DEBUG=1`` lets the traceback through instead.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
-from sparza.errors import ConfigError, SparzaError
+from sparza.errors import ConfigError, SparzaError, StartCheckError
 
-__all__ = ["EXIT_CONFIG", "EXIT_FAILURE", "run_app"]
+__all__ = ["DEBUG_FLAG", "EXIT_CONFIG", "EXIT_FAILURE", "one_line", "run_app"]
 
 EXIT_FAILURE = 1
 EXIT_CONFIG = 2
+EXIT_INTERRUPTED = 130
+
+DEBUG_FLAG = "--debug"
+"""Command-line flag (accepted anywhere before ``--``) that shows the traceback of a failure."""
 
 
-def run_app(app: Any) -> None:
-    """Run a Typer app; a :class:`SparzaError` becomes one line on stderr instead of a traceback."""
-    err = Console(stderr=True, soft_wrap=True)  # one line, even without a terminal
+def _take_debug_flag(argv: list[str]) -> bool:
+    """Remove ``--debug`` from ``argv`` (before any ``--``) and say whether it was there: every command
+    accepts it without declaring it."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    found = DEBUG_FLAG in argv[1:end]
+    if found:
+        argv[:] = [a for i, a in enumerate(argv) if not (a == DEBUG_FLAG and 0 < i < end)]
+    return found
+
+
+def one_line(exc: BaseException) -> str:
+    """An unexpected exception as one line: its type and the first line of its message (SDK errors
+    carry whole HTTP bodies), with what a storage error means when it is one."""
+    text = str(exc).strip()
+    first = text.splitlines()[0].strip() if text else ""
+    line = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
     try:
-        app(standalone_mode=True)
+        from azure.core.exceptions import AzureError, ClientAuthenticationError, ServiceRequestError
+    except ImportError:  # pragma: no cover - azure-core is a dependency
+        return line
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, ClientAuthenticationError) or status in (401, 403):
+        return (f"storage refused the credentials ({line}): check the account key in azure.storage.connect, "
+                "the account.key of the system, or AZURE_STORAGE_CONNECTION_STRING")
+    if isinstance(exc, ServiceRequestError):
+        return f"cannot connect to storage ({line}): check the endpoint and that the service (or Azurite) runs"
+    if isinstance(exc, AzureError):
+        return f"storage failed ({line})"
+    return line
+
+
+def _say(console: Console, label: str, text: str) -> None:
+    # A Text, not markup: messages hold brackets (local[2], [redacted]) that rich would eat.
+    console.print(Text.assemble((label, "red"), " " if text else "", text), highlight=False)
+
+
+def run_app(app: Any, argv: list[str] | None = None) -> None:
+    """Run a Typer app; every failure becomes one line on stderr (with ``--debug``, the traceback)."""
+    args = sys.argv if argv is None else argv
+    debug = _take_debug_flag(args) or os.environ.get("SPARZA_DEBUG", "") not in ("", "0")
+    err = Console(stderr=True, soft_wrap=True)  # one line, even without a terminal
+    hint = "" if debug else f" ({DEBUG_FLAG} shows the traceback)"
+    try:
+        app(args=args[1:], prog_name="sparza", standalone_mode=True)
+    except SystemExit:
+        raise
+    except StartCheckError as exc:
+        if debug:
+            raise
+        _say(err, "start check failed:", f"{exc}")
+        sys.exit(EXIT_CONFIG)
     except ConfigError as exc:
-        err.print(f"[red]config error:[/red] {exc}", highlight=False)
+        if debug:
+            raise
+        _say(err, "config error:", f"{exc}")
         sys.exit(EXIT_CONFIG)
     except SparzaError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        if debug:
+            raise
+        _say(err, "error:", f"{exc}")
+        sys.exit(EXIT_FAILURE)
+    except KeyboardInterrupt:
+        _say(err, "interrupted", "")
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:
+        if debug:
+            raise
+        _say(err, "error:", f"{one_line(exc)}{hint}")
         sys.exit(EXIT_FAILURE)

@@ -1,11 +1,14 @@
 """``sparza demo``: the Wikipedia page-statistics pipeline, end to end, on embedded defaults.
 
 It generates (or reads, ``--input``) a bounded stream of Wikipedia edits and a user-profile CDC
-stream, writes both into Delta streams, and runs the two-stage high-level application
+stream, writes both into Delta streams (``--source delta``, the default) or Kafka topics
+(``--source kafka``: a local Tansu broker the demo starts and stops, the running ``sparza dev-kafka``
+broker, or ``--kafka-bootstrap-servers``), and runs the two-stage high-level application
 ``examples.wikipedia.app.WikipediaPageStats`` on Spark: parse and ``partition_by`` page; join the
 profile from a broadcast adjunct store (bootstrapped), count per page in 1-minute event-time windows
 kept in RocksDB (backed up to the blob store) and send each window as Avro to the Azure blob
-producer. Storage is the embedded Azurite unless an account is given. End-of-stream ends the job;
+producer. The intermediate stream of ``partition_by`` lives where the inputs do. Storage is the
+embedded Azurite unless an account is given. End-of-stream ends the job;
 the summary then lists what was written and how to read it back.
 """
 
@@ -15,6 +18,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +27,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-__all__ = ["DemoResult", "register", "run_demo"]
+__all__ = ["DemoResult", "check_source", "kafka_brokers", "register", "run_demo"]
 
 SCALES = {"small": 5_000, "default": 40_000, "large": 400_000}
 """Edit counts of ``--scale`` (``--events`` overrides)."""
@@ -47,6 +52,8 @@ class DemoResult:
     snapshots: dict[str, dict[str, str]] = field(default_factory=dict)
     verified: bool | None = None
     seconds: float = 0.0
+    source: str = "delta"
+    streams: list[str] = field(default_factory=list)
 
 
 def _importable_examples() -> None:
@@ -74,19 +81,58 @@ def _connection_string(given: str | None, console: Console) -> str:
     return proc.connection_string
 
 
+@contextmanager
+def kafka_brokers(given: str | None, run_dir: Path, console: Console) -> Iterator[str]:
+    """The bootstrap servers of the demo's Kafka source: ``given``, else the running ``sparza dev-kafka``
+    broker, else a Tansu broker started for this run on a free loopback port and stopped when the
+    block ends, also when it fails (its topics live in memory and go with it)."""
+    from sparza.devkafka import DevKafka, TansuProcess
+
+    if given:
+        console.print(f"kafka: brokers {given}")
+        yield given
+        return
+    running = DevKafka.default().status()
+    if running is not None:
+        console.print(f"kafka: dev broker running on {running.bootstrap_servers} (pid {running.pid}; "
+                      "stop it with 'sparza dev-kafka stop')")
+        yield running.bootstrap_servers
+        return
+    broker = TansuProcess(run_dir / "kafka")
+    broker.start()
+    console.print(f"kafka: Tansu broker started for this run on {broker.bootstrap_servers} (pid {broker.pid}; "
+                  f"stopped when the demo ends, log {broker.data_dir / broker.LOG_NAME})")
+    try:
+        yield broker.bootstrap_servers
+    finally:
+        broker.stop()
+
+
 def _stage_input_counts(runner: Any) -> int:
     return int(runner.metrics.snapshot().get("aggregate", {}).get("messages-in", 0))
 
 
-def _count_user_rows(config: Any, stream: str) -> int:
-    from deltalake import DeltaTable
-
-    from sparza.systems.delta import DeltaSystemAdmin
+def _count_user_messages(config: Any, stream: str) -> int:
+    """How many user messages (not control messages) ``stream`` holds over all its partitions."""
+    from sparza.streams import SystemStreamPartition
+    from sparza.systems import SupportsArrowRead, get_system_factory
 
     system, name = stream.split(".", 1)
-    location = DeltaSystemAdmin(system, config).stream_location(name)
-    column = DeltaTable(location).to_pyarrow_table(columns=["type"]).column("type").to_pylist()
-    return sum(1 for t in column if t == 0)
+    factory = get_system_factory(config, system)
+    partitions = factory.get_admin(system, config).get_system_stream_metadata({name})[name].partition_count
+    consumer = factory.get_consumer(system, config)
+    if not isinstance(consumer, SupportsArrowRead):
+        raise TypeError(f"the demo counts the messages of {stream} with read_arrow, which system {system!r} "
+                        "does not offer")
+    count = 0
+    try:
+        for p in range(partitions):
+            for batch in consumer.read_arrow(SystemStreamPartition(system, name, p), None, None,
+                                             include_control=False, bounded=False):
+                count += sum(1 for t in batch.column("type").to_pylist() if t == 0)
+    finally:
+        consumer.stop()
+    return count
 
 
 def _run_stages(plan: Any, master: str | None, console: Console) -> dict[str, int]:
@@ -150,23 +196,37 @@ def _read_windows(connection_string: str, container: str, stream: str) -> tuple[
     return blobs, records
 
 
+def check_source(source: str, kafka_bootstrap_servers: str | None = None) -> None:
+    """Reject an unknown ``--source``, and Kafka brokers given for a Delta source, before anything starts."""
+    from examples.wikipedia.config import SOURCES
+
+    from sparza.errors import ConfigError
+
+    if source not in SOURCES:
+        raise ConfigError("--source", source, "", message=f"--source must be one of {', '.join(SOURCES)}, "
+                          f"got {source!r}: 'delta' writes the input into Delta streams, 'kafka' into Kafka topics")
+    if kafka_bootstrap_servers and source != "kafka":
+        raise ConfigError("--kafka-bootstrap-servers", kafka_bootstrap_servers, "",
+                          message="--kafka-bootstrap-servers is used only with --source kafka")
+
+
 def run_demo(*, connection_string: str | None, master: str | None, events: int, input_file: Path | None,
-             seed: int, partitions: int, console: Console, lateness_ms: int = 120_000) -> DemoResult:
-    """Generate or read the input, run the pipeline, read the results back; returns the summary."""
+             seed: int, partitions: int, console: Console, lateness_ms: int = 120_000, source: str = "delta",
+             kafka_bootstrap_servers: str | None = None) -> DemoResult:
+    """Generate or read the input, run the pipeline, read the results back; returns the summary.
+
+    ``source`` is where the input and intermediate streams live: ``delta`` or ``kafka`` (see
+    :func:`kafka_brokers` for which broker).
+    """
     _importable_examples()
-    from examples.wikipedia.config import OUTPUT_CONTAINER, demo_config, output_stream
+    check_source(source, kafka_bootstrap_servers)
     from examples.wikipedia.generate import (
-        START_MS,
-        expected_demo_windows,
         generate_edits,
         generate_profiles,
         profiles_for_users,
         read_edits_jsonl,
         write_jsonl,
     )
-    from examples.wikipedia.load import create_streams, load_edits, load_profiles
-
-    from sparza.api import plan_application
 
     started = time.monotonic()
     conn = _connection_string(connection_string, console)
@@ -188,7 +248,29 @@ def run_demo(*, connection_string: str | None, master: str | None, events: int, 
     write_jsonl(run_dir / "input" / "edits.jsonl", [e.to_json() for e in edits])
     write_jsonl(run_dir / "input" / "profiles.jsonl", [{"user": u, "profile": p} for u, p in profiles])
 
-    config = demo_config(run_dir, run_id, conn, partitions=partitions, lateness_ms=lateness_ms)
+    if source == "kafka":
+        with kafka_brokers(kafka_bootstrap_servers, run_dir, console) as brokers:
+            return _run_pipeline(conn, run_id, run_dir, edits, profiles, master=master, partitions=partitions,
+                                 lateness_ms=lateness_ms, source=source, kafka_bootstrap_servers=brokers,
+                                 console=console, started=started)
+    return _run_pipeline(conn, run_id, run_dir, edits, profiles, master=master, partitions=partitions,
+                         lateness_ms=lateness_ms, source=source, kafka_bootstrap_servers=None, console=console,
+                         started=started)
+
+
+def _run_pipeline(conn: str, run_id: str, run_dir: Path, edits: list[Any], profiles: list[Any], *,
+                  master: str | None, partitions: int, lateness_ms: int, source: str,
+                  kafka_bootstrap_servers: str | None, console: Console, started: float) -> DemoResult:
+    """Create and fill the input streams, run both stages, read the windows back and check them."""
+    from examples.wikipedia.config import OUTPUT_CONTAINER, demo_config, output_stream
+    from examples.wikipedia.generate import START_MS, expected_demo_windows
+    from examples.wikipedia.load import create_streams, edits_stream, load_edits, load_profiles, profiles_stream
+
+    from sparza.api import plan_application
+    from sparza.systems import SupportsStreamLocation, get_system_factory
+
+    config = demo_config(run_dir, run_id, conn, partitions=partitions, lateness_ms=lateness_ms, source=source,
+                         kafka_bootstrap_servers=kafka_bootstrap_servers)
     # Quiet Spark's JVM (its log4j config must be given before the JVM starts) and bind it to loopback.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     log4j = Path(__file__).resolve().parents[1] / "resources" / "log4j2.properties"
@@ -196,8 +278,13 @@ def run_demo(*, connection_string: str | None, master: str | None, events: int, 
     create_streams(config, partitions)
     load_edits(config, edits)
     load_profiles(config, profiles, timestamp=min((e.timestamp for e in edits), default=START_MS))
-    console.print(f"[{time.monotonic() - started:5.1f}s] streams: delta.edits ({partitions} partitions), "
-                  f"delta.profiles (1) under {run_dir / 'streams'}")
+    inputs = [(edits_stream(config), partitions), (profiles_stream(config), 1)]
+    admin = get_system_factory(config, inputs[0][0].system).get_admin(inputs[0][0].system, config)
+    where = [admin.stream_location(s.stream) if isinstance(admin, SupportsStreamLocation) else str(s)
+             for s, _ in inputs]
+    console.print(f"[{time.monotonic() - started:5.1f}s] streams: " + ", ".join(
+        f"{s} ({n} partition{'s' if n > 1 else ''}): {w}" for (s, n), w in zip(inputs, where, strict=True)),
+        highlight=False)
 
     plan = plan_application(config)
     plan.create_streams()
@@ -211,13 +298,14 @@ def run_demo(*, connection_string: str | None, master: str | None, events: int, 
     expected = expected_demo_windows(edits, profiles)
     got = {(r["page"], _millis(r["window_start"])): (r["edits"], r["bytes_changed"], r["bot_edits"])
            for r in records}
+    intermediate = plan.stages[-1].config.get_str("task.inputs").split(",")[0]
     result = DemoResult(run_id=run_id, run_dir=str(run_dir), container=container, stream=stream,
                         events=len(edits), profiles=len(profiles), messages_in=counts,
-                        repartitioned=_count_user_rows(plan.stages[-1].config, plan.stages[-1].config.get_str(
-                            "task.inputs").split(",")[0]),
+                        repartitioned=_count_user_messages(plan.stages[-1].config, intermediate),
                         windows=len(records), blobs=blobs, snapshots=_snapshots(plan),
                         verified=(got == expected and len(records) == len(expected)),
-                        seconds=time.monotonic() - started)
+                        seconds=time.monotonic() - started, source=source,
+                        streams=[str(s) for s, _ in inputs] + [intermediate])
     (run_dir / "summary.json").write_text(json.dumps(result.__dict__, indent=2, default=str))
     return result
 
@@ -233,6 +321,8 @@ def _print_summary(result: DemoResult, console: Console, conn_given: bool) -> No
     console.print()
     console.print(f"[bold]summary[/bold] of run {result.run_id} ({result.seconds:.0f} s)")
     console.print(f"  input: {result.events} edits, {result.profiles} profile changes")
+    kind = "Kafka topics" if result.source == "kafka" else "Delta streams"
+    console.print(f"  source: {result.source} ({kind} {', '.join(result.streams)})", highlight=False)
     main_in = result.messages_in.get("main", 0)
     rest_in = sum(n for stage, n in result.messages_in.items() if stage != "main")
     console.print(f"  stage main: {main_in} messages in, {result.repartitioned} out (partition_by page)")
@@ -272,17 +362,27 @@ def demo(azure_connection_string: str = typer.Option(
          seed: int = typer.Option(7, "--seed", help="Seed of the generated data."),
          partitions: int = typer.Option(2, "--partitions", min=1, help="Partitions (= tasks) per stage."),
          lateness_ms: int = typer.Option(120_000, "--lateness-ms", min=0,
-                                         help="Allowed out-of-orderness of edits; later ones are dropped as late.")
+                                         help="Allowed out-of-orderness of edits; later ones are dropped as late."),
+         source: str = typer.Option("delta", "--source",
+                                    help="Where the input and intermediate streams live: delta (Delta streams) or "
+                                         "kafka (Kafka topics on a local Tansu broker, started and stopped by the "
+                                         "demo unless 'sparza dev-kafka' runs one)."),
+         kafka_bootstrap_servers: str = typer.Option(
+             None, "--kafka-bootstrap-servers",
+             help="With --source kafka: use these brokers instead of a local one.", show_default=False),
          ) -> None:
     """Run the Wikipedia page-statistics pipeline on generated data and summarize what it wrote."""
     if scale not in SCALES:
         raise typer.BadParameter(f"--scale must be one of {', '.join(SCALES)}")
+    _importable_examples()
+    check_source(source, kafka_bootstrap_servers)
     console = Console(highlight=False, soft_wrap=True)
     console.print("[bold]sparza demo[/bold]: Wikipedia edits → parse, partition_by page → join profiles "
                   "(broadcast adjunct store) → 1-minute windows (RocksDB) → Avro blobs")
     result = run_demo(connection_string=azure_connection_string, master=master,
                       events=events or SCALES[scale], input_file=input_file, seed=seed, partitions=partitions,
-                      console=console, lateness_ms=lateness_ms)
+                      console=console, lateness_ms=lateness_ms, source=source,
+                      kafka_bootstrap_servers=kafka_bootstrap_servers)
     _print_summary(result, console, bool(azure_connection_string))
     if not result.verified:
         raise typer.Exit(1)

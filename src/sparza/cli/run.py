@@ -88,6 +88,7 @@ def show(config: str = typer.Option(..., "--config", "-c", help="Job config (YAM
 
     from sparza.runtime.checkpoint import checkpoint_store_from_config
     from sparza.runtime.jobconfig import JobConfig
+    from sparza.runtime.preflight import check_storage
 
     cfg = _load(config)
     job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
@@ -100,6 +101,7 @@ def show(config: str = typer.Option(..., "--config", "-c", help="Job config (YAM
     console = Console(file=sys.stdout, width=200)
     for stage_cfg in configs:
         stage_job = JobConfig.from_config(stage_cfg, require_inputs=False)  # type: ignore[arg-type]
+        check_storage(stage_cfg, blob_store=False, local=False)  # type: ignore[arg-type]
         store = checkpoint_store_from_config(stage_cfg, stage_job.job_key)  # type: ignore[arg-type]
         checkpoints = store.read_all()
         if as_json:
@@ -139,6 +141,7 @@ def drop_intent(config: str = typer.Option(..., "--config", "-c", help="Job conf
 
     from sparza.runtime.checkpoint import checkpoint_store_from_config
     from sparza.runtime.jobconfig import JobConfig
+    from sparza.runtime.preflight import check_storage
 
     cfg = _load(config)
     job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
@@ -150,6 +153,7 @@ def drop_intent(config: str = typer.Option(..., "--config", "-c", help="Job conf
             raise typer.BadParameter(f"no stage {stage!r} in {job.app_class}", param_hint="--stage")
         cfg = matches[0]
         job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
+    check_storage(cfg, blob_store=False, local=False)  # type: ignore[arg-type]
     store = checkpoint_store_from_config(cfg, job.job_key)  # type: ignore[arg-type]
     current = store.read(task)
     intent = current.checkpoint.open_intent() if current is not None else None

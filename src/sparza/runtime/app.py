@@ -31,17 +31,22 @@ def run_config(config: Config, *, master: str | None = None, processor_id: str =
     """Validate the config and run it until it stops; raises ConfigError / JobFailedError.
 
     Every key is checked first (:func:`sparza.configcheck.validate_for_run`): an unknown key in a
-    namespace sparza owns stops the run; a Samza key sparza does not use is warned about once.
+    namespace sparza owns stops the run; a Samza key sparza does not use is warned about once. Then
+    the driver-side checks of :mod:`sparza.runtime.preflight` run, before any SparkSession is built.
     """
     from sparza.configcheck import validate_for_run
 
     _importable_cwd()
     config = validate_for_run(config, warn=lambda line: print(f"warning: {line}", file=sys.stderr, flush=True))
     job = JobConfig.from_config(config)
+    from sparza.runtime.preflight import check_application, check_job
+
     if job.app_class is not None and config.get_str("app.stage", None) is None:
         from sparza.runtime.stages import run_application
 
+        check_application(config)  # each planned stage is checked by run_application, before Spark
         return run_application(config, master=master, processor_id=processor_id, once=once, stage=stage)
+    check_job(config)  # before a SparkSession exists: one line naming the key, exit 2
     if job.coordinator_factory == "azure":
         from sparza.runtime.coordinated import run_coordinated
 

@@ -37,11 +37,24 @@ from sparza.runtime.checkpoint import CheckpointStore, Intent, TaskCheckpoint
 from sparza.runtime.errors import RuntimeStateError
 from sparza.systems import SystemProducer, Transaction
 
-__all__ = ["BatchStatus", "CommitStatus", "CommitStep", "InjectedFault", "TaskCommit", "inject_fault"]
+__all__ = [
+    "BatchStatus",
+    "CommitStatus",
+    "CommitStep",
+    "FaultHook",
+    "InjectedFault",
+    "TaskCommit",
+    "inject_fault",
+    "register_fault_hook",
+    "unregister_fault_hook",
+]
 
 define_key("task.testing.fail.once.file", None,
            "Testing only: the first task to create this file fails once at task.testing.fail.once.at (proves "
            "retries and restarts are exact).", "runtime")
+define_key("task.testing.fault.hook", None,
+           "Testing only: id of an in-process fault hook (register_fault_hook) called at every commit step; "
+           "sparza.testing.TestRunner uses it to fail a chosen task and batch between two steps.", "runtime")
 define_key("task.testing.fail.once.at", "after-flush",
            "Testing only: the commit step after which the injected failure happens: after-intent, after-flush, "
            "after-adjunct, after-snapshot, after-checkpoint or during-cleanup.", "runtime")
@@ -79,7 +92,29 @@ class CommitStatus(enum.IntEnum):
 
 
 class InjectedFault(RuntimeError):
-    """The one-time failure ``task.testing.fail.once.*`` asked for (never raised in production configs)."""
+    """The one-time failure ``task.testing.fail.once.*`` or a fault hook asked for (never raised in production
+    configs)."""
+
+
+FaultHook = Callable[[str, CommitStep, int], None]
+"""``hook(task, step, batch)``: called right after ``step`` of the commit of ``batch`` (the output version);
+raising there fails the commit at that point."""
+
+_FAULT_HOOKS: dict[str, FaultHook] = {}
+
+
+def register_fault_hook(hook_id: str, hook: FaultHook) -> None:
+    """Testing only: call ``hook`` at every commit step of jobs whose ``task.testing.fault.hook`` is ``hook_id``.
+
+    In-process only (a Spark executor has its own registry): this is how :class:`sparza.testing.TestRunner`
+    injects a failure between two commit steps of one task and batch.
+    """
+    _FAULT_HOOKS[hook_id] = hook
+
+
+def unregister_fault_hook(hook_id: str) -> None:
+    """Remove the hook registered under ``hook_id`` (nothing happens when there is none)."""
+    _FAULT_HOOKS.pop(hook_id, None)
 
 
 def inject_fault(config: Config, task: str, at: CommitStep) -> None:
@@ -131,6 +166,10 @@ class TaskCommit:
 
     def _fault(self, at: CommitStep) -> None:
         inject_fault(self.config, self.task, at)
+        if _FAULT_HOOKS:
+            hook = _FAULT_HOOKS.get(self.config.get_str("task.testing.fault.hook", None) or "")
+            if hook is not None:
+                hook(self.task, at, self.transaction.version)
 
     # 1. intent
     def write_intent(self, intent: Intent) -> None:

@@ -10,6 +10,7 @@ __all__ = [
     "JobFailedError",
     "ProcessingError",
     "RuntimeStateError",
+    "TaskCodeError",
 ]
 
 
@@ -27,6 +28,19 @@ class ProcessingError(SparzaError):
         self.kind = kind
         self.cause = cause
         super().__init__(f"{kind} in task '{task}' at {ssp} offset {offset}: {cause}")
+
+
+class TaskCodeError(SparzaError):
+    """Task code raised outside ``process`` (``init``, ``window``, ``on_watermark``, ``on_end_of_stream``).
+
+    Deterministic like :class:`ProcessingError`: the job stops instead of Spark retrying it.
+    """
+
+    def __init__(self, task: str, method: str, cause: str) -> None:
+        self.task = task
+        self.method = method
+        self.cause = cause
+        super().__init__(f"task exception in task '{task}' during {method}(): {cause}")
 
 
 class JobFailedError(SparzaError):

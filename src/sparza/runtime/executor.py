@@ -4,29 +4,57 @@ Spark partition i of a batch holds the marker row ``read()`` produced for task s
 plan, no shuffle); the function reads the task's messages in the same Spark task and runs it. It
 returns one small row per task: commit info and metrics for the driver.
 
-Deterministic task failures (a poison message, a task exception) come back as a ``failed`` row,
-so the driver stops the job with the SSP and offset instead of Spark retrying the same failure.
-Anything else (storage, a crash) raises: Spark retries the task, and the retry is exact because
-outputs are idempotent per (job, task, batch) and the checkpoint is written last.
+Deterministic task failures (a poison message, a task exception, also in ``init``/``window``, a
+config, import or serde error) come back as a ``failed`` row, so the driver stops the job with one
+line (task, SSP and offset when known, the exception, the next step) instead of Spark retrying the
+same failure. Anything else (storage, a crash) raises: Spark retries the task, and the retry is
+exact because outputs are idempotent per (job, task, batch) and the checkpoint is written last;
+what it raises names the task and batch. Either way the full trace is written to a file under
+``task.error.trace.dir`` whose path ends the line.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
+import time
+import traceback
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from sparza.config import Config
+from sparza.config import Config, define_key
+from sparza.errors import ConfigError, SerdeError, SparzaError
 from sparza.runtime.commit import BatchStatus
-from sparza.runtime.errors import ProcessingError
+from sparza.runtime.errors import ProcessingError, TaskCodeError
 from sparza.runtime.instance import BatchResult, get_instance
 from sparza.runtime.jobconfig import JobConfig
 from sparza.runtime.split import split_from_marker
 from sparza.runtime.worker import read_split
 
-__all__ = ["RESULT_ARROW_SCHEMA", "RESULT_SCHEMA", "make_task_runner", "result_from_row"]
+__all__ = ["DETERMINISTIC", "RESULT_ARROW_SCHEMA", "RESULT_SCHEMA", "TRACE_DIR_KEY", "TaskAttemptError",
+           "make_task_runner", "result_from_row", "write_trace_text"]
+
+TRACE_DIR_KEY = "task.error.trace.dir"
+define_key(TRACE_DIR_KEY, None, "Directory (on the executor's host) where the full trace of a failed task is written; "
+           "the one-line error names the file. Default: <system temp dir>/sparza-errors.", "sparza.runtime")
+
+DETERMINISTIC: tuple[type[BaseException], ...] = (ProcessingError, TaskCodeError, ConfigError, SerdeError,
+                                                   ImportError)
+"""Failures a retry repeats: the task's batch fails at once (no Spark retry) and the job stops."""
+
+_NEXT_STEP = {
+    "deserialization error": "fix the message's producer, or set task.drop.deserialization.errors: true",
+    "task exception": "fix the task code, or list the exception in task.ignored.exceptions",
+}
+
+
+class TaskAttemptError(SparzaError):
+    """A task attempt failed in a way a retry may cure (storage, a crash): Spark retries it; the
+    message names the task, the batch, the cause and the trace file."""
 
 RESULT_SCHEMA = ("task string, seq bigint, status string, messages bigint, processed bigint, dropped bigint, "
                  "ignored bigint, late bigint, late_routed bigint, ended boolean, shutdown boolean, process_ms double, "
@@ -76,13 +104,55 @@ def make_task_runner(config_values: dict[str, str], spark_batch_id: int, generat
         for _ in rest:  # the source yields only the marker
             pass
         config = Config(config_values)
-        rows = read_split(config, split)
-        job = JobConfig.from_config(config)
-        instance = get_instance(job, split, task_count)
         try:
+            rows = read_split(config, split)
+            job = JobConfig.from_config(config)
+            instance = get_instance(job, split, task_count)
             result = instance.run_batch(split, rows, spark_batch_id=spark_batch_id, generation=generation)
-        except ProcessingError as exc:
-            result = BatchResult(split.task, split.seq, BatchStatus.FAILED, error=str(exc))
+        except DETERMINISTIC as exc:
+            trace = _write_trace(config, split.task, split.seq, exc)
+            result = BatchResult(split.task, split.seq, BatchStatus.FAILED,
+                                 error=f"{_describe(exc, split.task)}; full trace: {trace}")
+        except Exception as exc:
+            trace = _write_trace(config, split.task, split.seq, exc)
+            raise TaskAttemptError(f"task '{split.task}' batch {split.seq}: {_first_line(exc)}; full trace: {trace}"
+                                   ) from exc
         yield _to_batch(result)
 
     return run_tasks
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+def _describe(exc: BaseException, task: str) -> str:
+    """One line: what failed where, and the next step."""
+    if isinstance(exc, ProcessingError):
+        return f"{exc}; next: {_NEXT_STEP.get(exc.kind, 'fix the cause above')}"
+    if isinstance(exc, TaskCodeError):
+        return f"{exc}; next: fix the task's {exc.method}()"
+    if isinstance(exc, ConfigError | ImportError):
+        return f"task '{task}': {_first_line(exc)}; next: fix the config (sparza config check)"
+    return f"task '{task}': {_first_line(exc)}; next: fix the serde or the data"
+
+
+def _write_trace(config: Config, task: str, seq: int, exc: BaseException) -> str:
+    """Write the full trace (with causes) to a file on this host; its path, or why there is none."""
+    return write_trace_text(config, f"{task}-batch{seq}", "".join(traceback.format_exception(exc)))
+
+
+def write_trace_text(config: Config, what: str, text: str) -> str:
+    """Write ``text`` (a full trace) to a new file under ``task.error.trace.dir``/<job>; its path, or
+    why it could not be written (an error report must not fail on its trace)."""
+    base = config.get_str(TRACE_DIR_KEY, None) or os.path.join(tempfile.gettempdir(), "sparza-errors")
+    job = config.get_str("job.name", "job").replace("/", "_")
+    name = "".join(c if c.isalnum() or c in "-_" else "_" for c in what)
+    path = Path(base) / job / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        return f"<not written: {error}>"
+    return str(path)

@@ -25,6 +25,15 @@ class InputSystems:
         }
         self.ops = {system: OffsetOps(admin) for system, admin in self.admins.items()}
 
+    def close(self) -> None:
+        """Release the admins (and their clients: a Kafka admin keeps connections to its brokers).
+
+        Called by :meth:`JobRunner.close`: Spark's ``foreachBatch`` callback keeps the runner, and so
+        these admins, reachable until the JVM exits, long after the job ended.
+        """
+        self.admins.clear()
+        self.ops.clear()
+
     @cached_property
     def partition_counts(self) -> dict[SystemStream, int]:
         """Partition count of every input stream."""

@@ -30,7 +30,7 @@ from sparza.config import Config
 from sparza.metrics import MetricsRegistry
 from sparza.runtime.checkpoint import CheckpointStore, Intent, TaskCheckpoint, checkpoint_store_from_config
 from sparza.runtime.commit import BatchStatus, TaskCommit
-from sparza.runtime.errors import ProcessingError, RuntimeStateError
+from sparza.runtime.errors import ProcessingError, RuntimeStateError, TaskCodeError
 from sparza.runtime.jobconfig import JobConfig
 from sparza.runtime.split import TaskSplit
 from sparza.runtime.stores import TaskStores
@@ -363,9 +363,23 @@ class TaskInstance:
                 self.control = TaskControl.restore(cp.control if cp else None, self.name, self.task_count,
                                                    self._control_ssps, self.job.config, self.metrics)
             if isinstance(self.task, InitableTask):
-                self.task.init(_Context(self))
+                self._task_call("init", self.task.init, _Context(self))
         if self.control is not None:
             self.control.bind_metrics(self.metrics)  # the registry is fresh every batch
+
+    def _task_call(self, method: str, fn: Any, *args: Any) -> None:
+        """Call task code outside ``process``: what it raises is deterministic (:class:`TaskCodeError`:
+        the job stops, Spark does not retry), except storage trouble, which a retry may cure."""
+        from sparza.errors import ConfigError, SparzaError, StorageUnavailableError
+
+        try:
+            fn(*args)
+        except (StorageUnavailableError, ConnectionError, TimeoutError):
+            raise
+        except Exception as exc:
+            if isinstance(exc, SparzaError) and not isinstance(exc, RuntimeStateError | ConfigError):
+                raise  # sparza's own failure under the task (e.g. a store or producer): judged by the executor
+            raise TaskCodeError(self.name, method, f"{type(exc).__name__}: {exc}") from exc
 
     def _prepare_adjunct(self, split: TaskSplit, cp: TaskCheckpoint | None) -> None:
         """Adjunct stores: restore to the checkpoint's entry (every batch: their stores close at commit),
@@ -454,6 +468,8 @@ class TaskInstance:
                     raise ProcessingError(self.name, str(ssp), offset, "task exception",
                                           f"{type(exc).__name__}: {exc}") from exc
                 processed += 1
+        if adjunct_idx:
+            adjunct.read_through({ssps[i]: split.ends[i] for i in adjunct_idx})
         result.messages, result.processed, result.dropped, result.ignored = messages, processed, dropped, ignored_count
         self.metrics.counter("task", "messages-dropped").inc(dropped)
         self.metrics.counter("task", "exceptions-ignored").inc(ignored_count)
@@ -487,16 +503,16 @@ class TaskInstance:
         if control is not None:
             watermark = control.advance(split.planned_at)
             if watermark is not None and isinstance(task, WatermarkListenerTask):
-                task.on_watermark(watermark, collector, coordinator)
+                self._task_call("on_watermark", task.on_watermark, watermark, collector, coordinator)
         window_ms = self.job.window_ms
         # The window timer starts with the task's first batch (as Samza's starts with the container).
         last_window = (cp.window_at_ms if cp else 0) or split.planned_at
         self._window_at = last_window
         if window_ms > 0 and isinstance(task, WindowableTask) and split.planned_at - last_window >= window_ms:
-            task.window(collector, coordinator)
+            self._task_call("window", task.window, collector, coordinator)
             self._window_at = split.planned_at
         if ended and not already and isinstance(task, EndOfStreamListenerTask):
-            task.on_end_of_stream(collector, coordinator)
+            self._task_call("on_end_of_stream", task.on_end_of_stream, collector, coordinator)
         result.ended = ended or already
         if control is not None:
             outputs = control.settings.intermediate_outputs

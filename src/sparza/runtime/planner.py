@@ -34,6 +34,7 @@ from sparza.runtime.checkpoint import TaskCheckpoint
 from sparza.runtime.jobconfig import InputSpec, JobConfig
 from sparza.runtime.model import TaskModel
 from sparza.runtime.offsets import OffsetOps
+from sparza.runtime.split import TaskSplit
 from sparza.streams import SystemStreamPartition
 
 __all__ = ["BatchPlan", "BatchPlanner", "Replay", "SspPosition", "TaskPlan"]
@@ -296,6 +297,25 @@ class BatchPlanner:
             if bound is None or self._cmp(ssp, ends[str(ssp)], bound) < 0:
                 return False
         return True
+
+    def splits(self, before: BatchPlan, after: BatchPlan) -> list[TaskSplit]:
+        """What every task reads in the batch from plan ``before`` to plan ``after``: one split per task, in task
+        order (the Spark source's partitions, and what :class:`sparza.testing.TestRunner` runs in-process)."""
+        splits = []
+        for i, task in enumerate(self.tasks):
+            was = before.task(task.name).offsets
+            now = after.tasks[task.name]
+            names = task.ssp_keys()
+            bounded = {str(s): end for s in task.ssps if (end := self.bounded_end(s)) is not None}
+            if now.bounded_ends is not None:  # a replayed intent decides end-of-stream as its first attempt did
+                bounded = {k: v for k, v in now.bounded_ends.items() if k in bounded}
+            splits.append(TaskSplit(
+                index=i, task=task.name, seq=after.seq,
+                planned_at=now.planned_at_ms if now.planned_at_ms is not None else after.planned_at_ms, ssps=names,
+                starts=[was.get(n, now.offsets[n]) for n in names],
+                ends=[now.offsets[n] for n in names], ended=now.ended, bounded_ends=bounded,
+                reset=list(before.task(task.name).reset)))
+        return splits
 
     def lag(self, plan: BatchPlan) -> int | None:
         """Messages not yet planned across every task's SSPs (None when a system cannot count)."""

@@ -143,7 +143,25 @@ def build_spark_session(job: JobConfig, master: str | None, app_name: str) -> An
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(job.config.get_str("spark.log.level", "ERROR"))
+    if job.config.get_str("spark.log.level", "ERROR").upper() in ("ERROR", "FATAL", "OFF"):
+        _quiet_query_failures(spark)
     return spark
+
+
+_QUERY_LOGGERS = ("org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
+                  "org.apache.spark.sql.execution.streaming.MicroBatchExecution")
+"""Spark's loggers of a failed streaming query (by Spark version): sparza reports the failure itself."""
+
+
+def _quiet_query_failures(spark: Any) -> None:
+    """Turn off Spark's ERROR log of a terminated query (a JVM stack trace plus the Python one, ~70
+    lines): :meth:`JobRunner.finish` reports the failure as one line and writes the whole text to a
+    trace file. A ``spark.log.level`` of WARN or lower keeps Spark's log."""
+    with contextlib.suppress(Exception):  # logging only: never fail a run over it
+        jvm = spark.sparkContext._jvm
+        level = jvm.org.apache.logging.log4j.Level.OFF
+        for name in _QUERY_LOGGERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
 
 
 class JobRunner:
@@ -179,6 +197,7 @@ class JobRunner:
         self._batches = 0
         self._query: Any = None
         self._exporter: Any = None
+        self._inputs: InputSystems | None = None
         self.last_results: list[BatchResult] = []
         self.discards = Discards()
         """Messages this run did not deliver or write as sent (late at windows, undeserializable, ignored)."""
@@ -326,15 +345,18 @@ class JobRunner:
             self._jsonl.report()
 
     def _lag(self, results: list[BatchResult]) -> int | None:
+        inputs = self._inputs
+        if inputs is None:
+            return None
         try:
-            positions = self._inputs.positions()
+            positions = inputs.positions()
             total = 0
             from sparza.streams import SystemStreamPartition
 
             for r in results:
                 for name, offset in r.offsets.items():
                     ssp = SystemStreamPartition.parse(name)
-                    n = self._inputs.ops[ssp.system].count_between(ssp, offset, positions[ssp].upcoming)
+                    n = inputs.ops[ssp.system].count_between(ssp, offset, positions[ssp].upcoming)
                     if n is None:
                         return None
                     total += n
@@ -361,10 +383,10 @@ class JobRunner:
 
         self.acquire_claim()  # before anything touches the job's shared files
         self._started = True
-        self._inputs = InputSystems(self.job)
-        self._bootstrap = BootstrapProgress(self.job, self._inputs)
-        tasks = self._tasks(self._inputs)
-        self._task_count = len(self._inputs.task_models())
+        self._inputs = inputs = InputSystems(self.job)
+        self._bootstrap = BootstrapProgress(self.job, inputs)
+        tasks = self._tasks(inputs)
+        self._task_count = len(inputs.task_models())
         self._jsonl = (JsonLinesReporter(self.metrics, self.job.metrics_jsonl_path, source=self.job.job_key)
                        if self.job.metrics_jsonl_path else None)
         if self.job.prometheus_port is not None:
@@ -476,7 +498,11 @@ class JobRunner:
         if self._failure is not None:
             raise self._failure
         if exc is not None:
-            raise JobFailedError(f"the streaming query of {self.job.job_key} failed: {_short(str(exc))}")
+            from sparza.runtime.executor import write_trace_text
+
+            trace = write_trace_text(self.config, "query", str(exc))
+            raise JobFailedError(f"the streaming query of {self.job.job_key} failed: {_short(str(exc))}; "
+                                 f"full trace: {trace}")
         reason = self._stop_reason or ("caught up (--once)" if self.once else "stopped")
         self.status(f"sparza: {self.job.job_key}: {reason}; {self._batches} batch(es) committed"
                     + (f"; {self.discards.describe()}" if self.discards else ""))
@@ -493,6 +519,8 @@ class JobRunner:
         if self._exporter is not None:
             self._exporter.stop()
             self._exporter = None
+        if self._inputs is not None:
+            self._inputs.close()   # the query's foreachBatch callback keeps this runner alive until the JVM exits
         if self._owns_spark and self._spark is not None:
             with contextlib.suppress(Exception):
                 self._spark.stop()

@@ -83,26 +83,10 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         self.planner().freeze_targets()
 
     def partitions(self, start: dict, end: dict) -> list[TaskSplit]:
-        """One split per task, in task order."""
+        """One split per task, in task order (:meth:`~sparza.runtime.planner.BatchPlanner.splits`)."""
         from sparza.runtime.planner import BatchPlan
 
-        planner = self.planner()
-        before, after = BatchPlan.from_json(start), BatchPlan.from_json(end)
-        splits = []
-        for i, task in enumerate(planner.tasks):
-            was = before.task(task.name).offsets
-            now = after.tasks[task.name]
-            names = task.ssp_keys()
-            bounded = {str(s): planner.bounded_end(s) for s in task.ssps if planner.bounded_end(s) is not None}
-            if now.bounded_ends is not None:  # a replayed intent decides end-of-stream as its first attempt did
-                bounded = {k: v for k, v in now.bounded_ends.items() if k in bounded}
-            splits.append(TaskSplit(
-                index=i, task=task.name, seq=after.seq,
-                planned_at=now.planned_at_ms if now.planned_at_ms is not None else after.planned_at_ms, ssps=names,
-                starts=[was.get(n, now.offsets[n]) for n in names],
-                ends=[now.offsets[n] for n in names], ended=now.ended, bounded_ends=bounded,
-                reset=list(before.task(task.name).reset)))
-        return splits
+        return self.planner().splits(BatchPlan.from_json(start), BatchPlan.from_json(end))  # type: ignore[no-any-return]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Runs on an executor: the task's marker row (``partition`` is a TaskSplit).

@@ -34,6 +34,10 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
         stages = [s for s in stages if s.name == stage]
         if not stages:
             raise ConfigError("--stage", stage, "one of the stages " + ", ".join(s.name for s in plan.stages))
+    from sparza.runtime.preflight import check_job
+
+    for planned in stages:
+        check_job(planned.config)  # before a SparkSession exists: one line naming the key, exit 2
     owns_spark = spark is None
     if spark is None:
         spark = build_spark_session(JobConfig.from_config(stages[0].config), master,

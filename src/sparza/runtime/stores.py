@@ -426,6 +426,25 @@ class TaskStores:
                 if suffix.isdigit() and int(suffix) != keep:
                     shutil.rmtree(entry, ignore_errors=True)
 
+    def read_committed(self, name: str, batch: int) -> list[tuple[Any, Any]]:
+        """Every entry of store ``name`` as committed by ``batch`` (deserialized, in key order), read from that
+        batch's local checkpoint; the live store is not touched. For tests and tools (``sparza.testing.TestRunner``)."""
+        from sparza.state.kv import open_store
+
+        if name not in self.handles:
+            raise RuntimeStateError(f"task '{self.task}' has no store '{name}'; its stores are: "
+                                    f"{', '.join(self.names) or 'none'}")
+        source = self._checkpoint_dir(name, batch)
+        if not source.is_dir():
+            raise RuntimeStateError(f"store '{name}' of task '{self.task}' has no local checkpoint of batch {batch} "
+                                    f"at {source} (only the last committed batch is kept)")
+        store = open_store(name, self.job.config, self.task, self.job.task_store_base_dir, read_only=True,
+                           directory=source)
+        try:
+            return list(store.all())
+        finally:
+            store.close()
+
     def close(self) -> None:
         """Close the open stores and drop uncommitted memory stores (idempotent); handles then refuse
         use until the next batch."""

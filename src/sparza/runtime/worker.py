@@ -65,6 +65,12 @@ class WorkerCaches:
             self._jobs.move_to_end(key)
         return job
 
+    def forget(self, config: Config) -> None:
+        """Drop (and stop) everything kept for ``config``: what a restarted worker process would have lost."""
+        job = self._jobs.pop(config_key(config), None)
+        if job is not None:
+            job.close()
+
     def instance(self, config: Config, task: str, build: Callable[[], Any], fits: Callable[[Any], bool]) -> Any:
         """The cached instance of ``task``, or ``build()`` when there is none or it no longer ``fits``."""
         job = self._job(config)

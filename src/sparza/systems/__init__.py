@@ -233,14 +233,16 @@ SYSTEM_FACTORIES: dict[str, str] = {
     "azureblob": "sparza.systems.azureblob:AzureBlobSystemFactory",
     "kafka": "sparza.systems.kafka:KafkaSystemFactory",
     "eventhubs": "sparza.systems.kafka.eventhubs:EventHubsSystemFactory",
+    "inmemory": "sparza.systems.inmemory:InMemorySystemFactory",
 }
 """Short factory names accepted in ``systems.<name>.samza.factory`` (Samza's class names for them are
 mapped in :data:`sparza.samzacompat.FACTORY_KINDS`)."""
 
 
 define_key("systems.<system>.samza.factory", None,
-           "The system's factory: delta, azureblob, kafka, eventhubs, Samza's factory class of a system sparza "
-           "has (e.g. org.apache.samza.system.kafka.KafkaSystemFactory), or a dotted Python path.", "sparza.systems")
+           "The system's factory: delta, azureblob, kafka, eventhubs, inmemory (tests in one process), Samza's "
+           "factory class of a system sparza has (e.g. org.apache.samza.system.kafka.KafkaSystemFactory), or a "
+           "dotted Python path.", "sparza.systems")
 
 
 def load_object(path: str, key: str = "factory") -> Any:

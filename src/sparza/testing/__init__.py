@@ -1,5 +1,6 @@
-"""Helpers for tests of sparza and of jobs built on it: a local SparkSession, fast coordination
-settings, and the randomized fault harness.
+"""Helpers for tests of sparza and of jobs built on it: :class:`TestRunner` (run a job in-process, without
+Spark, over in-memory streams; ``sparza.testing.runner``), a local SparkSession, fast coordination settings,
+and the randomized fault harness.
 
 Used by sparza's own pytest fixtures (``tests/conftest.py``) and usable from a user's tests. The
 harness (``sparza.testing.harness``: scenario generator, fault injection, oracle) runs generated jobs
@@ -13,7 +14,30 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FAST_AZURE_COORDINATION", "local_spark_session"]
+__all__ = [
+    "FAST_AZURE_COORDINATION",
+    "BatchReport",
+    "OutputMessage",
+    "RunReport",
+    "TestInputError",
+    "TestMessage",
+    "TestRunner",
+    "end_of_stream",
+    "local_spark_session",
+    "watermark",
+]
+
+_RUNNER_NAMES = {"BatchReport", "OutputMessage", "RunReport", "TestInputError", "TestMessage", "TestRunner",
+                 "end_of_stream", "watermark"}
+
+
+def __getattr__(name: str) -> Any:
+    # The runner pulls in the whole runtime: import it only when asked for (the harness and fixtures do not).
+    if name in _RUNNER_NAMES:
+        from sparza.testing import runner
+
+        return getattr(runner, name)
+    raise AttributeError(f"module 'sparza.testing' has no attribute {name!r}")
 
 FAST_AZURE_COORDINATION: dict[str, str] = {
     "job.coordinator.factory": "azure",

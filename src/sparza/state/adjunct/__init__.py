@@ -47,6 +47,7 @@ from sparza.state.adjunct.stores import (
     DefaultAdjunctStoreManagerFactory,
     PartitionedStoreManager,
     SupportsCommitted,
+    SupportsReadThrough,
 )
 
 __all__ = [
@@ -85,6 +86,7 @@ __all__ = [
     "StoreSlot",
     "StreamAccess",
     "SupportsCommitted",
+    "SupportsReadThrough",
     "TaskAdjunctManager",
     "UnknownAdjunctStoreError",
     "container_store_dir",

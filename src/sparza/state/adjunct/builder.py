@@ -93,6 +93,9 @@ class StoreBuilder:
         self.extractor = extractor
         self.access = access
         self.ssps = list(ssps)
+        self._ssp_set = set(self.ssps)
+        self.read_ends: dict[str, str] = {}
+        """Per SSP, the (exclusive) end offset up to which a batch read it (see :meth:`read_through`)."""
         self.offsets: dict[str, str] = {}
         """SSP (``system.stream#N``) → last offset applied to the store."""
         self.applied = 0
@@ -273,6 +276,14 @@ class StoreBuilder:
                 count += int(self.apply(envelope))
         return count
 
+    def read_through(self, ends: dict[SystemStreamPartition, str]) -> None:
+        """The batch read these SSPs up to these (exclusive) offsets: everything before them that is
+        ever delivered was applied, which completes a bootstrap whose target offset is never
+        delivered itself (a Kafka transaction marker)."""
+        for ssp, end in ends.items():
+            if ssp in self._ssp_set:
+                self.read_ends[str(ssp)] = end
+
     # --- bootstrap -------------------------------------------------------------------------------------
     def _refresh_bootstrap(self) -> None:
         if not self.spec.bootstrap:
@@ -285,8 +296,9 @@ class StoreBuilder:
             self.bootstrap.targets = {str(ssp): newest.get(ssp.partition) for ssp in self.ssps}
         system = self.spec.stream.system
         self.bootstrap.done = all(
-            target is None or (self.offsets.get(key) is not None
-                               and self.access.compare(system, self.offsets[key], target) >= 0)
+            target is None
+            or (self.offsets.get(key) is not None and self.access.compare(system, self.offsets[key], target) >= 0)
+            or (self.read_ends.get(key) is not None and self.access.compare(system, self.read_ends[key], target) > 0)
             for key, target in self.bootstrap.targets.items())
         if self.bootstrap.done:
             _log.info("adjunct store %s: bootstrap complete (%d messages applied)", self.spec.name, self.applied)

@@ -33,6 +33,7 @@ from sparza.state.adjunct.stores import (
     AdjunctStoreManager,
     DefaultAdjunctStoreManagerFactory,
     SupportsCommitted,
+    SupportsReadThrough,
 )
 from sparza.state.kv import KeyValueStore
 from sparza.streams import IncomingMessageEnvelope, SystemStreamPartition
@@ -202,6 +203,16 @@ class TaskAdjunctManager:
             if mine:
                 total += manager.catch_up(read, mine)
         return total
+
+    def read_through(self, ends: dict[SystemStreamPartition, str]) -> None:
+        """The batch read these adjunct SSPs up to these (exclusive) end offsets: passed to every
+        manager of their stream that can use it (:class:`SupportsReadThrough`)."""
+        for name, manager in self._managers.items():
+            spec = self.adjunct_config.store(name)
+            assert spec is not None
+            mine = {ssp: end for ssp, end in ends.items() if ssp.system_stream == spec.stream}
+            if mine and isinstance(manager, SupportsReadThrough):
+                manager.read_through(mine)
 
     def bootstrap_complete(self) -> bool:
         """True when every bootstrap store this task builds has reached its bootstrap target."""

@@ -34,6 +34,7 @@ __all__ = [
     "DefaultAdjunctStoreManagerFactory",
     "PartitionedStoreManager",
     "SupportsCommitted",
+    "SupportsReadThrough",
 ]
 
 _log = logging.getLogger(__name__)
@@ -107,6 +108,18 @@ class SupportsCommitted(Protocol):
 
 
 @runtime_checkable
+class SupportsReadThrough(Protocol):
+    """Optional capability of an :class:`AdjunctStoreManager`: told, after a batch delivered the store's
+    messages, up to which (exclusive) offset each SSP was read. A bootstrap may end on an offset that
+    is never delivered (a Kafka transaction's commit marker), so "read past the target" is how it
+    knows it is complete."""
+
+    def read_through(self, ends: dict[SystemStreamPartition, str]) -> None:
+        """The batch read each SSP of ``ends`` up to that offset (exclusive)."""
+        ...
+
+
+@runtime_checkable
 class AdjunctStoreManagerFactory(Protocol):
     """Builds the manager of one adjunct store for one task."""
 
@@ -146,6 +159,9 @@ class PartitionedStoreManager:
 
     def catch_up(self, read: EnvelopeReader, until: dict[SystemStreamPartition, str | None]) -> int:
         return self.builder.catch_up(read, until)
+
+    def read_through(self, ends: dict[SystemStreamPartition, str]) -> None:
+        self.builder.read_through(ends)
 
     def view(self) -> KeyValueStore:
         return self._view
@@ -248,6 +264,10 @@ class BroadcastStoreManager:
 
     def catch_up(self, read: EnvelopeReader, until: dict[SystemStreamPartition, str | None]) -> int:
         return self.builder.catch_up(read, until) if self.builder is not None else 0
+
+    def read_through(self, ends: dict[SystemStreamPartition, str]) -> None:
+        if self.builder is not None:
+            self.builder.read_through(ends)
 
     def view(self) -> KeyValueStore:
         return self._view

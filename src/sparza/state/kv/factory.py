@@ -51,8 +51,11 @@ def store_dir(base_dir: str | Path, store_name: str, task_name: str) -> Path:
 
 
 def open_store(store_name: str, config: Mapping[str, str], task_name: str, base_dir: str | Path,
-               read_only: bool = False) -> KeyValueStore:
+               read_only: bool = False, *, directory: str | Path | None = None) -> KeyValueStore:
     """Open (creating if missing) the store ``stores.<store_name>`` of ``task_name``.
+
+    ``directory`` opens the copy kept there instead of the task's live dir (a store checkpoint, to read a
+    committed state): a RocksDB store opens it in place, a memory store loads its entries.
 
     Reads ``stores.<store>.factory``, ``key.serde``, ``msg.serde`` (``avro`` takes its schema from
     ``stores.<store>.key.schema`` / ``msg.schema``) and ``stores.<store>.rocksdb.*``.
@@ -65,7 +68,12 @@ def open_store(store_name: str, config: Mapping[str, str], task_name: str, base_
     msg_serde = serde_from_name(cfg.get_str(prefix + "msg.serde", None), key=prefix + "msg.serde",
                                 schema=cfg.get_str(prefix + "msg.schema", None), config=cfg)
     if factory == "memory":
-        return InMemoryStore(store_name, key_serde, msg_serde, read_only=read_only)
+        if directory is None:
+            return InMemoryStore(store_name, key_serde, msg_serde, read_only=read_only)
+        loaded = InMemoryStore(store_name, key_serde, msg_serde)
+        loaded.load(directory)
+        loaded.read_only = read_only
+        return loaded
     if base_dir is None:
         raise ConfigError("job.logged.store.base.dir", None, "a local dir for RocksDB stores")
     options = dict(cfg.subset(prefix + "rocksdb"))
@@ -73,5 +81,6 @@ def open_store(store_name: str, config: Mapping[str, str], task_name: str, base_
     from sparza.state.kv.rocksdb import rocksdb_options
 
     rocksdb_options(options, key_prefix=prefix + "rocksdb.")
-    return RocksDbStore(store_dir(base_dir, store_name, task_name), key_serde, msg_serde, options,
+    path = Path(directory) if directory is not None else store_dir(base_dir, store_name, task_name)
+    return RocksDbStore(path, key_serde, msg_serde, options,
                         read_only=read_only, name=store_name)

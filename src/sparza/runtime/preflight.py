@@ -1,0 +1,204 @@
+"""Checks ``sparza run`` makes on the driver before it builds a SparkSession.
+
+Mistakes that would otherwise surface on an executor after Spark started (and be retried by Spark
+although they are deterministic) fail here in seconds with one line naming the config key and the
+fix (:class:`~sparza.errors.StartCheckError`, exit code 2):
+
+- ``task.class`` / ``app.class`` imports and has the methods the runtime calls,
+- every store name the task class asks for with a literal ``get_store("name")`` is declared,
+- every system's factory loads and every input stream exists,
+- the blob store and the checkpoint store are usable: a local root can be written; an Azure
+  container name is valid and one authenticated call (container properties, no retries,
+  ``azure.storage.timeout.ms``) succeeds, so a wrong key, a stopped Azurite or an endpoint that
+  never answers is reported with the endpoint and what to check.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import os
+import tempfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from sparza.config import Config
+from sparza.errors import ConfigError, SparzaError, StartCheckError
+from sparza.runtime.jobconfig import JobConfig
+
+__all__ = ["check_application", "check_job", "check_storage", "load_checked", "store_names_asked"]
+
+
+def load_checked(path: str, key: str) -> Any:
+    """Import ``module.Name`` / ``module:Name`` for ``key``; any failure of the import (not only
+    ImportError: a module may raise anything at import) becomes one line naming the key."""
+    module_name, sep, attr = path.partition(":")
+    if not sep:
+        module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        raise StartCheckError(key, path, "", message=f"config key '{key}' = {path!r}: expected a dotted path "
+                                                     "like package.module.ClassName")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise StartCheckError(key, path, "", message=(
+            f"config key '{key}' = {path!r}: no module named {exc.name!r} on the Python path (run from the "
+            "project directory, or fix the dotted path)")) from exc
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise StartCheckError(key, path, "", message=(
+            f"config key '{key}' = {path!r}: importing module {module_name} raised {type(exc).__name__}: "
+            f"{first} (fix that module)")) from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError as exc:
+        raise StartCheckError(key, path, "", message=(
+            f"config key '{key}' = {path!r}: module {module_name} defines no {attr!r} (fix the name)")) from exc
+
+
+def store_names_asked(cls: Any) -> list[str]:
+    """Store names the class's own code asks for with a literal ``get_store("name")`` (a computed name
+    cannot be known before it runs)."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls if isinstance(cls, type) else type(cls)))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError):
+        return []
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get_store"
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            names.append(node.args[0].value)
+    return list(dict.fromkeys(names))
+
+
+def _check_task_class(job: JobConfig) -> None:
+    from sparza.state.adjunct import AdjunctConfig
+
+    path = job.task_class
+    assert path is not None
+    cls = load_checked(path, "task.class")
+    if not callable(getattr(cls, "process", None)):
+        raise StartCheckError("task.class", path, "", message=(
+            f"config key 'task.class' = {path!r} has no process(envelope, collector, coordinator) method: "
+            "name a StreamTask class"))
+    if job.window_ms > 0 and not callable(getattr(cls, "window", None)):
+        raise StartCheckError("task.window.ms", str(job.window_ms), "", message=(
+            f"config key 'task.window.ms' = {job.window_ms}, but task.class {path!r} has no "
+            "window(collector, coordinator) method: add one, or remove task.window.ms"))
+    declared = set(job.store_names) | set(AdjunctConfig.from_config(job.config).store_names())
+    for name in store_names_asked(cls):
+        if name not in declared:
+            raise StartCheckError(f"stores.{name}.factory", None, "", message=(
+                f"task.class {path!r} asks for store {name!r}, but config key 'stores.{name}.factory' is not set "
+                f"(declared stores: {', '.join(sorted(declared)) or 'none'}): declare it, e.g. "
+                f"stores.{name}.factory: rocksdb"))
+
+
+def _check_systems(job: JobConfig) -> None:
+    from sparza.runtime.inputs import InputSystems
+    from sparza.systems import get_system_factory
+
+    config = job.config
+    systems = sorted({k.split(".")[1] for k in config if k.startswith("systems.") and k.endswith(".samza.factory")
+                      and k.count(".") == 3})
+    for system in systems:
+        key = f"systems.{system}.samza.factory"
+        try:
+            get_system_factory(config, system)
+        except ConfigError:
+            raise
+        except Exception as exc:
+            raise StartCheckError(key, config.get_str(key), "", message=(
+                f"config key '{key}': loading the factory raised {type(exc).__name__}: {exc}")) from exc
+    for spec in job.inputs:
+        if spec.stream.system not in systems:
+            raise StartCheckError(f"systems.{spec.stream.system}.samza.factory", None, "", message=(
+                f"input {spec.stream} names system {spec.stream.system!r}, but config key "
+                f"'systems.{spec.stream.system}.samza.factory' is not set: declare the system or fix task.inputs"))
+    if not job.inputs:
+        return
+    try:
+        inputs = InputSystems(job)
+        _ = inputs.partition_counts  # asks each admin about each input stream
+    except ConfigError:
+        raise
+    except SparzaError as exc:
+        raise StartCheckError("task.inputs", None, "", message=f"task.inputs: {exc}") from exc
+
+
+def _check_dir(path: Path, key: str) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".sparza-check-"):
+            pass
+    except OSError as exc:
+        raise StartCheckError(key, str(path), "", message=(
+            f"config key '{key}' = {str(path)!r} cannot be written ({exc.strerror or exc}): point it at a "
+            "writable directory")) from exc
+
+
+def _blob_store_used(config: Config) -> bool:
+    if config.get_str("job.checkpoint.factory", "blobstore").strip().lower() == "blobstore":
+        return True
+    return any(k.startswith("stores.") and k.endswith(".backup.factories") and "blobstore" in v
+               for k, v in config.items())
+
+
+def check_storage(config: Config, *, blob_store: bool = True, local: bool = True) -> None:
+    """The checkpoint store and (``blob_store``) the blob store can be used: one authenticated call per
+    Azure container; with ``local``, a write probe per local dir (the state dir included). Raises
+    :class:`StartCheckError` naming the key, the endpoint and what to check."""
+    from sparza.azure import check_container, resolve_storage_account, storage_timeout_s
+
+    checked: set[str] = set()
+
+    def container(key: str) -> None:
+        name = config.get_str(key, None)
+        if not name:
+            raise StartCheckError(key, None, "", message=f"config key '{key}' is missing: name the Azure container")
+        if name in checked:
+            return
+        checked.add(name)
+        check_container(resolve_storage_account(config), name, key, storage_timeout_s(config))
+
+    def directory(path: str, key: str) -> None:
+        if local:
+            _check_dir(Path(path).absolute(), key)
+
+    checkpoints = config.get_str("job.checkpoint.factory", "blobstore").strip().lower()
+    if (blob_store and _blob_store_used(config)) or checkpoints == "blobstore":
+        factory = config.get_str("blob.store.manager.factory", "local").strip().lower()
+        if factory == "azure":
+            container("blob.store.azure.container")
+        elif factory == "local":
+            directory(config.get_str("blob.store.local.root", ".sparza/blobstore"), "blob.store.local.root")
+    if checkpoints == "azure":
+        container("job.checkpoint.azure.container")
+    elif checkpoints == "local":
+        directory(config.get_str("job.checkpoint.local.dir"), "job.checkpoint.local.dir")
+    state_dir = config.get_str("job.logged.store.base.dir", None)
+    if state_dir and "$" not in state_dir and any(k.startswith("stores.") for k in config):
+        directory(os.path.abspath(state_dir), "job.logged.store.base.dir")  # ${VARS}: differs per executor host
+
+
+def check_job(config: Config) -> None:
+    """Every check of a ``task.class`` job (or one planned stage of an application), driver-side and
+    before Spark: raises :class:`StartCheckError` (or the :class:`ConfigError` of a bad value)."""
+    job = JobConfig.from_config(config)
+    if job.task_class is not None:
+        _check_task_class(job)
+    _check_systems(job)
+    check_storage(job.config)
+
+
+def check_application(config: Config) -> None:
+    """``app.class`` imports and has ``describe(app)``; its stages are checked with :func:`check_job`
+    once planned."""
+    path = config.get_str("app.class")
+    target = load_checked(path, "app.class")
+    if not callable(getattr(target, "describe", None)):
+        raise StartCheckError("app.class", path, "", message=(
+            f"config key 'app.class' = {path!r} has no describe(app) method: name a StreamApplication class"))

@@ -1,0 +1,717 @@
+"""``TestRunner``: run a user's ``StreamTask`` or ``StreamApplication`` in-process, without Spark, over in-memory
+streams, with batch boundaries, watermarks and processing time under the test's control.
+
+It drives the code ``sparza run`` drives, not a copy of it: the batch planner
+(:class:`~sparza.runtime.planner.BatchPlanner`) plans each batch and cuts it into task splits as the Spark
+source does; the executor function of :mod:`sparza.runtime.executor` (what ``mapInArrow`` runs) runs each
+split through :class:`~sparza.runtime.instance.TaskInstance`, which restores stores, delivers messages
+(control messages to :class:`~sparza.control.TaskControl`) and commits with
+:class:`~sparza.runtime.commit.TaskCommit`; an application is planned into stages by
+:func:`sparza.api.plan_application` and each stage runs :class:`~sparza.api.StageTask`. Only Spark is left
+out: batches run one task after another in this process, and the streams the test adds live in the
+``inmemory`` system (:mod:`sparza.systems.inmemory`). Stores are real (RocksDB or memory) and, like task
+checkpoints and the blob store, live in the runner's work dir.
+
+A failure can be injected right after any commit step (:class:`~sparza.runtime.commit.CommitStep`) of a
+chosen task and batch; :meth:`TestRunner.restart` then stands for a restarted process, so a test can check
+that a job's outputs and stores after a crash equal those of a run without one.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparza.config import Config
+from sparza.errors import SparzaError
+from sparza.runtime.commit import CommitStep, InjectedFault, register_fault_hook, unregister_fault_hook
+from sparza.serde import Serde, serde_from_name
+from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream
+
+__all__ = [
+    "BatchReport",
+    "ControlInput",
+    "OutputMessage",
+    "RunReport",
+    "TestInputError",
+    "TestMessage",
+    "TestRunner",
+    "end_of_stream",
+    "watermark",
+]
+
+DEFAULT_START_MS = 1_700_000_000_000
+"""The fake clock's start (epoch ms): processing time of the first batch, unless the test says otherwise."""
+
+_SOURCE = "sparza.testing"
+
+
+class TestInputError(SparzaError, ValueError):
+    """A test gave the runner something it cannot use: a malformed message, an unknown stream or store, a
+    stream added after the job started. The message says which and what to do."""
+
+    __test__ = False  # not a pytest test class
+
+
+@dataclass(frozen=True, slots=True)
+class TestMessage:
+    """One input message: ``value`` and ``key`` (serialized with the stream's serdes unless bytes), the
+    ``partition`` (default: picked from the key as the producer picks it) and its event time ``timestamp`` (ms).
+    """
+
+    __test__ = False
+
+    value: Any
+    key: Any = None
+    partition: int | None = None
+    timestamp: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ControlInput:
+    """A control message in an input list: a watermark or an end-of-stream of a partition (None: every one)."""
+
+    type: MessageType
+    timestamp: int | None = None
+    partition: int | None = None
+
+
+def watermark(timestamp: int, partition: int | None = None) -> ControlInput:
+    """An explicit source watermark at ``timestamp`` (ms) in ``partition`` (None: every partition): the
+    partition promises no more messages before it, so event-time windows up to it may fire."""
+    return ControlInput(MessageType.WATERMARK, int(timestamp), partition)
+
+
+def end_of_stream(partition: int | None = None) -> ControlInput:
+    """End-of-stream of ``partition`` (None: every partition) for tasks that listen to control messages
+    (applications, watermark listeners); for any task, ``add_input(..., bounded=True)`` ends a stream."""
+    return ControlInput(MessageType.END_OF_STREAM, None, partition)
+
+
+@dataclass(frozen=True, slots=True)
+class OutputMessage:
+    """One message a job wrote: key and value deserialized, its partition, offset and event time."""
+
+    key: Any
+    value: Any
+    partition: int
+    offset: int
+    timestamp: int | None
+
+
+@dataclass
+class BatchReport:
+    """What one :meth:`TestRunner.run_batch` did, per job (the job name; an application's stage names):
+    the task results, or nothing when the job had nothing to plan."""
+
+    results: dict[str, list[Any]] = field(default_factory=dict)
+
+    @property
+    def ran(self) -> bool:
+        """True when any job ran a batch."""
+        return any(self.results.values())
+
+    @property
+    def messages(self) -> int:
+        """Messages read by every task of the batch."""
+        return sum(r.messages for results in self.results.values() for r in results)
+
+    @property
+    def late(self) -> int:
+        """Messages event-time windows found late in this batch (dropped or routed)."""
+        return sum(r.late for results in self.results.values() for r in results)
+
+
+@dataclass
+class RunReport:
+    """What :meth:`TestRunner.run` did: batches per job, messages read, late messages, and whether every
+    task of every job saw all its inputs end."""
+
+    batches: dict[str, int] = field(default_factory=dict)
+    messages: int = 0
+    late: int = 0
+    ended: bool = False
+
+
+@dataclass
+class _Fault:
+    step: CommitStep
+    task: str | None
+    batch: int | None
+    job: str | None
+
+
+class _Job:
+    """One job (or one stage of an application) as a ``sparza run`` processor drives it: a planner, the plan
+    Spark's offset log would hold, and the executor function run per task split."""
+
+    def __init__(self, name: str, config: Config) -> None:
+        from sparza.runtime.jobconfig import JobConfig
+
+        self.name = name
+        self.job = JobConfig.from_config(config)
+        self.config = self.job.config
+        self.spark_batch_id = 0
+        self.batches = 0
+        self.ended = False
+        self.open()
+        self.replan()
+
+    def open(self) -> None:
+        """A fresh planner over fresh admins, as a (re)started processor's Spark source builds."""
+        from sparza.runtime.checkpoint import checkpoint_store_from_config
+        from sparza.runtime.inputs import InputSystems
+        from sparza.runtime.planner import BatchPlanner
+
+        inputs = InputSystems(self.job)
+        self.tasks = inputs.task_models()
+        self.planner = BatchPlanner(self.job, self.tasks, inputs.ops, inputs.positions)
+        self.checkpoints = checkpoint_store_from_config(self.config, self.job.job_key)
+
+    def replan(self) -> None:
+        """The start plan from the task checkpoints (Spark's checkpoint dir lost or new)."""
+        self.plan = self.planner.initial(self.checkpoints.read_all())
+        self.pending: Any = None
+
+    def step(self, now_ms: int) -> list[Any]:
+        """Plan and run one batch of every task; empty when there is nothing to plan. A batch that raises
+        stays pending and runs again, with the same plan, on the next step (as Spark retries it)."""
+        from sparza.runtime.commit import BatchStatus
+        from sparza.runtime.errors import JobFailedError
+        from sparza.runtime.executor import TaskAttemptError, make_task_runner, result_from_row
+        from sparza.runtime.split import marker_batch
+
+        if self.pending is None:
+            planned = self.planner.next(self.plan, now_ms)
+            if planned is self.plan:
+                return []
+            self.pending = planned
+        splits = self.planner.splits(self.plan, self.pending)
+        run_tasks = make_task_runner(dict(self.config.items()), self.spark_batch_id, 0, len(self.tasks))
+        self.spark_batch_id += 1
+        results: list[Any] = []
+        for split in splits:
+            try:
+                for batch in run_tasks(iter([marker_batch(split)])):
+                    results.extend(result_from_row(row) for row in batch.to_pylist())
+            except TaskAttemptError as exc:
+                # An attempt Spark would retry; a failure the test injected is re-raised as what it is.
+                if isinstance(exc.__cause__, InjectedFault):
+                    raise InjectedFault(str(exc.__cause__)) from exc
+                raise
+        failed = [r for r in results if r.status is BatchStatus.FAILED]
+        if failed:
+            raise JobFailedError("; ".join(r.error or "failed" for r in failed))
+        self.plan, self.pending = self.pending, None
+        self.batches += 1
+        self.ended = bool(results) and all(r.ended for r in results)
+        return results
+
+
+class TestRunner:
+    """Runs a job's tasks in this process over in-memory streams (see the module docstring).
+
+    ``config`` is the job's config (``task.class`` or ``app.class`` and whatever else it needs);
+    :meth:`of` builds it from a class. Streams added with :meth:`add_input` / :meth:`add_output` become
+    streams of the ``inmemory`` system (their system's factory is replaced); stores, task checkpoints and
+    the blob store go to ``work_dir`` (default: a temp dir removed by :meth:`close`). Every batch is
+    planned at the fake clock's time, which moves ``tick_ms`` after each batch and with
+    :meth:`advance_time`.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, config: Mapping[str, Any] | None = None, *, work_dir: str | Path | None = None,
+                 start_time_ms: int = DEFAULT_START_MS, tick_ms: int = 1000) -> None:
+        self._values: dict[str, str] = {k: str(v) for k, v in (config or {}).items()}
+        self._owns_dir = work_dir is None
+        self.work_dir = Path(tempfile.mkdtemp(prefix="sparza-testrunner-") if work_dir is None else work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self._id = uuid.uuid4().hex[:12]
+        self.namespace = f"testrunner-{self._id}"
+        self.now_ms = int(start_time_ms)
+        self.tick_ms = int(tick_ms)
+        self._streams: dict[SystemStream, tuple[int, bool]] = {}  # stream -> (partitions, is input)
+        self._buffered: list[tuple[SystemStream, list[Any]]] = []
+        self._jobs: list[_Job] = []
+        self._faults: list[_Fault] = []
+        self._app_serdes: dict[SystemStream, tuple[Serde, Serde | None]] = {}
+        self._app_inputs: dict[SystemStream, Serde] = {}  # an application's declared input serdes
+        self._config: Config | None = None
+        self.warnings: list[str] = []
+        """Config warnings ``sparza run`` would print (Samza keys sparza does not use, unused keys)."""
+
+    # --- building ------------------------------------------------------------------------------
+    @classmethod
+    def of(cls, target: type | str, config: Mapping[str, Any] | None = None, **kwargs: Any) -> TestRunner:
+        """A runner for a ``StreamTask`` class (``task.class``) or an application class (one with
+        ``describe(app)``: ``app.class``), given as a class or a dotted path; ``config`` adds the rest."""
+        path = target if isinstance(target, str) else _dotted_path(target)
+        from sparza.systems import load_object
+
+        loaded = load_object(path, "TestRunner.of")
+        key = "app.class" if hasattr(loaded, "describe") else "task.class"
+        values = {"job.name": _job_name(path), **{k: str(v) for k, v in (config or {}).items()}, key: path}
+        return cls(values, **kwargs)
+
+    def add_config(self, values: Mapping[str, Any] | None = None, /, **keys: Any) -> TestRunner:
+        """Set config keys (before the first batch); ``keys`` use ``_`` for ``.`` (``task_window_ms=1000``)."""
+        self._not_started("add_config")
+        self._values.update({k: str(v) for k, v in (values or {}).items()})
+        self._values.update({k.replace("_", "."): str(v) for k, v in keys.items()})
+        return self
+
+    def add_input(self, stream: str, messages: Iterable[Any] | Mapping[int, Iterable[Any]] = (), *,
+                  partitions: int = 1, bounded: bool = False) -> TestRunner:
+        """Declare the input ``system.stream`` with ``partitions`` partitions (before the first batch) and append
+        ``messages``, or append more to an input declared before (at any time, e.g. between batches).
+
+        ``messages``: :class:`TestMessage`, :func:`watermark` / :func:`end_of_stream` markers, or bare values
+        (key None); or ``{partition: [...]}``. ``bounded=True`` makes the stream end at what it holds when the
+        job starts (``systems.<s>.streams.<x>.bounded``), so tasks get end-of-stream.
+        """
+        ss = _parse(stream)
+        if ss not in self._streams:
+            self._not_started(f"add_input of the new stream {ss}")
+            if partitions < 1:
+                raise TestInputError(f"add_input({ss}): partitions must be at least 1, got {partitions}")
+            self._streams[ss] = (int(partitions), True)
+            if bounded:
+                self._values[f"systems.{ss.system}.streams.{ss.stream}.bounded"] = "true"
+            # The test gives the first messages: a task starts at the oldest offset of its inputs.
+            self._values.setdefault(f"systems.{ss.system}.streams.{ss.stream}.samza.offset.default", "oldest")
+        items = _flatten(ss, messages)
+        if self._config is None:
+            self._buffered.append((ss, items))
+        else:
+            self._write(ss, items)
+        return self
+
+    def add_output(self, stream: str, *, partitions: int = 1) -> TestRunner:
+        """Declare an output ``system.stream`` the job writes, with ``partitions`` partitions."""
+        ss = _parse(stream)
+        self._not_started(f"add_output of {ss}")
+        if partitions < 1:
+            raise TestInputError(f"add_output({ss}): partitions must be at least 1, got {partitions}")
+        if ss in self._streams and self._streams[ss][1]:
+            raise TestInputError(f"{ss} is already an input of this runner")
+        self._streams[ss] = (int(partitions), False)
+        return self
+
+    def advance_time(self, ms: int) -> TestRunner:
+        """Move processing time forward: the next batch is planned ``ms`` later (window timers, idle timeouts)."""
+        if ms < 0:
+            raise TestInputError(f"advance_time: time only moves forward, got {ms} ms")
+        self.now_ms += int(ms)
+        return self
+
+    def fail_at(self, step: CommitStep | str, *, task: str | None = None, batch: int | None = None,
+                job: str | None = None) -> TestRunner:
+        """Fail once, right after commit ``step`` (e.g. ``"after-flush"``) of ``task`` (``"Partition 0"``; None:
+        the first task to get there) in ``batch`` (the runtime's batch number; None: the next batch) of ``job``
+        (an application's stage name; None: any). The batch then raises :class:`InjectedFault`."""
+        try:
+            chosen = step if isinstance(step, CommitStep) else CommitStep(step)
+        except ValueError:
+            raise TestInputError(f"fail_at: {step!r} is not a commit step; use one of "
+                                 f"{', '.join(s.value for s in CommitStep)}") from None
+        self._faults.append(_Fault(chosen, task, batch, job))
+        return self
+
+    # --- running -------------------------------------------------------------------------------
+    @property
+    def jobs(self) -> list[str]:
+        """The jobs this runner runs: the job name, or an application's stage names in plan order."""
+        self._start()
+        return [job.name for job in self._jobs]
+
+    def run_batch(self) -> BatchReport:
+        """Plan and run one batch of every job (an application's stages writers first), then move the clock
+        ``tick_ms`` on. A job with nothing new plans no batch (unless a ``task.window.ms`` timer is due)."""
+        self._start()
+        report = BatchReport()
+        for job in self._jobs:
+            report.results[job.name] = job.step(self.now_ms)
+        self.now_ms += self.tick_ms
+        return report
+
+    def run(self, max_batches: int = 10_000) -> RunReport:
+        """What ``sparza run --once`` does: every job (stage after stage) processes everything its inputs hold
+        now, in batches of at most ``task.max.batch.messages`` per partition, then stops."""
+        self._start()
+        report = RunReport()
+        for job in self._jobs:
+            job.planner.freeze_targets()
+            try:
+                for _ in range(max_batches):
+                    results = job.step(self.now_ms)
+                    self.now_ms += self.tick_ms
+                    if not results:
+                        break
+                    report.batches[job.name] = report.batches.get(job.name, 0) + 1
+                    report.messages += sum(r.messages for r in results)
+                    report.late += sum(r.late for r in results)
+                else:
+                    raise TestInputError(f"job {job.name} still had input after {max_batches} batches; raise "
+                                         "max_batches or task.max.batch.messages")
+            finally:
+                job.planner.targets = None
+        report.ended = all(job.ended for job in self._jobs)
+        return report
+
+    def restart(self, *, keep_plan: bool = True) -> TestRunner:
+        """Stand for a restarted ``sparza run`` process: every in-memory task, store and producer is dropped
+        (the next batch restores from task checkpoints and store snapshots). ``keep_plan`` keeps the batch
+        that was running when a failure hit, as Spark's checkpoint dir would, so it runs again exactly;
+        ``keep_plan=False`` loses it too, and batches are re-planned from the task checkpoints alone."""
+        from sparza.runtime.worker import WORKER
+
+        for job in self._jobs:
+            WORKER.forget(job.config)
+            job.open()
+            if not keep_plan:
+                job.replan()
+        return self
+
+    # --- results -------------------------------------------------------------------------------
+    def outputs(self, stream: str, *, key_serde: Serde | str | None = None, msg_serde: Serde | str | None = None,
+                include_control: bool = False) -> list[OutputMessage]:
+        """Every message of ``stream`` (an input, output or intermediate stream), partition by partition in
+        offset order, deserialized with the given serdes, else the serdes an application declared for the
+        output, else the stream's configured ones."""
+        from sparza.systems.inmemory import InMemoryStreamError, stream_rows
+
+        config = self._started_config()
+        ss = _parse(stream)
+        try:
+            rows = stream_rows(ss.system, self._system_config(ss.system, config), ss.stream)
+        except InMemoryStreamError:
+            known = ", ".join(sorted(str(s) for s in self._streams)) or "none"
+            raise TestInputError(f"{ss} is not a stream of this runner (declared: {known})") from None
+        app_msg, app_key = self._app_serdes.get(ss, (None, None))
+        kser = _serde(key_serde, config, ss, "key") if key_serde is not None or app_key is None else app_key
+        mser = _serde(msg_serde, config, ss, "msg") if msg_serde is not None or app_msg is None else app_msg
+        out: list[OutputMessage] = []
+        for partition, items in sorted(rows.items()):
+            for offset, row in enumerate(items):
+                if row.type != MessageType.USER:
+                    if include_control:
+                        out.append(OutputMessage(None, MessageType(row.type), partition, offset, row.timestamp))
+                    continue
+                key = kser.from_bytes(row.key) if row.key is not None else None
+                value = mser.from_bytes(row.value) if row.value is not None else None
+                out.append(OutputMessage(key, value, partition, offset, row.timestamp))
+        return out
+
+    def outputs_by_partition(self, stream: str, **kwargs: Any) -> dict[int, list[OutputMessage]]:
+        """:meth:`outputs` grouped by partition (every partition present, empty ones too)."""
+        from sparza.systems.inmemory import stream_rows
+
+        ss = _parse(stream)
+        out: dict[int, list[OutputMessage]] = {
+            p: [] for p in stream_rows(ss.system, self._system_config(ss.system, self._started_config()), ss.stream)}
+        for message in self.outputs(stream, **kwargs):
+            out[message.partition].append(message)
+        return out
+
+    def values(self, stream: str, **kwargs: Any) -> list[Any]:
+        """Only the deserialized values of :meth:`outputs`."""
+        return [m.value for m in self.outputs(stream, **kwargs)]
+
+    def store(self, name: str, *, job: str | None = None) -> dict[str, dict[Any, Any]]:
+        """The committed contents of store ``name``: ``{task: {key: value}}`` for every task of the job that
+        has it (a task that committed nothing has ``{}``). ``job`` picks an application's stage when several
+        have a store of that name."""
+        out: dict[str, dict[Any, Any]] = {}
+        for task, items in self.store_items(name, job=job).items():
+            try:
+                out[task] = dict(items)
+            except TypeError:
+                raise TestInputError(f"store {name!r} has keys that cannot be dict keys (e.g. lists); read it "
+                                     "with store_items()") from None
+        return out
+
+    def store_items(self, name: str, *, job: str | None = None) -> dict[str, list[tuple[Any, Any]]]:
+        """As :meth:`store`, as ``(key, value)`` pairs in key order."""
+        from sparza.metrics import MetricsRegistry
+        from sparza.runtime.stores import TaskStores
+
+        self._start()
+        owners = [j for j in self._jobs if name in j.job.store_names and (job is None or j.name == job)]
+        if not owners:
+            every = sorted({s for j in self._jobs for s in j.job.store_names})
+            raise TestInputError(f"no store {name!r}{f' in job {job!r}' if job else ''}; the stores are: "
+                                 f"{', '.join(every) or 'none'}")
+        if len(owners) > 1:
+            raise TestInputError(f"store {name!r} exists in jobs {', '.join(j.name for j in owners)}: pass job=")
+        owner = owners[0]
+        checkpoints = owner.checkpoints.read_all()
+        out: dict[str, list[tuple[Any, Any]]] = {}
+        for model in owner.tasks:
+            cp = checkpoints.get(model.name)
+            if cp is None or not cp.committed or name not in cp.stores:
+                out[model.name] = []
+                continue
+            stores = TaskStores(owner.job, model.name, MetricsRegistry())
+            out[model.name] = stores.read_committed(name, cp.batch)
+        return out
+
+    def stores(self) -> dict[str, dict[str, dict[Any, Any]]]:
+        """Every task store of every job: ``{store: {task: {key: value}}}`` (adjunct stores are copies of
+        their input streams and are not listed)."""
+        from sparza.state.adjunct import AdjunctConfig
+
+        self._start()
+        owned = [(job, name) for job in self._jobs for name in job.job.store_names
+                 if not AdjunctConfig.from_config(job.config).is_adjunct_store(name)]
+        out: dict[str, dict[str, dict[Any, Any]]] = {}
+        for job, name in owned:
+            shared = sum(1 for _, other in owned if other == name) > 1
+            out[f"{job.name}/{name}" if shared else name] = self.store(name, job=job.name)
+        return out
+
+    @property
+    def config(self) -> Config:
+        """The config the jobs run with (after the runner's overrides and Samza-spelling translation)."""
+        return self._started_config()
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Drop the in-memory streams, the cached tasks and (if the runner made it) the work dir."""
+        from sparza.runtime.worker import WORKER
+        from sparza.systems.inmemory import drop_namespace
+
+        for job in self._jobs:
+            WORKER.forget(job.config)
+            unregister_fault_hook(self._hook_id(job.name))
+        drop_namespace(self.namespace)
+        if self._owns_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def __enter__(self) -> TestRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- internals -----------------------------------------------------------------------------
+    def _not_started(self, what: str) -> None:
+        if self._config is not None:
+            raise TestInputError(f"{what}: the job has started (a batch ran); declare streams and config before "
+                                 "the first run_batch()/run(), or append to declared inputs with add_input")
+
+    def _hook_id(self, job: str) -> str:
+        return f"{self._id}/{job}"
+
+    def _system_config(self, system: str, config: Config) -> Config:
+        return config if f"systems.{system}.inmemory.namespace" in config else config.with_overrides(
+            {f"systems.{system}.inmemory.namespace": self.namespace})
+
+    def _started_config(self) -> Config:
+        self._start()
+        assert self._config is not None
+        return self._config
+
+    def _final_values(self) -> dict[str, str]:
+        values = dict(self._values)
+        if "task.class" not in values and "app.class" not in values:
+            raise TestInputError("no task.class or app.class: build the runner with TestRunner.of(MyTask) or give "
+                                 "one of them in the config")
+        values.setdefault("job.name", "test")
+        if "app.class" not in values and not values.get("task.inputs") and not values.get("task.broadcast.inputs"):
+            # As Samza's TestRunner: the inputs the test adds are the task's inputs.
+            values["task.inputs"] = ",".join(str(ss) for ss, (_, is_input) in self._streams.items() if is_input)
+        for ss in self._streams:
+            values[f"systems.{ss.system}.samza.factory"] = "inmemory"
+        for key in list(values):
+            if key.endswith(".samza.factory") and key.startswith("systems.") and values[key] == "inmemory":
+                values[f"{key[:-len('.samza.factory')]}.inmemory.namespace"] = self.namespace
+        # State stays in the work dir, never where the job's production config points.
+        values.update({
+            "job.logged.store.base.dir": str(self.work_dir / "state"),
+            "blob.store.manager.factory": "local",
+            "blob.store.local.root": str(self.work_dir / "blobstore"),
+            "job.checkpoint.factory": "blobstore",
+            "job.coordinator.factory": "standalone",
+        })
+        return values
+
+    def _start(self) -> None:
+        if self._config is not None:
+            return
+        from sparza.configcheck import validate_for_run
+        from sparza.systems import StreamSpec
+        from sparza.systems.inmemory import InMemorySystemAdmin
+
+        values = self._final_values()
+        config = validate_for_run(values, warn=self.warnings.append)
+        for ss, (partitions, _) in self._streams.items():
+            InMemorySystemAdmin(ss.system, config).create_stream(StreamSpec(ss.stream, partitions))
+        self._config = config
+        if config.get_str("app.class", None) is not None and config.get_str("app.stage", None) is None:
+            from sparza.api import OpKind, build_application, plan_application
+
+            plan = plan_application(config)
+            plan.create_streams()
+            app = build_application(config)
+            for descriptor in app.inputs:
+                self._app_inputs[descriptor.stream] = descriptor.serde
+            for op in app.ops:
+                if op.kind == OpKind.SEND_TO and op.params["output"].table is None:
+                    out = op.params["output"]
+                    self._app_serdes[out.stream] = (out.serde, out.key_serde)
+            stages = [(s.name, s.config) for s in plan.stages]
+        else:
+            stages = [(config.get_str("job.name"), config)]
+        # Inputs are written before any planner exists: a bounded stream ends at what it holds now.
+        for ss, items in self._buffered:
+            self._write(ss, items)
+        self._buffered.clear()
+        from sparza.runtime.preflight import check_application, check_job
+
+        if config.get_str("app.class", None) is not None and config.get_str("app.stage", None) is None:
+            check_application(config)
+        for _, stage_config in stages:
+            check_job(stage_config)  # what `sparza run` checks before Spark starts
+        for name, stage_config in stages:
+            hooked = stage_config.with_overrides({"task.testing.fault.hook": self._hook_id(name)})
+            register_fault_hook(self._hook_id(name), self._fault_hook(name))
+            self._jobs.append(_Job(name, hooked))
+
+    def _fault_hook(self, job: str) -> Any:
+        def hook(task: str, step: CommitStep, batch: int) -> None:
+            for fault in self._faults:
+                if (fault.step is step and fault.task in (None, task) and fault.batch in (None, batch)
+                        and fault.job in (None, job)):
+                    self._faults.remove(fault)
+                    raise InjectedFault(f"injected failure in task '{task}' of {job} {step.value.replace('-', ' ')}"
+                                        f" of batch {batch}")
+
+        return hook
+
+    def _check_reads_control(self, ss: SystemStream, item: ControlInput) -> None:
+        config = self._started_config()
+        if _reads_control(config) or config.get_bool(f"systems.{ss.system}.streams.{ss.stream}.samza.intermediate",
+                                                     False):
+            return
+        what = "watermark()" if item.type == MessageType.WATERMARK else "end_of_stream()"
+        raise TestInputError(f"{what} in {ss}: {config.get_str('task.class')} does not listen to control messages "
+                             "(it is no WatermarkListenerTask), so the runtime would skip it; end its input with "
+                             "add_input(..., bounded=True) instead")
+
+    def _write(self, ss: SystemStream, items: list[Any]) -> None:
+        from sparza.control.messages import ControlMessage, encode_body
+        from sparza.systems.inmemory import InMemorySystemProducer
+
+        config = self._started_config()
+        partitions = self._streams[ss][0]
+        producer = InMemorySystemProducer(ss.system, config)
+        producer.register(_SOURCE)
+        for index, item in enumerate(items):
+            try:
+                if isinstance(item, ControlInput):
+                    self._check_reads_control(ss, item)
+                    targets = range(partitions) if item.partition is None else [item.partition]
+                    body = (encode_body(ControlMessage.watermark(item.timestamp, None, 0))
+                            if item.type == MessageType.WATERMARK and item.timestamp is not None else b"")
+                    for p in targets:
+                        producer.send(_SOURCE, OutgoingMessageEnvelope(ss, body, partition=p, timestamp=item.timestamp,
+                                                                       type=item.type))
+                    continue
+                message = item if isinstance(item, TestMessage) else TestMessage(item)
+                declared = self._app_inputs.get(ss)
+                if declared is not None and message.value is not None and not isinstance(message.value, bytes):
+                    # The serde the application reads this input with (app.input(..., serde=...)).
+                    message = TestMessage(declared.to_bytes(message.value), message.key, message.partition,
+                                          message.timestamp)
+                if message.timestamp is not None and (not isinstance(message.timestamp, int)
+                                                      or isinstance(message.timestamp, bool)):
+                    raise TestInputError(f"timestamp must be epoch ms as an int, got {message.timestamp!r}")
+                producer.send(_SOURCE, OutgoingMessageEnvelope(ss, message.value, key=message.key,
+                                                               partition=message.partition,
+                                                               timestamp=message.timestamp))
+            except (SparzaError, ValueError, TypeError) as exc:
+                producer.abandon(_SOURCE)
+                raise TestInputError(
+                    f"input message {index} of {ss} ({_short(item)}): {exc}. Give keys and values as bytes, or set "
+                    f"systems.{ss.system}.streams.{ss.stream}.samza.key.serde / samza.msg.serde (e.g. string, json) "
+                    "so the runner serializes them as the job reads them") from exc
+        producer.flush(_SOURCE)
+
+
+def _reads_control(config: Config) -> bool:
+    """Whether the job's tasks get control messages (the runtime gives them to TaskControl only then)."""
+    from sparza.systems import load_object
+    from sparza.task import WatermarkListenerTask
+
+    if config.get_str("app.class", None) is not None or config.get_list("task.intermediate.outputs", []):
+        return True
+    target = load_object(config.get_str("task.class"), "task.class")
+    return issubclass(target, WatermarkListenerTask) if isinstance(target, type) else isinstance(
+        target, WatermarkListenerTask)
+
+
+def _flatten(ss: SystemStream, messages: Iterable[Any] | Mapping[int, Iterable[Any]]) -> list[Any]:
+    if isinstance(messages, str | bytes):
+        raise TestInputError(f"add_input({ss}): messages must be a list (or {{partition: list}}), not one "
+                             f"{type(messages).__name__}")
+    if not isinstance(messages, Mapping):
+        return list(messages)
+    items: list[Any] = []
+    for partition, part in messages.items():
+        if not isinstance(partition, int):
+            raise TestInputError(f"add_input({ss}): partition keys must be ints, got {partition!r}")
+        for item in part:
+            if isinstance(item, TestMessage):
+                if item.partition not in (None, partition):
+                    raise TestInputError(f"add_input({ss}): a message under partition {partition} says partition "
+                                         f"{item.partition}")
+                items.append(TestMessage(item.value, item.key, partition, item.timestamp))
+            elif isinstance(item, ControlInput):
+                items.append(ControlInput(item.type, item.timestamp, partition))
+            else:
+                items.append(TestMessage(item, None, partition))
+    return items
+
+
+def _parse(stream: str) -> SystemStream:
+    try:
+        return SystemStream.parse(stream)
+    except ValueError as exc:
+        raise TestInputError(str(exc)) from None
+
+
+def _serde(given: Serde | str | None, config: Config, ss: SystemStream, which: str) -> Serde:
+    if given is not None and not isinstance(given, str):
+        return given
+    if isinstance(given, str):
+        return serde_from_name(given, key=f"{which}_serde", config=config)
+    key = f"systems.{ss.system}.streams.{ss.stream}.samza.{which}.serde"
+    name = config.get_str(key, None)
+    if name is None:
+        key = f"systems.{ss.system}.samza.{which}.serde"
+        name = config.get_str(key, None)
+    return serde_from_name(name, key=key, config=config)
+
+
+def _dotted_path(cls: type) -> str:
+    qualname = getattr(cls, "__qualname__", "")
+    if "<locals>" in qualname or not qualname:
+        raise TestInputError(f"{cls!r} is defined inside a function: the runtime imports task and application "
+                             "classes by dotted path, so define it at module level")
+    return f"{cls.__module__}:{qualname}"
+
+
+def _job_name(path: str) -> str:
+    name = path.replace(":", ".").rsplit(".", 1)[-1]
+    return "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in name).lower() or "test"
+
+
+def _short(item: Any) -> str:
+    text = repr(item)
+    return text if len(text) <= 80 else text[:77] + "..."
