@@ -13,10 +13,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pyarrow as pa
+
 from sparza.api import StreamApplication, WindowPane, Windows
 from sparza.serde import AvroSerde
 
-__all__ = ["WINDOW_MS", "WINDOW_SCHEMA", "WikipediaPageStats", "join_profile", "parse_edit", "window_record"]
+__all__ = ["PAGE_STATS_KEY", "PAGE_STATS_SCHEMA", "WINDOW_MS", "WINDOW_SCHEMA", "WikipediaPageStats", "join_profile",
+           "parse_edit", "window_record"]
 
 WINDOW_MS = 60_000
 """Tumbling window size: one minute of event time."""
@@ -34,6 +37,19 @@ WINDOW_SCHEMA: dict[str, Any] = {
     ],
 }
 """Avro schema of one window result."""
+
+PAGE_STATS_SCHEMA = pa.schema([
+    pa.field("page", pa.string(), nullable=False),
+    pa.field("window_start", pa.timestamp("ms", tz="UTC"), nullable=False),
+    pa.field("window_end", pa.timestamp("ms", tz="UTC")),
+    pa.field("edits", pa.int64()),
+    pa.field("bytes_changed", pa.int64()),
+    pa.field("bot_edits", pa.int64()),
+])
+"""Columns of the page-statistics table (``app.wikipedia.table``): one row per page and window."""
+
+PAGE_STATS_KEY = ["page", "window_start"]
+"""The table's key: a replayed or late-updated window replaces its row (upsert)."""
 
 
 def parse_edit(raw: bytes) -> list[dict[str, Any]]:
@@ -65,8 +81,9 @@ class WikipediaPageStats:
     """The demo's application (``app.class: examples.wikipedia.app.WikipediaPageStats``).
 
     Streams come from config: ``app.wikipedia.edits`` (default ``delta.edits``), ``app.wikipedia.output``
-    (the blob container and stream, e.g. ``sparza-demo.page-windows``), and the table store
-    ``app.wikipedia.profiles.store`` (default ``profiles``).
+    (the blob container and stream, e.g. ``sparza-demo.page-windows``), the table store
+    ``app.wikipedia.profiles.store`` (default ``profiles``) and, when set, ``app.wikipedia.table``: a
+    typed Delta table (e.g. ``tables.page_stats``) the windows are also upserted into, for SQL.
     """
 
     def describe(self, app: StreamApplication) -> None:
@@ -75,9 +92,12 @@ class WikipediaPageStats:
         out = app.output(app.config.get_str("app.wikipedia.output", "sparza-demo.page-windows"),
                          serde=AvroSerde(WINDOW_SCHEMA), key_serde="string")
         profiles = app.table(app.config.get_str("app.wikipedia.profiles.store", "profiles"))
-        (edits.flat_map(parse_edit)
-              .partition_by(lambda e: e["page"], "by-page")                       # stage boundary
-              .join(profiles, lambda e: e["user"], join_profile)
-              .window(Windows.tumbling(WINDOW_MS, lambda e: e["page"], [0, 0, 0], _fold), name="page-minute")
-              .map(window_record)
-              .send_to(out))
+        windows = (edits.flat_map(parse_edit)
+                   .partition_by(lambda e: e["page"], "by-page")                       # stage boundary
+                   .join(profiles, lambda e: e["user"], join_profile)
+                   .window(Windows.tumbling(WINDOW_MS, lambda e: e["page"], [0, 0, 0], _fold), name="page-minute")
+                   .map(window_record))
+        windows.send_to(out)
+        table = app.config.get_str("app.wikipedia.table", None)
+        if table:
+            windows.send_to(app.output(table, schema=PAGE_STATS_SCHEMA, mode="upsert", key=PAGE_STATS_KEY))

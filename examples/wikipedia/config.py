@@ -18,7 +18,7 @@ from examples.wikipedia.app import WINDOW_SCHEMA
 
 from sparza.config import Config
 
-__all__ = ["OUTPUT_CONTAINER", "SOURCES", "STATE_CONTAINER", "demo_config", "output_stream"]
+__all__ = ["OUTPUT_CONTAINER", "SOURCES", "STATE_CONTAINER", "TABLES_SYSTEM", "demo_config", "output_stream"]
 
 OUTPUT_CONTAINER = "sparza-demo"
 """Container of the window results (the azureblob system is named after it)."""
@@ -26,6 +26,9 @@ OUTPUT_CONTAINER = "sparza-demo"
 STATE_CONTAINER = "sparza-demo-state"
 """Container of the blob store: store snapshots, adjunct publications and task checkpoints."""
 
+
+TABLES_SYSTEM = "tables"
+"""The Delta system of the demo's typed result table (under ``<run dir>/tables``)."""
 
 SOURCES = ("delta", "kafka")
 """Where the demo's input and intermediate streams live: Delta streams or Kafka topics."""
@@ -80,6 +83,10 @@ def demo_config(run_dir: Path, run_id: str, connection_string: str, *, partition
         "app.wikipedia.edits": edits,
         "app.wikipedia.output": f"{OUTPUT_CONTAINER}.{out}",
         "app.wikipedia.profiles.store": "profiles",
+        # The windows are also upserted into a typed Delta table (one row per page and minute) for SQL.
+        "app.wikipedia.table": f"{TABLES_SYSTEM}.page_stats",
+        f"systems.{TABLES_SYSTEM}.samza.factory": "delta",
+        f"systems.{TABLES_SYSTEM}.delta.root": str(run_dir / "tables"),
         "task.max.batch.messages": str(max_batch),
         "task.commit.ms": "0",
         # Every account-backed part (blob producer, blob store, checkpoints) reads the account from here.

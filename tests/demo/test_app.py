@@ -71,5 +71,12 @@ def test_demo_windows_are_exact_through_the_test_runner(tmp_path: Path) -> None:
                for r in runner.values(out)}  # decoded with the application's Avro serde
         assert len(runner.values(out)) == len(got)  # each window once
         assert got == expected_demo_windows(edits, profiles)
+        # The same windows, upserted into the typed page_stats table (real Delta, read with deltalake).
+        from deltalake import DeltaTable
+
+        rows = DeltaTable(str(tmp_path / "tables" / "page_stats")).to_pyarrow_table().to_pylist()
+        table = {(r["page"], round(r["window_start"].timestamp() * 1000)): (r["edits"], r["bytes_changed"],
+                                                                            r["bot_edits"]) for r in rows}
+        assert len(rows) == len(table) and table == got
         # Every stage-2 task kept its window store; all windows fired, so only bookkeeping is left in them.
         assert set(runner.store("window-page-minute")) == {"Partition 0", "Partition 1"}

@@ -95,3 +95,21 @@ def test_read_back_commands_print_the_windows(demo_run: dict[str, Any]) -> None:
     lines = [json.loads(line) for line in cat.stdout.splitlines()]
     assert len(lines) == first["records"]
     assert {"page", "window_start", "window_end", "edits", "bytes_changed", "bot_edits"} <= set(lines[0])
+
+
+def test_the_page_stats_table_holds_every_window_and_answers_the_printed_query(demo_run: dict[str, Any]) -> None:
+    """The windows are also upserted into a typed Delta table: Polars reads exactly the expected windows,
+    and the DuckDB command the summary prints runs and shows the busiest page-minute first."""
+    import polars as pl
+
+    summary, out = demo_run["summary"], demo_run["stdout"]
+    expected = expected_demo_windows(generate_edits(EVENTS, seed=7), generate_profiles(seed=11))
+    rows = pl.read_delta(summary["table"]).to_dicts()
+    got = {(r["page"], _millis(r["window_start"])): (r["edits"], r["bytes_changed"], r["bot_edits"]) for r in rows}
+    assert len(rows) == len(got) == summary["table_rows"] and got == expected
+    lines = out.splitlines()
+    command = lines[lines.index(next(line for line in lines if line.startswith("query the table"))) + 1].strip()
+    assert command.startswith(sys.executable)
+    shown = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=120, check=True).stdout
+    busiest = min(expected.items(), key=lambda kv: (-kv[1][0], kv[0][0]))[0][0]   # ORDER BY edits DESC, page
+    assert busiest in shown.splitlines()[4]   # the first data row of DuckDB's box

@@ -27,7 +27,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-__all__ = ["DemoResult", "check_source", "kafka_brokers", "register", "run_demo"]
+__all__ = ["TABLE_SQL", "DemoResult", "check_source", "kafka_brokers", "register", "run_demo", "table_query"]
 
 SCALES = {"small": 5_000, "default": 40_000, "large": 400_000}
 """Edit counts of ``--scale`` (``--events`` overrides)."""
@@ -54,6 +54,9 @@ class DemoResult:
     seconds: float = 0.0
     source: str = "delta"
     streams: list[str] = field(default_factory=list)
+    table: str = ""
+    """Where the typed page_stats table (the windows upserted by page and window start) lives."""
+    table_rows: int = 0
 
 
 def _importable_examples() -> None:
@@ -298,16 +301,42 @@ def _run_pipeline(conn: str, run_id: str, run_dir: Path, edits: list[Any], profi
     expected = expected_demo_windows(edits, profiles)
     got = {(r["page"], _millis(r["window_start"])): (r["edits"], r["bytes_changed"], r["bot_edits"])
            for r in records}
+    table_path, table_rows = _read_table(config)
+    in_table = {(r["page"], _millis(r["window_start"])): (r["edits"], r["bytes_changed"], r["bot_edits"])
+                for r in table_rows}
     intermediate = plan.stages[-1].config.get_str("task.inputs").split(",")[0]
     result = DemoResult(run_id=run_id, run_dir=str(run_dir), container=container, stream=stream,
                         events=len(edits), profiles=len(profiles), messages_in=counts,
                         repartitioned=_count_user_messages(plan.stages[-1].config, intermediate),
                         windows=len(records), blobs=blobs, snapshots=_snapshots(plan),
-                        verified=(got == expected and len(records) == len(expected)),
+                        verified=(got == expected and len(records) == len(expected)
+                                  and in_table == expected and len(table_rows) == len(expected)),
                         seconds=time.monotonic() - started, source=source,
-                        streams=[str(s) for s, _ in inputs] + [intermediate])
+                        streams=[str(s) for s, _ in inputs] + [intermediate],
+                        table=table_path, table_rows=len(table_rows))
     (run_dir / "summary.json").write_text(json.dumps(result.__dict__, indent=2, default=str))
     return result
+
+
+TABLE_SQL = "SELECT page, window_start, edits, bot_edits FROM read_parquet(?) ORDER BY edits DESC, page LIMIT 10"
+"""The query the summary suggests on the page_stats table (the ten busiest page-minutes)."""
+
+
+def table_query(path: str) -> str:
+    """A Python one-liner that runs :data:`TABLE_SQL` with DuckDB on the table at ``path``."""
+    return ("import duckdb; from deltalake import DeltaTable; "
+            f"duckdb.sql('{TABLE_SQL}', params=[DeltaTable('{path}').file_uris()]).show()")
+
+
+def _read_table(config: Any) -> tuple[str, list[dict[str, Any]]]:
+    """The page_stats table's location and rows (read through its Delta log, as any reader would)."""
+    from deltalake import DeltaTable
+
+    from sparza.streams import SystemStream
+
+    table = SystemStream.parse(config.get_str("app.wikipedia.table"))
+    path = str(Path(config.get_str(f"systems.{table.system}.delta.root")) / table.stream)
+    return path, DeltaTable(path).to_pyarrow_table().to_pylist()
 
 
 def _millis(value: Any) -> int:
@@ -337,8 +366,11 @@ def _print_summary(result: DemoResult, console: Console, conn_given: bool) -> No
     for task, stores in sorted(result.snapshots.items()):
         for store, snapshot in sorted(stores.items()):
             console.print(f"    {task} {store}: {snapshot}", highlight=False)
+    console.print(f"  table: {result.table_rows} rows (one per page and minute, upserted) in the Delta table "
+                  f"{result.table}", highlight=False)
     if result.verified:
-        console.print("  [green]check: every window matches the counts computed directly from the input[/green]")
+        console.print("  [green]check: every window matches the counts computed directly from the input (blobs "
+                      "and table)[/green]")
     else:
         console.print("  [red]check: the windows do NOT match the counts computed from the input[/red] (with "
                       "--input, edits more than --lateness-ms out of order are dropped as late)")
@@ -347,6 +379,9 @@ def _print_summary(result: DemoResult, console: Console, conn_given: bool) -> No
     console.print("read the results back:")
     console.print(f"  sparza blobs ls {result.container} {result.stream}/{conn}", highlight=False)
     console.print(f"  sparza blobs cat {result.container} {first}{conn}", highlight=False)
+    console.print("query the table with SQL (DuckDB over the table's current files; see docs/tables.md for "
+                  "Spark, Polars, Power BI):", highlight=False)
+    console.print(f"  {sys.executable} -c \"{table_query(result.table)}\"", highlight=False)
     console.print(f"input and summary.json: {result.run_dir}", highlight=False)
 
 
