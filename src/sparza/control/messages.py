@@ -9,6 +9,7 @@ downstream job counts end-of-stream without knowing the upstream job model.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -94,7 +95,22 @@ def _field(body: dict[str, Any], *names: str) -> Any:
 
 def decode_body(message_type: MessageType | int, data: bytes | str | dict[str, Any] | None) -> ControlMessage:
     """Parse a control body of the given type. Empty data (a source's bare end-of-stream) is allowed
-    for end-of-stream only; everything else malformed raises :class:`ControlMessageError`."""
+    for end-of-stream only; everything else malformed raises :class:`ControlMessageError`.
+
+    Byte bodies are parsed once per process: every upstream task writes the same body to every
+    partition, so the downstream tasks sharing a Python worker would otherwise parse each one again
+    (messages are immutable; errors are not cached)."""
+    if type(data) is bytes:
+        return _decode_bytes(int(message_type), data)
+    return _decode(message_type, data)
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode_bytes(message_type: int, data: bytes) -> ControlMessage:
+    return _decode(message_type, data)
+
+
+def _decode(message_type: MessageType | int, data: bytes | str | dict[str, Any] | None) -> ControlMessage:
     try:
         mtype = MessageType(int(message_type))
     except ValueError as exc:

@@ -67,6 +67,10 @@ class TaskControl:
         self._idle = IdlePolicy(self.settings.idle_timeout_ms, self.settings.quorum)
         self._states: dict[SystemStreamPartition, SspControlState] = {
             ssp: self._fresh_state(ssp) for ssp in self.input_ssps}
+        self._unsettled: list[SspControlState] = []  # SSPs with control messages not yet reconciled
+        self._received_pending = 0  # control messages not yet added to the metric (added when settling)
+        self._last_ssp: SystemStreamPartition | None = None
+        self._last_state: SspControlState | None = None
         self._watermark: int | None = None
         self._reported: int | None = None
         self._eos_sent = False
@@ -77,6 +81,8 @@ class TaskControl:
     def bind_metrics(self, metrics: MetricsRegistry) -> None:
         """Report into ``metrics`` from now on (a runtime that starts a fresh registry per batch calls
         this each batch; counts that must survive restarts are in the snapshot, not in metrics)."""
+        if getattr(self, "_received_counter", None) is not None:
+            self._flush_received()  # what the old registry counted stays there
         self.metrics = metrics
         self._late_counter = self.metrics.counter(METRICS_GROUP, "late-messages")
         self._routed_counter = self.metrics.counter(METRICS_GROUP, "late-messages-routed")
@@ -93,33 +99,59 @@ class TaskControl:
                                lateness_ms=self.settings.lateness_ms(stream))
 
     def _state(self, ssp: SystemStreamPartition) -> SspControlState:
+        if ssp is self._last_ssp:  # a reader hands out one SSP object for a run of its envelopes
+            return self._last_state
         try:
-            return self._states[ssp]
+            state = self._states[ssp]
         except KeyError:
             raise ControlStateError(f"task {self.task_name!r} got a message of {ssp}, which is not one of its "
                                     f"inputs ({', '.join(map(str, self.input_ssps))})") from None
+        self._last_ssp, self._last_state = ssp, state
+        return state
 
     # --- input -----------------------------------------------------------------------------
     def on_envelope(self, envelope: IncomingMessageEnvelope) -> bool:
         """Account for one envelope read, in order. True: a control message, consumed (do not deliver it)."""
         state = self._state(envelope.ssp)
         if envelope.type == MessageType.USER:
+            if self._unsettled:
+                self._settle()
             if state.on_user(envelope.timestamp):
                 self._recompute_task(None)
             return False
         message = decode_body(envelope.type, envelope.message)
-        self._received_counter.inc()
+        self._received_pending += 1
+        # reconciled lazily, once per run of control messages, before anything reads the state; the list
+        # holds every state that was unsettled since the last settle (by identity: states compare by value)
+        was_unsettled = state.unsettled
         state.on_control(message)
-        self._recompute_task(None)
+        if not was_unsettled:
+            self._unsettled.append(state)
         return True
+
+    def _settle(self) -> None:
+        for state in self._unsettled:
+            if state.unsettled:
+                state.settle()
+        self._unsettled.clear()
+        self._recompute_task(None)
+
+    def _flush_received(self) -> None:
+        if self._received_pending:
+            self._received_counter.inc(self._received_pending)
+            self._received_pending = 0
 
     def on_ssp_exhausted(self, ssp: SystemStreamPartition) -> None:
         """The runtime reached the end of a bounded source SSP: it has ended."""
+        if self._unsettled:
+            self._settle()
         self._state(ssp).on_exhausted()
         self._recompute_task(None)
 
     def is_late(self, envelope: IncomingMessageEnvelope) -> bool:
         """True for a user message whose event time is behind the task watermark."""
+        if self._unsettled:
+            self._settle()
         wm = self._watermark
         return (envelope.type == MessageType.USER and envelope.timestamp is not None and wm is not None
                 and envelope.timestamp < wm)
@@ -157,23 +189,34 @@ class TaskControl:
 
     def watermark(self) -> int | None:
         """The task watermark: min over its live SSPs, monotonic; None before every input has one."""
+        if self._unsettled:
+            self._settle()
         return self._watermark
 
     def ssp_watermark(self, ssp: SystemStreamPartition) -> int | None:
         """The reconciled watermark of one input SSP."""
+        if self._unsettled:
+            self._settle()
         return self._state(ssp).watermark
 
     def is_ended(self, ssp: SystemStreamPartition) -> bool:
         """True once ``ssp`` has ended (all its producers sent end-of-stream, or the source ended)."""
+        if self._unsettled:
+            self._settle()
         return self._state(ssp).ended
 
     def all_ended(self) -> bool:
         """True when every input SSP has ended."""
+        if self._unsettled:
+            self._settle()
         return all(s.ended for s in self._states.values())
 
     def advance(self, now_ms: int) -> int | None:
         """At a batch boundary: apply idle timeouts as of ``now_ms`` (the batch's time) and return the
         task watermark if it advanced since the last call, else None."""
+        self._flush_received()
+        if self._unsettled:
+            self._settle()
         for state in self._states.values():
             state.stamp(now_ms)
             state.recompute(now_ms, self._idle)
@@ -190,6 +233,8 @@ class TaskControl:
 
         End-of-stream goes out once; after it nothing more does (the snapshot remembers it, so a
         replayed batch, restored from the checkpoint before it, sends it again)."""
+        if self._unsettled:
+            self._settle()
         if self._eos_sent:
             return []
         wanted: list[ControlMessage] = []
@@ -202,13 +247,14 @@ class TaskControl:
             if stream not in partitions_by_stream:
                 raise ControlStateError(f"no partition count given for intermediate output {stream}; pass it in "
                                         f"partitions_by_stream")
+            partitions = int(partitions_by_stream[stream])
             for message in wanted:
                 body = encode_body(message)
                 stamp = message.timestamp if message.timestamp is not None else now_ms
-                for partition in range(int(partitions_by_stream[stream])):
-                    out.append(OutgoingMessageEnvelope(stream, body, partition=partition, timestamp=stamp,
-                                                       type=message.type))
-                    self._sent_bytes.inc(len(body))
+                mtype = message.type
+                out.extend([OutgoingMessageEnvelope(stream, body, partition=partition, timestamp=stamp, type=mtype)
+                            for partition in range(partitions)])
+                self._sent_bytes.inc(len(body) * partitions)
         self._sent_counter.inc(len(out))
         if self.all_ended():
             self._eos_sent = True
@@ -217,6 +263,9 @@ class TaskControl:
     # --- checkpoint ------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """JSON-able state for the task checkpoint (key ``"control"``)."""
+        self._flush_received()
+        if self._unsettled:
+            self._settle()
         return {"version": SNAPSHOT_VERSION, "taskName": self.task_name, "watermark": self._watermark,
                 "reported": self._reported, "eosSent": self._eos_sent, "lateCount": self.late_count,
                 "lateRouted": self.late_routed,
