@@ -112,8 +112,7 @@ class SspControlState:
         """A watermark or end-of-stream message from an upstream task (or a bare one from a source).
         Leaves the SSP unsettled: call :meth:`settle` before reading its watermark or end."""
         self.control_received += 1
-        if self.unsettled and (message.type != MessageType.WATERMARK or message.task_name is None
-                               or message.task_count > self.task_count):
+        if self.unsettled and self.breaks_run(message):
             self.settle()  # this message could change the candidates: settle the run before it (module doc)
         if self.ended:
             return
@@ -142,6 +141,12 @@ class SspControlState:
             # Per-producer monotonic: an older watermark (a replayed upstream batch) is ignored.
             producer.watermark = message.timestamp
         self.unsettled = True
+
+    def breaks_run(self, message: ControlMessage) -> bool:
+        """True for a message that must not be reconciled together with the ones before it: anything but a
+        producer's watermark, or one announcing more producers (see the module docstring)."""
+        return (message.type != MessageType.WATERMARK or message.task_name is None
+                or message.task_count > self.task_count)
 
     def settle(self) -> None:
         """Recompute end-of-stream and watermark from the control messages applied since the last settle."""

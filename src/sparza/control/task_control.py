@@ -9,9 +9,15 @@ The runtime owns the batch loop and calls, per task:
 2. :meth:`TaskControl.on_ssp_exhausted` when a bounded source SSP reached its end.
 3. At the batch boundary: :meth:`TaskControl.advance` (idle timeouts; a non-None result goes to the
    task's ``on_watermark``), then :meth:`TaskControl.outgoing` (watermark, and end-of-stream once
-   :meth:`TaskControl.all_ended`, for every partition of each intermediate output) sent through the
+   :meth:`TaskControl.all_ended`, for every partition of each intermediate output; see
+   :meth:`TaskControl.streams_written` for the partition counts it needs) sent through the
    same producer and idempotent flush as the batch's data, then :meth:`TaskControl.snapshot` into the
    task checkpoint under ``"control"``.
+
+Streams in Samza's protocol (``control.format: samza``): an upstream task sends its messages, in
+Samza's body, to the stream's aggregate partition only; the downstream task reading that partition
+re-broadcasts what it reconciled there (watermark and end-of-stream, without a producer name) to
+every other partition of the stream, as Samza's operators do.
 
 On restart :meth:`TaskControl.restore` brings back end-of-stream counts and watermarks, so a
 task that checkpointed past upstream control messages never waits for them again.
@@ -23,9 +29,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sparza.config import Config
-from sparza.control.messages import ControlMessage, decode_body, encode_body
+from sparza.control.messages import (
+    SAMZA_FORMAT,
+    SPARZA_FORMAT,
+    ControlMessage,
+    decode_body,
+    encode_body,
+    samza_aggregate_partition,
+)
 from sparza.control.reconcile import IdlePolicy, SspControlState
-from sparza.control.settings import ControlSettings, LatePolicy
+from sparza.control.settings import ControlSettings, LatePolicy, producer_count_key
 from sparza.errors import SparzaError
 from sparza.metrics import MetricsRegistry
 from sparza.streams import (
@@ -74,6 +87,8 @@ class TaskControl:
         self._watermark: int | None = None
         self._reported: int | None = None
         self._eos_sent = False
+        # Samza protocol, as the aggregate partition's reader: what was re-broadcast, per input stream
+        self._broadcast: dict[SystemStream, dict[str, Any]] = {}
         self.late_count = 0
         self.late_routed = 0
         self.bind_metrics(metrics if metrics is not None else MetricsRegistry())
@@ -96,7 +111,8 @@ class TaskControl:
     def _fresh_state(self, ssp: SystemStreamPartition) -> SspControlState:
         stream = ssp.system_stream
         return SspControlState(intermediate=self.settings.is_intermediate(stream),
-                               lateness_ms=self.settings.lateness_ms(stream))
+                               lateness_ms=self.settings.lateness_ms(stream),
+                               task_count=self.settings.producer_count(stream))
 
     def _state(self, ssp: SystemStreamPartition) -> SspControlState:
         if ssp is self._last_ssp:  # a reader hands out one SSP object for a run of its envelopes
@@ -120,9 +136,19 @@ class TaskControl:
                 self._recompute_task(None)
             return False
         message = decode_body(envelope.type, envelope.message)
+        if message.task_count == 0 and message.task_name is not None and state.task_count == 0:
+            ssp = envelope.ssp
+            raise ControlStateError(
+                f"a control message from upstream task {message.task_name!r} on {ssp} says nothing of how many "
+                f"tasks write {ssp.system_stream} (Samza's format has no taskCount): set "
+                f"{producer_count_key(ssp.system_stream)} to the number of upstream tasks")
         self._received_pending += 1
         # reconciled lazily, once per run of control messages, before anything reads the state; the list
-        # holds every state that was unsettled since the last settle (by identity: states compare by value)
+        # holds every state that was unsettled since the last settle (by identity: states compare by value).
+        # A message that ends a run settles every SSP and the task first: ending an SSP takes it out of the
+        # task's min, which must have seen the SSP's last watermark.
+        if self._unsettled and state.breaks_run(message):
+            self._settle()
         was_unsettled = state.unsettled
         state.on_control(message)
         if not was_unsettled:
@@ -227,37 +253,85 @@ class TaskControl:
         return None
 
     # --- output ----------------------------------------------------------------------------
+    def streams_written(self) -> tuple[SystemStream, ...]:
+        """The streams :meth:`outgoing` may write and needs the partition count of: the intermediate
+        outputs, and the inputs in Samza's protocol (whose aggregate partition this task may read)."""
+        samza_inputs = sorted({ssp.system_stream for ssp in self.input_ssps
+                               if self.settings.format(ssp.system_stream) == SAMZA_FORMAT})
+        return tuple(self.settings.intermediate_outputs) + tuple(s for s in samza_inputs
+                                                                 if s not in self.settings.intermediate_outputs)
+
     def outgoing(self, now_ms: int, partitions_by_stream: Mapping[SystemStream, int]) -> list[OutgoingMessageEnvelope]:
         """The control messages to write at the end of a batch: the task watermark (when it has one)
-        and, once every input ended, end-of-stream, to every partition of each intermediate output.
+        and, once every input ended, end-of-stream, to every partition of each intermediate output (in
+        Samza's protocol: to its aggregate partition only); and, as the reader of a Samza-protocol
+        input's aggregate partition, what it reconciled there, to the other partitions of that input.
 
         End-of-stream goes out once; after it nothing more does (the snapshot remembers it, so a
         replayed batch, restored from the checkpoint before it, sends it again)."""
         if self._unsettled:
             self._settle()
+        out = self._rebroadcasts(now_ms, partitions_by_stream)
         if self._eos_sent:
-            return []
+            self._sent_counter.inc(len(out))
+            return out
         wanted: list[ControlMessage] = []
         if self._watermark is not None:
             wanted.append(ControlMessage.watermark(self._watermark, self.task_name, self.task_count))
         if self.all_ended():
             wanted.append(ControlMessage.end_of_stream(self.task_name, self.task_count, self._watermark))
-        out: list[OutgoingMessageEnvelope] = []
         for stream in self.settings.intermediate_outputs:
-            if stream not in partitions_by_stream:
-                raise ControlStateError(f"no partition count given for intermediate output {stream}; pass it in "
-                                        f"partitions_by_stream")
-            partitions = int(partitions_by_stream[stream])
+            partitions = self._partitions(stream, partitions_by_stream)
+            body_format = self.settings.format(stream)
+            targets = range(partitions) if body_format == SPARZA_FORMAT else \
+                [samza_aggregate_partition(stream.stream, partitions)]
             for message in wanted:
-                body = encode_body(message)
-                stamp = message.timestamp if message.timestamp is not None else now_ms
-                mtype = message.type
-                out.extend([OutgoingMessageEnvelope(stream, body, partition=partition, timestamp=stamp, type=mtype)
-                            for partition in range(partitions)])
-                self._sent_bytes.inc(len(body) * partitions)
+                self._emit(out, stream, message, body_format, targets, now_ms)
         self._sent_counter.inc(len(out))
         if self.all_ended():
             self._eos_sent = True
+        return out
+
+    def _partitions(self, stream: SystemStream, partitions_by_stream: Mapping[SystemStream, int]) -> int:
+        if stream not in partitions_by_stream:
+            raise ControlStateError(f"no partition count given for {stream}; pass it in partitions_by_stream "
+                                    "(every stream of streams_written())")
+        return int(partitions_by_stream[stream])
+
+    def _emit(self, out: list[OutgoingMessageEnvelope], stream: SystemStream, message: ControlMessage,
+              body_format: str, targets: Iterable[int], now_ms: int) -> None:
+        body = encode_body(message, body_format)
+        stamp = message.timestamp if message.timestamp is not None else now_ms
+        mtype = message.type
+        before = len(out)
+        out.extend([OutgoingMessageEnvelope(stream, body, partition=partition, timestamp=stamp, type=mtype)
+                    for partition in targets])
+        self._sent_bytes.inc(len(body) * (len(out) - before))
+
+    def _rebroadcasts(self, now_ms: int,
+                      partitions_by_stream: Mapping[SystemStream, int]) -> list[OutgoingMessageEnvelope]:
+        """Samza's aggregator: for each Samza-protocol input whose aggregate partition this task reads, its
+        reconciled watermark (when it advanced) and end-of-stream (once) to every other partition."""
+        out: list[OutgoingMessageEnvelope] = []
+        for ssp, state in self._states.items():
+            stream = ssp.system_stream
+            if self.settings.format(stream) != SAMZA_FORMAT:
+                continue
+            sent = self._broadcast.get(stream)
+            if sent is not None and sent["ended"]:
+                continue
+            partitions = self._partitions(stream, partitions_by_stream)
+            if ssp.partition != samza_aggregate_partition(stream.stream, partitions):
+                continue
+            sent = self._broadcast.setdefault(stream, {"watermark": None, "ended": False})
+            others = [p for p in range(partitions) if p != ssp.partition]
+            if state.watermark is not None and (sent["watermark"] is None or state.watermark > sent["watermark"]):
+                self._emit(out, stream, ControlMessage.watermark(state.watermark, None, 0), SAMZA_FORMAT, others,
+                           now_ms)
+                sent["watermark"] = state.watermark
+            if state.ended:
+                self._emit(out, stream, ControlMessage.end_of_stream(None, 0), SAMZA_FORMAT, others, now_ms)
+                sent["ended"] = True
         return out
 
     # --- checkpoint ------------------------------------------------------------------------
@@ -269,6 +343,7 @@ class TaskControl:
         return {"version": SNAPSHOT_VERSION, "taskName": self.task_name, "watermark": self._watermark,
                 "reported": self._reported, "eosSent": self._eos_sent, "lateCount": self.late_count,
                 "lateRouted": self.late_routed,
+                "broadcast": {str(stream): dict(sent) for stream, sent in sorted(self._broadcast.items())},
                 "ssps": {str(ssp): state.to_json() for ssp, state in sorted(self._states.items())}}
 
     @classmethod
@@ -289,7 +364,11 @@ class TaskControl:
                 ssp = SystemStreamPartition.parse(text)
                 if ssp in control._states:
                     fresh = control._states[ssp]
-                    control._states[ssp] = SspControlState.from_json(data, fresh.lateness_ms, fresh.intermediate)
+                    control._states[ssp] = SspControlState.from_json(data, fresh.lateness_ms, fresh.intermediate,
+                                                                     fresh.task_count)
+            for text, sent in (snapshot.get("broadcast") or {}).items():
+                control._broadcast[SystemStream.parse(text)] = {"watermark": sent.get("watermark"),
+                                                                "ended": bool(sent.get("ended", False))}
             control._watermark = snapshot.get("watermark")
             control._reported = snapshot.get("reported")
             control._eos_sent = bool(snapshot.get("eosSent", False))

@@ -515,7 +515,7 @@ class TaskInstance:
             self._task_call("on_end_of_stream", task.on_end_of_stream, collector, coordinator)
         result.ended = ended or already
         if control is not None:
-            outputs = control.settings.intermediate_outputs
+            outputs = control.streams_written()
             if outputs:
                 counts = {stream: self._partition_count(stream) for stream in outputs}
                 for envelope in control.outgoing(split.planned_at, counts):
