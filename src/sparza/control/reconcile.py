@@ -112,7 +112,8 @@ class SspControlState:
         """A watermark or end-of-stream message from an upstream task (or a bare one from a source).
         Leaves the SSP unsettled: call :meth:`settle` before reading its watermark or end."""
         self.control_received += 1
-        if self.unsettled and self.breaks_run(message):
+        if self.unsettled and (message.type != MessageType.WATERMARK or message.task_name is None
+                               or message.task_count > self.task_count):  # breaks_run, inlined: per message
             self.settle()  # this message could change the candidates: settle the run before it (module doc)
         if self.ended:
             return

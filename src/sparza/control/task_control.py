@@ -55,6 +55,7 @@ SNAPSHOT_VERSION = 1
 """Version of the :meth:`TaskControl.snapshot` layout."""
 
 METRICS_GROUP = "control"
+_WATERMARK = MessageType.WATERMARK
 
 
 class ControlStateError(SparzaError, ValueError):
@@ -147,7 +148,8 @@ class TaskControl:
         # holds every state that was unsettled since the last settle (by identity: states compare by value).
         # A message that ends a run settles every SSP and the task first: ending an SSP takes it out of the
         # task's min, which must have seen the SSP's last watermark.
-        if self._unsettled and state.breaks_run(message):
+        if self._unsettled and (message.type != _WATERMARK or message.task_name is None
+                                or message.task_count > state.task_count):  # SspControlState.breaks_run, inlined
             self._settle()
         was_unsettled = state.unsettled
         state.on_control(message)
@@ -304,7 +306,8 @@ class TaskControl:
         stamp = message.timestamp if message.timestamp is not None else now_ms
         mtype = message.type
         before = len(out)
-        out.extend([OutgoingMessageEnvelope(stream, body, partition=partition, timestamp=stamp, type=mtype)
+        # positional (stream, message, key, partition_key, partition, timestamp, type): n x m of these per batch
+        out.extend([OutgoingMessageEnvelope(stream, body, None, None, partition, stamp, mtype)
                     for partition in targets])
         self._sent_bytes.inc(len(body) * (len(out) - before))
 
