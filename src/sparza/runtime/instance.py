@@ -422,6 +422,16 @@ class TaskInstance:
         user = MessageType.USER
         envelope_cls = IncomingMessageEnvelope
         messages = processed = dropped = ignored_count = 0
+        # Adjunct messages go to the adjunct stores a run of one SSP at a time, in stream order (the
+        # task's main messages after a run see it applied): per message, that path costs what a RocksDB put does.
+        run: list[list[Any]] = [[], [], [], [], []]  # offsets, keys, values, timestamps, types
+        run_idx = -1
+
+        def apply_run() -> None:
+            adjunct.on_rows(ssps[run_idx], *run)
+            for column in run:
+                column.clear()
+
         for batch in rows:
             # Column lists once per Arrow batch, then one tight loop (the per-message path is hot).
             columns = [batch.column(name).to_pylist() for name in ("ssp", "offset", "key", "value", "timestamp",
@@ -430,10 +440,19 @@ class TaskInstance:
                 messages += 1
                 ssp = ssps[ssp_idx]
                 if ssp_idx in adjunct_idx:
-                    adjunct.on_envelope(envelope_cls(ssp, offset, raw_key, raw_value, ts,
-                                                     (len(raw_key) if raw_key else 0)
-                                                     + (len(raw_value) if raw_value else 0), MessageType(kind)))
+                    if ssp_idx != run_idx:
+                        if run_idx >= 0:
+                            apply_run()
+                        run_idx = ssp_idx
+                    run[0].append(offset)
+                    run[1].append(raw_key)
+                    run[2].append(raw_value)
+                    run[3].append(ts)
+                    run[4].append(kind)
                     continue
+                if run_idx >= 0:
+                    apply_run()
+                    run_idx = -1
                 if kind != user:
                     if control is not None:
                         control.on_envelope(envelope_cls(ssp, offset, raw_key, raw_value, ts, 0, MessageType(kind)))
@@ -468,6 +487,8 @@ class TaskInstance:
                     raise ProcessingError(self.name, str(ssp), offset, "task exception",
                                           f"{type(exc).__name__}: {exc}") from exc
                 processed += 1
+        if run_idx >= 0:
+            apply_run()
         if adjunct_idx:
             adjunct.read_through({ssps[i]: split.ends[i] for i in adjunct_idx})
         result.messages, result.processed, result.dropped, result.ignored = messages, processed, dropped, ignored_count
