@@ -40,7 +40,7 @@ from sparza.control.messages import (
 from sparza.control.reconcile import IdlePolicy, SspControlState
 from sparza.control.settings import ControlSettings, LatePolicy, producer_count_key
 from sparza.errors import SparzaError
-from sparza.metrics import MetricsRegistry
+from sparza.metrics import Counter, MetricsRegistry
 from sparza.streams import (
     IncomingMessageEnvelope,
     MessageType,
@@ -92,13 +92,13 @@ class TaskControl:
         self._broadcast: dict[SystemStream, dict[str, Any]] = {}
         self.late_count = 0
         self.late_routed = 0
+        self._received_counter: Counter | None = None
         self.bind_metrics(metrics if metrics is not None else MetricsRegistry())
 
     def bind_metrics(self, metrics: MetricsRegistry) -> None:
         """Report into ``metrics`` from now on (a runtime that starts a fresh registry per batch calls
         this each batch; counts that must survive restarts are in the snapshot, not in metrics)."""
-        if getattr(self, "_received_counter", None) is not None:
-            self._flush_received()  # what the old registry counted stays there
+        self._flush_received()  # what the old registry counted stays there
         self.metrics = metrics
         self._late_counter = self.metrics.counter(METRICS_GROUP, "late-messages")
         self._routed_counter = self.metrics.counter(METRICS_GROUP, "late-messages-routed")
@@ -116,8 +116,9 @@ class TaskControl:
                                task_count=self.settings.producer_count(stream))
 
     def _state(self, ssp: SystemStreamPartition) -> SspControlState:
-        if ssp is self._last_ssp:  # a reader hands out one SSP object for a run of its envelopes
-            return self._last_state
+        last = self._last_state
+        if ssp is self._last_ssp and last is not None:  # a reader hands out one SSP object per run of envelopes
+            return last
         try:
             state = self._states[ssp]
         except KeyError:
@@ -165,7 +166,7 @@ class TaskControl:
         self._recompute_task(None)
 
     def _flush_received(self) -> None:
-        if self._received_pending:
+        if self._received_pending and self._received_counter is not None:
             self._received_counter.inc(self._received_pending)
             self._received_pending = 0
 
