@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparza.config import Config
+from sparza.config import Config, define_key
 from sparza.errors import ConfigError
 from sparza.metrics import JsonLinesReporter, MetricsRegistry, attach_prometheus
 from sparza.runtime.commit import BatchStatus
@@ -169,7 +169,8 @@ class RunOutcome:
 
 
 def build_spark_session(job: JobConfig, master: str | None, app_name: str) -> Any:
-    """A SparkSession for the job: ``spark.*`` keys of the config, loopback binding, quiet logs.
+    """A SparkSession for the job: ``spark.*`` keys of the config, loopback binding (the UI too, when
+    ``spark.ui.enabled``: see ``job.spark.ui.address``), quiet logs.
 
     ``local[N]`` without a retry count becomes ``local[N,4]`` so a failed Spark task is retried (as on a
     cluster); the retry is exact (see :mod:`sparza.runtime.executor`).
@@ -178,6 +179,9 @@ def build_spark_session(job: JobConfig, master: str | None, app_name: str) -> An
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    if job.spark_conf.get("spark.ui.enabled", "false").strip().lower() == "true":
+        # Spark's UI binds to SPARK_LOCAL_IP, else to every interface: keep it on loopback unless configured.
+        os.environ.setdefault("SPARK_LOCAL_IP", job.config.get_str(UI_ADDRESS_KEY, "127.0.0.1"))
     chosen = master or job.spark_conf.get("spark.master") or "local[*]"
     if chosen.startswith("local[") and "," not in chosen:
         chosen = chosen[:-1] + ",4]"
@@ -200,6 +204,10 @@ def build_spark_session(job: JobConfig, master: str | None, app_name: str) -> An
         _quiet_query_failures(spark)
     return spark
 
+
+UI_ADDRESS_KEY = "job.spark.ui.address"
+define_key(UI_ADDRESS_KEY, "127.0.0.1", "The address the Spark UI binds to when spark.ui.enabled is true (given to the "
+           "driver as SPARK_LOCAL_IP unless that is set); 0.0.0.0 for every interface.", "sparza.runtime")
 
 _QUERY_LOGGERS = ("org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
                   "org.apache.spark.sql.execution.streaming.MicroBatchExecution")
