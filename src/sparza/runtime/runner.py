@@ -262,6 +262,7 @@ class JobRunner:
         self._detach_prometheus: Callable[[], None] | None = None
         self._jsonl: JsonLinesReporter | None = None
         self._adjunct_stores: dict[str, Any] = {}
+        self._watch: Any = None  # StorageWatch while running
         self._inputs: InputSystems | None = None
         self.last_results: list[BatchResult] = []
         self.discards = Discards()
@@ -354,6 +355,16 @@ class JobRunner:
 
     # --- the batch -----------------------------------------------------------------------------
     def _on_batch(self, df: Any, batch_id: int) -> None:
+        watch = self._watch
+        if watch is not None:
+            watch.batch_started(int(batch_id))
+        try:
+            self._run_batch(df, batch_id)
+        finally:
+            if watch is not None:
+                watch.batch_ended()
+
+    def _run_batch(self, df: Any, batch_id: int) -> None:
         with self._in_batch:
             if self._claim_lost is not None:  # its writes would be refused anyway: run nothing more
                 self._failure = self._claim_lost
@@ -494,6 +505,12 @@ class JobRunner:
             self._detach_prometheus = attach_prometheus(self.metrics, self.job.prometheus_port,
                                                         labels={"sparza_job": self.job.job_key})
         self.metrics.gauge("job", "generation").set(self.generation)
+        from sparza.azure import storage_timeout_s
+        from sparza.runtime.storagewatch import StorageWatch, azure_probes
+
+        self._watch = StorageWatch(azure_probes(self.config), storage_timeout_s(self.config),
+                                   lambda line: self.status(f"sparza: {self.job.job_key}: warning: {line}"),
+                                   self.metrics)
         if self._spark is None:
             self._spark = build_spark_session(self.job, self.master, f"sparza-{self.job.job_key}")
         spark = self._spark
@@ -626,6 +643,9 @@ class JobRunner:
         if self._detach_prometheus is not None:
             self._detach_prometheus()
             self._detach_prometheus = None
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
         if self._inputs is not None:
             self._inputs.close()   # the query's foreachBatch callback keeps this runner alive until the JVM exits
         if self._owns_spark and self._spark is not None:
