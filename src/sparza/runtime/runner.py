@@ -143,20 +143,16 @@ class RunNotices:
     def __bool__(self) -> bool:
         return any(getattr(self, name) for name in self.__dataclass_fields__)
 
+    _WORDS = (("tasks_skipped", "{} task batch(es) skipped (already committed: a replay)"),
+              ("flushes_skipped", "{} output flush(es) skipped (already written: a replay)"),
+              ("restores", "{} store(s) restored from the blob store"),
+              ("snapshot_recoveries", "{} snapshot(s) with deleted blobs replaced"),
+              ("fenced", "{} fenced producer(s) re-created (another instance wrote the same task)"))
+
     def describe(self) -> str:
-        """``"2 task batch(es) skipped (replay), 1 store(s) restored from the blob store"`` (non-zero ones)."""
-        parts = []
-        if self.tasks_skipped:
-            parts.append(f"{self.tasks_skipped} task batch(es) skipped (already committed: a replay)")
-        if self.flushes_skipped:
-            parts.append(f"{self.flushes_skipped} output flush(es) skipped (already written: a replay)")
-        if self.restores:
-            parts.append(f"{self.restores} store(s) restored from the blob store")
-        if self.snapshot_recoveries:
-            parts.append(f"{self.snapshot_recoveries} snapshot(s) with deleted blobs replaced")
-        if self.fenced:
-            parts.append(f"{self.fenced} fenced producer(s) re-created (another instance wrote the same task)")
-        return ", ".join(parts)
+        """``"2 task batch(es) skipped (already committed: a replay), 1 store(s) restored from the blob
+        store"`` (only the non-zero ones)."""
+        return ", ".join(words.format(getattr(self, name)) for name, words in self._WORDS if getattr(self, name))
 
 
 @dataclass
