@@ -4,12 +4,12 @@ Grafana itself is not used (it is AGPL and not installable here). Instead this s
 Grafana and Prometheus would do, with the parts this repository has:
 
 1. ``--run``: starts Azurite and runs real jobs with ``sparza run`` and their Prometheus endpoint on
-   (``metrics.reporter.prometheus.port``): a keyed count under the Azure coordinator (two processors;
-   the second joins at half time and leaves at 80%, so tasks move and stores are restored from the
-   blob store), writing JSON-lines blobs to Azurite, with an adjunct store; and a windowed application fed late
-   data. While they run it scrapes every endpoint every ``--interval`` seconds, as Prometheus would,
-   adding an ``instance`` label per endpoint, and writes the samples to ``--samples`` (JSON lines)
-   and the names of the metrics seen to ``scraped-metrics.txt``.
+   (``metrics.reporter.prometheus.port``): a keyed count under the Azure coordinator (a second
+   processor with its own state dir joins at 40% of the run, so tasks move and their stores are
+   restored from the blob store), writing JSON-lines blobs to Azurite, with an adjunct store; and a
+   windowed application fed late data. While they run it scrapes every endpoint every ``--interval``
+   seconds, as Prometheus would, adding an ``instance`` label per endpoint, and writes the samples to
+   ``--samples`` (JSON lines) and the names of the metrics seen to ``scraped-metrics.txt``.
 2. evaluates every panel's PromQL query on those samples at each scrape time with the small PromQL
    subset below (selectors with ``=``, ``!=``, ``=~``, ``!~`` matchers; ``rate`` and ``increase``
    over a range, without Prometheus's extrapolation; ``sum``/``max``/``min``/``avg`` with ``by``;
@@ -18,7 +18,7 @@ Grafana and Prometheus would do, with the parts this repository has:
 3. draws the panels where ``gridPos`` puts them with matplotlib: time series as lines named by
    ``legendFormat``, stat panels as their last value.
 
-    python docs/grafana/render_dashboard.py --run --seconds 360     # run, scrape, render
+    python docs/grafana/render_dashboard.py --run --seconds 480     # run, scrape, render
     python docs/grafana/render_dashboard.py                         # render the saved samples again
 """
 
@@ -488,17 +488,15 @@ def run_and_scrape(seconds: float, interval: float, samples: Path) -> None:
 
         threading.Thread(target=feed, daemon=True).start()
         started = time.time()
-        joined = left = False
+        joined = False
         with samples.open("w") as out:
             while time.time() - started < seconds:
                 elapsed = time.time() - started
-                if not joined and elapsed > seconds * 0.5:  # a second processor joins: the tasks are shared
+                if not joined and elapsed > seconds * 0.4:  # a second processor, a new host, joins: the
+                    # tasks are shared, and those it takes are restored from the blob store
                     procs.append(_sparza(["run", "--config", str(p2), "--processor-id", "p2", "--master",
                                           "local[1]"], root / "shop-p2.log"))
                     joined = True
-                if joined and not left and elapsed > seconds * 0.8:  # and leaves: its tasks come back
-                    procs[-1].send_signal(signal.SIGTERM)
-                    left = True
                 now = time.time()
                 for instance, port in ports.items():
                     try:
@@ -531,7 +529,7 @@ def run_and_scrape(seconds: float, interval: float, samples: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", action="store_true", help="run the jobs and scrape them first")
-    parser.add_argument("--seconds", type=float, default=360.0)
+    parser.add_argument("--seconds", type=float, default=480.0)
     parser.add_argument("--interval", type=float, default=2.0)
     parser.add_argument("--samples", type=Path, default=SAMPLES)
     parser.add_argument("--out", type=Path, default=IMAGE)
