@@ -158,7 +158,8 @@ def test_prometheus_endpoint_serves_the_job_metrics_while_it_runs(spark, make_jo
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     finally:
         runner.close()
-    line = next(x for x in text.splitlines() if x.startswith('sparza_messages_processed_total{group="aggregate"}'))
+    line = next(x for x in text.splitlines()
+                if x.startswith('sparza_messages_processed_total{group="aggregate",sparza_job="kc-1",task=""}'))
     assert float(line.split()[-1]) == 500
     with pytest.raises(OSError):  # closed with the runner
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
