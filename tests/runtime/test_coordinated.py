@@ -31,6 +31,14 @@ def test_coordinated_processor_runs_its_model_with_fenced_checkpoints(spark, mak
     assert outcome.batches >= 1
     generation = processor.generations[-1]
     assert generation >= 1
+    # The coordinator's metrics and the runs' share the processor's registry (what its endpoint serves).
+    snap = processor.metrics.snapshot()
+    coordination = snap["coordination"]
+    assert coordination["job-model-version"] == generation and coordination["job-models-adopted"] >= 1
+    assert coordination["leader-elections-won"] >= 1 and coordination["is-leader"] == 0  # resigned when it left
+    assert coordination["heartbeats"] >= 1 and coordination["rebalances"] == coordination["job-models-adopted"] - 1
+    assert coordination["barrier-ms"]["count"] >= 1 and coordination["leader-barrier-ms"]["count"] >= 1
+    assert snap["aggregate"]["messages-processed"] == 500 and snap["job"]["generation"] == generation
     counts, rows = final_counts(config)
     assert counts == expected_counts(500, 5)
     assert rows == 500

@@ -17,6 +17,7 @@ import threading
 from typing import Any
 
 from sparza.config import Config
+from sparza.metrics import MetricsRegistry, attach_prometheus
 from sparza.runtime.checkpoint import checkpoint_store_from_config
 from sparza.runtime.errors import CheckpointConflictError
 from sparza.runtime.inputs import InputSystems
@@ -62,6 +63,8 @@ class CoordinatedProcessor:
         self._stop_reason = ""
         self.batches = 0
         self.generations: list[int] = []
+        self.metrics = MetricsRegistry()
+        """The processor's metrics: its coordinator's and every run's (kept across job models)."""
 
     # --- listener (coordinator threads) ---------------------------------------------------------
     def on_new_job_model(self, job_model: Any) -> None:
@@ -97,10 +100,13 @@ class CoordinatedProcessor:
         from sparza.coordination import job_coordinator_from_config
 
         all_tasks = [t.name for t in InputSystems(self.job).task_models()]
-        coordinator = job_coordinator_from_config(self.processor_id, self.config, all_tasks, self)
+        coordinator = job_coordinator_from_config(self.processor_id, self.config, all_tasks, self,
+                                                  metrics=self.metrics)
         if self._spark is None:
             self._spark = build_spark_session(self.job, self.master, f"sparza-{self.job.job_key}")
         coordinator.start()
+        detach = (attach_prometheus(self.metrics, self.job.prometheus_port, labels={"sparza_job": self.job.job_key})
+                  if self.job.prometheus_port is not None else None)  # served between job models too
         try:
             while not self._done.is_set():
                 model = self._models.get()
@@ -120,6 +126,8 @@ class CoordinatedProcessor:
             return RunOutcome(self._stop_reason or "stopped", self.batches, 0)
         finally:
             coordinator.stop()
+            if detach is not None:
+                detach()
             if self._owns_spark and self._spark is not None:
                 self._spark.stop()
 
@@ -132,7 +140,8 @@ class CoordinatedProcessor:
             self._stopped.set()
             return
         runner = JobRunner(self.config, spark=self._spark, processor_id=self.processor_id, once=self.once,
-                           tasks=tasks, generation=generation, install_signal_handlers=False, status=self.status)
+                           tasks=tasks, generation=generation, install_signal_handlers=False, status=self.status,
+                           metrics=self.metrics)
         with self._runner_lock:
             self._runner = runner
         try:

@@ -33,7 +33,7 @@ from sparza.runtime.errors import ProcessingError, TaskCodeError
 from sparza.runtime.instance import BatchResult, get_instance
 from sparza.runtime.jobconfig import JobConfig
 from sparza.runtime.split import split_from_marker
-from sparza.runtime.worker import read_split
+from sparza.runtime.worker import WORKER, read_split
 
 __all__ = ["DETERMINISTIC", "RESULT_ARROW_SCHEMA", "RESULT_SCHEMA", "TRACE_DIR_KEY", "TaskAttemptError",
            "make_task_runner", "result_from_row", "write_trace_text"]
@@ -59,7 +59,7 @@ class TaskAttemptError(SparzaError):
 RESULT_SCHEMA = ("task string, seq bigint, status string, messages bigint, processed bigint, dropped bigint, "
                  "ignored bigint, late bigint, late_routed bigint, ended boolean, shutdown boolean, process_ms double, "
                  "commit_ms double, "
-                 "error string, metrics string, offsets string")
+                 "error string, metrics string, offsets string, system_metrics string")
 """What each task returns to the driver (one row per task per batch)."""
 
 RESULT_ARROW_SCHEMA = pa.schema([
@@ -67,7 +67,7 @@ RESULT_ARROW_SCHEMA = pa.schema([
     ("processed", pa.int64()), ("dropped", pa.int64()), ("ignored", pa.int64()), ("late", pa.int64()),
     ("late_routed", pa.int64()), ("ended", pa.bool_()),
     ("shutdown", pa.bool_()), ("process_ms", pa.float64()), ("commit_ms", pa.float64()), ("error", pa.string()),
-    ("metrics", pa.string()), ("offsets", pa.string()),
+    ("metrics", pa.string()), ("offsets", pa.string()), ("system_metrics", pa.string()),
 ])
 
 
@@ -78,7 +78,7 @@ def _to_batch(result: BatchResult) -> pa.RecordBatch:
         "late": result.late, "late_routed": result.late_routed,
         "ended": result.ended, "shutdown": result.shutdown, "process_ms": result.process_ms,
         "commit_ms": result.commit_ms, "error": result.error, "metrics": json.dumps(result.metrics, default=str),
-        "offsets": json.dumps(result.offsets),
+        "offsets": json.dumps(result.offsets), "system_metrics": json.dumps(result.system_metrics, default=str),
     }], schema=RESULT_ARROW_SCHEMA)
 
 
@@ -90,7 +90,8 @@ def result_from_row(row: Any) -> BatchResult:
                        late=int(row["late"]), late_routed=int(row["late_routed"]),
                        ended=bool(row["ended"]), shutdown=bool(row["shutdown"]),
                        process_ms=float(row["process_ms"]), commit_ms=float(row["commit_ms"]), error=row["error"],
-                       metrics=json.loads(row["metrics"] or "{}"), offsets=json.loads(row["offsets"] or "{}"))
+                       metrics=json.loads(row["metrics"] or "{}"), offsets=json.loads(row["offsets"] or "{}"),
+                       system_metrics=json.loads(row["system_metrics"] or "{}"))
 
 
 def make_task_runner(config_values: dict[str, str], spark_batch_id: int, generation: int,
@@ -117,9 +118,20 @@ def make_task_runner(config_values: dict[str, str], spark_batch_id: int, generat
             trace = _write_trace(config, split.task, split.seq, exc)
             raise TaskAttemptError(f"task '{split.task}' batch {split.seq}: {_first_line(exc)}; full trace: {trace}"
                                    ) from exc
+        result.system_metrics = worker_metric_changes(config)
         yield _to_batch(result)
 
     return run_tasks
+
+
+def worker_metric_changes(config: Config) -> dict[str, Any]:
+    """What this worker's producers, consumers and backups of the job counted since the last result
+    (any task's): sent with each result, so every count reaches the driver once.
+
+    A module-level function on purpose: ``run_tasks`` is pickled by value with the globals it names, so
+    naming ``WORKER`` there would hand it a copy of the worker's caches, not the caches themselves.
+    """
+    return WORKER.metrics(config).changes()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -75,8 +75,9 @@ class BatchResult:
     process_ms: float = 0.0
     commit_ms: float = 0.0
     error: str | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)  # the task's registry: MetricsRegistry.changes()
     offsets: dict[str, str] = field(default_factory=dict)
+    system_metrics: dict[str, Any] = field(default_factory=dict)  # the worker's producers, consumers, backups
 
 
 class _Collector:
@@ -262,7 +263,7 @@ class TaskInstance:
             result.status = BatchStatus.SKIPPED
             result.ended = cp.ended
             self.metrics.counter("task", "batches-skipped").inc()
-            result.metrics = self.metrics.snapshot()
+            result.metrics = self.metrics.changes()
             return result
         self._check_start(split, cp)
         version = self._version = self._output_version(split, stored)
@@ -292,7 +293,7 @@ class TaskInstance:
         self.metrics.counter("task", "messages-processed").inc(result.processed)
         self.metrics.timer("task", "process-ms").update(result.process_ms)
         self.metrics.timer("task", "commit-ms").update(result.commit_ms)
-        result.metrics = self.metrics.snapshot()
+        result.metrics = self.metrics.changes()
         return result
 
     def _recover_deleted_snapshots(self, cp: TaskCheckpoint, etag: str | None,

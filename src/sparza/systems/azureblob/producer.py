@@ -72,6 +72,20 @@ def partition_segment(envelope: OutgoingMessageEnvelope) -> str | None:
     return None
 
 
+def _account_name(service_client: Any, config: Config, prefix: str) -> str | None:
+    """The storage account's name, for Samza's metric group ``<account>_<system>`` (None when the config
+    names none: ``start`` then fails with the reason)."""
+    if service_client is not None:
+        return getattr(service_client, "account_name", None)
+    from sparza.azure import resolve_storage_account
+    from sparza.errors import ConfigError
+
+    try:
+        return resolve_storage_account(config, prefix=prefix).account_name
+    except ConfigError:
+        return None
+
+
 class _Source:
     """A source's open writers. Sends need no source-wide lock: a flush swaps the writer map and closes
     each writer under the writer's own lock, and a send that finds its writer closed retries on a new
@@ -125,7 +139,8 @@ class AzureBlobSystemProducer:
         self.identity = ProducerIdentity()
         self._started = False
         self._stopped = False
-        self._system_metrics = AzureBlobMetrics(self.registry, system_name, None)
+        self._account = _account_name(service_client, self.config, self.settings.prefix)
+        self._system_metrics = AzureBlobMetrics(self.registry, system_name, None, self._account)
         self.budget = BufferBudget(self.settings.max_buffered_bytes)
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -139,7 +154,7 @@ class AzureBlobSystemProducer:
             with self._sources_lock:
                 state = self._sources.get(source)
                 if state is None:
-                    state = _Source(AzureBlobMetrics(self.registry, self.system, source))
+                    state = _Source(AzureBlobMetrics(self.registry, self.system, source, self._account))
                     self._sources[source] = state
         return state
 
