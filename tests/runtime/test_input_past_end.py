@@ -1,11 +1,21 @@
 """Input a job can no longer read where its checkpoints say it is: never skipped silently.
 
 Found by attacking the guarantees with settings the harness did not draw (docs/guarantees.md):
-a bounded job that ended, started again after more input arrived, stopped at once with exit 0 and
-"all inputs ended": the new messages were never processed and nothing said so. It now stops the job with a one-line error that names the task, the partition and what to do.
+
+- a bounded job that ended, started again after more input arrived, stopped at once with exit 0 and
+  "all inputs ended": the new messages were never processed and nothing said so;
+- an input stream re-created with fewer messages than before (a Kafka broker that lost its data, a
+  topic or a Delta table deleted and created again) left the task checkpoints *past* the partition's
+  end: every run exited 0 having read nothing, and once the new stream grew past the old offsets the
+  job would have read on from there, skipping everything before.
+
+Both now stop the job with a one-line error that names the task, the partition and what to do.
 """
 
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 import pytest
 from examples.keyed_count.load import append_messages
@@ -46,3 +56,25 @@ def test_a_bounded_job_started_again_without_new_input_still_stops_cleanly(spark
     again = _runner(spark, config).run()
     assert again.reason == "all inputs ended" and again.batches == 0
 
+
+def test_an_input_recreated_behind_the_checkpoint_stops_the_job_naming_the_partition(spark, make_job, work_dir):
+    config = make_job()
+    append_messages(config, 400, 5, commit_size=200)
+    _runner(spark, config, once=True).run()
+    assert final_counts(config)[1] == 400
+    # The input stream is deleted and created again (a broker that lost its topics does the same to a
+    # Kafka input): its offsets start again from the beginning, behind the task checkpoints.
+    shutil.rmtree(Path(config["systems.delta.delta.root"]) / "events")
+    admin_config = Config(dict(config.items()))
+    from sparza.systems import StreamSpec
+    from sparza.systems.delta import DeltaSystemAdmin
+
+    DeltaSystemAdmin("delta", admin_config).create_stream(StreamSpec("events", 2))
+    append_messages(config, 60, 5, start=400, commit_size=60)
+    with pytest.raises((RuntimeStateError, JobFailedError)) as err:
+        _runner(spark, config, once=True).run()
+    text = str(err.value)
+    assert "delta.events#" in text and "samza.reset.offset" in text, text
+    assert final_counts(config)[1] == 400          # nothing read, nothing written
+    # (tests/systems/kafka/test_lost_topic.py runs the documented way out, samza.reset.offset, in fresh
+    # processes: this shared session's Python workers still cache the deleted table's log.)

@@ -133,6 +133,24 @@ class SspPosition:
 MetadataFn = Callable[[], Mapping[SystemStreamPartition, SspPosition]]
 
 
+def check_not_past_end(task: str, ssp: SystemStreamPartition, offset: str, position: SspPosition,
+                       ops: OffsetOps) -> None:
+    """Refuse to plan from ``offset`` when it lies past the partition's end: the stream was re-created or
+    its log truncated or lost (a Kafka broker that lost its data), so the checkpoint names offsets that
+    no longer exist and the messages there now were never read. Planning on would read nothing until the
+    partition grows past ``offset`` and then skip everything before it, silently."""
+    if ops.compare(offset, position.upcoming) <= 0:
+        return
+    raise RuntimeStateError(
+        f"task '{task}' is at offset {offset} of {ssp} (its checkpoint), but that partition now ends at "
+        f"{position.upcoming}: the stream was deleted and created again, or its log was truncated or lost (a "
+        "Kafka broker that lost its data). Its messages there now were never read, so the job stops instead of "
+        f"skipping them. To read the partition from its start, run once with systems.{ssp.system}.streams."
+        f"{ssp.stream}.samza.reset.offset: true and samza.offset.default: oldest (messages read before the "
+        "stream was re-created are not in it any more, so nothing repeats unless they were loaded again), or "
+        "give the job a new job.id")
+
+
 def input_after_end(task: TaskModel, offsets: Mapping[str, str], positions: Mapping[SystemStreamPartition, SspPosition],
                     ops: Mapping[str, OffsetOps], adjunct: frozenset[Any] | set[Any]) -> list[str]:
     """``"<ssp>: N message(s) after offset X"`` for each main input SSP of an *ended* task that holds
@@ -238,6 +256,8 @@ class BatchPlanner:
                 key = str(ssp)
                 if cp is not None and key in cp.offsets and key not in reset:
                     offsets[key] = cp.offsets[key]
+                    if intent is None:
+                        check_not_past_end(task.name, ssp, offsets[key], positions[ssp], self.ops[ssp.system])
                     continue
                 if intent is not None and key in intent.starts:
                     # First batch of this SSP, flushed but not committed: it started where the intent says.
@@ -304,6 +324,7 @@ class BatchPlanner:
         for ssp in task.ssps:  # bootstrap SSPs come first in a task's read order
             key = str(ssp)
             begin = starts.get(key, positions[ssp].upcoming)
+            check_not_past_end(task.name, ssp, begin, positions[ssp], self.ops[ssp.system])
             spec = self.spec(ssp)
             if gated and not spec.bootstrap:
                 ends[key] = begin
