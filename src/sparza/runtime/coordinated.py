@@ -120,8 +120,10 @@ class CoordinatedProcessor:
                     model = newer
                 if self._done.is_set():
                     break
-                self._run_model(model)
-                if self.once and not self._stop_reason.startswith("job model"):
+                expired = self._run_model(model)
+                # --once ends after this processor caught up on its share, not when a rebalance merely
+                # stopped the query: then the next model's tasks are its share, still to process.
+                if self.once and not expired:
                     break
             return RunOutcome(self._stop_reason or "stopped", self.batches, 0)
         finally:
@@ -131,14 +133,15 @@ class CoordinatedProcessor:
             if self._owns_spark and self._spark is not None:
                 self._spark.stop()
 
-    def _run_model(self, model: Any) -> None:
+    def _run_model(self, model: Any) -> bool:
+        """Run ``model``'s tasks of this processor; True when the model expired (a new one follows)."""
         tasks = model.tasks_of(self.processor_id)
         generation = int(model.version)
         self.generations.append(generation)
         claim_tasks(self.config, self.job.job_key, tasks, generation)
         if not tasks:
             self._stopped.set()
-            return
+            return False
         runner = JobRunner(self.config, spark=self._spark, processor_id=self.processor_id, once=self.once,
                            tasks=tasks, generation=generation, install_signal_handlers=False, status=self.status,
                            metrics=self.metrics)
@@ -154,8 +157,9 @@ class CoordinatedProcessor:
                 self._stop_reason = self._stop_reason or outcome.reason
                 if outcome.reason in ("all inputs ended", "a task asked to shut down") or self.once:
                     self._done.set()
-            else:
-                self._stop_reason = ""
+                return False
+            self._stop_reason = ""
+            return True
         finally:
             with self._runner_lock:
                 self._runner = None

@@ -513,6 +513,7 @@ class JobRunner:
         spark.dataSource.register(SparzaDataSource)
         self._stop_file().unlink(missing_ok=True)
         resets = self._apply_resets(tasks)
+        all_ended = bool(tasks) and not resets and self._all_ended_before(tasks)
         reader = (spark.readStream.format("sparza")
                   .option("config", json.dumps(dict(self.config.items())))
                   .option("tasks", json.dumps([t.name for t in tasks]))
@@ -529,7 +530,7 @@ class JobRunner:
                     + (f" (claim epoch {self.generation})" if self._claim is not None else "")
                     + f", spark checkpoint {self.spark_checkpoint_dir}")
         self._query = writer.start()
-        if tasks and not resets and self._all_ended_before(tasks):
+        if all_ended:
             # Nothing will be planned, so no batch would ever notice that every input ended: stop now.
             self.request_stop("all inputs ended")
 
@@ -577,10 +578,23 @@ class JobRunner:
         return count
 
     def _all_ended_before(self, tasks: list[TaskModel]) -> bool:
+        """True when every task ended in an earlier run. Raises when an ended task's inputs got messages
+        after its end: stopping at once would leave them unprocessed without a word."""
         from sparza.runtime.checkpoint import checkpoint_store_from_config
+        from sparza.runtime.planner import input_after_end, input_after_end_error
+        from sparza.state.adjunct import AdjunctConfig
 
         checkpoints = checkpoint_store_from_config(self.config, self.job.job_key).read_all()
-        return all(t.name in checkpoints and checkpoints[t.name].ended for t in tasks)
+        if not all(t.name in checkpoints and checkpoints[t.name].ended for t in tasks):
+            return False
+        assert self._inputs is not None
+        positions = self._inputs.positions()
+        adjunct = AdjunctConfig.from_config(self.config).input_streams()
+        for task in tasks:
+            found = input_after_end(task, checkpoints[task.name].offsets, positions, self._inputs.ops, adjunct)
+            if found:
+                raise input_after_end_error(task.name, found)
+        return True
 
     @property
     def failed(self) -> bool:
