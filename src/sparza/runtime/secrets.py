@@ -113,6 +113,9 @@ def _load(name: str) -> dict[str, str]:
     candidates = []
     with contextlib.suppress(Exception):
         candidates.append(SparkFiles.get(name))
+        # A streaming query's Python source runs with a job-scoped files dir (<root>/streaming_job) while
+        # files added to the context sit in <root>.
+        candidates.append(os.path.join(os.path.dirname(SparkFiles.getRootDirectory().rstrip(os.sep)), name))
     candidates.append(os.path.join(os.getcwd(), name))  # Spark Connect: the session's artifact dir is the cwd
     for path in candidates:
         try:

@@ -96,7 +96,8 @@ class SparkConnectServer(LocalServerProcess):
                 "spark.local.dir": str(self.data_dir / "local")}
         if self.event_log:
             self.event_log_dir.mkdir(parents=True, exist_ok=True)
-            conf.update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(self.event_log_dir)})
+            conf.update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(self.event_log_dir),
+                         "spark.eventLog.compress": "false"})  # plain JSON lines: tests read them
         conf.update(self.conf)
         cmd = [str(spark_home() / "bin" / "spark-submit"), "--class",
                "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", self.master,
