@@ -14,7 +14,8 @@ fix (:class:`~sparza.errors.StartCheckError`, exit code 2):
 - on a cluster master or Spark Connect (:func:`check_deployment`), nothing the executors must share with
   the driver is a local path (local blob store, local checkpoints, local Delta streams, Avro schema files)
   unless ``job.filesystem.shared: true`` says every host mounts it, no executor would look for this host's
-  embedded dev storage, and every ``job.py.files`` file exists.
+  embedded dev storage, and every ``job.py.files`` file exists; once the session exists, executors
+  can import sparza and the job's classes (:func:`check_executor_imports`, one tiny Spark job).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import inspect
 import os
 import tempfile
 import textwrap
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,8 @@ from sparza.config import Config
 from sparza.errors import ConfigError, SparzaError, StartCheckError
 from sparza.runtime.jobconfig import JobConfig
 
-__all__ = ["check_application", "check_deployment", "check_job", "check_storage", "load_checked", "store_names_asked"]
+__all__ = ["check_application", "check_deployment", "check_executor_imports", "check_job", "check_storage",
+           "load_checked", "store_names_asked"]
 
 
 def load_checked(path: str, key: str) -> Any:
@@ -298,3 +301,57 @@ def check_deployment(config: Config, target: Any) -> None:
                 f"config key 'azure.storage.connect' is missing: on {target.description} executors cannot find this "
                 "host's embedded dev storage; set azure.storage.connect (or AZURE_STORAGE_CONNECTION_STRING on the "
                 "driver: sparza ships it to executors with the job's secrets)")) from exc
+
+
+_PROBED: weakref.WeakKeyDictionary[Any, set[tuple[str, ...]]] = weakref.WeakKeyDictionary()
+
+
+def _class_modules(config: Config) -> list[str]:
+    modules = []
+    for key in ("task.class", "app.class"):
+        path = config.get_str(key, None)
+        if path:
+            modules.append(path.partition(":")[0] if ":" in path else path.rpartition(".")[0])
+    return modules
+
+
+def check_executor_imports(spark: Any, config: Config) -> None:
+    """On a session whose executors run elsewhere (a cluster master, Spark Connect): one tiny Spark job
+    imports sparza's executor side and the modules of ``task.class``/``app.class`` where tasks will run.
+    Raises :class:`StartCheckError` naming the module, the error and the fix (``job.py.files``), instead
+    of every task failing on it. Once per session and set of modules."""
+    from sparza.runtime.session import PY_FILES_KEY, spark_target
+
+    target = spark_target(spark)
+    if target.local:
+        return
+    modules = ("sparza.runtime.executor", *_class_modules(config))
+    probed = _PROBED.setdefault(spark, set())
+    if modules in probed:
+        return
+
+    def probe(batches: Any) -> Any:  # nested: pickled by value, so it runs where sparza does not import
+        import importlib
+
+        import pyarrow as pa
+
+        for _ in batches:
+            pass
+        problems = []
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:  # any import failure is the finding
+                problems.append(f"{name!r} ({type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]})")
+        yield pa.RecordBatch.from_pylist([{"problem": "; ".join(problems)}],
+                                         schema=pa.schema([("problem", pa.string())]))
+
+    rows = spark.range(0, 1, 1, 1).mapInArrow(probe, "problem string").collect()
+    problem = next((r["problem"] for r in rows if r["problem"]), "")
+    if problem:
+        key = "task.class" if config.get_str("task.class", None) else "app.class"
+        raise StartCheckError(PY_FILES_KEY, config.get_str(PY_FILES_KEY, None), "", message=(
+            f"executors on {target.description} cannot import {problem}: ship the code with {PY_FILES_KEY} "
+            f"(build it with 'sparza package --config <job.yaml>'; {key} and sparza go in it) or install it on every "
+            "executor"))
+    probed.add(modules)

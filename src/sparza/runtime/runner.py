@@ -37,6 +37,7 @@ from sparza.runtime.inputs import InputSystems
 from sparza.runtime.instance import BatchResult
 from sparza.runtime.jobconfig import JobConfig
 from sparza.runtime.model import TaskModel
+from sparza.runtime.preflight import check_executor_imports
 from sparza.runtime.session import add_py_files, build_spark_session, is_connect, py_files
 
 __all__ = ["EXIT_CODES", "BootstrapProgress", "Discards", "JobRunner", "RunOutcome", "build_spark_session"]
@@ -355,6 +356,7 @@ class JobRunner:
                                               warn=lambda line: self.status(f"sparza: warning: {line}"))
         spark = self._spark
         add_py_files(spark, py_files(self.config))
+        check_executor_imports(spark, self.config)  # cluster/Connect executors: one line now, not a failed batch
         self._ship_secrets(spark)
         spark.dataSource.register(SparzaDataSource)
         self._stop_file().unlink(missing_ok=True)

@@ -135,10 +135,11 @@ def build_spark_session(job: Any, master: str | None, app_name: str, remote: str
                .config("spark.driver.host", "127.0.0.1")
                .config("spark.redaction.regex", _REDACTION_REGEX)
                .config("spark.sql.streaming.stopTimeout", "120s"))
-    if (not _is_local_master(chosen) and "spark.executorEnv.PYTHONPATH" not in job.spark_conf
-            and not py_files(config)):
-        # Without job.py.files, executors import task classes by dotted path from the driver's import path:
-        # that works only where the project sits at the same path on every host (documented in operations.md).
+    if (not _is_local_master(chosen) and config.get_bool(SHARED_FS_KEY, False) and not py_files(config)
+            and "spark.executorEnv.PYTHONPATH" not in job.spark_conf):
+        # A file system every host shares (job.filesystem.shared) holds the project at the driver's path too:
+        # executors import task classes from the driver's import path. Otherwise the code travels in
+        # job.py.files or is installed on the executors (checked at start: check_executor_imports).
         builder = builder.config("spark.executorEnv.PYTHONPATH", os.environ.get("PYTHONPATH", os.getcwd()))
     for key, value in job.spark_conf.items():
         if key not in ("spark.master", REMOTE_KEY):
