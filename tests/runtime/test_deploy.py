@@ -3,13 +3,15 @@ local paths on a cluster or Spark Connect, and ``sparza package``."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 from examples.keyed_count.load import append_messages
-from tests.runtime.helpers import expected_counts, final_counts, run_sparza, write_config
+from tests.runtime.helpers import REPO, expected_counts, final_counts, run_sparza, write_config
 
 import sparza
 from sparza.config import Config
@@ -128,3 +130,25 @@ def test_sparza_package_command_writes_the_zip(make_job, work_dir):
     assert result.returncode == 0, result.stderr
     assert "examples" in result.stdout and (work_dir / "out.zip").exists()
     assert (work_dir / "out.requirements.txt").exists()
+
+
+@pytest.mark.slow
+def test_the_spark_submit_example_runs_a_packaged_job_on_the_session_spark_submit_built(make_job, work_dir,
+                                                                                      sparza_package):
+    from sparza.testing.sparkservers import spark_home
+
+    config = make_job()
+    append_messages(config, 500, 7, commit_size=250)
+    path = write_config(config, work_dir / "job.yaml")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update({"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+                "SPARK_LOCAL_IP": "127.0.0.1"})
+    result = subprocess.run([str(spark_home() / "bin" / "spark-submit"), "--master", "local[2]",
+                             "--conf", "spark.ui.enabled=false", "--py-files", str(sparza_package),
+                             str(REPO / "examples" / "spark_submit" / "run_job.py"), str(path), "--once"],
+                            cwd=work_dir, env=env, capture_output=True, text=True, timeout=400, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "sparza: caught up (--once);" in result.stdout  # spark-submit merges the script's stderr into stdout
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(500, 7)
+    assert rows == 500
