@@ -80,11 +80,16 @@ def _files(root: Path) -> Iterable[Path]:
 
 
 def _requirements() -> list[str]:
+    """sparza's dependencies without pyspark: the cluster provides Spark, and a pip-installed pyspark would
+    shadow the one matching its JVM."""
     try:
         declared = metadata.requires("sparza") or []
     except metadata.PackageNotFoundError:
         return []
-    return [r for r in declared if "extra ==" not in r]
+    kept = [r for r in declared if "extra ==" not in r and not r.lower().startswith("pyspark")]
+    import pyspark
+
+    return [f"# pyspark: provided by the cluster (Spark 4.2 or newer; built with {pyspark.__version__})", *kept]
 
 
 def build_package(output: str | os.PathLike[str], modules: Iterable[str]) -> Package:
