@@ -179,14 +179,17 @@ def _connect_session(job: Any, master: str | None, remote: str, warn: Callable[[
 
 
 def connect_session(remote: str) -> Any:
-    """A Spark Connect session on ``remote``, leaving this process's API mode as it was: pyspark marks the
-    whole process as Connect (``SPARK_CONNECT_MODE_ENABLED``), which reroutes ``pyspark.sql.functions`` of
-    any classic session the caller also has; the Connect session itself does not read that mark."""
-    from pyspark.sql import SparkSession
+    """A new Spark Connect session on ``remote``, next to any classic session of this process.
+
+    Built with Connect's own builder: ``SparkSession.builder.remote(...).getOrCreate()`` refuses when a
+    classic session runs (SESSION_ALREADY_EXIST), returns an earlier Connect session even for another URL,
+    and marks the whole process as Connect (``SPARK_CONNECT_MODE_ENABLED``), which reroutes
+    ``pyspark.sql.functions`` of a classic session the caller also has."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     marked = "SPARK_CONNECT_MODE_ENABLED" in os.environ
     try:
-        return SparkSession.builder.remote(remote).getOrCreate()
+        return ConnectSession.builder.remote(remote).create()
     finally:
         if not marked:
             os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
