@@ -152,3 +152,18 @@ def test_the_spark_submit_example_runs_a_packaged_job_on_the_session_spark_submi
     counts, rows = final_counts(config)
     assert counts == expected_counts(500, 7)
     assert rows == 500
+
+
+def test_an_unreachable_connect_server_or_a_master_with_remote_is_one_line_in_seconds(make_job, work_dir):
+    from sparza.processes import free_port
+
+    path = write_config(make_job(**{"job.filesystem.shared": "true"}), work_dir / "job.yaml")
+    url = f"sc://127.0.0.1:{free_port()}"
+    result = run_sparza("run", "--config", str(path), "--remote", url, "--once", timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"config error: Spark Connect URL '{url}' (--remote / spark.remote): cannot connect to "
+        f"{url.removeprefix('sc://')} (Connection refused): check the URL and that the Spark Connect server runs")
+    both = run_sparza("run", "--config", str(path), "--remote", url, "--master", "local[2]", "--once", timeout=120)
+    assert both.returncode == 2
+    assert "--master and spark.remote" in both.stderr.strip().splitlines()[-1]

@@ -158,6 +158,7 @@ def _connect_session(job: Any, master: str | None, remote: str, warn: Callable[[
         raise ConfigError(key, master or job.spark_conf.get("spark.master"), "", message=(
             f"{key} and spark.remote ({remote}) are both set: a Spark Connect server decides where its work runs, so "
             f"remove {key} (or spark.remote to build a session yourself)"))
+    _reachable(remote)
     try:
         spark = connect_session(remote)
     except Exception as exc:
@@ -176,6 +177,24 @@ def _connect_session(job: Any, master: str | None, remote: str, warn: Callable[[
     if refused:
         warn(f"not applied to the Spark Connect session (set them on the server): {', '.join(sorted(refused))}")
     return spark
+
+
+def _reachable(remote: str, timeout_s: float = 10.0) -> None:
+    """Fail in seconds, naming the URL, when nothing accepts connections there: the Connect client itself
+    retries an unreachable server for minutes before it reports anything."""
+    import socket
+    from urllib.parse import urlparse
+
+    parsed = urlparse(remote.split(";", 1)[0])
+    if parsed.scheme != "sc" or not parsed.hostname:
+        raise ConfigError(REMOTE_KEY, remote, "a Spark Connect URL like sc://host:15002")
+    port = parsed.port or 15002
+    try:
+        socket.create_connection((parsed.hostname, port), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError(REMOTE_KEY, remote, "", message=(
+            f"Spark Connect URL {remote!r} (--remote / spark.remote): cannot connect to {parsed.hostname}:{port} "
+            f"({exc.strerror or exc}): check the URL and that the Spark Connect server runs")) from exc
 
 
 def connect_session(remote: str) -> Any:
