@@ -46,10 +46,11 @@ class CoordinatedProcessor:
     """The :class:`~sparza.coordination.JobCoordinatorListener` of one processor, and its run loop."""
 
     def __init__(self, config: Config, *, master: str | None, processor_id: str, once: bool,
-                 spark: Any = None, status: Any = None) -> None:
+                 spark: Any = None, status: Any = None, remote: str | None = None) -> None:
         self.config = config
         self.job = JobConfig.from_config(config)
         self.master = master
+        self.remote = remote
         self.processor_id = processor_id
         self.once = once
         self.status = status
@@ -103,7 +104,7 @@ class CoordinatedProcessor:
         coordinator = job_coordinator_from_config(self.processor_id, self.config, all_tasks, self,
                                                   metrics=self.metrics)
         if self._spark is None:
-            self._spark = build_spark_session(self.job, self.master, f"sparza-{self.job.job_key}")
+            self._spark = build_spark_session(self.job, self.master, f"sparza-{self.job.job_key}", self.remote)
         coordinator.start()
         detach = (attach_prometheus(self.metrics, self.job.prometheus_port, labels={"sparza_job": self.job.job_key})
                   if self.job.prometheus_port is not None else None)  # served between job models too
@@ -168,9 +169,10 @@ class CoordinatedProcessor:
 
 
 def run_coordinated(config: Config, *, master: str | None = None, processor_id: str = "0", once: bool = False,
-                    spark: Any = None, install_signal_handlers: bool = True) -> RunOutcome:
+                    spark: Any = None, install_signal_handlers: bool = True, remote: str | None = None) -> RunOutcome:
     """Run this processor's share of the job under ``job.coordinator.factory`` until stopped."""
-    processor = CoordinatedProcessor(config, master=master, processor_id=processor_id, once=once, spark=spark)
+    processor = CoordinatedProcessor(config, master=master, processor_id=processor_id, once=once, spark=spark,
+                                     remote=remote)
     previous: dict[int, Any] = {}
     if install_signal_handlers and threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):

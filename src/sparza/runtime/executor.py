@@ -32,6 +32,7 @@ from sparza.runtime.commit import BatchStatus
 from sparza.runtime.errors import ProcessingError, TaskCodeError
 from sparza.runtime.instance import BatchResult, get_instance
 from sparza.runtime.jobconfig import JobConfig
+from sparza.runtime.secrets import resolve_secrets
 from sparza.runtime.split import split_from_marker
 from sparza.runtime.worker import WORKER, read_split
 
@@ -96,7 +97,8 @@ def result_from_row(row: Any) -> BatchResult:
 
 def make_task_runner(config_values: dict[str, str], spark_batch_id: int, generation: int,
                      task_count: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of one batch (a picklable closure over plain values)."""
+    """The ``mapInArrow`` function of one batch (a picklable closure over plain values; ``config_values``
+    without secrets: the function is pickled into Spark's plan)."""
 
     def run_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         split, rest = split_from_marker(batches)
@@ -106,6 +108,7 @@ def make_task_runner(config_values: dict[str, str], spark_batch_id: int, generat
             pass
         config = Config(config_values)
         try:
+            config = resolve_secrets(config)  # shipped as a Spark file, never in the plan (runtime/secrets.py)
             rows = read_split(config, split)
             job = JobConfig.from_config(config)
             instance = get_instance(job, split, task_count)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import re
 import shutil
 import signal
@@ -24,11 +23,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparza.config import Config, define_key
+from sparza.config import Config
 from sparza.errors import ConfigError
 from sparza.metrics import JsonLinesReporter, MetricsRegistry, attach_prometheus
 from sparza.runtime.commit import BatchStatus
@@ -38,6 +37,8 @@ from sparza.runtime.inputs import InputSystems
 from sparza.runtime.instance import BatchResult
 from sparza.runtime.jobconfig import JobConfig
 from sparza.runtime.model import TaskModel
+from sparza.runtime.preflight import check_executor_imports
+from sparza.runtime.session import add_py_files, build_spark_session, is_connect, py_files
 
 __all__ = ["EXIT_CODES", "BootstrapProgress", "Discards", "JobRunner", "RunNotices", "RunOutcome",
            "build_spark_session"]
@@ -157,74 +158,21 @@ class RunNotices:
 
 @dataclass
 class RunOutcome:
-    """How a run ended: ``reason`` in words, ``batches`` committed by this run, the exit code."""
+    """How a run ended, as ``sparza run``'s summary says it: ``reason`` in words, ``batches`` committed by
+    this run, the exit code (:data:`EXIT_CODES`), what was not delivered as sent (``discards``) and, for a
+    failed run returned instead of raised (``sparza.run(..., raise_on_error=False)``), the ``error`` line."""
 
     reason: str
     batches: int
     exit_code: int = 0
-
-
-def build_spark_session(job: JobConfig, master: str | None, app_name: str) -> Any:
-    """A SparkSession for the job: ``spark.*`` keys of the config, loopback binding (the UI too, when
-    ``spark.ui.enabled``: see ``job.spark.ui.address``), quiet logs.
-
-    ``local[N]`` without a retry count becomes ``local[N,4]`` so a failed Spark task is retried (as on a
-    cluster); the retry is exact (see :mod:`sparza.runtime.executor`).
-    """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    if job.spark_conf.get("spark.ui.enabled", "false").strip().lower() == "true":
-        # Spark's UI binds to SPARK_LOCAL_IP, else to every interface: keep it on loopback unless configured.
-        os.environ.setdefault("SPARK_LOCAL_IP", job.config.get_str(UI_ADDRESS_KEY, "127.0.0.1"))
-    chosen = master or job.spark_conf.get("spark.master") or "local[*]"
-    if chosen.startswith("local[") and "," not in chosen:
-        chosen = chosen[:-1] + ",4]"
-    builder = (SparkSession.builder.master(chosen).appName(app_name)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.sql.streaming.stopTimeout", "120s"))
-    if not chosen.startswith("local") and "spark.executorEnv.PYTHONPATH" not in job.spark_conf:
-        # Executors import task classes by dotted path: give them the driver's import path.
-        builder = builder.config("spark.executorEnv.PYTHONPATH", os.environ.get("PYTHONPATH", os.getcwd()))
-    for key, value in job.spark_conf.items():
-        if key != "spark.master":
-            builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(job.config.get_str("spark.log.level", "ERROR"))
-    if job.config.get_str("spark.log.level", "ERROR").upper() in ("ERROR", "FATAL", "OFF"):
-        _quiet_query_failures(spark)
-    return spark
-
-
-UI_ADDRESS_KEY = "job.spark.ui.address"
-define_key(UI_ADDRESS_KEY, "127.0.0.1", "The address the Spark UI binds to when spark.ui.enabled is true (given to the "
-           "driver as SPARK_LOCAL_IP unless that is set); 0.0.0.0 for every interface.", "sparza.runtime")
-
-_QUERY_LOGGERS = ("org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
-                  "org.apache.spark.sql.execution.streaming.MicroBatchExecution")
-"""Spark's loggers of a failed streaming query (by Spark version): sparza reports the failure itself."""
-
-
-def _quiet_query_failures(spark: Any) -> None:
-    """Turn off Spark's ERROR log of a terminated query (a JVM stack trace plus the Python one, ~70
-    lines): :meth:`JobRunner.finish` reports the failure as one line and writes the whole text to a
-    trace file. A ``spark.log.level`` of WARN or lower keeps Spark's log."""
-    with contextlib.suppress(Exception):  # logging only: never fail a run over it
-        jvm = spark.sparkContext._jvm
-        level = jvm.org.apache.logging.log4j.Level.OFF
-        for name in _QUERY_LOGGERS:
-            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
+    discards: Discards = field(default_factory=Discards)
+    error: str | None = None
 
 
 class JobRunner:
     """Runs one job's tasks (all of them, or those the coordinator assigns) as one streaming query."""
 
-    def __init__(self, config: Config, *, spark: Any = None, master: str | None = None,
+    def __init__(self, config: Config, *, spark: Any = None, master: str | None = None, remote: str | None = None,
                  processor_id: str = "0", once: bool = False, tasks: list[str] | None = None,
                  generation: int = 0, status: Callable[[str], None] | None = None,
                  install_signal_handlers: bool = True, claim: bool | None = None,
@@ -232,6 +180,7 @@ class JobRunner:
         self.job = JobConfig.from_config(config)
         self.config = self.job.config  # in sparza's spelling (Samza class names and aliases translated)
         self.master = master
+        self.remote = remote
         self.processor_id = processor_id
         self.once = once
         self.task_filter = tasks
@@ -247,6 +196,8 @@ class JobRunner:
         self.install_signal_handlers = install_signal_handlers
         self._spark = spark
         self._owns_spark = spark is None
+        self._shipped: dict[str, str] = dict(self.config.items())  # what Spark sees: no secrets once started
+        self._secrets: Any = None
         # A coordinated processor passes its own registry (its coordinator's metrics, kept across models).
         self.metrics = metrics if metrics is not None else MetricsRegistry()
         self._stop = threading.Event()
@@ -366,7 +317,7 @@ class JobRunner:
                 self._failure = self._claim_lost
                 raise self._failure
             started = time.perf_counter()
-            runner = make_task_runner(dict(self.config.items()), int(batch_id), self.generation, self._task_count)
+            runner = make_task_runner(self._shipped, int(batch_id), self.generation, self._task_count)
             rows = df.mapInArrow(runner, RESULT_SCHEMA).collect()
             results = [result_from_row(r) for r in rows]
             self.last_results = results
@@ -508,31 +459,58 @@ class JobRunner:
                                    lambda line: self.status(f"sparza: {self.job.job_key}: warning: {line}"),
                                    self.metrics)
         if self._spark is None:
-            self._spark = build_spark_session(self.job, self.master, f"sparza-{self.job.job_key}")
+            self._spark = build_spark_session(self.job, self.master, f"sparza-{self.job.job_key}", self.remote,
+                                              warn=lambda line: self.status(f"sparza: warning: {line}"))
         spark = self._spark
+        add_py_files(spark, py_files(self.config))
+        check_executor_imports(spark, self.config)  # cluster/Connect executors: one line now, not a failed batch
+        self._ship_secrets(spark)
         spark.dataSource.register(SparzaDataSource)
         self._stop_file().unlink(missing_ok=True)
         resets = self._apply_resets(tasks)
-        all_ended = bool(tasks) and not resets and self._all_ended_before(tasks)
-        reader = (spark.readStream.format("sparza")
-                  .option("config", json.dumps(dict(self.config.items())))
-                  .option("tasks", json.dumps([t.name for t in tasks]))
-                  .option("stop_file", str(self._stop_file()))
-                  .load())
+        all_ended = bool(tasks) and not resets and self._all_ended_before(tasks)  # raises before starting
+        options = {"config": json.dumps(self._shipped), "tasks": json.dumps([t.name for t in tasks])}
+        name = f"sparza-{self.job.job_key}-{self.processor_id}".replace(".", "_")
+        self.status(f"sparza: job {self.job.job_key}, {len(tasks)} task(s), processor {self.processor_id}"
+                    + (f" (claim epoch {self.generation})" if self._claim is not None else "")
+                    + f", spark checkpoint {self.spark_checkpoint_dir}"
+                    + (" (client-driven batches: Spark Connect)" if is_connect(spark) else ""))
+        if is_connect(spark):
+            self._query = self._client_query(spark, options, name)
+        else:
+            self._query = self._streaming_query(spark, options, name)
+        if all_ended:
+            # Nothing will be planned, so no batch would ever notice that every input ended: stop now.
+            self.request_stop("all inputs ended")
+
+    def _ship_secrets(self, spark: Any) -> None:
+        """Secrets go to Spark as a distributed file, never as an option or in a function (runtime/secrets.py)."""
+        from sparza.runtime.secrets import ship_secrets
+
+        if self._secrets is None:
+            self._shipped, self._secrets = ship_secrets(spark, self.config)
+
+    def _streaming_query(self, spark: Any, options: dict[str, str], name: str) -> Any:
+        """Structured Streaming: the source plans on the driver, ``foreachBatch`` runs each batch."""
+        reader = (spark.readStream.format("sparza").options(**options)
+                  .option("stop_file", str(self._stop_file())).load())
         writer = (reader.writeStream.foreachBatch(self._on_batch)
-                  .option("checkpointLocation", self.spark_checkpoint_dir)
-                  .queryName(f"sparza-{self.job.job_key}-{self.processor_id}".replace(".", "_")))
+                  .option("checkpointLocation", self.spark_checkpoint_dir).queryName(name))
         if self.once:
             writer = writer.trigger(availableNow=True)
         elif self.job.commit_ms > 0:
             writer = writer.trigger(processingTime=f"{self.job.commit_ms} milliseconds")
-        self.status(f"sparza: job {self.job.job_key}, {len(tasks)} task(s), processor {self.processor_id}"
-                    + (f" (claim epoch {self.generation})" if self._claim is not None else "")
-                    + f", spark checkpoint {self.spark_checkpoint_dir}")
-        self._query = writer.start()
-        if all_ended:
-            # Nothing will be planned, so no batch would ever notice that every input ended: stop now.
-            self.request_stop("all inputs ended")
+        return writer.start()
+
+    def _client_query(self, spark: Any, options: dict[str, str], name: str) -> Any:
+        """Spark Connect: this process plans and logs each batch and runs it as one batch job whose result
+        rows come back here (see :mod:`sparza.runtime.clientloop` for why)."""
+        from sparza.runtime.clientloop import ClientDrivenQuery
+        from sparza.runtime.source import SparzaStreamReader
+
+        return ClientDrivenQuery(spark, SparzaStreamReader(options), self._on_batch, self.spark_checkpoint_dir,
+                                 trigger_ms=max(self.job.commit_ms, 0), available_now=self.once,
+                                 stop_requested=self._stop.is_set, name=name).start()
 
     def wait_initialized(self, timeout_s: float = 60.0) -> None:
         """Wait until the query has initialized its source (or stopped, or ``timeout_s`` passed)."""
@@ -640,7 +618,7 @@ class JobRunner:
             advice = self.discards.advice(self.job)
             _log.warning("%s: %s", self.job.job_key, advice)
             self.status(f"sparza: {self.job.job_key}: warning: {advice}")
-        return RunOutcome(reason, self._batches, 0)
+        return RunOutcome(reason, self._batches, 0, discards=self.discards)
 
     def close(self) -> None:
         """Release the stop file, the metrics endpoint, (if built here) the SparkSession, and the job claim."""
@@ -658,6 +636,9 @@ class JobRunner:
             self._watch = None
         if self._inputs is not None:
             self._inputs.close()   # the query's foreachBatch callback keeps this runner alive until the JVM exits
+        if self._secrets is not None:
+            self._secrets.close()
+            self._secrets = None
         if self._owns_spark and self._spark is not None:
             with contextlib.suppress(Exception):
                 self._spark.stop()

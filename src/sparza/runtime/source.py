@@ -8,6 +8,13 @@ and end offsets, which SSPs ended). The task then reads its SSPs' messages itsel
 (:func:`sparza.runtime.worker.read_split`), in the same Spark task, so messages never pass through
 JVM rows. This module is driver-side only; the split is the one document both sides share.
 
+On Spark Connect the client drives the batches itself (:mod:`sparza.runtime.clientloop`) with the same
+reader, and each batch is a batch read of this source (:class:`SparzaBatchReader`) whose option
+``splits`` holds the batch's task splits.
+
+The ``config`` option holds no secret: :mod:`sparza.runtime.secrets` ships those as a Spark file, and the
+reader merges them back when it first needs the config.
+
 Notes: the reader must stay picklable (Spark ships it); every split is independent; Arrow types
 must match :data:`~sparza.runtime.split.SOURCE_SCHEMA` exactly (PySpark refuses near-misses).
 """
@@ -21,28 +28,40 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from sparza.config import Config
 from sparza.runtime.split import SOURCE_SCHEMA, TaskSplit, marker_batch
 
-__all__ = ["SparzaDataSource", "SparzaStreamReader"]
+__all__ = ["SparzaBatchReader", "SparzaDataSource", "SparzaStreamReader"]
 
 
 class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     """Plans batches on the driver and reads each task's input on executors (see the module docstring)."""
 
     def __init__(self, options: dict[str, str]) -> None:
-        self.config = Config(json.loads(options["config"]))
+        self.shipped_config = Config(json.loads(options["config"]))
         self.task_filter: list[str] | None = json.loads(options.get("tasks", "null"))
         self.stop_file: str | None = options.get("stop_file") or None
         self._planner: Any = None
+        self._config: Config | None = None
 
-    # The planner opens admins (Delta logs, Azure clients): build it lazily, never pickle it.
+    @property
+    def config(self) -> Config:
+        """The job config with its secrets merged back (:func:`~sparza.runtime.secrets.resolve_secrets`)."""
+        if self._config is None:
+            from sparza.runtime.secrets import resolve_secrets
+
+            self._config = resolve_secrets(self.shipped_config)
+        return self._config
+
+    # The planner opens admins (Delta logs, Azure clients): build it lazily, never pickle it. Spark ships
+    # the reader to executors with read(): never pickle the merged secrets either.
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_planner"] = None
+        state["_config"] = None
         return state
 
     def planner(self) -> Any:
@@ -102,8 +121,28 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         """Nothing to do: task checkpoints were written by the tasks themselves."""
 
 
+class SparzaBatchReader(DataSourceReader):  # type: ignore[misc]
+    """One planned batch as a batch read (Spark Connect's client loop): option ``splits`` is a JSON list of
+    :class:`TaskSplit` documents; partition i yields split i's marker row, as the stream reader does."""
+
+    SPLITS_OPTION = "splits"
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.splits = [TaskSplit.from_json(s.encode()) for s in json.loads(options[self.SPLITS_OPTION])]
+
+    def partitions(self) -> list[TaskSplit]:
+        """The batch's splits, in task order."""
+        return self.splits
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Runs on an executor: the task's marker row."""
+        assert isinstance(partition, TaskSplit)
+        yield marker_batch(partition)
+
+
 class SparzaDataSource(DataSource):  # type: ignore[misc]
-    """``format("sparza")`` with options ``config`` (JSON of the job config), ``tasks`` and ``stop_file``."""
+    """``format("sparza")``: a stream with options ``config`` (JSON of the job config without its secrets),
+    ``tasks`` and ``stop_file``; or one planned batch with option ``splits`` (:class:`SparzaBatchReader`)."""
 
     @classmethod
     def name(cls) -> str:
@@ -117,3 +156,7 @@ class SparzaDataSource(DataSource):  # type: ignore[misc]
     def streamReader(self, schema: Any) -> SparzaStreamReader:
         """The reader (one per query)."""
         return SparzaStreamReader(dict(self.options))
+
+    def reader(self, schema: Any) -> SparzaBatchReader:
+        """The reader of one planned batch."""
+        return SparzaBatchReader(dict(self.options))
