@@ -167,6 +167,7 @@ class _Job:
         self.config = self._config()
         self.config_path = self._write("job.yaml", self.config)
         self.runs: list[RunRecord] = []
+        self.spawned = 0
         self.notes: list[str] = []
         self.purged: dict[str, tuple[bytes, dict[str, str], dict[str, str]]] = {}
         """Blobs the purged-snapshot fault took away, until a run fails for want of them."""
@@ -364,7 +365,8 @@ class _Job:
     def spawn(self, label: str, config_path: Path | None = None, *extra: str) -> tuple[subprocess.Popen[bytes], Path,
                                                                                        float]:
         """Start ``sparza run`` for this job (its own process group, output to a log file)."""
-        log = self.logs / f"{len(self.runs) + 1:02d}-{label}.log"
+        self.spawned += 1      # not len(self.runs): the processors of a group are recorded only when they end
+        log = self.logs / f"{self.spawned:02d}-{label}.log"
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in [str(_SRC), env.get("PYTHONPATH", "")] if p)
         env.setdefault("PYSPARK_PYTHON", sys.executable)
