@@ -65,6 +65,15 @@ def test_fixed_seed_tables_and_kafka(seed: int, messages: int | None, fault: str
                           input_override=input_kind, extras=False))
 
 
+def test_fixed_seed_with_extras(azurite, kafka_broker, tmp_path) -> None:
+    """One scenario with the extras (scenario.EXTRAS_SALT): two-stage tumbling windows whose intermediate
+    stream is a Kafka topic, every Delta stream on az:// (Azurite), output to Kafka, Azurite restarted
+    mid-run (73 s here)."""
+    scenario = generate(838)
+    assert (scenario.intermediate, scenario.delta_location) == ("kafka", "azure")
+    _verdict(run_scenario(scenario, azurite, tmp_path, kafka=kafka_broker))
+
+
 def test_scale_two_stages_broadcast_join_windows_to_azure_blobs(azurite, tmp_path) -> None:
     """≥ 100k messages through two stages with a broadcast join, tumbling windows and gzip Avro
     blobs (rolled over by count), no fault: every window exact."""
