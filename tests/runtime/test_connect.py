@@ -79,7 +79,7 @@ def test_a_logged_batch_without_its_commit_runs_again_with_the_same_plan(connect
     outcome = again.run()
     assert planned[0] == (logged["start"], logged["end"])  # the very same plan, planned_at included
     assert (spark_dir / "commits" / "0").exists()
-    assert any("2 task(s) skipped (replay)" in line for line in lines), lines
+    assert any("2 task batch(es) skipped (already committed: a replay)" in line for line in lines), lines
     assert outcome.batches == 1
     counts, rows = final_counts(config)
     assert counts == expected_counts(600, 5)

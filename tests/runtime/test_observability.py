@@ -86,6 +86,8 @@ def test_every_seed_reaches_prometheus_and_json_lines(spark, make_job, work_dir,
         "keyed_count.output": f"{container}.counts",
         f"systems.{container}.samza.factory": "azureblob",
         f"systems.{container}.azureblob.writer.format": "jsonl",
+        # Small blocks: a blob that fills no block is one Put Blob at commit, and block uploads are counted too.
+        f"systems.{container}.azureblob.maxFlushThresholdSize": "1024",
         "azure.storage.connect": azure_connection_string,
         "stores.profiles.adstore.input": "delta.profiles",
         "stores.profiles.factory": "rocksdb",
