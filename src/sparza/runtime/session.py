@@ -148,6 +148,12 @@ def build_spark_session(job: Any, master: str | None, app_name: str, remote: str
     for key, value in job.spark_conf.items():
         if key not in ("spark.master", REMOTE_KEY):
             builder = builder.config(key, value)
+    packaged = py_files(config)
+    if packaged:
+        # Spark's driver-side Python runners (the streaming source's planner) run PYSPARK_PYTHON with the JVM's
+        # PYTHONPATH, not with the files added by addPyFile: when that Python lacks the project (the executors'
+        # Python on a cluster), the JVM started here must carry job.py.files on its PYTHONPATH.
+        os.environ["PYTHONPATH"] = os.pathsep.join([*packaged, *filter(None, [os.environ.get("PYTHONPATH")])])
     spark = builder.getOrCreate()
     level = config.get_str("spark.log.level", "ERROR")
     spark.sparkContext.setLogLevel(level)
