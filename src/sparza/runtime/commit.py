@@ -186,15 +186,17 @@ class TaskCommit:
     def flush(self) -> None:
         """Flush every producer the task used, idempotently per transaction."""
         with self.metrics.timer("task", "flush-ms").time():
-            for producer in self.producers.values():
-                producer.flush(self.task, transaction=self.transaction)
+            for system, producer in self.producers.items():
+                with self.metrics.timer("task", f"flush-{system}-ms").time():
+                    producer.flush(self.task, transaction=self.transaction)
         self._advance(CommitStatus.INTENT_WRITTEN, CommitStatus.FLUSHED)
         self._fault(CommitStep.AFTER_FLUSH)
 
     # 3. adjunct
     def commit_adjunct(self, batch: int) -> None:
         """Commit adjunct stores; their entry goes into the task checkpoint."""
-        self.adjunct_entry = self.adjunct.commit(batch) if self.adjunct is not None else None
+        with self.metrics.timer("task", "adjunct-commit-ms").time():
+            self.adjunct_entry = self.adjunct.commit(batch) if self.adjunct is not None else None
         self._advance(CommitStatus.FLUSHED, CommitStatus.ADJUNCT_COMMITTED)
         self._fault(CommitStep.AFTER_ADJUNCT)
 
@@ -202,7 +204,8 @@ class TaskCommit:
     def snapshot(self, batch: int) -> None:
         """Checkpoint every store and upload the backed-up ones."""
         previous = dict(self.committed.stores) if self.committed else {}
-        self.snapshot_ids = self.stores.snapshot(batch, previous)
+        with self.metrics.timer("task", "snapshot-ms").time():
+            self.snapshot_ids = self.stores.snapshot(batch, previous)
         self._advance(CommitStatus.ADJUNCT_COMMITTED, CommitStatus.SNAPSHOTTED)
         self._fault(CommitStep.AFTER_SNAPSHOT)
 
