@@ -113,6 +113,14 @@ class TaskControl:
         self._recompute_task(None)
         return True
 
+    def on_user_run(self, ssp: SystemStreamPartition, max_timestamp: int | None) -> None:
+        """A run of user messages of ``ssp`` read one after another (no control message among them) whose
+        largest event time is ``max_timestamp`` (None: none has one). The same bookkeeping as
+        :meth:`on_envelope` for each of them, done once: a source partition's watermark only rises to
+        the largest event time it saw, and nothing reads the task watermark before the batch boundary."""
+        if self._state(ssp).on_user(max_timestamp):
+            self._recompute_task(None)
+
     def on_ssp_exhausted(self, ssp: SystemStreamPartition) -> None:
         """The runtime reached the end of a bounded source SSP: it has ended."""
         self._state(ssp).on_exhausted()

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
@@ -143,6 +144,24 @@ class _Context:
             raise RuntimeStateError(f"task asked for store '{name}' but the config has no stores.{name}.factory "
                                     f"(stores: {', '.join(handles) or 'none'})")
         return handles[name]
+
+
+def _ssp_runs(batch: pa.RecordBatch) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """``(ssp index, rows)`` for each run of consecutive rows of one SSP (a read batch is usually one run)."""
+    column = batch.column("ssp")
+    n = batch.num_rows
+    if n == 0:
+        return
+    first = column[0].as_py()
+    if column.null_count == 0 and pc.all(pc.equal(column, first)).as_py():
+        yield first, batch
+        return
+    values = column.to_pylist()
+    begin = 0
+    for i in range(1, n + 1):
+        if i == n or values[i] != values[begin]:
+            yield values[begin], batch.slice(begin, i - begin)
+            begin = i
 
 
 def _serde(config: Config, ssp: SystemStreamPartition, which: str) -> Serde:
@@ -405,7 +424,8 @@ class TaskInstance:
 
     def _process(self, split: TaskSplit, rows: Iterator[pa.RecordBatch], cp: TaskCheckpoint | None,
                  result: BatchResult) -> BatchResult:
-        self._prepare(split, cp)
+        with self.metrics.timer("task", "prepare-ms").time():
+            self._prepare(split, cp)
         adjunct = self.adjunct
         adjunct_idx = {i for i, s in enumerate(split.ssps)
                        if adjunct is not None and self._adjunct_config.is_adjunct(SystemStreamPartition.parse(s))}
@@ -422,55 +442,87 @@ class TaskInstance:
         user = MessageType.USER
         envelope_cls = IncomingMessageEnvelope
         messages = processed = dropped = ignored_count = 0
-        for batch in rows:
-            # Column lists once per Arrow batch, then one tight loop (the per-message path is hot).
-            columns = [batch.column(name).to_pylist() for name in ("ssp", "offset", "key", "value", "timestamp",
-                                                                    "type")]
-            for ssp_idx, offset, raw_key, raw_value, ts, kind in zip(*columns, strict=True):
-                messages += 1
+        batches = iter(rows)
+        read_s = 0.0
+        clock = time.perf_counter
+        on_control = control.on_envelope if control is not None else None
+        while True:
+            # The read is lazy (storage is read as the loop asks): time it apart from processing.
+            began = clock()
+            batch = next(batches, None)
+            read_s += clock() - began
+            if batch is None:
+                break
+            for ssp_idx, run in _ssp_runs(batch):
+                # Column lists once per run of one SSP, then one tight loop (the per-message path is hot).
                 ssp = ssps[ssp_idx]
+                n = run.num_rows
+                messages += n
+                offsets, raw_keys, raw_values, tss, kinds = (run.column(name).to_pylist() for name in (
+                    "offset", "key", "value", "timestamp", "type"))
+                sizes = pc.add(pc.binary_length(run.column("key")).fill_null(0),
+                               pc.binary_length(run.column("value")).fill_null(0)).to_pylist()
                 if ssp_idx in adjunct_idx:
-                    adjunct.on_envelope(envelope_cls(ssp, offset, raw_key, raw_value, ts,
-                                                     (len(raw_key) if raw_key else 0)
-                                                     + (len(raw_value) if raw_value else 0), MessageType(kind)))
-                    continue
-                if kind != user:
-                    if control is not None:
-                        control.on_envelope(envelope_cls(ssp, offset, raw_key, raw_value, ts, 0, MessageType(kind)))
+                    for offset, raw_key, raw_value, ts, kind, size in zip(offsets, raw_keys, raw_values, tss, kinds,
+                                                                          sizes, strict=True):
+                        adjunct.on_envelope(envelope_cls(ssp, offset, raw_key, raw_value, ts, size, MessageType(kind)))
                     continue
                 kser = key_serdes[ssp_idx]
                 mser = msg_serdes[ssp_idx]
-                if kser is None and mser is None:
-                    key, value = raw_key, raw_value
-                else:
-                    try:
-                        key = kser.from_bytes(raw_key) if kser is not None and raw_key is not None else raw_key
-                        value = (mser.from_bytes(raw_value) if mser is not None and raw_value is not None
-                                 else raw_value)
-                    except Exception as exc:
-                        if drop_bad:
-                            dropped += 1
-                            continue
-                        raise ProcessingError(self.name, str(ssp), offset, "deserialization error",
-                                              f"{type(exc).__name__}: {exc}") from exc
-                envelope = envelope_cls(ssp, offset, key, value, ts,
-                                        (len(raw_key) if raw_key else 0) + (len(raw_value) if raw_value else 0))
-                if control is not None:
-                    # Watermark bookkeeping only: lateness is decided by event-time operators (windows), so a
-                    # task or stage without one delivers every message whatever its event time.
-                    control.on_envelope(envelope)
-                try:
-                    process(envelope, collector, coordinator)
-                except Exception as exc:
-                    if ignored and ("*" in ignored or _exception_names(exc) & ignored):
-                        ignored_count += 1
+                if kser is None and mser is None and kinds.count(user) == n:
+                    # The common case: user messages only, bytes in and out of the task's own serdes.
+                    if control is not None:
+                        # Watermark bookkeeping only (lateness is decided by event-time operators, so a task or
+                        # stage without one delivers every message whatever its event time): once per run.
+                        control.on_user_run(ssp, pc.max(run.column("timestamp")).as_py())
+                    for offset, key, value, ts, size in zip(offsets, raw_keys, raw_values, tss, sizes, strict=True):
+                        envelope = envelope_cls(ssp, offset, key, value, ts, size)
+                        try:
+                            process(envelope, collector, coordinator)
+                        except Exception as exc:
+                            if ignored and ("*" in ignored or _exception_names(exc) & ignored):
+                                ignored_count += 1
+                                processed -= 1
+                                continue
+                            raise ProcessingError(self.name, str(ssp), offset, "task exception",
+                                                  f"{type(exc).__name__}: {exc}") from exc
+                    processed += n
+                    continue
+                for offset, raw_key, raw_value, ts, kind, size in zip(offsets, raw_keys, raw_values, tss, kinds, sizes,
+                                                                      strict=True):
+                    if kind != user:
+                        if on_control is not None:
+                            on_control(envelope_cls(ssp, offset, raw_key, raw_value, ts, 0, MessageType(kind)))
                         continue
-                    raise ProcessingError(self.name, str(ssp), offset, "task exception",
-                                          f"{type(exc).__name__}: {exc}") from exc
-                processed += 1
+                    if kser is None and mser is None:
+                        key, value = raw_key, raw_value
+                    else:
+                        try:
+                            key = kser.from_bytes(raw_key) if kser is not None and raw_key is not None else raw_key
+                            value = (mser.from_bytes(raw_value) if mser is not None and raw_value is not None
+                                     else raw_value)
+                        except Exception as exc:
+                            if drop_bad:
+                                dropped += 1
+                                continue
+                            raise ProcessingError(self.name, str(ssp), offset, "deserialization error",
+                                                  f"{type(exc).__name__}: {exc}") from exc
+                    envelope = envelope_cls(ssp, offset, key, value, ts, size)
+                    if on_control is not None:
+                        on_control(envelope)
+                    try:
+                        process(envelope, collector, coordinator)
+                    except Exception as exc:
+                        if ignored and ("*" in ignored or _exception_names(exc) & ignored):
+                            ignored_count += 1
+                            continue
+                        raise ProcessingError(self.name, str(ssp), offset, "task exception",
+                                              f"{type(exc).__name__}: {exc}") from exc
+                    processed += 1
         if adjunct_idx:
             adjunct.read_through({ssps[i]: split.ends[i] for i in adjunct_idx})
         result.messages, result.processed, result.dropped, result.ignored = messages, processed, dropped, ignored_count
+        self.metrics.timer("task", "read-ms").update(read_s * 1000.0)
         self.metrics.counter("task", "messages-dropped").inc(dropped)
         self.metrics.counter("task", "exceptions-ignored").inc(ignored_count)
         # Windows count late messages in the task's registry, which is fresh every batch.
