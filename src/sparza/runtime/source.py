@@ -3,13 +3,14 @@
 The reader lives on the driver (in Spark's Python source runner): ``initialOffset`` starts from
 the task checkpoints, ``latestOffset`` plans each batch (:class:`~sparza.runtime.planner.BatchPlanner`),
 ``partitions`` gives one :class:`~sparza.runtime.split.TaskSplit` per task, and ``read`` runs on
-executors and yields one *marker* row per task describing the task's batch (seq, planned_at, start
-and end offsets, which SSPs ended). The task then reads its SSPs' messages itself
-(:func:`sparza.runtime.worker.read_split`), in the same Spark task, so messages never pass through
-JVM rows. This module is driver-side only; the split is the one document both sides share.
+executors: it runs the task's batch (:func:`sparza.runtime.executor.run_split`: the task reads its
+SSPs' messages itself, so they never pass through JVM rows, processes and commits them) and yields
+the task's result row. ``foreachBatch`` collects those rows. Options: ``config`` (the job config as
+JSON), ``tasks``, ``stop_file``, ``generation`` (the fencing generation of every checkpoint write of
+this query) and ``task_count`` (tasks of the whole job, for control messages).
 
 Notes: the reader must stay picklable (Spark ships it); every split is independent; Arrow types
-must match :data:`~sparza.runtime.split.SOURCE_SCHEMA` exactly (PySpark refuses near-misses).
+must match :data:`~sparza.runtime.executor.RESULT_SCHEMA` exactly (PySpark refuses near-misses).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from sparza.config import Config
-from sparza.runtime.split import SOURCE_SCHEMA, TaskSplit, marker_batch
+from sparza.runtime.split import TaskSplit
 
 __all__ = ["SparzaDataSource", "SparzaStreamReader"]
 
@@ -37,6 +38,8 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         self.config = Config(json.loads(options["config"]))
         self.task_filter: list[str] | None = json.loads(options.get("tasks", "null"))
         self.stop_file: str | None = options.get("stop_file") or None
+        self.generation = int(options.get("generation", "0"))
+        self.task_count = int(options["task_count"]) if options.get("task_count") else None
         self._planner: Any = None
 
     # The planner opens admins (Delta logs, Azure clients): build it lazily, never pickle it.
@@ -89,21 +92,31 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         return self.planner().splits(BatchPlan.from_json(start), BatchPlan.from_json(end))  # type: ignore[no-any-return]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Runs on an executor: the task's marker row (``partition`` is a TaskSplit).
+        """Runs on an executor: the task's batch, and its result row (``partition`` is a TaskSplit).
 
-        The task reads its messages itself (:func:`~sparza.runtime.worker.read_split`, in the same Spark task): passing
-        them through Spark would convert every message to a JVM row and back to Arrow, which cost
-        more than the task's own processing.
+        The task reads its messages itself (:func:`~sparza.runtime.worker.read_split`, in this Spark task):
+        passing them through Spark would convert every message to a JVM row and back to Arrow, which
+        cost more than the task's own processing.
         """
+        from sparza.runtime.executor import run_split
+
         assert isinstance(partition, TaskSplit)
-        yield marker_batch(partition)
+        task_count = self.task_count
+        if task_count is None:  # a reader built without the option: count the job's tasks here
+            from sparza.runtime.inputs import InputSystems
+            from sparza.runtime.jobconfig import JobConfig
+
+            task_count = self.task_count = len(InputSystems(JobConfig.from_config(self.config)).task_models())
+        yield run_split(self.config, partition, spark_batch_id=None, generation=self.generation,
+                        task_count=task_count)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: task checkpoints were written by the tasks themselves."""
 
 
 class SparzaDataSource(DataSource):  # type: ignore[misc]
-    """``format("sparza")`` with options ``config`` (JSON of the job config), ``tasks`` and ``stop_file``."""
+    """``format("sparza")`` with options ``config`` (JSON of the job config), ``tasks``, ``stop_file``,
+    ``generation`` and ``task_count``."""
 
     @classmethod
     def name(cls) -> str:
@@ -111,8 +124,10 @@ class SparzaDataSource(DataSource):  # type: ignore[misc]
         return "sparza"
 
     def schema(self) -> str:
-        """:data:`SOURCE_SCHEMA`."""
-        return SOURCE_SCHEMA
+        """:data:`~sparza.runtime.executor.RESULT_SCHEMA`: one result row per task and batch."""
+        from sparza.runtime.executor import RESULT_SCHEMA
+
+        return RESULT_SCHEMA
 
     def streamReader(self, schema: Any) -> SparzaStreamReader:
         """The reader (one per query)."""
