@@ -44,11 +44,13 @@ from sparza.streams import (
     SystemStream,
     SystemStreamPartition,
 )
-from sparza.systems import SupportsPartitionCount, Transaction, get_system_factory, load_object
+from sparza.systems import SupportsArrowSend, SupportsPartitionCount, Transaction, get_system_factory, load_object
 from sparza.task import (
+    BatchStreamTask,
     ClosableTask,
     EndOfStreamListenerTask,
     InitableTask,
+    MessageBatch,
     StreamTask,
     WatermarkListenerTask,
     WindowableTask,
@@ -81,7 +83,8 @@ class BatchResult:
 
 
 class _Collector:
-    """The task's MessageCollector: serializes and hands messages to producers (created on first use)."""
+    """The task's MessageCollector (and BatchCollector): serializes and hands messages to producers (created on
+    first use)."""
 
     __slots__ = ("_instance", "_sends", "sent")
 
@@ -97,6 +100,23 @@ class _Collector:
             send = self._sends[system] = functools.partial(self._instance.producer(system).send, self._instance.name)
         send(envelope)
         self.sent += 1
+
+    def send_batch(self, stream: SystemStream, rows: pa.RecordBatch | pa.Table) -> None:
+        """Arrow rows (``key``, ``value``, optional ``timestamp``/``partition``) to ``stream``: in one call to a
+        producer that takes Arrow rows, else message by message through ``send``."""
+        producer = self._instance.producer(stream.system)
+        if isinstance(producer, SupportsArrowSend):
+            producer.send_rows(self._instance.name, stream.stream, rows)
+            self.sent += rows.num_rows
+            return
+        names = rows.column_names
+        n = rows.num_rows
+        columns = [rows.column(name).to_pylist() if name in names else [None] * n
+                   for name in ("key", "value", "timestamp", "partition")]
+        for key, value, ts, partition in zip(*columns, strict=True):
+            if key is None and partition is None:
+                raise ValueError(f"send_batch to {stream}: a row has neither a key nor a partition")
+            self.send(OutgoingMessageEnvelope(stream, value, key=key, partition=partition, timestamp=ts))
 
 
 class _Coordinator:
@@ -228,10 +248,11 @@ class TaskInstance:
             raise RuntimeStateError("no task.class to run (app.class jobs are planned into stages first)")
         cls = load_object(target, "task.class")
         task = cls() if isinstance(cls, type) else cls
-        if not isinstance(task, StreamTask):
+        if not isinstance(task, StreamTask | BatchStreamTask):
             from sparza.errors import ConfigError
 
-            raise ConfigError("task.class", target, "a class with process(envelope, collector, coordinator)")
+            raise ConfigError("task.class", target, "a class with process(envelope, collector, coordinator) or "
+                              "process_batch(batch, collector, coordinator)")
         return task
 
     def producer(self, system: str) -> Any:
@@ -432,7 +453,8 @@ class TaskInstance:
         collector = _Collector(self)
         coordinator = _Coordinator()
         task = self.task
-        process = task.process
+        batch_task = isinstance(task, BatchStreamTask)
+        process = task.process_batch if batch_task else task.process
         control = self.control
         ssps = [SystemStreamPartition.parse(s) for s in split.ssps]
         key_serdes = [None if isinstance(s, BytesSerde) else s for s in self._serdes_for(ssps, "key")]
@@ -469,6 +491,13 @@ class TaskInstance:
                     continue
                 kser = key_serdes[ssp_idx]
                 mser = msg_serdes[ssp_idx]
+                if batch_task:
+                    if kser is not None or mser is not None:
+                        self._refuse_serde(ssp)
+                    done, skipped = self._deliver_batches(ssp, run, kinds, process, collector, coordinator)
+                    processed += done
+                    ignored_count += skipped
+                    continue
                 if kser is None and mser is None and kinds.count(user) == n:
                     # The common case: user messages only, bytes in and out of the task's own serdes.
                     if control is not None:
@@ -531,6 +560,53 @@ class TaskInstance:
         self._boundary_callbacks(split, cp, collector, coordinator, result)
         result.shutdown = coordinator.shutdown_requested
         return result
+
+    def _deliver_batches(self, ssp: SystemStreamPartition, run: pa.RecordBatch, kinds: list[int], process_batch: Any,
+                         collector: _Collector, coordinator: _Coordinator) -> tuple[int, int]:
+        """A run of one SSP to a BatchStreamTask: its user messages between control messages as MessageBatches,
+        its control messages to TaskControl, in order. Returns (processed, ignored) message counts."""
+        control = self.control
+        ignored = self.job.ignored_exceptions
+        processed = skipped = 0
+        begin = 0
+        n = len(kinds)
+        for i in range(n + 1):
+            if i < n and kinds[i] == MessageType.USER:
+                continue
+            if i > begin:
+                rows = run.slice(begin, i - begin).select(["offset", "key", "value", "timestamp"])
+                if control is not None:
+                    control.on_user_run(ssp, pc.max(rows.column("timestamp")).as_py())
+                try:
+                    process_batch(MessageBatch(ssp, rows), collector, coordinator)
+                    processed += rows.num_rows
+                except Exception as exc:
+                    if ignored and ("*" in ignored or _exception_names(exc) & ignored):
+                        skipped += rows.num_rows
+                    else:
+                        offsets = rows.column("offset")
+                        raise ProcessingError(self.name, str(ssp), f"{offsets[0].as_py()} to {offsets[-1].as_py()}",
+                                              "task exception", f"{type(exc).__name__}: {exc}") from exc
+            if i < n:
+                if control is not None:
+                    row = run.slice(i, 1).to_pylist()[0]
+                    control.on_envelope(IncomingMessageEnvelope(ssp, row["offset"], row["key"], row["value"],
+                                                                row["timestamp"], 0, MessageType(kinds[i])))
+                begin = i + 1
+        return processed, skipped
+
+    def _refuse_serde(self, ssp: SystemStreamPartition) -> None:
+        from sparza.errors import ConfigError
+
+        for which in ("key", "msg"):
+            for key in (f"systems.{ssp.system}.streams.{ssp.stream}.samza.{which}.serde",
+                        f"systems.{ssp.system}.samza.{which}.serde"):
+                value = self.job.config.get_str(key, None)
+                if value is not None and value.strip().lower() not in ("bytes", "byte"):
+                    raise ConfigError(key, value, "bytes (or unset)", message=(
+                        f"{key} is {value!r} but task.class {self.job.task_class} processes Arrow batches "
+                        f"(process_batch), which carry the raw bytes: unset it and decode the column in the task"))
+        raise ConfigError("task.class", str(self.job.task_class), "a StreamTask for inputs with a serde")
 
     def _serdes_for(self, ssps: list[SystemStreamPartition], which: str) -> list[Serde]:
         if ssps == self.ssps:
@@ -602,8 +678,13 @@ class TaskInstance:
                             committed=cp, etag=etag, generation=generation)
         commit.write_intent(Intent(batch=version, planned_at_ms=split.planned_at, starts=split.start_offsets(),
                                    ends=split.end_offsets(), bounded_ends=dict(split.bounded_ends)))
-        commit.flush()
-        commit.commit_adjunct(split.seq)
+        commit.begin_snapshot(split.seq)  # overlaps the flush and the adjunct commit (see sparza.runtime.commit)
+        try:
+            commit.flush()
+            commit.commit_adjunct(split.seq)
+        except BaseException:
+            commit.settle()  # the failure path closes the stores: let the snapshot finish with them first
+            raise
         commit.snapshot(split.seq)
 
         def checkpoint(stores: dict[str, str], adjunct: dict[str, Any] | None) -> TaskCheckpoint:
