@@ -43,7 +43,7 @@ from sparza.testing.oracle import (
     read_kafka_records,
     read_table_rows,
 )
-from sparza.testing.scenario import FAULTS, INPUTS, OUTPUTS, Scenario, generate, scale_scenario
+from sparza.testing.scenario import FAULTS, INPUTS, OUTPUTS, TASK_APIS, Scenario, generate, scale_scenario
 
 __all__ = ["Outcome", "reproduce_command", "run_scenario", "soak"]
 
@@ -57,10 +57,11 @@ _AFTER_RUN_FAULTS = frozenset({"lost-state", "lost-spark-checkpoint", "replay-sp
 
 
 def reproduce_command(seed: int, *, messages: int | None = None, fault: str | None = None,
-                      output: str | None = None, input: str | None = None) -> str:
+                      output: str | None = None, input: str | None = None, task_api: str | None = None) -> str:
     """The one-line command (from the repository root) that runs the scenario of ``seed`` again."""
     extra = (f" --messages {messages}" if messages is not None else "") + (f" --fault {fault}" if fault else "")
     extra += (f" --output {output}" if output else "") + (f" --input {input}" if input else "")
+    extra += f" --task-api {task_api}" if task_api else ""
     return f"PYTHONPATH=src:. .venv/bin/python -m sparza.testing.harness --seed {seed}{extra}"
 
 
@@ -89,6 +90,7 @@ class Outcome:
     fault_override: str | None = None
     output_override: str | None = None
     input_override: str | None = None
+    task_api_override: str | None = None
 
     inconclusive: bool = False
     """Spark itself could not start the job's Python workers, even after restarts (an overloaded
@@ -113,7 +115,8 @@ class Outcome:
             lines += [f"  run {r.label}: exit {r.returncode} in {r.seconds:.0f}s, log {r.log}" for r in self.runs]
             lines.append("  reproduce: " + reproduce_command(self.scenario.seed, messages=self.messages_override,
                                                              fault=self.fault_override, output=self.output_override,
-                                                             input=self.input_override))
+                                                             input=self.input_override,
+                                                             task_api=self.task_api_override))
         return "\n".join(lines)
 
 
@@ -168,7 +171,8 @@ class _Job:
         if s.bounded:
             v[f"systems.{in_system}.streams.{in_name}.bounded"] = "true"
         if s.api == "task":
-            v["task.class"] = "sparza.testing.jobs.HarnessTask"
+            v["task.class"] = ("sparza.testing.jobs.HarnessBatchTask" if s.task_api == "batch"
+                               else "sparza.testing.jobs.HarnessTask")
             v["task.inputs"] = self.input_stream
             v["app.harness.output.partition"] = s.blob_partition
         else:
@@ -607,12 +611,13 @@ def _check(job: _Job, outcome: Outcome) -> None:
 
 def run_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messages_override: int | None = None,
                  fault_override: str | None = None, kafka: Any = None, output_override: str | None = None,
-                 input_override: str | None = None) -> Outcome:
+                 input_override: str | None = None, task_api_override: str | None = None) -> Outcome:
     """Run ``scenario`` in ``workdir`` against ``azurite`` (and ``kafka``, a Tansu broker, started here
     when the scenario uses Kafka and none is given): every phase, its fault, a final run, the check."""
     started = time.monotonic()
     outcome = Outcome(scenario, workdir=workdir, messages_override=messages_override, fault_override=fault_override,
-                      output_override=output_override, input_override=input_override)
+                      output_override=output_override, input_override=input_override,
+                      task_api_override=task_api_override)
     workdir.mkdir(parents=True, exist_ok=True)
     own_kafka = None
     if kafka is None and "kafka" in (scenario.input, scenario.output):
@@ -711,6 +716,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault", choices=FAULTS, help="override the scenario's fault")
     parser.add_argument("--output", choices=OUTPUTS, help="override the scenario's output kind")
     parser.add_argument("--input", choices=INPUTS, help="override the scenario's input kind")
+    parser.add_argument("--task-api", choices=TASK_APIS, help="override a task job's API (process or process_batch)")
     parser.add_argument("--soak", type=float, metavar="MINUTES", help="run random seeds for this long")
     parser.add_argument("--seeds", help="with --soak: run these comma-separated seeds (in order) instead")
     parser.add_argument("--scale", action="store_true", help="run the scale scenario (100k messages) instead")
@@ -730,7 +736,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         try:
             scenario = generate(args.seed, messages=args.messages, fault=args.fault, output=args.output,
-                                input=args.input)
+                                input=args.input, task_api=args.task_api)
         except ValueError as exc:
             parser.error(str(exc))
     print(scenario.describe(), flush=True)
@@ -739,7 +745,8 @@ def main(argv: list[str] | None = None) -> int:
     azurite = _start_azurite(base)
     try:
         outcome = run_scenario(scenario, azurite, base / f"seed-{scenario.seed}", messages_override=args.messages,
-                               fault_override=args.fault, output_override=args.output, input_override=args.input)
+                               fault_override=args.fault, output_override=args.output, input_override=args.input,
+                               task_api_override=args.task_api)
     finally:
         azurite.stop()
     print(outcome.report())

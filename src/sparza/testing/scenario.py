@@ -33,6 +33,14 @@ NEW_KINDS_SALT = 0x7AB1E_CAFE
 other choice, so the draws of seeds from before they existed are unchanged (only a seed whose Delta
 stream output or Delta input is now replaced by a new kind shows a different scenario)."""
 
+TASK_APIS = ("stream", "batch")
+"""How a low-level task job processes messages: ``process`` per message, or ``process_batch`` (Arrow)."""
+
+BATCH_API_SALT = 0xBA7C4_A11
+"""Whether a low-level task job uses the batch API (``HarnessBatchTask``) comes from
+``random.Random(seed ^ BATCH_API_SALT)``, drawn apart from every other choice, so no other draw of a
+seed changes."""
+
 T0 = 1_700_000_000_000
 """Event time of the first message (epoch ms)."""
 
@@ -93,6 +101,7 @@ class Scenario:
     fault_delay_s: float = 0.0
     input: str = "delta"          # delta | kafka
     once_always: bool = False     # every run with --once (stages one after the other: fewer Spark workers)
+    task_api: str = "stream"      # task jobs: "stream" (process per message) or "batch" (process_batch)
     messages: list[InputMessage] = field(default_factory=list)
     profiles: list[Profile] = field(default_factory=list)
 
@@ -101,7 +110,7 @@ class Scenario:
         out = self.output if self.output != "blob" else (
             f"blob/{self.blob_format}{'.gz' if self.blob_gzip else ''}/thr={self.blob_flush_threshold}"
             f"/roll={self.blob_rollover}:{self.blob_rollover_value}/part={self.blob_partition}")
-        shape = f"{self.api}:{self.kind}"
+        shape = f"{'batch' if self.api == 'task' and self.task_api == 'batch' else self.api}:{self.kind}"
         if self.kind == "count":
             shape += f"({self.store}{'+backup' if self.backup else ''})"
         if self.api == "app":
@@ -130,9 +139,9 @@ def _keys(rng: random.Random, count: int, skew: bool) -> tuple[list[str], list[f
 
 
 def generate(seed: int, *, messages: int | None = None, fault: str | None = None, output: str | None = None,
-             input: str | None = None) -> Scenario:
-    """The scenario of ``seed``; ``messages`` / ``fault`` / ``output`` / ``input`` override the drawn
-    values (CI samples, and forcing a kind by hand)."""
+             input: str | None = None, task_api: str | None = None) -> Scenario:
+    """The scenario of ``seed``; ``messages`` / ``fault`` / ``output`` / ``input`` / ``task_api`` override the
+    drawn values (CI samples, and forcing a kind by hand)."""
     forced_output, forced_input = output, input      # ``output`` is reused below for the drawn value
     rng = random.Random(seed)
     api = rng.choice(["task", "task", "app"])
@@ -210,6 +219,11 @@ def generate(seed: int, *, messages: int | None = None, fault: str | None = None
                                                      rng.randrange(profile_parts)))
     _pick_fault(rng, scenario, fault)
     _pick_new_kinds(random.Random(seed ^ NEW_KINDS_SALT), scenario, forced_output, forced_input)
+    if task_api is not None and task_api not in TASK_APIS:
+        raise ValueError(f"unknown task api {task_api!r}; known: {', '.join(TASK_APIS)}")
+    if scenario.api == "task":
+        drawn = "batch" if random.Random(seed ^ BATCH_API_SALT).random() < 0.5 else "stream"
+        scenario.task_api = task_api or drawn
     return scenario
 
 
