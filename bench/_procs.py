@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SpyProfile", "TreeMemory", "loadavg", "spark_durations", "tree_cpu_seconds", "wait_cpu"]
+__all__ = ["SpyProfile", "TreeMemory", "loadavg", "spark_durations", "tree_cpu_seconds"]
 
 
 def loadavg() -> str:
@@ -80,13 +80,6 @@ def tree_cpu_seconds(root: int) -> float:
     return sum(cpu_seconds(p) for p in tree_pids(root))
 
 
-def wait_cpu(pid: int) -> tuple[int, float]:
-    """Wait for child ``pid``; its exit code and the CPU seconds it and every descendant it (transitively)
-    reaped used (``wait4``'s resource usage)."""
-    _, status, usage = os.wait4(pid, 0)
-    return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime
-
-
 def _rss_kib(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
@@ -98,19 +91,41 @@ def _rss_kib(pid: int) -> int:
     return 0
 
 
+def _own_cpu(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
 class TreeMemory:
-    """Peak resident memory (MiB) of a process tree, sampled every ``interval_s`` in a thread."""
+    """Peak resident memory (MiB) of a process tree, sampled every ``interval_s`` in a thread; also the CPU
+    seconds its processes used (:attr:`cpu_s`: each process's own user + system time at its last sample,
+    so a process that ends loses at most its last interval)."""
 
     def __init__(self, root: int | None = None, interval_s: float = 0.25) -> None:
         self.root = root or os.getpid()
         self.interval_s = interval_s
         self.peak_mib = 0.0
+        self._cpu: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds of every process seen in the tree."""
+        return sum(self._cpu.values())
+
     def sample(self) -> float:
         """The tree's resident memory now (MiB), also folded into the peak."""
-        mib = sum(_rss_kib(p) for p in tree_pids(self.root)) / 1024
+        pids = tree_pids(self.root)
+        mib = sum(_rss_kib(p) for p in pids) / 1024
+        for pid in pids:
+            cpu = _own_cpu(pid)
+            if cpu is not None:
+                self._cpu[pid] = max(cpu, self._cpu.get(pid, 0.0))
         self.peak_mib = max(self.peak_mib, mib)
         return mib
 

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
-from _procs import SpyProfile, TreeMemory, has, loadavg, spark_durations, tree_cpu_seconds, wait_cpu  # noqa: E402
+from _procs import SpyProfile, TreeMemory, has, loadavg, spark_durations, tree_cpu_seconds  # noqa: E402
 from _report import record, table  # noqa: E402
 
 SCALES = {"small": {"events": 20_000, "batch": 5_000, "rounds": 1},
@@ -273,13 +273,12 @@ def spawn(mode: str, work: Path, conn: str, run_id: str, batch: int, profile: Pa
     storage_cpu = tree_cpu_seconds(storage_pid) if storage_pid else 0.0
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL if profile is None else None)
     with TreeMemory(proc.pid) as memory:
-        code, cpu = wait_cpu(proc.pid)
-        proc.returncode = code
+        code = proc.wait()
     if code != 0:
         raise RuntimeError(f"{mode} run {run_id} failed with exit code {code}")
     result = json.loads(out.read_text())
     result["peak_mib"] = memory.peak_mib
-    result["cpu_s"] = cpu
+    result["cpu_s"] = memory.cpu_s
     result["storage_cpu_s"] = (tree_cpu_seconds(storage_pid) - storage_cpu) if storage_pid else 0.0
     return result
 
