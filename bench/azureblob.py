@@ -3,9 +3,14 @@
 1. Throughput, 1 stream: 1-KiB Avro records sent -> committed through AzureBlobSystemProducer, against
    (a) the ceiling: the Azure SDK uploading the same bytes with upload_blob(max_concurrency=threadPoolCount).
 2. Throughput, 100 streams: the producer against (b) the seed's rejected design 3: the same in-memory
-   buffering and Avro encoding, but each block staged with a blocking call in the sending thread.
-   Both again with 20 ms added before every stage/commit request, as a network round trip would add
-   (Azurite on loopback has none; the asynchronous design exists to overlap exactly that).
+   buffering and Avro encoding, but each block staged with a blocking call in the sending thread (the
+   same requests as the producer: 1 MiB blocks with a Content-MD5), and against (c) the Azure SDK:
+   each stream's records encoded with ``fastavro.writer`` and sent with ``upload_blob``, threadPoolCount
+   blobs at a time (the same concurrency), and (c0) the same uploads of bytes encoded beforehand.
+   All again with 20 ms added before every request, as a network round trip would add (Azurite on
+   loopback has none; the asynchronous design exists to overlap exactly that).
+   Every row also reports the CPU seconds Azurite spent: on loopback on 2 cores, storage's own CPU is
+   what bounds every design.
 3. Peak memory with 1,000 open partitions (one blob each), measured in a child process each: with the
    default memory cap (maxBufferedBytes 256 MiB, i.e. nothing staged before flush, as Samza) and a
    32 MiB cap.
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -55,16 +61,39 @@ def config(account, container: str, **extra: str) -> dict[str, str]:
     return cfg
 
 
+def _cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its descendants so far (Linux /proc)."""
+    total = 0.0
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            pass
+    return total
+
+
+_VERSIONS = iter(range(1, 1 << 30))
+
+
 def run_producer(account, container: str, recs: list[AvroRecord], streams: int, latency_s: float = 0.0,
-                 **extra: str) -> tuple[float, int]:
+                 transactional: bool = True, **extra: str) -> tuple[float, int]:
+    """Send every record, then flush; ``transactional``: in a transaction, as the task runtime always
+    calls the producer (begin before sending, flush with the same transaction)."""
     client = Latency(account.blob_service_client(), latency_s) if latency_s else None
     producer = AzureBlobSystemProducer(container, config(account, container, **extra), service_client=client)
     producer.start()
     targets = [SystemStream(container, f"s{i:03d}") for i in range(streams)]
+    txn = ("bench/task", next(_VERSIONS)) if transactional else None
     start = time.perf_counter()
+    if txn is not None:
+        producer.begin("task", txn)
     for i, rec in enumerate(recs):
         producer.send("task", OutgoingMessageEnvelope(targets[i % streams], rec))
-    producer.flush("task")
+    producer.flush("task", transaction=txn)
     elapsed = time.perf_counter() - start
     sent = producer.registry.snapshot()["aggregate"]["bytes_sent"]
     producer.stop()
@@ -81,6 +110,34 @@ def run_sdk_ceiling(account, container: str, data: bytes) -> float:
     client = account.blob_service_client().get_container_client(container)
     start = time.perf_counter()
     client.upload_blob("ceiling.avro", data, overwrite=True, max_concurrency=THREADS)
+    return time.perf_counter() - start
+
+
+def run_sdk_streams(account, container: str, recs: list[AvroRecord], streams: int, *, encode: bool,
+                    latency_s: float = 0.0) -> float:
+    """(c)/(c0): what a user of the plain SDK would write for ``streams`` blobs: per stream an Avro file
+    (``fastavro.writer``) sent with ``upload_blob``, THREADS blobs at a time. With ``encode`` False the
+    files are encoded before the clock starts (upload only)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    service = account.blob_service_client()
+    client = (Latency(service, latency_s) if latency_s else service).get_container_client(container)
+    parsed = fastavro.parse_schema(SCHEMA)
+
+    def encoded(i: int) -> bytes:
+        buf = io.BytesIO()
+        fastavro.writer(buf, parsed, (r.datum for r in recs[i::streams]), codec="null")
+        return buf.getvalue()
+
+    ready = None if encode else [encoded(i) for i in range(streams)]
+
+    def one(i: int) -> None:
+        data = encoded(i) if ready is None else ready[i]
+        client.get_blob_client(f"s{i:03d}/sdk.avro").upload_blob(data, overwrite=True, max_concurrency=1)
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(THREADS) as pool:
+        list(pool.map(one, range(streams)))
     return time.perf_counter() - start
 
 
@@ -122,6 +179,14 @@ class _LatencyBlob:
         time.sleep(self.delay_s)
         return self.real.commit_block_list(*args, **kwargs)
 
+    def upload_blob(self, *args, **kwargs):
+        time.sleep(self.delay_s)
+        return self.real.upload_blob(*args, **kwargs)
+
+    def get_blob_properties(self, *args, **kwargs):
+        time.sleep(self.delay_s)
+        return self.real.get_blob_properties(*args, **kwargs)
+
 
 class BlockingWriter:
     """Rejected design 3: buffer in memory, stage each full block with a blocking call, commit at flush."""
@@ -146,7 +211,8 @@ class BlockingWriter:
         import base64
 
         block_id = base64.b64encode(f"{len(self.blocks):06d}".encode()).decode()
-        self.blob.stage_block(block_id, self.buffer.getvalue())  # blocks the sending thread
+        # blocks the sending thread; with a Content-MD5 like the producer's, so both send the same requests
+        self.blob.stage_block(block_id, self.buffer.getvalue(), validate_content=True)
         self.blocks.append(block_id)
         self.buffer = io.BytesIO()
 
@@ -227,12 +293,16 @@ def main() -> None:
            f".venv/bin/python bench/azureblob.py --scale {args.scale}", body)
 
 
+CONTAINERS = ("ceiling", "one", "many", "manyplain", "blocking", "sdk", "sdkup", "manylat", "blockinglat", "sdklat",
+              "sdkuplat", "many8", "manylat8")
+
+
 def run_all(azurite: AzuriteProcess, scale: dict, scale_name: str, repeats: int) -> str:
     account = azurite.account
     n = scale["records"]
     recs = records(n)
     service = account.blob_service_client()
-    for name in ("ceiling", "one", "many", "blocking", "manylat", "blockinglat", "many8", "manylat8"):
+    for name in CONTAINERS:
         service.create_container(f"bench{name}")
 
     # warm-up (connection pools, Azurite's first-write costs) on a throw-away container
@@ -242,53 +312,72 @@ def run_all(azurite: AzuriteProcess, scale: dict, scale_name: str, repeats: int)
     mb = len(data) / 2**20
     threshold = 1024 * 1024  # 1 MiB blocks for the 100-stream runs (both designs)
     lat = 0.020
+    many = {"maxFlushThresholdSize": str(threshold)}
     runs = {
         "ceiling": lambda: run_sdk_ceiling(account, "benchceiling", data),
         "one": lambda: run_producer(account, "benchone", recs, 1)[0],
-        "many": lambda: run_producer(account, "benchmany", recs, 100, maxFlushThresholdSize=str(threshold))[0],
+        "many": lambda: run_producer(account, "benchmany", recs, 100, **many)[0],
+        "manyplain": lambda: run_producer(account, "benchmanyplain", recs, 100, transactional=False, **many)[0],
         "blocking": lambda: run_blocking(account, "benchblocking", recs, 100, threshold),
-        "manylat": lambda: run_producer(account, "benchmanylat", recs, 100, latency_s=lat,
-                                        maxFlushThresholdSize=str(threshold))[0],
+        "sdk": lambda: run_sdk_streams(account, "benchsdk", recs, 100, encode=True),
+        "sdkup": lambda: run_sdk_streams(account, "benchsdkup", recs, 100, encode=False),
+        "manylat": lambda: run_producer(account, "benchmanylat", recs, 100, latency_s=lat, **many)[0],
         "blockinglat": lambda: run_blocking(account, "benchblockinglat", recs, 100, threshold, latency_s=lat),
-        "many8": lambda: run_producer(account, "benchmany8", recs, 100, maxFlushThresholdSize=str(threshold),
-                                      threadPoolCount="8")[0],
-        "manylat8": lambda: run_producer(account, "benchmanylat8", recs, 100, latency_s=lat,
-                                         maxFlushThresholdSize=str(threshold), threadPoolCount="8")[0],
+        "sdklat": lambda: run_sdk_streams(account, "benchsdklat", recs, 100, encode=True, latency_s=lat),
+        "sdkuplat": lambda: run_sdk_streams(account, "benchsdkuplat", recs, 100, encode=False, latency_s=lat),
+        "many8": lambda: run_producer(account, "benchmany8", recs, 100, threadPoolCount="8", **many)[0],
+        "manylat8": lambda: run_producer(account, "benchmanylat8", recs, 100, latency_s=lat, threadPoolCount="8",
+                                         **many)[0],
     }
     # best of `repeats`, interleaved, so load from other processes on this shared machine hits every
     # configuration alike; containers are emptied between rounds to keep Azurite's store small
-    best: dict[str, float] = {}
+    best: dict[str, tuple[float, float]] = {}  # key -> (seconds, Azurite CPU seconds) of the fastest round
+    loads = []
     for _ in range(repeats):
+        loads.append(Path("/proc/loadavg").read_text().split()[0])
         for key, run in runs.items():
-            best[key] = min(best.get(key, float("inf")), run())
-        for name in ("ceiling", "one", "many", "blocking", "manylat", "blockinglat", "many8", "manylat8"):
+            cpu0 = _cpu_seconds(azurite.pid)
+            took = run()
+            cpu = _cpu_seconds(azurite.pid) - cpu0
+            if took < best.get(key, (float("inf"), 0.0))[0]:
+                best[key] = (took, cpu)
+        for name in CONTAINERS:
             container = service.get_container_client(f"bench{name}")
             for blob in container.list_blobs():
                 container.delete_blob(blob.name)
-    one_bytes = many_bytes = len(data)  # same records, same Avro encoding: equal within the header bytes
-    ceiling_s, one_s, many_s, blocking_s = best["ceiling"], best["one"], best["many"], best["blocking"]
-    many_lat_s, blocking_lat_s, many8_s, many_lat8_s = (best["manylat"], best["blockinglat"], best["many8"],
-                                                        best["manylat8"])
 
-    rows = [
-        ["producer, 1 stream (default 10 MiB blocks)", f"{one_bytes / 2**20:.0f}", f"{one_s:.2f}",
-         f"{one_bytes / 2**20 / one_s:.1f}", f"{(one_bytes / one_s) / (len(data) / ceiling_s):.0%} of (a)"],
-        [f"(a) SDK upload_blob(max_concurrency={THREADS}), same bytes", f"{mb:.0f}", f"{ceiling_s:.2f}",
-         f"{mb / ceiling_s:.1f}", "ceiling"],
-        ["producer, 100 streams (1 MiB blocks)", f"{many_bytes / 2**20:.0f}", f"{many_s:.2f}",
-         f"{many_bytes / 2**20 / many_s:.1f}", f"{blocking_s / many_s:.1f}x (b)"],
-        ["(b) blocking stage per block (rejected design 3), 100 streams", f"{mb:.0f}", f"{blocking_s:.2f}",
-         f"{mb / blocking_s:.1f}", "baseline"],
-        ["producer, 100 streams, +20 ms per request (network RTT)", f"{many_bytes / 2**20:.0f}",
-         f"{many_lat_s:.2f}", f"{many_bytes / 2**20 / many_lat_s:.1f}", f"{blocking_lat_s / many_lat_s:.1f}x (b')"],
-        ["(b') blocking design, 100 streams, +20 ms per request", f"{mb:.0f}", f"{blocking_lat_s:.2f}",
-         f"{mb / blocking_lat_s:.1f}", "baseline"],
-        ["producer, 100 streams, threadPoolCount=8", f"{many_bytes / 2**20:.0f}", f"{many8_s:.2f}",
-         f"{many_bytes / 2**20 / many8_s:.1f}", f"{blocking_s / many8_s:.1f}x (b)"],
-        ["producer, 100 streams, threadPoolCount=8, +20 ms per request", f"{many_bytes / 2**20:.0f}",
-         f"{many_lat8_s:.2f}", f"{many_bytes / 2**20 / many_lat8_s:.1f}", f"{blocking_lat_s / many_lat8_s:.1f}x (b')"],
+    def row(label: str, key: str, *refs: str) -> list[str]:
+        secs, cpu = best[key]
+        ratios = []
+        for ref in refs:
+            if ref == "":
+                ratios.append("")
+            elif ref.startswith("b"):
+                ratios.append(f"{best[ref][0] / secs:.1f}x")
+            else:
+                ratios.append(f"{best[ref][0] / secs:.0%}")
+        return [label, f"{mb:.0f}", f"{secs:.2f}", f"{mb / secs:.1f}", f"{cpu:.1f}", *ratios]
+
+    one_rows = [
+        row("producer, 1 stream (default 10 MiB blocks)", "one", "ceiling"),
+        row(f"(a) SDK upload_blob(max_concurrency={THREADS}) of the same bytes, encoded beforehand", "ceiling", ""),
     ]
-    throughput = table(["run", "MiB", "seconds", "MiB/s", "vs baseline"], rows)
+    one = table(["run", "MiB", "seconds", "MiB/s", "Azurite CPU s", "vs (a)"], one_rows)
+    many_rows = [
+        row("producer, 100 streams (1 MiB blocks)", "many", "blocking", "sdk", "sdkup"),
+        row("producer, 100 streams, no transaction (library use)", "manyplain", "blocking", "sdk", "sdkup"),
+        row("(b) blocking stage per block (rejected design 3)", "blocking", "", "", ""),
+        row(f"(c) SDK: fastavro.writer + upload_blob per stream, {THREADS} at a time", "sdk", "", "", ""),
+        row("(c0) as (c), files encoded beforehand (upload only)", "sdkup", "", "", ""),
+        row("producer, threadPoolCount=8", "many8", "blocking", "sdk", "sdkup"),
+        row("producer, **+20 ms per request**", "manylat", "blockinglat", "sdklat", "sdkuplat"),
+        row("(b') blocking design, +20 ms per request", "blockinglat", "", "", ""),
+        row("(c') SDK encode + upload, +20 ms per request", "sdklat", "", "", ""),
+        row("(c0') SDK upload only, +20 ms per request", "sdkuplat", "", "", ""),
+        row("producer, threadPoolCount=8, +20 ms per request", "manylat8", "blockinglat", "sdklat", "sdkuplat"),
+    ]
+    many_table = table(["100 streams", "MiB", "seconds", "MiB/s", "Azurite CPU s", "vs blocking (b)",
+                        "vs SDK (c)", "vs SDK upload only (c0)"], many_rows)
 
     acc = json.dumps({"name": account.account_name, "key": account.account_key, "blob": account.blob_endpoint,
                       "table": account.table_endpoint})
@@ -304,10 +393,15 @@ def run_all(azurite: AzuriteProcess, scale: dict, scale_name: str, repeats: int)
                     "blocks", "seconds"], mem_rows)
     records_note = (f"{n:,} records of ~1 KiB (Avro: id, ts, 1,000-char payload), threadPoolCount={THREADS}, "
                     f"compression none, scale `{scale_name}`. Producer times run from the first send to the end "
-                    "of flush (all blobs committed) and include Avro encoding; (a) times only the upload of the "
-                    f"already-encoded file. Each figure is the best of {repeats} interleaved rounds (the machine is "
-                    "shared with other jobs).")
-    return f"{records_note}\n\n{throughput}\n\nMemory, each in its own process:\n\n{memory}\n"
+                    "of flush (all blobs committed) and include Avro encoding; the producer sends in a transaction "
+                    "(begin, send, flush(transaction)) as the task runtime does, unless the row says otherwise. "
+                    "Each figure is the best of "
+                    f"{repeats} interleaved rounds (the machine is shared with other jobs); load average at the "
+                    f"start of each round: {', '.join(loads)}. Ratios are speed ratios against the baseline in "
+                    "the same setting: loopback rows against loopback baselines, **+20 ms** rows against "
+                    "**+20 ms** baselines (20 ms slept before every request, in both designs and the SDK).")
+    return (f"{records_note}\n\nOne stream:\n\n{one}\n\n100 streams:\n\n{many_table}\n\n"
+            f"Memory, each in its own process:\n\n{memory}\n")
 
 
 if __name__ == "__main__":

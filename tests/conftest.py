@@ -1,12 +1,14 @@
-"""Shared fixtures: one Azurite, one Kafka broker (Tansu) and one SparkSession per test session, temp dirs.
+"""Shared fixtures: one Azurite, one Kafka broker (Tansu), one SparkSession and one Spark Connect server per
+test session, temp dirs.
 
-Both are started lazily (only when a test asks for them) and torn down at the end of the session
-even when tests fail.
+Each is started lazily (only when a test asks for it) and torn down at the end of the session even when
+tests fail.
 """
 
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +19,8 @@ import pytest
 from sparza.azure import StorageAccount
 from sparza.devkafka import TansuProcess
 from sparza.devstorage import AzuriteProcess
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -68,6 +72,44 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = local_spark_session(**{"spark.sql.warehouse.dir": str(warehouse),
                                      "spark.local.dir": str(tmp_path_factory.mktemp("spark-local"))})
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="session")
+def sparza_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``sparza package`` of sparza and ``examples``: what executors without the project import the jobs from."""
+    from sparza.runtime.packaging import build_package
+
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    return build_package(tmp_path_factory.mktemp("package") / "sparza-job.zip", ["examples"]).path
+
+
+@pytest.fixture(scope="session")
+def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A session-wide Spark Connect server (local[2,4]) on a free loopback port, started from the installed
+    pyspark, with its event log on. Its executors' Python does not see the project (no PYTHONPATH, no
+    editable install, cwd outside the repo): jobs reach it only through ``job.py.files``."""
+    from sparza.testing.sparkservers import SparkConnectServer, executor_python
+
+    base = tmp_path_factory.mktemp("spark-connect")
+    server = SparkConnectServer(base / "server", python=str(executor_python(base)), event_log=True)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_spark(spark_connect_server: Any) -> Iterator[Any]:
+    """One Spark Connect client session on the session's server (its Python workers are reused across tests)."""
+    from sparza.runtime.session import connect_session
+
+    session = connect_session(spark_connect_server.url)
     try:
         yield session
     finally:

@@ -6,7 +6,31 @@ caller can catch everything sparza raises with one ``except`` and still match pr
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "SerdeError", "SparzaError", "StartCheckError", "StorageUnavailableError"]
+__all__ = ["PAYLOAD_PREFIX_KEY", "ConfigError", "SerdeError", "SparzaError", "StartCheckError",
+           "StorageUnavailableError", "payload_preview", "set_payload_prefix_bytes"]
+
+PAYLOAD_PREFIX_KEY = "task.error.payload.prefix.bytes"
+_payload_prefix_bytes = 16
+
+
+def set_payload_prefix_bytes(limit: int) -> None:
+    """How many bytes of a message payload an error message may show (``task.error.payload.prefix.bytes``;
+    0 shows none). Payloads may hold personal data, so errors show a short, marked prefix at most."""
+    global _payload_prefix_bytes
+    _payload_prefix_bytes = max(0, int(limit))
+
+
+def payload_preview(data: object) -> str:
+    """A payload (bytes, or any value) as an error may show it: its size and at most the configured
+    prefix, marked as such, e.g. ``[payload: 120 bytes, first 16: b'{"user": "alice'...]``."""
+    raw = bytes(data) if isinstance(data, bytes | bytearray | memoryview) else repr(data).encode("utf-8", "replace")
+    kind = "bytes" if isinstance(data, bytes | bytearray | memoryview) else f"chars of {type(data).__name__}"
+    limit = _payload_prefix_bytes
+    if limit == 0 or not raw:
+        return f"[payload: {len(raw)} {kind}, not shown ({PAYLOAD_PREFIX_KEY})]"
+    if len(raw) <= limit:
+        return f"[payload: {len(raw)} {kind}: {raw!r}]"
+    return f"[payload: {len(raw)} {kind}, first {limit}: {raw[:limit]!r}...]"
 
 
 class SparzaError(Exception):

@@ -87,11 +87,11 @@ class LocalServerProcess:
         """The ports the server listens on (stop waits until they are free)."""
         raise NotImplementedError
 
-    def _spawn(self, cmd: list[str], env: Mapping[str, str] | None = None) -> None:
+    def _spawn(self, cmd: list[str], env: Mapping[str, str] | None = None, cwd: Path | None = None) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir / self.LOG_NAME, "ab")  # noqa: SIM115 - handed to the child process
         self._proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      start_new_session=True, env=dict(env) if env is not None else None)
+                                      start_new_session=True, env=dict(env) if env is not None else None, cwd=cwd)
         log.close()
         self.pid = self._proc.pid
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from sparza.errors import ConfigError, SerdeError
+from sparza.errors import ConfigError, SerdeError, payload_preview
 
 _JSON_ENCODE = msgspec.json.Encoder().encode
 _JSON_DECODE = msgspec.json.Decoder().decode
@@ -87,7 +87,7 @@ class StringSerde:
         try:
             return bytes(data).decode(self.encoding)
         except UnicodeDecodeError as exc:
-            raise SerdeError(f"not valid {self.encoding} text at byte {exc.start}: {bytes(data)[:40]!r}") from exc
+            raise SerdeError(f"not valid {self.encoding} text at byte {exc.start}: {payload_preview(data)}") from exc
 
 
 class JsonSerde:
@@ -126,7 +126,7 @@ class JsonSerde:
         try:
             return json.loads(bytes(data))
         except (ValueError, UnicodeDecodeError) as exc:
-            raise SerdeError(f"not valid JSON ({exc}): {bytes(data)[:60]!r}") from exc
+            raise SerdeError(f"not valid JSON ({exc}): {payload_preview(data)}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +244,7 @@ class NumberSerde:
         try:
             return struct.pack(self._format, obj)
         except struct.error as exc:
-            raise SerdeError(f"{self.name} serde cannot hold {obj!r}: {exc}") from exc
+            raise SerdeError(f"{self.name} serde cannot hold {payload_preview(obj)}: {exc}") from exc
 
     def from_bytes(self, data: bytes) -> Any:
         try:

@@ -4,9 +4,12 @@ idle and early-ended upstream tasks; late messages. (kill -9 restarts: test_e2e_
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sparza.api import plan_application
+from sparza.control.messages import samza_aggregate_partition
 
 pytestmark = pytest.mark.spark
 
@@ -122,3 +125,29 @@ def test_idle_upstream_task_with_quorum_advances_without_holds(e2e, expect_windo
     assert e2e.values(cfg, "out-noq") == []
     cps = e2e.checkpoints(no_quorum)
     assert cps and all(cp.control["watermark"] is None for cp in cps.values())
+
+
+def test_two_stages_speaking_samzas_control_protocol_end_by_themselves(e2e, expect_windows, panes_of):
+    """Issue 17: the intermediate stream configured for Samza's protocol on both sides. Upstream tasks
+    write Samza's bodies (no taskCount) to the aggregate partition only; the downstream task reading it
+    counts producers from control.producer.count and re-broadcasts to the other partitions; the job
+    ends by itself with exact windows."""
+    events = events_for(60, 2)
+    cfg = e2e.config("WindowedCount", **{"app.example.window.ms": 100, "app.example.partitions": 3,
+                                         "task.max.batch.messages": 20})
+    e2e.load(cfg, events, 2)
+    plan = plan_application(cfg)
+    plan.create_streams()
+    mid = plan.stage("by-key").intermediate_inputs[0]
+    samza = {f"systems.{mid.system}.streams.{mid.stream}.control.format": "samza",
+             f"systems.{mid.system}.streams.{mid.stream}.control.producer.count": "2"}
+    outcomes = e2e.run_stages([s.config.with_overrides(samza) for s in plan.stages])
+    assert all(o.reason == "all inputs ended" for o in outcomes), outcomes
+    assert panes_of(e2e.values(cfg)) == expect_windows(events, 100)
+    agg = samza_aggregate_partition(mid.stream, 3)
+    for partition in range(3):
+        bodies = [json.loads(v) for _, t, v in e2e.rows(cfg, mid.stream, partition) if t != 0]
+        assert bodies and all("taskCount" not in b and b["version"] == 1 for b in bodies)
+        names = {b["taskName"] for b in bodies}
+        # per-task messages on the aggregate partition only; the others get the re-broadcast (no task name)
+        assert names == ({"Partition 0", "Partition 1"} if partition == agg else {None}), (partition, names)

@@ -40,11 +40,11 @@ def test_bare_end_of_stream_from_a_source_has_no_producer():
     (1, b"[1,2]", "not a JSON object"),
     (1, b'{"taskName":"P","taskCount":1}', "needs a timestamp"),
     (1, b'{"taskName":"P","taskCount":1,"timestamp":"x"}', "timestamp must be an integer"),
-    (2, b'{"taskName":"P"}', "taskCount is missing"),
     (2, b'{"taskName":5,"taskCount":1}', "taskName must be a string"),
     (2, b'{"version":9,"taskName":"P","taskCount":1}', "newer than this reader"),
     (0, b"{}", "user message"),
     (7, b"{}", "unknown message type"),
+    (3, b'{"taskName":"P","version":1,"runId":"r"}', "Samza's drain message, which sparza does not support"),
     (1, b"", "empty watermark"),
 ])
 def test_malformed_bodies_raise_with_the_reason(mtype, data, reason):

@@ -67,8 +67,51 @@ def test_prometheus_endpoint():
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:
         exporter.stop()
-    assert 'sparza_messages_sent_total{group="aggregate"} 5.0' in body
-    assert 'sparza_watermark{group="task"} 123.0' in body
+    assert 'sparza_messages_sent_total{group="aggregate",sparza_job="",task=""} 5.0' in body
+    assert 'sparza_watermark{group="task",sparza_job="",task=""} 123.0' in body
+
+
+def test_changes_carry_each_count_once_with_its_kind():
+    worker = MetricsRegistry()  # long-lived, as a producer's on an executor
+    driver = MetricsRegistry()
+    worker.counter("delta", "commits").inc(2)
+    worker.gauge("control", "task-watermark").set(1000)
+    worker.timer("delta", "flush-ms").update(5.0)
+    driver.merge_changes(worker.changes(), "Partition 0:")
+    worker.counter("delta", "commits").inc()
+    worker.gauge("control", "task-watermark").set(2000)
+    worker.timer("delta", "flush-ms").update(7.0)
+    worker.timer("delta", "flush-ms").update(1.0)
+    driver.merge_changes(worker.changes(), "Partition 0:")
+    assert worker.changes() == {"control": {"task-watermark": ["g", 2000]}}  # nothing moved: gauges only
+    snap = driver.snapshot()["Partition 0:delta"]
+    assert snap["commits"] == 3  # added once each, not re-added from the cumulative value
+    assert driver.snapshot()["Partition 0:control"]["task-watermark"] == 2000  # a gauge: set, never summed
+    assert snap["flush-ms"]["count"] == 3 and snap["flush-ms"]["total_ms"] == 13.0
+    assert snap["flush-ms"]["max_ms"] == 7.0 and snap["flush-ms"]["last_ms"] == 1.0
+    assert driver.total("commits", ":delta") == 3
+
+
+def test_prometheus_labels_split_task_groups_and_one_port_serves_several_registries():
+    from sparza.metrics import attach_prometheus
+
+    stage1, stage2 = MetricsRegistry(), MetricsRegistry()
+    stage1.counter("Partition 3:task", "messages-processed").inc(4)
+    stage2.counter("aggregate", "eventWriteRate").inc(2)
+    port = free_port()
+    detach1 = attach_prometheus(stage1, port, labels={"sparza_job": "app-1-stage1"})
+    detach2 = attach_prometheus(stage2, port, labels={"sparza_job": "app-1-stage2"})
+    try:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    finally:
+        detach1()
+    assert 'sparza_messages_processed_total{group="task",sparza_job="app-1-stage1",task="Partition 3"} 4.0' in body
+    assert 'sparza_event_write_rate_total{group="aggregate",sparza_job="app-1-stage2",task=""} 2.0' in body
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert "app-1-stage1" not in body and "app-1-stage2" in body  # still served for the second
+    detach2()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
 
 
 def test_serdes_round_trip_and_errors():

@@ -92,6 +92,15 @@ def test_windows_drop_only_messages_whose_windows_fired_and_say_so(work_dir):
         record = json.loads(line)
         last[record["source"]] = record["metrics"].get("aggregate", {}).get("late-messages", 0)
     assert sum(last.values()) == late
+    # Control (SEP-004): every stage task's watermark and late count are metrics of that task.
+    records = [json.loads(line) for line in (work_dir / "metrics.jsonl").read_text().splitlines()]
+    finals = {r["source"]: r["metrics"] for r in records}  # each stage's last line
+    watermarks = {g: m["task-watermark"] for metrics in finals.values() for g, m in metrics.items()
+                  if g.endswith(":control") and "task-watermark" in m}
+    assert len(watermarks) >= 3 and max(watermarks.values()) > 1_000_000, watermarks
+    per_task = sum(m.get("late-messages", 0) for metrics in finals.values() for g, m in metrics.items()
+                   if g.endswith(":control"))
+    assert per_task == late
     assert f"{late} late message(s) dropped" in result.stderr  # the end-of-run summary
     assert "watermark.lateness.ms" in result.stderr and "task.late.messages.policy" in result.stderr
     assert any("late" in line for line in result.stderr.splitlines() if line.startswith("batch "))

@@ -161,7 +161,8 @@ def test_prometheus_endpoint_serves_the_job_metrics_while_it_runs(spark, make_jo
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     finally:
         runner.close()
-    line = next(x for x in text.splitlines() if x.startswith('sparza_messages_processed_total{group="aggregate"}'))
+    line = next(x for x in text.splitlines()
+                if x.startswith('sparza_messages_processed_total{group="aggregate",sparza_job="kc-1",task=""}'))
     assert float(line.split()[-1]) == 500
     with pytest.raises(OSError):  # closed with the runner
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
@@ -177,11 +178,20 @@ def _send_raw(config: Config, rows: list[tuple[bytes, bytes]]) -> None:
 
 def test_poison_message_stops_the_job_naming_ssp_and_offset(spark, make_job):
     config = make_job(**{"systems.delta.streams.events.samza.msg.serde": "json"})
-    _send_raw(config, [(b"a", b'{"n": 1}'), (b"a", b"not json"), (b"a", b'{"n": 3}')])
+    secret = b"not json: card 4111 1111 1111 1111, mail alice@example.com"  # payloads may hold personal data
+    _send_raw(config, [(b"a", b'{"n": 1}'), (b"a", secret), (b"a", b'{"n": 3}')])
     with pytest.raises(JobFailedError) as err:
         _run(spark, config)
     text = str(err.value)
     assert "deserialization error in task 'Partition 0' at delta.events#0 offset 1:1" in text
+    # The error shows a short, marked prefix of the payload, never the whole of it.
+    assert f"[payload: {len(secret)} bytes, first 16: b'not json: card 4'...]" in text, text
+    assert b"1111 1111".decode() not in text and "alice" not in text
+    quiet = Config({**dict(config.items()), "task.error.payload.prefix.bytes": "0"})
+    with pytest.raises(JobFailedError) as err:
+        _run(spark, quiet)
+    assert f"[payload: {len(secret)} bytes, not shown (task.error.payload.prefix.bytes)]" in str(err.value)
+    assert "card" not in str(err.value)
     stored = checkpoint_store_from_config(config, "kc-1").read("Partition 0")
     # Nothing committed: no checkpoint, or only the claim's fencing stamp of a task that never committed.
     assert stored is None or not stored.checkpoint.committed

@@ -20,7 +20,7 @@ from sparza.api.stages import StageSpec, split_stages
 from sparza.api.window_state import WindowState
 from sparza.api.windows import WindowError, WindowPane
 from sparza.control.settings import ControlSettings, LatePolicy
-from sparza.errors import SerdeError
+from sparza.errors import SerdeError, payload_preview
 from sparza.serde import BytesSerde, Serde
 from sparza.streams import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream
 from sparza.task import MessageCollector, TaskContext, TaskCoordinator
@@ -395,7 +395,7 @@ class StageTask:
                     key = self._keys.decode(bytes(key))
                 except ValueError as exc:
                     raise SerdeError(f"key of {envelope.ssp} at {envelope.offset} is not the JSON key "
-                                     f"partition_by writes: {bytes(key)[:40]!r}") from exc
+                                     f"partition_by writes: {payload_preview(key)}") from exc
             message = envelope.message
             emit(message if decode is None else decode(message), key, envelope.timestamp)
 

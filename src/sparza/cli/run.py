@@ -31,7 +31,12 @@ def run(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML
                                          help="This processor's id (default: processor.id or 0); names its Spark "
                                               "checkpoint dir, so keep it stable across restarts."),
         once: bool = typer.Option(False, "--once", help="Process what is available now, commit and exit."),
-        stage: str = typer.Option(None, "--stage", help="app.class jobs: run only this stage.")) -> None:
+        stage: str = typer.Option(None, "--stage", help="app.class jobs: run only this stage."),
+        remote: str = typer.Option(None, "--remote",
+                                   help="Spark Connect URL sc://host:port (default: spark.remote); excludes --master."),
+        py_files: str = typer.Option(None, "--py-files",
+                                     help="Comma list of zips (sparza package) executors import the job's code "
+                                          "from (default: job.py.files).")) -> None:
     """Run a job until stopped (SIGINT/SIGTERM finish the batch, commit and exit 0), or until every
     bounded input ended; with --once, until caught up. Exit codes: 0 clean stop, 1 job failed,
     2 bad config, 3 another processor holds the job (standalone: refused, or claim lost while running)."""
@@ -40,9 +45,12 @@ def run(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML
     from sparza.runtime.app import run_config
 
     cfg = Config.load(config)  # untranslated: run_config checks it and warns about Samza's spellings itself
+    if py_files:
+        cfg = cfg.with_overrides({"job.py.files": py_files})
     pid = processor_id or cfg.get_str("processor.id", None) or "0"  # type: ignore[attr-defined]
     try:
-        outcome = run_config(cfg, master=master, processor_id=pid, once=once, stage=stage)  # type: ignore[arg-type]
+        outcome = run_config(cfg, master=master, remote=remote, processor_id=pid,  # type: ignore[arg-type]
+                             once=once, stage=stage)
     except ClaimError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_CLAIMED) from None
@@ -165,7 +173,30 @@ def drop_intent(config: str = typer.Option(..., "--config", "-c", help="Job conf
                f"{intent.ends}); its next run processes that range again, and outputs already written may repeat")
 
 
+def package(config: str = typer.Option(None, "--config", "-c",
+                                       help="Job config: its task.class / app.class modules are packaged."),
+            output: str = typer.Option("dist/sparza-job.zip", "--output", "-o", help="The zip to write."),
+            module: list[str] = typer.Option([], "--module", "-m",
+                                             help="Another top-level module or package to include (repeatable).")
+            ) -> None:
+    """Write a zip of sparza and the job's modules for executors that do not have them (job.py.files,
+    --py-files, spark-submit --py-files, spark.addArtifacts), and the requirements file to install there."""
+    from sparza.config import Config
+    from sparza.runtime.jobconfig import JobConfig
+    from sparza.runtime.packaging import build_package, job_modules
+
+    modules = list(module)
+    if config:
+        cfg = Config.load(config)
+        modules = job_modules(JobConfig.from_config(cfg, require_inputs=False).config) + modules
+    built = build_package(output, modules)
+    typer.echo(f"wrote {built.path} ({built.files} files: {', '.join(built.modules)}) and {built.requirements}")
+    typer.echo(f"use it with: job.py.files: {built.path} (or sparza run --py-files {built.path}); executors need "
+               f"Python {'.'.join(map(str, sys.version_info[:2]))} and: pip install -r {built.requirements}")
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``run`` and ``checkpoints`` to the root command."""
+    """Add ``run``, ``package`` and ``checkpoints`` to the root command."""
     app.command("run")(run)
+    app.command("package")(package)
     app.add_typer(checkpoints_app, name="checkpoints")

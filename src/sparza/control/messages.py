@@ -3,12 +3,23 @@
 Stream rows carry the type in their own ``type`` column (0 user, 1 watermark, 2 end-of-stream) and
 the body in ``value``; :func:`encode_body` / :func:`decode_body` handle the body. Systems without a
 type column carry both in one byte string (``[type byte][body]``): :func:`to_wire` / :func:`from_wire`.
-The body names the producing task and how many tasks produce the stream (``taskCount``), so a
-downstream job counts end-of-stream without knowing the upstream job model.
+
+Two body formats, both always read:
+
+- ``sparza`` (written by default): ``{"version", "taskName", "taskCount", "timestamp"}``. The body
+  says how many tasks produce the stream (``taskCount``), so a downstream job counts end-of-stream
+  without knowing the upstream job model.
+- ``samza``: exactly what Samza's ``IntermediateMessageSerde`` writes (checked against Samza's
+  Jackson output): ``{"timestamp", "taskName", "version"}`` for a watermark, ``{"taskName",
+  "version"}`` for end-of-stream. No ``taskCount``: Samza derives the producer count from its job
+  model, sparza from ``systems.<s>.streams.<x>.control.producer.count``. A Samza reader refuses
+  fields it does not know (Jackson's default) and would then take the message for user data, so
+  this format writes nothing else.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -18,16 +29,28 @@ from sparza.streams import MessageType
 
 __all__ = [
     "CONTROL_VERSION",
+    "FORMATS",
+    "SAMZA_FORMAT",
+    "SPARZA_FORMAT",
     "ControlMessage",
     "ControlMessageError",
     "decode_body",
     "encode_body",
     "from_wire",
+    "samza_aggregate_partition",
     "to_wire",
 ]
 
 CONTROL_VERSION = 1
 """The body version this code writes; readers accept this version and refuse newer ones."""
+
+SPARZA_FORMAT = "sparza"
+"""Body with ``taskCount``, sent by every upstream task to every partition (the default)."""
+SAMZA_FORMAT = "samza"
+"""Samza's body (no ``taskCount``), sent by every upstream task to one aggregate partition only."""
+FORMATS = (SPARZA_FORMAT, SAMZA_FORMAT)
+
+_DRAIN = 3  # Samza's MessageType.DRAIN
 
 
 class ControlMessageError(SparzaError, ValueError):
@@ -48,8 +71,9 @@ class ControlMessage:
     """One watermark or end-of-stream message from one upstream task.
 
     ``task_name`` is None for messages that do not come from a counted producer (a bounded source's
-    end-of-stream); such a message settles its SSP directly. ``timestamp`` is the producer's
-    watermark in epoch ms (None for end-of-stream).
+    end-of-stream, or a Samza aggregator's re-broadcast); such a message settles its SSP directly.
+    ``task_count`` is 0 when the body does not say (Samza's format: the reader's config does).
+    ``timestamp`` is the producer's watermark in epoch ms (None for end-of-stream).
     """
 
     type: MessageType
@@ -77,11 +101,33 @@ class ControlMessage:
         return cls(MessageType.END_OF_STREAM, task_name, task_count, timestamp)
 
 
-def encode_body(message: ControlMessage) -> bytes:
-    """The JSON body ``{"version", "taskName", "taskCount", "timestamp"}`` as UTF-8 bytes."""
-    body = {"version": message.version, "taskName": message.task_name,
-            "taskCount": message.task_count, "timestamp": message.timestamp}
+def encode_body(message: ControlMessage, body_format: str = SPARZA_FORMAT) -> bytes:
+    """The JSON body as UTF-8 bytes: ``{"version", "taskName", "taskCount", "timestamp"}``, or in Samza's
+    format ``{"timestamp", "taskName", "version"}`` (watermark) / ``{"taskName", "version"}`` (end-of-stream)."""
+    if body_format == SAMZA_FORMAT:
+        body: dict[str, Any] = {"taskName": message.task_name, "version": message.version}
+        if message.type == MessageType.WATERMARK:
+            body = {"timestamp": message.timestamp, **body}
+    elif body_format == SPARZA_FORMAT:
+        body = {"version": message.version, "taskName": message.task_name,
+                "taskCount": message.task_count, "timestamp": message.timestamp}
+    else:
+        raise ValueError(f"unknown control-message format {body_format!r}; expected one of {', '.join(FORMATS)}")
     return json.dumps(body, separators=(",", ":")).encode("utf-8")
+
+
+def samza_aggregate_partition(stream: str, partitions: int) -> int:
+    """The partition Samza's upstream tasks send a stream's control messages to: Java's
+    ``stream.hashCode() % partitions`` (a negative remainder made positive, as Samza's Kafka producer
+    does with the partition key); ``stream`` is the physical name (for Kafka, the topic)."""
+    h = 0
+    data = stream.encode("utf-16-be")
+    for i in range(0, len(data), 2):  # Java hashes UTF-16 code units, in 32-bit two's complement
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    if h >= 1 << 31:
+        h -= 1 << 32
+    remainder = abs(h) % partitions  # Java's % keeps the dividend's sign; the producer then takes abs()
+    return remainder
 
 
 def _field(body: dict[str, Any], *names: str) -> Any:
@@ -94,10 +140,28 @@ def _field(body: dict[str, Any], *names: str) -> Any:
 
 def decode_body(message_type: MessageType | int, data: bytes | str | dict[str, Any] | None) -> ControlMessage:
     """Parse a control body of the given type. Empty data (a source's bare end-of-stream) is allowed
-    for end-of-stream only; everything else malformed raises :class:`ControlMessageError`."""
+    for end-of-stream only; everything else malformed raises :class:`ControlMessageError`.
+
+    Byte bodies are parsed once per process: every upstream task writes the same body to every
+    partition, so the downstream tasks sharing a Python worker would otherwise parse each one again
+    (messages are immutable; errors are not cached)."""
+    if type(data) is bytes:
+        return _decode_bytes(int(message_type), data)
+    return _decode(message_type, data)
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode_bytes(message_type: int, data: bytes) -> ControlMessage:
+    return _decode(message_type, data)
+
+
+def _decode(message_type: MessageType | int, data: bytes | str | dict[str, Any] | None) -> ControlMessage:
     try:
         mtype = MessageType(int(message_type))
     except ValueError as exc:
+        if int(message_type) == _DRAIN:
+            raise ControlMessageError("type 3 is Samza's drain message, which sparza does not support: stop the "
+                                      "upstream Samza job without drain (job.drain-monitor.enabled: false)") from exc
         raise ControlMessageError(f"unknown message type {message_type!r}") from exc
     if mtype == MessageType.USER:
         raise ControlMessageError("type 0 is a user message, not a control message")
@@ -132,8 +196,6 @@ def decode_body(message_type: MessageType | int, data: bytes | str | dict[str, A
         task_count = 0
     if not isinstance(task_count, int) or isinstance(task_count, bool) or task_count < 0:
         raise ControlMessageError(f"taskCount must be an integer >= 0, got {task_count!r}", raw)
-    if task_name is not None and task_count == 0:
-        raise ControlMessageError(f"taskCount is missing for producer {task_name!r}", raw)
     timestamp = _field(body, "timestamp")
     if timestamp is not None and (not isinstance(timestamp, int) or isinstance(timestamp, bool)):
         raise ControlMessageError(f"timestamp must be an integer (ms), got {timestamp!r}", raw)

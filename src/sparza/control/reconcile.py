@@ -14,6 +14,15 @@ when the runtime reaches the end of a bounded stream or a bare end-of-stream arr
 Processing time for idle handling is the runtime's batch time (``now_ms`` at batch boundaries),
 not the wall clock at message arrival, so a replayed batch decides exactly as the first run did.
 Every watermark here is monotonic.
+
+Upstream tasks' watermarks arrive in runs (each upstream batch ends with one per producer), and
+recomputing the min after each of them made a run of n messages cost O(n^2). A watermark only marks
+the SSP *unsettled*; :meth:`SspControlState.settle` recomputes once, before anything reads the
+state. That gives the result recomputing after every message would: within a run of watermarks
+from a fixed set of producers, the min (once every live producer reported) only grows, so the last
+recompute finds the largest candidate. The only messages that could make an earlier candidate larger
+than the last one (an end-of-stream, which changes the live set, a larger ``taskCount``, and a
+message without a producer) settle the run before they are applied.
 """
 
 from __future__ import annotations
@@ -67,6 +76,9 @@ class ProducerState:
                    bool(data.get("pending", False)))
 
 
+_NO_IDLE = IdlePolicy()
+
+
 def _is_active(heard_at: int | None, pending: bool, now_ms: int, timeout_ms: int) -> bool:
     return pending or (heard_at is not None and now_ms - heard_at < timeout_ms)
 
@@ -85,6 +97,7 @@ class SspControlState:
     heard_at: int | None = None
     pending: bool = False
     control_received: int = 0
+    unsettled: bool = False
 
     # --- input -----------------------------------------------------------------------------
     def on_user(self, timestamp: int | None) -> bool:
@@ -96,8 +109,12 @@ class SspControlState:
         return timestamp is not None and self._raise_to(int(timestamp) - self.lateness_ms)
 
     def on_control(self, message: ControlMessage) -> None:
-        """A watermark or end-of-stream message from an upstream task (or a bare one from a source)."""
+        """A watermark or end-of-stream message from an upstream task (or a bare one from a source).
+        Leaves the SSP unsettled: call :meth:`settle` before reading its watermark or end."""
         self.control_received += 1
+        if self.unsettled and (message.type != MessageType.WATERMARK or message.task_name is None
+                               or message.task_count > self.task_count):  # breaks_run, inlined: per message
+            self.settle()  # this message could change the candidates: settle the run before it (module doc)
         if self.ended:
             return
         if message.task_name is None:
@@ -109,9 +126,13 @@ class SspControlState:
             return
         # A producer message makes this SSP intermediate even if config did not say so.
         self.intermediate = True
-        # taskCount is fixed per upstream job model; a larger count (upstream rescaled) wins.
-        self.task_count = max(self.task_count, message.task_count)
-        producer = self.producers.setdefault(message.task_name, ProducerState())
+        # taskCount is fixed per upstream job model; a larger count (upstream rescaled) wins. Samza's format
+        # has none (0): the configured count stands in.
+        if message.task_count > self.task_count:
+            self.task_count = message.task_count
+        producer = self.producers.get(message.task_name)
+        if producer is None:
+            producer = self.producers[message.task_name] = ProducerState()
         if producer.ended:
             return
         producer.pending = True
@@ -120,7 +141,18 @@ class SspControlState:
         elif message.timestamp is not None and (producer.watermark is None or message.timestamp > producer.watermark):
             # Per-producer monotonic: an older watermark (a replayed upstream batch) is ignored.
             producer.watermark = message.timestamp
-        self.recompute(None, IdlePolicy())
+        self.unsettled = True
+
+    def breaks_run(self, message: ControlMessage) -> bool:
+        """True for a message that must not be reconciled together with the ones before it: anything but a
+        producer's watermark, or one announcing more producers (see the module docstring)."""
+        return (message.type != MessageType.WATERMARK or message.task_name is None
+                or message.task_count > self.task_count)
+
+    def settle(self) -> None:
+        """Recompute end-of-stream and watermark from the control messages applied since the last settle."""
+        self.unsettled = False
+        self.recompute(None, _NO_IDLE)
 
     def on_exhausted(self) -> None:
         """The runtime reached the end of this bounded source SSP."""
@@ -140,6 +172,8 @@ class SspControlState:
 
     def stamp(self, now_ms: int) -> None:
         """At a batch boundary: time-stamp what was heard from during the batch (for idle handling)."""
+        if self.unsettled:
+            self.settle()
         if self.created_at is None:
             self.created_at = now_ms
         if self.pending:
@@ -190,16 +224,20 @@ class SspControlState:
     # --- checkpoint ------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         """JSON-able form for the task checkpoint."""
+        if self.unsettled:
+            self.settle()
         return {"intermediate": self.intermediate, "watermark": self.watermark, "ended": self.ended,
                 "taskCount": self.task_count, "createdAt": self.created_at, "heardAt": self.heard_at,
                 "pending": self.pending, "producers": {n: p.to_json() for n, p in sorted(self.producers.items())}}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], lateness_ms: int, intermediate: bool) -> SspControlState:
-        """Inverse of :meth:`to_json`; the lateness comes from the current config."""
+    def from_json(cls, data: dict[str, Any], lateness_ms: int, intermediate: bool,
+                  configured_count: int = 0) -> SspControlState:
+        """Inverse of :meth:`to_json`; the lateness and the configured producer count come from the current
+        config (the larger of the saved and the configured count holds)."""
         return cls(intermediate=bool(data.get("intermediate", False)) or intermediate, lateness_ms=lateness_ms,
                    watermark=data.get("watermark"), ended=bool(data.get("ended", False)),
-                   task_count=int(data.get("taskCount", 0)),
+                   task_count=max(int(data.get("taskCount", 0)), configured_count),
                    producers={n: ProducerState.from_json(p) for n, p in (data.get("producers") or {}).items()},
                    created_at=data.get("createdAt"), heard_at=data.get("heardAt"),
                    pending=bool(data.get("pending", False)))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sparza.config import Config, define_key
+from sparza.control.messages import FORMATS, SAMZA_FORMAT, SPARZA_FORMAT
 from sparza.errors import ConfigError
 from sparza.streams import SystemStream
 
@@ -19,8 +20,10 @@ __all__ = [
     "QUORUM_KEY",
     "ControlSettings",
     "LatePolicy",
+    "format_key",
     "intermediate_key",
     "lateness_key",
+    "producer_count_key",
 ]
 
 _PKG = "control"
@@ -44,11 +47,28 @@ define_key("systems.<system>.streams.<stream>.watermark.lateness.ms", 0, "How fa
            "seen a source partition's watermark stays (allowed out-of-orderness).", _PKG)
 define_key("systems.<system>.streams.<stream>.samza.intermediate", "false", "true for a stream between two stages: "
            "its partitions carry control messages and its watermark comes from them (set by the planner).", _PKG)
+define_key("systems.<system>.streams.<stream>.control.format", "sparza", "Control-message protocol of an "
+           "intermediate stream: 'sparza' (bodies with taskCount, every upstream task to every partition) or 'samza' "
+           "(Samza's bodies without taskCount, sent to one aggregate partition whose reader re-broadcasts them), "
+           "for a Samza job upstream or downstream. Both bodies are always read.", _PKG)
+define_key("systems.<system>.streams.<stream>.control.producer.count", 0, "How many upstream tasks write control "
+           "messages into this intermediate input stream; needed when they carry no taskCount (format 'samza'). "
+           "Samza takes it from its job model: the tasks of the upstream job that read its inputs.", _PKG)
 
 
 def lateness_key(stream: SystemStream) -> str:
     """``systems.<s>.streams.<x>.watermark.lateness.ms`` for ``stream``."""
     return f"systems.{stream.system}.streams.{stream.stream}.watermark.lateness.ms"
+
+
+def format_key(stream: SystemStream) -> str:
+    """``systems.<s>.streams.<x>.control.format`` for ``stream``."""
+    return f"systems.{stream.system}.streams.{stream.stream}.control.format"
+
+
+def producer_count_key(stream: SystemStream) -> str:
+    """``systems.<s>.streams.<x>.control.producer.count`` for ``stream``."""
+    return f"systems.{stream.system}.streams.{stream.stream}.control.producer.count"
 
 
 def intermediate_key(stream: SystemStream) -> str:
@@ -75,6 +95,8 @@ class ControlSettings:
     late_stream: SystemStream | None = None
     _intermediate: frozenset[SystemStream] = field(default_factory=frozenset)
     _lateness: dict[SystemStream, int] = field(default_factory=dict)
+    _formats: dict[SystemStream, str] = field(default_factory=dict)
+    _producer_counts: dict[SystemStream, int] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: Config, streams: list[SystemStream] | None = None) -> ControlSettings:
@@ -103,11 +125,31 @@ class ControlSettings:
             raise ConfigError(LATE_STREAM_KEY, None, f"a system.stream because {LATE_POLICY_KEY} is 'route'")
         intermediate: set[SystemStream] = set()
         lateness: dict[SystemStream, int] = {}
+        formats: dict[SystemStream, str] = {}
+        counts: dict[SystemStream, int] = {}
+        for stream in outputs:
+            formats[stream] = config.get_choice(format_key(stream), FORMATS, SPARZA_FORMAT)
         for stream in streams or []:
             if config.get_bool(intermediate_key(stream), False):
                 intermediate.add(stream)
             lateness[stream] = config.get_int(lateness_key(stream), 0, min_value=0)
-        return cls(idle, quorum, tuple(outputs), policy, late_stream, frozenset(intermediate), lateness)
+            formats[stream] = config.get_choice(format_key(stream), FORMATS, SPARZA_FORMAT)
+            counts[stream] = config.get_int(producer_count_key(stream), 0, min_value=0)
+            if formats[stream] == SAMZA_FORMAT and counts[stream] == 0:
+                raise ConfigError(producer_count_key(stream), None,
+                                  f"the number of upstream tasks writing {stream}, because its control.format is "
+                                  "'samza' (Samza's messages do not carry it; Samza takes it from the upstream job "
+                                  "model: the tasks that read the upstream job's inputs)")
+        return cls(idle, quorum, tuple(outputs), policy, late_stream, frozenset(intermediate), lateness, formats,
+                   counts)
+
+    def format(self, stream: SystemStream) -> str:
+        """The control-message format of an intermediate stream (``sparza`` unless configured)."""
+        return self._formats.get(stream, SPARZA_FORMAT)
+
+    def producer_count(self, stream: SystemStream) -> int:
+        """The configured number of upstream tasks of an intermediate input stream (0: not configured)."""
+        return self._producer_counts.get(stream, 0)
 
     def is_intermediate(self, stream: SystemStream) -> bool:
         """True when ``stream`` carries control messages from upstream tasks."""

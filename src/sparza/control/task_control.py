@@ -9,9 +9,15 @@ The runtime owns the batch loop and calls, per task:
 2. :meth:`TaskControl.on_ssp_exhausted` when a bounded source SSP reached its end.
 3. At the batch boundary: :meth:`TaskControl.advance` (idle timeouts; a non-None result goes to the
    task's ``on_watermark``), then :meth:`TaskControl.outgoing` (watermark, and end-of-stream once
-   :meth:`TaskControl.all_ended`, for every partition of each intermediate output) sent through the
+   :meth:`TaskControl.all_ended`, for every partition of each intermediate output; see
+   :meth:`TaskControl.streams_written` for the partition counts it needs) sent through the
    same producer and idempotent flush as the batch's data, then :meth:`TaskControl.snapshot` into the
    task checkpoint under ``"control"``.
+
+Streams in Samza's protocol (``control.format: samza``): an upstream task sends its messages, in
+Samza's body, to the stream's aggregate partition only; the downstream task reading that partition
+re-broadcasts what it reconciled there (watermark and end-of-stream, without a producer name) to
+every other partition of the stream, as Samza's operators do.
 
 On restart :meth:`TaskControl.restore` brings back end-of-stream counts and watermarks, so a
 task that checkpointed past upstream control messages never waits for them again.
@@ -23,11 +29,18 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sparza.config import Config
-from sparza.control.messages import ControlMessage, decode_body, encode_body
+from sparza.control.messages import (
+    SAMZA_FORMAT,
+    SPARZA_FORMAT,
+    ControlMessage,
+    decode_body,
+    encode_body,
+    samza_aggregate_partition,
+)
 from sparza.control.reconcile import IdlePolicy, SspControlState
-from sparza.control.settings import ControlSettings, LatePolicy
+from sparza.control.settings import ControlSettings, LatePolicy, producer_count_key
 from sparza.errors import SparzaError
-from sparza.metrics import MetricsRegistry
+from sparza.metrics import Counter, MetricsRegistry
 from sparza.streams import (
     IncomingMessageEnvelope,
     MessageType,
@@ -42,6 +55,7 @@ SNAPSHOT_VERSION = 1
 """Version of the :meth:`TaskControl.snapshot` layout."""
 
 METRICS_GROUP = "control"
+_WATERMARK = MessageType.WATERMARK
 
 
 class ControlStateError(SparzaError, ValueError):
@@ -67,16 +81,24 @@ class TaskControl:
         self._idle = IdlePolicy(self.settings.idle_timeout_ms, self.settings.quorum)
         self._states: dict[SystemStreamPartition, SspControlState] = {
             ssp: self._fresh_state(ssp) for ssp in self.input_ssps}
+        self._unsettled: list[SspControlState] = []  # SSPs with control messages not yet reconciled
+        self._received_pending = 0  # control messages not yet added to the metric (added when settling)
+        self._last_ssp: SystemStreamPartition | None = None
+        self._last_state: SspControlState | None = None
         self._watermark: int | None = None
         self._reported: int | None = None
         self._eos_sent = False
+        # Samza protocol, as the aggregate partition's reader: what was re-broadcast, per input stream
+        self._broadcast: dict[SystemStream, dict[str, Any]] = {}
         self.late_count = 0
         self.late_routed = 0
+        self._received_counter: Counter | None = None
         self.bind_metrics(metrics if metrics is not None else MetricsRegistry())
 
     def bind_metrics(self, metrics: MetricsRegistry) -> None:
         """Report into ``metrics`` from now on (a runtime that starts a fresh registry per batch calls
         this each batch; counts that must survive restarts are in the snapshot, not in metrics)."""
+        self._flush_received()  # what the old registry counted stays there
         self.metrics = metrics
         self._late_counter = self.metrics.counter(METRICS_GROUP, "late-messages")
         self._routed_counter = self.metrics.counter(METRICS_GROUP, "late-messages-routed")
@@ -90,27 +112,50 @@ class TaskControl:
     def _fresh_state(self, ssp: SystemStreamPartition) -> SspControlState:
         stream = ssp.system_stream
         return SspControlState(intermediate=self.settings.is_intermediate(stream),
-                               lateness_ms=self.settings.lateness_ms(stream))
+                               lateness_ms=self.settings.lateness_ms(stream),
+                               task_count=self.settings.producer_count(stream))
 
     def _state(self, ssp: SystemStreamPartition) -> SspControlState:
+        last = self._last_state
+        if ssp is self._last_ssp and last is not None:  # a reader hands out one SSP object per run of envelopes
+            return last
         try:
-            return self._states[ssp]
+            state = self._states[ssp]
         except KeyError:
             raise ControlStateError(f"task {self.task_name!r} got a message of {ssp}, which is not one of its "
                                     f"inputs ({', '.join(map(str, self.input_ssps))})") from None
+        self._last_ssp, self._last_state = ssp, state
+        return state
 
     # --- input -----------------------------------------------------------------------------
     def on_envelope(self, envelope: IncomingMessageEnvelope) -> bool:
         """Account for one envelope read, in order. True: a control message, consumed (do not deliver it)."""
         state = self._state(envelope.ssp)
         if envelope.type == MessageType.USER:
+            if self._unsettled:
+                self._settle()
             if state.on_user(envelope.timestamp):
                 self._recompute_task(None)
             return False
         message = decode_body(envelope.type, envelope.message)
-        self._received_counter.inc()
+        if message.task_count == 0 and message.task_name is not None and state.task_count == 0:
+            ssp = envelope.ssp
+            raise ControlStateError(
+                f"a control message from upstream task {message.task_name!r} on {ssp} says nothing of how many "
+                f"tasks write {ssp.system_stream} (Samza's format has no taskCount): set "
+                f"{producer_count_key(ssp.system_stream)} to the number of upstream tasks")
+        self._received_pending += 1
+        # reconciled lazily, once per run of control messages, before anything reads the state; the list
+        # holds every state that was unsettled since the last settle (by identity: states compare by value).
+        # A message that ends a run settles every SSP and the task first: ending an SSP takes it out of the
+        # task's min, which must have seen the SSP's last watermark.
+        if self._unsettled and (message.type != _WATERMARK or message.task_name is None
+                                or message.task_count > state.task_count):  # SspControlState.breaks_run, inlined
+            self._settle()
+        was_unsettled = state.unsettled
         state.on_control(message)
-        self._recompute_task(None)
+        if not was_unsettled:
+            self._unsettled.append(state)
         return True
 
     def on_user_run(self, ssp: SystemStreamPartition, max_timestamp: int | None) -> None:
@@ -118,16 +163,35 @@ class TaskControl:
         largest event time is ``max_timestamp`` (None: none has one). The same bookkeeping as
         :meth:`on_envelope` for each of them, done once: a source partition's watermark only rises to
         the largest event time it saw, and nothing reads the task watermark before the batch boundary."""
-        if self._state(ssp).on_user(max_timestamp):
+        state = self._state(ssp)
+        if self._unsettled:  # as on_envelope's first user message after control messages does
+            self._settle()
+        if state.on_user(max_timestamp):
             self._recompute_task(None)
+
+    def _settle(self) -> None:
+        for state in self._unsettled:
+            if state.unsettled:
+                state.settle()
+        self._unsettled.clear()
+        self._recompute_task(None)
+
+    def _flush_received(self) -> None:
+        if self._received_pending and self._received_counter is not None:
+            self._received_counter.inc(self._received_pending)
+            self._received_pending = 0
 
     def on_ssp_exhausted(self, ssp: SystemStreamPartition) -> None:
         """The runtime reached the end of a bounded source SSP: it has ended."""
+        if self._unsettled:
+            self._settle()
         self._state(ssp).on_exhausted()
         self._recompute_task(None)
 
     def is_late(self, envelope: IncomingMessageEnvelope) -> bool:
         """True for a user message whose event time is behind the task watermark."""
+        if self._unsettled:
+            self._settle()
         wm = self._watermark
         return (envelope.type == MessageType.USER and envelope.timestamp is not None and wm is not None
                 and envelope.timestamp < wm)
@@ -165,23 +229,34 @@ class TaskControl:
 
     def watermark(self) -> int | None:
         """The task watermark: min over its live SSPs, monotonic; None before every input has one."""
+        if self._unsettled:
+            self._settle()
         return self._watermark
 
     def ssp_watermark(self, ssp: SystemStreamPartition) -> int | None:
         """The reconciled watermark of one input SSP."""
+        if self._unsettled:
+            self._settle()
         return self._state(ssp).watermark
 
     def is_ended(self, ssp: SystemStreamPartition) -> bool:
         """True once ``ssp`` has ended (all its producers sent end-of-stream, or the source ended)."""
+        if self._unsettled:
+            self._settle()
         return self._state(ssp).ended
 
     def all_ended(self) -> bool:
         """True when every input SSP has ended."""
+        if self._unsettled:
+            self._settle()
         return all(s.ended for s in self._states.values())
 
     def advance(self, now_ms: int) -> int | None:
         """At a batch boundary: apply idle timeouts as of ``now_ms`` (the batch's time) and return the
         task watermark if it advanced since the last call, else None."""
+        self._flush_received()
+        if self._unsettled:
+            self._settle()
         for state in self._states.values():
             state.stamp(now_ms)
             state.recompute(now_ms, self._idle)
@@ -192,42 +267,98 @@ class TaskControl:
         return None
 
     # --- output ----------------------------------------------------------------------------
+    def streams_written(self) -> tuple[SystemStream, ...]:
+        """The streams :meth:`outgoing` may write and needs the partition count of: the intermediate
+        outputs, and the inputs in Samza's protocol (whose aggregate partition this task may read)."""
+        samza_inputs = sorted({ssp.system_stream for ssp in self.input_ssps
+                               if self.settings.format(ssp.system_stream) == SAMZA_FORMAT})
+        return tuple(self.settings.intermediate_outputs) + tuple(s for s in samza_inputs
+                                                                 if s not in self.settings.intermediate_outputs)
+
     def outgoing(self, now_ms: int, partitions_by_stream: Mapping[SystemStream, int]) -> list[OutgoingMessageEnvelope]:
         """The control messages to write at the end of a batch: the task watermark (when it has one)
-        and, once every input ended, end-of-stream, to every partition of each intermediate output.
+        and, once every input ended, end-of-stream, to every partition of each intermediate output (in
+        Samza's protocol: to its aggregate partition only); and, as the reader of a Samza-protocol
+        input's aggregate partition, what it reconciled there, to the other partitions of that input.
 
         End-of-stream goes out once; after it nothing more does (the snapshot remembers it, so a
         replayed batch, restored from the checkpoint before it, sends it again)."""
+        if self._unsettled:
+            self._settle()
+        out = self._rebroadcasts(now_ms, partitions_by_stream)
         if self._eos_sent:
-            return []
+            self._sent_counter.inc(len(out))
+            return out
         wanted: list[ControlMessage] = []
         if self._watermark is not None:
             wanted.append(ControlMessage.watermark(self._watermark, self.task_name, self.task_count))
         if self.all_ended():
             wanted.append(ControlMessage.end_of_stream(self.task_name, self.task_count, self._watermark))
-        out: list[OutgoingMessageEnvelope] = []
         for stream in self.settings.intermediate_outputs:
-            if stream not in partitions_by_stream:
-                raise ControlStateError(f"no partition count given for intermediate output {stream}; pass it in "
-                                        f"partitions_by_stream")
+            partitions = self._partitions(stream, partitions_by_stream)
+            body_format = self.settings.format(stream)
+            targets = range(partitions) if body_format == SPARZA_FORMAT else \
+                [samza_aggregate_partition(stream.stream, partitions)]
             for message in wanted:
-                body = encode_body(message)
-                stamp = message.timestamp if message.timestamp is not None else now_ms
-                for partition in range(int(partitions_by_stream[stream])):
-                    out.append(OutgoingMessageEnvelope(stream, body, partition=partition, timestamp=stamp,
-                                                       type=message.type))
-                    self._sent_bytes.inc(len(body))
+                self._emit(out, stream, message, body_format, targets, now_ms)
         self._sent_counter.inc(len(out))
         if self.all_ended():
             self._eos_sent = True
         return out
 
+    def _partitions(self, stream: SystemStream, partitions_by_stream: Mapping[SystemStream, int]) -> int:
+        if stream not in partitions_by_stream:
+            raise ControlStateError(f"no partition count given for {stream}; pass it in partitions_by_stream "
+                                    "(every stream of streams_written())")
+        return int(partitions_by_stream[stream])
+
+    def _emit(self, out: list[OutgoingMessageEnvelope], stream: SystemStream, message: ControlMessage,
+              body_format: str, targets: Iterable[int], now_ms: int) -> None:
+        body = encode_body(message, body_format)
+        stamp = message.timestamp if message.timestamp is not None else now_ms
+        mtype = message.type
+        before = len(out)
+        # positional (stream, message, key, partition_key, partition, timestamp, type): n x m of these per batch
+        out.extend([OutgoingMessageEnvelope(stream, body, None, None, partition, stamp, mtype)
+                    for partition in targets])
+        self._sent_bytes.inc(len(body) * (len(out) - before))
+
+    def _rebroadcasts(self, now_ms: int,
+                      partitions_by_stream: Mapping[SystemStream, int]) -> list[OutgoingMessageEnvelope]:
+        """Samza's aggregator: for each Samza-protocol input whose aggregate partition this task reads, its
+        reconciled watermark (when it advanced) and end-of-stream (once) to every other partition."""
+        out: list[OutgoingMessageEnvelope] = []
+        for ssp, state in self._states.items():
+            stream = ssp.system_stream
+            if self.settings.format(stream) != SAMZA_FORMAT:
+                continue
+            sent = self._broadcast.get(stream)
+            if sent is not None and sent["ended"]:
+                continue
+            partitions = self._partitions(stream, partitions_by_stream)
+            if ssp.partition != samza_aggregate_partition(stream.stream, partitions):
+                continue
+            sent = self._broadcast.setdefault(stream, {"watermark": None, "ended": False})
+            others = [p for p in range(partitions) if p != ssp.partition]
+            if state.watermark is not None and (sent["watermark"] is None or state.watermark > sent["watermark"]):
+                self._emit(out, stream, ControlMessage.watermark(state.watermark, None, 0), SAMZA_FORMAT, others,
+                           now_ms)
+                sent["watermark"] = state.watermark
+            if state.ended:
+                self._emit(out, stream, ControlMessage.end_of_stream(None, 0), SAMZA_FORMAT, others, now_ms)
+                sent["ended"] = True
+        return out
+
     # --- checkpoint ------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """JSON-able state for the task checkpoint (key ``"control"``)."""
+        self._flush_received()
+        if self._unsettled:
+            self._settle()
         return {"version": SNAPSHOT_VERSION, "taskName": self.task_name, "watermark": self._watermark,
                 "reported": self._reported, "eosSent": self._eos_sent, "lateCount": self.late_count,
                 "lateRouted": self.late_routed,
+                "broadcast": {str(stream): dict(sent) for stream, sent in sorted(self._broadcast.items())},
                 "ssps": {str(ssp): state.to_json() for ssp, state in sorted(self._states.items())}}
 
     @classmethod
@@ -248,7 +379,11 @@ class TaskControl:
                 ssp = SystemStreamPartition.parse(text)
                 if ssp in control._states:
                     fresh = control._states[ssp]
-                    control._states[ssp] = SspControlState.from_json(data, fresh.lateness_ms, fresh.intermediate)
+                    control._states[ssp] = SspControlState.from_json(data, fresh.lateness_ms, fresh.intermediate,
+                                                                     fresh.task_count)
+            for text, sent in (snapshot.get("broadcast") or {}).items():
+                control._broadcast[SystemStream.parse(text)] = {"watermark": sent.get("watermark"),
+                                                                "ended": bool(sent.get("ended", False))}
             control._watermark = snapshot.get("watermark")
             control._reported = snapshot.get("reported")
             control._eos_sent = bool(snapshot.get("eosSent", False))

@@ -89,11 +89,17 @@ class AzureJobCoordinator:
         registry = metrics or MetricsRegistry()
         group = "coordination"
         self._m_models = registry.counter(group, "job-models-adopted")
+        self._m_rebalances = registry.counter(group, "rebalances")  # adopted models after the first
         self._m_published = registry.counter(group, "job-models-published")
         self._m_elected = registry.counter(group, "leader-elections-won")
         self._m_errors = registry.counter(group, "storage-errors")
-        self._m_version = registry.gauge(group, "job-model-version")
+        self._m_beats = registry.counter(group, "heartbeats")
+        self._m_version = registry.gauge(group, "job-model-version")  # the generation (fencing token)
         self._m_leader = registry.gauge(group, "is-leader")
+        self._m_leader.set(0)
+        self._m_barrier = registry.timer(group, "barrier-ms")  # START seen (tasks stopped) to END (adopted)
+        self._m_leader_barrier = registry.timer(group, "leader-barrier-ms")  # published to every ack seen
+        self._barrier_seen: float | None = None  # monotonic time this processor stopped for a barrier
 
     # --- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -161,6 +167,7 @@ class AzureJobCoordinator:
         self._ensure_if_needed()
         self._clients.table.heartbeat(self._hb_partition, self.processor_id, self.is_leader())
         self._last_beat_ok = time.monotonic()
+        self._m_beats.inc()
 
     def _check_cut_off(self) -> None:
         """Stop our tasks when we could not heartbeat for a liveness timeout: the leader gives them away."""
@@ -215,6 +222,8 @@ class AzureJobCoordinator:
         return (time.monotonic() - self._last_beat_ok) * 1000 > self.settings.liveness_timeout_ms
 
     def _acknowledge(self, version: int) -> None:
+        if self._barrier_seen is None:
+            self._barrier_seen = time.monotonic()
         self._expire()
         partition = version_key(version)
         self._clients.table.heartbeat(partition, self.processor_id, self.is_leader())
@@ -229,8 +238,13 @@ class AzureJobCoordinator:
             self._adopted = model
             self._expired = False
             self._cut_off = False
+        if self._m_models.count:
+            self._m_rebalances.inc()
         self._m_models.inc()
         self._m_version.set(model.version)
+        if self._barrier_seen is not None:
+            self._m_barrier.update((time.monotonic() - self._barrier_seen) * 1000.0)
+            self._barrier_seen = None
         try:
             self._clients.table.delete_processor(self.processor_id, keep=[version_key(model.version)])
         except Exception as exc:  # leftovers are harmless; the leader cleans them up later
@@ -327,6 +341,8 @@ class AzureJobCoordinator:
             return state.with_changes(barrier=BarrierState.END)
 
         if self._clients.store.update(term, change, leader=self.processor_id) is not None:
+            if self._barrier is not None and self._barrier[0] == version:
+                self._m_leader_barrier.update((time.monotonic() - self._barrier[1]) * 1000.0)
             self._barrier = None
             log.info("leader %s: barrier %d complete", self.processor_id, version)
             self._scheduler.run_soon(_POLL)

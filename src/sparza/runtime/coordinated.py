@@ -17,6 +17,7 @@ import threading
 from typing import Any
 
 from sparza.config import Config
+from sparza.metrics import MetricsRegistry, attach_prometheus
 from sparza.runtime.checkpoint import checkpoint_store_from_config
 from sparza.runtime.errors import CheckpointConflictError
 from sparza.runtime.inputs import InputSystems
@@ -45,10 +46,11 @@ class CoordinatedProcessor:
     """The :class:`~sparza.coordination.JobCoordinatorListener` of one processor, and its run loop."""
 
     def __init__(self, config: Config, *, master: str | None, processor_id: str, once: bool,
-                 spark: Any = None, status: Any = None) -> None:
+                 spark: Any = None, status: Any = None, remote: str | None = None) -> None:
         self.config = config
         self.job = JobConfig.from_config(config)
         self.master = master
+        self.remote = remote
         self.processor_id = processor_id
         self.once = once
         self.status = status
@@ -62,6 +64,8 @@ class CoordinatedProcessor:
         self._stop_reason = ""
         self.batches = 0
         self.generations: list[int] = []
+        self.metrics = MetricsRegistry()
+        """The processor's metrics: its coordinator's and every run's (kept across job models)."""
 
     # --- listener (coordinator threads) ---------------------------------------------------------
     def on_new_job_model(self, job_model: Any) -> None:
@@ -97,10 +101,13 @@ class CoordinatedProcessor:
         from sparza.coordination import job_coordinator_from_config
 
         all_tasks = [t.name for t in InputSystems(self.job).task_models()]
-        coordinator = job_coordinator_from_config(self.processor_id, self.config, all_tasks, self)
+        coordinator = job_coordinator_from_config(self.processor_id, self.config, all_tasks, self,
+                                                  metrics=self.metrics)
         if self._spark is None:
-            self._spark = build_spark_session(self.job, self.master, f"sparza-{self.job.job_key}")
+            self._spark = build_spark_session(self.job, self.master, f"sparza-{self.job.job_key}", self.remote)
         coordinator.start()
+        detach = (attach_prometheus(self.metrics, self.job.prometheus_port, labels={"sparza_job": self.job.job_key})
+                  if self.job.prometheus_port is not None else None)  # served between job models too
         try:
             while not self._done.is_set():
                 model = self._models.get()
@@ -114,25 +121,31 @@ class CoordinatedProcessor:
                     model = newer
                 if self._done.is_set():
                     break
-                self._run_model(model)
-                if self.once and not self._stop_reason.startswith("job model"):
+                expired = self._run_model(model)
+                # --once ends after this processor caught up on its share, not when a rebalance merely
+                # stopped the query: then the next model's tasks are its share, still to process.
+                if self.once and not expired:
                     break
             return RunOutcome(self._stop_reason or "stopped", self.batches, 0)
         finally:
             coordinator.stop()
+            if detach is not None:
+                detach()
             if self._owns_spark and self._spark is not None:
                 self._spark.stop()
 
-    def _run_model(self, model: Any) -> None:
+    def _run_model(self, model: Any) -> bool:
+        """Run ``model``'s tasks of this processor; True when the model expired (a new one follows)."""
         tasks = model.tasks_of(self.processor_id)
         generation = int(model.version)
         self.generations.append(generation)
         claim_tasks(self.config, self.job.job_key, tasks, generation)
         if not tasks:
             self._stopped.set()
-            return
+            return False
         runner = JobRunner(self.config, spark=self._spark, processor_id=self.processor_id, once=self.once,
-                           tasks=tasks, generation=generation, install_signal_handlers=False, status=self.status)
+                           tasks=tasks, generation=generation, install_signal_handlers=False, status=self.status,
+                           metrics=self.metrics)
         with self._runner_lock:
             self._runner = runner
         try:
@@ -145,8 +158,9 @@ class CoordinatedProcessor:
                 self._stop_reason = self._stop_reason or outcome.reason
                 if outcome.reason in ("all inputs ended", "a task asked to shut down") or self.once:
                     self._done.set()
-            else:
-                self._stop_reason = ""
+                return False
+            self._stop_reason = ""
+            return True
         finally:
             with self._runner_lock:
                 self._runner = None
@@ -155,9 +169,10 @@ class CoordinatedProcessor:
 
 
 def run_coordinated(config: Config, *, master: str | None = None, processor_id: str = "0", once: bool = False,
-                    spark: Any = None, install_signal_handlers: bool = True) -> RunOutcome:
+                    spark: Any = None, install_signal_handlers: bool = True, remote: str | None = None) -> RunOutcome:
     """Run this processor's share of the job under ``job.coordinator.factory`` until stopped."""
-    processor = CoordinatedProcessor(config, master=master, processor_id=processor_id, once=once, spark=spark)
+    processor = CoordinatedProcessor(config, master=master, processor_id=processor_id, once=once, spark=spark,
+                                     remote=remote)
     previous: dict[int, Any] = {}
     if install_signal_handlers and threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -33,8 +33,9 @@ from sparza.runtime.commit import BatchStatus
 from sparza.runtime.errors import ProcessingError, TaskCodeError
 from sparza.runtime.instance import BatchResult, get_instance
 from sparza.runtime.jobconfig import JobConfig
+from sparza.runtime.secrets import resolve_secrets
 from sparza.runtime.split import TaskSplit, split_from_marker
-from sparza.runtime.worker import read_split
+from sparza.runtime.worker import WORKER, read_split
 
 __all__ = ["DETERMINISTIC", "RESULT_ARROW_SCHEMA", "RESULT_SCHEMA", "TRACE_DIR_KEY", "TaskAttemptError",
            "make_task_runner", "result_from_row", "run_split", "write_trace_text"]
@@ -60,7 +61,7 @@ class TaskAttemptError(SparzaError):
 RESULT_SCHEMA = ("task string, seq bigint, status string, messages bigint, processed bigint, dropped bigint, "
                  "ignored bigint, late bigint, late_routed bigint, ended boolean, shutdown boolean, process_ms double, "
                  "commit_ms double, "
-                 "error string, metrics string, offsets string")
+                 "error string, metrics string, offsets string, system_metrics string")
 """What each task returns to the driver (one row per task per batch)."""
 
 RESULT_ARROW_SCHEMA = pa.schema([
@@ -68,7 +69,7 @@ RESULT_ARROW_SCHEMA = pa.schema([
     ("processed", pa.int64()), ("dropped", pa.int64()), ("ignored", pa.int64()), ("late", pa.int64()),
     ("late_routed", pa.int64()), ("ended", pa.bool_()),
     ("shutdown", pa.bool_()), ("process_ms", pa.float64()), ("commit_ms", pa.float64()), ("error", pa.string()),
-    ("metrics", pa.string()), ("offsets", pa.string()),
+    ("metrics", pa.string()), ("offsets", pa.string()), ("system_metrics", pa.string()),
 ])
 
 
@@ -79,7 +80,7 @@ def _to_batch(result: BatchResult) -> pa.RecordBatch:
         "late": result.late, "late_routed": result.late_routed,
         "ended": result.ended, "shutdown": result.shutdown, "process_ms": result.process_ms,
         "commit_ms": result.commit_ms, "error": result.error, "metrics": json.dumps(result.metrics, default=str),
-        "offsets": json.dumps(result.offsets),
+        "offsets": json.dumps(result.offsets), "system_metrics": json.dumps(result.system_metrics, default=str),
     }], schema=RESULT_ARROW_SCHEMA)
 
 
@@ -91,7 +92,8 @@ def result_from_row(row: Any) -> BatchResult:
                        late=int(row["late"]), late_routed=int(row["late_routed"]),
                        ended=bool(row["ended"]), shutdown=bool(row["shutdown"]),
                        process_ms=float(row["process_ms"]), commit_ms=float(row["commit_ms"]), error=row["error"],
-                       metrics=json.loads(row["metrics"] or "{}"), offsets=json.loads(row["offsets"] or "{}"))
+                       metrics=json.loads(row["metrics"] or "{}"), offsets=json.loads(row["offsets"] or "{}"),
+                       system_metrics=json.loads(row["system_metrics"] or "{}"))
 
 
 def run_split(config: Config, split: TaskSplit, *, spark_batch_id: int | None, generation: int,
@@ -102,6 +104,7 @@ def run_split(config: Config, split: TaskSplit, *, spark_batch_id: int | None, g
     Spark starts for the read: one Python evaluation per task and batch.
     """
     try:
+        config = resolve_secrets(config)  # shipped as a Spark file, never in the plan (runtime/secrets.py)
         rows = read_split(config, split)
         job = JobConfig.from_config(config)
         instance = get_instance(job, split, task_count)
@@ -114,13 +117,15 @@ def run_split(config: Config, split: TaskSplit, *, spark_batch_id: int | None, g
         trace = _write_trace(config, split.task, split.seq, exc)
         raise TaskAttemptError(f"task '{split.task}' batch {split.seq}: {_first_line(exc)}; full trace: {trace}"
                                ) from exc
+    result.system_metrics = worker_metric_changes(config)
     return _to_batch(result)
 
 
 def make_task_runner(config_values: dict[str, str], spark_batch_id: int, generation: int,
                      task_count: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A function of marker rows (:func:`~sparza.runtime.split.marker_batch`) to result rows: what the
-    in-process :class:`sparza.testing.TestRunner` drives, the same :func:`run_split` as on Spark."""
+    in-process :class:`sparza.testing.TestRunner` drives, the same :func:`run_split` as on Spark (a picklable
+    closure over plain values; ``config_values`` without secrets)."""
 
     def run_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         split, rest = split_from_marker(batches)
@@ -132,6 +137,16 @@ def make_task_runner(config_values: dict[str, str], spark_batch_id: int, generat
                         task_count=task_count)
 
     return run_tasks
+
+
+def worker_metric_changes(config: Config) -> dict[str, Any]:
+    """What this worker's producers, consumers and backups of the job counted since the last result
+    (any task's): sent with each result, so every count reaches the driver once.
+
+    A module-level function on purpose: ``run_tasks`` is pickled by value with the globals it names, so
+    naming ``WORKER`` there would hand it a copy of the worker's caches, not the caches themselves.
+    """
+    return WORKER.metrics(config).changes()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparza.config import Config, define_key
-from sparza.errors import ConfigError
+from sparza.errors import PAYLOAD_PREFIX_KEY, ConfigError, set_payload_prefix_bytes
 from sparza.samzacompat import translate
 from sparza.streams import SystemStream, parse_input_list
 
@@ -23,6 +23,8 @@ __all__ = [
 
 _PKG = "runtime"
 
+define_key(PAYLOAD_PREFIX_KEY, "16", "At most this many bytes of a message payload (key or value) appear in an "
+           "error message, marked as a prefix; payloads may hold personal data. 0 shows none.", _PKG)
 define_key("task.class", None, "Dotted path (module.Class or module:Class) of the StreamTask class.", _PKG)
 define_key("app.class", None, "Dotted path of a StreamApplication (high-level API); planned into stages.", _PKG)
 define_key("app.stage", None, "Stage of app.class this job config runs (written by the planner).", _PKG)
@@ -154,6 +156,8 @@ class JobConfig:
         translation = translate(config)
         translation.raise_first_error()
         config = translation.config
+        # Driver and executors build a JobConfig before touching any message: the limit holds everywhere.
+        set_payload_prefix_bytes(config.get_int(PAYLOAD_PREFIX_KEY, 16, min_value=0))
         name = config.get_str("job.name").strip()
         if not name or any(ch in name for ch in "/\\#"):
             raise ConfigError("job.name", name, "a non-empty name without '/', '\\' or '#'")

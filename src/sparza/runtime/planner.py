@@ -31,13 +31,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparza.runtime.checkpoint import TaskCheckpoint
+from sparza.runtime.errors import RuntimeStateError
 from sparza.runtime.jobconfig import InputSpec, JobConfig
 from sparza.runtime.model import TaskModel
 from sparza.runtime.offsets import OffsetOps
 from sparza.runtime.split import TaskSplit
 from sparza.streams import SystemStreamPartition
 
-__all__ = ["BatchPlan", "BatchPlanner", "Replay", "SspPosition", "TaskPlan"]
+__all__ = ["BatchPlan", "BatchPlanner", "Replay", "SspPosition", "TaskPlan", "input_after_end"]
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,54 @@ class SspPosition:
 MetadataFn = Callable[[], Mapping[SystemStreamPartition, SspPosition]]
 
 
+def check_not_past_end(task: str, ssp: SystemStreamPartition, offset: str, position: SspPosition,
+                       ops: OffsetOps) -> None:
+    """Refuse to plan from ``offset`` when it lies past the partition's end: the stream was re-created or
+    its log truncated or lost (a Kafka broker that lost its data), so the checkpoint names offsets that
+    no longer exist and the messages there now were never read. Planning on would read nothing until the
+    partition grows past ``offset`` and then skip everything before it, silently."""
+    if ops.compare(offset, position.upcoming) <= 0:
+        return
+    raise RuntimeStateError(
+        f"task '{task}' is at offset {offset} of {ssp} (its checkpoint), but that partition now ends at "
+        f"{position.upcoming}: the stream was deleted and created again, or its log was truncated or lost (a "
+        "Kafka broker that lost its data). Its messages there now were never read, so the job stops instead of "
+        f"skipping them. To read the partition from its start, run once with systems.{ssp.system}.streams."
+        f"{ssp.stream}.samza.reset.offset: true and samza.offset.default: oldest (messages read before the "
+        "stream was re-created are not in it any more, so nothing repeats unless they were loaded again), or "
+        "give the job a new job.id")
+
+
+def input_after_end(task: TaskModel, offsets: Mapping[str, str], positions: Mapping[SystemStreamPartition, SspPosition],
+                    ops: Mapping[str, OffsetOps], adjunct: frozenset[Any] | set[Any]) -> list[str]:
+    """``"<ssp>: N message(s) after offset X"`` for each main input SSP of an *ended* task that holds
+    messages past ``offsets`` (the task's committed offsets). An ended task never reads again (its
+    end-of-stream callbacks and windows have fired), so those messages would never be processed."""
+    found = []
+    for ssp in task.ssps:
+        key = str(ssp)
+        if ssp.system_stream in adjunct or key not in offsets or ssp not in positions:
+            continue
+        op = ops[ssp.system]
+        upcoming = positions[ssp].upcoming
+        if op.compare(offsets[key], upcoming) >= 0:
+            continue
+        n = op.count_between(ssp, offsets[key], upcoming)
+        if n is None or n > 0:
+            found.append(f"{key}: {'some' if n is None else n} message(s) after offset {offsets[key]}")
+    return found
+
+
+def input_after_end_error(task: str, found: list[str]) -> RuntimeStateError:
+    """The error that stops a job whose ended task got more input (see :func:`input_after_end`)."""
+    return RuntimeStateError(
+        f"task '{task}' ended (its bounded inputs ended in an earlier run), but messages arrived after its end: "
+        f"{'; '.join(found)}. A bounded job reads its inputs once: an ended task does not read again (its "
+        "end-of-stream callbacks and windows have fired), so the job stops instead of leaving them unprocessed "
+        "without a word. To process the stream as it is now, run it as a new job (a new job.id; with "
+        "samza.offset.default: oldest it reads everything again), or load the new messages into another stream")
+
+
 def plan_resets(job: JobConfig, tasks: list[TaskModel], checkpoints: Mapping[str, TaskCheckpoint]
                 ) -> tuple[dict[str, tuple[str, ...]], list[str]]:
     """Which checkpointed offsets ``samza.reset.offset`` replaces at this start, per task, and warnings.
@@ -207,6 +256,8 @@ class BatchPlanner:
                 key = str(ssp)
                 if cp is not None and key in cp.offsets and key not in reset:
                     offsets[key] = cp.offsets[key]
+                    if intent is None:
+                        check_not_past_end(task.name, ssp, offsets[key], positions[ssp], self.ops[ssp.system])
                     continue
                 if intent is not None and key in intent.starts:
                     # First batch of this SSP, flushed but not committed: it started where the intent says.
@@ -246,6 +297,10 @@ class BatchPlanner:
             before = start.task(task.name)
             replay = before.replay
             ends = dict(replay.ends) if replay else self._task_ends(task, before.offsets, positions)
+            if before.ended and not replay:
+                found = input_after_end(task, before.offsets, positions, self.ops, self._adjunct)
+                if found:
+                    raise input_after_end_error(task.name, found)
             ended = before.ended or self._all_ended(task, ends)
             if replay or ends != before.offsets or ended != before.ended:
                 changed = True
@@ -269,6 +324,7 @@ class BatchPlanner:
         for ssp in task.ssps:  # bootstrap SSPs come first in a task's read order
             key = str(ssp)
             begin = starts.get(key, positions[ssp].upcoming)
+            check_not_past_end(task.name, ssp, begin, positions[ssp], self.ops[ssp.system])
             spec = self.spec(ssp)
             if gated and not spec.bootstrap:
                 ends[key] = begin

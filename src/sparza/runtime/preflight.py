@@ -10,7 +10,12 @@ fix (:class:`~sparza.errors.StartCheckError`, exit code 2):
 - the blob store and the checkpoint store are usable: a local root can be written; an Azure
   container name is valid and one authenticated call (container properties, no retries,
   ``azure.storage.timeout.ms``) succeeds, so a wrong key, a stopped Azurite or an endpoint that
-  never answers is reported with the endpoint and what to check.
+  never answers is reported with the endpoint and what to check;
+- on a cluster master or Spark Connect (:func:`check_deployment`), nothing the executors must share with
+  the driver is a local path (local blob store, local checkpoints, local Delta streams, Avro schema files)
+  unless ``job.filesystem.shared: true`` says every host mounts it, no executor would look for this host's
+  embedded dev storage, and every ``job.py.files`` file exists; once the session exists, executors
+  can import sparza and the job's classes (:func:`check_executor_imports`, one tiny Spark job).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import inspect
 import os
 import tempfile
 import textwrap
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +34,8 @@ from sparza.config import Config
 from sparza.errors import ConfigError, SparzaError, StartCheckError
 from sparza.runtime.jobconfig import JobConfig
 
-__all__ = ["check_application", "check_job", "check_storage", "load_checked", "store_names_asked"]
+__all__ = ["check_application", "check_deployment", "check_executor_imports", "check_job", "check_storage",
+           "load_checked", "store_names_asked"]
 
 
 def load_checked(path: str, key: str) -> Any:
@@ -202,3 +209,149 @@ def check_application(config: Config) -> None:
     if not callable(getattr(target, "describe", None)):
         raise StartCheckError("app.class", path, "", message=(
             f"config key 'app.class' = {path!r} has no describe(app) method: name a StreamApplication class"))
+
+
+def _is_local_path(value: str) -> bool:
+    return "://" not in value or value.startswith("file:")
+
+
+def _local_paths(config: Config) -> list[tuple[str, str, str]]:
+    """``(key, path, fix)`` for every local path of the config that executors read or write."""
+    found: list[tuple[str, str, str]] = []
+    checkpoints = config.get_str("job.checkpoint.factory", "blobstore").strip().lower()
+    if (_blob_store_used(config) or checkpoints == "blobstore") and \
+            config.get_str("blob.store.manager.factory", "local").strip().lower() == "local":
+        found.append(("blob.store.local.root", config.get_str("blob.store.local.root", ".sparza/blobstore"),
+                      "use blob.store.manager.factory: azure with blob.store.azure.container"))
+    if checkpoints == "local":
+        found.append(("job.checkpoint.local.dir", config.get_str("job.checkpoint.local.dir", ""),
+                      "use job.checkpoint.factory: azure (job.checkpoint.azure.container), or blobstore with an "
+                      "Azure blob store"))
+    for key, value in sorted(config.items()):
+        if not key.startswith("systems."):
+            continue
+        if key.endswith((".delta.root", ".delta.location")) and value and _is_local_path(value):
+            found.append((key, value, "put the streams on Azure: az://<container>/<prefix>"))
+    for key, value in sorted(config.items()):
+        if key.startswith(("systems.", "stores.")) and key.endswith(".schema") and _looks_like_path(value):
+            found.append((key, value, "put the schema's JSON text into the key instead of a file path"))
+    return found
+
+
+def _looks_like_path(value: str) -> bool:
+    """A schema value that names a file (schemas may also be JSON or ``name type, ...`` text)."""
+    text = value.strip()
+    return bool(text) and not text.startswith(("{", "[", '"')) and not any(c.isspace() for c in text) \
+        and ("/" in text or os.sep in text or text.endswith((".avsc", ".json")))
+
+
+def _uses_job_account(config: Config) -> bool:
+    """Whether something resolves the job-wide Azure account (azure.storage.connect or its fallbacks)."""
+    checkpoints = config.get_str("job.checkpoint.factory", "blobstore").strip().lower()
+    blob_azure = config.get_str("blob.store.manager.factory", "local").strip().lower() == "azure"
+    if checkpoints == "azure" or (blob_azure and (checkpoints == "blobstore" or _blob_store_used(config))):
+        return True
+    for key, value in config.items():
+        if key.startswith("systems.") and key.endswith((".delta.root", ".delta.location")) \
+                and value.startswith(("az://", "abfs")):
+            system = key.split(".")[1]
+            if not config.get_str(f"systems.{system}.delta.account.name", None):
+                return True
+    return False
+
+
+def check_deployment(config: Config, target: Any) -> None:
+    """What a config needs to run on ``target`` (a :class:`~sparza.runtime.session.SparkTarget`): on a cluster
+    master or Spark Connect, executors run on other hosts than the driver and see none of its files.
+
+    Raises :class:`StartCheckError` naming the key, where the job runs and the fix: for a local path that
+    executors read or write (unless ``job.filesystem.shared: true``, which then needs absolute paths, as
+    executors resolve relative ones against their own working dirs); for a job that finds its Azure account
+    only through this host's embedded dev storage; for a ``job.py.files`` file that does not exist.
+    """
+    from sparza.runtime.session import PY_FILES_KEY, SHARED_FS_KEY, py_files
+
+    for path in py_files(config):
+        if not os.path.isfile(path):
+            raise StartCheckError(PY_FILES_KEY, path, "", message=(
+                f"config key '{PY_FILES_KEY}': {path!r} does not exist: build it with 'sparza package --config "
+                "<job.yaml>' or fix the path"))
+    if target.local:
+        return
+    shared = config.get_bool(SHARED_FS_KEY, False)
+    for key, path, fix in _local_paths(config):
+        plain = path.removeprefix("file:")
+        if not shared:
+            raise StartCheckError(key, path, "", message=(
+                f"config key '{key}' = {path!r} is a local path, but the job runs on {target.description}, whose "
+                f"executors do not share this host's files: {fix}, or set {SHARED_FS_KEY}: true if every "
+                "executor mounts the same path (NFS, a dbfs:/ FUSE mount)"))
+        if not os.path.isabs(plain):
+            raise StartCheckError(key, path, "", message=(
+                f"config key '{key}' = {path!r} is relative: with {SHARED_FS_KEY}: true on {target.description}, "
+                "give the absolute path of the shared mount (each executor resolves a relative path against its "
+                "own working dir)"))
+    if _uses_job_account(config):
+        from sparza.azure import resolve_storage_account
+
+        try:
+            resolve_storage_account(config, allow_dev_storage=False)
+        except ConfigError as exc:
+            raise StartCheckError("azure.storage.connect", None, "", message=(
+                f"config key 'azure.storage.connect' is missing: on {target.description} executors cannot find this "
+                "host's embedded dev storage; set azure.storage.connect (or AZURE_STORAGE_CONNECTION_STRING on the "
+                "driver: sparza ships it to executors with the job's secrets)")) from exc
+
+
+_PROBED: weakref.WeakKeyDictionary[Any, set[tuple[str, ...]]] = weakref.WeakKeyDictionary()
+
+
+def _class_modules(config: Config) -> list[str]:
+    modules = []
+    for key in ("task.class", "app.class"):
+        path = config.get_str(key, None)
+        if path:
+            modules.append(path.partition(":")[0] if ":" in path else path.rpartition(".")[0])
+    return modules
+
+
+def check_executor_imports(spark: Any, config: Config) -> None:
+    """On a session whose executors run elsewhere (a cluster master, Spark Connect): one tiny Spark job
+    imports sparza's executor side and the modules of ``task.class``/``app.class`` where tasks will run.
+    Raises :class:`StartCheckError` naming the module, the error and the fix (``job.py.files``), instead
+    of every task failing on it. Once per session and set of modules."""
+    from sparza.runtime.session import PY_FILES_KEY, spark_target
+
+    target = spark_target(spark)
+    if target.local:
+        return
+    modules = ("sparza.runtime.executor", *_class_modules(config))
+    probed = _PROBED.setdefault(spark, set())
+    if modules in probed:
+        return
+
+    def probe(batches: Any) -> Any:  # nested: pickled by value, so it runs where sparza does not import
+        import importlib
+
+        import pyarrow as pa
+
+        for _ in batches:
+            pass
+        problems = []
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:  # any import failure is the finding
+                problems.append(f"{name!r} ({type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]})")
+        yield pa.RecordBatch.from_pylist([{"problem": "; ".join(problems)}],
+                                         schema=pa.schema([("problem", pa.string())]))
+
+    rows = spark.range(0, 1, 1, 1).mapInArrow(probe, "problem string").collect()
+    problem = next((r["problem"] for r in rows if r["problem"]), "")
+    if problem:
+        key = "task.class" if config.get_str("task.class", None) else "app.class"
+        raise StartCheckError(PY_FILES_KEY, config.get_str(PY_FILES_KEY, None), "", message=(
+            f"executors on {target.description} cannot import {problem}: ship the code with {PY_FILES_KEY} "
+            f"(build it with 'sparza package --config <job.yaml>'; {key} and sparza go in it) or install it on every "
+            "executor"))
+    probed.add(modules)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import re
 import shutil
 import signal
@@ -24,13 +23,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sparza.config import Config
 from sparza.errors import ConfigError
-from sparza.metrics import JsonLinesReporter, MetricsRegistry, PrometheusExporter
+from sparza.metrics import JsonLinesReporter, MetricsRegistry, attach_prometheus
 from sparza.runtime.commit import BatchStatus
 from sparza.runtime.errors import JobFailedError
 from sparza.runtime.executor import result_from_row
@@ -38,8 +37,11 @@ from sparza.runtime.inputs import InputSystems
 from sparza.runtime.instance import BatchResult
 from sparza.runtime.jobconfig import JobConfig
 from sparza.runtime.model import TaskModel
+from sparza.runtime.preflight import check_executor_imports
+from sparza.runtime.session import add_py_files, build_spark_session, is_connect, py_files
 
-__all__ = ["EXIT_CODES", "BootstrapProgress", "Discards", "JobRunner", "RunOutcome", "build_spark_session"]
+__all__ = ["EXIT_CODES", "BootstrapProgress", "Discards", "JobRunner", "RunNotices", "RunOutcome",
+           "build_spark_session"]
 
 _log = logging.getLogger(__name__)
 
@@ -106,74 +108,79 @@ class Discards:
         return " ".join(lines)
 
 
+def _counted(changes: dict[str, dict[str, list[Any]]], name: str) -> int:
+    """The sum of counter ``name`` over every group of a result's metric changes."""
+    return sum(int(entry[1]) for metrics in changes.values() for n, entry in metrics.items()
+               if n == name and entry[0] == "c")
+
+
+@dataclass
+class RunNotices:
+    """What else a user must know about a run (status line, summary; each is a metric too): task
+    batches skipped as replays, producer flushes skipped because their output was already written,
+    stores restored from the blob store, snapshots with deleted blobs replaced, fenced producers."""
+
+    tasks_skipped: int = 0
+    flushes_skipped: int = 0
+    restores: int = 0
+    snapshot_recoveries: int = 0
+    fenced: int = 0
+
+    @classmethod
+    def of(cls, results: list[BatchResult]) -> RunNotices:
+        """The notices of one batch's task results (their metric changes)."""
+        return cls(
+            tasks_skipped=sum(1 for r in results if r.status is BatchStatus.SKIPPED),
+            flushes_skipped=sum(_counted(r.system_metrics, "flushes-skipped-replay") for r in results),
+            restores=sum(_counted(r.metrics, "restored-from-blob-store") for r in results),
+            snapshot_recoveries=sum(_counted(r.metrics, "deleted-snapshot-recoveries") for r in results),
+            fenced=sum(_counted(r.system_metrics, "producer-reinitialised-after-fencing") for r in results))
+
+    def add(self, other: RunNotices) -> None:
+        """Accumulate another batch."""
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, name) for name in self.__dataclass_fields__)
+
+    _WORDS = (("tasks_skipped", "{} task batch(es) skipped (already committed: a replay)"),
+              ("flushes_skipped", "{} output flush(es) skipped (already written: a replay)"),
+              ("restores", "{} store(s) restored from the blob store"),
+              ("snapshot_recoveries", "{} snapshot(s) with deleted blobs replaced"),
+              ("fenced", "{} fenced producer(s) re-created (another instance wrote the same task)"))
+
+    def describe(self) -> str:
+        """``"2 task batch(es) skipped (already committed: a replay), 1 store(s) restored from the blob
+        store"`` (only the non-zero ones)."""
+        return ", ".join(words.format(getattr(self, name)) for name, words in self._WORDS if getattr(self, name))
+
+
 @dataclass
 class RunOutcome:
-    """How a run ended: ``reason`` in words, ``batches`` committed by this run, the exit code."""
+    """How a run ended, as ``sparza run``'s summary says it: ``reason`` in words, ``batches`` committed by
+    this run, the exit code (:data:`EXIT_CODES`), what was not delivered as sent (``discards``) and, for a
+    failed run returned instead of raised (``sparza.run(..., raise_on_error=False)``), the ``error`` line."""
 
     reason: str
     batches: int
     exit_code: int = 0
-
-
-def build_spark_session(job: JobConfig, master: str | None, app_name: str) -> Any:
-    """A SparkSession for the job: ``spark.*`` keys of the config, loopback binding, quiet logs.
-
-    ``local[N]`` without a retry count becomes ``local[N,4]`` so a failed Spark task is retried (as on a
-    cluster); the retry is exact (see :mod:`sparza.runtime.executor`).
-    """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    chosen = master or job.spark_conf.get("spark.master") or "local[*]"
-    if chosen.startswith("local[") and "," not in chosen:
-        chosen = chosen[:-1] + ",4]"
-    builder = (SparkSession.builder.master(chosen).appName(app_name)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.sql.streaming.stopTimeout", "120s"))
-    if not chosen.startswith("local") and "spark.executorEnv.PYTHONPATH" not in job.spark_conf:
-        # Executors import task classes by dotted path: give them the driver's import path.
-        builder = builder.config("spark.executorEnv.PYTHONPATH", os.environ.get("PYTHONPATH", os.getcwd()))
-    for key, value in job.spark_conf.items():
-        if key != "spark.master":
-            builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(job.config.get_str("spark.log.level", "ERROR"))
-    if job.config.get_str("spark.log.level", "ERROR").upper() in ("ERROR", "FATAL", "OFF"):
-        _quiet_query_failures(spark)
-    return spark
-
-
-_QUERY_LOGGERS = ("org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
-                  "org.apache.spark.sql.execution.streaming.MicroBatchExecution")
-"""Spark's loggers of a failed streaming query (by Spark version): sparza reports the failure itself."""
-
-
-def _quiet_query_failures(spark: Any) -> None:
-    """Turn off Spark's ERROR log of a terminated query (a JVM stack trace plus the Python one, ~70
-    lines): :meth:`JobRunner.finish` reports the failure as one line and writes the whole text to a
-    trace file. A ``spark.log.level`` of WARN or lower keeps Spark's log."""
-    with contextlib.suppress(Exception):  # logging only: never fail a run over it
-        jvm = spark.sparkContext._jvm
-        level = jvm.org.apache.logging.log4j.Level.OFF
-        for name in _QUERY_LOGGERS:
-            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
+    discards: Discards = field(default_factory=Discards)
+    error: str | None = None
 
 
 class JobRunner:
     """Runs one job's tasks (all of them, or those the coordinator assigns) as one streaming query."""
 
-    def __init__(self, config: Config, *, spark: Any = None, master: str | None = None,
+    def __init__(self, config: Config, *, spark: Any = None, master: str | None = None, remote: str | None = None,
                  processor_id: str = "0", once: bool = False, tasks: list[str] | None = None,
                  generation: int = 0, status: Callable[[str], None] | None = None,
-                 install_signal_handlers: bool = True, claim: bool | None = None) -> None:
+                 install_signal_handlers: bool = True, claim: bool | None = None,
+                 metrics: MetricsRegistry | None = None) -> None:
         self.job = JobConfig.from_config(config)
         self.config = self.job.config  # in sparza's spelling (Samza class names and aliases translated)
         self.master = master
+        self.remote = remote
         self.processor_id = processor_id
         self.once = once
         self.task_filter = tasks
@@ -189,18 +196,26 @@ class JobRunner:
         self.install_signal_handlers = install_signal_handlers
         self._spark = spark
         self._owns_spark = spark is None
-        self.metrics = MetricsRegistry()
+        self._shipped: dict[str, str] = dict(self.config.items())  # what Spark sees: no secrets once started
+        self._secrets: Any = None
+        # A coordinated processor passes its own registry (its coordinator's metrics, kept across models).
+        self.metrics = metrics if metrics is not None else MetricsRegistry()
         self._stop = threading.Event()
         self._stop_reason = ""
         self._in_batch = threading.Lock()
         self._failure: BaseException | None = None
         self._batches = 0
         self._query: Any = None
-        self._exporter: Any = None
+        self._detach_prometheus: Callable[[], None] | None = None
+        self._jsonl: JsonLinesReporter | None = None
+        self._adjunct_stores: dict[str, Any] = {}
+        self._watch: Any = None  # StorageWatch while running
         self._inputs: InputSystems | None = None
         self.last_results: list[BatchResult] = []
         self.discards = Discards()
         """Messages this run did not deliver or write as sent (late at windows, undeserializable, ignored)."""
+        self.notices = RunNotices()
+        """Replays skipped, restores from the blob store, fenced producers: in the status line and the summary."""
 
     # --- setup ---------------------------------------------------------------------------------
     @property
@@ -287,6 +302,16 @@ class JobRunner:
 
     # --- the batch -----------------------------------------------------------------------------
     def _on_batch(self, df: Any, batch_id: int) -> None:
+        watch = self._watch
+        if watch is not None:
+            watch.batch_started(int(batch_id))
+        try:
+            self._run_batch(df, batch_id)
+        finally:
+            if watch is not None:
+                watch.batch_ended()
+
+    def _run_batch(self, df: Any, batch_id: int) -> None:
         with self._in_batch:
             if self._claim_lost is not None:  # its writes would be refused anyway: run nothing more
                 self._failure = self._claim_lost
@@ -314,54 +339,84 @@ class JobRunner:
         agg = "aggregate"
         messages = sum(r.messages for r in results)
         for r in results:
-            self.metrics.merge_snapshot({f"{r.task}:{g}": m for g, m in r.metrics.items()})
+            self.metrics.merge_changes(r.metrics, f"{r.task}:")
+            self.metrics.merge_changes(r.system_metrics)  # the workers' producers, consumers and backups
         self.metrics.counter(agg, "messages-in").inc(messages)
         self.metrics.counter(agg, "messages-processed").inc(sum(r.processed for r in results))
         discards = Discards.of(results)
         self.discards.add(discards)
+        notices = RunNotices.of(results)
+        self.notices.add(notices)
         self.metrics.counter(agg, "messages-dropped").inc(discards.undeserializable)
         self.metrics.counter(agg, "exceptions-ignored").inc(discards.ignored)
         self.metrics.counter(agg, "late-messages").inc(discards.late)
         self.metrics.counter(agg, "late-messages-routed").inc(discards.late_routed)
         self.metrics.counter(agg, "batches").inc()
-        self.metrics.counter(agg, "tasks-skipped").inc(sum(1 for r in results if r.status is BatchStatus.SKIPPED))
+        self.metrics.counter(agg, "tasks-skipped").inc(notices.tasks_skipped)
+        self.metrics.counter(agg, "flushes-skipped").inc(notices.flushes_skipped)
+        self.metrics.counter(agg, "stores-restored-from-blob-store").inc(notices.restores)
+        self.metrics.counter(agg, "producers-fenced").inc(notices.fenced)
         self.metrics.timer(agg, "batch-ms").update(elapsed_ms)
         commit_ms = max((r.commit_ms for r in results), default=0.0)
         self.metrics.timer(agg, "commit-ms").update(commit_ms)
         lag = self._lag(results)
         self.metrics.gauge(agg, "lag").set(-1 if lag is None else lag)
+        self.metrics.gauge("job", "generation").set(self.generation)
         seq = max((r.seq for r in results), default=0)
-        skipped = sum(1 for r in results if r.status is BatchStatus.SKIPPED)
         bootstrap = self._bootstrap.update(results)
         if bootstrap is not None:
             self.metrics.gauge(agg, "bootstrap-remaining").set(bootstrap[1] - bootstrap[0])
         self.status(f"batch {seq} (spark {batch_id}): {messages} msgs in, lag {'?' if lag is None else lag}, "
                     f"batch {elapsed_ms:.0f} ms, commit {commit_ms:.0f} ms"
-                    + (f", {skipped} task(s) skipped (replay)" if skipped else "")
+                    + (f", {notices.describe()}" if notices else "")
                     + (f", {discards.describe()}" if discards else "")
                     + (f", {BootstrapProgress.render(*bootstrap)}" if bootstrap is not None else ""))
         if self._jsonl is not None:
             self._jsonl.report()
 
     def _lag(self, results: list[BatchResult]) -> int | None:
+        """Messages not yet planned, in total (None when unknown); per input stream in the gauge
+        ``<system>.<stream>/input-lag``, and per adjunct store in ``adjunct-<store>/bootstrap-lag``."""
         inputs = self._inputs
         if inputs is None:
             return None
+        from sparza.streams import SystemStreamPartition
+
+        per_ssp: dict[Any, int] = {}
+        unknown = False
         try:
             positions = inputs.positions()
-            total = 0
-            from sparza.streams import SystemStreamPartition
-
             for r in results:
                 for name, offset in r.offsets.items():
                     ssp = SystemStreamPartition.parse(name)
                     n = inputs.ops[ssp.system].count_between(ssp, offset, positions[ssp].upcoming)
                     if n is None:
-                        return None
-                    total += n
-            return total
+                        unknown = True
+                        continue
+                    per_ssp[ssp] = max(n, per_ssp.get(ssp, 0))  # a broadcast SSP: its furthest-behind task
         except Exception:
             return None  # lag is informational: never fail a batch over it
+        per_stream: dict[Any, int] = {}
+        for ssp, n in per_ssp.items():
+            per_stream[ssp.system_stream] = per_stream.get(ssp.system_stream, 0) + n
+        for stream, n in per_stream.items():
+            self.metrics.gauge(str(stream), "input-lag").set(n)
+        self._adjunct_lag(per_stream)
+        return None if unknown else sum(per_stream.values())
+
+    def _adjunct_lag(self, per_stream: dict[Any, int]) -> None:
+        """While an adjunct store bootstraps (a task reports ``bootstrapped`` false), its bootstrap lag is
+        its stream's lag; 0 once every task's store is bootstrapped."""
+        stores = self._adjunct_stores
+        if not stores:
+            return
+        snapshot = self.metrics.snapshot()
+        for name, stream in stores.items():
+            flags = [m.get("bootstrapped") for g, m in snapshot.items()
+                     if g.endswith(f":adjunct-{name}") and "bootstrapped" in m]
+            bootstrapping = not flags or not all(flags)
+            self.metrics.gauge(f"adjunct-{name}", "bootstrap-lag").set(
+                per_stream.get(stream, 0) if bootstrapping else 0)
 
     # --- run -----------------------------------------------------------------------------------
     def run(self) -> RunOutcome:
@@ -386,38 +441,76 @@ class JobRunner:
         self._bootstrap = BootstrapProgress(self.job, inputs)
         tasks = self._tasks(inputs)
         self._task_count = len(inputs.task_models())
+        from sparza.state.adjunct import AdjunctConfig
+
+        self._adjunct_stores = {spec.name: spec.stream for spec in AdjunctConfig.from_config(self.config).stores}
         self._jsonl = (JsonLinesReporter(self.metrics, self.job.metrics_jsonl_path, source=self.job.job_key)
                        if self.job.metrics_jsonl_path else None)
         if self.job.prometheus_port is not None:
-            self._exporter = PrometheusExporter(self.metrics, self.job.prometheus_port)
-            self._exporter.start()
+            # One endpoint per process: the stages of an application and a coordinator's runs share it.
+            self._detach_prometheus = attach_prometheus(self.metrics, self.job.prometheus_port,
+                                                        labels={"sparza_job": self.job.job_key})
+        self.metrics.gauge("job", "generation").set(self.generation)
+        from sparza.azure import storage_timeout_s
+        from sparza.runtime.storagewatch import StorageWatch, azure_probes
+
+        self._watch = StorageWatch(azure_probes(self.config), storage_timeout_s(self.config),
+                                   lambda line: self.status(f"sparza: {self.job.job_key}: warning: {line}"),
+                                   self.metrics)
         if self._spark is None:
-            self._spark = build_spark_session(self.job, self.master, f"sparza-{self.job.job_key}")
+            self._spark = build_spark_session(self.job, self.master, f"sparza-{self.job.job_key}", self.remote,
+                                              warn=lambda line: self.status(f"sparza: warning: {line}"))
         spark = self._spark
+        add_py_files(spark, py_files(self.config))
+        check_executor_imports(spark, self.config)  # cluster/Connect executors: one line now, not a failed batch
+        self._ship_secrets(spark)
         spark.dataSource.register(SparzaDataSource)
         self._stop_file().unlink(missing_ok=True)
         resets = self._apply_resets(tasks)
-        reader = (spark.readStream.format("sparza")
-                  .option("config", json.dumps(dict(self.config.items())))
-                  .option("tasks", json.dumps([t.name for t in tasks]))
-                  .option("stop_file", str(self._stop_file()))
-                  .option("generation", str(self.generation))
-                  .option("task_count", str(self._task_count))
-                  .load())
+        all_ended = bool(tasks) and not resets and self._all_ended_before(tasks)  # raises before starting
+        options = {"config": json.dumps(self._shipped), "tasks": json.dumps([t.name for t in tasks]),
+                   "generation": str(self.generation), "task_count": str(self._task_count)}
+        name = f"sparza-{self.job.job_key}-{self.processor_id}".replace(".", "_")
+        self.status(f"sparza: job {self.job.job_key}, {len(tasks)} task(s), processor {self.processor_id}"
+                    + (f" (claim epoch {self.generation})" if self._claim is not None else "")
+                    + f", spark checkpoint {self.spark_checkpoint_dir}"
+                    + (" (client-driven batches: Spark Connect)" if is_connect(spark) else ""))
+        if is_connect(spark):
+            self._query = self._client_query(spark, options, name)
+        else:
+            self._query = self._streaming_query(spark, options, name)
+        if all_ended:
+            # Nothing will be planned, so no batch would ever notice that every input ended: stop now.
+            self.request_stop("all inputs ended")
+
+    def _ship_secrets(self, spark: Any) -> None:
+        """Secrets go to Spark as a distributed file, never as an option or in a function (runtime/secrets.py)."""
+        from sparza.runtime.secrets import ship_secrets
+
+        if self._secrets is None:
+            self._shipped, self._secrets = ship_secrets(spark, self.config)
+
+    def _streaming_query(self, spark: Any, options: dict[str, str], name: str) -> Any:
+        """Structured Streaming: the source plans on the driver, ``foreachBatch`` runs each batch."""
+        reader = (spark.readStream.format("sparza").options(**options)
+                  .option("stop_file", str(self._stop_file())).load())
         writer = (reader.writeStream.foreachBatch(self._on_batch)
-                  .option("checkpointLocation", self.spark_checkpoint_dir)
-                  .queryName(f"sparza-{self.job.job_key}-{self.processor_id}".replace(".", "_")))
+                  .option("checkpointLocation", self.spark_checkpoint_dir).queryName(name))
         if self.once:
             writer = writer.trigger(availableNow=True)
         elif self.job.commit_ms > 0:
             writer = writer.trigger(processingTime=f"{self.job.commit_ms} milliseconds")
-        self.status(f"sparza: job {self.job.job_key}, {len(tasks)} task(s), processor {self.processor_id}"
-                    + (f" (claim epoch {self.generation})" if self._claim is not None else "")
-                    + f", spark checkpoint {self.spark_checkpoint_dir}")
-        self._query = writer.start()
-        if tasks and not resets and self._all_ended_before(tasks):
-            # Nothing will be planned, so no batch would ever notice that every input ended: stop now.
-            self.request_stop("all inputs ended")
+        return writer.start()
+
+    def _client_query(self, spark: Any, options: dict[str, str], name: str) -> Any:
+        """Spark Connect: this process plans and logs each batch and runs it as one batch job whose result
+        rows come back here (see :mod:`sparza.runtime.clientloop` for why)."""
+        from sparza.runtime.clientloop import ClientDrivenQuery
+        from sparza.runtime.source import SparzaStreamReader
+
+        return ClientDrivenQuery(spark, SparzaStreamReader(options), self._on_batch, self.spark_checkpoint_dir,
+                                 trigger_ms=max(self.job.commit_ms, 0), available_now=self.once,
+                                 stop_requested=self._stop.is_set, name=name).start()
 
     def wait_initialized(self, timeout_s: float = 60.0) -> None:
         """Wait until the query has initialized its source (or stopped, or ``timeout_s`` passed)."""
@@ -463,10 +556,23 @@ class JobRunner:
         return count
 
     def _all_ended_before(self, tasks: list[TaskModel]) -> bool:
+        """True when every task ended in an earlier run. Raises when an ended task's inputs got messages
+        after its end: stopping at once would leave them unprocessed without a word."""
         from sparza.runtime.checkpoint import checkpoint_store_from_config
+        from sparza.runtime.planner import input_after_end, input_after_end_error
+        from sparza.state.adjunct import AdjunctConfig
 
         checkpoints = checkpoint_store_from_config(self.config, self.job.job_key).read_all()
-        return all(t.name in checkpoints and checkpoints[t.name].ended for t in tasks)
+        if not all(t.name in checkpoints and checkpoints[t.name].ended for t in tasks):
+            return False
+        assert self._inputs is not None
+        positions = self._inputs.positions()
+        adjunct = AdjunctConfig.from_config(self.config).input_streams()
+        for task in tasks:
+            found = input_after_end(task, checkpoints[task.name].offsets, positions, self._inputs.ops, adjunct)
+            if found:
+                raise input_after_end_error(task.name, found)
+        return True
 
     @property
     def failed(self) -> bool:
@@ -506,22 +612,33 @@ class JobRunner:
                                  f"full trace: {trace}")
         reason = self._stop_reason or ("caught up (--once)" if self.once else "stopped")
         self.status(f"sparza: {self.job.job_key}: {reason}; {self._batches} batch(es) committed"
+                    + (f"; {self.notices.describe()}" if self.notices else "")
                     + (f"; {self.discards.describe()}" if self.discards else ""))
         if self.discards:
             advice = self.discards.advice(self.job)
             _log.warning("%s: %s", self.job.job_key, advice)
             self.status(f"sparza: {self.job.job_key}: warning: {advice}")
-        return RunOutcome(reason, self._batches, 0)
+        return RunOutcome(reason, self._batches, 0, discards=self.discards)
 
     def close(self) -> None:
         """Release the stop file, the metrics endpoint, (if built here) the SparkSession, and the job claim."""
         if self._started:  # a runner refused at start must not touch the running holder's stop file
             self._stop_file().unlink(missing_ok=True)
-        if self._exporter is not None:
-            self._exporter.stop()
-            self._exporter = None
+        if self._jsonl is not None and self._started:
+            with contextlib.suppress(OSError):
+                self._jsonl.report()  # the run's last state, also when no batch ran
+            self._jsonl = None
+        if self._detach_prometheus is not None:
+            self._detach_prometheus()
+            self._detach_prometheus = None
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
         if self._inputs is not None:
             self._inputs.close()   # the query's foreachBatch callback keeps this runner alive until the JVM exits
+        if self._secrets is not None:
+            self._secrets.close()
+            self._secrets = None
         if self._owns_spark and self._spark is not None:
             with contextlib.suppress(Exception):
                 self._spark.stop()

@@ -6,8 +6,15 @@ the task checkpoints, ``latestOffset`` plans each batch (:class:`~sparza.runtime
 executors: it runs the task's batch (:func:`sparza.runtime.executor.run_split`: the task reads its
 SSPs' messages itself, so they never pass through JVM rows, processes and commits them) and yields
 the task's result row. ``foreachBatch`` collects those rows. Options: ``config`` (the job config as
-JSON), ``tasks``, ``stop_file``, ``generation`` (the fencing generation of every checkpoint write of
-this query) and ``task_count`` (tasks of the whole job, for control messages).
+JSON, without its secrets), ``tasks``, ``stop_file``, ``generation`` (the fencing generation of every
+checkpoint write of this query) and ``task_count`` (tasks of the whole job, for control messages).
+
+On Spark Connect the client drives the batches itself (:mod:`sparza.runtime.clientloop`) with the same
+reader, and each batch is a batch read of this source (:class:`SparzaBatchReader`) whose option
+``splits`` holds the batch's task splits; its ``read`` runs each task as the stream reader's does.
+
+The ``config`` option holds no secret: :mod:`sparza.runtime.secrets` ships those as a Spark file, and the
+reader merges them back when it first needs the config.
 
 Notes: the reader must stay picklable (Spark ships it); every split is independent; Arrow types
 must match :data:`~sparza.runtime.executor.RESULT_SCHEMA` exactly (PySpark refuses near-misses).
@@ -22,30 +29,42 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from sparza.config import Config
 from sparza.runtime.split import TaskSplit
 
-__all__ = ["SparzaDataSource", "SparzaStreamReader"]
+__all__ = ["SparzaBatchReader", "SparzaDataSource", "SparzaStreamReader"]
 
 
 class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     """Plans batches on the driver and reads each task's input on executors (see the module docstring)."""
 
     def __init__(self, options: dict[str, str]) -> None:
-        self.config = Config(json.loads(options["config"]))
+        self.shipped_config = Config(json.loads(options["config"]))
         self.task_filter: list[str] | None = json.loads(options.get("tasks", "null"))
         self.stop_file: str | None = options.get("stop_file") or None
         self.generation = int(options.get("generation", "0"))
         self.task_count = int(options["task_count"]) if options.get("task_count") else None
         self._planner: Any = None
+        self._config: Config | None = None
 
-    # The planner opens admins (Delta logs, Azure clients): build it lazily, never pickle it.
+    @property
+    def config(self) -> Config:
+        """The job config with its secrets merged back (:func:`~sparza.runtime.secrets.resolve_secrets`)."""
+        if self._config is None:
+            from sparza.runtime.secrets import resolve_secrets
+
+            self._config = resolve_secrets(self.shipped_config)
+        return self._config
+
+    # The planner opens admins (Delta logs, Azure clients): build it lazily, never pickle it. Spark ships
+    # the reader to executors with read(): never pickle the merged secrets either.
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_planner"] = None
+        state["_config"] = None
         return state
 
     def planner(self) -> Any:
@@ -113,10 +132,39 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
     def commit(self, end: dict) -> None:
         """Nothing to do: task checkpoints were written by the tasks themselves."""
 
+    def batch_options(self, splits: list[TaskSplit]) -> dict[str, str]:
+        """The options of a :class:`SparzaBatchReader` that runs ``splits`` as this reader's ``read`` would."""
+        options = {"config": json.dumps(dict(self.shipped_config.items())), "generation": str(self.generation),
+                   SparzaBatchReader.SPLITS_OPTION: json.dumps([s.to_json().decode() for s in splits])}
+        if self.task_count is not None:
+            options["task_count"] = str(self.task_count)
+        return options
+
+
+class SparzaBatchReader(DataSourceReader):  # type: ignore[misc]
+    """One planned batch as a batch read (Spark Connect's client loop): option ``splits`` is a JSON list of
+    :class:`TaskSplit` documents, the others are the stream reader's (:meth:`SparzaStreamReader.batch_options`);
+    partition i runs split i's task and yields its result row, as the stream reader's ``read`` does."""
+
+    SPLITS_OPTION = "splits"
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.splits = [TaskSplit.from_json(s.encode()) for s in json.loads(options[self.SPLITS_OPTION])]
+        self.stream = SparzaStreamReader(options)
+
+    def partitions(self) -> list[TaskSplit]:
+        """The batch's splits, in task order."""
+        return self.splits
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Runs on an executor: the task's batch, and its result row."""
+        return self.stream.read(partition)
+
 
 class SparzaDataSource(DataSource):  # type: ignore[misc]
-    """``format("sparza")`` with options ``config`` (JSON of the job config), ``tasks``, ``stop_file``,
-    ``generation`` and ``task_count``."""
+    """``format("sparza")``: a stream with options ``config`` (JSON of the job config without its secrets),
+    ``tasks``, ``stop_file``, ``generation`` and ``task_count``; or one planned batch with the same options
+    and ``splits`` (:class:`SparzaBatchReader`)."""
 
     @classmethod
     def name(cls) -> str:
@@ -132,3 +180,7 @@ class SparzaDataSource(DataSource):  # type: ignore[misc]
     def streamReader(self, schema: Any) -> SparzaStreamReader:
         """The reader (one per query)."""
         return SparzaStreamReader(dict(self.options))
+
+    def reader(self, schema: Any) -> SparzaBatchReader:
+        """The reader of one planned batch."""
+        return SparzaBatchReader(dict(self.options))

@@ -16,14 +16,14 @@ from typing import Any
 from sparza.config import Config
 from sparza.errors import ConfigError
 from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.runner import JobRunner, RunOutcome, build_spark_session
+from sparza.runtime.runner import Discards, JobRunner, RunOutcome, build_spark_session
 
 __all__ = ["run_application", "run_together"]
 
 
 def run_application(config: Config, *, master: str | None = None, processor_id: str = "0", once: bool = False,
                     stage: str | None = None, spark: Any = None,
-                    install_signal_handlers: bool = True) -> RunOutcome:
+                    install_signal_handlers: bool = True, remote: str | None = None) -> RunOutcome:
     """Plan ``app.class`` and run its stages (or only ``stage``) until they stop."""
     from sparza.api import plan_application
 
@@ -41,7 +41,7 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
     owns_spark = spark is None
     if spark is None:
         spark = build_spark_session(JobConfig.from_config(stages[0].config), master,
-                                    f"sparza-{config.get_str('job.name')}")
+                                    f"sparza-{config.get_str('job.name')}", remote)
     runners = [JobRunner(s.config, spark=spark, processor_id=processor_id, once=once,
                          install_signal_handlers=False) for s in stages]
     previous: dict[int, Any] = {}
@@ -65,10 +65,10 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
                 while runner.poll():
                     pass
                 outcomes.append(runner.finish())
-            return RunOutcome("caught up (--once)", sum(o.batches for o in outcomes), 0)
+            return RunOutcome("caught up (--once)", sum(o.batches for o in outcomes), 0, discards=_discards(outcomes))
         outcomes = run_together(runners)
         reasons = sorted({o.reason for o in outcomes})
-        return RunOutcome("; ".join(reasons), sum(o.batches for o in outcomes), 0)
+        return RunOutcome("; ".join(reasons), sum(o.batches for o in outcomes), 0, discards=_discards(outcomes))
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -76,6 +76,13 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
             runner.close()
         if owns_spark:
             spark.stop()
+
+
+def _discards(outcomes: list[RunOutcome]) -> Discards:
+    total = Discards()
+    for outcome in outcomes:
+        total.add(outcome.discards)
+    return total
 
 
 def run_together(runners: list[JobRunner]) -> list[RunOutcome]:

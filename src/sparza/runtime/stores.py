@@ -226,10 +226,12 @@ class TaskStores:
     def _backup_client(self) -> Any:
         if self._backup is None:
             from sparza.blobstore import blob_store_manager_from_config
+            from sparza.runtime.worker import WORKER
             from sparza.state.backup import StateBackup
 
+            # Backups outlive batches: their metrics go to the worker's registry, drained into each result.
             self._backup = StateBackup(blob_store_manager_from_config(self.job.config), self.job.name,
-                                       self.job.job_id, self.task)
+                                       self.job.job_id, self.task, metrics=WORKER.metrics(self.job.config))
         return self._backup
 
     def _is_memory(self, name: str) -> bool:

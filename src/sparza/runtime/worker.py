@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparza.config import Config
+from sparza.metrics import MetricsRegistry
 from sparza.runtime.split import SOURCE_ARROW_SCHEMA, TaskSplit
 from sparza.streams import SystemStreamPartition
 from sparza.systems import SupportsArrowRead, SystemConsumer, SystemProducer, get_system_factory
@@ -36,6 +37,9 @@ class _JobObjects:
         self.instances: dict[str, Any] = {}
         self.producers: dict[str, SystemProducer] = {}
         self.consumers: dict[str, SystemConsumer] = {}
+        # The metrics of what outlives a batch (producers, consumers, store backups): drained into each
+        # batch result with MetricsRegistry.changes(), so every count reaches the driver once.
+        self.metrics = MetricsRegistry()
 
     def close(self) -> None:
         for producer in self.producers.values():
@@ -79,12 +83,17 @@ class WorkerCaches:
             instance = job.instances[task] = build()
         return instance
 
+    def metrics(self, config: Config) -> MetricsRegistry:
+        """The registry of the job's long-lived objects in this worker (producers, consumers, store
+        backups); :mod:`sparza.runtime.executor` sends its :meth:`~MetricsRegistry.changes` with each result."""
+        return self._job(config).metrics
+
     def producer(self, config: Config, system: str) -> SystemProducer:
         """The started producer of ``system`` shared by this worker's tasks of the job."""
         job = self._job(config)
         producer = job.producers.get(system)
         if producer is None:
-            producer = get_system_factory(config, system).get_producer(system, config)
+            producer = get_system_factory(config, system).get_producer(system, config, job.metrics)
             producer.start()
             job.producers[system] = producer
         return producer
@@ -100,7 +109,7 @@ class WorkerCaches:
         job = self._job(config)
         consumer = job.consumers.get(system)
         if consumer is None:
-            consumer = get_system_factory(config, system).get_consumer(system, config)
+            consumer = get_system_factory(config, system).get_consumer(system, config, job.metrics)
             consumer.start()
             job.consumers[system] = consumer
         return consumer

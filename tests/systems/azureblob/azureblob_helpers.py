@@ -52,7 +52,7 @@ def read_jsonl(data: bytes, gzipped: bool = False) -> list[Any]:
 
 class FaultInjector:
     """Wraps a real ``BlobServiceClient``: every call still goes to the real service, after an optional
-    hook per operation (``stage_block``, ``commit_block_list``) that may sleep, block or raise."""
+    hook per operation (``stage_block``, ``commit_block_list``, ``upload_blob``) that may sleep, block or raise."""
 
     def __init__(self, real: Any) -> None:
         self.real = real
@@ -94,6 +94,10 @@ class _FaultyBlob:
     def commit_block_list(self, *args: Any, **kwargs: Any) -> Any:
         self._injector.before("commit_block_list", self._name)
         return self._real.commit_block_list(*args, **kwargs)
+
+    def upload_blob(self, *args: Any, **kwargs: Any) -> Any:
+        self._injector.before("upload_blob", self._name)
+        return self._real.upload_blob(*args, **kwargs)
 
     def get_blob_properties(self, *args: Any, **kwargs: Any) -> Any:
         return self._real.get_blob_properties(*args, **kwargs)

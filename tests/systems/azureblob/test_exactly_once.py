@@ -129,6 +129,25 @@ def test_a_committed_blob_is_never_replaced_by_another_writer(azure_account, uni
     assert download(azure_account, unique_name, "s/foreign.bin") == b"theirs"
 
 
+def test_a_blob_put_whole_is_never_replaced_by_another_writer(azure_account, unique_name):
+    """Put Blob (a transaction's small blobs) follows the same owner rule as a block-list commit."""
+    storage = BlobStorage(azure_account.blob_service_client(), unique_name)
+    storage.create_container()
+    name = "s/2026/01/01/00/00-00-put.bin"
+    storage.put_blob(name, b"first", {"k": "v"}, owner="txn-a")
+    with pytest.raises(BlobOwnedError, match="already committed by writer txn-a"):
+        storage.put_blob(name, b"other", None, owner="txn-b")
+    assert download(azure_account, unique_name, name) == b"first"
+    storage.put_blob(name, b"again", None, owner="txn-a")  # the same writer again: a replay
+    assert download(azure_account, unique_name, name) == b"again"
+    assert storage.owner_of(name) == "txn-a"
+    client = azure_account.blob_service_client().get_blob_client(unique_name, "s/foreign-put.bin")
+    client.upload_blob(b"theirs")
+    with pytest.raises(BlobOwnedError, match="not sparza"):
+        storage.put_blob("s/foreign-put.bin", b"ours", None, owner="txn-a")
+    assert download(azure_account, unique_name, "s/foreign-put.bin") == b"theirs"
+
+
 @pytest.mark.parametrize("suffix", ["false", "true"])
 def test_producers_without_transactions_never_share_a_name(make_producer, azure_account, unique_name, suffix):
     # the reported collision in library use: several producers, one source name, the same second

@@ -4,6 +4,7 @@ transactional replay leaves every message exactly once."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import Counter
@@ -40,8 +41,9 @@ def test_flush_timeout_on_stuck_uploads_commits_nothing_and_replay_succeeds(make
     release = threading.Event()
     injector.hooks["stage_block"] = lambda blob, n: release.wait(30)
     metrics = MetricsRegistry()
+    # 512-byte blocks: the 200 records (~1.2 KiB) fill two blocks before the flush, so phase 1 waits on them
     producer = make_producer(unique_name, metrics=metrics, service_client=injector, flushTimeoutMs="300",
-                             maxFlushThresholdSize="2048")
+                             maxFlushThresholdSize="512")
     send_batch(producer, unique_name, range(200))
     with pytest.raises(FlushTimeoutError, match="flushTimeoutMs"):
         producer.flush("task")
@@ -54,14 +56,20 @@ def test_flush_timeout_on_stuck_uploads_commits_nothing_and_replay_succeeds(make
     assert all_ids(azure_account, unique_name) == Counter({("a", i): 1 for i in range(200)})
 
 
-def test_close_timeout_on_stuck_commit(make_producer, azure_account, unique_name):
+@pytest.mark.parametrize(("threshold", "operation", "key"), [("10485760", "upload_blob", "flushTimeoutMs"),
+                                                              ("16", "commit_block_list", "closeTimeoutMs")])
+def test_timeout_on_stuck_commit(make_producer, azure_account, unique_name, threshold, operation, key):
+    """Phase 2 is bounded: a block-list commit by closeTimeoutMs, a small blob's single Put Blob (an
+    upload) by flushTimeoutMs."""
     injector = FaultInjector(azure_account.blob_service_client())
     release = threading.Event()
-    injector.hooks["commit_block_list"] = lambda blob, n: release.wait(30)
-    producer = make_producer(unique_name, service_client=injector, closeTimeoutMs="300")
+    injector.hooks[operation] = lambda blob, n: release.wait(30)
+    producer = make_producer(unique_name, service_client=injector, closeTimeoutMs="300", flushTimeoutMs="400",
+                             maxFlushThresholdSize=threshold)
     send_batch(producer, unique_name, range(5))
-    with pytest.raises(FlushTimeoutError, match="closeTimeoutMs"):
-        producer.flush("task")
+    with pytest.raises(FlushTimeoutError, match=key):
+        producer.flush("task", transaction=("job/task", 1))
+    assert injector.calls[operation] >= 1
     release.set()
 
 
@@ -76,7 +84,8 @@ def test_failed_upload_raises_and_commits_no_blob_of_the_flush(make_producer, az
 
     injector.hooks["stage_block"] = fail_third
     metrics = MetricsRegistry()
-    producer = make_producer(unique_name, metrics=metrics, service_client=injector, maxFlushThresholdSize="1024")
+    # 128-byte blocks: each stream's ~600 bytes are staged as blocks (not put whole at commit)
+    producer = make_producer(unique_name, metrics=metrics, service_client=injector, maxFlushThresholdSize="128")
     send_batch(producer, unique_name, range(100), streams=("a", "b", "c"))
     with pytest.raises(AzureBlobConnectionError, match="stage block"):
         producer.flush("task")
@@ -87,7 +96,11 @@ def test_failed_upload_raises_and_commits_no_blob_of_the_flush(make_producer, az
     assert snap["aggregate"]["send_errors"] == 1
 
 
-def test_paused_azurite_times_out_the_flush(make_producer, tmp_path, unique_name):
+@pytest.mark.parametrize("transaction", [None, ("job/task", 3)])
+def test_paused_azurite_times_out_the_flush(make_producer, tmp_path, unique_name, transaction):
+    """Without a transaction the small blob is staged in phase 1, so the timed-out flush leaves nothing
+    that could land later; in one it is a single Put Blob that lands once Azurite resumes, and the
+    replay rewrites that same blob: every message once either way."""
     own = AzuriteProcess(tmp_path / "azurite")
     own.start()
     try:
@@ -97,11 +110,11 @@ def test_paused_azurite_times_out_the_flush(make_producer, tmp_path, unique_name
         own.pause()
         try:
             with pytest.raises(FlushTimeoutError):
-                producer.flush("task")
+                producer.flush("task", transaction=transaction)
         finally:
             own.resume()
         send_batch(producer, unique_name, range(10))
-        producer.flush("task")
+        producer.flush("task", transaction=transaction)
         assert all_ids(own.account, unique_name) == Counter({("a", i): 1 for i in range(10)})
     finally:
         own.resume()
@@ -115,12 +128,15 @@ def test_azurite_stopped_mid_flush_then_restarted_replay_leaves_each_message_onc
     try:
         injector = FaultInjector(own.account.blob_service_client(retry_total=1, timeout_s=2))
 
+        commits = itertools.count(1)
+
         def stop_before_second_commit(blob, n):
-            if n == 2:
+            if next(commits) == 2:
                 time.sleep(0.5)  # let the first commit (on another upload thread) finish
                 own.stop()
 
-        injector.hooks["commit_block_list"] = stop_before_second_commit
+        # the blobs (~1.8 KiB each) fill no block: each is committed by one Put Blob; hook both kinds of commit
+        injector.hooks["commit_block_list"] = injector.hooks["upload_blob"] = stop_before_second_commit
         metrics = MetricsRegistry()
         first = make_producer(unique_name, account=own.account, service_client=injector, metrics=metrics,
                               maxFlushThresholdSize="4096")

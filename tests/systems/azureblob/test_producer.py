@@ -86,6 +86,15 @@ def test_multi_block_blob_reads_back_every_message_in_order(make_producer, azure
         assert snap[group]["send_errors"] == 0
         assert snap[group]["bytes_sent"] == int(blob.metadata["rawSizeBytes"])
         assert snap[group]["bytes_compressed"] == blob.size
+    # The same counts under Samza's names, in Samza's groups (aggregate, <account>_<system>, source).
+    for group in ("aggregate", f"{azure_account.account_name}_{unique_name}", "task-1"):
+        assert snap[group]["eventWriteRate"] == n
+        assert snap[group]["eventWriteByteRate"] == int(blob.metadata["rawSizeBytes"])
+        assert snap[group]["eventCompressByteRate"] == blob.size
+        assert snap[group]["eventProduceError"] == 0
+        assert snap[group]["azureBlockUploadRate"] == len(block_list)
+        assert snap[group]["azureBlobCommitRate"] == 1
+    assert "azureContainerError" in snap["aggregate"] and "azureContainerError" not in snap["task-1"]
     if compression == "gzip":
         assert snap["aggregate"]["bytes_compressed"] < snap["aggregate"]["bytes_sent"]
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from azureblob_helpers import SCHEMA, download, list_blobs, read_avro
+from azureblob_helpers import SCHEMA, FaultInjector, download, list_blobs, read_avro
 
 from sparza.metrics import MetricsRegistry
 from sparza.serde import AvroRecord
@@ -81,3 +81,37 @@ def test_transaction_known_only_at_flush_after_blocks_were_staged_is_counted(mak
     producer.flush("s", transaction=("job/s", 1))
     assert metrics.snapshot()["s"]["non_transactional_blobs"] == 2
     assert len(list_blobs(azure_account, unique_name)) == 2
+
+
+def test_small_blobs_of_a_transaction_are_one_put_each_and_big_ones_stage_blocks(make_producer, azure_account,
+                                                                                 unique_name):
+    """A blob whose content never filled a block is written by one Put Blob at commit (half the requests);
+    one that did is staged and committed as a block list. Both read back whole, and a replay rewrites both."""
+    source = "job-1/Partition 0"
+    injector = FaultInjector(azure_account.blob_service_client())
+    metrics = MetricsRegistry()
+    producer = make_producer(unique_name, metrics=metrics, service_client=injector, maxFlushThresholdSize="4096",
+                             **{"compression.type": "gzip"})
+    producer.begin(source, (source, 9))
+    send_batch(producer, unique_name, 40, source=source, streams=("small",))    # ~1 KiB: one put
+    send_batch(producer, unique_name, 400, source=source, streams=("big",))     # ~10 KiB: blocks
+    producer.flush(source, transaction=(source, 9))
+    blobs = snapshot(azure_account, unique_name)
+    assert len(blobs) == 4
+    assert injector.calls["upload_blob"] == 2            # the two "small" partitions
+    assert injector.calls["commit_block_list"] == 2      # the two "big" partitions
+    assert injector.calls["stage_block"] >= 4
+    for name, data in blobs.items():
+        stream, partition = name.split("/")[:2]
+        expected = [i for i in range(40 if stream == "small" else 400) if i % 2 == int(partition)]
+        assert [r["id"] for r in read_avro(data, gzipped=True)] == expected
+    snap = metrics.snapshot()["aggregate"]
+    assert snap["blobs_committed"] == 4
+    assert snap["bytes_sent"] >= sum(len(d) for d in blobs.values())  # uncompressed >= gzip bytes here
+
+    replay = make_producer(unique_name, maxFlushThresholdSize="4096", **{"compression.type": "gzip"})
+    replay.begin(source, (source, 9))
+    send_batch(replay, unique_name, 40, source=source, streams=("small",))
+    send_batch(replay, unique_name, 400, source=source, streams=("big",))
+    replay.flush(source, transaction=(source, 9))
+    assert snapshot(azure_account, unique_name) == blobs

@@ -48,6 +48,7 @@ from sparza.state.adjunct.stores import (
     PartitionedStoreManager,
     SupportsCommitted,
     SupportsReadThrough,
+    SupportsRows,
 )
 
 __all__ = [
@@ -87,6 +88,7 @@ __all__ = [
     "StreamAccess",
     "SupportsCommitted",
     "SupportsReadThrough",
+    "SupportsRows",
     "TaskAdjunctManager",
     "UnknownAdjunctStoreError",
     "container_store_dir",

@@ -7,6 +7,7 @@ its managers plug into :class:`~sparza.state.adjunct.TaskAdjunctManager` the sam
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -35,6 +36,7 @@ __all__ = [
     "PartitionedStoreManager",
     "SupportsCommitted",
     "SupportsReadThrough",
+    "SupportsRows",
 ]
 
 _log = logging.getLogger(__name__)
@@ -120,6 +122,19 @@ class SupportsReadThrough(Protocol):
 
 
 @runtime_checkable
+class SupportsRows(Protocol):
+    """Optional capability of an :class:`AdjunctStoreManager`: apply consecutive messages of one SSP given
+    as columns, in offset order, as ``process`` of each would (a bootstrap costs per message what a
+    RocksDB put does, so building an envelope for each is most of it). Managers without it get
+    ``process`` per message."""
+
+    def process_rows(self, ssp: SystemStreamPartition, offsets: Sequence[str], keys: Sequence[Any],
+                     values: Sequence[Any], timestamps: Sequence[int | None], types: Sequence[int]) -> int:
+        """Apply the rows; returns how many ``process`` would have returned True for."""
+        ...
+
+
+@runtime_checkable
 class AdjunctStoreManagerFactory(Protocol):
     """Builds the manager of one adjunct store for one task."""
 
@@ -156,6 +171,10 @@ class PartitionedStoreManager:
 
     def process(self, envelope: IncomingMessageEnvelope) -> bool:
         return self.builder.apply(envelope)
+
+    def process_rows(self, ssp: SystemStreamPartition, offsets: Sequence[str], keys: Sequence[Any],
+                     values: Sequence[Any], timestamps: Sequence[int | None], types: Sequence[int]) -> int:
+        return self.builder.apply_rows(ssp, offsets, keys, values, timestamps, types)
 
     def catch_up(self, read: EnvelopeReader, until: dict[SystemStreamPartition, str | None]) -> int:
         return self.builder.catch_up(read, until)
@@ -261,6 +280,12 @@ class BroadcastStoreManager:
     def process(self, envelope: IncomingMessageEnvelope) -> bool:
         # Every task reads the broadcast partitions; only the builder applies them.
         return self.builder.apply(envelope) if self.builder is not None else False
+
+    def process_rows(self, ssp: SystemStreamPartition, offsets: Sequence[str], keys: Sequence[Any],
+                     values: Sequence[Any], timestamps: Sequence[int | None], types: Sequence[int]) -> int:
+        if self.builder is None:
+            return 0
+        return self.builder.apply_rows(ssp, offsets, keys, values, timestamps, types)
 
     def catch_up(self, read: EnvelopeReader, until: dict[SystemStreamPartition, str | None]) -> int:
         return self.builder.catch_up(read, until) if self.builder is not None else 0

@@ -1,5 +1,6 @@
-"""The one boundary to Azure: create the container, stage a block, commit a block list (conditionally:
-a blob committed by one writer is never replaced by another).
+"""The one boundary to Azure: create the container, stage a block, commit a block list or put a whole
+blob (conditionally: a blob committed by one writer is never replaced by another). Blocks and whole
+blobs are sent with a Content-MD5 the service verifies (``validate_content``).
 
 Azure SDK exceptions are translated here and nowhere else: unreachable storage becomes
 :class:`AzureBlobConnectionError`, an error answer :class:`AzureBlobRequestError`. The SDK's own
@@ -63,7 +64,7 @@ class BlobStorage:
         """Upload one uncommitted block (re-staging the same id replaces it)."""
         client = self._container_client.get_blob_client(blob)
         self._call("stage block", blob, lambda: client.stage_block(
-            block_id, data, length=len(data), read_timeout=self.request_timeout_s))
+            block_id, data, length=len(data), validate_content=True, read_timeout=self.request_timeout_s))
 
     def commit_block_list(self, blob: str, block_ids: Sequence[str], metadata: dict[str, str] | None,
                           content_type: str | None = None, content_encoding: str | None = None,
@@ -75,27 +76,51 @@ class BlobStorage:
         when it carries the same owner (a replay of the same writer), conditionally on the ETag just read,
         else :class:`BlobOwnedError` is raised and the blob is left untouched.
         """
-        from azure.core import MatchConditions
-        from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
         from azure.storage.blob import BlobBlock, ContentSettings
 
         client = self._container_client.get_blob_client(blob)
         settings = ContentSettings(content_type=content_type, content_encoding=content_encoding)
         blocks = [BlobBlock(block_id=b) for b in block_ids]
+
+        def write(meta: dict[str, str] | None, **conditions: Any) -> None:
+            client.commit_block_list(blocks, content_settings=settings, metadata=meta,
+                                     read_timeout=self.request_timeout_s, **conditions)
+
+        self._write("commit block list", blob, client, write, metadata, owner)
+
+    def put_blob(self, blob: str, data: bytes, metadata: dict[str, str] | None, content_type: str | None = None,
+                 *, owner: str | None = None) -> None:
+        """Write the whole blob in one request (Put Blob), with the ownership rule of
+        :meth:`commit_block_list`; the service checks the content against its MD5."""
+        from azure.storage.blob import ContentSettings
+
+        client = self._container_client.get_blob_client(blob)
+        settings = ContentSettings(content_type=content_type)
+
+        def write(meta: dict[str, str] | None, **conditions: Any) -> None:
+            client.upload_blob(data, length=len(data), overwrite=True, content_settings=settings, metadata=meta,
+                               validate_content=True, max_concurrency=1, read_timeout=self.request_timeout_s,
+                               **conditions)
+
+        self._write("put blob", blob, client, write, metadata, owner)
+
+    def _write(self, operation: str, blob: str, client: Any, write: Callable[..., None],
+               metadata: dict[str, str] | None, owner: str | None) -> None:
+        """Run ``write(metadata, **conditions)`` unconditionally, or (with ``owner``) as an owned write."""
+        from azure.core import MatchConditions
+        from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
+
         if owner is None:
-            self._call("commit block list", blob, lambda: client.commit_block_list(
-                blocks, content_settings=settings, metadata=metadata or None, read_timeout=self.request_timeout_s))
+            self._call(operation, blob, lambda: write(metadata or None))
             return
         stamped = {**(metadata or {}), OWNER_KEY: owner}
 
-        def commit_owned() -> None:
+        def write_owned() -> None:
             # Created if absent; else replaced only under our own name, at the ETag read (a concurrent
             # rewrite by the same writer makes us read again; anyone else's blob is never touched).
             for _ in range(5):
                 try:
-                    client.commit_block_list(blocks, content_settings=settings, metadata=stamped,
-                                             match_condition=MatchConditions.IfMissing,
-                                             read_timeout=self.request_timeout_s)
+                    write(stamped, match_condition=MatchConditions.IfMissing)
                     return
                 except (ResourceExistsError, ResourceModifiedError):
                     pass
@@ -107,15 +132,13 @@ class BlobStorage:
                 if found != owner:
                     raise BlobOwnedError(blob, found, owner)
                 try:
-                    client.commit_block_list(blocks, content_settings=settings, metadata=stamped,
-                                             etag=props.etag, match_condition=MatchConditions.IfNotModified,
-                                             read_timeout=self.request_timeout_s)
+                    write(stamped, etag=props.etag, match_condition=MatchConditions.IfNotModified)
                     return
                 except (ResourceModifiedError, ResourceNotFoundError):
                     continue
             raise BlobOwnedError(blob, "unknown (it kept changing while this commit ran)", owner)
 
-        self._call("commit block list", blob, commit_owned)
+        self._call(operation, blob, write_owned)
 
     def owner_of(self, blob: str) -> str | None:
         """The :data:`OWNER_KEY` metadata of a committed blob (None when absent or not stamped)."""

@@ -9,9 +9,10 @@ file layout. Avro follows the Avro 1.x object container spec: header (magic, ``a
 
 from __future__ import annotations
 
+import functools
 import io
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from sparza.serde import AvroRecord, load_avro_schema
@@ -67,6 +68,21 @@ def _schema_key(schema: Any) -> str:
     return json.dumps(raw, sort_keys=True, separators=(",", ":"))
 
 
+@functools.lru_cache(maxsize=64)
+def _parsed_schema(key: str) -> Any:
+    """fastavro's parsed form of a schema (by its canonical text): parsed once per process, not once per
+    writer and flush (read-only afterwards, so writers on any thread share it)."""
+    import fastavro
+
+    return fastavro.parse_schema(json.loads(key))
+
+
+def _avro_writer() -> Callable[..., Any]:
+    import fastavro
+
+    return fastavro.schemaless_writer
+
+
 class AvroFormat:
     """An Avro container file. The schema comes from the first :class:`AvroRecord` (or the stream's
     configured schema); later messages may be records of the same schema, dicts (when a schema is
@@ -81,6 +97,7 @@ class AvroFormat:
         self._schema_key: str | None = None
         self._parsed: Any = None
         self._last_schema_obj: Any = None  # identity cache: most senders reuse one schema object
+        self._write = _avro_writer()
 
     @property
     def schema(self) -> Any:
@@ -88,12 +105,10 @@ class AvroFormat:
         return self._schema
 
     def _set_schema(self, schema: Any) -> None:
-        import fastavro
-
         raw = json.loads(schema) if isinstance(schema, str) else schema
-        self._parsed = fastavro.parse_schema(raw)
-        self._schema = raw
         self._schema_key = _schema_key(raw)
+        self._parsed = _parsed_schema(self._schema_key)
+        self._schema = raw
 
     def _check_record_schema(self, schema: Any) -> None:
         if schema is self._last_schema_obj:
@@ -105,10 +120,9 @@ class AvroFormat:
         self._last_schema_obj = schema
 
     def encode(self, message: Any) -> bytes:
-        import fastavro
-
         if isinstance(message, AvroRecord):
-            self._check_record_schema(message.schema)
+            if message.schema is not self._last_schema_obj:
+                self._check_record_schema(message.schema)
             datum = message.datum
         elif isinstance(message, bytes | bytearray | memoryview):
             if self._schema is None:
@@ -132,7 +146,7 @@ class AvroFormat:
                                           f"not {type(message).__name__}")
         buf = io.BytesIO()
         try:
-            fastavro.schemaless_writer(buf, self._parsed, datum)
+            self._write(buf, self._parsed, datum)
         except Exception as exc:
             raise UnsupportedMessageError(f"stream {self.stream!r}: record does not match the blob's Avro schema: "
                                           f"{exc}") from exc

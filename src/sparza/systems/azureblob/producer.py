@@ -7,7 +7,11 @@ batch ``begin(source, transaction)``, ``send(source, envelope)`` from any number
 
 ``flush(source)`` makes everything the source sent durable, in two phases under one lock that keeps
 that source's sends out: (1) stage what is buffered and wait for every block upload
-(``flushTimeoutMs``); (2) commit each block list (``closeTimeoutMs``). If any upload of the flush
+(``flushTimeoutMs``); (2) commit each block list (``closeTimeoutMs``). In a transaction, a blob that
+never filled a block is not staged in (1) but written in (2) by one Put Blob (an upload, so bounded by
+``flushTimeoutMs`` from the start of phase 2): half the requests for small blobs. A request of phase 2
+that timed out may still land later; a transaction's replay rewrites the same blobs, which is why
+outside a transaction every blob's data is staged in phase 1. If any upload of the flush
 failed or timed out, nothing is committed and the error is raised; the writers are dropped
 either way, so messages sent afterwards go to new blobs and the caller replays the batch. Nothing a
 source sends becomes visible before its flush: rolled-over blobs are staged early but committed there.
@@ -29,6 +33,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from typing import Any
 
 from sparza.config import Config
@@ -65,6 +70,20 @@ def partition_segment(envelope: OutgoingMessageEnvelope) -> str | None:
     if envelope.partition is not None:
         return str(envelope.partition)
     return None
+
+
+def _account_name(service_client: Any, config: Config, prefix: str) -> str | None:
+    """The storage account's name, for Samza's metric group ``<account>_<system>`` (None when the config
+    names none: ``start`` then fails with the reason)."""
+    if service_client is not None:
+        return getattr(service_client, "account_name", None)
+    from sparza.azure import resolve_storage_account
+    from sparza.errors import ConfigError
+
+    try:
+        return resolve_storage_account(config, prefix=prefix).account_name
+    except ConfigError:
+        return None
 
 
 class _Source:
@@ -120,7 +139,8 @@ class AzureBlobSystemProducer:
         self.identity = ProducerIdentity()
         self._started = False
         self._stopped = False
-        self._system_metrics = AzureBlobMetrics(self.registry, system_name, None)
+        self._account = _account_name(service_client, self.config, self.settings.prefix)
+        self._system_metrics = AzureBlobMetrics(self.registry, system_name, None, self._account)
         self.budget = BufferBudget(self.settings.max_buffered_bytes)
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -134,7 +154,7 @@ class AzureBlobSystemProducer:
             with self._sources_lock:
                 state = self._sources.get(source)
                 if state is None:
-                    state = _Source(AzureBlobMetrics(self.registry, self.system, source))
+                    state = _Source(AzureBlobMetrics(self.registry, self.system, source, self._account))
                     self._sources[source] = state
         return state
 
@@ -271,13 +291,20 @@ class AzureBlobSystemProducer:
                 writers = list(state.writers.values())
                 state.writers = {}
             try:
-                uploads = self._stage_all(state, writers)
+                # Put Blob carries the data in phase 2, where a timed-out request may still land later:
+                # only a transaction makes that harmless (its replay rewrites the same names).
+                uploads = self._stage_all(state, writers, whole=commit and state.transaction is not None)
                 if not commit:
                     return [u.prepared() for u in uploads if u.block_ids]
-                # Phase 2: commit every block list (on the pool, bounded by closeTimeoutMs).
-                commits = [ctx.pool.submit(upload.commit) for upload in uploads]
+                # Phase 2 (on the pool): put each blob that filled no block, bounded by flushTimeoutMs as it
+                # uploads data, and commit each block list, bounded by closeTimeoutMs; both clocks start now.
+                started = time.monotonic()
+                puts = [ctx.pool.submit(upload.commit) for upload in uploads if upload.whole]
+                commits = [ctx.pool.submit(upload.commit) for upload in uploads if not upload.whole]
+                wait_all(puts, self.settings.flush_timeout_ms, "blob uploads",
+                         self.settings.prefix + "flushTimeoutMs", started=started)
                 wait_all(commits, self.settings.close_timeout_ms, "block list commits",
-                         self.settings.prefix + "closeTimeoutMs")
+                         self.settings.prefix + "closeTimeoutMs", started=started)
                 return []
             except Exception:
                 state.metrics.inc("send_errors")
@@ -288,11 +315,12 @@ class AzureBlobSystemProducer:
             state.reset()
             state.flush_lock.release()
 
-    def _stage_all(self, state: _Source, writers: list[BlobWriter]) -> list[BlobUpload]:
-        """Phase 1: stage every buffer, then wait for all block uploads of this source."""
+    def _stage_all(self, state: _Source, writers: list[BlobWriter], *, whole: bool) -> list[BlobUpload]:
+        """Phase 1: stage every buffer, then wait for all block uploads of this source. With ``whole``,
+        blobs that staged no block are left for one Put Blob each in phase 2."""
         uploads: list[BlobUpload] = []
         for writer in writers:
-            uploads.extend(writer.finish())
+            uploads.extend(writer.finish(whole=whole))
         if state.transaction is not None:
             for upload in uploads:
                 naming = upload.naming

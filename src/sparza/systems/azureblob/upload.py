@@ -4,6 +4,15 @@ the block list committed at the end (the seed's ``AzureBlobOutputStream``).
 The blob's name is bound lazily, when its first block is staged or when it is committed: a
 transaction announced as late as ``flush`` still names every blob that had not staged a block yet.
 Compression (gzip) is per block, so a gzip blob is a multi-member gzip file.
+
+In a transactional flush, a blob that never filled a block (its whole content is still buffered when
+the flush begins) is not staged at all: its commit is one Put Blob of the buffer, with the same owner
+check as a block-list commit. Half the requests for the small blobs most batches write, and still
+nothing visible before phase 2 of the flush. Every request carries a Content-MD5 that the service
+checks, so a block or blob corrupted on the way is refused, not committed.
+
+The buffer is a list of the written pieces; a block is joined from them once when it is staged (no
+growing bytearray that is copied on every append and again when cut).
 """
 
 from __future__ import annotations
@@ -77,6 +86,7 @@ class BlobNaming:
 
 
 _SPLIT_MIN = 2 * 1024 * 1024  # below this, one request is cheaper than several
+_WHOLE_MAX = 64 * 1024 * 1024  # the SDK's max_single_put_size: above it upload_blob would stage blocks itself
 
 
 @dataclass(frozen=True)
@@ -115,7 +125,10 @@ class BlobUpload:
         self.stream = stream
         self._bind = bind
         self.naming: BlobNaming | None = None
-        self._buffer = bytearray()
+        self._parts: list[bytes | memoryview] = []  # written and not yet staged, in order
+        self._buffered = 0
+        self._threshold = ctx.settings.max_flush_threshold_size
+        self._whole: bytes | None = None  # the content of a blob committed by one Put Blob (see module)
         self.block_ids: list[str] = []
         self.futures: list[Future[None]] = []
         self.raw_size = 0           # uncompressed bytes written so far (buffered + staged)
@@ -125,7 +138,7 @@ class BlobUpload:
     @property
     def buffered(self) -> int:
         """Bytes not yet staged."""
-        return len(self._buffer)
+        return self._buffered
 
     @property
     def name(self) -> str:
@@ -136,27 +149,62 @@ class BlobUpload:
 
     def write(self, data: bytes) -> None:
         """Buffer ``data``; stage a block each time the buffer holds ``maxFlushThresholdSize`` bytes."""
-        self._buffer += data
-        self.raw_size += len(data)
-        self.ctx.budget.add(len(data))
-        threshold = self.ctx.settings.max_flush_threshold_size
-        while len(self._buffer) >= threshold:
-            self._stage(threshold)
+        n = len(data)
+        self._parts.append(data)
+        self._buffered += n
+        self.raw_size += n
+        self.ctx.budget.add(n)
+        while self._buffered >= self._threshold:
+            self._stage(self._take(self._threshold))
+
+    def _take(self, size: int) -> bytes:
+        """Remove the first ``size`` buffered bytes and return them as one object (the one copy)."""
+        parts = self._parts
+        taken: list[bytes | memoryview] = []
+        need = size
+        used = 0
+        while need:
+            part = parts[used]
+            if len(part) <= need:
+                taken.append(part)
+                need -= len(part)
+                used += 1
+            else:  # cut the piece: its head ends this block, its tail starts the next one
+                view = memoryview(part)
+                taken.append(view[:need])
+                parts[used] = view[need:]
+                need = 0
+        del parts[:used]
+        self._buffered -= size
+        self.ctx.budget.add(-size)
+        if len(taken) == 1 and type(taken[0]) is bytes:
+            return taken[0]
+        return b"".join(taken)
 
     def stage_buffer(self, parts: int = 1) -> None:
         """Stage whatever is buffered (flush, rollover, memory pressure). With ``parts`` > 1 a large
         remainder is cut into that many blocks so the upload threads share the last, waited-for upload."""
-        size = len(self._buffer)
+        size = self._buffered
         if not size:
             return
         piece = size if parts <= 1 or size < _SPLIT_MIN else -(-size // parts)
-        while self._buffer:
-            self._stage(min(piece, len(self._buffer)))
+        while self._buffered:
+            self._stage(self._take(min(piece, self._buffered)))
 
-    def _stage(self, size: int) -> None:
-        chunk = bytes(self._buffer[:size])
-        del self._buffer[:size]
-        self.ctx.budget.add(-size)
+    @property
+    def whole(self) -> bool:
+        """True when the commit is one Put Blob of the whole content (:meth:`finish_whole`)."""
+        return self._whole is not None
+
+    def finish_whole(self) -> bool:
+        """At a flush: when no block was staged, keep the whole buffer for one Put Blob at commit time
+        instead of staging it (True). False when blocks were staged: the rest must be staged too."""
+        if self.block_ids or not self._buffered or self._buffered > _WHOLE_MAX:
+            return False
+        self._whole = self._take(self._buffered)
+        return True
+
+    def _stage(self, chunk: bytes) -> None:
         name = self.name
         assert self.naming is not None
         bid = block_id(self.naming.token, len(self.block_ids))
@@ -180,8 +228,10 @@ class BlobUpload:
 
     def discard(self) -> None:
         """Drop the buffer (a failed flush): release its memory from the budget."""
-        self.ctx.budget.add(-len(self._buffer))
-        self._buffer = bytearray()
+        self.ctx.budget.add(-self._buffered)
+        self._parts = []
+        self._buffered = 0
+        self._whole = None
 
     def _metadata(self) -> dict[str, str]:
         context = BlobMetadataContext(self.stream, self.name, self.raw_size, self.records)
@@ -203,21 +253,35 @@ class BlobUpload:
                             self.raw_size, self.owner)
 
     def commit(self) -> None:
-        """Commit the staged block list with its metadata (uploads must have finished); refuses to replace
-        a blob another writer committed (:class:`~sparza.systems.azureblob.errors.BlobOwnedError`)."""
-        if not self.block_ids or self.committed:
+        """Commit the staged block list, or put the whole blob (:meth:`finish_whole`), with its metadata
+        (uploads must have finished); refuses to replace a blob another writer committed
+        (:class:`~sparza.systems.azureblob.errors.BlobOwnedError`)."""
+        if self.committed or (not self.block_ids and self._whole is None):
             return
         metadata = self._metadata()
         owner = self.owner
-        _run_counting(self.metrics, lambda: self.ctx.storage.commit_block_list(
-            self.name, self.block_ids, metadata, content_type=self.content_type, owner=owner))
+        storage, metrics = self.ctx.storage, self.metrics
+        whole = self._whole
+        if whole is not None:
+            payload = gzip.compress(whole, compresslevel=6, mtime=0) if self.ctx.settings.compression == "gzip" \
+                else whole
+            _run_counting(metrics, lambda: storage.put_blob(
+                self.name, payload, metadata, content_type=self.content_type, owner=owner))
+            metrics.inc("bytes_sent", len(whole))
+            metrics.inc("bytes_compressed", len(payload))
+            self._whole = None
+        else:
+            _run_counting(metrics, lambda: storage.commit_block_list(
+                self.name, self.block_ids, metadata, content_type=self.content_type, owner=owner))
         self.committed = True
-        self.metrics.inc("blobs_committed")
+        metrics.inc("blobs_committed")
 
 
-def wait_all(futures: list[Future[None]], timeout_ms: int, phase: str, key: str) -> None:
-    """Wait for every future within one deadline; raise the first failure, or FlushTimeoutError."""
-    deadline = time.monotonic() + timeout_ms / 1000.0
+def wait_all(futures: list[Future[None]], timeout_ms: int, phase: str, key: str, *,
+             started: float | None = None) -> None:
+    """Wait for every future within one deadline (``timeout_ms`` after ``started``, a monotonic time,
+    default now); raise the first failure, or FlushTimeoutError."""
+    deadline = (time.monotonic() if started is None else started) + timeout_ms / 1000.0
     first_error: BaseException | None = None
     for future in futures:
         remaining = deadline - time.monotonic()

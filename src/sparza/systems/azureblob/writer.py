@@ -193,14 +193,16 @@ class BlobWriter:
         self._current = None
 
     # --- flushing ------------------------------------------------------------------------------
-    def finish(self) -> list[BlobUpload]:
-        """Close the writer: stage what is buffered; return every blob to commit (rolled-over ones too)."""
+    def finish(self, *, whole: bool = False) -> list[BlobUpload]:
+        """Close the writer: stage what is buffered; return every blob to commit (rolled-over ones too).
+        With ``whole`` a blob that staged no block keeps its content for one Put Blob at commit instead."""
         with self._lock:
             self._closed = True
             self._publish()
             if self._current is not None:
                 self._emit_chunk()
-                self._current.stage_buffer(parts=self.ctx.settings.thread_pool_count)
+                if not (whole and self._current.finish_whole()):
+                    self._current.stage_buffer(parts=self.ctx.settings.thread_pool_count)
                 self._sealed.append(self._current)
                 self._current = None
             uploads, self._sealed = self._sealed, []

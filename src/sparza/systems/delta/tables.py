@@ -29,7 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparza.errors import ConfigError, SerdeError, SparzaError
+from sparza.errors import ConfigError, SerdeError, SparzaError, payload_preview
 from sparza.serde import AvroRecord, BytesSerde, Serde
 from sparza.streams import MessageType, OutgoingMessageEnvelope
 from sparza.systems import Transaction
@@ -560,7 +560,7 @@ class TypedTable:
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
                 bad = next((v for v in values if not _fits(v, f.type)), None)
                 raise TableError(f"typed table {self.spec.stream!r}: column {f.name!r} ({f.type}) cannot hold "
-                                 f"{bad!r} ({type(bad).__name__}): {exc}") from exc
+                                 f"a {type(bad).__name__} {payload_preview(bad)} ({type(exc).__name__})") from exc
             if not f.nullable and array.null_count:
                 missing = array.null_count if deleted is None else sum(
                     1 for v, d in zip(values, deleted, strict=True) if v is None and not d)
