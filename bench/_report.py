@@ -1,7 +1,9 @@
 """Shared by every benchmark: print a result table and record it in ``docs/benchmarks.md``.
 
 Each benchmark writes its own section to ``docs/bench/<name>.md`` (so benchmarks can run alone)
-and ``docs/benchmarks.md`` is rebuilt from all sections, with the machine and versions.
+and ``docs/benchmarks.md`` is rebuilt from all sections, with the machine and versions. Analysis
+written by hand (profiles, why a goal is not met) lives in ``docs/bench/notes/<name>.md`` and is put
+under its section, so a re-run of the benchmark does not erase it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # SPARZA_BENCH_OUT redirects the report (smoke runs must not overwrite the committed full results).
 _OUT = Path(os.environ["SPARZA_BENCH_OUT"]) if os.environ.get("SPARZA_BENCH_OUT") else ROOT / "docs"
 SECTIONS = _OUT / "bench"
+NOTES = ROOT / "docs" / "bench" / "notes"
 REPORT = _OUT / "benchmarks.md"
 
 
@@ -57,6 +60,9 @@ def rebuild() -> None:
              "`bench/run_all.py` re-runs them all.\n"]
     for section in sorted(SECTIONS.glob("*.md")):
         parts.append(section.read_text(encoding="utf-8"))
+        notes = NOTES / section.name
+        if notes.exists():
+            parts.append(notes.read_text(encoding="utf-8"))
     REPORT.write_text("\n".join(parts), encoding="utf-8")
 
 

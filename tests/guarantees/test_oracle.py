@@ -12,7 +12,9 @@ import pytest
 from sparza.testing.harness import Outcome, _check, _Job, reproduce_command
 from sparza.testing.oracle import compare, expected_records, expected_table_rows, window_starts
 from sparza.testing.scenario import (
+    AFTER_RUN_FAULTS,
     COMMIT_STEPS,
+    EXTRA_FAULTS,
     FAULTS,
     INPUTS,
     OUTPUTS,
@@ -46,7 +48,7 @@ def test_a_seed_is_a_complete_reproduction() -> None:
 def test_seeds_cover_every_job_kind_fault_and_commit_step() -> None:
     drawn = [generate(seed) for seed in range(1, 400)]
     assert {s.kind for s in drawn} == {"copy", "count", "filtermap", "pipeline", "window"}
-    assert {s.fault for s in drawn} == set(FAULTS)
+    assert {s.fault for s in drawn} == set(FAULTS + EXTRA_FAULTS)
     assert {s.fail_step for s in drawn if s.fault == "fail-once"} == set(COMMIT_STEPS)
     assert {s.join for s in drawn if s.api == "app"} == {"none", "broadcast", "partitioned"}
     assert {s.partitions for s in drawn} == set(range(1, 9))
@@ -170,6 +172,46 @@ def test_the_batch_task_api_is_drawn_apart_for_task_jobs_only_and_changes_nothin
     assert generate(669040315, output="delta", input="delta").task_api == "batch"
     with pytest.raises(ValueError, match="unknown task api"):
         generate(7, task_api="vectorized")
+
+
+def test_extras_are_drawn_apart_and_leave_older_draws_alone() -> None:
+    """The extras (intermediate streams, Delta on az://, several processors, the new faults, a second fault,
+    the probe chunk) come from a third generator: each is drawn, only where it fits, and ``extras=False``
+    is the scenario as generated before them."""
+    drawn = [generate(seed) for seed in range(1, 600)]
+    assert {s.intermediate for s in drawn if s.api == "app"} == {"default", "kafka", "delta"}
+    assert {s.intermediate for s in drawn if s.api == "task"} == {"default"}
+    assert {s.delta_location for s in drawn} == {"local", "azure"}
+    assert {s.processors for s in drawn} == {1, 2, 3}
+    assert {s.fault2 for s in drawn} >= {"none", "purged-snapshot", "lost-state", "kill9"}
+    for s in drawn:
+        if s.fault2 != "none":
+            assert s.fault2 != s.fault
+            assert s.fault2_phase != s.fault_phase or s.fault2 in AFTER_RUN_FAULTS
+        if "kafka-restart" in (s.fault, s.fault2):
+            assert s.input == "kafka" and s.output != "kafka" and s.intermediate_system != "kafka"
+            assert s.processors == 1
+        if s.processors > 1:
+            assert "second-processor" not in (s.fault, s.fault2)
+        if "purged-snapshot" in (s.fault, s.fault2):
+            assert s.backup
+        plain = generate(s.seed, extras=False)
+        assert (plain.intermediate, plain.delta_location, plain.processors, plain.fault2) == (
+            "default", "local", 1, "none")
+        if s.fault not in EXTRA_FAULTS:
+            assert plain.fault == s.fault
+        probe = [m for m in s.messages if m.chunk >= plain.chunks]
+        assert s.messages[:len(plain.messages)] == plain.messages
+        if probe:   # only after damage in the last phase of an unbounded scenario, with new ids and live partitions
+            assert not s.bounded and s.chunks == plain.chunks + 1
+            assert any(f in AFTER_RUN_FAULTS and p == plain.chunks - 1
+                       for f, p in ((s.fault, s.fault_phase), (s.fault2, s.fault2_phase)))
+            assert [m.id for m in probe] == list(range(len(plain.messages), len(s.messages)))
+            assert {m.partition for m in probe} <= {m.partition for m in plain.messages}
+    assert any(s.chunks > generate(s.seed, extras=False).chunks for s in drawn)
+    with pytest.raises(ValueError, match="needs a Kafka input"):
+        generate(669040315, output="delta", input="delta", fault="kafka-restart")
+    assert reproduce_command(7, extras=False).endswith("--seed 7 --extras none")
 
 
 def test_table_oracle_append_is_every_record_upsert_the_last_count_per_task_and_key() -> None:

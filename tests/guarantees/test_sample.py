@@ -18,6 +18,7 @@ pytestmark = [pytest.mark.guarantees, pytest.mark.slow]
 
 # (seed, messages, fault, output, input): small inputs keep each scenario to a few `sparza run`s. The
 # first two seeds drew a Delta stream output before typed tables and Kafka were drawn too: pinned to it.
+# These samples are the scenarios as generated before the extras (scenario.EXTRAS_SALT): extras=False.
 SAMPLE = [
     # Draws the batch API (process_batch, records sent as Arrow rows to the Delta output) since it exists.
     pytest.param(669040315, None, None, "delta", "delta", id="count-rocksdb-kill9"),
@@ -41,9 +42,9 @@ def _verdict(outcome: Outcome) -> None:
 @pytest.mark.parametrize(("seed", "messages", "fault", "output", "input_kind"), SAMPLE)
 def test_fixed_seed(seed: int, messages: int | None, fault: str | None, output: str | None, input_kind: str | None,
                     azurite, tmp_path) -> None:
-    _verdict(run_scenario(generate(seed, messages=messages, fault=fault, output=output, input=input_kind), azurite,
-                          tmp_path, messages_override=messages, fault_override=fault, output_override=output,
-                          input_override=input_kind))
+    _verdict(run_scenario(generate(seed, messages=messages, fault=fault, output=output, input=input_kind,
+                                   extras=False), azurite, tmp_path, messages_override=messages,
+                          fault_override=fault, output_override=output, input_override=input_kind, extras=False))
 
 
 # Typed tables and Kafka (each needs the session's broker only when it uses Kafka).
@@ -62,9 +63,19 @@ def test_fixed_seed_tables_and_kafka(seed: int, messages: int | None, fault: str
                                      input_kind: str | None, task_api: str | None, azurite, kafka_broker,
                                      tmp_path) -> None:
     _verdict(run_scenario(generate(seed, messages=messages, fault=fault, output=output, input=input_kind,
-                                   task_api=task_api), azurite,
+                                   task_api=task_api, extras=False), azurite,
                           tmp_path, kafka=kafka_broker, messages_override=messages, fault_override=fault,
-                          output_override=output, input_override=input_kind, task_api_override=task_api))
+                          output_override=output, input_override=input_kind, task_api_override=task_api,
+                          extras=False))
+
+
+def test_fixed_seed_with_extras(azurite, kafka_broker, tmp_path) -> None:
+    """One scenario with the extras (scenario.EXTRAS_SALT): two-stage tumbling windows whose intermediate
+    stream is a Kafka topic, every Delta stream on az:// (Azurite), output to Kafka, Azurite restarted
+    mid-run (73 s here)."""
+    scenario = generate(838)
+    assert (scenario.intermediate, scenario.delta_location) == ("kafka", "azure")
+    _verdict(run_scenario(scenario, azurite, tmp_path, kafka=kafka_broker))
 
 
 def test_scale_two_stages_broadcast_join_windows_to_azure_blobs(azurite, tmp_path) -> None:
@@ -78,7 +89,7 @@ def test_scale_two_stages_broadcast_join_windows_to_azure_blobs(azurite, tmp_pat
 
 # Found by the harness as a hang (strict xfail); fixed on main by 010acde, seen XPASS there: now a plain test.
 def test_bounded_job_restarted_after_it_ended_stops_by_itself(azurite, tmp_path) -> None:
-    scenario = generate(125, messages=20, fault="none")
+    scenario = generate(125, messages=20, fault="none", extras=False)
     scenario.api, scenario.kind, scenario.output, scenario.bounded, scenario.chunks = "task", "copy", "delta", True, 1
     scenario.messages = [m.__class__(m.id, m.key, m.n, m.timestamp, m.partition, 0) for m in scenario.messages]
     job = _Job(scenario, tmp_path, azurite)

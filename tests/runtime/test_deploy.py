@@ -3,6 +3,7 @@ local paths on a cluster or Spark Connect, and ``sparza package``."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -122,6 +123,16 @@ def test_package_holds_sparza_and_the_jobs_modules_and_imports_without_the_proje
     assert with_zip.stdout.strip().startswith(str(built.path))
     again = build_package(work_dir / "dist" / "again.zip", ["examples"])
     assert again.path.read_bytes() == built.path.read_bytes()  # reproducible: same sources, same zip
+
+
+def test_package_built_while_a_packaged_zip_is_on_sys_path_still_holds_the_sources(work_dir, monkeypatch):
+    # SparkContext.addPyFile puts the zip on the driver's sys.path too: the namespace package `examples` then
+    # also lists the zip, and a package built next (the suite's second) came out without the job's modules.
+    built = build_package(work_dir / "dist" / "job.zip", ["examples"])
+    monkeypatch.syspath_prepend(str(built.path))
+    importlib.invalidate_caches()
+    again = build_package(work_dir / "dist" / "again.zip", ["examples"])
+    assert "examples/keyed_count/task.py" in set(zipfile.ZipFile(again.path).namelist())
 
 
 def test_sparza_package_command_writes_the_zip(make_job, work_dir):

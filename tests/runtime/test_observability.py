@@ -86,6 +86,8 @@ def test_every_seed_reaches_prometheus_and_json_lines(spark, make_job, work_dir,
         "keyed_count.output": f"{container}.counts",
         f"systems.{container}.samza.factory": "azureblob",
         f"systems.{container}.azureblob.writer.format": "jsonl",
+        # Small blocks: a blob that fills no block is one Put Blob at commit, and block uploads are counted too.
+        f"systems.{container}.azureblob.maxFlushThresholdSize": "1024",
         "azure.storage.connect": azure_connection_string,
         "stores.profiles.adstore.input": "delta.profiles",
         "stores.profiles.factory": "rocksdb",
@@ -106,10 +108,10 @@ def test_every_seed_reaches_prometheus_and_json_lines(spark, make_job, work_dir,
     by_source = _sum(samples, "sparza_event_write_rate_total", group="Partition 0") + \
         _sum(samples, "sparza_event_write_rate_total", group="Partition 1")
     assert by_source == 400  # the source groups: one per task
-    for samza_name in ("event_write_byte_rate", "event_compress_byte_rate", "azure_blob_commit_rate"):
+    for samza_name in ("event_write_byte_rate", "event_compress_byte_rate", "azure_block_upload_rate",
+                       "azure_blob_commit_rate"):
         assert _sum(samples, f"sparza_{samza_name}_total", group="aggregate") > 0, samza_name
-    # No blob here fills a block: each is one Put Blob at commit (c464f07), so no block is uploaded.
-    for samza_name in ("event_produce_error", "azure_container_error", "azure_block_upload_rate"):
+    for samza_name in ("event_produce_error", "azure_container_error"):
         assert ("sparza_" + samza_name + "_total", frozenset({("group", "aggregate"), ("task", ""), *job.items()})) \
             in samples, samza_name  # exported, and zero
     # Backup of the counts store (SEP-003): files and bytes uploaded, upload time.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from examples.keyed_count.load import append_messages
-from pyspark import cloudpickle
+from pyspark import SparkFiles, cloudpickle
 from tests.runtime.helpers import expected_counts, final_counts, run_sparza, sparza_env, write_config
 
 from sparza.azure import AZURITE_ACCOUNT_KEY
@@ -87,6 +87,25 @@ def test_a_local_run_keeps_the_key_out_of_plan_progress_conf_and_checkpoints(spa
     counts, rows = final_counts(config)
     assert counts == expected_counts(300, 5)
     assert rows == 300
+
+
+def test_a_session_outliving_its_runners_keeps_one_secrets_file_for_them(spark, make_job, azure_connection_string,
+                                                                          unique_name):
+    # A coordinated processor runs each job model's runner on one session. Spark serves an added file from the
+    # driver's copy while the session lives: the second runner failed its tasks ("exists and does not match
+    # contents") once the first had removed its copy. Runners now share the file, and it outlives them.
+    config = _azure_job(make_job, azure_connection_string, unique_name)
+    names = []
+    for first in (0, 200):
+        append_messages(config, 200, 5, start=first, commit_size=200)
+        runner = JobRunner(config, spark=spark, once=True, install_signal_handlers=False, status=lambda _: None)
+        outcome = runner.run()
+        assert outcome.exit_code == 0 and outcome.batches >= 1
+        names.append(runner._shipped[SECRETS_REF_KEY])
+        assert Path(SparkFiles.get(names[-1])).exists()  # Spark's copy
+    assert names[0] == names[1]
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(400, 5) and rows == 400
 
 
 @pytest.mark.connect

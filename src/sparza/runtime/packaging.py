@@ -61,8 +61,12 @@ def _source_of(name: str) -> Path:
     if spec is None:
         raise ConfigError("--module", name, "an importable module (run from the project dir, or fix task.class)")
     if spec.submodule_search_locations:
-        locations = list(spec.submodule_search_locations)
-        return Path(locations[0])
+        # A namespace package also lists entries inside zips on sys.path (SparkContext.addPyFile puts a
+        # packaged job there, on the driver too): package the directory the sources live in.
+        locations = [Path(location) for location in spec.submodule_search_locations if Path(location).is_dir()]
+        if not locations:
+            raise ConfigError("--module", name, "a package whose sources are in a directory (not only in a zip)")
+        return locations[0]
     if spec.origin and spec.origin.endswith(".py"):
         return Path(spec.origin)
     raise ConfigError("--module", name, "a pure-Python module or package (compiled ones must be installed)")

@@ -636,13 +636,13 @@ class JobRunner:
             self._watch = None
         if self._inputs is not None:
             self._inputs.close()   # the query's foreachBatch callback keeps this runner alive until the JVM exits
-        if self._secrets is not None:
-            self._secrets.close()
-            self._secrets = None
         if self._owns_spark and self._spark is not None:
             with contextlib.suppress(Exception):
                 self._spark.stop()
             self._spark = None
+            if self._secrets is not None:
+                self._secrets.close()  # only now: Spark serves the file from it while the session lives
+        self._secrets = None
         self._release_claim()
 
     def _quiesce(self, query: Any) -> None:

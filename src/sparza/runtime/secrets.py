@@ -23,13 +23,16 @@ application or attach to its processes can read the file, as with any credential
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import hashlib
 import json
 import os
 import shutil
 import tempfile
 import threading
 import uuid
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,6 +50,10 @@ _ENV_CONNECTION = "AZURE_STORAGE_CONNECTION_STRING"
 _KNOWN: dict[str, dict[str, str]] = {}
 """Secrets by file name in this process: shipped from here, or read once from the distributed file."""
 _LOCK = threading.Lock()
+_SHIPPED: weakref.WeakKeyDictionary[Any, dict[str, ShippedSecrets]] = weakref.WeakKeyDictionary()
+"""Files added to each live session, by digest of their secrets: a session outlives one runner (a coordinated
+processor's next model, ``sparza.run(spark=...)`` called again), and Spark serves an added file from the
+driver's copy for as long as the session lives, so the file is reused, never removed while it may be fetched."""
 
 
 def split_secrets(config: Mapping[str, str], environ: Mapping[str, str] | None = None
@@ -70,7 +77,8 @@ class ShippedSecrets:
         self._directory = directory
 
     def close(self) -> None:
-        """Remove the driver's copy of the file."""
+        """Remove the driver's copy of the file: only once its session is stopped (executors fetch it from
+        there, also new ones), else at interpreter exit."""
         shutil.rmtree(self._directory, ignore_errors=True)
 
 
@@ -82,6 +90,13 @@ def ship_secrets(spark: Any, config: Config) -> tuple[dict[str, str], ShippedSec
         return public, None
     from sparza.runtime.session import is_connect
 
+    digest = hashlib.sha256(json.dumps(secrets, sort_keys=True).encode("utf-8")).hexdigest()
+    with _LOCK:
+        per_session = _session_files(spark)
+        shipped = per_session.get(digest)
+    if shipped is not None:
+        public[SECRETS_REF_KEY] = shipped.name
+        return public, shipped
     name = f"sparza-secrets-{uuid.uuid4().hex}.json"
     directory = tempfile.mkdtemp(prefix="sparza-secrets-")
     path = os.path.join(directory, name)
@@ -97,10 +112,19 @@ def ship_secrets(spark: Any, config: Config) -> tuple[dict[str, str], ShippedSec
     except BaseException:
         shipped.close()
         raise
+    atexit.register(shipped.close)
     with _LOCK:
         _KNOWN[name] = secrets
+        per_session[digest] = shipped
     public[SECRETS_REF_KEY] = name
     return public, shipped
+
+
+def _session_files(spark: Any) -> dict[str, ShippedSecrets]:
+    try:
+        return _SHIPPED.setdefault(spark, {})
+    except TypeError:  # a session type that takes no weak reference: no reuse, the file stays until exit
+        return {}
 
 
 def _load(name: str) -> dict[str, str]:

@@ -14,6 +14,7 @@ and, for scenarios with a Kafka input or output, its own Tansu broker unless it 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -35,6 +36,7 @@ from sparza.testing.jobs import RECORD_SCHEMA, TABLE_SCHEMA
 from sparza.testing.oracle import (
     Comparison,
     compare,
+    download_prefix,
     expected_records,
     expected_table_rows,
     read_blob_records,
@@ -43,7 +45,17 @@ from sparza.testing.oracle import (
     read_kafka_records,
     read_table_rows,
 )
-from sparza.testing.scenario import FAULTS, INPUTS, OUTPUTS, TASK_APIS, Scenario, generate, scale_scenario
+from sparza.testing.scenario import (
+    AFTER_RUN_FAULTS,
+    EXTRA_FAULTS,
+    FAULTS,
+    INPUTS,
+    OUTPUTS,
+    TASK_APIS,
+    Scenario,
+    generate,
+    scale_scenario,
+)
 
 __all__ = ["Outcome", "reproduce_command", "run_scenario", "soak"]
 
@@ -52,16 +64,30 @@ RUN_TIMEOUT_S = 600.0
 
 _SRC = Path(__file__).resolve().parents[2]
 
-_AFTER_RUN_FAULTS = frozenset({"lost-state", "lost-spark-checkpoint", "replay-spark-batch", "deleted-snapshot"})
+_AFTER_RUN_FAULTS = AFTER_RUN_FAULTS
 """Faults applied between runs (the others happen during a run, which is then restarted)."""
+
+COORDINATION: dict[str, str] = {
+    "job.coordinator.factory": "azure",
+    "job.coordinator.azure.heartbeat.interval.ms": "1000",
+    "job.coordinator.azure.liveness.timeout.ms": "6000",
+    "job.coordinator.azure.liveness.check.interval.ms": "1000",
+    "job.coordinator.azure.leader.check.interval.ms": "1000",
+    "job.coordinator.azure.jobmodel.poll.interval.ms": "500",
+    "job.coordinator.azure.barrier.timeout.ms": "60000",
+}
+"""The azure coordinator of scenarios with several processors: faster than the defaults, yet tolerant of
+a loaded 2-core machine (a liveness timeout of a few seconds would rebalance all the time)."""
 
 
 def reproduce_command(seed: int, *, messages: int | None = None, fault: str | None = None,
-                      output: str | None = None, input: str | None = None, task_api: str | None = None) -> str:
+                      output: str | None = None, input: str | None = None, task_api: str | None = None,
+                      extras: bool = True) -> str:
     """The one-line command (from the repository root) that runs the scenario of ``seed`` again."""
     extra = (f" --messages {messages}" if messages is not None else "") + (f" --fault {fault}" if fault else "")
     extra += (f" --output {output}" if output else "") + (f" --input {input}" if input else "")
     extra += f" --task-api {task_api}" if task_api else ""
+    extra += "" if extras else " --extras none"
     return f"PYTHONPATH=src:. .venv/bin/python -m sparza.testing.harness --seed {seed}{extra}"
 
 
@@ -91,6 +117,7 @@ class Outcome:
     output_override: str | None = None
     input_override: str | None = None
     task_api_override: str | None = None
+    extras: bool = True
 
     inconclusive: bool = False
     """Spark itself could not start the job's Python workers, even after restarts (an overloaded
@@ -116,7 +143,7 @@ class Outcome:
             lines.append("  reproduce: " + reproduce_command(self.scenario.seed, messages=self.messages_override,
                                                              fault=self.fault_override, output=self.output_override,
                                                              input=self.input_override,
-                                                             task_api=self.task_api_override))
+                                                             task_api=self.task_api_override, extras=self.extras))
         return "\n".join(lines)
 
 
@@ -129,20 +156,27 @@ class _Job:
         self.azurite = azurite
         self.kafka = kafka
         self.nonce = uuid.uuid4().hex[:10]
-        if (scenario.input == "kafka" or scenario.output == "kafka") and kafka is None:
-            raise ValueError("a scenario with a Kafka input or output needs a broker (kafka=TansuProcess)")
+        if scenario.uses_kafka and kafka is None:
+            raise ValueError("a scenario with Kafka streams needs a broker (kafka=TansuProcess)")
         # Topics are per scenario (one broker serves a whole soak): the nonce keeps them apart.
         self.input_stream = "delta.in" if scenario.input == "delta" else f"kafka.in-{self.nonce}"
         self.output_stream = {"blob": f"ho-{self.nonce}.out", "kafka": f"kafka.out-{self.nonce}"}.get(
             scenario.output, "delta.out")
         self.output_container = f"ho-{self.nonce}"
         self.state_container = f"hs-{self.nonce}"
+        self.delta_container = f"hd-{self.nonce}"
+        self.delta_root: str | Path = (root / "streams" if scenario.delta_location == "local"
+                                       else f"az://{self.delta_container}/streams")
         self.logs = root / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.config = self._config()
         self.config_path = self._write("job.yaml", self.config)
         self.runs: list[RunRecord] = []
+        self.spawned = 0
         self.notes: list[str] = []
+        self.purged: dict[str, tuple[bytes, dict[str, str], dict[str, str]]] = {}
+        """Blobs the purged-snapshot fault took away, until a run fails for want of them."""
+        self.purge_problems: list[str] = []
 
     # --- config ----------------------------------------------------------------------------
     def _config(self) -> dict[str, str]:
@@ -155,7 +189,7 @@ class _Job:
             "task.commit.ms": 0,
             "systems.delta.samza.factory": "delta",
             "systems.delta.samza.offset.default": "oldest",
-            "systems.delta.delta.root": root / "streams",
+            "systems.delta.delta.root": self.delta_root,
             "azure.storage.connect": self.azurite.connection_string,
             "app.harness.kind": s.kind,
             "metrics.reporter.jsonl.path": root / "metrics.jsonl",
@@ -163,7 +197,7 @@ class _Job:
             "app.harness.input": self.input_stream,
             "app.harness.output": self.output_stream,
         }
-        if "kafka" in (s.input, s.output):
+        if s.uses_kafka:
             v["systems.kafka.samza.factory"] = "kafka"
             v["systems.kafka.consumer.bootstrap.servers"] = self.kafka.bootstrap_servers
             v["systems.kafka.samza.offset.default"] = "oldest"
@@ -190,6 +224,8 @@ class _Job:
             v[f"systems.{in_system}.streams.{in_name}.watermark.lateness.ms"] = 0 if s.late else 10**12
             v["task.late.messages.policy"] = "route"
             v["task.late.messages.stream"] = "delta.late"
+            if s.intermediate != "default":
+                v["job.intermediate.system"] = s.intermediate
         if s.kind == "count":
             v["stores.counts.factory"] = s.store
             v["stores.counts.key.serde"] = "string"
@@ -206,6 +242,8 @@ class _Job:
             v["systems.delta.streams.profiles.samza.bootstrap"] = "true"
             if s.join == "broadcast":
                 v["task.broadcast.inputs"] = "delta.profiles#0"
+        if s.processors > 1:
+            v.update(COORDINATION)
         if s.blob_store == "local":
             v["blob.store.manager.factory"] = "local"
             v["blob.store.local.root"] = root / "blobstore"
@@ -260,12 +298,18 @@ class _Job:
 
         config = Config(self.config)
         admin = DeltaSystemAdmin("delta", config)
+        if self.s.delta_location == "azure":
+            from azure.storage.blob import BlobServiceClient
+
+            with contextlib.suppress(Exception):   # exists already (a second create_streams)
+                BlobServiceClient.from_connection_string(self.azurite.connection_string).create_container(
+                    self.delta_container)
         if self.s.input == "delta":
             admin.create_stream(StreamSpec("in", self.s.partitions))
         admin.create_stream(StreamSpec("late", 1))
         if self.s.output == "delta":
             admin.create_stream(StreamSpec("out", 2))
-        if "kafka" in (self.s.input, self.s.output):
+        if self.s.input == "kafka" or self.s.output == "kafka":
             from sparza.systems.kafka import KafkaSystemAdmin
 
             kafka_admin = KafkaSystemAdmin("kafka", config)
@@ -327,7 +371,8 @@ class _Job:
     def spawn(self, label: str, config_path: Path | None = None, *extra: str) -> tuple[subprocess.Popen[bytes], Path,
                                                                                        float]:
         """Start ``sparza run`` for this job (its own process group, output to a log file)."""
-        log = self.logs / f"{len(self.runs) + 1:02d}-{label}.log"
+        self.spawned += 1      # not len(self.runs): the processors of a group are recorded only when they end
+        log = self.logs / f"{self.spawned:02d}-{label}.log"
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in [str(_SRC), env.get("PYTHONPATH", "")] if p)
         env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -358,16 +403,51 @@ class _Job:
         that did not connect back in time) is started again, at most twice, and noted: a restart is
         something the job must survive anyway, and the failure says nothing about sparza."""
         once = self.once_args()
-        record = self.wait(label, self.spawn(label, config_path, *once, *extra))
+        record = self._run_group(label, config_path, *once, *extra)
         for attempt in (1, 2, 3):
             if record.returncode == 0 or not _transient(record.log):
                 break
             self.notes.append(f"run '{label}' hit Spark's '{_TRANSIENT}'; restarted ({attempt})")
-            record = self.wait(f"{label}-again{attempt}", self.spawn(f"{label}-again{attempt}", config_path,
-                                                                      *once, *extra))
+            record = self._run_group(f"{label}-again{attempt}", config_path, *once, *extra)
         if record.returncode != 0 and _transient(record.log):
             raise _SparkStartFailure(f"run '{label}': Spark could not start its Python workers 4 times")
+        if self.purged and record.returncode not in (0, None):
+            record = self._restore_purged(label, record, config_path, *once, *extra)
         return record
+
+    def _restore_purged(self, label: str, failed: RunRecord, config_path: Path | None, *args: str) -> RunRecord:
+        """A run failed after the purged-snapshot fault: it must say what is gone. Bring the blobs back and
+        run again."""
+        text = _log_tail(failed.log, 6)
+        named = any(word in text for word in ("purged", "gone from the blob store", "does not exist in the blob store",
+                                              "cannot be restored"))
+        self.notes.append(f"purged-snapshot: run '{label}' failed (exit {failed.returncode})"
+                          + ("" if named else " WITHOUT naming the purged snapshot")
+                          + f"; {len(self.purged)} blobs brought back")
+        if not named:
+            self.purge_problems.append(f"run '{label}' after committed snapshots were purged failed without saying "
+                                       f"so: {text}")
+        for blob_id, saved in self.purged.items():
+            _restore_blob(self, blob_id, saved)
+        self.purged = {}
+        return self._run_group(f"{label}-after-restoring-blobs", config_path, *args)
+
+    def _run_group(self, label: str, config_path: Path | None, *args: str) -> RunRecord:
+        """One run: a single ``sparza run``, or with ``processors`` > 1 that many processors of the job
+        (``--processor-id 0..N-1``, started ``stagger_s`` apart) under the azure coordinator. The record
+        of a group is its first failing processor's (exit codes of all are noted)."""
+        if self.s.processors <= 1:
+            return self.wait(label, self.spawn(label, config_path, *args))
+        handles = []
+        for i in range(self.s.processors):
+            if i:
+                time.sleep(self.s.stagger_s)
+            handles.append((f"{label}-proc{i}", self.spawn(f"{label}-proc{i}", config_path, *args,
+                                                            "--processor-id", str(i))))
+        records = [self.wait(name, handle) for name, handle in handles]
+        self.notes.append(f"run '{label}': {len(records)} processors exited "
+                          f"{', '.join(str(r.returncode) for r in records)}")
+        return next((r for r in records if r.returncode != 0), records[-1])
 
     def once_args(self) -> tuple[str, ...]:
         """``--once`` except for a bounded job's first run, which must end by itself. A bounded job
@@ -520,29 +600,127 @@ def _apply_phase(job: _Job, outcome: Outcome, fault: str, phase: int) -> None:
                 os.killpg(handle[0].pid, signal.SIGTERM)
             job.wait(f"{label}-azurite", handle, timeout=180)
         _expect_clean(outcome, job.run(f"{label}-after"))
+    elif fault == "kafka-restart":
+        _kafka_restart(job, outcome, label, phase)
     else:
         _expect_clean(outcome, job.run(label))
-        state = job.root / "state"
-        if fault == "lost-state":
-            shutil.rmtree(state, ignore_errors=True)
-        elif fault == "lost-spark-checkpoint":
-            shutil.rmtree(state / "_spark", ignore_errors=True)
-        elif fault == "replay-spark-batch":
-            dropped = 0
-            for spark_dir in _spark_dirs(state):
-                commits = sorted((p for p in (spark_dir / "commits").iterdir() if p.name.isdigit()),
-                                 key=lambda p: int(p.name))
-                if commits:
-                    commits[-1].unlink()                      # Spark now runs that batch again
-                    (spark_dir / "commits" / f".{commits[-1].name}.crc").unlink(missing_ok=True)
-                    dropped += 1
-            outcome.notes.append(f"replay-spark-batch: dropped the last commit of {dropped} queries")
-        elif fault == "deleted-snapshot":
-            marked = _mark_committed_snapshots_deleted(job)
-            shutil.rmtree(state, ignore_errors=True)        # and a new host: restore must use them
-            outcome.notes.append(f"deleted-snapshot: marked {marked} committed snapshot blobs deleted")
-        elif fault != "none":
-            raise ValueError(f"unknown fault {fault!r}")
+        _damage(job, outcome, fault, label)
+
+
+def _damage(job: _Job, outcome: Outcome, fault: str, label: str) -> None:
+    """An after-run fault: damage what the last run left (the next run must repair it)."""
+    state = job.root / "state"
+    if fault == "purged-snapshot":
+        _purged_snapshots(job, outcome, label)
+        return
+    if fault == "lost-state":
+        shutil.rmtree(state, ignore_errors=True)
+    elif fault == "lost-spark-checkpoint":
+        shutil.rmtree(state / "_spark", ignore_errors=True)
+    elif fault == "replay-spark-batch":
+        dropped = 0
+        for spark_dir in _spark_dirs(state):
+            commits = sorted((p for p in (spark_dir / "commits").iterdir() if p.name.isdigit()),
+                             key=lambda p: int(p.name))
+            if commits:
+                commits[-1].unlink()                      # Spark now runs that batch again
+                (spark_dir / "commits" / f".{commits[-1].name}.crc").unlink(missing_ok=True)
+                dropped += 1
+        outcome.notes.append(f"replay-spark-batch: dropped the last commit of {dropped} queries")
+    elif fault == "deleted-snapshot":
+        marked = _mark_committed_snapshots_deleted(job)
+        shutil.rmtree(state, ignore_errors=True)        # and a new host: restore must use them
+        outcome.notes.append(f"deleted-snapshot: marked {marked} committed snapshot blobs deleted")
+    elif fault != "none":
+        raise ValueError(f"unknown fault {fault!r}")
+
+
+def _kafka_restart(job: _Job, outcome: Outcome, label: str, phase: int) -> None:
+    """The Kafka broker restarts mid-run. Tansu keeps everything in memory, so the topics, their records and
+    every group offset are gone: the harness then creates the input topic again and produces the same
+    chunks again, in the same transactions (so every record gets its old offset), as the input's own
+    producers would. The run in flight may fail (nothing may be half-written or skipped); a run after
+    it must end with the exact output."""
+    from sparza.config import Config
+    from sparza.systems import StreamSpec
+    from sparza.systems.kafka import KafkaSystemAdmin
+
+    handle = job.spawn(f"{label}-kafka-restart", None, *job.once_args())
+    started = _wait_for_first_batch(handle, KILL9_START_TIMEOUT_S)
+    job.kafka.stop()
+    job.kafka.start()
+    topic = job.input_stream.split(".", 1)[1]
+    admin = KafkaSystemAdmin("kafka", Config(job.config))
+    try:
+        admin.create_stream(StreamSpec(topic, job.s.partitions))
+    except Exception:   # auto-created meanwhile by a client's metadata request, with another partition count
+        from confluent_kafka.admin import AdminClient
+
+        client = AdminClient({"bootstrap.servers": job.kafka.bootstrap_servers})
+        for future in client.delete_topics([topic], operation_timeout=30).values():
+            future.result(30)
+        admin = KafkaSystemAdmin("kafka", Config(job.config))
+        admin.create_stream(StreamSpec(topic, job.s.partitions))
+    for chunk in range(phase + 1):
+        job.append_chunk(chunk)
+    record = job.wait(f"{label}-kafka-restart", handle)
+    when = "after the first committed batch" if started else "at once"
+    outcome.notes.append(f"kafka-restart: broker restarted {when}; the run in flight exited {record.returncode}")
+    _expect_clean(outcome, job.run(f"{label}-after-kafka-restart"))
+
+
+def _purged_snapshots(job: _Job, outcome: Outcome, label: str) -> None:
+    """Committed snapshot blobs *purged* (gone, not tombstoned: an operator's cleanup, a lifecycle rule) and
+    the local state lost with them. The next run that needs the state must not go on silently with empty
+    stores: it either fails, saying what is gone, or rebuilds the state itself (an adjunct store from its
+    stream); the final output check decides which. After such a failure the harness brings the blobs back
+    (:meth:`_Job.run`), as the error tells the user to (from a backup of the blob store), and the job must
+    then finish exactly."""
+    from sparza.blobstore.factory import blob_store_manager_from_config
+
+    manager = blob_store_manager_from_config(job.config)
+    saved: dict[str, tuple[bytes, dict[str, str], dict[str, str]]] = {}
+    try:
+        for info in list(manager.list_blobs()):
+            if info.deleted_at_ms is None and info.expires_at_ms is None and not info.blob_id.startswith(
+                    "checkpoints/"):
+                saved[info.blob_id] = _save_blob(job, info.blob_id)
+                manager.purge(info.blob_id)
+    finally:
+        manager.close()
+    shutil.rmtree(job.root / "state", ignore_errors=True)
+    job.purged = saved
+    outcome.notes.append(f"purged-snapshot: purged {len(saved)} committed snapshot blobs and the local state")
+
+
+def _save_blob(job: _Job, blob_id: str) -> tuple[bytes, dict[str, str], dict[str, str]]:
+    """A blob's bytes, metadata and tags, read with the storage's own client (local files or the Azure SDK)."""
+    if job.s.blob_store == "local":
+        path = job.root / "blobstore" / blob_id
+        meta = path.with_name(path.name + ".meta.json")
+        return path.read_bytes(), {"sidecar": meta.read_text()} if meta.exists() else {}, {}
+    from azure.storage.blob import BlobServiceClient
+
+    blob = BlobServiceClient.from_connection_string(job.azurite.connection_string).get_blob_client(
+        job.state_container, blob_id)
+    props = blob.get_blob_properties()
+    return blob.download_blob().readall(), dict(props.metadata or {}), dict(blob.get_blob_tags() or {})
+
+
+def _restore_blob(job: _Job, blob_id: str, saved: tuple[bytes, dict[str, str], dict[str, str]]) -> None:
+    data, metadata, tags = saved
+    if job.s.blob_store == "local":
+        path = job.root / "blobstore" / blob_id
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        if "sidecar" in metadata:
+            path.with_name(path.name + ".meta.json").write_text(metadata["sidecar"])
+        return
+    from azure.storage.blob import BlobServiceClient
+
+    blob = BlobServiceClient.from_connection_string(job.azurite.connection_string).get_blob_client(
+        job.state_container, blob_id)
+    blob.upload_blob(data, overwrite=True, metadata=metadata, tags=tags or None)
 
 
 def _mark_committed_snapshots_deleted(job: _Job) -> int:
@@ -565,17 +743,28 @@ def _mark_committed_snapshots_deleted(job: _Job) -> int:
     return marked
 
 
+def _stream_dir(job: _Job, name: str) -> Path:
+    """A local directory holding Delta stream or table ``name``: the stream itself, or a fresh copy of its
+    blobs when the streams live on Azurite (every reader then reads the very bytes sparza wrote)."""
+    if job.s.delta_location == "local":
+        return job.root / "streams" / name
+    copy = job.root / "az-copy" / name
+    shutil.rmtree(copy, ignore_errors=True)
+    download_prefix(job.azurite.connection_string, job.delta_container, f"streams/{name}/", copy)
+    return copy
+
+
 def _routed_late(job: _Job) -> Counter[int]:
-    return Counter(int(json.loads(v)["id"]) for v in read_delta_values(job.root / "streams" / "late"))
+    return Counter(int(json.loads(v)["id"]) for v in read_delta_values(_stream_dir(job, "late")))
 
 
 def _check(job: _Job, outcome: Outcome) -> None:
     s = job.s
     routed = _routed_late(job)
     if s.output == "delta":
-        actual = read_delta_records(job.root / "streams" / "out")
+        actual = read_delta_records(_stream_dir(job, "out"))
     elif s.output.startswith("table-"):
-        readers = read_table_rows(job.root / "streams" / "out")
+        readers = read_table_rows(_stream_dir(job, "out"))
         actual = readers["deltalake"]
         for name, rows in readers.items():
             if rows != actual:
@@ -611,24 +800,29 @@ def _check(job: _Job, outcome: Outcome) -> None:
 
 def run_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messages_override: int | None = None,
                  fault_override: str | None = None, kafka: Any = None, output_override: str | None = None,
-                 input_override: str | None = None, task_api_override: str | None = None) -> Outcome:
+                 input_override: str | None = None, task_api_override: str | None = None,
+                 extras: bool = True) -> Outcome:
     """Run ``scenario`` in ``workdir`` against ``azurite`` (and ``kafka``, a Tansu broker, started here
     when the scenario uses Kafka and none is given): every phase, its fault, a final run, the check."""
     started = time.monotonic()
     outcome = Outcome(scenario, workdir=workdir, messages_override=messages_override, fault_override=fault_override,
                       output_override=output_override, input_override=input_override,
-                      task_api_override=task_api_override)
+                      task_api_override=task_api_override, extras=extras)
     workdir.mkdir(parents=True, exist_ok=True)
     own_kafka = None
-    if kafka is None and "kafka" in (scenario.input, scenario.output):
+    if kafka is None and scenario.uses_kafka:
         own_kafka = kafka = _start_kafka(workdir)
     job = _Job(scenario, workdir, azurite, kafka)
     try:
         job.create_streams()
         for phase in range(scenario.chunks):
             job.append_chunk(phase)
-            _apply_phase(job, outcome, scenario.fault if phase == scenario.fault_phase else "none", phase)
-        if scenario.fault in _AFTER_RUN_FAULTS:
+            faults = [f for f, at in ((scenario.fault, scenario.fault_phase), (scenario.fault2, scenario.fault2_phase))
+                      if at == phase and f != "none"]
+            _apply_phase(job, outcome, faults[0] if faults else "none", phase)
+            for second in faults[1:]:   # the generator makes a second fault in the same phase an after-run one
+                _damage(job, outcome, second, f"phase{phase}-second")
+        if scenario.fault in _AFTER_RUN_FAULTS or scenario.fault2 in _AFTER_RUN_FAULTS:
             # The damage was done after the last run: one more run must repair it.
             _expect_clean(outcome, job.run("final"))
         _check(job, outcome)
@@ -640,6 +834,7 @@ def run_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messages_ov
     finally:
         outcome.runs = job.runs
         outcome.notes.extend(job.notes)
+        outcome.problems.extend(job.purge_problems)
         outcome.seconds = time.monotonic() - started
         if not azurite.is_running():
             azurite.start()
@@ -713,7 +908,11 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, help="run this scenario")
     parser.add_argument("--messages", type=int, help="override the scenario's message count")
-    parser.add_argument("--fault", choices=FAULTS, help="override the scenario's fault")
+    parser.add_argument("--fault", choices=FAULTS + EXTRA_FAULTS, help="override the scenario's fault")
+    parser.add_argument("--extras", choices=("drawn", "none"), default="drawn",
+                        help="none: leave out the dimensions added after the first soaks (Kafka/Delta intermediate "
+                             "streams, Delta on az://, several processors, purged snapshots, a Kafka broker "
+                             "restart, a second fault): the scenario as generated before them")
     parser.add_argument("--output", choices=OUTPUTS, help="override the scenario's output kind")
     parser.add_argument("--input", choices=INPUTS, help="override the scenario's input kind")
     parser.add_argument("--task-api", choices=TASK_APIS, help="override a task job's API (process or process_batch)")
@@ -736,7 +935,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         try:
             scenario = generate(args.seed, messages=args.messages, fault=args.fault, output=args.output,
-                                input=args.input, task_api=args.task_api)
+                                input=args.input, task_api=args.task_api, extras=args.extras == "drawn")
         except ValueError as exc:
             parser.error(str(exc))
     print(scenario.describe(), flush=True)
@@ -746,7 +945,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         outcome = run_scenario(scenario, azurite, base / f"seed-{scenario.seed}", messages_override=args.messages,
                                fault_override=args.fault, output_override=args.output, input_override=args.input,
-                               task_api_override=args.task_api)
+                               task_api_override=args.task_api, extras=args.extras == "drawn")
     finally:
         azurite.stop()
     print(outcome.report())

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Comparison", "Record", "compare", "expected_records", "expected_table_rows", "read_blob_records",
+__all__ = ["Comparison", "Record", "compare", "download_prefix", "expected_records", "expected_table_rows",
+           "read_blob_records",
            "read_delta_records", "read_delta_values", "read_kafka_records", "read_table_rows"]
 
 Record = tuple[int, str, int, int, str]
@@ -238,6 +239,26 @@ def read_blob_records(connection_string: str, container: str, prefix: str) -> tu
         else:
             raise ValueError(f"blob {blob.name!r} has neither .avro nor .jsonl in its name")
     return records, names
+
+
+def download_prefix(connection_string: str, container: str, prefix: str, dest: Path) -> int:
+    """Copy every blob under ``prefix`` into ``dest`` (names relative to the prefix), with the Azure SDK:
+    a Delta table on ``az://`` is then read locally by every reader. Returns how many blobs."""
+    from azure.core.exceptions import ResourceNotFoundError
+    from azure.storage.blob import BlobServiceClient
+
+    client = BlobServiceClient.from_connection_string(connection_string).get_container_client(container)
+    count = 0
+    try:
+        names = [b.name for b in client.list_blobs(name_starts_with=prefix)]
+    except ResourceNotFoundError:
+        return 0
+    for name in names:
+        target = dest / name[len(prefix):]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(client.download_blob(name).readall())
+        count += 1
+    return count
 
 
 @dataclass

@@ -11,8 +11,8 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["COMMIT_STEPS", "FAULTS", "INPUTS", "OUTPUTS", "InputMessage", "Profile", "Scenario", "generate",
-           "scale_scenario"]
+__all__ = ["COMMIT_STEPS", "EXTRA_FAULTS", "FAULTS", "INPUTS", "OUTPUTS", "InputMessage", "Profile", "Scenario",
+           "generate", "scale_scenario"]
 
 COMMIT_STEPS = ("after-intent", "after-flush", "after-adjunct", "after-snapshot", "after-checkpoint",
                 "during-cleanup")
@@ -21,6 +21,16 @@ COMMIT_STEPS = ("after-intent", "after-flush", "after-adjunct", "after-snapshot"
 FAULTS = ("none", "poison", "kill9", "fail-once", "second-processor", "azurite-restart", "lost-state",
           "replay-spark-batch", "lost-spark-checkpoint", "deleted-snapshot")
 """Every fault the harness injects (one per scenario, at a random phase)."""
+
+EXTRA_FAULTS = ("purged-snapshot", "kafka-restart")
+"""Faults added after the first soaks, drawn from the extras generator (see :data:`EXTRAS_SALT`) so that the
+draws of :data:`FAULTS` stay what they were: committed snapshot blobs *purged* (gone, not tombstoned) with
+the local state, and the Kafka broker restarted mid-run (Tansu keeps topics in memory: everything on it is
+lost, and the harness produces the input again as its producers would)."""
+
+AFTER_RUN_FAULTS = frozenset({"lost-state", "lost-spark-checkpoint", "replay-spark-batch", "deleted-snapshot",
+                              "purged-snapshot"})
+"""Faults applied between runs (the others happen during a run)."""
 
 OUTPUTS = ("delta", "blob", "table-append", "table-upsert", "kafka")
 """Output kinds: a Delta stream, Azure blobs, a typed Delta table (append or keyed upsert), a Kafka topic."""
@@ -40,6 +50,12 @@ BATCH_API_SALT = 0xBA7C4_A11
 """Whether a low-level task job uses the batch API (``HarnessBatchTask``) comes from
 ``random.Random(seed ^ BATCH_API_SALT)``, drawn apart from every other choice, so no other draw of a
 seed changes."""
+
+EXTRAS_SALT = 0x5EED_2FA7
+"""Dimensions added after typed tables and Kafka come from ``random.Random(seed ^ EXTRAS_SALT)``, drawn
+after everything else: Kafka (or Delta) intermediate streams, Delta streams and tables on ``az://``,
+several processors under the azure coordinator, the :data:`EXTRA_FAULTS` and a second fault. No earlier
+draw changes; ``generate(seed, extras=False)`` (``--extras none``) gives the scenario without them."""
 
 T0 = 1_700_000_000_000
 """Event time of the first message (epoch ms)."""
@@ -102,6 +118,12 @@ class Scenario:
     input: str = "delta"          # delta | kafka
     once_always: bool = False     # every run with --once (stages one after the other: fewer Spark workers)
     task_api: str = "stream"      # task jobs: "stream" (process per message) or "batch" (process_batch)
+    intermediate: str = "default"  # app: default (the input's system) | kafka | delta
+    delta_location: str = "local"  # local | azure: every Delta stream and table on az:// (Azurite)
+    processors: int = 1           # >1: that many `sparza run` per run, under job.coordinator.factory: azure
+    fault2: str = "none"          # a second fault (an after-run one when in the same phase as the first)
+    fault2_phase: int = 0
+    stagger_s: float = 0.0        # processors > 1: seconds between their starts
     messages: list[InputMessage] = field(default_factory=list)
     profiles: list[Profile] = field(default_factory=list)
 
@@ -119,10 +141,28 @@ class Scenario:
                 f",flatmap={self.flatmap})"
         fault = self.fault + (f"@{self.fail_step}" if self.fault == "fail-once" else "")
         source = "" if self.input == "delta" else f" in={self.input}"
+        extras = "".join([
+            f" intermediate={self.intermediate}" if self.intermediate != "default" else "",
+            " delta=az" if self.delta_location == "azure" else "",
+            f" processors={self.processors}" if self.processors > 1 else "",
+            f" fault2={self.fault2}@phase{self.fault2_phase}" if self.fault2 != "none" else ""])
         return (f"seed={self.seed} {shape}{source} tasks={self.partitions} msgs={len(self.messages)} keys={self.keys} "
                 f"{'bounded' if self.bounded else 'unbounded'} chunks={self.chunks} batch={self.max_batch} "
                 f"{self.event_order}{' late' if self.late else ''} blobstore={self.blob_store} out={out} "
-                f"fault={fault}@phase{self.fault_phase}")
+                f"fault={fault}@phase{self.fault_phase}{extras}")
+
+    @property
+    def uses_kafka(self) -> bool:
+        """True when the scenario needs a Kafka broker (input, output or intermediate streams on it)."""
+        return "kafka" in (self.input, self.output) or self.intermediate_system == "kafka"
+
+    @property
+    def intermediate_system(self) -> str | None:
+        """The system of an application's intermediate streams (None for a task job): the drawn one, else
+        the input's (the planner's default)."""
+        if self.api != "app":
+            return None
+        return self.input if self.intermediate == "default" else self.intermediate
 
     def to_dict(self) -> dict[str, Any]:
         """Everything but the data, for reports."""
@@ -139,9 +179,11 @@ def _keys(rng: random.Random, count: int, skew: bool) -> tuple[list[str], list[f
 
 
 def generate(seed: int, *, messages: int | None = None, fault: str | None = None, output: str | None = None,
-             input: str | None = None, task_api: str | None = None) -> Scenario:
+             input: str | None = None, task_api: str | None = None, extras: bool = True) -> Scenario:
     """The scenario of ``seed``; ``messages`` / ``fault`` / ``output`` / ``input`` / ``task_api`` override the
-    drawn values (CI samples, and forcing a kind by hand)."""
+    drawn values (CI samples, and forcing a kind by hand); ``extras=False`` leaves out the dimensions drawn from
+    :data:`EXTRAS_SALT` (the scenario as generated before they existed). A forced ``fault`` also keeps the
+    extras generator from replacing it or adding a second one."""
     forced_output, forced_input = output, input      # ``output`` is reused below for the drawn value
     rng = random.Random(seed)
     api = rng.choice(["task", "task", "app"])
@@ -224,7 +266,80 @@ def generate(seed: int, *, messages: int | None = None, fault: str | None = None
     if scenario.api == "task":
         drawn = "batch" if random.Random(seed ^ BATCH_API_SALT).random() < 0.5 else "stream"
         scenario.task_api = task_api or drawn
+    if extras:
+        _pick_extras(random.Random(seed ^ EXTRAS_SALT), scenario, fault_forced=fault is not None)
+    if not _fault_fits(scenario.fault, scenario):
+        raise ValueError(f"fault {scenario.fault!r} does not fit seed {seed}: it needs a Kafka input (--input kafka) "
+                         f"and no Kafka output or intermediate streams ({scenario.describe()})")
     return scenario
+
+
+def _pick_extras(rng: random.Random, scenario: Scenario, *, fault_forced: bool) -> None:
+    """The dimensions of :data:`EXTRAS_SALT`. Every value is drawn whatever applies, in a fixed order, so
+    a later dimension appended here leaves these draws alone."""
+    r_intermediate = rng.random()
+    r_location = rng.random()
+    r_processors, processors = rng.random(), rng.choice([2, 3])
+    r_extra_fault, extra_fault = rng.random(), rng.choice(EXTRA_FAULTS)
+    r_fault2, fault2, fault2_phase = rng.random(), rng.choice(FAULTS[1:] + EXTRA_FAULTS), rng.randrange(scenario.chunks)
+    stagger = rng.uniform(1.0, 6.0)
+    if scenario.api == "app" and r_intermediate < 0.35:
+        scenario.intermediate = "kafka" if scenario.input == "delta" else "delta"
+    if r_location < 0.25:
+        scenario.delta_location = "azure"
+    if r_processors < 0.2 and scenario.fault not in ("second-processor", "kafka-restart"):
+        scenario.processors, scenario.stagger_s = processors, round(stagger, 1)
+    if not fault_forced and r_extra_fault < 0.15 and _fault_fits(extra_fault, scenario):
+        _apply_fault_needs(extra_fault, scenario)
+        scenario.fault = extra_fault
+    if not fault_forced and r_fault2 < 0.25 and fault2 != scenario.fault and _fault_fits(fault2, scenario) and (
+            fault2_phase != scenario.fault_phase or fault2 in AFTER_RUN_FAULTS):
+        _apply_fault_needs(fault2, scenario)
+        scenario.fault2, scenario.fault2_phase = fault2, fault2_phase
+    _add_probe_chunk(random.Random(scenario.seed ^ EXTRAS_SALT ^ 1), scenario)
+
+
+def _add_probe_chunk(rng: random.Random, scenario: Scenario) -> None:
+    """After-run damage in the last phase (lost or purged state, a lost Spark checkpoint, ...) was checked
+    by runs with nothing left to process: no task restored anything, so a wrongly restored store could
+    not show. An unbounded scenario so damaged gets one more chunk of input (new ids, the same keys and
+    live partitions, later event times), appended and processed after the damage."""
+    last = scenario.chunks - 1
+    damaged = any(fault in AFTER_RUN_FAULTS and phase == last for fault, phase in (
+        (scenario.fault, scenario.fault_phase), (scenario.fault2, scenario.fault2_phase)))
+    if scenario.bounded or not damaged or not scenario.messages:
+        return
+    keys = sorted({m.key for m in scenario.messages})
+    live = sorted({m.partition for m in scenario.messages})
+    first = len(scenario.messages)
+    newest = max(m.timestamp for m in scenario.messages)
+    extra = max(4, len(scenario.messages) // 10)
+    scenario.chunks += 1
+    scenario.messages = scenario.messages + [
+        InputMessage(first + i, rng.choice(keys), rng.randrange(0, 1000), newest + 1 + i, rng.choice(live),
+                     scenario.chunks - 1) for i in range(extra)]
+
+
+def _fault_fits(fault: str, scenario: Scenario) -> bool:
+    """Whether ``fault`` can hit ``scenario`` and still leave an exact output to check."""
+    if fault == "kafka-restart":
+        # Everything on the broker is lost: only the input can be produced again (by the harness, as its
+        # producers would); outputs and intermediate streams on Kafka would be gone for good.
+        return (scenario.input == "kafka" and scenario.output != "kafka"
+                and scenario.intermediate_system != "kafka" and scenario.processors == 1)
+    if fault == "second-processor":
+        return scenario.processors == 1
+    return True
+
+
+def _apply_fault_needs(fault: str, scenario: Scenario) -> None:
+    """What a fault needs of the scenario (as :func:`_pick_fault` does for the first fault)."""
+    if fault == "azurite-restart" and scenario.output != "blob":
+        scenario.blob_store = "azure"
+    if fault in ("lost-state", "deleted-snapshot", "purged-snapshot"):
+        scenario.backup = True
+    if fault in ("deleted-snapshot", "purged-snapshot") and scenario.api == "task":
+        scenario.kind = "count"               # the fault needs a store with snapshots
 
 
 def _pick_new_kinds(rng: random.Random, scenario: Scenario, output: str | None, input: str | None) -> None:
@@ -252,17 +367,17 @@ def _pick_new_kinds(rng: random.Random, scenario: Scenario, output: str | None, 
 def _pick_fault(rng: random.Random, scenario: Scenario, fault: str | None) -> None:
     choices = list(FAULTS)
     chosen = fault if fault is not None else rng.choice(choices)
-    if chosen not in FAULTS:
-        raise ValueError(f"unknown fault {chosen!r}; known: {', '.join(FAULTS)}")
+    if chosen not in FAULTS + EXTRA_FAULTS:
+        raise ValueError(f"unknown fault {chosen!r}; known: {', '.join(FAULTS + EXTRA_FAULTS)}")
     scenario.fault = chosen
     scenario.fault_phase = rng.randrange(scenario.chunks)
     scenario.fail_step = rng.choice(COMMIT_STEPS)
     scenario.fault_delay_s = round(rng.uniform(3.0, 20.0), 1)
     if chosen == "azurite-restart" and scenario.output != "blob":
         scenario.blob_store = "azure"         # the fault needs something on Azure
-    if chosen in ("lost-state", "deleted-snapshot"):
+    if chosen in ("lost-state", "deleted-snapshot", "purged-snapshot"):
         scenario.backup = True                # without a backup a lost disk loses state by definition
-    if chosen == "deleted-snapshot" and scenario.api == "task":
+    if chosen in ("deleted-snapshot", "purged-snapshot") and scenario.api == "task":
         scenario.kind = "count"               # the fault needs a store with snapshots
 
 
