@@ -1,25 +1,35 @@
 """Keyed count throughput: sparza's runtime vs Spark's transformWithStateInPandas vs a plain Python loop.
 
-Same data for all three: N 100-byte messages over K keys in P partitions of a Delta stream.
+Same data for all: N 100-byte messages over K keys in P partitions of a Delta stream.
 
-- **sparza**: the example job (``examples/keyed_count``: RocksDB store, a running count per message
-  written to a Delta stream) run by ``JobRunner`` exactly as ``sparza run --once`` runs it, on local[2].
+- **sparza**: the example job (``examples/keyed_count``: RocksDB store backed up to a local blob store,
+  a running count per message written to a Delta stream) run by ``JobRunner`` exactly as ``sparza run
+  --once`` runs it, on local[2], with the per-message task (``task.KeyedCountTask``: ``process``).
+- **sparza batch**: the same job and output with ``batch_task.KeyedCountBatchTask`` (``process_batch``:
+  Arrow columns, one store read and write per key and batch, outputs sent as Arrow rows).
 - **peer**: the same running count with Spark's own ``transformWithStateInPandas`` (RocksDB state
   store provider, P shuffle partitions), reading the stream's Parquet files as a streaming file
   source and writing the running counts to Parquet, AvailableNow.
 - **ceiling**: one Python process looping over the same rows in memory (dict counts, one output
   tuple per message): the most any Python per-message code could do.
 
-Figures are messages per second from building the streaming query to its end. Both Spark paths run
-in one SparkSession after a small warm-up run of each on separate data (10k messages), so neither
-pays the JVM's and the Python worker pool's first-use costs for the other; SparkSession startup is
-excluded. ``--cold`` skips the warm-up (then whichever runs first pays those costs).
+Figures are messages per second from building the streaming query to its end (SparkSession startup
+excluded), medians of ``--rounds`` rounds whose order alternates. **Warm** (default): one SparkSession;
+each Spark path first runs once on 10k other messages, so none pays the JVM's and the Python workers'
+first-use costs for another. **Cold** (``--cold``): every timed run in a fresh process (a new JVM and
+new Python workers), so each path pays its own first-use costs and nothing else's. (Before issue 16
+the cold figures ran every path in one session, sparza first: sparza paid the JVM's warm-up and the
+peer, running second, did not.)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,17 +40,25 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
+from _procs import loadavg  # noqa: E402
 from _report import record, table  # noqa: E402
 
 SCALES = {"small": (100_000, 1_000, 8), "full": (2_000_000, 10_000, 8)}
+PATHS = ("sparza", "batch", "peer")
+TASKS = {"sparza": "examples.keyed_count.task.KeyedCountTask",
+         "batch": "examples.keyed_count.batch_task.KeyedCountBatchTask"}
 
 
-def job_config(root: Path, max_batch: int) -> Any:
+def job_config(root: Path, max_batch: int, *, name: str = "bench-kc", task: str = TASKS["sparza"],
+               output: str = "counts") -> Any:
     from examples.keyed_count.config import job_values
 
     from sparza.config import Config
 
-    return Config(job_values(root, **{"job.name": "bench-kc", "task.max.batch.messages": max_batch,
+    return Config(job_values(root, **{"job.name": name, "task.max.batch.messages": max_batch, "task.class": task,
+                                      "keyed_count.output": f"delta.{output}",
+                                      f"systems.delta.streams.{output}.samza.key.serde": "string",
+                                      f"systems.delta.streams.{output}.samza.msg.serde": "json",
                                       "blob.store.local.fsync": "false"}))
 
 
@@ -53,9 +71,14 @@ def load(config: Any, messages: int, keys: int, partitions: int) -> float:
     return time.perf_counter() - started
 
 
-def run_sparza(spark: Any, config: Any) -> tuple[float, int]:
+def run_sparza(spark: Any, root: Path, run: str, path: str, max_batch: int, partitions: int) -> tuple[float, int]:
+    """One sparza run (its own job name and output stream) over the events under ``root``."""
     from sparza.runtime import JobRunner
+    from sparza.systems import StreamSpec
+    from sparza.systems.delta import DeltaSystemAdmin
 
+    config = job_config(root, max_batch, name=f"kc-{run}", task=TASKS[path], output=f"counts-{run}")
+    DeltaSystemAdmin("delta", config).create_stream(StreamSpec(f"counts-{run}", partitions))
     runner = JobRunner(config, spark=spark, once=True, install_signal_handlers=False, status=lambda line: None)
     started = time.perf_counter()
     runner.run()
@@ -64,7 +87,8 @@ def run_sparza(spark: Any, config: Any) -> tuple[float, int]:
     return elapsed, int(processed)
 
 
-def run_peer(spark: Any, root: Path, partitions: int) -> tuple[float, int]:
+def run_peer(spark: Any, root: Path, run: str, partitions: int) -> tuple[float, int]:
+    """transformWithStateInPandas over the events' Parquet files, running counts to Parquet."""
     import pandas as pd
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
     from pyspark.sql.types import LongType, StructField, StructType
@@ -92,12 +116,12 @@ def run_peer(spark: Any, root: Path, partitions: int) -> tuple[float, int]:
     source = (spark.readStream.schema("key binary, value binary, timestamp long, type tinyint, producer string, "
                                       "partition int")
               .parquet(str(root / "streams" / "events")))
-    out_dir = root / "peer-out"
+    out_dir = root / f"peer-out-{run}"
     query = (source.selectExpr("cast(key as string) as key", "value")
              .groupBy("key")
              .transformWithStateInPandas(RunningCount(), "key string, count long", "Append", "None")
              .writeStream.format("parquet").option("path", str(out_dir))
-             .option("checkpointLocation", str(root / "peer-checkpoint"))
+             .option("checkpointLocation", str(root / f"peer-checkpoint-{run}"))
              .trigger(availableNow=True).start())
     query.awaitTermination()
     elapsed = time.perf_counter() - started
@@ -128,63 +152,131 @@ def run_ceiling(config: Any, partitions: int) -> tuple[float, int]:
     return elapsed, len(out)
 
 
+def _spark(partitions: int) -> Any:
+    from sparza.testing import local_spark_session
+
+    return local_spark_session("local[2]", "sparza-bench-runtime", **{"spark.sql.shuffle.partitions": str(partitions)})
+
+
+def timed_run(spark: Any, root: Path, run: str, path: str, max_batch: int, partitions: int) -> tuple[float, int]:
+    """One timed run of ``path`` in ``spark``."""
+    if path == "peer":
+        return run_peer(spark, root, run, partitions)
+    return run_sparza(spark, root, run, path, max_batch, partitions)
+
+
+def child(args: argparse.Namespace) -> None:
+    """``--child``: one cold run in this process (a fresh JVM and Python workers); its result as JSON."""
+    from sparza.runtime.app import _importable_cwd
+
+    _importable_cwd()
+    spark = _spark(args.partitions)
+    try:
+        seconds, count = timed_run(spark, Path(args.root), args.run, args.child, args.max_batch, args.partitions)
+    finally:
+        spark.stop()
+    Path(args.out).write_text(json.dumps({"seconds": seconds, "count": count}))
+
+
+def cold_run(root: Path, run: str, path: str, max_batch: int, partitions: int) -> tuple[float, int]:
+    out = root / f"{run}.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    subprocess.run([sys.executable, __file__, "--child", path, "--root", str(root), "--run", run, "--max-batch",
+                    str(max_batch), "--partitions", str(partitions), "--out", str(out)], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    result = json.loads(out.read_text())
+    return float(result["seconds"]), int(result["count"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="small")
     parser.add_argument("--messages", type=int, default=None, help="override the scale's message count")
-    parser.add_argument("--cold", action="store_true", help="no warm-up runs before the timed ones")
+    parser.add_argument("--cold", action="store_true", help="every timed run in a fresh process, no warm-up")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds (default: 1 small, 2 full)")
+    parser.add_argument("--child", choices=PATHS, help=argparse.SUPPRESS)
+    for hidden in ("--root", "--run", "--out"):
+        parser.add_argument(hidden, help=argparse.SUPPRESS)
+    parser.add_argument("--max-batch", dest="max_batch", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--partitions", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
     messages, keys, partitions = SCALES[args.scale]
     if args.messages:
         messages = args.messages
+    rounds = args.rounds or (1 if args.scale == "small" else 2)
     from sparza.runtime.app import _importable_cwd
-    from sparza.testing import local_spark_session
 
     _importable_cwd()
     root = Path(tempfile.mkdtemp(prefix="sparza-bench-runtime-"))
+    load_before = loadavg()
+    max_batch = max(messages // partitions // 2, 1000)
+    times: dict[str, list[float]] = {p: [] for p in PATHS}
     try:
-        config = job_config(root, max_batch=max(messages // partitions // 2, 1000))
+        config = job_config(root, max_batch)
         load_s = load(config, messages, keys, partitions)
-        print(f"loaded {messages} messages in {load_s:.1f} s")
-        spark = local_spark_session("local[2]", "sparza-bench-runtime",
-                                    **{"spark.sql.shuffle.partitions": str(partitions)})
+        print(f"loaded {messages} messages in {load_s:.1f} s", flush=True)
+        order = [list(PATHS) if r % 2 == 0 else list(reversed(PATHS)) for r in range(rounds)]
+        spark = None if args.cold else _spark(partitions)
         try:
-            if not args.cold:
+            if spark is not None:  # warm-up: each Spark path once on other data
                 warm_root = root / "warm-up"
-                warm = job_config(warm_root, max_batch=1000)
-                load(warm, 10_000, 100, partitions)
-                run_sparza(spark, warm)
-                run_peer(spark, warm_root, partitions)
-            sparza_s, sparza_n = run_sparza(spark, config)
-            print(f"sparza: {sparza_n} in {sparza_s:.1f} s")
-            peer_s, peer_n = run_peer(spark, root, partitions)
-            print(f"peer: {peer_n} in {peer_s:.1f} s")
+                load(job_config(warm_root, 1000), 10_000, 100, partitions)
+                for path in PATHS:
+                    timed_run(spark, warm_root, f"warm-{path}", path, 1000, partitions)
+            for r, paths in enumerate(order):
+                for path in paths:
+                    run = f"{path}-{r}"
+                    if spark is None:
+                        seconds, count = cold_run(root, run, path, max_batch, partitions)
+                    else:
+                        seconds, count = timed_run(spark, root, run, path, max_batch, partitions)
+                    assert count == messages, (path, count, messages)
+                    times[path].append(seconds)
+                    print(f"round {r + 1} {path}: {messages / seconds:,.0f} msg/s ({seconds:.1f} s, load "
+                          f"{loadavg()})", flush=True)
         finally:
-            spark.stop()
+            if spark is not None:
+                spark.stop()
         ceiling_s, ceiling_n = run_ceiling(config, partitions)
-        assert sparza_n == messages and peer_n == messages and ceiling_n == messages, (sparza_n, peer_n, ceiling_n)
+        assert ceiling_n == messages
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    rate = {name: messages / s for name, s in (("sparza", sparza_s), ("peer", peer_s), ("ceiling", ceiling_s))}
-    rows = [
-        ["sparza run (keyed count, RocksDB store, Delta output)", f"{sparza_s:.1f}", f"{rate['sparza']:,.0f}", "1.00"],
-        ["transformWithStateInPandas (RocksDB state, Parquet output)", f"{peer_s:.1f}", f"{rate['peer']:,.0f}",
-         f"{rate['peer'] / rate['sparza']:.2f}"],
-        ["plain Python loop in memory (ceiling)", f"{ceiling_s:.2f}", f"{rate['ceiling']:,.0f}",
-         f"{rate['ceiling'] / rate['sparza']:.2f}"],
-    ]
-    body = (f"{messages:,} messages of 100 bytes, {keys:,} keys, {partitions} partitions, local[2].\n\n"
-            + table(["path", "seconds", "messages/s", "rate vs sparza"], rows)
-            + f"\n\n{'Cold: no warm-up run' if args.cold else 'Warm: each path ran once on 10k other messages first'}."
-            + f"\n\nsparza vs peer: **{rate['sparza'] / rate['peer']:.2f}x** (goal ≥ 2x); "
-              f"sparza vs ceiling: **{100 * rate['sparza'] / rate['ceiling']:.1f}%** (goal ≥ 25%).\n"
-              "Time from building the query to its end; SparkSession startup excluded. Every message is counted "
-              "in RocksDB (json serde) and its running count written to a Delta stream.\n")
+    body = render(times, ceiling_s, messages, keys, partitions, rounds, args.cold, load_before, loadavg())
     cmd = (f"python bench/runtime.py --scale {args.scale}" + (f" --messages {args.messages}" if args.messages else "")
-           + (" --cold" if args.cold else ""))
+           + (f" --rounds {args.rounds}" if args.rounds else "") + (" --cold" if args.cold else ""))
     record("runtime-cold" if args.cold else "runtime",
            "Task runtime: keyed count on Spark vs transformWithStateInPandas vs a Python loop"
            + (" (cold: no warm-up)" if args.cold else ""), cmd, body)
+
+
+def render(times: dict[str, list[float]], ceiling_s: float, messages: int, keys: int, partitions: int, rounds: int,
+           cold: bool, load_before: str, load_after: str) -> str:
+    """The report section."""
+    med = {p: statistics.median(v) for p, v in times.items()}
+    rate = {p: messages / s for p, s in med.items()}
+    rate["ceiling"] = messages / ceiling_s
+    names = {"sparza": "sparza run, per-message task (process)",
+             "batch": "sparza run, batch task (process_batch, Arrow)",
+             "peer": "transformWithStateInPandas (RocksDB state, Parquet output)"}
+    rows = [[names[p], f"{med[p]:.1f}", ", ".join(f"{s:.1f}" for s in times[p]), f"{rate[p]:,.0f}",
+             f"{rate[p] / rate['peer']:.2f}x", f"{100 * rate[p] / rate['ceiling']:.1f}%"] for p in PATHS]
+    rows.append(["plain Python loop in memory (ceiling)", f"{ceiling_s:.2f}", "-", f"{rate['ceiling']:,.0f}",
+                 f"{rate['ceiling'] / rate['peer']:.2f}x", "100%"])
+    how = ("Cold: every timed run in a fresh process (new JVM, new Python workers), no warm-up." if cold else
+           "Warm: one SparkSession; each Spark path ran once on 10k other messages first.")
+    return (f"{messages:,} messages of 100 bytes, {keys:,} keys, {partitions} partitions, local[2]; {rounds} round(s), "
+            f"order alternating, medians. {how} Load average before {load_before}, after {load_after}.\n\n"
+            + table(["path", "median s", "runs (s)", "messages/s", "vs peer", "vs ceiling"], rows)
+            + f"\n\nsparza vs peer: **{rate['sparza'] / rate['peer']:.2f}x** per-message task, "
+              f"**{rate['batch'] / rate['peer']:.2f}x** batch task (goal ≥ 3x); sparza vs ceiling: "
+              f"**{100 * rate['sparza'] / rate['ceiling']:.1f}%** per-message, "
+              f"**{100 * rate['batch'] / rate['ceiling']:.1f}%** batch (goal ≥ 25%).\n"
+              "Time from building the query to its end; SparkSession startup excluded. Every message is counted "
+              "in RocksDB (json serde) and its running count written to a Delta stream; both sparza tasks write "
+              "the same rows.\n")
 
 
 if __name__ == "__main__":

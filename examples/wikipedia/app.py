@@ -10,9 +10,9 @@ dropped by the inner join.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 
 from sparza.api import StreamApplication, WindowPane, Windows
@@ -52,12 +52,18 @@ PAGE_STATS_KEY = ["page", "window_start"]
 """The table's key: a replayed or late-updated window replaces its row (upsert)."""
 
 
+_decode_json = msgspec.json.Decoder().decode
+
+
 def parse_edit(raw: bytes) -> list[dict[str, Any]]:
-    """One edit from its JSON bytes, normalized; a malformed message yields nothing (it is skipped)."""
+    """One edit from its JSON bytes, normalized; a malformed message yields nothing (it is skipped).
+
+    Decoded with msgspec (the JSON library sparza's own serdes use): several times faster than
+    ``json.loads`` per message, which is most of this stage's own work."""
     try:
-        obj = json.loads(raw)
+        obj = _decode_json(raw)
         return [{"page": str(obj["page"]), "user": str(obj["user"]), "bytes_changed": int(obj["bytes_changed"])}]
-    except (ValueError, KeyError, TypeError):
+    except (msgspec.DecodeError, ValueError, KeyError, TypeError):
         return []
 
 

@@ -187,11 +187,19 @@ class AvroSerde:
         if schema is None:
             raise SerdeError("avro serde needs a schema (set it in config or pass AvroRecord values)")
         self.schema = schema
+        self._parsed: Any = None  # parsed once per serde object: parsing (or keying the cache) per message costs more
+        #                           than the encoding itself
+
+    def _schema(self) -> Any:
+        parsed = self._parsed
+        if parsed is None:
+            parsed = self._parsed = _parse_schema(self.schema)
+        return parsed
 
     def to_bytes(self, obj: Any) -> bytes:
         import fastavro
 
-        parsed = _parse_schema(self.schema)
+        parsed = self._schema()
         datum = obj
         if isinstance(obj, AvroRecord):
             if _schema_key(obj.schema) != _schema_key(self.schema):
@@ -208,7 +216,7 @@ class AvroSerde:
         import fastavro
 
         try:
-            return fastavro.schemaless_reader(io.BytesIO(data), _parse_schema(self.schema), None)
+            return fastavro.schemaless_reader(io.BytesIO(data), self._schema(), None)
         except Exception as exc:
             raise SerdeError(f"bytes are not Avro of the configured schema: {exc}") from exc
 
@@ -217,6 +225,7 @@ class AvroSerde:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.schema = state["schema"]
+        self._parsed = None
 
 
 class NumberSerde:

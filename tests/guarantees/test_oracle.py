@@ -146,7 +146,7 @@ def test_new_kinds_are_drawn_apart_and_leave_older_draws_alone() -> None:
     assert {s.kind for s in drawn if s.output == "table-upsert"} == {"count", "window"}
     assert {s.api for s in drawn if s.output == "table-append"} == {"task", "app"}
     assert {s.api for s in drawn if s.input == "kafka"} == {"task", "app"}
-    assert generate(669040315, output="delta", input="delta").describe() == (
+    assert generate(669040315, output="delta", input="delta", task_api="stream").describe() == (
         "seed=669040315 task:count(rocksdb) tasks=3 msgs=120 keys=2 unbounded chunks=1 batch=5 sorted "
         "blobstore=azure out=delta fault=kill9@phase0")
     assert generate(365773884, output="delta").describe() == (
@@ -157,6 +157,21 @@ def test_new_kinds_are_drawn_apart_and_leave_older_draws_alone() -> None:
         generate(unkeyed, output="table-upsert")
     with pytest.raises(ValueError, match="unknown output"):
         generate(7, output="parquet")
+
+
+def test_the_batch_task_api_is_drawn_apart_for_task_jobs_only_and_changes_nothing_else() -> None:
+    """Whether a task job uses process_batch comes from its own generator: both APIs are drawn for task jobs,
+    applications keep theirs, and every other choice of a seed is what it was before."""
+    drawn = [generate(seed) for seed in range(1, 200)]
+    assert {s.task_api for s in drawn if s.api == "task"} == {"stream", "batch"}
+    assert {s.task_api for s in drawn if s.api == "app"} == {"stream"}
+    for seed, scenario in enumerate(drawn, start=1):
+        stream = generate(seed, task_api="stream")
+        assert scenario.describe().replace("batch:", "task:", 1) == stream.describe()
+        assert scenario.messages == stream.messages and scenario.profiles == stream.profiles
+    assert generate(669040315, output="delta", input="delta").task_api == "batch"
+    with pytest.raises(ValueError, match="unknown task api"):
+        generate(7, task_api="vectorized")
 
 
 def test_extras_are_drawn_apart_and_leave_older_draws_alone() -> None:

@@ -112,6 +112,9 @@ def test_memory_store_keeps_its_state_across_batches_runs_and_hosts(spark, make_
     assert counts == expected_counts(1000, 7)
     assert rows == 1000
     shutil.rmtree(work_dir / "state")  # a new host: the snapshot comes back from the blob store
+    # ... and new processes: Spark's Python workers keep each task's committed memory store (reused while the
+    # checkpoint names its snapshot), per job config, so a config they have not seen stands for new workers.
+    config = config.with_overrides({"task.error.trace.dir": str(work_dir / "traces-new-host")})
     append_messages(config, 400, 7, start=1000, commit_size=400)
     runner = _run(spark, config)
     assert _metric(runner, "restored-from-blob-store") == 2

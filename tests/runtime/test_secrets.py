@@ -17,10 +17,8 @@ from tests.runtime.helpers import expected_counts, final_counts, run_sparza, spa
 from sparza.azure import AZURITE_ACCOUNT_KEY
 from sparza.config import Config
 from sparza.runtime import JobRunner
-from sparza.runtime import runner as runner_module
-from sparza.runtime.executor import make_task_runner
 from sparza.runtime.secrets import SECRETS_REF_KEY, resolve_secrets, split_secrets
-from sparza.runtime.source import SparzaDataSource
+from sparza.runtime.source import SparzaBatchReader, SparzaDataSource, SparzaStreamReader
 
 SECRET = AZURITE_ACCOUNT_KEY  # the account key inside azure.storage.connect
 
@@ -49,7 +47,7 @@ def test_split_keeps_secret_keys_and_the_drivers_connection_string_out_of_the_sh
 @pytest.mark.spark
 @pytest.mark.azurite
 def test_a_local_run_keeps_the_key_out_of_plan_progress_conf_and_checkpoints(spark, make_job, azure_connection_string,
-                                                                            unique_name, capsys, monkeypatch):
+                                                                            unique_name, capsys):
     config = _azure_job(make_job, azure_connection_string, unique_name)
     append_messages(config, 300, 5, commit_size=300)
     # The old way: the whole config as the source's option is in the plan Spark shows and logs.
@@ -57,20 +55,20 @@ def test_a_local_run_keeps_the_key_out_of_plan_progress_conf_and_checkpoints(spa
     spark.readStream.format("sparza").option("config", json.dumps(dict(config.items()))).load().explain(True)
     assert SECRET in capsys.readouterr().out
 
-    # What each batch's mapInArrow function carries (pickled into the plan Spark ships; on Spark Connect, into
-    # the plan sent to the server, whose statement log truncates such bytes): the same runner code on both.
-    shipped_functions: list[bytes] = []
-
-    def recording(*args, **kwargs):
-        function = make_task_runner(*args, **kwargs)
-        shipped_functions.append(cloudpickle.dumps(function))
-        return function
-
-    monkeypatch.setattr(runner_module, "make_task_runner", recording)
     runner = JobRunner(config, spark=spark, once=True, install_signal_handlers=False, status=lambda _: None)
     runner.start()
     while runner.poll():
         pass
+    # What Spark ships to each task that runs a batch: the pickled reader whose read() runs it (the stream's;
+    # on Spark Connect the batch reader, into the plan sent to the server), after the driver's source merged
+    # the secrets back to plan (the reader is built in Spark's Python source runner, not here: rebuilt the same way).
+    options = {"config": json.dumps(runner._shipped), "generation": "0", "task_count": str(runner._task_count)}
+    stream_reader = SparzaStreamReader(options)
+    splits = stream_reader.partitions(stream_reader.initialOffset(), stream_reader.initialOffset())
+    assert SECRET in stream_reader.config.get_str("azure.storage.connect")  # not vacuous: merged back
+    batch_reader = SparzaBatchReader(stream_reader.batch_options(splits))
+    batch_reader.stream.config  # noqa: B018  (merges the secrets back, as read() does)
+    shipped_functions = [cloudpickle.dumps(stream_reader), cloudpickle.dumps(batch_reader)]
     query = runner._query
     query.explain(True)
     # The source's plan as the runner built it (a running query's explain shows the micro-batch plan only).

@@ -62,3 +62,25 @@ def task_defined_in_a_function() -> type:
             """Nothing."""
 
     return Local
+
+
+class BatchShapes:
+    """A BatchStreamTask (+ WatermarkListenerTask) that writes, per batch it gets, one message with the batch's
+    size and first offset, and one per watermark; ``app.test.fail.value`` makes a batch holding that value
+    raise ``KeyError``."""
+
+    def init(self, context: Any) -> None:
+        """Read the failing value, if any."""
+        fail = context.config.get_str("app.test.fail.value", None)
+        self.fail = None if fail is None else fail.encode()
+
+    def process_batch(self, batch: Any, collector: Any, coordinator: Any) -> None:
+        """Record the batch's shape."""
+        if self.fail is not None and self.fail in batch.values.to_pylist():
+            raise KeyError(f"value {self.fail!r}")
+        collector.send(OutgoingMessageEnvelope(OUT, {"rows": batch.num_rows, "first": batch.offsets[0].as_py(),
+                                                     "ssp": str(batch.ssp)}, key="batch"))
+
+    def on_watermark(self, watermark_ms: int, collector: Any, coordinator: Any) -> None:
+        """Record the watermark."""
+        collector.send(OutgoingMessageEnvelope(OUT, {"watermark": watermark_ms}, key="wm"))

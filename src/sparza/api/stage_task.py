@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from sparza.api.graph import ApiError, OpKind, OpSpec
@@ -65,23 +65,77 @@ def _decode(serde: Serde, data: Any) -> Any:
     return data
 
 
-@dataclass(slots=True)
-class _Record:
-    value: Any
-    key: Any
-    timestamp: int | None
+def _decoder(serde: Serde) -> Callable[[Any], Any] | None:
+    """``_decode`` bound to ``serde``; None for the bytes serde (messages pass through)."""
+    if isinstance(serde, BytesSerde):
+        return None
+    from_bytes = serde.from_bytes
+
+    def decode(data: Any) -> Any:
+        if data.__class__ is bytes:
+            return from_bytes(data)
+        return _decode(serde, data)
+
+    return decode
 
 
-@dataclass(slots=True)
-class _Call:
-    collector: MessageCollector
-    coordinator: TaskCoordinator
+_MEMO_LIMIT = 65_536  # entries per memo below: bounded, keys seen again are the common case
+_ABSENT = object()
+
+
+class _KeyCodec:
+    """The JSON text of ``partition_by`` keys both ways, memoized for string keys.
+
+    The bytes must be exactly ``json.dumps(key, sort_keys=True, separators=(",", ":"))``: they choose the
+    partition, so they may never change. Only ``str`` keys (and the texts that decode to one) are
+    memoized: other values may compare equal across types (``1 == 1.0 == True``) yet encode differently,
+    or be mutable.
+    """
+
+    __slots__ = ("_decoded", "_encoded")
+
+    def __init__(self) -> None:
+        self._encoded: dict[str, bytes] = {}
+        self._decoded: dict[bytes, str] = {}
+
+    def encode(self, key: Any) -> bytes:
+        if key.__class__ is str:
+            hit = self._encoded.get(key)
+            if hit is None:
+                if len(self._encoded) >= _MEMO_LIMIT:
+                    self._encoded.clear()
+                hit = self._encoded[key] = json.dumps(key, separators=(",", ":")).encode("utf-8")
+            return hit
+        return json.dumps(key, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+    def decode(self, data: bytes) -> Any:
+        hit = self._decoded.get(data)
+        if hit is not None:
+            return hit
+        value = json.loads(data)
+        if value.__class__ is str:
+            if len(self._decoded) >= _MEMO_LIMIT:
+                self._decoded.clear()
+            self._decoded[data] = value
+        return value
+
+
+Emit = Callable[[Any, Any, Any], None]
+"""A compiled operator: ``emit(value, key, timestamp)`` applies it and pushes the result to its children."""
+
+
+def _noop(value: Any, key: Any, timestamp: Any) -> None:
+    return None
 
 
 class StageTask:
     """Runs one stage of the application named by ``app.class`` (see the module docstring).
 
     Implements the ``sparza.task`` protocols: init, process, window, on_watermark, on_end_of_stream, close.
+
+    ``init`` compiles the stage's operators into one closure per node (:data:`Emit`), each calling its
+    children directly: a message costs its operators' own work plus one call per node, not a dispatch
+    on the node's kind and a record object per step.
     """
 
     def __init__(self) -> None:
@@ -96,6 +150,16 @@ class StageTask:
         self._late_stream: SystemStream | None = None
         self._context: TaskContext | None = None
         self._ended = False
+        self._emitters: dict[int, Emit] = {}
+        self._fanouts: dict[int, Emit] = {}
+        self._keys = _KeyCodec()
+        # What process() hands the compiled operators: the batch's collector and coordinator.
+        self._collector: Any = None
+        self._coordinator: Any = None
+        self._route_ssp: Any = None
+        self._route: list[tuple[bool, Callable[[Any], Any] | None, Emit]] = []
+        self._fixed_tables: set[str] = set()  # tables that cannot change within a batch (broadcast adjunct stores)
+        self._batch_memos: dict[str, dict[Any, Any]] = {}  # per such table: key -> row read in this batch
 
     # --- lifecycle -------------------------------------------------------------------------
     def init(self, context: TaskContext) -> None:
@@ -126,6 +190,11 @@ class StageTask:
             elif op.kind in (OpKind.JOIN, OpKind.SEND_TO_TABLE):
                 store = op.params["table"].store
                 self._stores[store] = context.get_store(store)
+        from sparza.state.adjunct import AdjunctConfig
+
+        adjunct = AdjunctConfig.from_config(config)
+        self._fixed_tables = {name for name in self._stores
+                              if (spec := adjunct.store(name)) is not None and spec.broadcast}
         settings = ControlSettings.from_config(config)
         self._late_policy, self._late_stream = settings.late_policy, settings.late_stream
         self._context = context
@@ -133,132 +202,232 @@ class StageTask:
     def close(self) -> None:
         """Nothing to release: stores belong to the runtime."""
 
+    # --- compiling the operators -------------------------------------------------------------
+    def _fanout(self, op: OpSpec) -> Emit:
+        """The emitter that pushes one result of ``op`` to each of its children in this stage."""
+        fanout = self._fanouts.get(op.id)
+        if fanout is None:
+            children = [self._emitter(child) for child in op.children if child.id in self._in_stage]
+            if not children:
+                fanout = _noop
+            elif len(children) == 1:
+                fanout = children[0]
+            else:
+                def fanout(value: Any, key: Any, timestamp: Any, _children: list[Emit] = children) -> None:
+                    for child in _children:
+                        child(value, key, timestamp)
+            self._fanouts[op.id] = fanout
+        return fanout
+
+    def _emitter(self, op: OpSpec) -> Emit:
+        """The compiled node ``op`` (built once per node: a merge is reached from several parents)."""
+        emitter = self._emitters.get(op.id)
+        if emitter is None:
+            emitter = self._emitters[op.id] = self._compile(op)
+        return emitter
+
+    def _compile(self, op: OpSpec) -> Emit:
+        kind, params = op.kind, op.params
+        if kind == OpKind.MERGE:
+            return self._fanout(op)
+        if kind == OpKind.MAP:
+            fn, nxt = params["fn"], self._fanout(op)
+
+            def emit_map(value: Any, key: Any, timestamp: Any) -> None:
+                nxt(fn(value), key, timestamp)
+            return emit_map
+        if kind == OpKind.FILTER:
+            fn, nxt = params["fn"], self._fanout(op)
+
+            def emit_filter(value: Any, key: Any, timestamp: Any) -> None:
+                if fn(value):
+                    nxt(value, key, timestamp)
+            return emit_filter
+        if kind == OpKind.FLAT_MAP:
+            fn, nxt = params["fn"], self._fanout(op)
+
+            def emit_flat_map(value: Any, key: Any, timestamp: Any) -> None:
+                for item in fn(value):
+                    nxt(item, key, timestamp)
+            return emit_flat_map
+        if kind == OpKind.JOIN:
+            store = params["table"].store
+            get, key_fn, fn, nxt = self._stores[store].get, params["key_fn"], params["fn"], self._fanout(op)
+            if store not in self._fixed_tables:
+                def emit_join(value: Any, key: Any, timestamp: Any) -> None:
+                    row = get(key_fn(value))
+                    if row is not None:
+                        nxt(fn(value, row), key, timestamp)
+                return emit_join
+            # A broadcast table only changes between batches: look each key up once per batch.
+            rows = self._batch_memos.setdefault(store, {})
+
+            def emit_join_memo(value: Any, key: Any, timestamp: Any) -> None:
+                table_key = key_fn(value)
+                if table_key.__class__ is str:  # only str: keys of other types may be equal yet stored apart
+                    row = rows.get(table_key, _ABSENT)
+                    if row is _ABSENT:
+                        row = get(table_key)
+                        if len(rows) < _MEMO_LIMIT:
+                            rows[table_key] = row
+                else:
+                    row = get(table_key)
+                if row is not None:
+                    nxt(fn(value, row), key, timestamp)
+            return emit_join_memo
+        if kind == OpKind.WINDOW:
+            return self._compile_window(op)
+        if kind == OpKind.PARTITION_BY:
+            return self._compile_partition(op)
+        if kind == OpKind.SEND_TO and params["output"].table is not None:
+            stream = params["output"].stream
+
+            def emit_table_row(value: Any, key: Any, timestamp: Any) -> None:
+                # A typed table takes rows, not bytes: the delta producer turns them into columns (and a None
+                # value with its key into a deletion in upsert mode).
+                self._collector.send(OutgoingMessageEnvelope(stream, table_row(value), key=key, timestamp=timestamp))
+            return emit_table_row
+        if kind == OpKind.SEND_TO:
+            out = params["output"]
+            stream, to_bytes, key_serde = out.stream, out.serde.to_bytes, out.key_serde
+
+            def emit_send(value: Any, key: Any, timestamp: Any) -> None:
+                if key_serde is not None and key is not None and not isinstance(key, bytes):
+                    key = key_serde.to_bytes(key)
+                self._collector.send(OutgoingMessageEnvelope(stream, to_bytes(value), key=_key_bytes(key),
+                                                             timestamp=timestamp))
+            return emit_send
+        if kind == OpKind.SEND_TO_TABLE:
+            store_name = params["table"].store
+            put = self._stores[store_name].put
+
+            def emit_put(value: Any, key: Any, timestamp: Any) -> None:
+                try:
+                    k, v = value
+                except (TypeError, ValueError) as exc:
+                    raise ApiError(f"send_to(table {store_name!r}) needs (key, value) pairs, got "
+                                   f"{type(value).__name__}") from exc
+                put(k, v)
+            return emit_put
+        if kind == OpKind.SINK:
+            fn = params["fn"]
+
+            def emit_sink(value: Any, key: Any, timestamp: Any) -> None:
+                fn(value, self._collector, self._coordinator)
+            return emit_sink
+        raise ApiError(f"operator {op!r} cannot run inside a stage")
+
+    def _compile_partition(self, op: OpSpec) -> Emit:
+        name = op.params["name"]
+        key_fn, to_bytes, encode_key = op.params["key_fn"], op.params["serde"].to_bytes, self._keys.encode
+        stream, partitions = self._streams[name], self._partitions[name]
+
+        def emit_partition(value: Any, key: Any, timestamp: Any) -> None:
+            key_bytes = encode_key(key_fn(value))
+            self._collector.send(OutgoingMessageEnvelope(
+                stream, to_bytes(value), key=key_bytes, partition_key=key_bytes,
+                partition=zlib.crc32(key_bytes) % partitions, timestamp=timestamp))
+        return emit_partition
+
+    def _compile_window(self, op: OpSpec) -> Emit:
+        state = self._windows[op.id]
+        spec = state.spec
+        key_fn, timestamp_fn, add = spec.key_fn, spec.timestamp_fn, state.add
+
+        def emit_window(value: Any, key: Any, timestamp: Any) -> None:
+            ts = timestamp_fn(value) if timestamp_fn is not None else timestamp
+            if ts is None:
+                raise WindowError(f"window {op.params['store']!r} got a message without event time; give the input "
+                                  f"timestamps or pass timestamp_fn")
+            if add(key_fn(value), ts if ts.__class__ is int else int(ts), value):
+                self._late(value, key, ts)
+        return emit_window
+
+    def _late(self, value: Any, key: Any, ts: Any) -> None:
+        """A message one of whose windows had fired: count it, and route it under the ``route`` policy."""
+        if self._context is not None:
+            # Looked up each time: the runtime may give the task a fresh registry per batch.
+            self._context.metrics.counter("control", "late-messages").inc()
+        if self._late_policy == LatePolicy.ROUTE and self._late_stream is not None:
+            if self._context is not None:
+                self._context.metrics.counter("control", "late-messages-routed").inc()
+            self._collector.send(OutgoingMessageEnvelope(self._late_stream, json.dumps(
+                value, separators=(",", ":"), default=str).encode("utf-8"),
+                key=_key_bytes(key), timestamp=int(ts)))
+
+    def _routes(self, ssp: Any) -> list[tuple[bool, Callable[[Any], Any] | None, Emit]]:
+        """How a message of ``ssp`` enters the stage: per source node, whether its key crossed an intermediate
+        stream as JSON, the value's decoder and the node's children."""
+        sources = self._sources.get(ssp.system_stream)
+        if not sources:
+            raise ApiError(f"stage {self.stage.name if self.stage else '?'} got a message of "
+                           f"{ssp.system_stream}, which none of its inputs reads")
+        routes = []
+        for op in sources:
+            if op.kind == OpKind.INPUT:
+                routes.append((False, _decoder(op.params["descriptor"].serde), self._fanout(op)))
+            else:  # an intermediate stream: value and key crossed it serialized with the partition_by serde
+                routes.append((True, _decoder(op.params["serde"]), self._fanout(op)))
+        return routes
+
+    def _begin_batch(self, collector: MessageCollector) -> None:
+        """A new collector: the runtime gives each batch its own, so a new batch began (and the broadcast tables
+        may have moved to a newer snapshot)."""
+        self._collector = collector
+        for rows in self._batch_memos.values():
+            rows.clear()
+
     # --- messages --------------------------------------------------------------------------
     def process(self, envelope: IncomingMessageEnvelope, collector: MessageCollector,
                 coordinator: TaskCoordinator) -> None:
         """Push one user message from its source node through the stage's operators."""
-        sources = self._sources.get(envelope.ssp.system_stream)
-        if not sources:
-            raise ApiError(f"stage {self.stage.name if self.stage else '?'} got a message of "
-                           f"{envelope.ssp.system_stream}, which none of its inputs reads")
-        call = _Call(collector, coordinator)
-        for op in sources:
-            if op.kind == OpKind.INPUT:
-                record = _Record(_decode(op.params["descriptor"].serde, envelope.message), envelope.key,
-                                 envelope.timestamp)
-            else:  # an intermediate stream: value and key crossed it serialized with the partition_by serde
-                serde: Serde = op.params["serde"]
-                key = envelope.key
-                if isinstance(key, bytes | bytearray):
-                    try:
-                        key = json.loads(bytes(key))
-                    except ValueError as exc:
-                        raise SerdeError(f"key of {envelope.ssp} at {envelope.offset} is not the JSON key "
-                                         f"partition_by writes: {payload_preview(key)}") from exc
-                record = _Record(_decode(serde, envelope.message), key, envelope.timestamp)
-            self._push_children(op, record, call, envelope)
-
-    def _push_children(self, op: OpSpec, record: _Record, call: _Call,
-                       envelope: IncomingMessageEnvelope | None = None) -> None:
-        for child in op.children:
-            if child.id in self._in_stage:
-                self._apply(child, record, call, envelope)
-
-    def _apply(self, op: OpSpec, record: _Record, call: _Call, envelope: IncomingMessageEnvelope | None) -> None:
-        kind, params = op.kind, op.params
-        if kind == OpKind.MAP:
-            self._push_children(op, _Record(params["fn"](record.value), record.key, record.timestamp), call, envelope)
-        elif kind == OpKind.FILTER:
-            if params["fn"](record.value):
-                self._push_children(op, record, call, envelope)
-        elif kind == OpKind.FLAT_MAP:
-            for item in params["fn"](record.value):
-                self._push_children(op, _Record(item, record.key, record.timestamp), call, envelope)
-        elif kind == OpKind.MERGE:
-            self._push_children(op, record, call, envelope)
-        elif kind == OpKind.JOIN:
-            row = self._stores[params["table"].store].get(params["key_fn"](record.value))
-            if row is not None:
-                self._push_children(op, _Record(params["fn"](record.value, row), record.key, record.timestamp), call,
-                                    envelope)
-        elif kind == OpKind.WINDOW:
-            self._window_add(op, record, call)
-        elif kind == OpKind.PARTITION_BY:
-            self._partition(op, record, call)
-        elif kind == OpKind.SEND_TO and params["output"].table is not None:
-            # A typed table takes rows, not bytes: the delta producer turns them into columns (and a None
-            # value with its key into a deletion in upsert mode).
-            out = params["output"]
-            call.collector.send(OutgoingMessageEnvelope(out.stream, table_row(record.value), key=record.key,
-                                                        timestamp=record.timestamp))
-        elif kind == OpKind.SEND_TO:
-            out = params["output"]
-            key = record.key
-            if out.key_serde is not None and key is not None and not isinstance(key, bytes):
-                key = out.key_serde.to_bytes(key)
-            call.collector.send(OutgoingMessageEnvelope(out.stream, out.serde.to_bytes(record.value),
-                                                        key=_key_bytes(key), timestamp=record.timestamp))
-        elif kind == OpKind.SEND_TO_TABLE:
-            try:
-                key, value = record.value
-            except (TypeError, ValueError) as exc:
-                raise ApiError(f"send_to(table {params['table'].store!r}) needs (key, value) pairs, got "
-                               f"{type(record.value).__name__}") from exc
-            self._stores[params["table"].store].put(key, value)
-        elif kind == OpKind.SINK:
-            params["fn"](record.value, call.collector, call.coordinator)
-
-    def _partition(self, op: OpSpec, record: _Record, call: _Call) -> None:
-        name = op.params["name"]
-        key = op.params["key_fn"](record.value)
-        key_bytes = json.dumps(key, sort_keys=True, separators=(",", ":")).encode("utf-8")
-        serde: Serde = op.params["serde"]
-        call.collector.send(OutgoingMessageEnvelope(
-            self._streams[name], serde.to_bytes(record.value), key=key_bytes, partition_key=key_bytes,
-            partition=stable_partition(key_bytes, self._partitions[name]), timestamp=record.timestamp))
-
-    def _window_add(self, op: OpSpec, record: _Record, call: _Call) -> None:
-        state = self._windows[op.id]
-        spec = state.spec
-        ts = spec.timestamp_fn(record.value) if spec.timestamp_fn is not None else record.timestamp
-        if ts is None:
-            raise WindowError(f"window {op.params['store']!r} got a message without event time; give the input "
-                              f"timestamps or pass timestamp_fn")
-        if state.add(spec.key_fn(record.value), int(ts), record.value):
-            if self._context is not None:
-                # Looked up each time: the runtime may give the task a fresh registry per batch.
-                self._context.metrics.counter("control", "late-messages").inc()
-            if self._late_policy == LatePolicy.ROUTE and self._late_stream is not None:
-                if self._context is not None:
-                    self._context.metrics.counter("control", "late-messages-routed").inc()
-                call.collector.send(OutgoingMessageEnvelope(self._late_stream, json.dumps(
-                    record.value, separators=(",", ":"), default=str).encode("utf-8"),
-                    key=_key_bytes(record.key), timestamp=int(ts)))
+        if collector is not self._collector:
+            self._begin_batch(collector)
+        self._coordinator = coordinator
+        ssp = envelope.ssp
+        if ssp is not self._route_ssp:
+            self._route = self._routes(ssp)
+            self._route_ssp = ssp
+        for intermediate, decode, emit in self._route:
+            key = envelope.key
+            if intermediate and isinstance(key, bytes | bytearray):
+                try:
+                    key = self._keys.decode(bytes(key))
+                except ValueError as exc:
+                    raise SerdeError(f"key of {envelope.ssp} at {envelope.offset} is not the JSON key "
+                                     f"partition_by writes: {payload_preview(key)}") from exc
+            message = envelope.message
+            emit(message if decode is None else decode(message), key, envelope.timestamp)
 
     # --- time ------------------------------------------------------------------------------
-    def _emit_panes(self, op: OpSpec, panes: list[Any], call: _Call) -> None:
+    def _emit_panes(self, op: OpSpec, panes: list[Any]) -> None:
+        nxt = self._fanout(op)
         for pane in panes:
             # A pane's event time is the last millisecond of its window (as Flink's window results).
-            self._push_children(op, _Record(pane, pane.key, pane.end - 1), call)
+            nxt(pane, pane.key, pane.end - 1)
 
     def on_watermark(self, watermark_ms: int, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
         """Fire every window whose end the watermark reached, upstream windows first."""
         if self.stage is None:
             return
-        call = _Call(collector, coordinator)
+        if collector is not self._collector:
+            self._begin_batch(collector)
+        self._coordinator = coordinator
         by_id = {op.id: op for op in self.stage.ops}
         for op_id in sorted(self._windows):
-            self._emit_panes(by_id[op_id], self._windows[op_id].fire(watermark_ms), call)
+            self._emit_panes(by_id[op_id], self._windows[op_id].fire(watermark_ms))
 
     def on_end_of_stream(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
         """Flush every open window (once), upstream windows first."""
         if self._ended or self.stage is None:
             return
         self._ended = True
-        call = _Call(collector, coordinator)
+        if collector is not self._collector:
+            self._begin_batch(collector)
+        self._coordinator = coordinator
         by_id = {op.id: op for op in self.stage.ops}
         for op_id in sorted(self._windows):
-            self._emit_panes(by_id[op_id], self._windows[op_id].flush(), call)
+            self._emit_panes(by_id[op_id], self._windows[op_id].flush())
 
     def window(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
         """Nothing periodic: windows are event-time and fire on watermarks, not on ``task.window.ms``."""

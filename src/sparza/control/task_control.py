@@ -158,6 +158,17 @@ class TaskControl:
             self._unsettled.append(state)
         return True
 
+    def on_user_run(self, ssp: SystemStreamPartition, max_timestamp: int | None) -> None:
+        """A run of user messages of ``ssp`` read one after another (no control message among them) whose
+        largest event time is ``max_timestamp`` (None: none has one). The same bookkeeping as
+        :meth:`on_envelope` for each of them, done once: a source partition's watermark only rises to
+        the largest event time it saw, and nothing reads the task watermark before the batch boundary."""
+        state = self._state(ssp)
+        if self._unsettled:  # as on_envelope's first user message after control messages does
+            self._settle()
+        if state.on_user(max_timestamp):
+            self._recompute_task(None)
+
     def _settle(self) -> None:
         for state in self._unsettled:
             if state.unsettled:

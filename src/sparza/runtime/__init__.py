@@ -1,9 +1,9 @@
 """The task runtime on Spark: Samza's task model executed by Spark Structured Streaming.
 
 A job is one streaming query per processor: :class:`SparzaDataSource` plans each batch on the
-driver and reads every task's input on executors; ``foreachBatch`` + ``mapInArrow`` run each task
-where its input was read; tasks restore their stores, process, flush producers idempotently, back
-up their stores and write their task checkpoint. See ``docs/runtime.md``.
+driver and runs every task on executors, in the source's ``read`` (the task reads its own input);
+``foreachBatch`` collects one result row per task. Tasks restore their stores, process, flush
+producers idempotently, back up their stores and write their task checkpoint. See ``docs/runtime.md``.
 """
 
 from __future__ import annotations

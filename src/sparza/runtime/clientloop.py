@@ -15,8 +15,9 @@ What this loop does instead, in the client process (the Connect client is the pr
 2. **write ahead**: the batch's start and end plans go to ``<checkpoint dir>/offsets/<batch id>`` (an
    atomic rename) before anything runs, as Spark writes its offset log;
 3. **run**: ``spark.read.format("sparza")`` with the batch's task splits (one Spark partition per
-   task, see :class:`~sparza.runtime.source.SparzaBatchReader`) goes to ``foreach_batch``, the
-   runner's ``_on_batch``, which runs ``mapInArrow`` over it and collects one row per task;
+   task, see :class:`~sparza.runtime.source.SparzaBatchReader`, whose ``read`` runs the task's batch as
+   the stream reader's does) goes to ``foreach_batch``, the runner's ``_on_batch``, which collects one
+   result row per task;
 4. **commit**: ``<checkpoint dir>/commits/<batch id>``.
 
 A restart whose last logged batch has no commit runs that batch again with the very same plans (same
@@ -160,8 +161,6 @@ class ClientDrivenQuery:
         return self._stopping.is_set() or self._stop_requested()
 
     def _loop(self) -> None:
-        from sparza.runtime.source import SparzaBatchReader
-
         reader = self._reader
         last = self._log.last()
         if last is None:
@@ -169,7 +168,7 @@ class ClientDrivenQuery:
         elif last[3]:
             next_id, start = last[0] + 1, last[2]
         else:  # the newest batch did not commit: run the very same plans again before anything else
-            self._run_batch(last[0], last[1], last[2], SparzaBatchReader)
+            self._run_batch(last[0], last[1], last[2])
             next_id, start = last[0] + 1, last[2]
         if self._available_now:
             reader.prepareForTriggerAvailableNow()
@@ -183,20 +182,18 @@ class ClientDrivenQuery:
                 self._stopping.wait(max(self._trigger_ms, 100) / 1000.0)
                 continue
             self._log.write_offsets(next_id, start, end)
-            self._run_batch(next_id, start, end, SparzaBatchReader)
+            self._run_batch(next_id, start, end)
             next_id, start = next_id + 1, end
             if self._trigger_ms > 0:
                 self._stopping.wait(max(0.0, self._trigger_ms / 1000.0 - (time.monotonic() - began)))
 
-    def _run_batch(self, batch_id: int, start: dict[str, Any], end: dict[str, Any], batch_reader: Any) -> None:
+    def _run_batch(self, batch_id: int, start: dict[str, Any], end: dict[str, Any]) -> None:
         self._in_trigger = True
         self._message = "Processing new data"
         began = time.monotonic()
         try:
             splits = self._reader.partitions(start, end)
-            df = (self._spark.read.format("sparza")
-                  .option(batch_reader.SPLITS_OPTION, json.dumps([s.to_json().decode() for s in splits]))
-                  .load())
+            df = self._spark.read.format("sparza").options(**self._reader.batch_options(splits)).load()
             self._foreach_batch(df, batch_id)
             self._reader.commit(end)
             self._log.write_commit(batch_id)

@@ -11,7 +11,12 @@ guarantees harness injects at, see :class:`CommitStep`):
 2. **flush** — flush every producer the task used with ``Transaction(<job>/<task>, version)``.
    Producers commit idempotently per transaction, so a replay adds nothing.
 3. **adjunct** — commit the task's adjunct stores (their checkpoint entry).
-4. **snapshot** — write cached store entries, checkpoint every store, upload the backed-up ones.
+4. **snapshot** — write cached store entries, checkpoint every store, upload the backed-up ones. This
+   work starts right after step 1, in a thread, and overlaps steps 2 and 3 (they touch neither
+   the stores nor anything the snapshot reads); the step itself waits for it. A failure anywhere
+   waits for it too before it is raised, so the caller never closes stores a snapshot still uses.
+   Blobs a snapshot uploaded before a failure carry a TTL and no checkpoint names them (as after a
+   failure right after step 4).
 5. **checkpoint** — write the task checkpoint (offsets, snapshot ids, control state), conditional
    and fenced as in step 1. This is the commit point: before it the previous checkpoint is in
    force and the batch runs again; after it the batch is done.
@@ -24,11 +29,14 @@ producers and drops the in-memory task, so the retry starts from committed state
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from typing import Any
 
 from sparza.config import Config, define_key
@@ -158,6 +166,7 @@ class TaskCommit:
         self.status = CommitStatus.STARTED
         self.snapshot_ids: dict[str, str] = {}
         self.adjunct_entry: dict[str, Any] | None = None
+        self._snapshot: Future[dict[str, str]] | None = None
 
     def _advance(self, expected: CommitStatus, to: CommitStatus) -> None:
         if self.status is not expected:
@@ -186,23 +195,57 @@ class TaskCommit:
     def flush(self) -> None:
         """Flush every producer the task used, idempotently per transaction."""
         with self.metrics.timer("task", "flush-ms").time():
-            for producer in self.producers.values():
-                producer.flush(self.task, transaction=self.transaction)
+            for system, producer in self.producers.items():
+                with self.metrics.timer("task", f"flush-{system}-ms").time():
+                    producer.flush(self.task, transaction=self.transaction)
         self._advance(CommitStatus.INTENT_WRITTEN, CommitStatus.FLUSHED)
         self._fault(CommitStep.AFTER_FLUSH)
 
     # 3. adjunct
     def commit_adjunct(self, batch: int) -> None:
         """Commit adjunct stores; their entry goes into the task checkpoint."""
-        self.adjunct_entry = self.adjunct.commit(batch) if self.adjunct is not None else None
+        with self.metrics.timer("task", "adjunct-commit-ms").time():
+            self.adjunct_entry = self.adjunct.commit(batch) if self.adjunct is not None else None
         self._advance(CommitStatus.FLUSHED, CommitStatus.ADJUNCT_COMMITTED)
         self._fault(CommitStep.AFTER_ADJUNCT)
 
     # 4. snapshot
-    def snapshot(self, batch: int) -> None:
-        """Checkpoint every store and upload the backed-up ones."""
+    def begin_snapshot(self, batch: int) -> None:
+        """Start step 4's work (checkpoint and upload every store) in a thread, to overlap steps 2 and 3."""
+        if self._snapshot is not None:
+            raise RuntimeStateError(f"commit of task '{self.task}' started its snapshot twice")
         previous = dict(self.committed.stores) if self.committed else {}
-        self.snapshot_ids = self.stores.snapshot(batch, previous)
+        timer = self.metrics.timer("task", "snapshot-ms")
+        future: Future[dict[str, str]] = Future()
+
+        def work() -> None:
+            began = time.perf_counter()
+            try:
+                future.set_result(self.stores.snapshot(batch, previous))
+            except BaseException as exc:  # handed to whoever waits: settle() or snapshot()
+                future.set_exception(exc)
+            finally:
+                timer.update((time.perf_counter() - began) * 1000.0)
+
+        self._snapshot = future
+        threading.Thread(target=work, name=f"sparza-snapshot-{self.task}", daemon=True).start()
+
+    def settle(self) -> None:
+        """Wait for a snapshot started by :meth:`begin_snapshot` (a failure path calls this before it
+        closes the stores the snapshot uses); its outcome no longer matters."""
+        if self._snapshot is not None:
+            with contextlib.suppress(BaseException):
+                self._snapshot.result()
+
+    def snapshot(self, batch: int) -> None:
+        """Checkpoint every store and upload the backed-up ones (or wait for :meth:`begin_snapshot`'s work)."""
+        if self._snapshot is None:
+            previous = dict(self.committed.stores) if self.committed else {}
+            with self.metrics.timer("task", "snapshot-ms").time():
+                self.snapshot_ids = self.stores.snapshot(batch, previous)
+        else:
+            with self.metrics.timer("task", "snapshot-wait-ms").time():
+                self.snapshot_ids = self._snapshot.result()
         self._advance(CommitStatus.ADJUNCT_COMMITTED, CommitStatus.SNAPSHOTTED)
         self._fault(CommitStep.AFTER_SNAPSHOT)
 

@@ -1,8 +1,9 @@
-"""The function ``df.mapInArrow`` runs per Spark partition: run the task whose rows it holds.
+"""Running one task's batch on an executor: what the Spark source's ``read`` does for each task split.
 
-Spark partition i of a batch holds the marker row ``read()`` produced for task split i (narrow
-plan, no shuffle); the function reads the task's messages in the same Spark task and runs it. It
-returns one small row per task: commit info and metrics for the driver.
+Spark partition i of a batch is task split i; :func:`run_split` reads the task's messages and runs
+the task in the Python worker Spark started for that read (one Python evaluation per task and batch:
+chaining a second one, ``mapInArrow``, over marker rows cost a few hundred ms per batch on a loaded
+2-core host). It returns one small row per task: commit info and metrics for the driver.
 
 Deterministic task failures (a poison message, a task exception, also in ``init``/``window``, a
 config, import or serde error) come back as a ``failed`` row, so the driver stops the job with one
@@ -33,11 +34,11 @@ from sparza.runtime.errors import ProcessingError, TaskCodeError
 from sparza.runtime.instance import BatchResult, get_instance
 from sparza.runtime.jobconfig import JobConfig
 from sparza.runtime.secrets import resolve_secrets
-from sparza.runtime.split import split_from_marker
+from sparza.runtime.split import TaskSplit, split_from_marker
 from sparza.runtime.worker import WORKER, read_split
 
 __all__ = ["DETERMINISTIC", "RESULT_ARROW_SCHEMA", "RESULT_SCHEMA", "TRACE_DIR_KEY", "TaskAttemptError",
-           "make_task_runner", "result_from_row", "write_trace_text"]
+           "make_task_runner", "result_from_row", "run_split", "write_trace_text"]
 
 TRACE_DIR_KEY = "task.error.trace.dir"
 define_key(TRACE_DIR_KEY, None, "Directory (on the executor's host) where the full trace of a failed task is written; "
@@ -95,34 +96,45 @@ def result_from_row(row: Any) -> BatchResult:
                        system_metrics=json.loads(row["system_metrics"] or "{}"))
 
 
+def run_split(config: Config, split: TaskSplit, *, spark_batch_id: int | None, generation: int,
+              task_count: int) -> pa.RecordBatch:
+    """Run one task's batch in this process and return its result row (see the module docstring).
+
+    The Spark source's ``read`` calls this for its partition, so the task runs in the Python worker that
+    Spark starts for the read: one Python evaluation per task and batch.
+    """
+    try:
+        config = resolve_secrets(config)  # shipped as a Spark file, never in the plan (runtime/secrets.py)
+        rows = read_split(config, split)
+        job = JobConfig.from_config(config)
+        instance = get_instance(job, split, task_count)
+        result = instance.run_batch(split, rows, spark_batch_id=spark_batch_id, generation=generation)
+    except DETERMINISTIC as exc:
+        trace = _write_trace(config, split.task, split.seq, exc)
+        result = BatchResult(split.task, split.seq, BatchStatus.FAILED,
+                             error=f"{_describe(exc, split.task)}; full trace: {trace}")
+    except Exception as exc:
+        trace = _write_trace(config, split.task, split.seq, exc)
+        raise TaskAttemptError(f"task '{split.task}' batch {split.seq}: {_first_line(exc)}; full trace: {trace}"
+                               ) from exc
+    result.system_metrics = worker_metric_changes(config)
+    return _to_batch(result)
+
+
 def make_task_runner(config_values: dict[str, str], spark_batch_id: int, generation: int,
                      task_count: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function of one batch (a picklable closure over plain values; ``config_values``
-    without secrets: the function is pickled into Spark's plan)."""
+    """A function of marker rows (:func:`~sparza.runtime.split.marker_batch`) to result rows: what the
+    in-process :class:`sparza.testing.TestRunner` drives, the same :func:`run_split` as on Spark (a picklable
+    closure over plain values; ``config_values`` without secrets)."""
 
     def run_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         split, rest = split_from_marker(batches)
         if split is None:
             return
-        for _ in rest:  # the source yields only the marker
+        for _ in rest:  # only the marker
             pass
-        config = Config(config_values)
-        try:
-            config = resolve_secrets(config)  # shipped as a Spark file, never in the plan (runtime/secrets.py)
-            rows = read_split(config, split)
-            job = JobConfig.from_config(config)
-            instance = get_instance(job, split, task_count)
-            result = instance.run_batch(split, rows, spark_batch_id=spark_batch_id, generation=generation)
-        except DETERMINISTIC as exc:
-            trace = _write_trace(config, split.task, split.seq, exc)
-            result = BatchResult(split.task, split.seq, BatchStatus.FAILED,
-                                 error=f"{_describe(exc, split.task)}; full trace: {trace}")
-        except Exception as exc:
-            trace = _write_trace(config, split.task, split.seq, exc)
-            raise TaskAttemptError(f"task '{split.task}' batch {split.seq}: {_first_line(exc)}; full trace: {trace}"
-                                   ) from exc
-        result.system_metrics = worker_metric_changes(config)
-        yield _to_batch(result)
+        yield run_split(Config(config_values), split, spark_batch_id=spark_batch_id, generation=generation,
+                        task_count=task_count)
 
     return run_tasks
 

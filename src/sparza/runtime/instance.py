@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
@@ -43,11 +44,13 @@ from sparza.streams import (
     SystemStream,
     SystemStreamPartition,
 )
-from sparza.systems import SupportsPartitionCount, Transaction, get_system_factory, load_object
+from sparza.systems import SupportsArrowSend, SupportsPartitionCount, Transaction, get_system_factory, load_object
 from sparza.task import (
+    BatchStreamTask,
     ClosableTask,
     EndOfStreamListenerTask,
     InitableTask,
+    MessageBatch,
     StreamTask,
     WatermarkListenerTask,
     WindowableTask,
@@ -81,7 +84,8 @@ class BatchResult:
 
 
 class _Collector:
-    """The task's MessageCollector: serializes and hands messages to producers (created on first use)."""
+    """The task's MessageCollector (and BatchCollector): serializes and hands messages to producers (created on
+    first use)."""
 
     __slots__ = ("_instance", "_sends", "sent")
 
@@ -97,6 +101,23 @@ class _Collector:
             send = self._sends[system] = functools.partial(self._instance.producer(system).send, self._instance.name)
         send(envelope)
         self.sent += 1
+
+    def send_batch(self, stream: SystemStream, rows: pa.RecordBatch | pa.Table) -> None:
+        """Arrow rows (``key``, ``value``, optional ``timestamp``/``partition``) to ``stream``: in one call to a
+        producer that takes Arrow rows, else message by message through ``send``."""
+        producer = self._instance.producer(stream.system)
+        if isinstance(producer, SupportsArrowSend):
+            producer.send_rows(self._instance.name, stream.stream, rows)
+            self.sent += rows.num_rows
+            return
+        names = rows.column_names
+        n = rows.num_rows
+        columns = [rows.column(name).to_pylist() if name in names else [None] * n
+                   for name in ("key", "value", "timestamp", "partition")]
+        for key, value, ts, partition in zip(*columns, strict=True):
+            if key is None and partition is None:
+                raise ValueError(f"send_batch to {stream}: a row has neither a key nor a partition")
+            self.send(OutgoingMessageEnvelope(stream, value, key=key, partition=partition, timestamp=ts))
 
 
 class _Coordinator:
@@ -144,6 +165,24 @@ class _Context:
             raise RuntimeStateError(f"task asked for store '{name}' but the config has no stores.{name}.factory "
                                     f"(stores: {', '.join(handles) or 'none'})")
         return handles[name]
+
+
+def _ssp_runs(batch: pa.RecordBatch) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """``(ssp index, rows)`` for each run of consecutive rows of one SSP (a read batch is usually one run)."""
+    column = batch.column("ssp")
+    n = batch.num_rows
+    if n == 0:
+        return
+    first = column[0].as_py()
+    if column.null_count == 0 and pc.all(pc.equal(column, first)).as_py():
+        yield first, batch
+        return
+    values = column.to_pylist()
+    begin = 0
+    for i in range(1, n + 1):
+        if i == n or values[i] != values[begin]:
+            yield values[begin], batch.slice(begin, i - begin)
+            begin = i
 
 
 def _serde(config: Config, ssp: SystemStreamPartition, which: str) -> Serde:
@@ -210,10 +249,11 @@ class TaskInstance:
             raise RuntimeStateError("no task.class to run (app.class jobs are planned into stages first)")
         cls = load_object(target, "task.class")
         task = cls() if isinstance(cls, type) else cls
-        if not isinstance(task, StreamTask):
+        if not isinstance(task, StreamTask | BatchStreamTask):
             from sparza.errors import ConfigError
 
-            raise ConfigError("task.class", target, "a class with process(envelope, collector, coordinator)")
+            raise ConfigError("task.class", target, "a class with process(envelope, collector, coordinator) or "
+                              "process_batch(batch, collector, coordinator)")
         return task
 
     def producer(self, system: str) -> Any:
@@ -406,14 +446,16 @@ class TaskInstance:
 
     def _process(self, split: TaskSplit, rows: Iterator[pa.RecordBatch], cp: TaskCheckpoint | None,
                  result: BatchResult) -> BatchResult:
-        self._prepare(split, cp)
+        with self.metrics.timer("task", "prepare-ms").time():
+            self._prepare(split, cp)
         adjunct = self.adjunct
         adjunct_idx = {i for i, s in enumerate(split.ssps)
                        if adjunct is not None and self._adjunct_config.is_adjunct(SystemStreamPartition.parse(s))}
         collector = _Collector(self)
         coordinator = _Coordinator()
         task = self.task
-        process = task.process
+        batch_task = isinstance(task, BatchStreamTask)
+        process = task.process_batch if batch_task else task.process
         control = self.control
         ssps = [SystemStreamPartition.parse(s) for s in split.ssps]
         key_serdes = [None if isinstance(s, BytesSerde) else s for s in self._serdes_for(ssps, "key")]
@@ -423,76 +465,94 @@ class TaskInstance:
         user = MessageType.USER
         envelope_cls = IncomingMessageEnvelope
         messages = processed = dropped = ignored_count = 0
-        # Adjunct messages go to the adjunct stores a run of one SSP at a time, in stream order (the
-        # task's main messages after a run see it applied): per message, that path costs what a RocksDB put does.
-        run: list[list[Any]] = [[], [], [], [], []]  # offsets, keys, values, timestamps, types
-        run_idx = -1
-
-        def apply_run() -> None:
-            adjunct.on_rows(ssps[run_idx], *run)
-            for column in run:
-                column.clear()
-
-        for batch in rows:
-            # Column lists once per Arrow batch, then one tight loop (the per-message path is hot).
-            columns = [batch.column(name).to_pylist() for name in ("ssp", "offset", "key", "value", "timestamp",
-                                                                    "type")]
-            for ssp_idx, offset, raw_key, raw_value, ts, kind in zip(*columns, strict=True):
-                messages += 1
+        batches = iter(rows)
+        read_s = 0.0
+        clock = time.perf_counter
+        on_control = control.on_envelope if control is not None else None
+        while True:
+            # The read is lazy (storage is read as the loop asks): time it apart from processing.
+            began = clock()
+            batch = next(batches, None)
+            read_s += clock() - began
+            if batch is None:
+                break
+            for ssp_idx, run in _ssp_runs(batch):
+                # Column lists once per run of one SSP, then one tight loop (the per-message path is hot).
                 ssp = ssps[ssp_idx]
+                n = run.num_rows
+                messages += n
+                offsets, raw_keys, raw_values, tss, kinds = (run.column(name).to_pylist() for name in (
+                    "offset", "key", "value", "timestamp", "type"))
                 if ssp_idx in adjunct_idx:
-                    if ssp_idx != run_idx:
-                        if run_idx >= 0:
-                            apply_run()
-                        run_idx = ssp_idx
-                    run[0].append(offset)
-                    run[1].append(raw_key)
-                    run[2].append(raw_value)
-                    run[3].append(ts)
-                    run[4].append(kind)
+                    # A run of one SSP at a time, in stream order (the task's main messages after it see it
+                    # applied): per message, that path costs what a RocksDB put does.
+                    adjunct.on_rows(ssp, offsets, raw_keys, raw_values, tss, kinds)
                     continue
-                if run_idx >= 0:
-                    apply_run()
-                    run_idx = -1
-                if kind != user:
-                    if control is not None:
-                        control.on_envelope(envelope_cls(ssp, offset, raw_key, raw_value, ts, 0, MessageType(kind)))
-                    continue
+                sizes = pc.add(pc.binary_length(run.column("key")).fill_null(0),
+                               pc.binary_length(run.column("value")).fill_null(0)).to_pylist()
                 kser = key_serdes[ssp_idx]
                 mser = msg_serdes[ssp_idx]
-                if kser is None and mser is None:
-                    key, value = raw_key, raw_value
-                else:
-                    try:
-                        key = kser.from_bytes(raw_key) if kser is not None and raw_key is not None else raw_key
-                        value = (mser.from_bytes(raw_value) if mser is not None and raw_value is not None
-                                 else raw_value)
-                    except Exception as exc:
-                        if drop_bad:
-                            dropped += 1
-                            continue
-                        raise ProcessingError(self.name, str(ssp), offset, "deserialization error",
-                                              f"{type(exc).__name__}: {exc}") from exc
-                envelope = envelope_cls(ssp, offset, key, value, ts,
-                                        (len(raw_key) if raw_key else 0) + (len(raw_value) if raw_value else 0))
-                if control is not None:
-                    # Watermark bookkeeping only: lateness is decided by event-time operators (windows), so a
-                    # task or stage without one delivers every message whatever its event time.
-                    control.on_envelope(envelope)
-                try:
-                    process(envelope, collector, coordinator)
-                except Exception as exc:
-                    if ignored and ("*" in ignored or _exception_names(exc) & ignored):
-                        ignored_count += 1
+                if batch_task:
+                    if kser is not None or mser is not None:
+                        self._refuse_serde(ssp)
+                    done, skipped = self._deliver_batches(ssp, run, kinds, process, collector, coordinator)
+                    processed += done
+                    ignored_count += skipped
+                    continue
+                if kser is None and mser is None and kinds.count(user) == n:
+                    # The common case: user messages only, bytes in and out of the task's own serdes.
+                    if control is not None:
+                        # Watermark bookkeeping only (lateness is decided by event-time operators, so a task or
+                        # stage without one delivers every message whatever its event time): once per run.
+                        control.on_user_run(ssp, pc.max(run.column("timestamp")).as_py())
+                    for offset, key, value, ts, size in zip(offsets, raw_keys, raw_values, tss, sizes, strict=True):
+                        envelope = envelope_cls(ssp, offset, key, value, ts, size)
+                        try:
+                            process(envelope, collector, coordinator)
+                        except Exception as exc:
+                            if ignored and ("*" in ignored or _exception_names(exc) & ignored):
+                                ignored_count += 1
+                                processed -= 1
+                                continue
+                            raise ProcessingError(self.name, str(ssp), offset, "task exception",
+                                                  f"{type(exc).__name__}: {exc}") from exc
+                    processed += n
+                    continue
+                for offset, raw_key, raw_value, ts, kind, size in zip(offsets, raw_keys, raw_values, tss, kinds, sizes,
+                                                                      strict=True):
+                    if kind != user:
+                        if on_control is not None:
+                            on_control(envelope_cls(ssp, offset, raw_key, raw_value, ts, 0, MessageType(kind)))
                         continue
-                    raise ProcessingError(self.name, str(ssp), offset, "task exception",
-                                          f"{type(exc).__name__}: {exc}") from exc
-                processed += 1
-        if run_idx >= 0:
-            apply_run()
+                    if kser is None and mser is None:
+                        key, value = raw_key, raw_value
+                    else:
+                        try:
+                            key = kser.from_bytes(raw_key) if kser is not None and raw_key is not None else raw_key
+                            value = (mser.from_bytes(raw_value) if mser is not None and raw_value is not None
+                                     else raw_value)
+                        except Exception as exc:
+                            if drop_bad:
+                                dropped += 1
+                                continue
+                            raise ProcessingError(self.name, str(ssp), offset, "deserialization error",
+                                                  f"{type(exc).__name__}: {exc}") from exc
+                    envelope = envelope_cls(ssp, offset, key, value, ts, size)
+                    if on_control is not None:
+                        on_control(envelope)
+                    try:
+                        process(envelope, collector, coordinator)
+                    except Exception as exc:
+                        if ignored and ("*" in ignored or _exception_names(exc) & ignored):
+                            ignored_count += 1
+                            continue
+                        raise ProcessingError(self.name, str(ssp), offset, "task exception",
+                                              f"{type(exc).__name__}: {exc}") from exc
+                    processed += 1
         if adjunct_idx:
             adjunct.read_through({ssps[i]: split.ends[i] for i in adjunct_idx})
         result.messages, result.processed, result.dropped, result.ignored = messages, processed, dropped, ignored_count
+        self.metrics.timer("task", "read-ms").update(read_s * 1000.0)
         self.metrics.counter("task", "messages-dropped").inc(dropped)
         self.metrics.counter("task", "exceptions-ignored").inc(ignored_count)
         # Windows count late messages in the task's registry, which is fresh every batch.
@@ -501,6 +561,53 @@ class TaskInstance:
         self._boundary_callbacks(split, cp, collector, coordinator, result)
         result.shutdown = coordinator.shutdown_requested
         return result
+
+    def _deliver_batches(self, ssp: SystemStreamPartition, run: pa.RecordBatch, kinds: list[int], process_batch: Any,
+                         collector: _Collector, coordinator: _Coordinator) -> tuple[int, int]:
+        """A run of one SSP to a BatchStreamTask: its user messages between control messages as MessageBatches,
+        its control messages to TaskControl, in order. Returns (processed, ignored) message counts."""
+        control = self.control
+        ignored = self.job.ignored_exceptions
+        processed = skipped = 0
+        begin = 0
+        n = len(kinds)
+        for i in range(n + 1):
+            if i < n and kinds[i] == MessageType.USER:
+                continue
+            if i > begin:
+                rows = run.slice(begin, i - begin).select(["offset", "key", "value", "timestamp"])
+                if control is not None:
+                    control.on_user_run(ssp, pc.max(rows.column("timestamp")).as_py())
+                try:
+                    process_batch(MessageBatch(ssp, rows), collector, coordinator)
+                    processed += rows.num_rows
+                except Exception as exc:
+                    if ignored and ("*" in ignored or _exception_names(exc) & ignored):
+                        skipped += rows.num_rows
+                    else:
+                        offsets = rows.column("offset")
+                        raise ProcessingError(self.name, str(ssp), f"{offsets[0].as_py()} to {offsets[-1].as_py()}",
+                                              "task exception", f"{type(exc).__name__}: {exc}") from exc
+            if i < n:
+                if control is not None:
+                    row = run.slice(i, 1).to_pylist()[0]
+                    control.on_envelope(IncomingMessageEnvelope(ssp, row["offset"], row["key"], row["value"],
+                                                                row["timestamp"], 0, MessageType(kinds[i])))
+                begin = i + 1
+        return processed, skipped
+
+    def _refuse_serde(self, ssp: SystemStreamPartition) -> None:
+        from sparza.errors import ConfigError
+
+        for which in ("key", "msg"):
+            for key in (f"systems.{ssp.system}.streams.{ssp.stream}.samza.{which}.serde",
+                        f"systems.{ssp.system}.samza.{which}.serde"):
+                value = self.job.config.get_str(key, None)
+                if value is not None and value.strip().lower() not in ("bytes", "byte"):
+                    raise ConfigError(key, value, "bytes (or unset)", message=(
+                        f"{key} is {value!r} but task.class {self.job.task_class} processes Arrow batches "
+                        f"(process_batch), which carry the raw bytes: unset it and decode the column in the task"))
+        raise ConfigError("task.class", str(self.job.task_class), "a StreamTask for inputs with a serde")
 
     def _serdes_for(self, ssps: list[SystemStreamPartition], which: str) -> list[Serde]:
         if ssps == self.ssps:
@@ -572,8 +679,13 @@ class TaskInstance:
                             committed=cp, etag=etag, generation=generation)
         commit.write_intent(Intent(batch=version, planned_at_ms=split.planned_at, starts=split.start_offsets(),
                                    ends=split.end_offsets(), bounded_ends=dict(split.bounded_ends)))
-        commit.flush()
-        commit.commit_adjunct(split.seq)
+        commit.begin_snapshot(split.seq)  # overlaps the flush and the adjunct commit (see sparza.runtime.commit)
+        try:
+            commit.flush()
+            commit.commit_adjunct(split.seq)
+        except BaseException:
+            commit.settle()  # the failure path closes the stores: let the snapshot finish with them first
+            raise
         commit.snapshot(split.seq)
 
         def checkpoint(stores: dict[str, str], adjunct: dict[str, Any] | None) -> TaskCheckpoint:

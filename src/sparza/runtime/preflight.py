@@ -87,10 +87,10 @@ def _check_task_class(job: JobConfig) -> None:
     path = job.task_class
     assert path is not None
     cls = load_checked(path, "task.class")
-    if not callable(getattr(cls, "process", None)):
+    if not callable(getattr(cls, "process", None)) and not callable(getattr(cls, "process_batch", None)):
         raise StartCheckError("task.class", path, "", message=(
             f"config key 'task.class' = {path!r} has no process(envelope, collector, coordinator) method: "
-            "name a StreamTask class"))
+            "name a StreamTask class (or a BatchStreamTask with process_batch(batch, collector, coordinator))"))
     if job.window_ms > 0 and not callable(getattr(cls, "window", None)):
         raise StartCheckError("task.window.ms", str(job.window_ms), "", message=(
             f"config key 'task.window.ms' = {job.window_ms}, but task.class {path!r} has no "

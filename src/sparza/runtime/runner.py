@@ -1,9 +1,9 @@
 """The driver of one processor: a SparkSession, one streaming query per job (or stage), the batch loop.
 
-The query's source is :class:`~sparza.runtime.source.SparzaDataSource`; its sink is
-``foreachBatch``, which runs every task of the batch with ``df.mapInArrow`` (see
-:mod:`sparza.runtime.executor`), collects one result row per task, merges their metrics and prints
-a status line. A failed task row stops the job with its message (SSP, offset, cause).
+The query's source is :class:`~sparza.runtime.source.SparzaDataSource`, whose ``read`` runs each
+task of the batch on an executor (see :mod:`sparza.runtime.executor`); its sink is ``foreachBatch``,
+which collects the one result row per task, merges their metrics and prints a status line. A failed
+task row stops the job with its message (SSP, offset, cause).
 
 Stopping (SIGINT/SIGTERM, every input ended, a task's ``coordinator.shutdown()``) is clean: a stop
 file tells the source to plan no further batch, the runner waits for the running batch to commit,
@@ -32,7 +32,7 @@ from sparza.errors import ConfigError
 from sparza.metrics import JsonLinesReporter, MetricsRegistry, attach_prometheus
 from sparza.runtime.commit import BatchStatus
 from sparza.runtime.errors import JobFailedError
-from sparza.runtime.executor import RESULT_SCHEMA, make_task_runner, result_from_row
+from sparza.runtime.executor import result_from_row
 from sparza.runtime.inputs import InputSystems
 from sparza.runtime.instance import BatchResult
 from sparza.runtime.jobconfig import JobConfig
@@ -317,8 +317,7 @@ class JobRunner:
                 self._failure = self._claim_lost
                 raise self._failure
             started = time.perf_counter()
-            runner = make_task_runner(self._shipped, int(batch_id), self.generation, self._task_count)
-            rows = df.mapInArrow(runner, RESULT_SCHEMA).collect()
+            rows = df.collect()  # the source's read ran each task (sparza.runtime.source): one row per task
             results = [result_from_row(r) for r in rows]
             self.last_results = results
             failed = [r for r in results if r.status is BatchStatus.FAILED]
@@ -469,7 +468,8 @@ class JobRunner:
         self._stop_file().unlink(missing_ok=True)
         resets = self._apply_resets(tasks)
         all_ended = bool(tasks) and not resets and self._all_ended_before(tasks)  # raises before starting
-        options = {"config": json.dumps(self._shipped), "tasks": json.dumps([t.name for t in tasks])}
+        options = {"config": json.dumps(self._shipped), "tasks": json.dumps([t.name for t in tasks]),
+                   "generation": str(self.generation), "task_count": str(self._task_count)}
         name = f"sparza-{self.job.job_key}-{self.processor_id}".replace(".", "_")
         self.status(f"sparza: job {self.job.job_key}, {len(tasks)} task(s), processor {self.processor_id}"
                     + (f" (claim epoch {self.generation})" if self._claim is not None else "")

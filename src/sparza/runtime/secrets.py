@@ -2,8 +2,8 @@
 Spark's plan, options or conf.
 
 A job's config goes to the engine twice: as an option of the ``sparza`` source (the logical plan, the
-SQL tab of the UI, the event log, a Connect server's statement log) and inside the ``mapInArrow``
-function. Neither may hold an account key or a connection string. At start the driver splits the config
+SQL tab of the UI, the event log, a Connect server's statement log) and inside the pickled reader whose
+``read`` runs the tasks. Neither may hold an account key or a connection string. At start the driver splits the config
 (:func:`split_secrets`): every key :func:`~sparza.config.is_secret_key` names goes into a per-run JSON
 file with a random name, written with mode 0600 into a private temp dir, and Spark distributes that
 file like any added file: ``SparkContext.addFile`` on a classic session (local, standalone, Kubernetes,

@@ -3,20 +3,21 @@
 The reader lives on the driver (in Spark's Python source runner): ``initialOffset`` starts from
 the task checkpoints, ``latestOffset`` plans each batch (:class:`~sparza.runtime.planner.BatchPlanner`),
 ``partitions`` gives one :class:`~sparza.runtime.split.TaskSplit` per task, and ``read`` runs on
-executors and yields one *marker* row per task describing the task's batch (seq, planned_at, start
-and end offsets, which SSPs ended). The task then reads its SSPs' messages itself
-(:func:`sparza.runtime.worker.read_split`), in the same Spark task, so messages never pass through
-JVM rows. This module is driver-side only; the split is the one document both sides share.
+executors: it runs the task's batch (:func:`sparza.runtime.executor.run_split`: the task reads its
+SSPs' messages itself, so they never pass through JVM rows, processes and commits them) and yields
+the task's result row. ``foreachBatch`` collects those rows. Options: ``config`` (the job config as
+JSON, without its secrets), ``tasks``, ``stop_file``, ``generation`` (the fencing generation of every
+checkpoint write of this query) and ``task_count`` (tasks of the whole job, for control messages).
 
 On Spark Connect the client drives the batches itself (:mod:`sparza.runtime.clientloop`) with the same
 reader, and each batch is a batch read of this source (:class:`SparzaBatchReader`) whose option
-``splits`` holds the batch's task splits.
+``splits`` holds the batch's task splits; its ``read`` runs each task as the stream reader's does.
 
 The ``config`` option holds no secret: :mod:`sparza.runtime.secrets` ships those as a Spark file, and the
 reader merges them back when it first needs the config.
 
 Notes: the reader must stay picklable (Spark ships it); every split is independent; Arrow types
-must match :data:`~sparza.runtime.split.SOURCE_SCHEMA` exactly (PySpark refuses near-misses).
+must match :data:`~sparza.runtime.executor.RESULT_SCHEMA` exactly (PySpark refuses near-misses).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from sparza.config import Config
-from sparza.runtime.split import SOURCE_SCHEMA, TaskSplit, marker_batch
+from sparza.runtime.split import TaskSplit
 
 __all__ = ["SparzaBatchReader", "SparzaDataSource", "SparzaStreamReader"]
 
@@ -44,6 +45,8 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         self.shipped_config = Config(json.loads(options["config"]))
         self.task_filter: list[str] | None = json.loads(options.get("tasks", "null"))
         self.stop_file: str | None = options.get("stop_file") or None
+        self.generation = int(options.get("generation", "0"))
+        self.task_count = int(options["task_count"]) if options.get("task_count") else None
         self._planner: Any = None
         self._config: Config | None = None
 
@@ -108,41 +111,60 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         return self.planner().splits(BatchPlan.from_json(start), BatchPlan.from_json(end))  # type: ignore[no-any-return]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Runs on an executor: the task's marker row (``partition`` is a TaskSplit).
+        """Runs on an executor: the task's batch, and its result row (``partition`` is a TaskSplit).
 
-        The task reads its messages itself (:func:`~sparza.runtime.worker.read_split`, in the same Spark task): passing
-        them through Spark would convert every message to a JVM row and back to Arrow, which cost
-        more than the task's own processing.
+        The task reads its messages itself (:func:`~sparza.runtime.worker.read_split`, in this Spark task):
+        passing them through Spark would convert every message to a JVM row and back to Arrow, which
+        cost more than the task's own processing.
         """
+        from sparza.runtime.executor import run_split
+
         assert isinstance(partition, TaskSplit)
-        yield marker_batch(partition)
+        task_count = self.task_count
+        if task_count is None:  # a reader built without the option: count the job's tasks here
+            from sparza.runtime.inputs import InputSystems
+            from sparza.runtime.jobconfig import JobConfig
+
+            task_count = self.task_count = len(InputSystems(JobConfig.from_config(self.config)).task_models())
+        yield run_split(self.config, partition, spark_batch_id=None, generation=self.generation,
+                        task_count=task_count)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: task checkpoints were written by the tasks themselves."""
 
+    def batch_options(self, splits: list[TaskSplit]) -> dict[str, str]:
+        """The options of a :class:`SparzaBatchReader` that runs ``splits`` as this reader's ``read`` would."""
+        options = {"config": json.dumps(dict(self.shipped_config.items())), "generation": str(self.generation),
+                   SparzaBatchReader.SPLITS_OPTION: json.dumps([s.to_json().decode() for s in splits])}
+        if self.task_count is not None:
+            options["task_count"] = str(self.task_count)
+        return options
+
 
 class SparzaBatchReader(DataSourceReader):  # type: ignore[misc]
     """One planned batch as a batch read (Spark Connect's client loop): option ``splits`` is a JSON list of
-    :class:`TaskSplit` documents; partition i yields split i's marker row, as the stream reader does."""
+    :class:`TaskSplit` documents, the others are the stream reader's (:meth:`SparzaStreamReader.batch_options`);
+    partition i runs split i's task and yields its result row, as the stream reader's ``read`` does."""
 
     SPLITS_OPTION = "splits"
 
     def __init__(self, options: dict[str, str]) -> None:
         self.splits = [TaskSplit.from_json(s.encode()) for s in json.loads(options[self.SPLITS_OPTION])]
+        self.stream = SparzaStreamReader(options)
 
     def partitions(self) -> list[TaskSplit]:
         """The batch's splits, in task order."""
         return self.splits
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Runs on an executor: the task's marker row."""
-        assert isinstance(partition, TaskSplit)
-        yield marker_batch(partition)
+        """Runs on an executor: the task's batch, and its result row."""
+        return self.stream.read(partition)
 
 
 class SparzaDataSource(DataSource):  # type: ignore[misc]
     """``format("sparza")``: a stream with options ``config`` (JSON of the job config without its secrets),
-    ``tasks`` and ``stop_file``; or one planned batch with option ``splits`` (:class:`SparzaBatchReader`)."""
+    ``tasks``, ``stop_file``, ``generation`` and ``task_count``; or one planned batch with the same options
+    and ``splits`` (:class:`SparzaBatchReader`)."""
 
     @classmethod
     def name(cls) -> str:
@@ -150,8 +172,10 @@ class SparzaDataSource(DataSource):  # type: ignore[misc]
         return "sparza"
 
     def schema(self) -> str:
-        """:data:`SOURCE_SCHEMA`."""
-        return SOURCE_SCHEMA
+        """:data:`~sparza.runtime.executor.RESULT_SCHEMA`: one result row per task and batch."""
+        from sparza.runtime.executor import RESULT_SCHEMA
+
+        return RESULT_SCHEMA
 
     def streamReader(self, schema: Any) -> SparzaStreamReader:
         """The reader (one per query)."""

@@ -123,17 +123,36 @@ class StoreHandle:
         self.put(key, None)
 
     def get_all(self, keys: Any) -> dict[Any, Any]:
-        """``{key: value}`` for the keys present."""
+        """``{key: value}`` for the keys present: cached ones from the cache, the others in one store read."""
+        if not self._limit:
+            return dict(self._live().get_all(keys))
+        cache = self._cache
         out = {}
+        misses = []
         for key in keys:
-            value = self.get(key)
-            if value is not None:
-                out[key] = value
+            if key in cache:
+                value = cache[key]
+                if value is not _ABSENT:
+                    out[key] = value
+            else:
+                misses.append(key)
+        if misses:
+            found = self._live().get_all(misses)
+            for key in misses:
+                value = found.get(key)
+                if key not in cache:
+                    self._make_room()
+                    cache[key] = _ABSENT if value is None else value
+                if value is not None:
+                    out[key] = value
         return out
 
     def put_all(self, entries: Any) -> None:
-        """Set many keys."""
+        """Set many keys (None deletes); written to the store by the next cache flush."""
         pairs = entries.items() if hasattr(entries, "items") else entries
+        if not self._limit:
+            self._live().put_all(list(pairs))
+            return
         for key, value in pairs:
             self.put(key, value)
 

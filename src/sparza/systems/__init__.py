@@ -24,6 +24,7 @@ __all__ = [
     "SYSTEM_FACTORIES",
     "StreamSpec",
     "SupportsArrowRead",
+    "SupportsArrowSend",
     "SupportsOffsetArithmetic",
     "SupportsPartitionCount",
     "SupportsStreamLocation",
@@ -177,6 +178,17 @@ class SupportsArrowRead(Protocol):
                    include_control: bool = True, *, bounded: bool | None = None) -> Iterator[pa.RecordBatch]:
         """Rows of ``ssp`` in ``[start, end)``: columns ``offset`` (string), ``key``/``value`` (binary),
         ``timestamp`` (int64 ms), ``type`` (int8 MessageType), ``producer`` (string), in offset order."""
+        ...
+
+
+@runtime_checkable
+class SupportsArrowSend(Protocol):
+    """A producer that takes many messages as Arrow rows at once (no per-message Python)."""
+
+    def send_rows(self, source: str, stream: str, rows: pa.RecordBatch | pa.Table) -> None:
+        """Buffer ``rows`` (columns ``key`` binary, ``value`` binary, optional ``timestamp`` int64 and
+        ``partition`` int32) for ``stream``, in row order; a row without a partition goes where
+        ``send`` would send a message with its key. Flushed like sent messages."""
         ...
 
 

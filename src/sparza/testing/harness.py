@@ -51,6 +51,7 @@ from sparza.testing.scenario import (
     FAULTS,
     INPUTS,
     OUTPUTS,
+    TASK_APIS,
     Scenario,
     generate,
     scale_scenario,
@@ -80,10 +81,12 @@ a loaded 2-core machine (a liveness timeout of a few seconds would rebalance all
 
 
 def reproduce_command(seed: int, *, messages: int | None = None, fault: str | None = None,
-                      output: str | None = None, input: str | None = None, extras: bool = True) -> str:
+                      output: str | None = None, input: str | None = None, task_api: str | None = None,
+                      extras: bool = True) -> str:
     """The one-line command (from the repository root) that runs the scenario of ``seed`` again."""
     extra = (f" --messages {messages}" if messages is not None else "") + (f" --fault {fault}" if fault else "")
     extra += (f" --output {output}" if output else "") + (f" --input {input}" if input else "")
+    extra += f" --task-api {task_api}" if task_api else ""
     extra += "" if extras else " --extras none"
     return f"PYTHONPATH=src:. .venv/bin/python -m sparza.testing.harness --seed {seed}{extra}"
 
@@ -113,6 +116,7 @@ class Outcome:
     fault_override: str | None = None
     output_override: str | None = None
     input_override: str | None = None
+    task_api_override: str | None = None
     extras: bool = True
 
     inconclusive: bool = False
@@ -138,7 +142,8 @@ class Outcome:
             lines += [f"  run {r.label}: exit {r.returncode} in {r.seconds:.0f}s, log {r.log}" for r in self.runs]
             lines.append("  reproduce: " + reproduce_command(self.scenario.seed, messages=self.messages_override,
                                                              fault=self.fault_override, output=self.output_override,
-                                                             input=self.input_override, extras=self.extras))
+                                                             input=self.input_override,
+                                                             task_api=self.task_api_override, extras=self.extras))
         return "\n".join(lines)
 
 
@@ -200,7 +205,8 @@ class _Job:
         if s.bounded:
             v[f"systems.{in_system}.streams.{in_name}.bounded"] = "true"
         if s.api == "task":
-            v["task.class"] = "sparza.testing.jobs.HarnessTask"
+            v["task.class"] = ("sparza.testing.jobs.HarnessBatchTask" if s.task_api == "batch"
+                               else "sparza.testing.jobs.HarnessTask")
             v["task.inputs"] = self.input_stream
             v["app.harness.output.partition"] = s.blob_partition
         else:
@@ -794,12 +800,14 @@ def _check(job: _Job, outcome: Outcome) -> None:
 
 def run_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messages_override: int | None = None,
                  fault_override: str | None = None, kafka: Any = None, output_override: str | None = None,
-                 input_override: str | None = None, extras: bool = True) -> Outcome:
+                 input_override: str | None = None, task_api_override: str | None = None,
+                 extras: bool = True) -> Outcome:
     """Run ``scenario`` in ``workdir`` against ``azurite`` (and ``kafka``, a Tansu broker, started here
     when the scenario uses Kafka and none is given): every phase, its fault, a final run, the check."""
     started = time.monotonic()
     outcome = Outcome(scenario, workdir=workdir, messages_override=messages_override, fault_override=fault_override,
-                      output_override=output_override, input_override=input_override, extras=extras)
+                      output_override=output_override, input_override=input_override,
+                      task_api_override=task_api_override, extras=extras)
     workdir.mkdir(parents=True, exist_ok=True)
     own_kafka = None
     if kafka is None and scenario.uses_kafka:
@@ -907,6 +915,7 @@ def main(argv: list[str] | None = None) -> int:
                              "restart, a second fault): the scenario as generated before them")
     parser.add_argument("--output", choices=OUTPUTS, help="override the scenario's output kind")
     parser.add_argument("--input", choices=INPUTS, help="override the scenario's input kind")
+    parser.add_argument("--task-api", choices=TASK_APIS, help="override a task job's API (process or process_batch)")
     parser.add_argument("--soak", type=float, metavar="MINUTES", help="run random seeds for this long")
     parser.add_argument("--seeds", help="with --soak: run these comma-separated seeds (in order) instead")
     parser.add_argument("--scale", action="store_true", help="run the scale scenario (100k messages) instead")
@@ -926,7 +935,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         try:
             scenario = generate(args.seed, messages=args.messages, fault=args.fault, output=args.output,
-                                input=args.input, extras=args.extras == "drawn")
+                                input=args.input, task_api=args.task_api, extras=args.extras == "drawn")
         except ValueError as exc:
             parser.error(str(exc))
     print(scenario.describe(), flush=True)
@@ -936,7 +945,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         outcome = run_scenario(scenario, azurite, base / f"seed-{scenario.seed}", messages_override=args.messages,
                                fault_override=args.fault, output_override=args.output, input_override=args.input,
-                               extras=args.extras == "drawn")
+                               task_api_override=args.task_api, extras=args.extras == "drawn")
     finally:
         azurite.stop()
     print(outcome.report())

@@ -4,7 +4,8 @@ driven by ``app.harness.*`` config keys so one class covers every generated shap
 Input messages are JSON objects ``{"id": int, "key": str, "n": int}`` (unique ``id``). Every output
 is a :data:`RECORD_SCHEMA` record, so one reader serves Delta, Avro and JSON-lines outputs:
 
-- ``copy`` (task): ``{id, key, val: n, aux: 0, tag: "copy"}`` per message;
+- ``copy`` (task; :class:`HarnessTask` per message, :class:`HarnessBatchTask` the same through the batch
+  API): ``{id, key, val: n, aux: 0, tag: "copy"}`` per message;
 - ``count`` (task, store ``counts``): ``{id, key, val: running count of key in the task, tag: "count"}``;
 - ``filtermap`` (task): messages with ``n % 3 != 0`` as ``{…, val: n*n, tag: "fm0"}``, plus
   ``{…, val: n+1, tag: "fm1"}`` when ``n % 5 == 0``;
@@ -26,10 +27,11 @@ import json
 from typing import Any
 
 from sparza.api import StreamApplication, WindowPane, Windows
-from sparza.serde import AvroSerde
+from sparza.serde import AvroSerde, JsonSerde
 from sparza.streams import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream
+from sparza.task import MessageBatch
 
-__all__ = ["RECORD_SCHEMA", "TABLE_SCHEMA", "HarnessApp", "HarnessTask", "PoisonMessageError"]
+__all__ = ["RECORD_SCHEMA", "TABLE_SCHEMA", "HarnessApp", "HarnessBatchTask", "HarnessTask", "PoisonMessageError"]
 
 RECORD_SCHEMA: dict[str, Any] = {
     "type": "record", "name": "HarnessRecord", "namespace": "sparza.testing",
@@ -133,6 +135,58 @@ class HarnessTask:
                 self._send(collector, record, envelope.timestamp)
         else:
             raise ValueError(f"app.harness.kind {self.kind!r} is not a task kind: use copy, count or filtermap")
+
+
+class HarnessBatchTask(HarnessTask):
+    """The low-level harness jobs through the batch API (``BatchStreamTask.process_batch``), with exactly the
+    outputs of :class:`HarnessTask`: ``count`` reads and writes its store once per key and batch
+    (``get_all``/``put_all``), and the records go out as one Arrow batch (``send_batch``) when the output
+    is a Delta stream whose producer partitions by key (``app.harness.output.partition: none``), else
+    one by one through ``send``."""
+
+    def init(self, context: Any) -> None:
+        """As :meth:`HarnessTask.init`; also decide whether the output takes Arrow rows."""
+        super().init(context)
+        config, out = context.config, self.output
+        self.arrow = (self.partition_mode == "none"
+                      and str(config.get_str(f"systems.{out.system}.samza.factory", "")) == "delta"
+                      and not config.get_str(f"systems.{out.system}.streams.{out.stream}.delta.table.schema", None))
+        self._json = JsonSerde()
+
+    def process_batch(self, batch: MessageBatch, collector: Any, coordinator: Any) -> None:
+        """Apply the job's rule to a batch of messages."""
+        messages = [json.loads(value) for value in batch.values.to_pylist()]
+        timestamps = batch.timestamps.to_pylist()
+        for message in messages:
+            _check_poison(message, self.poison)
+        records: list[tuple[dict[str, Any], int | None]] = []
+        if self.kind == "copy":
+            records = [({"id": m["id"], "key": m["key"], "val": m["n"], "aux": 0, "tag": "copy"}, ts)
+                       for m, ts in zip(messages, timestamps, strict=True)]
+        elif self.kind == "count":
+            assert self.store is not None
+            stored = self.store.get_all({m["key"] for m in messages})
+            counts = {key: int(value or 0) for key, value in stored.items()}
+            aux = batch.ssp.partition if self.count_aux_partition else 0
+            for m, ts in zip(messages, timestamps, strict=True):
+                count = counts[m["key"]] = counts.get(m["key"], 0) + 1
+                records.append(({"id": m["id"], "key": m["key"], "val": count, "aux": aux, "tag": "count"}, ts))
+            self.store.put_all(counts)
+        elif self.kind == "filtermap":
+            records = [(record, ts) for m, ts in zip(messages, timestamps, strict=True)
+                       for record in filtermap_records(m)]
+        else:
+            raise ValueError(f"app.harness.kind {self.kind!r} is not a task kind: use copy, count or filtermap")
+        if not self.arrow:
+            for record, ts in records:
+                self._send(collector, record, ts)
+        elif records:
+            import pyarrow as pa
+
+            collector.send_batch(self.output, pa.RecordBatch.from_pydict({
+                "key": pa.array([r["key"].encode() for r, _ in records], pa.binary()),
+                "value": pa.array([self._json.to_bytes(r) for r, _ in records], pa.binary()),
+                "timestamp": pa.array([ts for _, ts in records], pa.int64())}))
 
 
 def _fold(message: dict[str, Any], acc: list[int]) -> list[int]:

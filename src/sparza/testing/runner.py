@@ -3,7 +3,7 @@ streams, with batch boundaries, watermarks and processing time under the test's 
 
 It drives the code ``sparza run`` drives, not a copy of it: the batch planner
 (:class:`~sparza.runtime.planner.BatchPlanner`) plans each batch and cuts it into task splits as the Spark
-source does; the executor function of :mod:`sparza.runtime.executor` (what ``mapInArrow`` runs) runs each
+source does; :func:`sparza.runtime.executor.run_split` (what the source's ``read`` runs) runs each
 split through :class:`~sparza.runtime.instance.TaskInstance`, which restores stores, delivers messages
 (control messages to :class:`~sparza.control.TaskControl`) and commits with
 :class:`~sparza.runtime.commit.TaskCommit`; an application is planned into stages by

@@ -43,6 +43,14 @@ NEW_KINDS_SALT = 0x7AB1E_CAFE
 other choice, so the draws of seeds from before they existed are unchanged (only a seed whose Delta
 stream output or Delta input is now replaced by a new kind shows a different scenario)."""
 
+TASK_APIS = ("stream", "batch")
+"""How a low-level task job processes messages: ``process`` per message, or ``process_batch`` (Arrow)."""
+
+BATCH_API_SALT = 0xBA7C4_A11
+"""Whether a low-level task job uses the batch API (``HarnessBatchTask``) comes from
+``random.Random(seed ^ BATCH_API_SALT)``, drawn apart from every other choice, so no other draw of a
+seed changes."""
+
 EXTRAS_SALT = 0x5EED_2FA7
 """Dimensions added after typed tables and Kafka come from ``random.Random(seed ^ EXTRAS_SALT)``, drawn
 after everything else: Kafka (or Delta) intermediate streams, Delta streams and tables on ``az://``,
@@ -109,6 +117,7 @@ class Scenario:
     fault_delay_s: float = 0.0
     input: str = "delta"          # delta | kafka
     once_always: bool = False     # every run with --once (stages one after the other: fewer Spark workers)
+    task_api: str = "stream"      # task jobs: "stream" (process per message) or "batch" (process_batch)
     intermediate: str = "default"  # app: default (the input's system) | kafka | delta
     delta_location: str = "local"  # local | azure: every Delta stream and table on az:// (Azurite)
     processors: int = 1           # >1: that many `sparza run` per run, under job.coordinator.factory: azure
@@ -123,7 +132,7 @@ class Scenario:
         out = self.output if self.output != "blob" else (
             f"blob/{self.blob_format}{'.gz' if self.blob_gzip else ''}/thr={self.blob_flush_threshold}"
             f"/roll={self.blob_rollover}:{self.blob_rollover_value}/part={self.blob_partition}")
-        shape = f"{self.api}:{self.kind}"
+        shape = f"{'batch' if self.api == 'task' and self.task_api == 'batch' else self.api}:{self.kind}"
         if self.kind == "count":
             shape += f"({self.store}{'+backup' if self.backup else ''})"
         if self.api == "app":
@@ -170,9 +179,9 @@ def _keys(rng: random.Random, count: int, skew: bool) -> tuple[list[str], list[f
 
 
 def generate(seed: int, *, messages: int | None = None, fault: str | None = None, output: str | None = None,
-             input: str | None = None, extras: bool = True) -> Scenario:
-    """The scenario of ``seed``; ``messages`` / ``fault`` / ``output`` / ``input`` override the drawn
-    values (CI samples, and forcing a kind by hand); ``extras=False`` leaves out the dimensions drawn from
+             input: str | None = None, task_api: str | None = None, extras: bool = True) -> Scenario:
+    """The scenario of ``seed``; ``messages`` / ``fault`` / ``output`` / ``input`` / ``task_api`` override the
+    drawn values (CI samples, and forcing a kind by hand); ``extras=False`` leaves out the dimensions drawn from
     :data:`EXTRAS_SALT` (the scenario as generated before they existed). A forced ``fault`` also keeps the
     extras generator from replacing it or adding a second one."""
     forced_output, forced_input = output, input      # ``output`` is reused below for the drawn value
@@ -252,6 +261,11 @@ def generate(seed: int, *, messages: int | None = None, fault: str | None = None
                                                      rng.randrange(profile_parts)))
     _pick_fault(rng, scenario, fault)
     _pick_new_kinds(random.Random(seed ^ NEW_KINDS_SALT), scenario, forced_output, forced_input)
+    if task_api is not None and task_api not in TASK_APIS:
+        raise ValueError(f"unknown task api {task_api!r}; known: {', '.join(TASK_APIS)}")
+    if scenario.api == "task":
+        drawn = "batch" if random.Random(seed ^ BATCH_API_SALT).random() < 0.5 else "stream"
+        scenario.task_api = task_api or drawn
     if extras:
         _pick_extras(random.Random(seed ^ EXTRAS_SALT), scenario, fault_forced=fault is not None)
     if not _fault_fits(scenario.fault, scenario):

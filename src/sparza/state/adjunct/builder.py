@@ -466,11 +466,14 @@ class StoreBuilder:
     def restore(self, entry: dict[str, Any] | None) -> RecoveryDecision:
         """Bring the local store to the committed state ``entry`` (None: the task never committed).
 
-        A no-op when this builder is already exactly at ``entry`` (the runtime may restore before
-        every batch; a memory store must not lose its data then)."""
+        A no-op when this builder is already exactly at ``entry`` and its local copies are still on disk
+        (the runtime may restore before every batch; a memory store must not lose its data then). A
+        copy deleted under a live worker (the process outlived its host's state dir) is restored again:
+        opening it would create an empty store."""
         if (entry and entry.get("batch") is not None and self.decision is not None and not self._pending
                 and self.sealed is None and self.last_batch == int(entry["batch"])
-                and self.offsets == {str(k): str(v) for k, v in entry.get("offsets", {}).items()}):
+                and self.offsets == {str(k): str(v) for k, v in entry.get("offsets", {}).items()}
+                and all(not slot.persistent or slot.exists_locally() for slot in self._slots.values())):
             return self.decision
         self._pending = {}
         self._pending_count = 0

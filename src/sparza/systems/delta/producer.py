@@ -22,6 +22,7 @@ from typing import Any
 from zlib import crc32
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sparza.config import Config
@@ -235,6 +236,49 @@ class DeltaSystemProducer:
                                      names=["key", "value", "timestamp", "type"])
         by_stream = self._buffers.setdefault(source, {}).setdefault(stream, {})
         by_stream.setdefault(partition, _PartitionBuffer()).add_chunk(chunk)
+
+    def send_rows(self, source: str, stream: str, rows: pa.Table | pa.RecordBatch) -> None:
+        """Buffer Arrow rows (columns ``key``, ``value``, optional ``timestamp`` and ``partition``), each for
+        the partition :meth:`send` would pick for its key (crc32 of the key bytes) unless its ``partition``
+        is set; timestamps left null are now. Row order is kept within each partition."""
+        info = self._stream(stream)
+        if info.typed is not None:
+            raise TableError(f"send_rows writes stream rows (key/value); {stream!r} is a typed table: send() "
+                             f"its rows as dicts")
+        table = pa.Table.from_batches([rows]) if isinstance(rows, pa.RecordBatch) else rows
+        n = table.num_rows
+        if n == 0:
+            return
+        names = table.column_names
+        keys = (table.column("key").cast(pa.binary()) if "key" in names else pa.nulls(n, pa.binary()))
+        keys = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+        given = table.column("partition").cast(pa.int32()).combine_chunks() if "partition" in names else None
+        if given is not None and given.null_count == 0:
+            parts = given
+        else:
+            need_key = pc.is_null(keys) if given is None else pc.and_(pc.is_null(keys), pc.is_null(given))
+            if pc.any(need_key).as_py():
+                raise ValueError(f"send_rows to {stream!r}: a row has neither a key nor a partition")
+            encoded = pc.dictionary_encode(keys)
+            by_key = pa.array([crc32(k) % info.partitions if k is not None else 0
+                               for k in encoded.dictionary.to_pylist()], pa.int32()).take(encoded.indices)
+            parts = by_key if given is None else pc.if_else(pc.is_null(given), by_key, given)
+        bounds = pc.min_max(parts)
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low < 0 or high >= info.partitions:
+            raise ValueError(f"partition out of range for stream {stream!r} with {info.partitions} partitions: "
+                             f"{low}..{high}")
+        now = int(time.time() * 1000)
+        stamps = (pc.fill_null(table.column("timestamp").cast(pa.int64()), now).combine_chunks()
+                  if "timestamp" in names else pa.repeat(pa.scalar(now, pa.int64()), n))
+        values = table.column("value").cast(pa.binary()).combine_chunks()
+        chunk = pa.Table.from_arrays([keys, values, stamps, pa.repeat(pa.scalar(0, pa.int8()), n)],
+                                     names=["key", "value", "timestamp", "type"])
+        by_stream = self._buffers.setdefault(source, {}).setdefault(stream, {})
+        targets = pc.unique(parts).to_pylist()
+        for partition in targets:
+            part = chunk if len(targets) == 1 else chunk.filter(pc.equal(parts, partition))
+            by_stream.setdefault(partition, _PartitionBuffer()).add_chunk(part)
 
     def pending(self, source: str) -> int:
         """How many messages ``source`` sent that are not flushed yet."""
