@@ -13,8 +13,11 @@ demo: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# Two workers (pytest-xdist), each with its own Spark session, Azurite and broker; worksteal evens out
+# the few long `sparza run` tests. TEST_WORKERS=0 runs everything in one process.
+TEST_WORKERS ?= 2
 test: setup lint
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist worksteal
 
 # The fault harness on random seeds for MINUTES (default 60): prints each scenario's verdict, every
 # failing seed's one-line reproduction, and a final count. Starts no scenario after the time is up.
