@@ -112,7 +112,7 @@ def test_packaged_job_on_a_standalone_cluster_whose_executors_lack_the_project(m
         assert counts == expected_counts(1200, 11)
         assert rows == 1200
         events = "\n".join(p.read_text(errors="replace") for p in (work_dir / "events").rglob("*") if p.is_file())
-        assert "MapInArrow" in events and "sparza-secrets-" in events  # the run and its secrets file are logged
+        assert "Partition 1" in events and "sparza-secrets-" in events  # the batches and the secrets file are logged
         assert AZURITE_ACCOUNT_KEY not in events
         # Both executors ran tasks: each worker's state dir holds task stores.
         for i in (1, 2):
