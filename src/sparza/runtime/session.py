@@ -153,7 +153,8 @@ def build_spark_session(job: Any, master: str | None, app_name: str, remote: str
         # Spark's driver-side Python runners (the streaming source's planner) run PYSPARK_PYTHON with the JVM's
         # PYTHONPATH, not with the files added by addPyFile: when that Python lacks the project (the executors'
         # Python on a cluster), the JVM started here must carry job.py.files on its PYTHONPATH.
-        os.environ["PYTHONPATH"] = os.pathsep.join([*packaged, *filter(None, [os.environ.get("PYTHONPATH")])])
+        current = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        os.environ["PYTHONPATH"] = os.pathsep.join([*(p for p in packaged if p not in current), *current])
     spark = builder.getOrCreate()
     level = config.get_str("spark.log.level", "ERROR")
     spark.sparkContext.setLogLevel(level)
