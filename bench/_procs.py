@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -166,11 +167,22 @@ def spark_durations(progress: Iterable[Any]) -> dict[str, float]:
     return out
 
 
+def timer_total_ms(value: Any) -> float | None:
+    """A timer's total in ms from a batch result's metrics: ``["t", count, total_ms, max_ms, last_ms]``
+    (:meth:`MetricsRegistry.changes`) or a snapshot's ``{"total_ms": ...}``; None for anything else."""
+    if isinstance(value, list) and value and value[0] == "t":
+        return float(value[2])
+    if isinstance(value, dict) and "total_ms" in value:
+        return float(value["total_ms"])
+    return None
+
+
 def _py_spy() -> str | None:
     given = os.environ.get("SPARZA_PY_SPY")
     if given:
         return given if Path(given).exists() else None
-    return shutil.which("py-spy")
+    beside = Path(sys.executable).parent / "py-spy"  # the venv's, when its bin/ is not on PATH
+    return str(beside) if beside.exists() else shutil.which("py-spy")
 
 
 class SpyProfile:

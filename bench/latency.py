@@ -9,6 +9,9 @@
    of it is spent waiting for the next trigger). The **fixed cost of a 1-message batch** is Spark's
    ``triggerExecution`` of those batches (planning, offset log, the tasks, commit log), with its
    parts and the tasks' own commit steps.
+   **Spark's floor** for the same fixed cost: a native query (a Parquet file source, one 1-row file
+   per message, into a ``foreachBatch`` that collects the row) at ``task.commit.ms: 0``'s trigger, in
+   the same session: what any micro-batch of one row costs on this machine before a task runs.
 2. **Window end → output, two stages** (``sparza.api.examples.WindowedCount``: ``partition_by`` key
    then a 2 s tumbling count): events are appended in real time (event time = wall clock, 200/s);
    a window's latency is the commit time of its output row minus the window's end.
@@ -35,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
-from _procs import loadavg, spark_durations  # noqa: E402
+from _procs import loadavg, spark_durations, timer_total_ms  # noqa: E402
 from _report import record, table  # noqa: E402
 
 SCALES = {"small": {"messages": 6, "window_seconds": 15}, "full": {"messages": 40, "window_seconds": 45}}
@@ -135,6 +138,48 @@ def single_message(spark: Any, work: Path, commit_ms: int, count: int) -> dict[s
                          if p["durationMs"].get("addBatch")][-len(batches):]}
 
 
+def native_floor(spark: Any, work: Path, count: int) -> dict[str, Any]:
+    """Spark's own 1-row micro-batch: a Parquet file source into a ``foreachBatch`` that collects the row."""
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source = work / "native-in"
+    source.mkdir(parents=True)
+    done: list[float] = []  # when each batch's foreachBatch had the row
+
+    def on_batch(df: Any, batch_id: int) -> None:
+        df.collect()
+        done.append(time.time() * 1000)
+
+    latencies: list[float] = []
+    query = (spark.readStream.schema("key binary, value binary, timestamp long").parquet(str(source))
+             .writeStream.foreachBatch(on_batch).option("checkpointLocation", str(work / "native-checkpoint"))
+             .start())
+    try:
+        for i in range(count + 2):  # the first two warm the Python side up, as for sparza
+            seen = len(done)
+            time.sleep(random.uniform(0.05, 0.3))
+            staged = work / f"staged-{i}.parquet"
+            pq.write_table(pa.table({"key": [f"k{i}".encode()], "value": [b"x" * 100],
+                                     "timestamp": [int(time.time() * 1000)]}), staged)
+            os.replace(staged, source / staged.name)  # atomic: the source never lists a half-written file
+            sent_ms = time.time() * 1000
+            deadline = time.monotonic() + 60
+            while len(done) == seen:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"native query: no batch for file {i} within 60 s")
+                time.sleep(0.005)
+            if i >= 2:
+                latencies.append(done[-1] - sent_ms)
+        progress = [p for p in query.recentProgress if p.get("numInputRows") == 1][2:]
+    finally:
+        query.stop()
+    return {"spark": spark_durations(progress), "latencies": latencies,
+            "triggers": [float(p["durationMs"].get("triggerExecution", 0)) for p in progress]}
+
+
 _STEP_TIMERS = [("read", "task", "read-ms"), ("process", "task", "process-ms"),
                 ("intent", "task", "intent-write-ms"), ("flush", "task", "flush-ms"),
                 ("snapshot", "task", "snapshot-ms"), ("checkpoint", "task", "checkpoint-write-ms"),
@@ -148,9 +193,9 @@ def _step_means(batches: list[list[Any]]) -> dict[str, float]:
         for name, group, timer in _STEP_TIMERS:
             worst = 0.0
             for r in results:
-                value = r.metrics.get(group, {}).get(timer)
-                if isinstance(value, dict):
-                    worst = max(worst, float(value.get("total_ms", 0.0)))
+                total = timer_total_ms(r.metrics.get(group, {}).get(timer))
+                if total is not None:
+                    worst = max(worst, total)
             sums[name].append(worst)
     return {name: statistics.mean(v) for name, v in sums.items() if v}
 
@@ -238,6 +283,7 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(tempfile.mkdtemp(prefix="sparza-bench-latency-"))
     single: dict[int, list[dict[str, Any]]] = {0: [], 1000: []}
     windows: dict[int, list[float]] = {200: [], 0: []}
+    native: list[dict[str, Any]] = []
     started = time.monotonic()
     spark = local_spark_session("local[2]", "sparza-bench-latency", **{"spark.sql.shuffle.partitions": "2"})
     try:
@@ -246,6 +292,7 @@ def main(argv: list[str] | None = None) -> None:
             for commit_ms in ((0, 1000) if r % 2 == 0 else (1000, 0)):
                 run.append((f"single{commit_ms}-{r}", lambda w, c=commit_ms: single[c].append(
                     single_message(spark, w, c, scale["messages"]))))
+            run.append((f"native-{r}", lambda w: native.append(native_floor(spark, w, scale["messages"]))))
             for commit_ms in ((200, 0) if r % 2 == 0 else (0, 200)):
                 run.append((f"window{commit_ms}-{r}", lambda w, c=commit_ms: windows[c].extend(
                     window_latency(spark, w, scale["window_seconds"], c))))
@@ -256,14 +303,14 @@ def main(argv: list[str] | None = None) -> None:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     took = time.monotonic() - started
-    body = render(single, windows, rounds, scale, load_before, loadavg(), took)
+    body = render(single, windows, native, rounds, scale, load_before, loadavg(), took)
     record("latency", "Latency: single messages through one stage, window ends through two",
            f"python bench/latency.py --scale {args.scale}" + (f" --rounds {args.rounds}" if args.rounds else ""),
            body)
 
 
-def render(single: dict[int, list[dict[str, Any]]], windows: dict[int, list[float]], rounds: int,
-           scale: dict[str, int], load_before: str, load_after: str, took: float) -> str:
+def render(single: dict[int, list[dict[str, Any]]], windows: dict[int, list[float]], native: list[dict[str, Any]],
+           rounds: int, scale: dict[str, int], load_before: str, load_after: str, took: float) -> str:
     """The report section."""
     rows = []
     for commit_ms, runs in single.items():
@@ -273,6 +320,10 @@ def render(single: dict[int, list[dict[str, Any]]], windows: dict[int, list[floa
         rows.append([f"single message, keyed count, task.commit.ms {commit_ms}", len(lat), p50, p95, mx,
                      f"{statistics.median(batch):.0f}" if batch else "-",
                      "0.3 s p50; batch 150 ms" if commit_ms == 0 else f"trigger {commit_ms} ms"])
+    floor = [v for run in native for v in run["triggers"]]
+    lat = [v for run in native for v in run["latencies"]]
+    rows.append(["Spark's floor: native 1-row batch (Parquet file source → foreachBatch collect)", len(lat),
+                 *_fmt(lat), f"{statistics.median(floor):.0f}" if floor else "-", "(baseline)"])
     for commit_ms, lat in windows.items():
         p50, p95, mx = _fmt(lat)
         rows.append([f"window end → output, 2 stages, task.commit.ms {commit_ms}", len(lat), p50, p95, mx, "-",
@@ -293,6 +344,11 @@ def render(single: dict[int, list[dict[str, Any]]], windows: dict[int, list[floa
                                                               "addBatch", "commitOffsets")]
                      + [f"{steps.get(s, 0):.0f}" for s in ("read", "process", "intent", "flush", "snapshot",
                                                            "checkpoint", "cleanup")])
+    spark = _merge([run["spark"] for run in native])
+    n = max(spark.get("batches", 0), 1)
+    parts.append(["native floor"] + [f"{spark.get(p, 0) / n:.0f}" for p in ("latestOffset", "walCommit",
+                                                                         "queryPlanning", "addBatch",
+                                                                         "commitOffsets")] + ["-"] * 7)
     body += ("\n\nWhere a batch's time goes (ms per batch, mean; Spark's parts from its progress reports, the task's "
              "from its slowest task in the 1-message batches):\n\n"
              + table(["trigger", "latestOffset", "offset log", "planning", "addBatch (tasks)", "commit log",
