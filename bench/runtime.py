@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
-from _procs import loadavg  # noqa: E402
+from _procs import loadavg, timer_total_ms  # noqa: E402
 from _report import record, table  # noqa: E402
 
 SCALES = {"small": (100_000, 1_000, 8), "full": (2_000_000, 10_000, 8)}
@@ -71,8 +71,10 @@ def load(config: Any, messages: int, keys: int, partitions: int) -> float:
     return time.perf_counter() - started
 
 
-def run_sparza(spark: Any, root: Path, run: str, path: str, max_batch: int, partitions: int) -> tuple[float, int]:
-    """One sparza run (its own job name and output stream) over the events under ``root``."""
+def run_sparza(spark: Any, root: Path, run: str, path: str, max_batch: int,
+               partitions: int) -> tuple[float, int, dict[str, float]]:
+    """One sparza run (its own job name and output stream) over the events under ``root``; its time, the
+    messages it processed, and where the time went (:func:`_split`)."""
     from sparza.runtime import JobRunner
     from sparza.systems import StreamSpec
     from sparza.systems.delta import DeltaSystemAdmin
@@ -80,11 +82,39 @@ def run_sparza(spark: Any, root: Path, run: str, path: str, max_batch: int, part
     config = job_config(root, max_batch, name=f"kc-{run}", task=TASKS[path], output=f"counts-{run}")
     DeltaSystemAdmin("delta", config).create_stream(StreamSpec(f"counts-{run}", partitions))
     runner = JobRunner(config, spark=spark, once=True, install_signal_handlers=False, status=lambda line: None)
+    first: list[float] = []
+    batches: list[tuple[float, list[Any]]] = []
+    on_batch, record_batch = runner._on_batch, runner._record
+
+    def starting(df: Any, batch_id: int) -> None:
+        first.append(time.perf_counter())
+        on_batch(df, batch_id)
+
+    def recording(results: list[Any], elapsed_ms: float, batch_id: int) -> None:
+        batches.append((elapsed_ms, list(results)))
+        record_batch(results, elapsed_ms, batch_id)
+
+    runner._on_batch, runner._record = starting, recording
     started = time.perf_counter()
     runner.run()
     elapsed = time.perf_counter() - started
     processed = runner.metrics.snapshot()["aggregate"]["messages-processed"]
-    return elapsed, int(processed)
+    return elapsed, int(processed), _split(started, first, batches)
+
+
+def _split(started: float, first: list[float], batches: list[tuple[float, list[Any]]]) -> dict[str, float]:
+    """Seconds from starting the query to its first batch, in batches (foreachBatch), and task-seconds per
+    step summed over tasks and batches (read = Delta → Arrow, process = the task's own code, commit)."""
+    steps = {"read": 0.0, "restore": 0.0, "process": 0.0, "commit": 0.0}
+    for _, results in batches:
+        for r in results:
+            task = r.metrics.get("task", {})
+            for step, timer in (("read", "read-ms"), ("restore", "prepare-ms"), ("process", "process-ms"),
+                                ("commit", "commit-ms")):
+                steps[step] += (timer_total_ms(task.get(timer)) or 0.0) / 1000
+    steps["process"] -= steps["read"] + steps["restore"]
+    return {"startup": (first[0] - started) if first else 0.0, "batches": sum(ms for ms, _ in batches) / 1000,
+            "count": float(len(batches)), **steps}
 
 
 def run_peer(spark: Any, root: Path, run: str, partitions: int) -> tuple[float, int]:
@@ -158,10 +188,11 @@ def _spark(partitions: int) -> Any:
     return local_spark_session("local[2]", "sparza-bench-runtime", **{"spark.sql.shuffle.partitions": str(partitions)})
 
 
-def timed_run(spark: Any, root: Path, run: str, path: str, max_batch: int, partitions: int) -> tuple[float, int]:
-    """One timed run of ``path`` in ``spark``."""
+def timed_run(spark: Any, root: Path, run: str, path: str, max_batch: int,
+              partitions: int) -> tuple[float, int, dict[str, float]]:
+    """One timed run of ``path`` in ``spark`` (the split is empty for the peer)."""
     if path == "peer":
-        return run_peer(spark, root, run, partitions)
+        return (*run_peer(spark, root, run, partitions), {})
     return run_sparza(spark, root, run, path, max_batch, partitions)
 
 
@@ -172,20 +203,21 @@ def child(args: argparse.Namespace) -> None:
     _importable_cwd()
     spark = _spark(args.partitions)
     try:
-        seconds, count = timed_run(spark, Path(args.root), args.run, args.child, args.max_batch, args.partitions)
+        seconds, count, split = timed_run(spark, Path(args.root), args.run, args.child, args.max_batch,
+                                          args.partitions)
     finally:
         spark.stop()
-    Path(args.out).write_text(json.dumps({"seconds": seconds, "count": count}))
+    Path(args.out).write_text(json.dumps({"seconds": seconds, "count": count, "split": split}))
 
 
-def cold_run(root: Path, run: str, path: str, max_batch: int, partitions: int) -> tuple[float, int]:
+def cold_run(root: Path, run: str, path: str, max_batch: int, partitions: int) -> tuple[float, int, dict[str, float]]:
     out = root / f"{run}.json"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
     subprocess.run([sys.executable, __file__, "--child", path, "--root", str(root), "--run", run, "--max-batch",
                     str(max_batch), "--partitions", str(partitions), "--out", str(out)], env=env, check=True,
                    stdout=subprocess.DEVNULL)
     result = json.loads(out.read_text())
-    return float(result["seconds"]), int(result["count"])
+    return float(result["seconds"]), int(result["count"]), dict(result["split"])
 
 
 def main() -> None:
@@ -214,6 +246,7 @@ def main() -> None:
     load_before = loadavg()
     max_batch = max(messages // partitions // 2, 1000)
     times: dict[str, list[float]] = {p: [] for p in PATHS}
+    splits: dict[str, list[dict[str, float]]] = {p: [] for p in PATHS}
     try:
         config = job_config(root, max_batch)
         load_s = load(config, messages, keys, partitions)
@@ -230,11 +263,12 @@ def main() -> None:
                 for path in paths:
                     run = f"{path}-{r}"
                     if spark is None:
-                        seconds, count = cold_run(root, run, path, max_batch, partitions)
+                        seconds, count, split = cold_run(root, run, path, max_batch, partitions)
                     else:
-                        seconds, count = timed_run(spark, root, run, path, max_batch, partitions)
+                        seconds, count, split = timed_run(spark, root, run, path, max_batch, partitions)
                     assert count == messages, (path, count, messages)
                     times[path].append(seconds)
+                    splits[path].append(split)
                     print(f"round {r + 1} {path}: {messages / seconds:,.0f} msg/s ({seconds:.1f} s, load "
                           f"{loadavg()})", flush=True)
         finally:
@@ -244,7 +278,7 @@ def main() -> None:
         assert ceiling_n == messages
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    body = render(times, ceiling_s, messages, keys, partitions, rounds, args.cold, load_before, loadavg())
+    body = render(times, ceiling_s, messages, keys, partitions, rounds, args.cold, load_before, loadavg(), splits)
     cmd = (f"python bench/runtime.py --scale {args.scale}" + (f" --messages {args.messages}" if args.messages else "")
            + (f" --rounds {args.rounds}" if args.rounds else "") + (" --cold" if args.cold else ""))
     record("runtime-cold" if args.cold else "runtime",
@@ -253,7 +287,7 @@ def main() -> None:
 
 
 def render(times: dict[str, list[float]], ceiling_s: float, messages: int, keys: int, partitions: int, rounds: int,
-           cold: bool, load_before: str, load_after: str) -> str:
+           cold: bool, load_before: str, load_after: str, splits: dict[str, list[dict[str, float]]]) -> str:
     """The report section."""
     med = {p: statistics.median(v) for p, v in times.items()}
     rate = {p: messages / s for p, s in med.items()}
@@ -276,7 +310,31 @@ def render(times: dict[str, list[float]], ceiling_s: float, messages: int, keys:
               f"**{100 * rate['batch'] / rate['ceiling']:.1f}%** batch (goal ≥ 25%).\n"
               "Time from building the query to its end; SparkSession startup excluded. Every message is counted "
               "in RocksDB (json serde) and its running count written to a Delta stream; both sparza tasks write "
-              "the same rows.\n")
+              "the same rows.\n"
+            + _render_split(splits, messages, rate["ceiling"]))
+
+
+def _render_split(splits: dict[str, list[dict[str, float]]], messages: int, ceiling_rate: float) -> str:
+    """Where the sparza paths' time goes (means over the rounds), and the rate of the task's own code
+    alone: what the Python-loop comparison leaves out (reading, committing state and output, Spark)."""
+    rows = []
+    for path, name in (("sparza", "per-message task"), ("batch", "batch task")):
+        if not splits.get(path):
+            continue
+        mean = {k: statistics.mean(s[k] for s in splits[path]) for k in splits[path][0]}
+        own = messages / mean["process"] if mean["process"] > 0 else float("nan")
+        rows.append([name, f"{mean['startup']:.2f}", f"{mean['batches']:.2f} ({mean['count']:.0f})",
+                     f"{mean['read']:.2f}", f"{mean['restore']:.2f}", f"{mean['process']:.2f}",
+                     f"{mean['commit']:.2f}", f"{own:,.0f}", f"{100 * own / ceiling_rate:.0f}%"])
+    if not rows:
+        return ""
+    return ("\nWhere sparza's time goes (seconds, mean of the rounds): query start to its first batch; the "
+            "batches (foreachBatch, wall); and task-seconds summed over the tasks (2 run at once): read = Delta → "
+            "Arrow, process = the task's own code (deserialize, count in the store, send), commit = flush, "
+            "snapshot, checkpoint. The last columns are the rate of the task's own code alone and its share of "
+            "the Python loop's.\n\n"
+            + table(["path", "start → first batch", "batches (count)", "read", "restore", "process", "commit",
+                     "own code msg/s (task-s)", "vs ceiling"], rows) + "\n")
 
 
 if __name__ == "__main__":
