@@ -133,9 +133,17 @@ def run_sparza(work: Path, conn: str, run_id: str, batch: int, profile: Path | N
     runners = [JobRunner(s.config, spark=spark, install_signal_handlers=False, status=lambda line: None)
                for s in plan.stages]
     per_stage: dict[str, list[tuple[float, list[Any]]]] = {}
+    first_start: dict[str, float] = {}  # when the stage's first batch began (foreachBatch), from ``started``
     for stage, runner in zip(plan.stages, runners, strict=True):
         batches = per_stage[stage.name] = []
         original = runner._record
+        on_batch = runner._on_batch
+
+        def starting(df: Any, batch_id: int, _n: str = stage.name, _o: Any = on_batch) -> None:
+            first_start.setdefault(_n, time.perf_counter() - started)
+            _o(df, batch_id)
+
+        runner._on_batch = starting
 
         def recording(results: list[Any], elapsed_ms: float, batch_id: int, _b: Any = batches,
                       _o: Any = original) -> None:
@@ -150,6 +158,7 @@ def run_sparza(work: Path, conn: str, run_id: str, batch: int, profile: Path | N
     stages = {}
     for stage, runner in zip(plan.stages, runners, strict=True):
         stages[stage.name] = _stage_split(per_stage[stage.name], runner)
+        stages[stage.name]["first_start"] = first_start.get(stage.name, 0.0)
         runner.close()
     spark.stop()
     return {"seconds": elapsed, "stages": stages}
@@ -159,9 +168,11 @@ def _stage_split(batches: list[tuple[float, list[Any]]], runner: Any) -> dict[st
     """Seconds per step over a stage's batches: task steps summed over tasks, Spark's parts per query."""
     sums: dict[str, float] = {}
     messages = 0
+    per_task: dict[str, int] = {}
     for _, results in batches:
         for r in results:
             messages += r.messages
+            per_task[r.task] = per_task.get(r.task, 0) + r.messages
             task = r.metrics.get("task", {})
             for name, timer in TIMERS:
                 total = timer_total_ms(task.get(timer))
@@ -174,7 +185,8 @@ def _stage_split(batches: list[tuple[float, list[Any]]], runner: Any) -> dict[st
     sums["process"] = sums.get("process", 0.0) - sums.get("read", 0.0) - sums.get("restore", 0.0)
     spark = spark_durations(runner._query.recentProgress if runner._query is not None else [])
     sums["foreachBatch"] = sum(ms for ms, _ in batches) / 1000
-    return {"messages": messages, "batches": len(batches), "tasks": sums,
+    return {"messages": messages, "batches": len(batches), "tasks": sums, "per_task": per_task,
+            "first_batch": batches[0][0] / 1000 if batches else 0.0,
             "spark": {k: v / 1000 if k != "batches" else v for k, v in spark.items()}}
 
 
@@ -423,6 +435,11 @@ def render(results: dict[str, list[dict[str, Any]]], events: int, batch: int, ro
              "flush-sparza-demo = Avro blob upload.\n\n"
              + table(["stage", "messages", "batches", *steps, "task total", "Spark: plan + offset log",
                       "query planning", "Spark job (addBatch - foreachBatch)", "foreachBatch", "commit log"], rows))
+    body += ("\n\nStart-up and balance (same run): "
+             + "; ".join(f"{name}: first batch began {st['first_start']:.1f} s after the timer started and took "
+                         f"{st['first_batch']:.1f} s, messages per task "
+                         + "/".join(f"{n:,}" for _, n in sorted(st["per_task"].items()))
+                         for name, st in run["stages"].items()) + ".")
     nat = statistics.median(r["spark"].get("addBatch", 0) for r in results["native"])
     body += (f"\n\nNative runs: {results['native'][0]['spark'].get('batches', 0)} batches, addBatch {nat:.1f} s "
              "(median).\n")
