@@ -58,6 +58,9 @@ def rebuild() -> None:
              "Every figure is printed next to a baseline measured in the same run, on this project's "
              "2-core development machine. Each section names the command that produced it; "
              "`bench/run_all.py` re-runs them all.\n"]
+    summary = NOTES / "summary.md"  # written by hand: the goals across sections, kept by every rebuild
+    if summary.exists():
+        parts.append(summary.read_text(encoding="utf-8"))
     for section in sorted(SECTIONS.glob("*.md")):
         parts.append(section.read_text(encoding="utf-8"))
         notes = NOTES / section.name
