@@ -164,8 +164,8 @@ def bench_bootstrap(root: Path, n: int, blob_store: LocalBlobStoreManager,
 
     def row(label: str, key: str) -> list[object]:
         seconds = best[key]
-        return [label, n, f"{seconds:.2f}", _rate(n, seconds), f"{best['put_all'] / seconds:.0%}",
-                f"{cpu[key]:.2f}", f"{cpu['put_all'] / cpu[key]:.0%}"]
+        return [label, n, f"{seconds:.2f}", _rate(n, seconds), f"{best['put_all'] / seconds:.1%}",
+                f"{cpu[key]:.2f}", f"{cpu['put_all'] / cpu[key]:.1%}"]
 
     rows: list[list[object]] = [
         row("**adjunct manager, rows as the runtime hands them: Delta read + apply + commit** (flush, checkpoint, "

@@ -129,13 +129,12 @@ def single_message(spark: Any, work: Path, commit_ms: int, count: int) -> dict[s
         thread.join(120)
     batches = recorder.batches[measured_from:]
     one = [(ms, results) for ms, results in batches if sum(r.messages for r in results) == 1]
-    spark_parts = spark_durations([p for p in progress if (p.get("numInputRows") or 0) >= 0][-len(batches):]
-                                  if batches else [])
+    ran = [p for p in progress if p["durationMs"].get("addBatch")]  # idle triggers run no batch
+    spark_parts = spark_durations(ran[-len(batches):] if batches else [])
     steps = _step_means([results for _, results in one])
     return {"commit_ms": commit_ms, "latencies": latencies,
             "batch_ms": [ms for ms, _ in one], "spark": spark_parts, "steps": steps,
-            "triggers": [float(p["durationMs"].get("triggerExecution", 0)) for p in progress
-                         if p["durationMs"].get("addBatch")][-len(batches):]}
+            "triggers": [float(p["durationMs"].get("triggerExecution", 0)) for p in ran][-len(batches):]}
 
 
 def native_floor(spark: Any, work: Path, count: int) -> dict[str, Any]:
