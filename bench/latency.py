@@ -11,7 +11,7 @@
    parts and the tasks' own commit steps.
    **Spark's floor** for the same fixed cost: a native query (a Parquet file source, one 1-row file
    per message, into a ``foreachBatch`` that collects the row) at ``task.commit.ms: 0``'s trigger, in
-   the same session: what any micro-batch of one row costs on this machine before a task runs.
+   the same session: what a micro-batch of one row costs here with no sparza code in it.
 2. **Window end → output, two stages** (``sparza.api.examples.WindowedCount``: ``partition_by`` key
    then a 2 s tumbling count): events are appended in real time (event time = wall clock, 200/s);
    a window's latency is the commit time of its output row minus the window's end.
