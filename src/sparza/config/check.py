@@ -2,10 +2,10 @@
 
 sparza owns the namespaces in :data:`OWNED_NAMESPACES`; a key there that no package declares (with
 ``define_key``), that is no pass-through (:data:`PASS_THROUGH`) and no Samza key sparza knows and
-deliberately does not use (:data:`SAMZA_UNUSED`) is an error naming the closest known key, so a
+deliberately does not use (:data:`~sparza.config.samza.SAMZA_UNUSED`) is an error naming the closest known key, so a
 misspelled key fails at start instead of being ignored. ``app.*`` and ``spark.*`` stay free-form;
 keys of other namespaces are reported as unused. Samza's spellings are translated first
-(:mod:`sparza.samzacompat`).
+(:mod:`sparza.config.samza`).
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ from functools import cache
 from typing import Literal
 
 from sparza.config import Config, ConfigKey, define_key, defined_keys, is_secret_key
+from sparza.config.samza import SAMZA_UNUSED, Note, translate
 from sparza.errors import ConfigError
-from sparza.samzacompat import Note, translate
 
 __all__ = [
     "OWNED_NAMESPACES",
     "PASS_THROUGH",
-    "SAMZA_UNUSED",
     "CheckReport",
     "KeyReport",
     "Migration",
@@ -55,61 +54,6 @@ PASS_THROUGH: dict[str, str] = {
 for _pattern, _meaning in PASS_THROUGH.items():
     define_key(_pattern, None, _meaning, _PKG)
 
-SAMZA_UNUSED: dict[str, str] = {
-    "job.factory.class": "sparza runs jobs on Spark with `sparza run`; there is no YARN or process job factory",
-    "job.container.count": "Spark decides the executors (spark.executor.instances); tasks are input partitions",
-    "job.container.thread.pool.size": "tasks of a batch run in parallel as Spark tasks",
-    "job.coordinator.system": "sparza needs no coordinator stream: job models live in the blob store / Azure",
-    "job.coordinator.replication.factor": "sparza needs no coordinator stream",
-    "job.coordinator.azure.blob.length": "sparza's job-model blob is a block blob without a fixed length",
-    "job.default.system": "sparza names every stream as system.stream",
-    "job.changelog.system": "sparza keeps no changelog topics: back stores up with backup.factories: blobstore",
-    "job.jmx.enabled": "sparza exports metrics as JSON lines or Prometheus, not JMX",
-    "job.config.rewriters": "sparza has no config rewriters",
-    "job.config.rewriter.<name>.class": "sparza has no config rewriters",
-    "job.security.manager.factory": "sparza has no security manager (use Azure credentials)",
-    "task.checkpoint.system": "task checkpoints live in the blob store, not a Kafka topic",
-    "task.checkpoint.replication.factor": "task checkpoints live in the blob store, not a Kafka topic",
-    "task.checkpoint.segment.bytes": "task checkpoints live in the blob store, not a Kafka topic",
-    "task.checkpoint.write.versions": "sparza always writes one checkpoint version (Samza's CheckpointV2 content)",
-    "task.checkpoint.read.versions": "sparza always reads its one checkpoint version",
-    "task.opts": "JVM options: set Spark's spark.executor.extraJavaOptions",
-    "task.java.home": "Spark's JVM is configured by Spark",
-    "task.log4j.system": "logs go to Spark's log4j configuration",
-    "task.poll.interval.ms": "inputs are read per batch by Spark",
-    "task.shutdown.ms": "a stop finishes the running batch and commits",
-    "task.max.concurrency": "one task processes its messages in order, one batch at a time",
-    "task.callback.timeout.ms": "sparza tasks are synchronous",
-    "task.commit.max.delay.ms": "a batch commits when its tasks finished",
-    "task.consumer.batch.size": "task.max.batch.messages caps a batch",
-    "task.drop.producer.errors": "a failed producer flush fails the batch, which is retried",
-    "task.transactional.state.restore.enabled": "sparza's state is always transactional (versioned by batch)",
-    "stores.<store>.changelog": "sparza keeps no changelog: set stores.<store>.backup.factories: blobstore to "
-                                "keep the store when a host is lost",
-    "stores.<store>.changelog.replication.factor": "sparza keeps no changelog",
-    "stores.<store>.write.batch.size": "writes go through the object cache and are batched per commit",
-    "stores.<store>.container.write.buffer.size.bytes": "set stores.<store>.rocksdb.write.buffer.size.bytes",
-    "stores.<store>.container.cache.size.bytes": "set stores.<store>.rocksdb.cache.size.bytes",
-    "stores.<store>.rocksdb.ttl.ms": "sparza's RocksDB stores have no TTL",
-    "stores.<store>.clean.on.container.start": "restores always verify the local copy against the snapshot",
-    "stores.<store>.side.inputs.processor.serialized.instance": "a serialized Java instance cannot be used",
-    "systems.<system>.streams.<stream>.samza.priority": "sparza reads every input of a batch; bootstrap streams "
-                                                        "go first",
-    "systems.<system>.samza.fetch.threshold": "inputs are read per batch by Spark",
-    "metrics.reporters": "sparza reports metrics with metrics.reporter.jsonl.path and "
-                         "metrics.reporter.prometheus.port",
-    "metrics.reporter.<name>.class": "sparza reports metrics with metrics.reporter.jsonl.path and "
-                                     "metrics.reporter.prometheus.port",
-    "metrics.reporter.<name>.stream": "sparza has no metrics stream reporter",
-    "metrics.reporter.<name>.interval": "metrics are reported once per batch",
-    "yarn.*": "sparza runs on Spark: set spark.* (spark.executor.memory, spark.executor.cores, ...)",
-    "cluster-manager.*": "sparza runs on Spark: set spark.*",
-    "app.runner.class": "sparza runs applications with `sparza run`",
-    "app.mode": "sparza decides batch or stream from bounded inputs",
-}
-"""Samza keys sparza knows and deliberately does not use, with why: warned about, never silently ignored."""
-
-
 @cache
 def _regex(pattern: str) -> re.Pattern[str]:
     """A declared key pattern as a regex: ``<stream>``/``<key>``/``*`` may span dots, other placeholders not."""
@@ -125,7 +69,7 @@ def _regex(pattern: str) -> re.Pattern[str]:
 
 
 def _declared() -> list[ConfigKey]:
-    from sparza.configref import import_all_packages
+    from sparza.config.reference import import_all_packages
 
     import_all_packages()
     return defined_keys()
@@ -318,7 +262,7 @@ class Migration:
 def migrate_config(config: Mapping[str, str]) -> Migration:
     """Carry a Samza job config over to sparza: translated keys and classes, Samza-only keys dropped,
     a changelog replaced by a blob-store backup, and a list of what must be changed by hand."""
-    from sparza.samzacompat import KEY_ALIASES, SENSITIVE_PREFIX
+    from sparza.config.samza import KEY_ALIASES, SENSITIVE_PREFIX
 
     report = check_config(config)
     values = dict(report.config.items())

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparza.config import Config, define_key
+from sparza.config.samza import translate
 from sparza.errors import PAYLOAD_PREFIX_KEY, ConfigError, set_payload_prefix_bytes
-from sparza.samzacompat import translate
 from sparza.streams import SystemStream, parse_input_list
 
 __all__ = [

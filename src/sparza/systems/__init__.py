@@ -15,9 +15,9 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 import pyarrow as pa
 
 from sparza.config import Config, define_key
+from sparza.config.samza import resolve_factory
 from sparza.errors import ConfigError
 from sparza.metrics import MetricsRegistry
-from sparza.samzacompat import resolve_factory
 from sparza.streams import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition
 
 __all__ = [
@@ -248,7 +248,7 @@ SYSTEM_FACTORIES: dict[str, str] = {
     "inmemory": "sparza.systems.inmemory:InMemorySystemFactory",
 }
 """Short factory names accepted in ``systems.<name>.samza.factory`` (Samza's class names for them are
-mapped in :data:`sparza.samzacompat.FACTORY_KINDS`)."""
+mapped in :data:`sparza.config.samza.FACTORY_KINDS`)."""
 
 
 define_key("systems.<system>.samza.factory", None,

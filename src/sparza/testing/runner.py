@@ -544,7 +544,7 @@ class TestRunner:
     def _start(self) -> None:
         if self._config is not None:
             return
-        from sparza.configcheck import validate_for_run
+        from sparza.config.check import validate_for_run
         from sparza.systems import StreamSpec
         from sparza.systems.inmemory import InMemorySystemAdmin
 
