@@ -277,7 +277,7 @@ def resolve_storage_account(config: Mapping[str, str] | None = None, prefix: str
     else:
         account = None
         if allow_dev_storage:
-            from sparza.devstorage import DevStorage
+            from sparza.devservers.storage import DevStorage
 
             account = DevStorage.default().running_account()
         if account is None:

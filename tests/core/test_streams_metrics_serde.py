@@ -5,7 +5,7 @@ import urllib.request
 
 import pytest
 
-from sparza.devstorage import free_port
+from sparza.devservers.processes import free_port
 from sparza.errors import ConfigError, SerdeError
 from sparza.metrics import JsonLinesReporter, MetricsRegistry, PrometheusExporter
 from sparza.serde import AvroRecord, AvroSerde, BytesSerde, JsonSerde, StringSerde, serde_from_name

@@ -70,7 +70,7 @@ def _importable_examples() -> None:
 
 
 def _connection_string(given: str | None, console: Console) -> str:
-    from sparza.devstorage import DevStorage
+    from sparza.devservers.storage import DevStorage
 
     if given:
         from sparza.azure import StorageAccount
@@ -89,7 +89,7 @@ def kafka_brokers(given: str | None, run_dir: Path, console: Console) -> Iterato
     """The bootstrap servers of the demo's Kafka source: ``given``, else the running ``sparza dev-kafka``
     broker, else a Tansu broker started for this run on a free loopback port and stopped when the
     block ends, also when it fails (its topics live in memory and go with it)."""
-    from sparza.devkafka import DevKafka, TansuProcess
+    from sparza.devservers.kafka import DevKafka, TansuProcess
 
     if given:
         console.print(f"kafka: brokers {given}")

@@ -40,8 +40,8 @@ from typing import Any, Protocol
 
 from sparza.config import define_key
 from sparza.coordination.errors import CoordinationError
+from sparza.devservers.processes import pid_alive
 from sparza.errors import StorageUnavailableError
-from sparza.processes import pid_alive
 
 __all__ = [
     "AzureClaimBackend",

@@ -19,8 +19,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparza.devservers.processes import LocalServerProcess, free_port, port_open
 from sparza.errors import SparzaError
-from sparza.processes import LocalServerProcess, free_port, port_open
 
 __all__ = ["DevKafka", "TansuNotInstalledError", "TansuProcess", "find_tansu"]
 

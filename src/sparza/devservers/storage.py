@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparza.azure import AZURITE_ACCOUNT_KEY, AZURITE_ACCOUNT_NAME, StorageAccount
+from sparza.devservers.processes import LocalServerProcess, free_port, port_open
 from sparza.errors import SparzaError
-from sparza.processes import LocalServerProcess, free_port, port_open
 
-__all__ = ["AzuriteNotInstalledError", "AzuriteProcess", "DevStorage", "find_azurite", "free_port"]
+__all__ = ["AzuriteNotInstalledError", "AzuriteProcess", "DevStorage", "find_azurite"]
 
 
 class AzuriteNotInstalledError(SparzaError):
