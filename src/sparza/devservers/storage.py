@@ -8,16 +8,16 @@ so a second ``start`` finds the running one.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sparza.azure import AZURITE_ACCOUNT_KEY, AZURITE_ACCOUNT_NAME, StorageAccount
-from sparza.devservers.processes import LocalServerProcess, free_port, port_open
+from sparza.devservers.processes import LocalServerProcess, PersistentServer, free_port
 from sparza.errors import SparzaError
 
 __all__ = ["AzuriteNotInstalledError", "AzuriteProcess", "DevStorage", "find_azurite"]
@@ -118,33 +118,18 @@ class AzuriteProcess(LocalServerProcess):
         self.start(timeout_s)
 
 
-class DevStorage:
+class DevStorage(PersistentServer[AzuriteProcess]):
     """The persistent embedded storage behind ``sparza dev-storage start|stop|status``."""
 
-    def __init__(self, home: Path) -> None:
-        self.home = Path(home)
-        self.state_file = self.home / "state.json"
+    HOME_NAME = "azurite"
 
-    @classmethod
-    def default(cls) -> DevStorage:
-        """``$SPARZA_HOME/azurite`` or ``./.sparza/azurite``."""
-        base = Path(os.environ.get("SPARZA_HOME") or Path.cwd() / ".sparza")
-        return cls(base / "azurite")
+    def _from_state(self, state: Any) -> AzuriteProcess:
+        return AzuriteProcess(self.home / "data", state["blob_port"], state["table_port"], state["queue_port"],
+                              pid=state["pid"])
 
-    def _load(self) -> AzuriteProcess | None:
-        if not self.state_file.exists():
-            return None
-        try:
-            state = json.loads(self.state_file.read_text())
-            proc = AzuriteProcess(self.home / "data", state["blob_port"], state["table_port"], state["queue_port"],
-                                  pid=state["pid"])
-        except (ValueError, KeyError):
-            return None
-        return proc if proc.is_running() and port_open(proc.blob_port) else None
-
-    def status(self) -> AzuriteProcess | None:
-        """The running emulator, or None."""
-        return self._load()
+    def _state(self, proc: AzuriteProcess) -> dict[str, int | None]:
+        return {"pid": proc.pid, "blob_port": proc.blob_port, "table_port": proc.table_port,
+                "queue_port": proc.queue_port}
 
     def running_account(self) -> StorageAccount | None:
         """The account of the running emulator, or None when none runs."""
@@ -153,21 +138,4 @@ class DevStorage:
 
     def start(self, blob_port: int = 0, table_port: int = 0, queue_port: int = 0) -> tuple[AzuriteProcess, bool]:
         """Start the emulator unless it runs; returns it and whether it was started now."""
-        running = self._load()
-        if running is not None:
-            return running, False
-        proc = AzuriteProcess(self.home / "data", blob_port, table_port, queue_port)
-        proc.start()
-        proc._proc = None  # the process outlives this Python process; track it by pid
-        self.state_file.write_text(json.dumps({"pid": proc.pid, "blob_port": proc.blob_port,
-                                               "table_port": proc.table_port, "queue_port": proc.queue_port}))
-        return proc, True
-
-    def stop(self) -> bool:
-        """Stop the emulator; False when none was running."""
-        proc = self._load()
-        self.state_file.unlink(missing_ok=True)
-        if proc is None:
-            return False
-        proc.stop()
-        return True
+        return self._start(lambda: AzuriteProcess(self.home / "data", blob_port, table_port, queue_port))
