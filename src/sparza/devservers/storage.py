@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparza.azure import AZURITE_ACCOUNT_KEY, AZURITE_ACCOUNT_NAME, StorageAccount
+from sparza.azure.account import AZURITE_ACCOUNT_KEY, AZURITE_ACCOUNT_NAME, StorageAccount
 from sparza.devservers.processes import LocalServerProcess, PersistentServer, free_port
 from sparza.errors import SparzaError
 
