@@ -196,12 +196,6 @@ class DeltaSystemSettings:
         """Serde for message values that are not bytes."""
         return self._serde(stream, "msg")
 
-    def table_spec(self, stream: str) -> Any:
-        """The :class:`~sparza.systems.delta.tables.TableSpec` of a typed table stream, None for a plain stream."""
-        from sparza.systems.delta.tables import table_spec_from_config
-
-        return table_spec_from_config(self, stream)
-
     @property
     def commit_retries(self) -> int:
         """``systems.<s>.delta.commit.retries``."""
