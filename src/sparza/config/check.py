@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Literal
 
-from sparza.config import Config, ConfigKey, define_key, defined_keys, is_secret_key
+from sparza.config import Config, ConfigKey, define_key, defined_checks, defined_keys, is_secret_key
 from sparza.config.samza import SAMZA_UNUSED, Note, translate
 from sparza.errors import ConfigError
 
@@ -198,29 +198,22 @@ def check_config(config: Mapping[str, str]) -> CheckReport:
             continue
         report.keys.append(KeyReport(key, value, "unknown"))
         report.problems.append(UnknownKeyError(key, suggest(key, translated, patterns)))
-    _check_systems(translated, report)
-    if not translation.errors:
-        _check_values(translated, report)
+    _run_checks(translated, report, translated=not translation.errors)
     return report
 
 
-def _check_values(config: Config, report: CheckReport) -> None:
-    """The validation ``sparza run`` does before Spark starts, collected instead of raised."""
-    from sparza.control.settings import ControlSettings
-    from sparza.runtime.jobconfig import JobConfig
-    from sparza.state.adjunct import AdjunctConfig
-
-    checks: list[Callable[[], object]] = [lambda: JobConfig.from_config(config),
-                                          lambda: ControlSettings.from_config(config)]
-    if config.get_str("app.class", None) is None or config.get_str("app.stage", None) is not None:
-        # An application's inputs (and so where its adjunct streams belong) come from its graph: each
-        # planned stage is checked when it starts, not the application's own config.
-        checks.append(lambda: AdjunctConfig.from_config(config))
-    for check in checks:
+def _run_checks(config: Config, report: CheckReport, translated: bool) -> None:
+    """The value checks each package declares (:func:`~sparza.config.define_check`): the validation
+    ``sparza run`` does before Spark starts, collected instead of raised."""
+    for entry in defined_checks():
+        if entry.needs_translation and not translated:
+            continue
         try:
-            check()
+            found = entry.check(config)
         except ConfigError as exc:
-            if not any(str(p) == str(exc) for p in report.problems):
+            found = [exc]
+        for exc in found if isinstance(found, list) else ():
+            if isinstance(exc, ConfigError) and not any(str(p) == str(exc) for p in report.problems):
                 report.problems.append(exc)
 
 
@@ -297,20 +290,6 @@ def migrate_config(config: Mapping[str, str]) -> Migration:
                                     "application to Python (sparza.task.StreamTask / sparza.api) and name its "
                                     "dotted path")
     return migration
-
-
-def _check_systems(config: Config, report: CheckReport) -> None:
-    """Every system's factory exists in this sparza (a Samza class of a missing system is reported)."""
-    from sparza.systems import SYSTEM_FACTORIES
-
-    for key, value in sorted(config.items()):
-        if key.startswith("systems.") and key.endswith(".samza.factory") and key.count(".") == 3:
-            name = value.strip().lower()
-            if name and "." not in name and ":" not in name and name not in SYSTEM_FACTORIES:
-                report.problems.append(ConfigError(key, value, "", message=(
-                    f"config key '{key}' names the {name} system, which this sparza does not have (available: "
-                    f"{', '.join(sorted(SYSTEM_FACTORIES))} or a dotted Python path): use a delta system in its "
-                    "place")))
 
 
 def _importable(path: str) -> bool:
