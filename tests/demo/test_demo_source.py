@@ -17,7 +17,7 @@ from rich.console import Console
 
 from sparza.cli.demo import _count_user_messages, kafka_brokers
 from sparza.devservers.kafka import DevKafka
-from sparza.devservers.processes import pid_alive, port_open
+from sparza.host import pid_alive, port_open
 from sparza.systems.kafka import KafkaSystemAdmin
 
 SPARZA = str(Path(sys.executable).parent / "sparza")

@@ -166,7 +166,7 @@ def test_the_spark_submit_example_runs_a_packaged_job_on_the_session_spark_submi
 
 
 def test_an_unreachable_connect_server_or_a_master_with_remote_is_one_line_in_seconds(make_job, work_dir):
-    from sparza.devservers.processes import free_port
+    from sparza.host import free_port
 
     path = write_config(make_job(**{"job.filesystem.shared": "true"}), work_dir / "job.yaml")
     url = f"sc://127.0.0.1:{free_port()}"

@@ -27,6 +27,8 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from sparza.host import sparza_home
+
 __all__ = ["TABLE_SQL", "DemoResult", "check_source", "kafka_brokers", "register", "run_demo", "table_query"]
 
 SCALES = {"small": 5_000, "default": 40_000, "large": 400_000}
@@ -234,7 +236,7 @@ def run_demo(*, connection_string: str | None, master: str | None, events: int, 
     started = time.monotonic()
     conn = _connection_string(connection_string, console)
     run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"-{os.getpid() % 10_000:04d}"
-    home = Path(os.environ.get("SPARZA_HOME") or Path.cwd() / ".sparza")
+    home = sparza_home()
     run_dir = (home / "demo" / run_id).resolve()
     (run_dir / "input").mkdir(parents=True, exist_ok=True)
 

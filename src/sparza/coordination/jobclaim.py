@@ -41,7 +41,7 @@ from typing import Any, Protocol
 from sparza.azure import storage_unreachable
 from sparza.config import define_key
 from sparza.coordination.errors import CoordinationError
-from sparza.devservers.processes import pid_alive
+from sparza.host import pid_alive
 
 __all__ = [
     "AzureClaimBackend",

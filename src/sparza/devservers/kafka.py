@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparza.devservers.processes import LocalServerProcess, PersistentServer, free_port
+from sparza.devservers.processes import LocalServerProcess, PersistentServer
 from sparza.errors import SparzaError
+from sparza.host import free_port
 
 __all__ = ["DevKafka", "TansuNotInstalledError", "TansuProcess", "find_tansu"]
 

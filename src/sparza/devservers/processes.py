@@ -1,7 +1,7 @@
-"""Local processes: is a pid alive, is a loopback port free, and the local servers for development and
-tests (Azurite, the Tansu Kafka broker, a Spark Connect server).
+"""What the local servers for development and tests (Azurite, the Tansu Kafka broker, a Spark Connect
+server) have in common.
 
-:class:`LocalServerProcess` is what they have in common: start a binary in its own process group
+:class:`LocalServerProcess`: start a binary in its own process group
 with its output in a log file, wait until a probe answers (naming the log on failure), tell whether
 it runs, and stop it (SIGTERM, then SIGKILL) until its ports are free. A persistent dev server
 (:class:`PersistentServer`: ``sparza dev-storage``, ``sparza dev-kafka``) is tracked by pid across
@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from abc import ABC, abstractmethod
@@ -22,37 +21,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
 from sparza.errors import StorageUnavailableError
+from sparza.host import pid_alive, port_open, sparza_home
 
-__all__ = ["LocalServerProcess", "PersistentServer", "free_port", "pid_alive", "port_open"]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def port_open(port: int) -> bool:
-    """True when something accepts connections on 127.0.0.1:``port``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def pid_alive(pid: int) -> bool:
-    """True when process ``pid`` exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child counts as dead
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
+__all__ = ["LocalServerProcess", "PersistentServer"]
 
 
 def _terminate(pid: int, timeout_s: float) -> None:
@@ -164,8 +135,7 @@ class PersistentServer(ABC, Generic[_S]):
     @classmethod
     def default(cls) -> Self:
         """The server under ``$SPARZA_HOME`` or ``./.sparza``."""
-        base = Path(os.environ.get("SPARZA_HOME") or Path.cwd() / ".sparza")
-        return cls(base / cls.HOME_NAME)
+        return cls(sparza_home() / cls.HOME_NAME)
 
     @abstractmethod
     def _from_state(self, state: Any) -> _S:

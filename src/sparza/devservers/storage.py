@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from sparza.azure.account import AZURITE_ACCOUNT_KEY, AZURITE_ACCOUNT_NAME, StorageAccount
-from sparza.devservers.processes import LocalServerProcess, PersistentServer, free_port
+from sparza.devservers.processes import LocalServerProcess, PersistentServer
 from sparza.errors import SparzaError
+from sparza.host import free_port
 
 __all__ = ["AzuriteNotInstalledError", "AzuriteProcess", "DevStorage", "find_azurite"]
 
