@@ -1,6 +1,7 @@
 """sparza's Azure Storage plumbing: what an account is (:mod:`sparza.azure.account`), which one a config
-means and whether it answers (:mod:`sparza.azure.resolve`), and the one place Azure SDK exceptions become
-sparza's errors (:mod:`sparza.azure.errors`).
+means and whether it answers (:mod:`sparza.azure.resolve`), the record of a dev storage running on this
+machine (:mod:`sparza.azure.local`), and the one place Azure SDK exceptions become sparza's errors
+(:mod:`sparza.azure.errors`).
 
 ``from sparza.azure import StorageAccount, resolve_storage_account`` is the import other packages use.
 """

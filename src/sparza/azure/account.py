@@ -151,9 +151,7 @@ class StorageAccount:
         """Parse an Azure Storage connection string (``UseDevelopmentStorage=true`` included)."""
         parts = parse_connection_string(text)
         if parts.get("UseDevelopmentStorage", "").lower() == "true":
-            return cls(AZURITE_ACCOUNT_NAME, AZURITE_ACCOUNT_KEY,
-                       f"http://127.0.0.1:10000/{AZURITE_ACCOUNT_NAME}",
-                       f"http://127.0.0.1:10002/{AZURITE_ACCOUNT_NAME}", source=source)
+            return cls.emulator(10000, 10002, source=source)
         name = parts.get("AccountName")
         key = parts.get("AccountKey")
         if not name or not key:
@@ -164,6 +162,12 @@ class StorageAccount:
         blob = parts.get("BlobEndpoint") or f"{protocol}://{name}.blob.{suffix}"
         table = parts.get("TableEndpoint") or f"{protocol}://{name}.table.{suffix}"
         return cls(name, key, blob.rstrip("/"), table.rstrip("/"), source=source)
+
+    @classmethod
+    def emulator(cls, blob_port: int, table_port: int, *, source: str = "azurite") -> StorageAccount:
+        """Azurite's well-known account with its blob and table services on these loopback ports."""
+        return cls(AZURITE_ACCOUNT_NAME, AZURITE_ACCOUNT_KEY, f"http://127.0.0.1:{blob_port}/{AZURITE_ACCOUNT_NAME}",
+                   f"http://127.0.0.1:{table_port}/{AZURITE_ACCOUNT_NAME}", source=source)
 
     @classmethod
     def from_keys(cls, account_name: str, account_key: str, endpoint: str | None = None,

@@ -6,7 +6,7 @@ Resolution order for a storage account (first match wins):
    ``endpoint``; ``sensitive.account.key`` is accepted too),
 2. ``azure.storage.connect`` (a connection string),
 3. the ``AZURE_STORAGE_CONNECTION_STRING`` environment variable,
-4. the embedded dev storage (a running ``sparza dev-storage``, :mod:`sparza.devservers.storage`).
+4. the embedded dev storage (a running ``sparza dev-storage``, found by its record: :mod:`sparza.azure.local`).
 
 Account keys and connection strings are kept out of ``repr``, logs and error messages.
 """
@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 from sparza.azure.account import StorageAccount, container_name_problem
 from sparza.azure.errors import explain_storage_error
+from sparza.azure.local import running_emulator
 from sparza.config import Config
 from sparza.errors import ConfigError, StartCheckError
 
@@ -84,9 +85,7 @@ def resolve_storage_account(config: Mapping[str, str] | None = None, prefix: str
     else:
         account = None
         if allow_dev_storage:
-            from sparza.devservers.storage import DevStorage
-
-            account = DevStorage.default().running_account()
+            account = running_emulator()
         if account is None:
             missing = (prefix + "account.name") if prefix else "azure.storage.connect"
             raise ConfigError(missing, None,

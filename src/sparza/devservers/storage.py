@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparza.azure.account import AZURITE_ACCOUNT_KEY, AZURITE_ACCOUNT_NAME, StorageAccount
+from sparza.azure.account import AZURITE_ACCOUNT_NAME, StorageAccount
+from sparza.azure.local import DEV_STORAGE_DIR, EmulatorRecord
 from sparza.devservers.processes import LocalServerProcess, PersistentServer
 from sparza.errors import SparzaError
 from sparza.host import free_port
@@ -75,10 +76,7 @@ class AzuriteProcess(LocalServerProcess):
     @property
     def account(self) -> StorageAccount:
         """The emulator's account with this process's endpoints."""
-        return StorageAccount(
-            AZURITE_ACCOUNT_NAME, AZURITE_ACCOUNT_KEY,
-            f"http://127.0.0.1:{self.blob_port}/{AZURITE_ACCOUNT_NAME}",
-            f"http://127.0.0.1:{self.table_port}/{AZURITE_ACCOUNT_NAME}", source="azurite")
+        return StorageAccount.emulator(self.blob_port, self.table_port)
 
     @property
     def connection_string(self) -> str:
@@ -122,15 +120,15 @@ class AzuriteProcess(LocalServerProcess):
 class DevStorage(PersistentServer[AzuriteProcess]):
     """The persistent embedded storage behind ``sparza dev-storage start|stop|status``."""
 
-    HOME_NAME = "azurite"
+    HOME_NAME = DEV_STORAGE_DIR
 
     def _from_state(self, state: Any) -> AzuriteProcess:
-        return AzuriteProcess(self.home / "data", state["blob_port"], state["table_port"], state["queue_port"],
-                              pid=state["pid"])
+        record = EmulatorRecord.from_json(state)  # the format account resolution reads (sparza.azure.local)
+        return AzuriteProcess(self.home / "data", record.blob_port, record.table_port, record.queue_port,
+                              pid=record.pid)
 
     def _state(self, proc: AzuriteProcess) -> dict[str, int | None]:
-        return {"pid": proc.pid, "blob_port": proc.blob_port, "table_port": proc.table_port,
-                "queue_port": proc.queue_port}
+        return EmulatorRecord(proc.pid, proc.blob_port, proc.table_port, proc.queue_port).to_json()
 
     def running_account(self) -> StorageAccount | None:
         """The account of the running emulator, or None when none runs."""
