@@ -27,11 +27,11 @@ import pyarrow.parquet as pq
 
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
-from sparza.serde import Serde, StringSerde
+from sparza.serde import Serde, StringSerde, partition_key_bytes
 from sparza.streams import OutgoingMessageEnvelope
 from sparza.systems import Transaction
 from sparza.systems.delta.admin import DeltaSystemAdmin, open_table
-from sparza.systems.delta.partitioner import partition_for, partition_key_bytes
+from sparza.systems.delta.partitioner import partition_for
 from sparza.systems.delta.schema import FILE_SCHEMA, PARTITION_COLUMN, TABLE_SCHEMA
 from sparza.systems.delta.settings import StreamLocation
 from sparza.systems.delta.storage import storage_errors
