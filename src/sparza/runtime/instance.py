@@ -36,7 +36,7 @@ from sparza.runtime.jobconfig import JobConfig
 from sparza.runtime.split import TaskSplit
 from sparza.runtime.stores import TaskStores
 from sparza.runtime.worker import WORKER
-from sparza.serde import BytesSerde, Serde, serde_from_name
+from sparza.serde import BytesSerde, Serde, stream_serde
 from sparza.streams import (
     IncomingMessageEnvelope,
     MessageType,
@@ -186,12 +186,7 @@ def _ssp_runs(batch: pa.RecordBatch) -> Iterator[tuple[int, pa.RecordBatch]]:
 
 
 def _serde(config: Config, ssp: SystemStreamPartition, which: str) -> Serde:
-    key = f"systems.{ssp.system}.streams.{ssp.stream}.samza.{which}.serde"
-    name = config.get_str(key, None)
-    if name is None:
-        key = f"systems.{ssp.system}.samza.{which}.serde"
-        name = config.get_str(key, None)
-    return serde_from_name(name, key=key, config=config)
+    return stream_serde(config, ssp.system, ssp.stream, which)
 
 
 def _exception_names(exc: BaseException) -> set[str]:
