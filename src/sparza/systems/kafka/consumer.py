@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
-from sparza.streams import IncomingMessageEnvelope, MessageType, SystemStreamPartition
+from sparza.streams import IncomingMessageEnvelope, SystemStreamPartition
 from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin
 from sparza.systems.kafka.settings import (
     CONTROL_PRODUCER_HEADER,
@@ -34,14 +34,9 @@ from sparza.systems.kafka.settings import (
     KafkaSystemSettings,
     redact_conf,
 )
+from sparza.systems.rows import READ_SCHEMA, end_of_stream_batch, read_envelopes
 
-__all__ = ["READ_SCHEMA", "KafkaSystemConsumer", "OffsetOutOfRangeError"]
-
-READ_SCHEMA = pa.schema([
-    pa.field("offset", pa.string()), pa.field("partition", pa.int32()), pa.field("key", pa.binary()),
-    pa.field("value", pa.binary()), pa.field("timestamp", pa.int64()), pa.field("type", pa.int8()),
-    pa.field("producer", pa.string())])
-"""Arrow batches from :meth:`KafkaSystemConsumer.read_arrow` (the same layout as the delta system's)."""
+__all__ = ["KafkaSystemConsumer", "OffsetOutOfRangeError"]
 
 _BATCH = 5000
 
@@ -197,10 +192,7 @@ class KafkaSystemConsumer:
                     rows += batch.num_rows
                     yield batch
         if is_bounded and end is None and include_control:
-            yield pa.RecordBatch.from_arrays(
-                [pa.array([str(stop)]), pa.array([ssp.partition], pa.int32()), pa.array([None], pa.binary()),
-                 pa.array([None], pa.binary()), pa.array([int(time.time() * 1000)], pa.int64()),
-                 pa.array([int(MessageType.END_OF_STREAM)], pa.int8()), pa.array([""])], schema=READ_SCHEMA)
+            yield end_of_stream_batch(ssp.partition, str(stop), int(time.time() * 1000))
         if self.metrics is not None:
             self.metrics.counter(self.system_name, "messages-read").inc(rows)
             self.metrics.timer(self.system_name, "read-ms").update((time.perf_counter() - started) * 1000.0)
@@ -208,13 +200,7 @@ class KafkaSystemConsumer:
     def read(self, ssp: SystemStreamPartition, start: str | None, end: str | None = None,
              include_control: bool = True, *, bounded: bool | None = None) -> Iterator[IncomingMessageEnvelope]:
         """The same records as :meth:`read_arrow`, as envelopes (key and message as bytes)."""
-        for batch in self.read_arrow(ssp, start, end, include_control, bounded=bounded):
-            cols = batch.to_pydict()
-            for offset, key, value, ts, kind in zip(cols["offset"], cols["key"], cols["value"], cols["timestamp"],
-                                                    cols["type"], strict=True):
-                yield IncomingMessageEnvelope(ssp, offset, key, value, ts,
-                                              (len(key) if key else 0) + (len(value) if value else 0),
-                                              MessageType(kind))
+        return read_envelopes(ssp, self.read_arrow(ssp, start, end, include_control, bounded=bounded))
 
 
 def _to_arrow(messages: list[Any], partition: int, include_control: bool) -> pa.RecordBatch:
