@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sparza.api.graph import (
     ApiError,
+    Application,
     InputDescriptor,
     MessageStream,
     OpKind,
@@ -26,6 +27,7 @@ from sparza.api.windows import WindowError, WindowPane, Windows, WindowSpec
 
 __all__ = [
     "ApiError",
+    "Application",
     "ApplicationPlan",
     "InputDescriptor",
     "MessageStream",

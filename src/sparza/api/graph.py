@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from sparza.api.windows import WindowSpec
 from sparza.config import Config
@@ -24,6 +24,7 @@ from sparza.streams import SystemStream
 
 __all__ = [
     "ApiError",
+    "Application",
     "InputDescriptor",
     "MessageStream",
     "OpKind",
@@ -236,6 +237,16 @@ def _parse_stream(text: str) -> SystemStream:
         return SystemStream.parse(text)
     except ValueError as exc:
         raise ApiError(str(exc)) from exc
+
+
+@runtime_checkable
+class Application(Protocol):
+    """What ``app.class`` names (Samza's StreamApplication): a class or object whose ``describe(app)`` adds
+    the application's inputs, operators and outputs to ``app``. Called on the driver and in every task."""
+
+    def describe(self, app: StreamApplication) -> None:
+        """Describe the graph on ``app``."""
+        ...
 
 
 class MessageStream:

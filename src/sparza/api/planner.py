@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sparza.api.graph import ApiError, OpKind, StreamApplication
+from sparza.api.graph import ApiError, Application, OpKind, StreamApplication
 from sparza.api.stages import StageSpec, split_stages
 from sparza.config import Config, define_key
 from sparza.control.settings import INTERMEDIATE_OUTPUTS_KEY, intermediate_key
@@ -56,11 +56,10 @@ def build_application(config: Config) -> StreamApplication:
     """Import ``app.class`` and let it describe its graph (done on the driver and in every task)."""
     target = load_object(config.get_str(APP_CLASS_KEY), APP_CLASS_KEY)
     instance = target() if isinstance(target, type) else target
-    describe = getattr(instance, "describe", None)
-    if describe is None:
+    if not isinstance(instance, Application):
         raise ApiError(f"{config.get_str(APP_CLASS_KEY)} has no describe(app) method")
     app = StreamApplication(config)
-    describe(app)
+    instance.describe(app)
     return app
 
 

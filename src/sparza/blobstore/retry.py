@@ -117,7 +117,7 @@ class RetryingBlobStoreManager(BlobStoreManager):
         return f"RetryingBlobStoreManager({self.inner!r})"
 
     def __getattr__(self, name: str) -> object:
-        # Backend extras (ttl_ms, clock, download_to_file, purge_temp_files) stay reachable.
+        # Backend extras (ttl_ms, clock, download_to_file) stay reachable.
         return getattr(self.inner, name)
 
     def _call(self, fn: Callable[[], _T], describe: str) -> _T:
@@ -158,6 +158,9 @@ class RetryingBlobStoreManager(BlobStoreManager):
 
     def purge(self, blob_id: str) -> int:
         return self._call(lambda: self.inner.purge(blob_id), f"purge {blob_id}")
+
+    def purge_temp_files(self, older_than_ms: int) -> list[str]:
+        return self.inner.purge_temp_files(older_than_ms)
 
     def close(self) -> None:
         self.inner.close()

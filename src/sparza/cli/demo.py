@@ -14,6 +14,7 @@ the summary then lists what was written and how to read it back.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import sys
@@ -343,7 +344,7 @@ def _read_table(config: Any) -> tuple[str, list[dict[str, Any]]]:
 
 def _millis(value: Any) -> int:
     """Avro timestamp-millis come back as datetimes; the window key is epoch ms."""
-    if hasattr(value, "timestamp"):
+    if isinstance(value, dt.datetime):
         return round(value.timestamp() * 1000)
     return int(value)
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparza.api.graph import Application
 from sparza.config import Config
 from sparza.errors import SparzaError
 from sparza.runtime.commit import CommitStep, InjectedFault, register_fault_hook, unregister_fault_hook
@@ -255,7 +256,7 @@ class TestRunner:
         from sparza.systems import load_object
 
         loaded = load_object(path, "TestRunner.of")
-        key = "app.class" if hasattr(loaded, "describe") else "task.class"
+        key = "app.class" if isinstance(loaded, Application) else "task.class"
         values = {"job.name": _job_name(path), **{k: str(v) for k, v in (config or {}).items()}, key: path}
         return cls(values, **kwargs)
 

@@ -31,6 +31,7 @@ from sparza.state.adjunct.offsets import AdminStreamAccess, StreamAccess
 from sparza.state.adjunct.stores import (
     AdjunctStoreContext,
     AdjunctStoreManager,
+    AdjunctStoreManagerFactory,
     DefaultAdjunctStoreManagerFactory,
     SupportsCommitted,
     SupportsReadThrough,
@@ -277,13 +278,13 @@ class TaskAdjunctManager:
         return {name: manager.status() for name, manager in self._managers.items()}
 
 
-def _factory(spec: AdjunctStoreSpec) -> Any:
+def _factory(spec: AdjunctStoreSpec) -> AdjunctStoreManagerFactory:
     if not spec.manager_factory:
         return DefaultAdjunctStoreManagerFactory()
     key = f"stores.{spec.name}.adstore.manager.factory"
     target = load_object(spec.manager_factory, key)
     factory = target() if isinstance(target, type) else target
-    if not hasattr(factory, "get_adjunct_store_manager"):
+    if not isinstance(factory, AdjunctStoreManagerFactory):
         raise ConfigError(key, spec.manager_factory,
                           "an AdjunctStoreManagerFactory (an object with get_adjunct_store_manager(context))")
     return factory

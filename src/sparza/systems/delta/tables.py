@@ -30,7 +30,7 @@ from typing import Any
 import pyarrow as pa
 
 from sparza.errors import ConfigError, SerdeError, SparzaError, payload_preview
-from sparza.serde import AvroRecord, BytesSerde, Serde
+from sparza.serde import AvroRecord, AvroSerde, BytesSerde, Serde
 from sparza.streams import MessageType, OutgoingMessageEnvelope
 from sparza.systems import Transaction
 from sparza.systems.delta.settings import StreamLocation
@@ -717,12 +717,11 @@ def table_spec_from_config(settings: Any, stream: str) -> TableSpec | None:
 
 def _schema_from_serde(settings: Any, stream: str) -> pa.Schema:
     serde = settings.msg_serde(stream)
-    schema = getattr(serde, "schema", None)
-    if schema is None:
+    if not isinstance(serde, AvroSerde):
         raise TableError(f"typed table {stream!r} has no schema: set "
                          f"{settings.stream_key(stream, 'delta.table.schema')} or use an avro msg serde with "
                          f"{settings.stream_key(stream, 'samza.msg.schema')}")
-    return avro_to_arrow(schema)
+    return avro_to_arrow(serde.schema)
 
 
 
