@@ -20,9 +20,9 @@ from sparza.api.graph import (
     TableDescriptor,
     TableOptions,
 )
-from sparza.api.planner import ApplicationPlan, StagePlan, build_application, intermediate_streams, plan_application
+from sparza.api.stage_plan import ApplicationPlan, StagePlan, build_application, intermediate_streams, plan_application
+from sparza.api.stage_split import StageSpec, split_stages
 from sparza.api.stage_task import StageTask, stable_partition
-from sparza.api.stages import StageSpec, split_stages
 from sparza.api.windows import WindowError, WindowPane, Windows, WindowSpec
 
 __all__ = [

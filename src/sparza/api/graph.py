@@ -1,7 +1,7 @@
 """The high-level API's graph: ``StreamApplication`` collects inputs, outputs and tables; each
 ``MessageStream`` operator adds one node (:class:`OpSpec`) to the application's operator graph.
 
-The graph is only a description: :mod:`sparza.api.stages` splits it into stages at every
+The graph is only a description: :mod:`sparza.api.stage_split` splits it into stages at every
 ``partition_by`` and :class:`sparza.api.StageTask` runs one stage's part inside a task. An
 application class is named by ``app.class`` and must be importable on executors, because every
 task rebuilds the graph by calling its ``describe(app)``.

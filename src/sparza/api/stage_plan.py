@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sparza.api.graph import ApiError, Application, OpKind, StreamApplication
-from sparza.api.stages import StageSpec, split_stages
+from sparza.api.stage_split import StageSpec, split_stages
 from sparza.config import Config, define_key
 from sparza.control.settings import INTERMEDIATE_OUTPUTS_KEY, intermediate_key
 from sparza.streams import SystemStream

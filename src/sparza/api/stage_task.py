@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from sparza.api.graph import ApiError, OpKind, OpSpec
-from sparza.api.planner import APP_STAGE_KEY, build_application, intermediate_streams
-from sparza.api.stages import StageSpec, split_stages
+from sparza.api.stage_plan import APP_STAGE_KEY, build_application, intermediate_streams
+from sparza.api.stage_split import StageSpec, split_stages
 from sparza.api.window_state import WindowState
 from sparza.api.windows import WindowError, WindowPane
 from sparza.control.settings import ControlSettings, LatePolicy

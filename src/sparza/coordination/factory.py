@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from sparza.config import Config
-from sparza.coordination.config import FACTORY_AZURE, FACTORY_STANDALONE, KEY_FACTORY
 from sparza.coordination.listener import JobCoordinator, JobCoordinatorListener
+from sparza.coordination.settings import FACTORY_AZURE, FACTORY_STANDALONE, KEY_FACTORY
 from sparza.metrics import MetricsRegistry
 
 __all__ = ["job_coordinator_from_config"]

@@ -24,10 +24,10 @@ from sparza.config import Config
 from sparza.errors import ConfigError
 from sparza.metrics import MetricsRegistry
 from sparza.state.adjunct.builder import EnvelopeReader
-from sparza.state.adjunct.config import AdjunctConfig, AdjunctStoreSpec, container_store_dir
 from sparza.state.adjunct.container import ContainerSnapshotCache
 from sparza.state.adjunct.errors import UnknownAdjunctStoreError
 from sparza.state.adjunct.offsets import AdminStreamAccess, StreamAccess
+from sparza.state.adjunct.settings import AdjunctConfig, AdjunctStoreSpec, container_store_dir
 from sparza.state.adjunct.stores import (
     AdjunctStoreContext,
     AdjunctStoreManager,

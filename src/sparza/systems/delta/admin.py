@@ -13,7 +13,7 @@ from typing import Any
 from sparza.config import Config
 from sparza.streams import SystemStreamPartition
 from sparza.systems import StreamSpec, SystemStreamMetadata, SystemStreamPartitionMetadata
-from sparza.systems.delta.exceptions import PartitionCountMismatchError, StreamNotFoundError
+from sparza.systems.delta.errors import PartitionCountMismatchError, StreamNotFoundError
 from sparza.systems.delta.log import DeltaLog
 from sparza.systems.delta.offsets import DeltaOffset, offset_key
 from sparza.systems.delta.retention import read_horizon

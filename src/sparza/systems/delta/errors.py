@@ -10,6 +10,7 @@ __all__ = [
     "OffsetRemovedError",
     "PartitionCountMismatchError",
     "StreamNotFoundError",
+    "TableError",
 ]
 
 
@@ -59,3 +60,7 @@ class OffsetRemovedError(DeltaStreamError, LookupError):
         where = f"the oldest available is {oldest}" if oldest else "the partition has no readable rows"
         super().__init__(f"offset {offset} of {stream}#{partition} was removed by retention; {where} "
                          "(reset the consumer to 'oldest' or to a newer offset)")
+
+
+class TableError(SparzaError, ValueError):
+    """A message does not fit its typed table, or the table cannot take the declared schema."""

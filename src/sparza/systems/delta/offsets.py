@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import total_ordering
 
-from sparza.systems.delta.exceptions import InvalidOffsetError
+from sparza.systems.delta.errors import InvalidOffsetError
 
 __all__ = ["DeltaOffset", "next_offset", "offset_key"]
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparza.streams import MessageType
-from sparza.systems.delta.exceptions import OffsetRemovedError
+from sparza.systems.delta.errors import OffsetRemovedError
 from sparza.systems.delta.log import DeltaLog, FileEntry, io_pool
 from sparza.systems.delta.offsets import DeltaOffset
 from sparza.systems.delta.retention import oldest_offset, read_horizon
