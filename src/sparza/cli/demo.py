@@ -389,24 +389,24 @@ def _print_summary(result: DemoResult, console: Console, conn_given: bool) -> No
 
 
 def demo(azure_connection_string: str = typer.Option(
-             None, "--azure-connection-string", envvar="AZURE_STORAGE_CONNECTION_STRING",
+             None, "--azure-connection-string", metavar="CONNECTION_STRING", envvar="AZURE_STORAGE_CONNECTION_STRING",
              help="Use this storage account instead of the embedded Azurite.", show_default=False),
-         master: str = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
+         master: str = typer.Option(None, "--master", metavar="URL", help="Spark master URL (default local[*])."),
          events: int = typer.Option(None, "--events", min=1, help="Number of generated edits (overrides --scale)."),
-         scale: str = typer.Option("default", "--scale",
+         scale: str = typer.Option("default", "--scale", metavar="small|default|large",
                                    help="Size preset: " + ", ".join(f"{k}={v}" for k, v in SCALES.items()) + " edits."),
-         input_file: Path = typer.Option(None, "--input", exists=True, dir_okay=False,
+         input_file: Path = typer.Option(None, "--input", metavar="FILE", exists=True, dir_okay=False,
                                          help="Real edits as JSON lines (page, user, bytes_changed, timestamp ms)."),
          seed: int = typer.Option(7, "--seed", help="Seed of the generated data."),
          partitions: int = typer.Option(2, "--partitions", min=1, help="Partitions (= tasks) per stage."),
-         lateness_ms: int = typer.Option(120_000, "--lateness-ms", min=0,
+         lateness_ms: int = typer.Option(120_000, "--lateness-ms", metavar="MS", min=0,
                                          help="Allowed out-of-orderness of edits; later ones are dropped as late."),
-         source: str = typer.Option("delta", "--source",
+         source: str = typer.Option("delta", "--source", metavar="delta|kafka",
                                     help="Where the input and intermediate streams live: delta (Delta streams) or "
                                          "kafka (Kafka topics on a local Tansu broker, started and stopped by the "
                                          "demo unless 'sparza dev-kafka' runs one)."),
          kafka_bootstrap_servers: str = typer.Option(
-             None, "--kafka-bootstrap-servers",
+             None, "--kafka-bootstrap-servers", metavar="HOST:PORT",
              help="With --source kafka: use these brokers instead of a local one.", show_default=False),
          ) -> None:
     """Run the Wikipedia page-statistics pipeline on generated data and summarize what it wrote."""
