@@ -96,14 +96,14 @@ def format_help(command: Any, ctx: typer.Context, formatter: Any) -> None:
 class SparzaCommand(TyperCommand):
     """A sparza command: its help in the plain layout of :func:`format_help`."""
 
-    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+    def format_help(self, ctx: Any, formatter: Any) -> None:  # ctx: typer's own click Context
         format_help(self, ctx, formatter)
 
 
 class SparzaGroup(TyperGroup):
     """A sparza command group: its help in the plain layout of :func:`format_help`, commands in declaration order."""
 
-    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+    def format_help(self, ctx: Any, formatter: Any) -> None:  # ctx: typer's own click Context
         format_help(self, ctx, formatter)
 
 

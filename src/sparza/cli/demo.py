@@ -34,6 +34,7 @@ __all__ = ["TABLE_SQL", "DemoResult", "check_source", "kafka_brokers", "register
 
 SCALES = {"small": 5_000, "default": 40_000, "large": 400_000}
 """Edit counts of ``--scale`` (``--events`` overrides)."""
+_SCALE_HELP = "Size preset: " + ", ".join(f"{name}={edits}" for name, edits in SCALES.items()) + " edits."
 
 _REPO = Path(__file__).resolve().parents[3]
 
@@ -394,7 +395,7 @@ def demo(azure_connection_string: str = typer.Option(
          master: str = typer.Option(None, "--master", metavar="URL", help="Spark master URL (default local[*])."),
          events: int = typer.Option(None, "--events", min=1, help="Number of generated edits (overrides --scale)."),
          scale: str = typer.Option("default", "--scale", metavar="small|default|large",
-                                   help="Size preset: " + ", ".join(f"{k}={v}" for k, v in SCALES.items()) + " edits."),
+                                   help=_SCALE_HELP),
          input_file: Path = typer.Option(None, "--input", metavar="FILE", exists=True, dir_okay=False,
                                          help="Real edits as JSON lines (page, user, bytes_changed, timestamp ms)."),
          seed: int = typer.Option(7, "--seed", help="Seed of the generated data."),

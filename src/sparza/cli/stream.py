@@ -196,8 +196,8 @@ def tail(stream: str = typer.Argument(..., help="Stream name or location."),
         consumer = DeltaSystemConsumer(name, cfg)
         for p in parts:
             ssp = SystemStreamPartition(name, stream_name, p)
-            start = start_of_last(consumer.log(stream_name), p, count)
-            found += list(consumer.read(ssp, start, include_control=include_control, bounded=False))[-count:]
+            first = start_of_last(consumer.log(stream_name), p, count)
+            found += list(consumer.read(ssp, first, include_control=include_control, bounded=False))[-count:]
     found.sort(key=lambda e: (e.timestamp or 0, e.ssp.partition))
     for envelope in found[-count:]:
         when = dt.datetime.fromtimestamp((envelope.timestamp or 0) / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")

@@ -155,6 +155,7 @@ def read_table_rows(table_path: Path) -> dict[str, Counter[Record]]:
         files = table.file_uris()
         if files:
             rel = duckdb.sql("SELECT id, key, val, aux, tag FROM read_parquet($files)", params={"files": files})
+            assert rel is not None  # a SELECT always gives a relation
             readers["duckdb"] = Counter(_record(dict(zip(("id", "key", "val", "aux", "tag"), row, strict=True)))
                                         for row in rel.fetchall())
         else:
@@ -201,8 +202,12 @@ def read_kafka_records(bootstrap_servers: str, topic: str, *, timeout_s: float =
             if headers.get("sparza.type", b"\x00") not in (b"\x00", b"0"):
                 control += 1
             else:
-                records[_record(json.loads(msg.value()))] += 1
-            if msg.offset() + 1 >= ends[msg.partition()]:
+                value = msg.value()
+                assert value is not None, f"{topic}: a record without a value"
+                records[_record(json.loads(value))] += 1
+            offset = msg.offset()
+            assert offset is not None  # a consumed record has one
+            if offset + 1 >= ends[msg.partition()]:
                 pending.discard(msg.partition())
         if pending:
             raise RuntimeError(f"reading {topic}: partitions {sorted(pending)} did not reach their end offsets "

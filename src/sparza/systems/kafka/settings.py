@@ -117,9 +117,9 @@ class KafkaSystemSettings:
 
     def admin_conf(self) -> dict[str, Any]:
         """librdkafka settings of admin clients: the consumer's connection settings."""
-        conf = {k: v for k, v in self._passthrough("consumer").items()
-                if k.startswith(("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socket.", "broker.",
-                                 "metadata.", "api.version", "log_level", "debug"))}
+        kept = ("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socket.", "broker.", "metadata.",
+                "api.version", "log_level", "debug")
+        conf: dict[str, Any] = {k: v for k, v in self._passthrough("consumer").items() if k.startswith(kept)}
         conf.setdefault("log_level", 3)
         # A metadata request must not create the topic it asks about (Tansu and brokers with
         # auto.create.topics.enable would): a missing input is an error, not an empty new topic.

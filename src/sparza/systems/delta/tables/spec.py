@@ -47,9 +47,9 @@ class TableSpec:
                 if column not in names:
                     raise TableError(f"{where}: {role} column {column!r} is not in the schema "
                                      f"({', '.join(self.schema.names)})")
-        for role, column in (("timestamp", self.timestamp_column), ("message key", self.message_key_column)):
-            if column is not None and column not in names:
-                raise TableError(f"{where}: {role} column {column!r} is not in the schema "
+        for role, named in (("timestamp", self.timestamp_column), ("message key", self.message_key_column)):
+            if named is not None and named not in names:
+                raise TableError(f"{where}: {role} column {named!r} is not in the schema "
                                  f"({', '.join(self.schema.names)})")
 
     @property
