@@ -56,7 +56,7 @@ def resolve_storage_account(config: Mapping[str, str] | None = None, prefix: str
     ``prefix`` is where per-system keys live, e.g. ``systems.out.azureblob.``. Raises
     :class:`ConfigError` naming the missing key when nothing is configured and no dev storage runs.
     """
-    cfg = config if isinstance(config, Config) else Config(config or {})
+    cfg = Config.of(config)
     env = os.environ if environ is None else environ
     if prefix and not prefix.endswith("."):
         prefix += "."

@@ -54,7 +54,7 @@ class RetryPolicy:
     @classmethod
     def from_config(cls, config: Mapping[str, str]) -> RetryPolicy:
         """The policy from ``blob.store.retry.policy.*``."""
-        cfg = config if isinstance(config, Config) else Config(config)
+        cfg = Config.of(config)
         return cls(max_retries=cfg.get_int(_P + "max.retries", -1, min_value=-1),
                    max_duration_ms=cfg.get_int(_P + "max.retry.duration.millis", 900_000, min_value=0),
                    delay_ms=cfg.get_int(_P + "backoff.delay.millis", 100, min_value=0),

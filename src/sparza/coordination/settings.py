@@ -80,7 +80,7 @@ class CoordinationConfig:
     @classmethod
     def from_config(cls, config: Mapping[str, str]) -> CoordinationConfig:
         """Parse and check the keys; a bad value raises :class:`ConfigError` naming the key."""
-        cfg = config if isinstance(config, Config) else Config(config)
+        cfg = Config.of(config)
         job_name = cfg.get_str("job.name")
         if not _clean(job_name):
             raise ConfigError("job.name", job_name, "a name with at least one letter or digit")

@@ -69,7 +69,7 @@ class TaskAdjunctManager:
                  input_ssps: list[SystemStreamPartition] | None = None, access: StreamAccess | None = None,
                  metrics: MetricsRegistry | None = None) -> None:
         self.task_name = task_name
-        self.config = config if isinstance(config, Config) else Config(config)
+        self.config = Config.of(config)
         self.base_dir = Path(base_dir)
         self.adjunct_config = AdjunctConfig.from_config(self.config)
         self.access = access or AdminStreamAccess(self.config)

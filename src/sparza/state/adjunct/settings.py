@@ -85,7 +85,7 @@ class AdjunctConfig:
     @classmethod
     def from_config(cls, config: Mapping[str, str]) -> AdjunctConfig:
         """Parse every ``stores.<store>.adstore.input``; bad or inconsistent values raise ConfigError."""
-        cfg = config if isinstance(config, Config) else Config(config)
+        cfg = Config.of(config)
         main = {stream for stream, _ in parse_input_list("task.inputs", cfg.get_list("task.inputs", []))}
         broadcast: dict[SystemStream, list[int]] = {}
         for stream, parts in parse_input_list("task.broadcast.inputs", cfg.get_list("task.broadcast.inputs", [])):
@@ -182,7 +182,7 @@ def _parse_store(cfg: Config, name: str, key: str, main: set[SystemStream],
 
 def container_store_dir(config: Mapping[str, str], base_dir: str | Path) -> Path:
     """The host-local directory shared by every task on this host (``job.container.store.base.dir``)."""
-    cfg = config if isinstance(config, Config) else Config(config)
+    cfg = Config.of(config)
     explicit = cfg.get_str("job.container.store.base.dir", None)
     return Path(explicit) if explicit else Path(base_dir) / "_container"
 

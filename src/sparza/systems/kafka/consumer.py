@@ -26,13 +26,12 @@ import pyarrow as pa
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
 from sparza.streams import IncomingMessageEnvelope, SystemStreamPartition
-from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin
+from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin, open_client
 from sparza.systems.kafka.settings import (
     CONTROL_PRODUCER_HEADER,
     CONTROL_TYPE_HEADER,
     TIMESTAMP_HEADER,
     KafkaSystemSettings,
-    redact_conf,
 )
 from sparza.systems.rows import READ_SCHEMA, end_of_stream_batch, read_envelopes
 
@@ -91,12 +90,7 @@ class KafkaSystemConsumer:
         if self._consumer is None:
             from confluent_kafka import Consumer
 
-            conf = self.settings.consumer_conf()
-            try:
-                self._consumer = Consumer(conf)
-            except Exception as exc:
-                raise KafkaError(f"cannot create a Kafka consumer for system {self.system_name!r} "
-                                 f"with {redact_conf(conf)}: {exc}") from exc
+            self._consumer = open_client("consumer", Consumer, self.settings.consumer_conf(), self.system_name)
         return self._consumer
 
     # --- reading ---------------------------------------------------------------------------
