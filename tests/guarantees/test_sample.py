@@ -23,7 +23,7 @@ SAMPLE = [
     # Draws the batch API (process_batch, records sent as Arrow rows to the Delta output) since it exists.
     pytest.param(669040315, None, None, "delta", "delta", id="count-rocksdb-kill9"),
     pytest.param(365773884, None, None, "delta", "delta", id="window-broadcast-join-lost-spark-checkpoint"),
-    # Found by the harness (the planner never made a partitioned table a stage input); fixed by 525f083.
+    # Found by the harness: a partitioned table must be an input of the stage that joins it.
     pytest.param(122, None, "none", None, None, id="pipeline-partitioned-join"),
 ]
 
@@ -87,7 +87,7 @@ def test_scale_two_stages_broadcast_join_windows_to_azure_blobs(azurite, tmp_pat
     assert outcome.comparison is not None and outcome.comparison.actual > 0
 
 
-# Found by the harness as a hang (strict xfail); fixed on main by 010acde, seen XPASS there: now a plain test.
+# Found by the harness as a hang: a bounded job restarted after it ended stops by itself.
 def test_bounded_job_restarted_after_it_ended_stops_by_itself(azurite, tmp_path) -> None:
     scenario = generate(125, messages=20, fault="none", extras=False)
     scenario.api, scenario.kind, scenario.output, scenario.bounded, scenario.chunks = "task", "copy", "delta", True, 1

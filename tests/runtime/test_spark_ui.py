@@ -1,4 +1,4 @@
-"""When the Spark UI is enabled it binds to loopback unless configured otherwise (issue 17, part 2)."""
+"""When the Spark UI is enabled it binds to loopback unless configured otherwise."""
 
 from __future__ import annotations
 
