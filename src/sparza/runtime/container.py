@@ -204,7 +204,8 @@ class TaskLoop:
         self.epoch_job = epoch_job
         self.planner = BatchPlanner(job, [model], ops, positions,
                                     start_positions={SystemStreamPartition.parse(k): v
-                                                     for k, v in epoch_job.start_positions.items()})
+                                                     for k, v in epoch_job.start_positions.items()},
+                                    broadcast_ready=_broadcast_ready(job))
         if epoch_job.targets is not None:
             self.planner.targets = {SystemStreamPartition.parse(k): v for k, v in epoch_job.targets.items()}
         self.plan: BatchPlan | None = None
@@ -233,6 +234,20 @@ class TaskLoop:
     def ended(self) -> bool:
         """True when the task's inputs all ended (in this run or an earlier one) and nothing is left to do."""
         return self.plan is not None and self.plan.task(self.model.name).ended
+
+
+def _broadcast_ready(job: JobConfig) -> Callable[[Any], bool]:
+    """Whether a broadcast bootstrap store has published its bootstrapped snapshot (asked only for jobs with
+    one, until it has)."""
+
+    def ready(stream: Any) -> bool:
+        from sparza.blobstore import blob_store_manager_from_config
+        from sparza.state.adjunct import broadcast_bootstrap_published
+
+        return broadcast_bootstrap_published(job.config, stream, blob_store_manager_from_config(job.config),
+                                             job.name, job.job_id)
+
+    return ready
 
 
 def _cached_positions(inputs: Any) -> tuple[Callable[[], Mapping[SystemStreamPartition, SspPosition]],
@@ -352,13 +367,13 @@ class Container:
                 except PLANNING_ERRORS as exc:
                     # What the driver's planner raises in the micro-batch mode (an input re-created behind
                     # the checkpoint, input after an ended task's end): deterministic, so the job stops.
-                    self._fail(key, loop, BatchResult(key[1], loop.plan.seq if loop.plan else 0, BatchStatus.FAILED,
+                    self._fail(key, loop, BatchResult(key[1], loop.plan.batch if loop.plan else 0, BatchStatus.FAILED,
                                                       error=f"task '{key[1]}': {type(exc).__name__}: {exc}"))
                     return
                 if split is None:
                     if loop.ended():
                         self._finish(key, loop, "ended")
-                    elif parts.epoch_job.targets is not None:
+                    elif parts.epoch_job.targets is not None and not loop.planner.waits_for_broadcast(loop.model):
                         self._finish(key, loop, "caught up")
                     continue
                 loop.last_started = now

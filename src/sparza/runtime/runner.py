@@ -346,9 +346,9 @@ class JobRunner:
                 committed = sum(1 for r in done if r.status is BatchStatus.COMMITTED)
                 messages = sum(r.messages for r in done)
                 elapsed = max((r.process_ms + r.commit_ms for r in done), default=0.0)
-                seq = max(r.seq for r in done)
+                batch = max(r.batch for r in done)
                 self._record(done, elapsed, epoch, batches=committed,
-                             label=f"batch {seq} (epoch {epoch}: {committed} task batch(es) of {tasks} task(s)): "
+                             label=f"batch {batch} (epoch {epoch}: {committed} task batch(es) of {tasks} task(s)): "
                                    f"{messages} msgs in")
                 self._batches += committed
             if failed and self._failure is None:
@@ -387,11 +387,11 @@ class JobRunner:
         lag = self._lag(results)
         self.metrics.gauge(agg, "lag").set(-1 if lag is None else lag)
         self.metrics.gauge("job", "generation").set(self.generation)
-        seq = max((r.seq for r in results), default=0)
+        batch = max((r.batch for r in results), default=0)
         bootstrap = self._bootstrap.update(results)
         if bootstrap is not None:
             self.metrics.gauge(agg, "bootstrap-remaining").set(bootstrap[1] - bootstrap[0])
-        head = label or f"batch {seq} (spark {batch_id}): {messages} msgs in"
+        head = label or f"batch {batch} (spark {batch_id}): {messages} msgs in"
         self.status(f"{head}, lag {'?' if lag is None else lag}, "
                     f"batch {elapsed_ms:.0f} ms, commit {commit_ms:.0f} ms"
                     + (f", {notices.describe()}" if notices else "")
