@@ -79,10 +79,10 @@ class SamzaJoin:
         def apply(self, message: Any, other: Any) -> Any:
             return {"order": message["order"], "l": message["id"], "r": other["id"]}
 
-        def getFirstKey(self, message: Any) -> Any:  # noqa: N802 - Samza's name
+        def getFirstKey(self, message: Any) -> Any:
             return message["order"]
 
-        def getSecondKey(self, message: Any) -> Any:  # noqa: N802 - Samza's name
+        def getSecondKey(self, message: Any) -> Any:
             return message["order"]
 
     def describe(self, app: StreamApplication) -> None:

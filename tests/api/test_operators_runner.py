@@ -57,7 +57,7 @@ def expected_sessions(edits: list[dict[str, Any]], gap: int) -> dict[tuple[str, 
     for user, items in by_user.items():
         items.sort(key=lambda e: e["ts"])
         session = [items[0]]
-        for e in items[1:] + [None]:  # type: ignore[list-item]
+        for e in [*items[1:], None]:
             if e is not None and e["ts"] - session[-1]["ts"] < gap:
                 session.append(e)
                 continue
@@ -220,7 +220,7 @@ def test_join_after_a_failure_between_commit_steps_and_a_restart_is_exact(
     job = "orders-by-order_payments-by-order" if fault[1] == "by-user" else "main-1"  # main-1 reads payments
     chosen = (fault[0], job, fault[2], fault[3])
     orders, payments, config, _ = _join_input(seed)
-    clean, routed, values = _join_result(seed, clean_of=chosen)
+    _, routed, values = _join_result(seed, clean_of=chosen)
     got, routed_again, values_again = _join_result(seed, chosen)
     kept = ([o for o in orders if o["id"] not in routed_again], [p for p in payments if p["id"] not in routed_again])
     assert got == expected_pairs(*kept, int(config["app.test.within.ms"]), config["app.test.join.kind"])
