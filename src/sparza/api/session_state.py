@@ -13,6 +13,10 @@ time order; values JSON):
   until the watermark passes that time;
 - ``m|fired``, ``m|late``, ``m|seq``: the watermark fired up to, the late count and the message sequence.
 
+The ``(start, end)`` of each key's live sessions are also kept in memory (read from the store the first
+time a key is seen, bounded): a message finds the sessions it touches without a range scan, which in
+RocksDB would step over the tombstones of the key's earlier sessions.
+
 **Output mode: updates with retractions.** Each pane carries the session's whole value and replaces the
 previous pane of the same ``(key, start)``. When a message merges a session that already emitted a pane
 into another (or moves its start earlier), that session no longer exists: it gets a ``retract`` pane
@@ -39,6 +43,7 @@ _OFFSET = 1 << 62
 _FIRED = "m|fired"
 _LATE = "m|late"
 _SEQ = "m|seq"
+_CACHE_LIMIT = 65_536  # keys whose sessions are kept in memory; past it the cache starts over
 
 
 def _t(ms: int) -> str:
@@ -63,6 +68,17 @@ class SessionState:
         self.gap = spec.gap_ms
         self.lateness = spec.allowed_lateness_ms
         self.panes: list[WindowPane] = []
+        self._spans: dict[str, list[tuple[int, int]]] = {}  # key json -> its live sessions' (start, end)
+
+    def _sessions_of(self, key_text: str) -> list[tuple[int, int]]:
+        spans = self._spans.get(key_text)
+        if spans is None:
+            if len(self._spans) >= _CACHE_LIMIT:
+                self._spans.clear()
+            prefix = f"s|{key_text}|"
+            spans = self._spans[key_text] = [(_ms(skey[len(prefix):]), entry["end"])
+                                              for skey, entry in self.store.range(prefix, prefix + "~")]
+        return spans
 
     # --- messages ---------------------------------------------------------------------------------------
     def add(self, key: Any, timestamp: int, message: Any) -> bool:
@@ -75,8 +91,11 @@ class SessionState:
             return True
         key_text = window_key_text(key)
         prefix = f"s|{key_text}|"
-        overlaps = [(skey, entry) for skey, entry in store.range(prefix, prefix + _t(timestamp + self.gap))
-                    if entry["end"] > timestamp]
+        spans = self._sessions_of(key_text)
+        touched = [span for span in spans if span[0] < timestamp + self.gap and span[1] > timestamp]
+        keys = [prefix + _t(span[0]) for span in touched]
+        found = store.get_all(keys) if keys else {}
+        overlaps = [(skey, found[skey]) for skey in keys]
         start = min([timestamp] + [_ms(skey[len(prefix):]) for skey, _ in overlaps])
         end = max([timestamp + self.gap] + [entry["end"] for _, entry in overlaps])
         owner = next((entry for skey, entry in overlaps if _ms(skey[len(prefix):]) == start), None)
@@ -107,6 +126,9 @@ class SessionState:
         puts[prefix + _t(start)] = merged
         puts[self._index_key(end, key_text, start)] = 1
         store.put_all(puts)
+        if touched:
+            spans[:] = [span for span in spans if span not in touched]
+        spans.append((start, end))
         return False
 
     def _index_key(self, end: int, key_text: str, start: int) -> str:
@@ -147,6 +169,9 @@ class SessionState:
         if before is not None and watermark <= before:
             return []
         spec, store, lateness = self.spec, self.store, self.lateness
+        # Index entries before the last watermark were moved or dropped when it fired: start after them (their
+        # tombstones would cost a step each).
+        since = "" if before is None else _t(before + 1)
         puts: dict[str, Any] = {}
         if spec.early is not None and spec.early.interval_ms is not None:
             for ikey, _ in list(store.range(f"t|{_t(watermark + 1)}", "t}")):
@@ -157,7 +182,7 @@ class SessionState:
                 if kind is not None:
                     self._pane(self._key(key_text), start, entry, kind)
                     puts[skey] = entry
-        for ikey, _ in list(store.range("t|", f"t|{_t(watermark + 1)}")):
+        for ikey, _ in list(store.range(f"t|{since}", f"t|{_t(watermark + 1)}")):
             end, key_text, start = self._parse_index(ikey)
             skey = f"s|{key_text}|{_t(start)}"
             entry = store.get(skey)
@@ -168,12 +193,13 @@ class SessionState:
                 puts[f"g|{_t(end + lateness)}|{key_text}|{_t(start)}"] = 1
             else:
                 puts[skey] = None
+                self._forget(key_text, start)
         if puts:
             store.put_all(puts)
             puts = {}
         upto = f"g|{_t(watermark + 1)}"
         scan = "g}" if spec.late is not None and spec.late.interval_ms is not None else upto
-        for ikey, _ in list(store.range("g|", scan)):
+        for ikey, _ in list(store.range(f"g|{since}", scan)):
             _until, key_text, start = self._parse_index(ikey)
             skey = f"s|{key_text}|{_t(start)}"
             entry = store.get(skey)
@@ -182,6 +208,7 @@ class SessionState:
                     self._pane(self._key(key_text), start, entry, PaneKind.LATE)
                 puts[ikey] = None
                 puts[skey] = None
+                self._forget(key_text, start)
                 continue
             kind = interval_pane(entry, True, entry["end"], before, watermark, spec.early, spec.late)
             if kind is not None:
@@ -205,7 +232,13 @@ class SessionState:
                 deletes += [ikey, skey]
         if deletes:
             self.store.delete_all(deletes)
+        self._spans.clear()
         return self.take_panes()
+
+    def _forget(self, key_text: str, start: int) -> None:
+        spans = self._spans.get(key_text)
+        if spans is not None:
+            spans[:] = [span for span in spans if span[0] != start]
 
     @staticmethod
     def _key(key_text: str) -> Any:

@@ -218,6 +218,9 @@ class TriggeredWindowState(WindowState):
         if before is not None and watermark <= before:
             return []
         spec, store, size, lateness = self.spec, self.store, self.spec.size_ms, self.lateness
+        # Entries that ended (or were dropped) by the last watermark were moved when it fired: start after them
+        # (their tombstones would cost a step each).
+        since = "" if before is None else _t(before + 1)
         puts: dict[str, Any] = {}
         if spec.early is not None and spec.early.interval_ms is not None:
             for skey, entry in list(store.range(f"w|{_t(watermark + 1)}", "w}")):
@@ -227,7 +230,7 @@ class TriggeredWindowState(WindowState):
                 if kind is not None:
                     self._pane(self._key_of(key_json), start, entry, kind)
                     puts[skey] = entry
-        for skey, entry in list(store.range("w|", f"w|{_t(watermark + 1)}")):
+        for skey, entry in list(store.range(f"w|{since}", f"w|{_t(watermark + 1)}")):
             _, end_text, start_text, key_json = skey.split("|", 3)
             start, end = int(start_text) - _OFFSET, int(end_text) - _OFFSET
             self._pane(self._key_of(key_json), start, entry, PaneKind.ON_TIME)
@@ -239,7 +242,7 @@ class TriggeredWindowState(WindowState):
             puts = {}
         upto = f"r|{_t(watermark + 1)}"
         scan = "r}" if spec.late is not None and spec.late.interval_ms is not None else upto
-        for skey, entry in list(store.range("r|", scan)):
+        for skey, entry in list(store.range(f"r|{since}", scan)):
             _, _until, start_text, key_json = skey.split("|", 3)
             start = int(start_text) - _OFFSET
             if skey < upto:  # end + lateness <= watermark: dropped now, with what it took since its last pane
