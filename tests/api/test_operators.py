@@ -30,9 +30,10 @@ from sparza.api.stage_task import table_row
 from sparza.api.window_state import TriggeredWindowState, WindowState, window_state
 from sparza.config import Config
 from sparza.control import TaskControl
+from sparza.control.drain import DrainListenerTask
 from sparza.serde import JsonSerde, StringSerde
 from sparza.state.kv import RocksDbStore
-from sparza.streams import MessageType, SystemStream
+from sparza.streams import IncomingMessageEnvelope, MessageType, SystemStream, SystemStreamPartition
 
 
 def count_sum(m: dict[str, int], acc: list[int]) -> list[int]:
@@ -297,9 +298,51 @@ def test_task_control_writes_the_held_back_watermark_to_an_intermediate_output()
     out, inp = SystemStream("mem", "out"), SystemStream("mem", "in")
     config = Config({"task.intermediate.outputs": "mem.out", "systems.mem.streams.out.watermark.holdback.ms": "250"})
     control = TaskControl("Partition 0", 1, [inp.partition(0)], config)
-    from sparza.streams import IncomingMessageEnvelope
-
     control.on_envelope(IncomingMessageEnvelope(inp.partition(0), "0", None, b"x", 1000))
     assert control.advance(0) == 1000
     sent = control.outgoing(0, {out: 2})
     assert [(e.type, e.timestamp) for e in sent] == [(MessageType.WATERMARK, 750)] * 2
+
+
+# --- drain (the callback; the runtime does not call it yet) ---------------------------------------------
+class DrainApp:
+    """A left join of two streams, and a tumbling window of one of them, both in stage ``main``."""
+
+    def describe(self, app: StreamApplication) -> None:
+        a, b = app.input("delta.a", serde="json"), app.input("delta.b", serde="json")
+        policy = str(app.config.get_str("app.test.on.drain", "emit"))
+        a.join(b, lambda m: m["k"], lambda m: m["k"], lambda x, y: {"l": x and x["id"], "r": y and y["id"]},
+               within=10, kind="left", name="ab", on_drain=policy).sink(
+            lambda m, collector, coordinator: DrainApp.sunk.append(m))
+        a.window(Windows.tumbling(100, lambda m: m["k"], 0, lambda m, n: n + 1), name="w").sink(
+            lambda pane, collector, coordinator: DrainApp.sunk.append((pane.key, pane.start, pane.value)))
+
+    sunk: list[Any] = []
+
+
+@pytest.mark.parametrize("policy", ["emit", "keep"])
+def test_on_drain_fires_open_windows_and_emits_unmatched_join_sides_where_the_join_says_so(
+        make_context, collector, coordinator, policy: str) -> None:
+    from sparza.api import StageTask
+
+    cfg = Config({"job.name": "d", "app.class": f"{__name__}:DrainApp", "app.test.on.drain": policy,
+                  "stores.join-ab.factory": "rocksdb", "stores.join-ab.key.serde": "string",
+                  "stores.join-ab.msg.serde": "json", "stores.window-w.factory": "rocksdb",
+                  "stores.window-w.key.serde": "string", "stores.window-w.msg.serde": "json"})
+    stage = plan_application(cfg, {SystemStream("delta", "a"): 1, SystemStream("delta", "b"): 1}).stage("main")
+    task = StageTask()
+    context = make_context(stage.config)
+    task.init(context)
+    assert isinstance(task, DrainListenerTask)
+    DrainApp.sunk.clear()
+    a, b = SystemStreamPartition("delta", "a", 0), SystemStreamPartition("delta", "b", 0)
+    task.process(IncomingMessageEnvelope(a, "0", None, {"k": "x", "id": 1}, 5), collector, coordinator)
+    task.process(IncomingMessageEnvelope(b, "0", None, {"k": "x", "id": 2}, 9), collector, coordinator)
+    task.process(IncomingMessageEnvelope(a, "1", None, {"k": "y", "id": 3}, 50), collector, coordinator)
+    assert DrainApp.sunk == [{"l": 1, "r": 2}]
+    task.on_drain(collector, coordinator)
+    task.on_drain(collector, coordinator)  # once
+    expected = [{"l": 1, "r": 2}, {"l": 3, "r": None}] if policy == "emit" else [{"l": 1, "r": 2}]
+    assert DrainApp.sunk == [*expected, ("x", 0, 1), ("y", 0, 1)]
+    left = list(context.get_store("join-ab").range("b|", "b}"))
+    assert (left == []) == (policy == "emit")

@@ -17,7 +17,7 @@ from datetime import timedelta
 from enum import Enum
 from typing import Any
 
-from sparza.api.joins import JOIN_KINDS, JoinFunction, JoinSpec, join_function_parts, parse_duration
+from sparza.api.joins import DRAIN_POLICIES, JOIN_KINDS, JoinFunction, JoinSpec, join_function_parts, parse_duration
 from sparza.api.windows import SessionSpec, WindowSpec
 from sparza.config import Config
 from sparza.errors import SparzaError
@@ -287,7 +287,7 @@ class MessageStream:
     def join(self, other: TableDescriptor | MessageStream, key_fn: Any = None, other_key_fn: Any = None,
              join_fn: Any = None, *samza_args: Any, within: int | timedelta | None = None, kind: str = "inner",
              name: str | None = None, ttl: int | timedelta | None = None,
-             allowed_lateness_ms: int | timedelta = 0) -> MessageStream:
+             allowed_lateness_ms: int | timedelta = 0, on_drain: str = "emit") -> MessageStream:
         """Join with a table or with another stream.
 
         - ``join(table, key_fn, join_fn)``: stream-table join, ``join_fn(m, table[key_fn(m)])``; messages
@@ -296,7 +296,8 @@ class MessageStream:
           messages whose keys are equal and whose event times are at most ``within`` (ms or timedelta) apart;
           ``kind`` ``left``/``outer`` also emits unmatched messages (the other side None) when their bound
           expires. Both sides are buffered in the task store ``join-<name or op id>`` and dropped by the
-          watermark (:mod:`sparza.api.joins`).
+          watermark (:mod:`sparza.api.joins`). ``on_drain`` ``emit`` (default) or ``keep``: whether a drain
+          of the job emits the unmatched messages or leaves the buffers for the next run.
         - Samza's ``join(other, join_function, key_serde, msg_serde, other_msg_serde, ttl, name)``.
         """
         if isinstance(other, TableDescriptor):
@@ -334,9 +335,11 @@ class MessageStream:
         kind = str(kind).strip().lower()
         if kind not in JOIN_KINDS:
             raise ApiError(f"{what}: kind {kind!r} is not one of {', '.join(JOIN_KINDS)}")
+        if on_drain not in DRAIN_POLICIES:
+            raise ApiError(f"{what}: on_drain {on_drain!r} is not one of {', '.join(DRAIN_POLICIES)}")
         try:
             spec = JoinSpec(key_fn, other_key_fn, join_fn, parse_duration(bound, f"{what}: within"), kind,
-                            parse_duration(allowed_lateness_ms, f"{what}: allowed_lateness_ms"))
+                            parse_duration(allowed_lateness_ms, f"{what}: allowed_lateness_ms"), on_drain)
         except ValueError as exc:
             raise ApiError(str(exc)) from None
         store = self._operator_store("join", name)

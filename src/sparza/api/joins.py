@@ -31,7 +31,11 @@ from typing import Any, Protocol, runtime_checkable
 
 from sparza.api.triggers import TriggerError, duration_ms
 
-__all__ = ["JOIN_KINDS", "JoinFunction", "JoinSpec", "join_function_parts", "parse_duration"]
+__all__ = ["DRAIN_POLICIES", "JOIN_KINDS", "JoinFunction", "JoinSpec", "join_function_parts", "parse_duration"]
+
+DRAIN_POLICIES = ("emit", "keep")
+"""What a join does with its buffers when the job drains: ``emit`` its unmatched messages (left/outer) as at
+end-of-stream and start the next run empty, or ``keep`` them in the store for the next run to match."""
 
 JOIN_KINDS = ("inner", "left", "outer")
 """``inner``: matched pairs only; ``left``: also every left message that matched nothing, when its bound
@@ -69,6 +73,7 @@ class JoinSpec:
     within_ms: int
     kind: str = "inner"
     allowed_lateness_ms: int = 0
+    on_drain: str = "emit"
 
     def emits_unmatched(self, side: str) -> bool:
         """Whether an unmatched message of ``side`` (``"l"`` or ``"r"``) is emitted when its bound expires."""

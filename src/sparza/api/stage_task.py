@@ -164,6 +164,7 @@ class StageTask:
         self._late_stream: SystemStream | None = None
         self._context: TaskContext | None = None
         self._ended = False
+        self._drained = False
         self._emitters: dict[int, Emit] = {}
         self._side_emitters: dict[tuple[int, str], Emit] = {}
         self._fanouts: dict[int, Emit] = {}
@@ -520,6 +521,25 @@ class StageTask:
         for op in self._stateful_ops():
             if op.id in self._joins:
                 self._emit_outputs(op, self._joins[op.id].flush())
+            else:
+                self._emit_panes(op, self._windows[op.id].flush())
+
+    def on_drain(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
+        """The job drains (once every input drained; not called by the runtime yet, see
+        :mod:`sparza.control.drain`): fire every open window and session, and emit the unmatched messages of the
+        joins whose ``on_drain`` is ``emit`` (the others keep their buffers for the next run), upstream
+        operators first, so the next version of the job starts clean."""
+        if self._drained or self.stage is None:
+            return
+        self._drained = True
+        if collector is not self._collector:
+            self._begin_batch(collector)
+        self._coordinator = coordinator
+        for op in self._stateful_ops():
+            if op.id in self._joins:
+                join = self._joins[op.id]
+                if join.spec.on_drain == "emit":
+                    self._emit_outputs(op, join.flush())
             else:
                 self._emit_panes(op, self._windows[op.id].flush())
 
