@@ -151,6 +151,10 @@ def _run(runner: TestRunner, fault: tuple[CommitStep, str, int, bool] | None) ->
         runner.restart(keep_plan=keep_plan)
     report = runner.run()
     assert report.ended
+    if fault is None:
+        # What the operators dropped as late is counted where `sparza run` reports it (status line, summary,
+        # the late-messages metric): exactly the messages routed.
+        assert report.late == len(_routed(runner))
 
 
 FAULTS = [None, (CommitStep.AFTER_FLUSH, "by-user", 2, True), (CommitStep.AFTER_CHECKPOINT, "main", 2, False),
@@ -201,7 +205,7 @@ def test_join_matches_every_pair_within_the_bound_once_and_emits_unmatched_sides
                                  config["app.test.join.kind"])
 
 
-@pytest.mark.parametrize("seed", [26, 29, 30])  # seeds whose small batches make messages late (checked below)
+@pytest.mark.parametrize("seed", [6, 9, 13])  # seeds whose small batches make messages late (checked below)
 def test_join_drops_late_messages_counted_and_routed_and_matches_the_rest(seed: int) -> None:
     orders, payments, config, _ = _join_input(seed)
     got, routed, _ = _join_result(seed)
