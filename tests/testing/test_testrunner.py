@@ -12,8 +12,9 @@ from tests.testing.jobs import EventTimeCount, SumTask, task_defined_in_a_functi
 
 from sparza.api.examples import WindowedCount
 from sparza.runtime import JobFailedError
-from sparza.runtime.commit import CommitStep, InjectedFault
+from sparza.runtime.commit import CommitStep
 from sparza.testing import TestInputError, TestMessage, TestRunner, end_of_stream, watermark
+from sparza.testing.faults import InjectedFault
 
 KEYED_COUNT = {
     "systems.delta.samza.offset.default": "oldest",
@@ -233,7 +234,7 @@ def test_samza_in_memory_system_factory_name_is_accepted(tmp_path: Path) -> None
 
     config = {"systems.x.samza.factory": "org.apache.samza.system.inmemory.InMemorySystemFactory"}
     from sparza.config import Config
-    from sparza.samzacompat import translate
+    from sparza.config.samza import translate
 
     translated = translate(Config(config)).config
     assert isinstance(get_system_factory(translated, "x"), InMemorySystemFactory)

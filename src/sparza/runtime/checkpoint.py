@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import quote, unquote
 
 from sparza.config import Config, define_key
-from sparza.errors import ConfigError, StorageUnavailableError
+from sparza.errors import ConfigError
 from sparza.runtime.errors import CheckpointConflictError, CheckpointFencedError
 
 if TYPE_CHECKING:  # the claim is the driver's business: executors never import it
@@ -73,11 +73,16 @@ class Intent:
     starts: dict[str, str]
     ends: dict[str, str]
     bounded_ends: dict[str, str] = field(default_factory=dict)
+    adjunct_reads: dict[str, int] = field(default_factory=dict)
+    """Broadcast store → the batch of the publication the first attempt read (a replay reads the same)."""
 
     def to_json(self) -> dict[str, Any]:
         """The stored form (a JSON object inside the task checkpoint)."""
-        return {"batch": self.batch, "planned_at": self.planned_at_ms, "starts": dict(self.starts),
-                "ends": dict(self.ends), "bounded_ends": dict(self.bounded_ends)}
+        body: dict[str, Any] = {"batch": self.batch, "planned_at": self.planned_at_ms, "starts": dict(self.starts),
+                                "ends": dict(self.ends), "bounded_ends": dict(self.bounded_ends)}
+        if self.adjunct_reads:
+            body["adjunct_reads"] = dict(self.adjunct_reads)
+        return body
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Intent:
@@ -85,7 +90,8 @@ class Intent:
         return cls(batch=int(body["batch"]), planned_at_ms=int(body["planned_at"]),
                    starts={str(k): str(v) for k, v in body["starts"].items()},
                    ends={str(k): str(v) for k, v in body["ends"].items()},
-                   bounded_ends={str(k): str(v) for k, v in (body.get("bounded_ends") or {}).items()})
+                   bounded_ends={str(k): str(v) for k, v in (body.get("bounded_ends") or {}).items()},
+                   adjunct_reads={str(k): int(v) for k, v in (body.get("adjunct_reads") or {}).items()})
 
 
 @dataclass(frozen=True)
@@ -410,16 +416,12 @@ class AzureCheckpointStore:
         return out
 
 
-@contextlib.contextmanager
-def _azure_errors(where: str) -> Iterator[None]:
-    """Translate transport failures into :class:`StorageUnavailableError` (the one Azure boundary here)."""
-    from azure.core.exceptions import ServiceRequestError, ServiceResponseError
+def _azure_errors(where: str) -> contextlib.AbstractContextManager[None]:
+    """Translate transport failures into :class:`~sparza.errors.StorageUnavailableError` (the one Azure
+    boundary: :mod:`sparza.azure.errors`)."""
+    from sparza.azure import storage_unreachable
 
-    try:
-        yield
-    except (ServiceRequestError, ServiceResponseError) as exc:
-        raise StorageUnavailableError(f"task checkpoints at {where} unreachable: {exc}; check the storage "
-                                      "endpoint / Azurite and retry") from exc
+    return storage_unreachable(f"task checkpoints at {where}")
 
 
 def checkpoint_store_from_config(config: Config, job_key: str) -> CheckpointStore:
