@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from sparza.runtime.commit import CommitStep, InjectedFault
+from sparza.runtime.commit import CommitStep
 from sparza.testing import TestMessage, TestRunner
+from sparza.testing.faults import InjectedFault
 
 APPS = "tests.api.operator_apps"
 LATE = {"task.late.messages.policy": "route", "task.late.messages.stream": "mem.late"}
