@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from sparza.api.triggers import TriggerError, duration_ms
+from sparza.api.triggers import bounded_ms
 
 __all__ = ["DRAIN_POLICIES", "JOIN_KINDS", "JoinFunction", "JoinSpec", "join_function_parts", "parse_duration"]
 
@@ -89,12 +89,4 @@ class JoinSpec:
 
 def parse_duration(value: Any, what: str) -> int:
     """``value`` (int ms or ``timedelta``) as ms >= 0, else ValueError naming ``what``."""
-    if value is None:
-        raise ValueError(f"{what} is missing")
-    try:
-        ms = duration_ms(value, what)
-    except TriggerError as exc:
-        raise ValueError(str(exc)) from None
-    if ms < 0:
-        raise ValueError(f"{what} must be >= 0 ms, got {value!r}")
-    return ms
+    return bounded_ms(value, what)

@@ -33,7 +33,7 @@ from typing import Any
 
 from sparza.errors import SparzaError
 
-__all__ = ["PaneKind", "Trigger", "TriggerError", "Triggers", "check_trigger", "duration_ms", "every"]
+__all__ = ["PaneKind", "Trigger", "TriggerError", "Triggers", "bounded_ms", "check_trigger", "duration_ms", "every"]
 
 
 class TriggerError(SparzaError, ValueError):
@@ -57,6 +57,16 @@ def duration_ms(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TriggerError(f"{what} must be milliseconds (an int) or a datetime.timedelta, got {value!r}")
     return int(value)
+
+
+def bounded_ms(value: Any, what: str, *, minimum: int = 0) -> int:
+    """:func:`duration_ms` of ``value``, at least ``minimum`` ms (0: ``>= 0``, 1: ``> 0``); else TriggerError."""
+    if value is None:
+        raise TriggerError(f"{what} is missing")
+    ms = duration_ms(value, what)
+    if ms < minimum:
+        raise TriggerError(f"{what} must be {'> 0' if minimum == 1 else f'>= {minimum}'} ms, got {value!r}")
+    return ms
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from sparza.api.triggers import PaneKind, Trigger, TriggerError, check_trigger, duration_ms
+from sparza.api.triggers import PaneKind, Trigger, TriggerError, bounded_ms, check_trigger, duration_ms
 from sparza.errors import SparzaError
 
 __all__ = ["SessionSpec", "WindowError", "WindowPane", "WindowSpec", "Windows"]
@@ -56,24 +56,11 @@ class WindowPane:
         return self.pane == PaneKind.RETRACT
 
 
-def _lateness(value: Any, what: str) -> int:
+def _ms(value: Any, what: str, minimum: int) -> int:
     try:
-        ms = duration_ms(value, what)
+        return bounded_ms(value, what, minimum=minimum)
     except TriggerError as exc:
         raise WindowError(str(exc)) from None
-    if ms < 0:
-        raise WindowError(f"{what} must be >= 0 ms, got {value!r}")
-    return ms
-
-
-def _size(value: Any, what: str) -> int:
-    try:
-        ms = duration_ms(value, what)
-    except TriggerError as exc:
-        raise WindowError(str(exc)) from None
-    if ms <= 0:
-        raise WindowError(f"{what} must be > 0 ms, got {value!r}")
-    return ms
 
 
 def _triggers(early: Any, late: Any, allowed_lateness_ms: Any, what: str) -> tuple[Trigger | None, Trigger | None,
@@ -83,7 +70,7 @@ def _triggers(early: Any, late: Any, allowed_lateness_ms: Any, what: str) -> tup
         late_trigger = check_trigger(late, f"{what}: late")
     except TriggerError as exc:
         raise WindowError(str(exc)) from None
-    lateness = _lateness(allowed_lateness_ms, f"{what}: allowed_lateness_ms")
+    lateness = _ms(allowed_lateness_ms, f"{what}: allowed_lateness_ms", 0)
     if late_trigger is not None and lateness == 0:
         raise WindowError(f"{what}: late={late_trigger} never fires without allowed lateness (late messages are "
                           f"dropped); give allowed_lateness_ms > 0, or drop late=")
@@ -189,7 +176,7 @@ class Windows:
                  timestamp_fn: Callable[[Any], int] | None = None, *, early: Trigger | None = None,
                  late: Trigger | None = None, allowed_lateness_ms: int | timedelta = 0) -> WindowSpec:
         """Back-to-back windows of ``size_ms``; each message is in exactly one."""
-        size = _size(size_ms, "window size")
+        size = _ms(size_ms, "window size", 1)
         e, lt, ms = _triggers(early, late, allowed_lateness_ms, "Windows.tumbling")
         return WindowSpec(size, size, key_fn, init, fold, timestamp_fn, e, lt, ms)
 
@@ -199,7 +186,7 @@ class Windows:
                 early: Trigger | None = None, late: Trigger | None = None,
                 allowed_lateness_ms: int | timedelta = 0) -> WindowSpec:
         """Windows of ``size_ms`` starting every ``slide_ms``; a message is in ``size/slide`` of them."""
-        size, slide = _size(size_ms, "window size"), _size(slide_ms, "window slide")
+        size, slide = _ms(size_ms, "window size", 1), _ms(slide_ms, "window slide", 1)
         if slide > size:
             raise WindowError(f"slide ({slide} ms) larger than size ({size} ms) would skip messages")
         e, lt, ms = _triggers(early, late, allowed_lateness_ms, "Windows.sliding")
