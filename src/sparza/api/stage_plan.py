@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sparza.api.graph import ApiError, Application, OpKind, StreamApplication
-from sparza.api.stage_split import StageSpec, split_stages
+from sparza.api.graph import ApiError, Application, OpKind, OpSpec, StreamApplication
+from sparza.api.stage_split import StageSpec, split_stages, watermark_holdbacks
 from sparza.config import Config, define_key
-from sparza.control.settings import INTERMEDIATE_OUTPUTS_KEY, intermediate_key
+from sparza.control.settings import INTERMEDIATE_OUTPUTS_KEY, holdback_key, intermediate_key
 from sparza.streams import SystemStream
 from sparza.systems import StreamSpec, get_system_factory, load_object
 
@@ -48,8 +48,8 @@ define_key("app.intermediate.<name>", None, "system.stream of the intermediate s
            "(set by the planner).", _PKG)
 define_key("app.intermediate.<name>.partitions", None, "Partition count of that intermediate stream "
            "(set by the planner).", _PKG)
-define_key("app.window.store.factory", "rocksdb", "Engine of window stores (rocksdb or memory); every "
-           "app.window.store.<key> is copied to stores.<window store>.<key>.", _PKG)
+define_key("app.window.store.factory", "rocksdb", "Engine of the stores of windows and stream-stream joins "
+           "(rocksdb or memory); every app.window.store.<key> is copied to stores.<window or join store>.<key>.", _PKG)
 
 
 def build_application(config: Config) -> StreamApplication:
@@ -131,7 +131,7 @@ def _partition_count(config: Config, stream: SystemStream, known: Mapping[System
 def _stores_of(stage: StageSpec) -> set[str]:
     stores: set[str] = set()
     for op in stage.ops:
-        if op.kind == OpKind.WINDOW:
+        if op.kind in (OpKind.WINDOW, OpKind.STREAM_JOIN):
             stores.add(op.params["store"])
         elif op.kind in (OpKind.JOIN, OpKind.SEND_TO_TABLE):
             stores.add(op.params["table"].store)
@@ -153,6 +153,54 @@ def _table_outputs(app: StreamApplication, config: Config) -> dict[str, str]:
     return out
 
 
+def _join_sources(op: OpSpec, stage: StageSpec, names: Mapping[str, SystemStream]) -> set[SystemStream]:
+    """The streams a stream-stream join side reads inside its stage: the source inputs and intermediate
+    streams its messages come from."""
+    ids = {o.id for o in stage.ops}
+    found: set[SystemStream] = set()
+    todo = [op]
+    while todo:
+        node = todo.pop()
+        if node.kind == OpKind.INPUT:
+            found.add(node.params["descriptor"].stream)
+        elif node.kind == OpKind.PARTITION_BY and node.id not in ids:
+            found.add(names[node.params["name"]])
+        else:
+            todo.extend(node.parents)
+    return found
+
+
+def _check_joins(stage: StageSpec, config: Config, counts: Mapping[SystemStream, int],
+                 names: Mapping[str, SystemStream], broadcast: list[str]) -> None:
+    """A stream-stream join must see both sides' event time through watermarks and both sides partitioned
+    alike; anything else fails here, naming the join and what to change."""
+    broadcast_streams = {b.split("#", 1)[0].strip() for b in broadcast}
+    adjunct_inputs = {config.get_str(key).strip() for key in config
+                      if key.startswith("stores.") and key.endswith(".adstore.input") and config.get_str(key, None)}
+    for op in stage.ops:
+        if op.kind != OpKind.STREAM_JOIN:
+            continue
+        what = f"join {op.params['name']!r}"
+        sides: list[tuple[str, set[SystemStream]]] = []
+        for side, parent in zip(("left", "right"), op.parents, strict=True):
+            streams = _join_sources(parent, stage, names)
+            for stream in sorted(streams, key=str):
+                if str(stream) in adjunct_inputs:
+                    raise ApiError(f"{what}: its {side} input {stream} fills an adjunct store, so its messages never "
+                                   f"reach the join and it has no watermarks; join the store as a table "
+                                   f"(join(app.table(...), ...)) or read the stream as an ordinary input")
+                if str(stream) in broadcast_streams:
+                    raise ApiError(f"{what}: its {side} input {stream} is a broadcast input (every task reads all "
+                                   f"of it), so its messages would be matched, and emitted unmatched, once per task; "
+                                   f"partition_by both sides by the join key, or join a broadcast table instead")
+            sides.append((side, streams))
+        partitions = {stream: _partition_count(config, stream, counts) for _, streams in sides for stream in streams}
+        if len(set(partitions.values())) > 1:
+            listed = ", ".join(f"{s} has {n}" for s, n in sorted(partitions.items(), key=lambda kv: str(kv[0])))
+            raise ApiError(f"{what}: its inputs are not partitioned alike ({listed}); a join matches inside one "
+                           f"task, so partition_by both sides by the join key with the same partitions=")
+
+
 def plan_application(config: Config, partition_counts: Mapping[SystemStream, int] | None = None) -> ApplicationPlan:
     """Plan the application of ``config``: one :class:`StagePlan` per stage, in topological order.
 
@@ -168,6 +216,7 @@ def plan_application(config: Config, partition_counts: Mapping[SystemStream, int
     window_defaults = config.subset(WINDOW_STORE_PREFIX)
     tables = _table_outputs(app, config)
     plans: list[StagePlan] = []
+    extra_holdbacks: dict[str, str] = {}
     broadcast = [b.strip() for b in config.get_str("task.broadcast.inputs", "").split(",") if b.strip()]
     for stage in stages:
         reads = [names[op.params["name"]] for op in stage.reads]
@@ -182,8 +231,12 @@ def plan_application(config: Config, partition_counts: Mapping[SystemStream, int
         inputs = list(dict.fromkeys([*stage.inputs, *reads]))
         task_count = max(_partition_count(config, s, {**counts, **inter_partitions}) for s in inputs)
         inputs = list(dict.fromkeys([*inputs, *partitioned_tables]))
+        _check_joins(stage, config, {**counts, **inter_partitions}, names, broadcast)
+        holdbacks = watermark_holdbacks(stage)
         for op, stream in zip(stage.writes, writes, strict=True):
             inter_partitions[stream] = op.params["partitions"] or task_count
+            if holdbacks.get(op.id):
+                extra_holdbacks[holdback_key(stream)] = str(holdbacks[op.id])
         values = {k: v for k, v in config.items()
                   if not (k.startswith("stores.") and k.split(".")[1] in all_stores - used)}
         # A broadcast input that fills an adjunct store of another stage stays with that stage: here it
@@ -203,14 +256,14 @@ def plan_application(config: Config, partition_counts: Mapping[SystemStream, int
             INTERMEDIATE_OUTPUTS_KEY: ",".join(str(s) for s in writes),
         })
         for op in stage.ops:
-            if op.kind == OpKind.WINDOW:
+            if op.kind in (OpKind.WINDOW, OpKind.STREAM_JOIN):
                 store = op.params["store"]
                 defaults = {"factory": "rocksdb", **dict(window_defaults), "key.serde": "string", "msg.serde": "json"}
                 for key, value in defaults.items():
                     values.setdefault(f"stores.{store}.{key}", value)
         plans.append(StagePlan(stage.name, Config(values), reads, writes, inputs))
     # Every stage learns every intermediate stream's name, partitions and flag (StageTask needs them).
-    extra: dict[str, str] = {}
+    extra: dict[str, str] = dict(extra_holdbacks)
     for name, stream in names.items():
         extra[f"app.intermediate.{name}"] = str(stream)
         extra[f"app.intermediate.{name}.partitions"] = str(inter_partitions[stream])

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from sparza.api.graph import ApiError, OpKind, OpSpec, StreamApplication
 from sparza.streams import SystemStream
 
-__all__ = ["StageSpec", "split_stages"]
+__all__ = ["StageSpec", "operator_holdback", "split_stages", "watermark_holdbacks"]
 
 
 @dataclass(slots=True)
@@ -93,3 +93,26 @@ def split_stages(app: StreamApplication) -> list[StageSpec]:
         else:
             stage.name = "_".join(r.params["name"] for r in stage.reads)
     return ordered
+
+
+def operator_holdback(op: OpSpec) -> int:
+    """How far behind its own watermark an operator may emit (ms): a stream-stream join's unmatched messages
+    and late-tolerant pairs (:attr:`~sparza.api.joins.JoinSpec.holdback_ms`), a window's late panes (its
+    allowed lateness); 0 for every other operator."""
+    if op.kind == OpKind.STREAM_JOIN:
+        return int(op.params["spec"].holdback_ms)
+    if op.kind == OpKind.WINDOW:
+        return int(op.params["spec"].allowed_lateness_ms)
+    return 0
+
+
+def watermark_holdbacks(stage: StageSpec) -> dict[int, int]:
+    """Per operator of ``stage``: how far behind the task watermark its watermark is, the largest sum of
+    :func:`operator_holdback` over the stateful operators on a path to it inside the stage (as Samza's
+    per-operator watermark, the min of its inputs' output watermarks). Operators read from an
+    intermediate stream start at 0: the upstream stage held back the watermark it wrote there."""
+    ids = {op.id for op in stage.ops}
+    out: dict[int, int] = {}
+    for op in sorted(stage.ops, key=lambda o: o.id):  # ids are declaration order: parents come first
+        out[op.id] = max((out[p.id] + operator_holdback(p) for p in op.parents if p.id in ids), default=0)
+    return out
