@@ -247,13 +247,23 @@ class ContainerQuery:
     """Why the job left the pool by itself (``all inputs ended``, ``caught up``), else None."""
 
 
+_CAUSES = (("ExecutorLostFailure", "an executor was lost"),
+           ("Python worker exited unexpectedly", "a container's Python worker died"),
+           ("TaskAttemptError", None), ("StorageUnavailableError", None))
+
+
 def _short(error: BaseException) -> str:
-    text = str(error).strip()
-    for line in text.splitlines():
-        line = line.strip()
+    """The cause of a failed epoch in one line: Spark's barrier-stage message says only that a task failed."""
+    text = str(error)
+    lines = [line.strip().lstrip(": ") for line in text.splitlines() if line.strip()]
+    for marker, words in _CAUSES:
+        for line in lines:
+            if marker in line:
+                return (words or line)[:400]
+    for line in lines:
         if "Error" in line or "Exception" in line or "Failure" in line:
             return line[:400]
-    return (text.splitlines()[0] if text else type(error).__name__)[:400]
+    return (lines[0] if lines else type(error).__name__)[:400]
 
 
 class ContainerPool:
