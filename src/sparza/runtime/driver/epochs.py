@@ -62,8 +62,9 @@ define_key("job.host-affinity.enabled", "true",
            "Container mode: keep each task on the executor whose state dir holds its state (Samza's key); "
            "false spreads tasks evenly at every epoch.", _PKG)
 define_key("job.container.max.restarts", "3",
-           "Container mode: failed epochs in a row (executor lost, a retryable container error) before the job "
-           "fails; any committed batch resets the count.", _PKG)
+           "Failed epochs (containers) or streaming-query deaths (batches) in a row before the job fails: an executor "
+           "lost, Spark's retries of a task exhausted, a worker that did not connect back; a committed batch resets "
+           "the count.", _PKG)
 define_key("job.container.channel.host", None,
            "Container mode: the address executors reach the driver's container channel at (default "
            "spark.driver.host).", _PKG)
