@@ -170,3 +170,18 @@ def test_the_drivers_end_request_stops_every_task_at_a_batch_boundary(work_dir: 
     _one_container(config, reporter, once=True, epoch=2).run()
     counts, rows = final_counts(config)
     assert counts == expected_counts(600, 5) and rows == 600
+
+
+def test_a_session_with_dynamic_allocation_is_refused_naming_both_ways_out():
+    from sparza.errors import ConfigError
+    from sparza.runtime.driver.epochs import check_container_session
+
+    class Session:  # what the check reads of a SparkSession: its runtime conf
+        def __init__(self, values: dict[str, str]) -> None:
+            self.conf = Config(values)
+
+    check_container_session(Session({}))
+    check_container_session(Session({"spark.dynamicAllocation.enabled": "false"}))
+    with pytest.raises(ConfigError) as refused:
+        check_container_session(Session({"spark.dynamicAllocation.enabled": "true"}))
+    assert "job.execution.mode: batches" in str(refused.value) and "dynamic allocation off" in str(refused.value)

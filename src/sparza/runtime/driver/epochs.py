@@ -42,7 +42,7 @@ from sparza.runtime.epoch import EpochJob, EpochPlan
 from sparza.runtime.errors import JobFailedError
 from sparza.runtime.results import BatchResult, BatchStatus
 
-__all__ = ["EXECUTION_MODES", "ContainerPool", "ContainerQuery", "execution_mode"]
+__all__ = ["EXECUTION_MODES", "ContainerPool", "ContainerQuery", "check_container_session", "execution_mode"]
 
 _log = logging.getLogger(__name__)
 
@@ -73,6 +73,18 @@ define_key("job.container.channel.host", None,
 def execution_mode(config: Any) -> str:
     """``containers`` or ``batches`` (``job.execution.mode``)."""
     return str(config.get_choice("job.execution.mode", EXECUTION_MODES, "containers"))
+
+
+def check_container_session(spark: Any) -> None:
+    """Refuse a session the container mode cannot run on, naming the setting: Spark refuses barrier stages when
+    executors come and go with the load (dynamic allocation)."""
+    value = str(spark.conf.get("spark.dynamicAllocation.enabled", "false") or "false").strip().lower()
+    if value == "true":
+        raise ConfigError("job.execution.mode", "containers", "", message=(
+            "job.execution.mode is containers, but the Spark session has spark.dynamicAllocation.enabled: true, and "
+            "Spark refuses the barrier stage an epoch runs its containers in when executors come and go. Set "
+            "job.execution.mode: batches (one micro-batch per batch, any executors), or turn dynamic allocation off "
+            "and size the executors for the job"))
 
 
 class ContainerQuery:

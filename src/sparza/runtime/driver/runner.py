@@ -417,10 +417,11 @@ class JobRunner:
     def _container_query(self, spark: Any, tasks: list[TaskModel]) -> Any:
         """Container mode: the job joins the session's container pool (see :mod:`sparza.runtime.driver.epochs`)."""
         from sparza.runtime.checkpoint import checkpoint_store_from_config
-        from sparza.runtime.driver.epochs import ContainerPool, ContainerQuery
+        from sparza.runtime.driver.epochs import ContainerPool, ContainerQuery, check_container_session
         from sparza.runtime.epoch import EpochJob
 
         assert self._inputs is not None
+        check_container_session(spark)
         start = {str(ssp): pos.upcoming for ssp, pos in self._inputs.positions().items()}
         names = [t.name for t in tasks]
         store = checkpoint_store_from_config(self.config, self.job.job_key)
