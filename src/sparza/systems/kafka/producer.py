@@ -50,7 +50,7 @@ from sparza.systems.kafka.settings import (
     redact_conf,
 )
 
-__all__ = ["KafkaSystemProducer", "transactional_id"]
+__all__ = ["KafkaSystemProducer", "is_fencing_error", "transactional_id"]
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,62 @@ class _Topic:
 
 class _FencedError(KafkaError):
     """A commit failed because a newer producer instance with the same ``transactional.id`` exists."""
+
+
+def _fencing_codes() -> frozenset[int]:
+    from confluent_kafka import KafkaError as RdKafkaError
+
+    return frozenset((RdKafkaError._FENCED, RdKafkaError.PRODUCER_FENCED, RdKafkaError.INVALID_PRODUCER_EPOCH))
+
+
+def is_fencing_error(error: Any, producer: Any = None) -> bool:
+    """True when ``error`` (a librdkafka ``KafkaError``) means a newer instance with the same
+    ``transactional.id`` fenced ``producer``.
+
+    librdkafka reports fencing with a fencing code the first time, but once the producer is in its
+    fatal state other calls (``produce``) fail with the generic ``_FATAL``; the underlying fatal error
+    is what the transactional API then raises at once, so for ``_FATAL`` (or any fatal error) the
+    producer is asked with a zero-timeout ``abort_transaction``.
+    """
+    from confluent_kafka import KafkaError as RdKafkaError
+    from confluent_kafka import KafkaException
+
+    code = getattr(error, "code", lambda: None)()
+    codes = _fencing_codes()
+    if code in codes:
+        return True
+    if producer is None or not (code == RdKafkaError._FATAL or getattr(error, "fatal", lambda: False)()):
+        return False
+    try:
+        producer.abort_transaction(0)
+    except KafkaException as exc:
+        cause = exc.args[0] if exc.args else None
+        return getattr(cause, "code", lambda: None)() in codes
+    except Exception:
+        return False
+    return False
+
+
+class _LibrdkafkaLog:
+    """librdkafka's log lines through Python logging (the ``logger`` setting of a transactional producer).
+
+    A fenced transactional producer logs its fencing at error and critical level (``ADDPARTS``, ``TXNERR``,
+    ``FATAL``), although sparza expects it whenever a task's batches move between Spark Python workers
+    and handles it (a new producer, the recorded version decides): those lines go to debug, every
+    other line keeps its level.
+    """
+
+    _FENCING_WORDS = ("fenced", "fences the current one", "producer_fenced", "invalid_producer_epoch")
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._logger = logger
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        """What confluent-kafka calls for each librdkafka log line."""
+        text = (msg % args if args else msg).lower()
+        if any(word in text for word in self._FENCING_WORDS):
+            level = logging.DEBUG
+        self._logger.log(level, msg, *args)
 
 
 @dataclass
@@ -183,11 +239,14 @@ class KafkaSystemProducer:
                 errors.append(err.str())
 
         conf["error_cb"] = on_error
+        if "transactional.id" in conf:
+            conf.setdefault("logger", _LibrdkafkaLog(logging.getLogger(f"{__name__}.librdkafka")))
         try:
             return Producer(conf)
         except Exception as exc:
+            shown = redact_conf({k: v for k, v in conf.items() if k not in ("error_cb", "logger")})
             raise KafkaError(f"cannot create a Kafka producer for system {self.system_name!r} "
-                             f"with {redact_conf({k: v for k, v in conf.items() if k != 'error_cb'})}: {exc}") from exc
+                             f"with {shown}: {exc}") from exc
 
     def _ensure_bookkeeping(self) -> None:
         if not self._bookkeeping_ready:
@@ -339,9 +398,14 @@ class KafkaSystemProducer:
             # runtime's intent already fenced zombie processors before this flush, and every instance
             # writes the same batch for the same version, so: a new producer (which fences the other
             # instance), and the version read again decides whether this batch is still to be written.
-            log.warning("%s; re-initialising the transactional producer and retrying once", fenced)
+            # Expected within one processor (debug); worth a line only when another instance had
+            # written this very batch (counted in producer-fenced-batch-written-elsewhere).
+            log.debug("%s; re-initialising the transactional producer and retrying once", fenced)
             self._count("producer-reinitialised-after-fencing")
             if not self._reopen(source, src):
+                log.info("%s: another instance of the task had already written batch %s; not written again",
+                         source, src.transaction)
+                self._count("producer-fenced-batch-written-elsewhere")
                 return
             self._commit(source, src)
 
@@ -395,10 +459,11 @@ class KafkaSystemProducer:
 
             errors, txn_id = list(src.errors), src.txn_id
             error = exc.args[0] if exc.args else None
-            fenced = getattr(error, "code", lambda: None)() in (RdKafkaError._FENCED,
-                                                              RdKafkaError.PRODUCER_FENCED,
-                                                              RdKafkaError.INVALID_PRODUCER_EPOCH)
-            if fenced or getattr(error, "fatal", lambda: False)():
+            # A fencing may surface as librdkafka's generic _FATAL (a produce after the producer turned
+            # fatal): is_fencing_error asks the producer for the underlying cause.
+            fenced = isinstance(error, RdKafkaError) and is_fencing_error(error, producer)
+            if fenced or getattr(error, "fatal", lambda: False)() or getattr(error, "code", lambda: None)() == \
+                    RdKafkaError._FATAL:
                 # Fenced by a newer instance of the task (or another fatal error): this producer can do
                 # nothing more, not even abort; the newer instance's init_transactions aborted for us.
                 self._drop(src)   # the buffer stays, for flush's retry or until abandon
