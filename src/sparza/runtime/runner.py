@@ -124,7 +124,8 @@ class RunNotices:
     flushes_skipped: int = 0
     restores: int = 0
     snapshot_recoveries: int = 0
-    fenced: int = 0
+    fenced: int = 0  # producers re-created after fencing: a metric only (see written_elsewhere)
+    written_elsewhere: int = 0
 
     @classmethod
     def of(cls, results: list[BatchResult]) -> RunNotices:
@@ -134,7 +135,9 @@ class RunNotices:
             flushes_skipped=sum(_counted(r.system_metrics, "flushes-skipped-replay") for r in results),
             restores=sum(_counted(r.metrics, "restored-from-blob-store") for r in results),
             snapshot_recoveries=sum(_counted(r.metrics, "deleted-snapshot-recoveries") for r in results),
-            fenced=sum(_counted(r.system_metrics, "producer-reinitialised-after-fencing") for r in results))
+            fenced=sum(_counted(r.system_metrics, "producer-reinitialised-after-fencing") for r in results),
+            written_elsewhere=sum(_counted(r.system_metrics, "producer-fenced-batch-written-elsewhere")
+                                  for r in results))
 
     def add(self, other: RunNotices) -> None:
         """Accumulate another batch."""
@@ -142,13 +145,16 @@ class RunNotices:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def __bool__(self) -> bool:
-        return any(getattr(self, name) for name in self.__dataclass_fields__)
+        return any(getattr(self, name) for name, _ in self._WORDS)
 
+    # Not ``fenced``: within one processor a task's batches move between Spark's Python workers, whose
+    # producers then fence each other; that means nothing to a user (the metric keeps the count).
     _WORDS = (("tasks_skipped", "{} task batch(es) skipped (already committed: a replay)"),
               ("flushes_skipped", "{} output flush(es) skipped (already written: a replay)"),
               ("restores", "{} store(s) restored from the blob store"),
               ("snapshot_recoveries", "{} snapshot(s) with deleted blobs replaced"),
-              ("fenced", "{} fenced producer(s) re-created (another instance wrote the same task)"))
+              ("written_elsewhere", "{} output batch(es) another instance of the same task had already "
+                                    "written to Kafka (its producer was fenced; written once)"))
 
     def describe(self) -> str:
         """``"2 task batch(es) skipped (already committed: a replay), 1 store(s) restored from the blob
@@ -356,6 +362,7 @@ class JobRunner:
         self.metrics.counter(agg, "flushes-skipped").inc(notices.flushes_skipped)
         self.metrics.counter(agg, "stores-restored-from-blob-store").inc(notices.restores)
         self.metrics.counter(agg, "producers-fenced").inc(notices.fenced)
+        self.metrics.counter(agg, "batches-written-elsewhere").inc(notices.written_elsewhere)
         self.metrics.timer(agg, "batch-ms").update(elapsed_ms)
         commit_ms = max((r.commit_ms for r in results), default=0.0)
         self.metrics.timer(agg, "commit-ms").update(commit_ms)
