@@ -43,6 +43,10 @@ define_key("systems.<system>.streams.<stream>.samza.physical.name", None,
 define_key("streams.<stream>.samza.physical.name", None,
            "Samza's spelling of the Kafka topic of stream <stream> (systems.<s>.streams.<stream>.samza.physical.name "
            "wins when both are set).", _PKG)
+define_key("systems.<system>.kafka.end.offsets.verify", "auto",
+           "Read past each partition's reported end to find its real end: true, false, or auto (only on a Tansu "
+           "broker, cluster id tansu*, whose high watermark after a multi-record batch is that batch's base offset "
+           "+ 1, which would hide the batch's other records).", _PKG)
 define_key("systems.<system>.default.stream.replication.factor", "-1",
            "Replication factor of topics sparza creates (-1: the broker's default).", _PKG)
 
@@ -164,6 +168,17 @@ class KafkaSystemSettings:
     def request_timeout_s(self) -> float:
         """``systems.<s>.kafka.request.timeout.ms`` in seconds."""
         return int(self.config.get_duration_ms(self._prefix + "kafka.request.timeout.ms", 30_000)) / 1000.0
+
+    @property
+    def verify_end_offsets(self) -> bool | None:
+        """``systems.<s>.kafka.end.offsets.verify``: True, False, or None for auto (decided by the broker)."""
+        key = self._prefix + "kafka.end.offsets.verify"
+        value = str(self.config.get_str(key, "auto")).strip().lower()
+        if value == "auto":
+            return None
+        if value in ("true", "false"):
+            return value == "true"
+        raise ConfigError(key, value, "true, false or auto")
 
     @property
     def replication_factor(self) -> int:
