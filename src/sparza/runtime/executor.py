@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from sparza.config import Config, define_key
 from sparza.errors import ConfigError, SerdeError, SparzaError
+from sparza.interrupts import ignore_interrupts
 from sparza.runtime.commit import BatchStatus
 from sparza.runtime.errors import ProcessingError, TaskCodeError
 from sparza.runtime.instance import BatchResult, get_instance
@@ -103,6 +104,7 @@ def run_split(config: Config, split: TaskSplit, *, spark_batch_id: int | None, g
     The Spark source's ``read`` calls this for its partition, so the task runs in the Python worker that
     Spark starts for the read: one Python evaluation per task and batch.
     """
+    ignore_interrupts()  # a terminal's Ctrl-C reaches this worker too: the driver decides when to stop
     try:
         config = resolve_secrets(config)  # shipped as a Spark file, never in the plan (runtime/secrets.py)
         rows = read_split(config, split)

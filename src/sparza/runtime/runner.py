@@ -5,7 +5,8 @@ task of the batch on an executor (see :mod:`sparza.runtime.executor`); its sink 
 which collects the one result row per task, merges their metrics and prints a status line. A failed
 task row stops the job with its message (SSP, offset, cause).
 
-Stopping (SIGINT/SIGTERM, every input ended, a task's ``coordinator.shutdown()``) is clean: a stop
+Stopping (SIGINT/SIGTERM, see :mod:`sparza.interrupts`; every input ended; a task's
+``coordinator.shutdown()``) is clean: a stop
 file tells the source to plan no further batch, the runner waits for the running batch to commit,
 then stops the query. ``--once`` uses Spark's AvailableNow trigger: what exists at start is
 processed in capped batches, then the query ends by itself.
@@ -18,7 +19,6 @@ import json
 import logging
 import re
 import shutil
-import signal
 import sys
 import threading
 import time
@@ -29,6 +29,7 @@ from typing import Any
 
 from sparza.config import Config
 from sparza.errors import ConfigError
+from sparza.interrupts import StopOnSignals
 from sparza.metrics import JsonLinesReporter, MetricsRegistry, attach_prometheus
 from sparza.runtime.commit import BatchStatus
 from sparza.runtime.errors import JobFailedError
@@ -48,7 +49,9 @@ _log = logging.getLogger(__name__)
 EXIT_CODES = {0: "stopped cleanly (signal, --once done, all inputs ended, or a task asked to shut down)",
               1: "the job failed (a task error names SSP and offset; or Spark failed)",
               2: "bad config (one line names the key)",
-              3: "another processor holds the job (standalone): refused to start, or lost the claim while running"}
+              3: "another processor holds the job (standalone): refused to start, or lost the claim while running",
+              130: "a second Ctrl-C stopped the job without committing the running batch (it runs again at the next "
+                   "start)"}
 """Exit codes of ``sparza run``."""
 
 
@@ -664,19 +667,15 @@ class JobRunner:
                 return
             time.sleep(0.1)
 
-    def _install_signals(self) -> dict[int, Any]:
-        previous: dict[int, Any] = {}
-        if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():
-            return previous
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.getsignal(sig)
-            signal.signal(sig, lambda signum, _frame: self.request_stop(f"stopped by {signal.Signals(signum).name}"))
-        return previous
+    def _install_signals(self) -> StopOnSignals | None:
+        if not self.install_signal_handlers:
+            return None
+        return StopOnSignals(self.request_stop, self.status).install()
 
     @staticmethod
-    def _restore_signals(previous: dict[int, Any]) -> None:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    def _restore_signals(previous: StopOnSignals | None) -> None:
+        if previous is not None:
+            previous.restore()
 
 
 _SPARZA_ERROR = re.compile(r"^\s*sparza\.[\w.]*\.(\w+(?:Error|Exception)): (.+)$")
