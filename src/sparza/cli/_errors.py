@@ -1,8 +1,10 @@
 """How the CLI reports failures: one red line naming the problem, never a traceback.
 
 Exit code 2 for config errors and failed start checks, 1 for every other failure (sparza's own
-errors, storage errors, anything unexpected), 130 for Ctrl-C. ``--debug`` (anywhere on the command
-line) or ``SPARZA_DEBUG=1`` lets the traceback through instead.
+errors, storage errors, anything unexpected), 130 for a Ctrl-C that stopped a command at once (a
+running job stops cleanly on the first Ctrl-C and exits 0; a second one forces it: see
+:mod:`sparza.interrupts`). ``--debug`` (anywhere on the command line) or ``SPARZA_DEBUG=1`` lets the
+traceback through instead.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from rich.console import Console
 from rich.text import Text
 
 from sparza.errors import ConfigError, SparzaError, StartCheckError
+from sparza.interrupts import ForcedStop
 
 __all__ = ["DEBUG_FLAG", "EXIT_CONFIG", "EXIT_FAILURE", "one_line", "run_app"]
 
@@ -87,6 +90,9 @@ def run_app(app: Any, argv: list[str] | None = None) -> None:
             raise
         _say(err, "error:", f"{exc}")
         sys.exit(EXIT_FAILURE)
+    except ForcedStop:
+        _say(err, "stopped without committing the running batch (second Ctrl-C)", "")
+        sys.exit(EXIT_INTERRUPTED)
     except KeyboardInterrupt:
         _say(err, "interrupted", "")
         sys.exit(EXIT_INTERRUPTED)

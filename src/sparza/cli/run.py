@@ -37,9 +37,12 @@ def run(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML
         py_files: str = typer.Option(None, "--py-files",
                                      help="Comma list of zips (sparza package) executors import the job's code "
                                           "from (default: job.py.files).")) -> None:
-    """Run a job until stopped (SIGINT/SIGTERM finish the batch, commit and exit 0), or until every
-    bounded input ended; with --once, until caught up. Exit codes: 0 clean stop, 1 job failed,
-    2 bad config, 3 another processor holds the job (standalone: refused, or claim lost while running)."""
+    """Run a job until stopped, or until every bounded input ended; with --once, until caught up.
+
+    Ctrl-C (SIGINT, to the process or its whole process group) and SIGTERM finish the running batch,
+    commit and exit 0; a second Ctrl-C stops at once without committing that batch (it runs again at
+    the next start) and exits 130. Exit codes: 0 clean stop, 1 job failed, 2 bad config, 3 another
+    processor holds the job (standalone: refused, or claim lost while running), 130 forced stop."""
     from sparza.config import Config
     from sparza.coordination.jobclaim import ClaimError
     from sparza.runtime.app import run_config
