@@ -21,13 +21,19 @@ class ProcessingError(SparzaError):
     retrying. The message names the task, the SSP and the offset of the message.
     """
 
-    def __init__(self, task: str, ssp: str, offset: str, kind: str, cause: str) -> None:
+    def __init__(self, task: str, ssp: str, offset: str, kind: str, cause: str, *, key: object = None,
+                 column: str | None = None) -> None:
+        from sparza.errors import payload_preview
+
         self.task = task
         self.ssp = ssp
         self.offset = offset
         self.kind = kind
         self.cause = cause
-        super().__init__(f"{kind} in task '{task}' at {ssp} offset {offset}: {cause}")
+        self.column = column
+        where = f" key {payload_preview(key)}" if key is not None else ""
+        where += f" column {column!r}" if column else ""
+        super().__init__(f"{kind} in task '{task}' at {ssp} offset {offset}{where}: {cause}")
 
 
 class TaskCodeError(SparzaError):

@@ -62,14 +62,16 @@ class Discards:
 
     late: int = 0
     late_routed: int = 0
-    undeserializable: int = 0
+    undeserializable: int = 0  # every data-error drop (Samza's task.drop.*.errors), not only deserialization
     ignored: int = 0
+    dead_lettered: int = 0
 
     @classmethod
     def of(cls, results: list[BatchResult]) -> Discards:
         """The sum over one batch's task results."""
         return cls(sum(r.late for r in results), sum(r.late_routed for r in results),
-                   sum(r.dropped for r in results), sum(r.ignored for r in results))
+                   sum(r.dropped for r in results), sum(r.ignored for r in results),
+                   sum(_counted(r.metrics, "messages-dead-lettered") for r in results))
 
     def add(self, other: Discards) -> None:
         """Accumulate another batch."""
@@ -77,9 +79,10 @@ class Discards:
         self.late_routed += other.late_routed
         self.undeserializable += other.undeserializable
         self.ignored += other.ignored
+        self.dead_lettered += other.dead_lettered
 
     def __bool__(self) -> bool:
-        return bool(self.late or self.undeserializable or self.ignored)
+        return bool(self.late or self.undeserializable or self.ignored or self.dead_lettered)
 
     def describe(self) -> str:
         """``"3 late message(s) dropped, 1 undeserializable message(s) dropped"`` (only the non-zero ones)."""
@@ -90,10 +93,17 @@ class Discards:
         if self.late_routed:
             parts.append(f"{self.late_routed} late message(s) routed")
         if self.undeserializable:
-            parts.append(f"{self.undeserializable} undeserializable message(s) dropped")
+            parts.append(f"{self.undeserializable} message(s) with data errors dropped")
+        if self.dead_lettered:
+            parts.append(f"{self.dead_lettered} message(s) with data errors sent to the dead-letter stream")
         if self.ignored:
             parts.append(f"{self.ignored} message(s) whose processing raised an ignored exception")
         return ", ".join(parts)
+
+    @staticmethod
+    def job_dead_letter(job: JobConfig) -> str:
+        """The job's dead-letter stream, as configured."""
+        return job.config.get_str("task.dead.letter.stream", "") or "unset"
 
     def advice(self, job: JobConfig) -> str:
         """The warning: counts, the streams read, and the settings that decide them."""
@@ -105,7 +115,12 @@ class Discards:
                          "application's input streams, or keep them with task.late.messages.policy: route and "
                          "task.late.messages.stream.")
         if self.undeserializable:
-            lines.append("Undeserializable messages are dropped because task.drop.deserialization.errors is true.")
+            lines.append("Messages with data errors (undeserializable input, output that cannot be written) are "
+                         "dropped because task.drop.deserialization.errors or task.drop.serialization.errors is "
+                         "true; set task.dead.letter.stream to keep them.")
+        if self.dead_lettered:
+            lines.append(f"Messages with data errors went to task.dead.letter.stream "
+                         f"({self.job_dead_letter(job)}), each with its error.")
         if self.ignored:
             lines.append("Exceptions were ignored because task.ignored.exceptions names them.")
         return " ".join(lines)
@@ -358,6 +373,7 @@ class JobRunner:
         self.notices.add(notices)
         self.metrics.counter(agg, "messages-dropped").inc(discards.undeserializable)
         self.metrics.counter(agg, "exceptions-ignored").inc(discards.ignored)
+        self.metrics.counter(agg, "messages-dead-lettered").inc(discards.dead_lettered)
         self.metrics.counter(agg, "late-messages").inc(discards.late)
         self.metrics.counter(agg, "late-messages-routed").inc(discards.late_routed)
         self.metrics.counter(agg, "batches").inc()
