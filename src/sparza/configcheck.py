@@ -11,6 +11,7 @@ keys of other namespaces are reported as unused. Samza's spellings are translate
 from __future__ import annotations
 
 import difflib
+import functools
 import itertools
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -272,12 +273,39 @@ def _check_values(config: Config, report: CheckReport) -> None:
         # An application's inputs (and so where its adjunct streams belong) come from its graph: each
         # planned stage is checked when it starts, not the application's own config.
         checks.append(lambda: AdjunctConfig.from_config(config))
+    checks += _range_checks(config)
     for check in checks:
         try:
             check()
         except ConfigError as exc:
             if not any(str(p) == str(exc) for p in report.problems):
                 report.problems.append(exc)
+
+
+def _range_checks(config: Config) -> list[Callable[[], object]]:
+    """Every setting with a documented range, checked by the package that reads it (without touching a
+    service): each system (its factory's ``check_config``: Azure's block and blob limits, librdkafka's
+    ranges, typed-table schemas), each store, the blob store, the dead-letter stream."""
+    from sparza.azure import storage_timeout_s
+    from sparza.blobstore.retry import RetryPolicy
+    from sparza.deadletters import DataErrorPolicy
+    from sparza.state.backup.backup import check_backup_config
+    from sparza.state.kv.factory import check_store_config
+    from sparza.systems import SupportsConfigCheck, get_system_factory
+
+    def system(name: str) -> None:
+        factory = get_system_factory(config, name)
+        if isinstance(factory, SupportsConfigCheck):
+            factory.check_config(name, config)
+
+    systems = sorted({k.split(".")[1] for k in config if k.startswith("systems.") and k.count(".") == 3
+                      and k.endswith(".samza.factory")})
+    stores = sorted({k.split(".")[1] for k in config if k.startswith("stores.") and k.count(".") >= 2})
+    checks: list[Callable[[], object]] = [functools.partial(system, name) for name in systems]
+    checks += [functools.partial(check_store_config, name, config) for name in stores]
+    checks += [lambda: DataErrorPolicy.from_config(config), lambda: RetryPolicy.from_config(config),
+               lambda: check_backup_config(config), lambda: storage_timeout_s(config)]
+    return checks
 
 
 def validate_for_run(config: Mapping[str, str], warn: Callable[[str], None] | None = None) -> Config:

@@ -25,6 +25,7 @@ __all__ = [
     "StreamSpec",
     "SupportsArrowRead",
     "SupportsArrowSend",
+    "SupportsConfigCheck",
     "SupportsOffsetArithmetic",
     "SupportsPartitionCount",
     "SupportsStreamLocation",
@@ -202,6 +203,17 @@ class SupportsOffsetArithmetic(Protocol):
 
     def count_between(self, ssp: SystemStreamPartition, start: str, end: str) -> int:
         """How many messages lie in ``[start, end)``."""
+        ...
+
+
+@runtime_checkable
+class SupportsConfigCheck(Protocol):
+    """A system factory that can check its system's settings without touching the system: ``sparza config
+    check`` and ``sparza run`` call it before Spark starts, so a value outside its documented range is one
+    line naming the key and the limit, not a failed batch."""
+
+    def check_config(self, system_name: str, config: Config) -> None:
+        """Raise :class:`~sparza.errors.ConfigError` for the first setting of ``system_name`` that cannot work."""
         ...
 
 

@@ -50,6 +50,21 @@ def store_dir(base_dir: str | Path, store_name: str, task_name: str) -> Path:
     return Path(base_dir) / safe_dir_name(store_name) / safe_dir_name(task_name)
 
 
+def check_store_config(store_name: str, config: Mapping[str, str]) -> None:
+    """Raise :class:`ConfigError` for the first setting of ``stores.<store_name>`` that cannot work (engine,
+    serdes and their schemas, every RocksDB option's name and range), without opening anything: what
+    ``sparza config check`` and the start checks of ``sparza run`` ask before Spark starts."""
+    cfg = config if isinstance(config, Config) else Config(config)
+    prefix = f"stores.{store_name}."
+    cfg.get_choice(prefix + "factory", STORE_FACTORIES, "rocksdb")
+    for which in ("key", "msg"):
+        serde_from_name(cfg.get_str(prefix + f"{which}.serde", None), key=prefix + f"{which}.serde",
+                        schema=cfg.get_str(prefix + f"{which}.schema", None), config=cfg)
+    from sparza.state.kv.rocksdb import rocksdb_options
+
+    rocksdb_options(dict(cfg.subset(prefix + "rocksdb")), key_prefix=prefix + "rocksdb.")
+
+
 def open_store(store_name: str, config: Mapping[str, str], task_name: str, base_dir: str | Path,
                read_only: bool = False, *, directory: str | Path | None = None) -> KeyValueStore:
     """Open (creating if missing) the store ``stores.<store_name>`` of ``task_name``.

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparza.config import Config
+from sparza.errors import DataError
 from sparza.metrics import MetricsRegistry
 from sparza.serde import Serde
 from sparza.streams import OutgoingMessageEnvelope
@@ -197,6 +198,7 @@ class KafkaSystemProducer:
         self._plain_errors: list[str] = []
         self._plain_delivery: Any = None
         self._bookkeeping_ready = False
+        self._max_message_bytes = int(self.settings.producer_conf().get("message.max.bytes", 1_000_000))
 
     # --- lifecycle -------------------------------------------------------------------------
     def register(self, source: str) -> None:
@@ -353,6 +355,13 @@ class KafkaSystemProducer:
             # (or before 1970) travels in a header instead, and the consumer restores it.
             headers = [*(headers or []), (TIMESTAMP_HEADER, str(ts).encode())]
             ts = 0
+        size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        if size > self._max_message_bytes:
+            # Refused now, naming the message, rather than by the broker at the batch's commit (a failure
+            # every retry of the batch would repeat).
+            raise DataError(f"a message of {size} bytes to Kafka topic {info.name!r} is over the producer's "
+                            f"message.max.bytes ({self._max_message_bytes}; systems.{self.system_name}."
+                            "producer.message.max.bytes, and the topic's max.message.bytes on the broker)")
         self._count("messages-sent")
         if src is not None and src.state == "ready":
             src.pending.append((info.name, value, key, partition, ts, headers))
