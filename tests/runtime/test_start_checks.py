@@ -110,9 +110,19 @@ def test_input_of_an_undeclared_system(start_check: Callable[..., Any]) -> None:
     _assert_start_check(start_check(**{"task.inputs": "other.events"}), "'systems.other.samza.factory'")
 
 
-def test_input_stream_that_does_not_exist(start_check: Callable[..., Any]) -> None:
+def test_input_stream_that_does_not_exist(start_check: Callable[..., Any], work_dir: Path) -> None:
     _assert_start_check(start_check(**{"task.inputs": "delta.nosuch"}), "task.inputs", "'nosuch' does not exist",
-                        "sparza stream create")
+                        f"sparza stream create nosuch --partitions N --config {work_dir / 'job.yaml'}")
+
+
+def test_output_stream_the_config_names_that_does_not_exist(start_check: Callable[..., Any], work_dir: Path) -> None:
+    """An output configured with a serde but never created: before Spark, not as a failed batch (where it was a
+    'task exception' that task.ignored.exceptions could hide, dropping every message)."""
+    _assert_start_check(start_check(**{"systems.delta.streams.totals.samza.msg.serde": "json",
+                                       "task.ignored.exceptions": "*"}),
+                        "'systems.delta.streams.totals.samza.msg.serde'", "stream delta.totals (",
+                        "which does not exist",
+                        f"sparza stream create totals --system delta --partitions N --config {work_dir / 'job.yaml'}")
 
 
 def test_blob_store_root_that_cannot_be_written(start_check: Callable[..., Any], work_dir: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from sparza.errors import ConfigError, SparzaError, StartCheckError
+from sparza.errors import JOB_CONFIG_PLACEHOLDER, ConfigError, SparzaError, StartCheckError
 from sparza.interrupts import ForcedStop
 
 __all__ = ["DEBUG_FLAG", "EXIT_CONFIG", "EXIT_FAILURE", "one_line", "run_app"]
@@ -60,15 +60,33 @@ def one_line(exc: BaseException) -> str:
     return line
 
 
+def _config_path(argv: list[str]) -> str | None:
+    """The value of ``--config``/``-c`` on the command line, if any."""
+    for i, arg in enumerate(argv[1:], start=1):  # argv[0] is the program (``-c`` under ``python -c``)
+        if arg in ("--config", "-c") and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+_job_config: str | None = None
+
+
 def _say(console: Console, label: str, text: str) -> None:
+    # Hints name the job's config as a placeholder (sparza.errors.JOB_CONFIG_PLACEHOLDER): the path given.
+    if _job_config:
+        text = text.replace(JOB_CONFIG_PLACEHOLDER, _job_config)
     # A Text, not markup: messages hold brackets (local[2], [redacted]) that rich would eat.
     console.print(Text.assemble((label, "red"), " " if text else "", text), highlight=False)
 
 
 def run_app(app: Any, argv: list[str] | None = None) -> None:
     """Run a Typer app; every failure becomes one line on stderr (with ``--debug``, the traceback)."""
+    global _job_config
     args = sys.argv if argv is None else argv
     debug = _take_debug_flag(args) or os.environ.get("SPARZA_DEBUG", "") not in ("", "0")
+    _job_config = _config_path(args)
     err = Console(stderr=True, soft_wrap=True)  # one line, even without a terminal
     hint = "" if debug else f" ({DEBUG_FLAG} shows the traceback)"
     try:

@@ -36,6 +36,7 @@ __all__ = [
     "SystemStreamMetadata",
     "SystemStreamPartitionMetadata",
     "Transaction",
+    "check_configured_streams",
     "get_system_factory",
     "load_object",
 ]
@@ -298,3 +299,55 @@ def get_system_factory(config: Config, system_name: str) -> SystemFactory:
     return factory() if isinstance(factory, type) else factory  # type: ignore[no-any-return]
 
 
+
+
+_NOT_STREAMS_TO_CHECK = (".delta.table.", ".avro.schema")  # typed tables are created on first write; blobs
+
+
+def check_configured_streams(config: Config, known: set[tuple[str, str]] = frozenset()) -> None:  # type: ignore[assignment]
+    """Every stream the config names under ``systems.<s>.streams.<x>.*`` (outputs: serdes, physical names)
+    exists, except ``known`` (system, stream) pairs checked elsewhere (inputs), intermediate streams (created
+    by the planner) and typed tables (created on first write). A missing one raises
+    :class:`~sparza.errors.StartCheckError` naming the key and the command that creates it; otherwise the
+    first message sent there would fail the job after Spark started."""
+    from sparza.errors import JOB_CONFIG_PLACEHOLDER, StartCheckError
+
+    named: dict[tuple[str, str], str] = {}
+    for key in sorted(config):
+        parts = key.split(".")
+        if len(parts) < 5 or parts[0] != "systems" or parts[2] != "streams":
+            continue
+        system = parts[1]
+        rest = key[len(f"systems.{system}.streams."):]
+        # A stream id may hold dots: the setting is the longest known suffix; the stream is what precedes it.
+        stream = next((rest[: -len(suffix) - 1] for suffix in _STREAM_SETTING_SUFFIXES
+                       if rest.endswith("." + suffix)), None)
+        if not stream or (system, stream) in known or any(mark in key for mark in _NOT_STREAMS_TO_CHECK):
+            continue
+        if config.get_bool(f"systems.{system}.streams.{stream}.samza.intermediate", False):
+            continue
+        named.setdefault((system, stream), key)
+    admins: dict[str, Any] = {}
+    for (system, stream), key in named.items():
+        if system not in admins:
+            try:
+                admins[system] = get_system_factory(config, system).get_admin(system, config)
+            except Exception:
+                admins[system] = None  # a write-only system (azureblob) or one the factory check reports
+        admin = admins[system]
+        if not isinstance(admin, SupportsPartitionCount):
+            continue
+        try:
+            admin.partition_count(stream)
+        except LookupError as exc:
+            where = f" ({admin.stream_location(stream)})" if isinstance(admin, SupportsStreamLocation) else ""
+            raise StartCheckError(key, None, "", message=(
+                f"config key '{key}' configures stream {system}.{stream}{where}, which does not exist: create it "
+                f"first: sparza stream create {stream} --system {system} --partitions N --config "
+                f"{JOB_CONFIG_PLACEHOLDER}")) from exc
+
+
+_STREAM_SETTING_SUFFIXES = ("samza.key.serde", "samza.msg.serde", "samza.key.schema", "samza.msg.schema",
+                            "samza.physical.name", "samza.offset.default", "samza.reset.offset", "samza.bootstrap",
+                            "samza.intermediate", "samza.broadcast", "samza.priority", "bounded", "delta.location",
+                            "watermark.lateness.ms", "control.format", "control.producer.count")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparza.errors import SparzaError
+from sparza.errors import JOB_CONFIG_PLACEHOLDER, SparzaError
 
 __all__ = [
     "DeltaStreamError",
@@ -34,7 +34,8 @@ class StreamNotFoundError(DeltaStreamError, LookupError):
         self.stream = stream
         self.location = location
         super().__init__(f"stream {stream!r} does not exist at {location} "
-                         f"(create it with 'sparza stream create {stream} --partitions N')")
+                         f"(create it with 'sparza stream create {stream} --partitions N --config "
+                         f"{JOB_CONFIG_PLACEHOLDER}')")
 
 
 class PartitionCountMismatchError(DeltaStreamError):

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from sparza.config import Config
-from sparza.errors import SparzaError
+from sparza.errors import JOB_CONFIG_PLACEHOLDER, SparzaError
 from sparza.streams import SystemStreamPartition
 from sparza.systems import StreamSpec, SystemStreamMetadata, SystemStreamPartitionMetadata
 from sparza.systems.kafka.settings import KafkaSystemSettings, redact_conf
@@ -37,7 +37,8 @@ class TopicNotFoundError(KafkaError, LookupError):
     def __init__(self, topic: str, servers: str) -> None:
         self.topic = topic
         super().__init__(f"Kafka topic {topic!r} does not exist on {servers}: create it with "
-                         f"'sparza stream create --system <s> {topic} --partitions N' or your Kafka tools")
+                         f"'sparza stream create --system <s> {topic} --partitions N --config "
+                         f"{JOB_CONFIG_PLACEHOLDER}' or your Kafka tools")
 
 
 class PartitionCountMismatchError(KafkaError, ValueError):
