@@ -341,10 +341,13 @@ def check_configured_streams(config: Config, known: set[tuple[str, str]] = froze
             admin.partition_count(stream)
         except LookupError as exc:
             where = f" ({admin.stream_location(stream)})" if isinstance(admin, SupportsStreamLocation) else ""
+            # Each system's not-found error says how to create its streams (in-memory ones are declared).
+            hint = (str(exc) if "sparza stream create" not in str(exc) else
+                    f"create it first: sparza stream create {stream} --system {system} --partitions N --config "
+                    f"{JOB_CONFIG_PLACEHOLDER}")
             raise StartCheckError(key, None, "", message=(
-                f"config key '{key}' configures stream {system}.{stream}{where}, which does not exist: create it "
-                f"first: sparza stream create {stream} --system {system} --partitions N --config "
-                f"{JOB_CONFIG_PLACEHOLDER}")) from exc
+                f"config key '{key}' configures stream {system}.{stream}{where}, which does not exist: {hint}")
+                ) from exc
 
 
 _STREAM_SETTING_SUFFIXES = ("samza.key.serde", "samza.msg.serde", "samza.key.schema", "samza.msg.schema",
