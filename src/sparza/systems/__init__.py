@@ -28,6 +28,7 @@ __all__ = [
     "SupportsConfigCheck",
     "SupportsOffsetArithmetic",
     "SupportsPartitionCount",
+    "SupportsProcessingTime",
     "SupportsStreamLocation",
     "SystemAdmin",
     "SystemConsumer",
@@ -204,6 +205,19 @@ class SupportsOffsetArithmetic(Protocol):
 
     def count_between(self, ssp: SystemStreamPartition, start: str, end: str) -> int:
         """How many messages lie in ``[start, end)``."""
+        ...
+
+
+@runtime_checkable
+class SupportsProcessingTime(Protocol):
+    """A producer that needs a time where a message carries none (the Azure blob producer's blob paths).
+
+    The runtime calls it after ``begin`` with the batch's processing time: the time the batch was planned,
+    recorded in the plan, so a replay of the batch gets the very same time (wall-clock time would rename
+    its outputs)."""
+
+    def set_processing_time(self, source: str, epoch_ms: int) -> None:
+        """The processing time of ``source``'s running batch, in epoch milliseconds."""
         ...
 
 
