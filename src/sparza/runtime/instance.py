@@ -46,7 +46,14 @@ from sparza.streams import (
     SystemStream,
     SystemStreamPartition,
 )
-from sparza.systems import SupportsArrowSend, SupportsPartitionCount, Transaction, get_system_factory, load_object
+from sparza.systems import (
+    SupportsArrowSend,
+    SupportsPartitionCount,
+    SupportsProcessingTime,
+    Transaction,
+    get_system_factory,
+    load_object,
+)
 from sparza.task import (
     BatchStreamTask,
     ClosableTask,
@@ -230,6 +237,7 @@ class TaskInstance:
         self._uses_control = self._needs_control()
         self._window_at = 0
         self._version = 0  # the output transaction version of the running batch
+        self._planned_at = 0  # its processing time (epoch ms, from the plan)
         self._data_errors = DataErrorPolicy.from_config(job.config)
         self._dead_lettered = 0
         self.location: str | None = None  # where this process keeps the task's state (host affinity)
@@ -273,6 +281,8 @@ class TaskInstance:
             producer = WORKER.producer(self.job.config, system)
             producer.register(self.name)
             producer.begin(self.name, Transaction(self.app_id, self._version))
+            if isinstance(producer, SupportsProcessingTime):
+                producer.set_processing_time(self.name, self._planned_at)
             self._producers[system] = producer
         return producer
 
@@ -312,6 +322,9 @@ class TaskInstance:
             return result
         self._check_start(split, cp)
         version = self._version = self._output_version(split, stored)
+        intent = stored.open_intent() if stored is not None else None
+        # The batch's processing time, as its first attempt saw it (an open intent's replay keeps its time).
+        self._planned_at = intent.planned_at_ms if intent is not None and intent.batch == version else split.planned_at
         etag = versioned.etag if versioned else None
         started = time.perf_counter()
         try:
