@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from sparza.errors import ConfigError
 from sparza.runtime import JobFailedError
 from sparza.runtime.runner import Discards
 from sparza.streams import OutgoingMessageEnvelope, SystemStream
@@ -131,3 +132,5 @@ def test_config_and_system_errors_are_not_task_exceptions(tmp_path: Path, out: s
         runner.run()
     assert f"{kind} in task 'Partition 0'" in str(failed.value)
     assert "task.ignored.exceptions" not in str(failed.value).split("next:", 1)[1]
+    # What sparza run exits with: 2 for a configuration error, as when found at start; 1 otherwise.
+    assert isinstance(failed.value, ConfigError) == (kind == "configuration error")
