@@ -39,7 +39,7 @@ from sparza.errors import ConfigError
 from sparza.runtime.channel import ChannelEvent, ContainerChannel, result_from_json
 from sparza.runtime.commit import BatchStatus
 from sparza.runtime.container import CONTAINER_SCHEMA, EpochJob, EpochPlan, run_container
-from sparza.runtime.errors import JobFailedError
+from sparza.runtime.errors import JobFailedError, tasks_failed
 from sparza.runtime.instance import BatchResult
 
 __all__ = ["EXECUTION_MODES", "ContainerPool", "ContainerQuery", "execution_mode"]
@@ -190,7 +190,7 @@ class ContainerQuery:
                 self._committed_since_failure = True
         if result.status is BatchStatus.FAILED:
             self.flush(force=True)
-            self.fail(JobFailedError(result.error or f"task '{result.task}' failed"))
+            self.fail(tasks_failed([result.error or f"task '{result.task}' failed"]))
             return
         if result.shutdown:
             self.request_stop()

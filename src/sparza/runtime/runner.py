@@ -32,7 +32,7 @@ from sparza.errors import ConfigError
 from sparza.interrupts import StopOnSignals
 from sparza.metrics import JsonLinesReporter, MetricsRegistry, attach_prometheus
 from sparza.runtime.commit import BatchStatus
-from sparza.runtime.errors import JobFailedError
+from sparza.runtime.errors import JobFailedError, tasks_failed
 from sparza.runtime.executor import result_from_row
 from sparza.runtime.inputs import InputSystems
 from sparza.runtime.instance import BatchResult
@@ -346,9 +346,8 @@ class JobRunner:
             self.last_results = results
             failed = [r for r in results if r.status is BatchStatus.FAILED]
             if failed:
-                message = "; ".join(r.error or "failed" for r in failed)
                 self._check_claim()  # a fenced write usually means the claim is gone: say that, not the symptom
-                self._failure = self._claim_lost or JobFailedError(message)
+                self._failure = self._claim_lost or tasks_failed([r.error for r in failed])
                 self.request_stop("failed")
                 raise self._failure
             elapsed = (time.perf_counter() - started) * 1000.0
@@ -373,9 +372,8 @@ class JobRunner:
                              label=f"epoch {epoch}: {committed} task batch(es) of {tasks} task(s), {messages} msgs in")
                 self._batches += committed
             if failed and self._failure is None:
-                message = "; ".join(r.error or "failed" for r in failed)
                 self._check_claim()
-                self._failure = self._claim_lost or JobFailedError(message)
+                self._failure = self._claim_lost or tasks_failed([r.error for r in failed])
                 self.request_stop("failed")
             if any(r.shutdown for r in results):
                 self.request_stop("a task asked to shut down")
