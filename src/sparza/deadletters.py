@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sparza.config import Config, define_key
+from sparza.config import Config, define_check, define_key
 from sparza.errors import ConfigError, DataError
 from sparza.streams import SystemStream
 
@@ -67,6 +67,9 @@ class DataErrorPolicy:
     def drops(self, deserializing: bool) -> bool:
         """True when such a record is skipped (Samza's drop keys) rather than failing the job."""
         return self.drop_deserialization if deserializing else self.drop_serialization
+
+
+define_check("runtime", DataErrorPolicy.from_config)
 
 
 def dead_letter_value(error: BaseException, *, task: str, ssp: str, offset: str, key: bytes | None,

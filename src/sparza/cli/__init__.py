@@ -27,7 +27,7 @@ _COMMAND_MODULES = (
     "sparza.cli.coordinator",  # coordinator status                         (coordination)
     "sparza.cli.run",          # run, checkpoints show                      (runtime)
     "sparza.cli.demo",         # demo
-    "sparza.cli.config",       # config check|migrate                       (configcheck, samzacompat)
+    "sparza.cli.config",       # config check|migrate                       (config.check, config.samza)
 )
 
 

@@ -6,9 +6,9 @@ subprocesses, inject its fault, and compare the outputs exactly with the oracle.
     python -m sparza.testing.harness --seed 12345 --print  # only describe the scenario
 
 Every failure prints a one-line command that reproduces it. The harness starts its own Azurite
-unless it is given one (:func:`run_scenario` takes an :class:`~sparza.devstorage.AzuriteProcess`),
+unless it is given one (:func:`run_scenario` takes an :class:`~sparza.devservers.storage.AzuriteProcess`),
 and, for scenarios with a Kafka input or output, its own Tansu broker unless it is given one
-(``kafka=``, a :class:`~sparza.devkafka.TansuProcess`; a soak starts one for all its scenarios).
+(``kafka=``, a :class:`~sparza.devservers.kafka.TansuProcess`; a soak starts one for all its scenarios).
 """
 
 from __future__ import annotations
@@ -844,7 +844,7 @@ def run_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messages_ov
 
 
 def _start_azurite(base: Path) -> Any:
-    from sparza.devstorage import AzuriteProcess
+    from sparza.devservers.storage import AzuriteProcess
 
     proc = AzuriteProcess(base / "azurite")
     proc.start()
@@ -852,7 +852,7 @@ def _start_azurite(base: Path) -> Any:
 
 
 def _start_kafka(base: Path) -> Any:
-    from sparza.devkafka import TansuProcess
+    from sparza.devservers.kafka import TansuProcess
 
     proc = TansuProcess(base / "tansu")
     proc.start()

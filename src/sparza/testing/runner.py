@@ -30,7 +30,7 @@ from typing import Any
 from sparza.config import Config
 from sparza.errors import SparzaError
 from sparza.runtime.commit import CommitStep, InjectedFault, register_fault_hook, unregister_fault_hook
-from sparza.serde import Serde, serde_from_name
+from sparza.serde import Serde, serde_from_name, stream_serde
 from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream
 
 __all__ = [
@@ -544,7 +544,7 @@ class TestRunner:
     def _start(self) -> None:
         if self._config is not None:
             return
-        from sparza.configcheck import validate_for_run
+        from sparza.config.check import validate_for_run
         from sparza.systems import StreamSpec
         from sparza.systems.inmemory import InMemorySystemAdmin
 
@@ -691,12 +691,7 @@ def _serde(given: Serde | str | None, config: Config, ss: SystemStream, which: s
         return given
     if isinstance(given, str):
         return serde_from_name(given, key=f"{which}_serde", config=config)
-    key = f"systems.{ss.system}.streams.{ss.stream}.samza.{which}.serde"
-    name = config.get_str(key, None)
-    if name is None:
-        key = f"systems.{ss.system}.samza.{which}.serde"
-        name = config.get_str(key, None)
-    return serde_from_name(name, key=key, config=config)
+    return stream_serde(config, ss.system, ss.stream, which)
 
 
 def _dotted_path(cls: type) -> str:

@@ -39,7 +39,7 @@ from sparza.blobstore.api import (
     Metadata,
     system_clock_ms,
 )
-from sparza.config import Config, define_key
+from sparza.config import Config, define_check, define_key
 from sparza.metrics import MetricsRegistry
 from sparza.state.backup.diff import SNAPSHOT_MARKER, are_same_dir, dir_diff
 from sparza.state.backup.errors import SnapshotUnavailableError
@@ -499,3 +499,6 @@ def check_backup_config(config: Mapping[str, str]) -> None:
     cfg = config if isinstance(config, Config) else Config(config)
     _threads(cfg)
     _chunk_size(cfg)
+
+
+define_check(_PKG, check_backup_config)

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from sparza.config import Config, define_key
+from sparza.config import Config, define_check, define_key
 from sparza.errors import ConfigError
 from sparza.serde import serde_from_name
 from sparza.state.kv.api import KeyValueStore
@@ -63,6 +63,14 @@ def check_store_config(store_name: str, config: Mapping[str, str]) -> None:
     from sparza.state.kv.rocksdb import rocksdb_options
 
     rocksdb_options(dict(cfg.subset(prefix + "rocksdb")), key_prefix=prefix + "rocksdb.")
+
+
+def _check_stores(config: Config) -> None:
+    for name in sorted({k.split(".")[1] for k in config if k.startswith("stores.") and k.count(".") >= 2}):
+        check_store_config(name, config)
+
+
+define_check(_PKG, _check_stores)
 
 
 def open_store(store_name: str, config: Mapping[str, str], task_name: str, base_dir: str | Path,
