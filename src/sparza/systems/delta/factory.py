@@ -8,6 +8,7 @@ from sparza.systems.delta.admin import DeltaSystemAdmin
 from sparza.systems.delta.consumer import DeltaSystemConsumer
 from sparza.systems.delta.producer import DeltaSystemProducer
 from sparza.systems.delta.settings import DeltaSystemSettings
+from sparza.systems.delta.tables import table_spec_from_config
 
 __all__ = ["DeltaSystemFactory"]
 
@@ -32,7 +33,7 @@ class DeltaSystemFactory:
         streams = {k[len(prefix):].split(".delta.table.")[0] for k in config if k.startswith(prefix)
                    and ".delta.table." in k}
         for stream in sorted(streams):
-            settings.table_spec(stream)
+            table_spec_from_config(settings, stream)
 
     def get_producer(self, system_name: str, config: Config,
                      metrics: MetricsRegistry | None = None) -> DeltaSystemProducer:
