@@ -47,3 +47,18 @@ def test_second_ctrl_c_forces_saying_what_it_costs() -> None:
     assert "second Ctrl-C: stopping now; the running batch is not committed" in result.stderr
     assert "stopped without committing the running batch" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_run_help_and_the_docs_say_the_same_about_ctrl_c() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run([sys.executable, "-c", "from sparza.cli import main; main()", "run", "--help"],
+                            capture_output=True, text=True, timeout=60, env={"COLUMNS": "300", "PATH": ""})
+    text = " ".join(result.stdout.split())
+    assert "Ctrl-C (SIGINT, to the process or its whole process group) and SIGTERM finish the running batch" in text
+    assert "a second Ctrl-C stops at once" in text and "130" in text
+    for page in ("runtime.md", "operations.md"):
+        doc = " ".join((root / "docs" / page).read_text(encoding="utf-8").split())
+        assert "second Ctrl-C" in doc and "130" in doc, page
+        assert "130 for Ctrl-C" not in doc, page

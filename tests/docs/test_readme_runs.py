@@ -104,3 +104,14 @@ def test_the_readme_commands_run_as_written(tmp_path: Path) -> None:
             last[body["key"]] = max(last.get(body["key"], 0), body["count"])
     assert sum(expected.values()) == messages and len(expected) == keys
     assert last == dict(expected)
+
+
+def test_the_loader_has_every_option_its_help_names() -> None:
+    result = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-m", "examples.keyed_count.load", "--help"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    _, _, rest = result.stdout.partition("options:")
+    typed = next(line for line in _blocks("bash")[0].splitlines() if "examples.keyed_count.load" in line)
+    named = set(re.findall(r"``(--[a-z-]+)``", result.stdout)) | set(re.findall(r"--[a-z][a-z-]+", typed))
+    declared = set(re.findall(r"^\s+(--[a-z-]+)", rest, flags=re.MULTILINE))
+    assert named and named <= declared, (named - declared, result.stdout)
