@@ -358,6 +358,7 @@ def check_configured_streams(config: Config, known: set[tuple[str, str]] = froze
     from sparza.errors import JOB_CONFIG_PLACEHOLDER, StartCheckError
 
     named: dict[tuple[str, str], str] = {}
+    created_later: set[tuple[str, str]] = set()
     for key in sorted(config):
         parts = key.split(".")
         if len(parts) < 5 or parts[0] != "systems" or parts[2] != "streams":
@@ -367,11 +368,16 @@ def check_configured_streams(config: Config, known: set[tuple[str, str]] = froze
         # A stream id may hold dots: the setting is the longest known suffix; the stream is what precedes it.
         stream = next((rest[: -len(suffix) - 1] for suffix in _STREAM_SETTING_SUFFIXES
                        if rest.endswith("." + suffix)), None)
-        if not stream or (system, stream) in known or any(mark in key for mark in _NOT_STREAMS_TO_CHECK):
+        if any(mark in key for mark in _NOT_STREAMS_TO_CHECK):
+            created_later.add((system, rest.split(".delta.table.")[0].split(".avro.schema")[0]))
+            continue
+        if not stream or (system, stream) in known:
             continue
         if config.get_bool(f"systems.{system}.streams.{stream}.samza.intermediate", False):
             continue
         named.setdefault((system, stream), key)
+    for pair in created_later:
+        named.pop(pair, None)
     admins: dict[str, Any] = {}
     for (system, stream), key in named.items():
         if system not in admins:
