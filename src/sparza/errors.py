@@ -9,11 +9,24 @@ from __future__ import annotations
 import enum
 
 __all__ = ["JOB_CONFIG_PLACEHOLDER", "PAYLOAD_PREFIX_KEY", "ConfigError", "DataError", "ErrorKind", "SerdeError",
-           "SparzaError", "StartCheckError", "StorageUnavailableError", "classify", "payload_preview",
-           "set_payload_prefix_bytes"]
+           "SparzaError", "StartCheckError", "StorageUnavailableError", "classify", "job_config_ref", "payload_preview",
+           "set_job_config_path", "set_payload_prefix_bytes"]
 
 JOB_CONFIG_PLACEHOLDER = "<job config>"
 """Stands for the job's config file in a hint (``--config <job config>``); the CLI puts in the path it was given."""
+
+_job_config_path: str | None = None
+
+
+def set_job_config_path(path: str | None) -> None:
+    """The config file this process runs (the CLI's ``--config``): what :func:`job_config_ref` names."""
+    global _job_config_path
+    _job_config_path = path
+
+
+def job_config_ref() -> str:
+    """The job's config file for a hint: the path the CLI was given, else :data:`JOB_CONFIG_PLACEHOLDER`."""
+    return _job_config_path or JOB_CONFIG_PLACEHOLDER
 
 PAYLOAD_PREFIX_KEY = "task.error.payload.prefix.bytes"
 _payload_prefix_bytes = 16

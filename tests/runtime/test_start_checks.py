@@ -116,13 +116,15 @@ def test_input_stream_that_does_not_exist(start_check: Callable[..., Any], work_
 
 
 def test_output_stream_the_config_names_that_does_not_exist(start_check: Callable[..., Any], work_dir: Path) -> None:
-    """An output configured with a serde but never created: before Spark, not as a failed batch (where it was a
-    'task exception' that task.ignored.exceptions could hide, dropping every message)."""
-    _assert_start_check(start_check(**{"systems.delta.streams.totals.samza.msg.serde": "json",
-                                       "task.ignored.exceptions": "*"}),
-                        "'systems.delta.streams.totals.samza.msg.serde'", "stream delta.totals (",
-                        "which does not exist",
+    """The job's output (the keyed count's own setting keyed_count.output) was never created: before Spark, not
+    as a failed batch (where it was a 'task exception' that task.ignored.exceptions could hide, dropping every
+    message). A stream the config only describes (a serde) may be a leftover: a warning, not a refusal."""
+    result = start_check(**{"keyed_count.output": "delta.totals", "task.ignored.exceptions": "*",
+                            "systems.delta.streams.leftover.samza.msg.serde": "json"})
+    _assert_start_check(result, "'keyed_count.output'", "output stream delta.totals (", "which does not exist",
                         f"sparza stream create totals --system delta --partitions N --config {work_dir / 'job.yaml'}")
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert any("stream delta.leftover" in line and f"--config {work_dir / 'job.yaml'}" in line for line in warnings)
 
 
 def test_blob_store_root_that_cannot_be_written(start_check: Callable[..., Any], work_dir: Path) -> None:

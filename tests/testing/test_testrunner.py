@@ -11,7 +11,7 @@ from examples.keyed_count.task import KeyedCountTask
 from tests.testing.jobs import EventTimeCount, SumTask, task_defined_in_a_function
 
 from sparza.api.examples import WindowedCount
-from sparza.errors import StartCheckError
+from sparza.runtime import JobFailedError
 from sparza.runtime.commit import CommitStep, InjectedFault
 from sparza.testing import TestInputError, TestMessage, TestRunner, end_of_stream, watermark
 
@@ -220,10 +220,11 @@ def test_misuse_is_named() -> None:
             runner.store("count")
         with pytest.raises(TestInputError, match="delta.nope is not a stream of this runner"):
             runner.outputs("delta.nope")
-    # The job's config names a stream the test did not declare: the start check says how to declare it.
+    # The job writes a stream the test did not declare: the error (a system error, not the task's) says how.
     with TestRunner.of(KeyedCountTask, KEYED_COUNT) as runner:
         runner.add_input("delta.events", [TestMessage(b"v", key=b"k")])
-        with pytest.raises(StartCheckError, match="in-memory stream 'delta.counts' does not exist.*add_output"):
+        with pytest.raises(JobFailedError, match="system error.*in-memory stream 'delta.counts' does not exist"
+                                                 ".*add_output"):
             runner.run()
 
 

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.text import Text
 
 from sparza.azure import Failure, classify
-from sparza.errors import JOB_CONFIG_PLACEHOLDER, ConfigError, SparzaError, StartCheckError
+from sparza.errors import JOB_CONFIG_PLACEHOLDER, ConfigError, SparzaError, StartCheckError, set_job_config_path
 from sparza.interrupts import ForcedStop
 
 __all__ = ["DEBUG_FLAG", "EXIT_CONFIG", "EXIT_FAILURE", "one_line", "run_app"]
@@ -84,6 +84,7 @@ def run_app(app: Any, argv: list[str] | None = None) -> None:
     args = sys.argv if argv is None else argv
     debug = _take_debug_flag(args) or os.environ.get("SPARZA_DEBUG", "") not in ("", "0")
     _job_config = _config_path(args)
+    set_job_config_path(_job_config)  # hints built in this process name it directly
     err = Console(stderr=True, soft_wrap=True)  # one line, even without a terminal
     hint = "" if debug else f" ({DEBUG_FLAG} shows the traceback)"
     try:

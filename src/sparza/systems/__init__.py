@@ -8,7 +8,8 @@ factory: a short name (``delta``, ``azureblob``) or a dotted Python path ``modul
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -349,15 +350,29 @@ def get_system_factory(config: Config, system_name: str) -> SystemFactory:
 _NOT_STREAMS_TO_CHECK = (".delta.table.", ".avro.schema")  # typed tables are created on first write; blobs
 
 
-def check_configured_streams(config: Config, known: set[tuple[str, str]] = frozenset()) -> None:  # type: ignore[assignment]
-    """Every stream the config names under ``systems.<s>.streams.<x>.*`` (outputs: serdes, physical names)
-    exists, except ``known`` (system, stream) pairs checked elsewhere (inputs), intermediate streams (created
-    by the planner) and typed tables (created on first write). A missing one raises
-    :class:`~sparza.errors.StartCheckError` naming the key and the command that creates it; otherwise the
-    first message sent there would fail the job after Spark started."""
-    from sparza.errors import JOB_CONFIG_PLACEHOLDER, StartCheckError
+def check_configured_streams(config: Config, known: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
+                             warn: Callable[[str], None] | None = None) -> None:
+    """The streams a job writes exist before it starts, except ``known`` (system, stream) pairs checked
+    elsewhere (inputs), intermediate streams (created by the planner) and typed tables (created on first
+    write); otherwise the first message sent there fails the job after Spark started.
 
-    named: dict[tuple[str, str], str] = {}
+    A stream the config names as an output (``task.dead.letter.stream``, ``task.late.messages.stream``, or
+    the ``system.stream`` value of a setting the job's own code reads, such as the keyed count's
+    ``keyed_count.output``) that does not exist raises :class:`~sparza.errors.StartCheckError` naming the
+    key and the command that creates it. A stream the config only describes (a serde, a physical name
+    under ``systems.<s>.streams.<x>``) may be a leftover the job never writes: its absence is a warning
+    (``warn``, default stderr)."""
+    from sparza.config.check import keys_read_by_job_code
+    from sparza.errors import StartCheckError, job_config_ref
+
+    systems = {k.split(".")[1] for k in config if k.startswith("systems.") and k.endswith(".samza.factory")}
+    declared: dict[tuple[str, str], str] = {}
+    for key in ("task.dead.letter.stream", "task.late.messages.stream", *keys_read_by_job_code(config)):
+        value = str(config.get(key) or "").strip()
+        system, dot, stream = value.partition(".")
+        if dot and system in systems and stream and " " not in value:
+            declared.setdefault((system, stream), key)
+    described: dict[tuple[str, str], str] = {}
     created_later: set[tuple[str, str]] = set()
     for key in sorted(config):
         parts = key.split(".")
@@ -365,21 +380,19 @@ def check_configured_streams(config: Config, known: set[tuple[str, str]] = froze
             continue
         system = parts[1]
         rest = key[len(f"systems.{system}.streams."):]
-        # A stream id may hold dots: the setting is the longest known suffix; the stream is what precedes it.
-        stream = next((rest[: -len(suffix) - 1] for suffix in _STREAM_SETTING_SUFFIXES
-                       if rest.endswith("." + suffix)), None)
         if any(mark in key for mark in _NOT_STREAMS_TO_CHECK):
             created_later.add((system, rest.split(".delta.table.")[0].split(".avro.schema")[0]))
             continue
-        if not stream or (system, stream) in known:
-            continue
-        if config.get_bool(f"systems.{system}.streams.{stream}.samza.intermediate", False):
-            continue
-        named.setdefault((system, stream), key)
-    for pair in created_later:
-        named.pop(pair, None)
+        # A stream id may hold dots: the setting is the longest known suffix; the stream is what precedes it.
+        stream = next((rest[: -len(suffix) - 1] for suffix in _STREAM_SETTING_SUFFIXES
+                       if rest.endswith("." + suffix)), None)
+        if stream and not config.get_bool(f"systems.{system}.streams.{stream}.samza.intermediate", False):
+            described.setdefault((system, stream), key)
     admins: dict[str, Any] = {}
-    for (system, stream), key in named.items():
+    for pair in sorted(set(declared) | set(described)):
+        if pair in known or pair in created_later:
+            continue
+        system, stream = pair
         if system not in admins:
             try:
                 admins[system] = get_system_factory(config, system).get_admin(system, config)
@@ -395,10 +408,15 @@ def check_configured_streams(config: Config, known: set[tuple[str, str]] = froze
             # Each system's not-found error says how to create its streams (in-memory ones are declared).
             hint = (str(exc) if "sparza stream create" not in str(exc) else
                     f"create it first: sparza stream create {stream} --system {system} --partitions N --config "
-                    f"{JOB_CONFIG_PLACEHOLDER}")
-            raise StartCheckError(key, None, "", message=(
-                f"config key '{key}' configures stream {system}.{stream}{where}, which does not exist: {hint}")
-                ) from exc
+                    f"{job_config_ref()}")
+            if pair in declared:
+                key = declared[pair]
+                raise StartCheckError(key, None, "", message=(
+                    f"config key '{key}' names output stream {system}.{stream}{where}, which does not exist: "
+                    f"{hint}")) from exc
+            line = (f"config key '{described[pair]}' describes stream {system}.{stream}{where}, which does not "
+                    f"exist; if the job writes to it, {hint}")
+            (warn or (lambda text: print(f"warning: {text}", file=sys.stderr, flush=True)))(line)
 
 
 _STREAM_SETTING_SUFFIXES = ("samza.key.serde", "samza.msg.serde", "samza.key.schema", "samza.msg.schema",
