@@ -74,7 +74,9 @@ def test_ctrl_c_then_kill_9_then_restart_gives_exact_counts(make_job, work_dir):
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     stopped_at = {t: cp.batch for t, cp in checkpoint_store_from_config(config, "kc-1").read_all().items()}
 
-    # 2. kill -9 of the whole driver (JVM and Python workers included) in the middle of the run.
+    # 2. kill -9 of the whole driver (JVM and Python workers included) in the middle of the run. More input
+    # first: containers run batches back to back, so step 1 may have caught up before its stop took effect.
+    append_messages(config, 3000, 9, start=3000, commit_size=1000)
     proc = _start(path)
     try:
         _wait_for_batch(config, max(stopped_at.values()) + 2, proc)
@@ -89,8 +91,8 @@ def test_ctrl_c_then_kill_9_then_restart_gives_exact_counts(make_job, work_dir):
     result = run_sparza("run", "--config", str(path), "--once", "--master", "local[2]", env=env)
     assert result.returncode == 0, result.stderr
     counts, rows = final_counts(config)
-    assert counts == expected_counts(3000, 9)
-    assert rows == 3000
+    assert counts == expected_counts(6000, 9)
+    assert rows == 6000
 
 
 def test_injected_spark_task_failure_is_retried_exactly(make_job, work_dir):
