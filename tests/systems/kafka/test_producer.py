@@ -281,3 +281,19 @@ def test_is_fencing_error_sees_through_fatal(kafka_config: Config, topic: Callab
     assert is_fencing_error(error, old)
     other = RdKafkaError(RdKafkaError._MSG_TIMED_OUT, "timed out")
     assert not is_fencing_error(other, old)
+
+
+def test_a_message_over_message_max_bytes_is_a_data_error_at_send(kafka_config: Config,
+                                                                   topic: Callable[..., str]) -> None:
+    """Refused when sent (naming the message), not by the broker when the batch commits, where every retry of
+    the batch would fail the same way."""
+    from sparza.errors import DataError
+
+    name = topic(1)
+    producer = KafkaSystemProducer("k", Config({**kafka_config, "systems.k.producer.message.max.bytes": "1000"}))
+    producer.register(TASK)
+    with pytest.raises(DataError, match="over the producer's message.max.bytes"):
+        producer.send(TASK, OutgoingMessageEnvelope(SystemStream("k", name), b"x" * 2000, partition=0))
+    producer.send(TASK, OutgoingMessageEnvelope(SystemStream("k", name), b"x" * 500, partition=0))
+    producer.flush(TASK)
+    producer.stop()
