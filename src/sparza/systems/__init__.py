@@ -28,6 +28,7 @@ __all__ = [
     "SupportsArrowSend",
     "SupportsConfigCheck",
     "SupportsOffsetArithmetic",
+    "SupportsOffsetKey",
     "SupportsPartitionCount",
     "SupportsProcessingTime",
     "SupportsStreamLocation",
@@ -230,6 +231,16 @@ class SupportsConfigCheck(Protocol):
 
     def check_config(self, system_name: str, config: Config) -> None:
         """Raise :class:`~sparza.errors.ConfigError` for the first setting of ``system_name`` that cannot work."""
+        ...
+
+
+@runtime_checkable
+class SupportsOffsetKey(Protocol):
+    """An admin whose offsets have a sort key: keys compare as ``offset_comparator`` compares the offsets,
+    at a fraction of its cost where many offsets are compared (one per adjunct message)."""
+
+    def offset_key(self, offset: str) -> Any:
+        """The sort key of ``offset`` (raises on a malformed offset, naming what is wrong)."""
         ...
 
 

@@ -174,7 +174,7 @@ class StateBackup:
                     metrics: MetricsRegistry | None = None, progress: bool | None = None) -> StateBackup:
         """A backup for ``task_name`` with ``job.name``, ``job.id``, ``blob.store.transfer.threads`` and
         ``blob.store.file.chunk.size`` from ``config``."""
-        cfg = config if isinstance(config, Config) else Config(config)
+        cfg = Config.of(config)
         return cls(blob_store, cfg.get_str("job.name", "job"), cfg.get_str("job.id", "1"), task_name,
                    threads=_threads(cfg), chunk_size=_chunk_size(cfg), metrics=metrics, progress=progress)
 

@@ -41,14 +41,13 @@ from sparza.metrics import MetricsRegistry
 from sparza.serde import Serde, partition_key_bytes
 from sparza.streams import OutgoingMessageEnvelope
 from sparza.systems import StreamSpec, Transaction
-from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin
+from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin, open_client
 from sparza.systems.kafka.partitioner import partition_for
 from sparza.systems.kafka.settings import (
     CONTROL_PRODUCER_HEADER,
     CONTROL_TYPE_HEADER,
     TIMESTAMP_HEADER,
     KafkaSystemSettings,
-    redact_conf,
 )
 
 __all__ = ["KafkaSystemProducer", "is_fencing_error", "transactional_id"]
@@ -231,12 +230,7 @@ class KafkaSystemProducer:
         conf["error_cb"] = on_error
         if "transactional.id" in conf:
             conf.setdefault("logger", _LibrdkafkaLog(logging.getLogger(f"{__name__}.librdkafka")))
-        try:
-            return Producer(conf)
-        except Exception as exc:
-            shown = redact_conf({k: v for k, v in conf.items() if k not in ("error_cb", "logger")})
-            raise KafkaError(f"cannot create a Kafka producer for system {self.system_name!r} "
-                             f"with {shown}: {exc}") from exc
+        return open_client("producer", Producer, conf, self.system_name)
 
     def _ensure_bookkeeping(self) -> None:
         if not self._bookkeeping_ready:
