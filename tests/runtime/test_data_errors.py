@@ -19,7 +19,7 @@ from deltalake import DeltaTable
 
 from sparza.errors import ConfigError
 from sparza.runtime import JobFailedError
-from sparza.runtime.runner import Discards
+from sparza.runtime.driver.report import Discards
 from sparza.streams import OutgoingMessageEnvelope, SystemStream
 from sparza.testing import TestMessage, TestRunner
 

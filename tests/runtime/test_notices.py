@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from sparza.runtime.commit import BatchStatus
-from sparza.runtime.instance import BatchResult
-from sparza.runtime.runner import RunNotices
+from sparza.runtime.driver.report import RunNotices
+from sparza.runtime.results import BatchResult, BatchStatus
 
 
 def _result(changes: dict[str, int]) -> BatchResult:
