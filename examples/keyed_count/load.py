@@ -71,14 +71,16 @@ def bulk_append(config: Config, messages: int, keys: int, partitions: int, *, co
 def main() -> None:
     """Command line: create the streams of a job config and append messages."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--config", default=str(Path(__file__).with_name("job.yaml")))
-    parser.add_argument("--messages", type=int, default=10_000)
-    parser.add_argument("--keys", type=int, default=100)
-    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--config", default=str(Path(__file__).with_name("job.yaml")),
+                        help="job config whose delta system holds the streams (default: the example's job.yaml)")
+    parser.add_argument("--messages", type=int, default=10_000, help="how many messages to append")
+    parser.add_argument("--keys", type=int, default=100, help="how many distinct keys (k0 ... k<keys-1>)")
+    parser.add_argument("--partitions", type=int, default=4, help="partitions of new streams")
+    parser.add_argument("--commit-size", type=int, default=10_000, help="messages per Delta commit")
     args = parser.parse_args()
     config = Config.from_file(args.config)
     create_streams(config, args.partitions)
-    append_messages(config, args.messages, args.keys)
+    append_messages(config, args.messages, args.keys, commit_size=args.commit_size)
     print(f"appended {args.messages} messages over {args.keys} keys to delta.events")
 
 

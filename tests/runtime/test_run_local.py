@@ -214,8 +214,8 @@ def test_task_exception_stops_the_job_unless_ignored(spark, make_job):
     task = "tests.runtime.jobs.FailingOnKeyTask"
     config = make_job(**{"task.class": task})
     _send_raw(config, [(b"a", b"1"), (b"bad", b"2"), (b"a", b"3")])
-    with pytest.raises(JobFailedError, match=r"task exception in task 'Partition 0' at delta.events#0 offset 1:1: "
-                                             r"ValueError: key 'bad' is not allowed"):
+    with pytest.raises(JobFailedError, match=r"task exception in task 'Partition 0' at delta.events#0 offset 1:1 "
+                                             r"key \[payload: 3 bytes: b'bad'\]: ValueError: key 'bad' is not allowed"):
         _run(spark, config)
     ignoring = Config({**dict(config.items()), "task.ignored.exceptions": "ValueError"})
     runner = _run(spark, ignoring)

@@ -40,9 +40,12 @@ def run(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="
         py_files: str = typer.Option(None, "--py-files", metavar="ZIPS",
                                      help="Comma list of zips (sparza package) executors import the job's code "
                                           "from (default: job.py.files).")) -> None:
-    """Run a job until stopped (SIGINT/SIGTERM finish the batch, commit and exit 0), or until every
-    bounded input ended; with --once, until caught up. Exit codes: 0 clean stop, 1 job failed,
-    2 bad config, 3 another processor holds the job (standalone: refused, or claim lost while running)."""
+    """Run a job until stopped, or until every bounded input ended; with --once, until caught up.
+
+    Ctrl-C (SIGINT, to the process or its whole process group) and SIGTERM finish the running batch,
+    commit and exit 0; a second Ctrl-C stops at once without committing that batch (it runs again at
+    the next start) and exits 130. Exit codes: 0 clean stop, 1 job failed, 2 bad config, 3 another
+    processor holds the job (standalone: refused, or claim lost while running), 130 forced stop."""
     from sparza.config import Config
     from sparza.coordination.jobclaim import ClaimError
     from sparza.runtime.driver.app import run_config
@@ -88,6 +91,28 @@ def _lags(cfg: object, offsets: dict[str, str]) -> dict[str, str]:
     return out
 
 
+_OFFSET_FORMS = {
+    "delta": "{s}: <Delta table version>:<row>, the next message to read is that row of the partition's rows "
+             "written in that version (3:0 = the first row of version 3, so versions 0-2 are done)",
+    "kafka": "{s}: the Kafka offset of the next message to read",
+    "eventhubs": "{s}: the Kafka offset of the next message to read (Event Hubs' Kafka endpoint)",
+    "inmemory": "{s}: the index of the next message to read",
+}
+
+
+def _offsets_caption(cfg: object, checkpoints: dict[str, object]) -> str:
+    """What the offsets in the table mean: each is where its task reads next, in its system's own form."""
+    systems = sorted({key.split(".", 1)[0] for cp in checkpoints.values() for key in cp.offsets})  # type: ignore[attr-defined]
+    forms = []
+    for system in systems:
+        factory = str(cfg.get(f"systems.{system}.samza.factory", "") or "").strip().lower()  # type: ignore[attr-defined]
+        kind = next((k for k in _OFFSET_FORMS if k in factory), None)
+        if kind is not None:
+            forms.append(_OFFSET_FORMS[kind].format(s=system))
+    return ("offsets: where each task reads next, per input partition (system.stream#partition); "
+            + "; ".join(forms) + ". lag: how many messages lie after it now.") if forms else ""
+
+
 @checkpoints_app.command("show")
 def show(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="Job config (YAML or .properties)."),
          as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
@@ -121,7 +146,8 @@ def show(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help=
         if not checkpoints:
             typer.echo(f"no task checkpoints for job {stage_job.job_key} at {store.describe()}")
             continue
-        table = Table(title=f"task checkpoints of {stage_job.job_key} ({store.describe()})")
+        table = Table(title=f"task checkpoints of {stage_job.job_key} ({store.describe()})",
+                      caption=_offsets_caption(stage_cfg, checkpoints), caption_justify="left")
         for column in ("task", "batch", "generation", "offsets", "stores", "ended", "uncommitted flush"):
             table.add_column(column)
         for name in sorted(checkpoints, key=lambda n: (len(n), n)):

@@ -184,7 +184,7 @@ class _Job:
         """Plan and run one batch of every task; empty when there is nothing to plan. A batch that raises
         stays pending and runs again, with the same plan, on the next step (as Spark retries it)."""
         from sparza.runtime.container.executor import TaskAttemptError, make_task_runner
-        from sparza.runtime.errors import JobFailedError
+        from sparza.runtime.errors import tasks_failed
         from sparza.runtime.results import BatchStatus, result_from_row
         from sparza.runtime.split import marker_batch
 
@@ -208,7 +208,7 @@ class _Job:
                 raise
         failed = [r for r in results if r.status is BatchStatus.FAILED]
         if failed:
-            raise JobFailedError("; ".join(r.error or "failed" for r in failed))
+            raise tasks_failed([r.error for r in failed])  # as sparza run reports them
         self.plan, self.pending = self.pending, None
         self.batches += 1
         self.ended = bool(results) and all(r.ended for r in results)

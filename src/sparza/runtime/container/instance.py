@@ -28,6 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparza.config import Config
+from sparza.deadletters import DataErrorPolicy, dead_letter_value
+from sparza.errors import DataError, ErrorKind, SerdeError, StorageUnavailableError, classify
 from sparza.metrics import MetricsRegistry
 from sparza.runtime.checkpoint import CheckpointStore, Intent, TaskCheckpoint, checkpoint_store_from_config
 from sparza.runtime.container.commit import TaskCommit, commit_listeners
@@ -45,7 +47,14 @@ from sparza.streams import (
     SystemStream,
     SystemStreamPartition,
 )
-from sparza.systems import SupportsArrowSend, SupportsPartitionCount, Transaction, get_system_factory, load_object
+from sparza.systems import (
+    SupportsArrowSend,
+    SupportsPartitionCount,
+    SupportsProcessingTime,
+    Transaction,
+    get_system_factory,
+    load_object,
+)
 from sparza.task import (
     BatchStreamTask,
     ClosableTask,
@@ -201,8 +210,11 @@ class TaskInstance:
         self._uses_control = self._needs_control()
         self._window_at = 0
         self._output_batch = 0  # the batch whose outputs the running batch writes (its transactions' version)
+        self._planned_at = 0  # its processing time (epoch ms, from the plan)
         self._listeners: list[Any] | None = None  # the job's commit listeners (task.commit.listeners)
         self._replayed: Intent | None = None  # the open intent the running batch replays, if it does
+        self._data_errors = DataErrorPolicy.from_config(job.config)
+        self._dead_lettered = 0
         self.location: str | None = None  # where this process keeps the task's state (host affinity)
 
     # --- setup ---------------------------------------------------------------------------------
@@ -244,6 +256,8 @@ class TaskInstance:
             producer = WORKER.producer(self.job.config, system)
             producer.register(self.name)
             producer.begin(self.name, Transaction(self.app_id, self._output_batch))
+            if isinstance(producer, SupportsProcessingTime):
+                producer.set_processing_time(self.name, self._planned_at)
             self._producers[system] = producer
         return producer
 
@@ -285,6 +299,8 @@ class TaskInstance:
         output_batch = self._output_batch = self._output_batch_of(split, stored)
         intent = stored.open_intent() if stored is not None else None
         self._replayed = intent if intent is not None and intent.batch == output_batch else None
+        # The batch's processing time, as its first attempt saw it (an open intent's replay keeps its time).
+        self._planned_at = self._replayed.planned_at_ms if self._replayed is not None else split.planned_at
         etag = versioned.etag if versioned else None
         started = time.perf_counter()
         try:
@@ -390,15 +406,15 @@ class TaskInstance:
     def _task_call(self, method: str, fn: Any, *args: Any) -> None:
         """Call task code outside ``process``: what it raises is deterministic (:class:`TaskCodeError`:
         the job stops, Spark does not retry), except storage trouble, which a retry may cure."""
-        from sparza.errors import ConfigError, SparzaError, StorageUnavailableError
+        from sparza.errors import SparzaError
 
         try:
             fn(*args)
         except (StorageUnavailableError, ConnectionError, TimeoutError):
             raise
         except Exception as exc:
-            if isinstance(exc, SparzaError) and not isinstance(exc, RuntimeStateError | ConfigError):
-                raise  # sparza's own failure under the task (e.g. a store or producer): judged by the executor
+            if isinstance(exc, SparzaError) and not isinstance(exc, RuntimeStateError):
+                raise  # sparza's own failure under the task (config, a store, a producer): judged by the executor
             raise TaskCodeError(self.name, method, f"{type(exc).__name__}: {exc}") from exc
 
     def _prepare_adjunct(self, split: TaskSplit, cp: TaskCheckpoint | None) -> None:
@@ -444,8 +460,6 @@ class TaskInstance:
         ssps = [SystemStreamPartition.parse(s) for s in split.ssps]
         key_serdes = [None if isinstance(s, BytesSerde) else s for s in self._serdes_for(ssps, "key")]
         msg_serdes = [None if isinstance(s, BytesSerde) else s for s in self._serdes_for(ssps, "msg")]
-        drop_bad = self.job.drop_deserialization_errors
-        ignored = self.job.ignored_exceptions
         user = MessageType.USER
         envelope_cls = IncomingMessageEnvelope
         messages = processed = dropped = ignored_count = 0
@@ -494,12 +508,12 @@ class TaskInstance:
                         try:
                             process(envelope, collector, coordinator)
                         except Exception as exc:
-                            if ignored and ("*" in ignored or _exception_names(exc) & ignored):
+                            outcome = self._on_message_error(exc, ssp, offset, key, value, ts, collector)
+                            processed -= 1
+                            if outcome == "ignored":
                                 ignored_count += 1
-                                processed -= 1
-                                continue
-                            raise ProcessingError(self.name, str(ssp), offset, "task exception",
-                                                  f"{type(exc).__name__}: {exc}") from exc
+                            elif outcome == "dropped":
+                                dropped += 1
                     processed += n
                     continue
                 for offset, raw_key, raw_value, ts, kind, size in zip(offsets, raw_keys, raw_values, tss, kinds, sizes,
@@ -516,22 +530,24 @@ class TaskInstance:
                             value = (mser.from_bytes(raw_value) if mser is not None and raw_value is not None
                                      else raw_value)
                         except Exception as exc:
-                            if drop_bad:
+                            if not isinstance(exc, DataError):  # a serde that raised anything: still the data
+                                exc = SerdeError(f"{type(exc).__name__}: {exc}")
+                            if self._on_message_error(exc, ssp, offset, raw_key, raw_value, ts, collector,
+                                                      deserializing=True) == "dropped":
                                 dropped += 1
-                                continue
-                            raise ProcessingError(self.name, str(ssp), offset, "deserialization error",
-                                                  f"{type(exc).__name__}: {exc}") from exc
+                            continue
                     envelope = envelope_cls(ssp, offset, key, value, ts, size)
                     if on_control is not None:
                         on_control(envelope)
                     try:
                         process(envelope, collector, coordinator)
                     except Exception as exc:
-                        if ignored and ("*" in ignored or _exception_names(exc) & ignored):
+                        outcome = self._on_message_error(exc, ssp, offset, raw_key, raw_value, ts, collector)
+                        if outcome == "ignored":
                             ignored_count += 1
-                            continue
-                        raise ProcessingError(self.name, str(ssp), offset, "task exception",
-                                              f"{type(exc).__name__}: {exc}") from exc
+                        elif outcome == "dropped":
+                            dropped += 1
+                        continue
                     processed += 1
         if adjunct_idx:
             adjunct.read_through({ssps[i]: split.ends[i] for i in adjunct_idx})
@@ -539,12 +555,43 @@ class TaskInstance:
         self.metrics.timer("task", "read-ms").update(read_s * 1000.0)
         self.metrics.counter("task", "messages-dropped").inc(dropped)
         self.metrics.counter("task", "exceptions-ignored").inc(ignored_count)
+        self.metrics.counter("task", "messages-dead-lettered").inc(self._dead_lettered)
+        self._dead_lettered = 0
         # Windows count late messages in the task's registry, which is fresh every batch.
         result.late = self.metrics.counter("control", "late-messages").count
         result.late_routed = self.metrics.counter("control", "late-messages-routed").count
         self._boundary_callbacks(split, cp, collector, coordinator, result)
         result.shutdown = coordinator.shutdown_requested
         return result
+
+    def _on_message_error(self, exc: Exception, ssp: SystemStreamPartition, offset: str, key: Any, value: Any,
+                          ts: int | None, collector: _Collector, *, deserializing: bool = False) -> str:
+        """A message's handling raised ``exc``: ``"ignored"`` (a task exception task.ignored.exceptions
+        names), ``"dropped"`` (a data error Samza's task.drop.*.errors skips) or ``"dead-lettered"``
+        (routed to task.dead.letter.stream); anything else raises :class:`ProcessingError`, naming what
+        kind of error it is (see :mod:`sparza.errors`): config and system errors are never ignorable."""
+        if isinstance(exc, StorageUnavailableError | ConnectionError | TimeoutError):
+            raise exc  # a retry may cure it: Spark retries the task (exact: outputs are idempotent per batch)
+        kind = classify(exc)
+        ignored = self.job.ignored_exceptions
+        if kind is ErrorKind.TASK and ignored and ("*" in ignored or _exception_names(exc) & ignored):
+            return "ignored"
+        if kind is ErrorKind.DATA:
+            policy = self._data_errors
+            if policy.dead_letter is not None:
+                raw_key = key if key is None or isinstance(key, bytes) else None
+                raw_value = value if value is None or isinstance(value, bytes) else None
+                collector.send(OutgoingMessageEnvelope(
+                    policy.dead_letter, dead_letter_value(exc, task=self.name, ssp=str(ssp), offset=offset,
+                                                          key=raw_key, value=raw_value, timestamp=ts),
+                    key=raw_key if raw_key is not None else self.name.encode("utf-8"), timestamp=ts))
+                self._dead_lettered += 1
+                return "dead-lettered"
+            if policy.drops(deserializing):
+                return "dropped"
+        label = "deserialization error" if deserializing else kind.value
+        raise ProcessingError(self.name, str(ssp), offset, label, f"{type(exc).__name__}: {exc}", key=key,
+                              column=getattr(exc, "column", None)) from exc
 
     def _deliver_batches(self, ssp: SystemStreamPartition, run: pa.RecordBatch, kinds: list[int], process_batch: Any,
                          collector: _Collector, coordinator: _Coordinator) -> tuple[int, int]:
@@ -566,12 +613,14 @@ class TaskInstance:
                     process_batch(MessageBatch(ssp, rows), collector, coordinator)
                     processed += rows.num_rows
                 except Exception as exc:
-                    if ignored and ("*" in ignored or _exception_names(exc) & ignored):
+                    if classify(exc) is ErrorKind.TASK and ignored and (
+                            "*" in ignored or _exception_names(exc) & ignored):
                         skipped += rows.num_rows
                     else:
                         offsets = rows.column("offset")
                         raise ProcessingError(self.name, str(ssp), f"{offsets[0].as_py()} to {offsets[-1].as_py()}",
-                                              "task exception", f"{type(exc).__name__}: {exc}") from exc
+                                              classify(exc).value, f"{type(exc).__name__}: {exc}",
+                                              column=getattr(exc, "column", None)) from exc
             if i < n:
                 if control is not None:
                     row = run.slice(i, 1).to_pylist()[0]

@@ -387,9 +387,11 @@ def run_container(plan_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator
     """The barrier ``mapInArrow`` function of an epoch: this Spark task is one container (module docstring)."""
     from pyspark import BarrierTaskContext
 
+    from sparza.interrupts import ignore_interrupts
     from sparza.runtime.channel import ContainerChannelClient, result_to_json
     from sparza.runtime.secrets import resolve_secrets
 
+    ignore_interrupts()  # a terminal's Ctrl-C reaches this worker too: the driver decides when to stop
     for _ in batches:  # the one input row of this partition
         pass
     plan = EpochPlan.from_json(plan_json)

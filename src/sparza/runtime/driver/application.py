@@ -9,12 +9,11 @@ every stage saw end-of-stream on all its inputs.
 
 from __future__ import annotations
 
-import signal
-import threading
 from typing import Any
 
 from sparza.config import Config
 from sparza.errors import ConfigError
+from sparza.interrupts import StopOnSignals
 from sparza.runtime.driver.report import Discards, RunOutcome
 from sparza.runtime.driver.runner import JobRunner, build_spark_session
 from sparza.runtime.jobconfig import JobConfig
@@ -45,15 +44,11 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
                                     f"sparza-{config.get_str('job.name')}", remote)
     runners = [JobRunner(s.config, spark=spark, processor_id=processor_id, once=once,
                          install_signal_handlers=False) for s in stages]
-    previous: dict[int, Any] = {}
-    def stop_all(signum: int, _frame: Any) -> None:
+    def stop_all(reason: str) -> None:
         for r in runners:
-            r.request_stop(f"stopped by {signal.Signals(signum).name}")
+            r.request_stop(reason)
 
-    if install_signal_handlers and threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.getsignal(sig)
-            signal.signal(sig, stop_all)
+    signals = StopOnSignals(stop_all, runners[0].status).install() if install_signal_handlers else None
     try:
         for runner in runners:  # every stage's claim before any stage runs: refuse as a whole
             runner.acquire_claim()
@@ -71,8 +66,8 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
         reasons = sorted({o.reason for o in outcomes})
         return RunOutcome("; ".join(reasons), sum(o.batches for o in outcomes), 0, discards=_discards(outcomes))
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        if signals is not None:
+            signals.restore()
         for runner in runners:
             runner.close()
         if owns_spark:

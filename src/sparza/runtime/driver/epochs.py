@@ -39,7 +39,7 @@ from sparza.errors import ConfigError
 from sparza.runtime.channel import ChannelEvent, ContainerChannel, result_from_json
 from sparza.runtime.container.runloop import CONTAINER_SCHEMA, run_container
 from sparza.runtime.epoch import EpochJob, EpochPlan
-from sparza.runtime.errors import JobFailedError
+from sparza.runtime.errors import JobFailedError, tasks_failed
 from sparza.runtime.results import BatchResult, BatchStatus
 
 __all__ = ["EXECUTION_MODES", "ContainerPool", "ContainerQuery", "check_container_session", "execution_mode"]
@@ -203,7 +203,7 @@ class ContainerQuery:
                 self._committed_since_failure = True
         if result.status is BatchStatus.FAILED:
             self.flush(force=True)
-            self.fail(JobFailedError(result.error or f"task '{result.task}' failed"))
+            self.fail(tasks_failed([result.error or f"task '{result.task}' failed"]))
             return
         if result.shutdown:
             self.request_stop()

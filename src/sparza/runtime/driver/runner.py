@@ -5,7 +5,8 @@ task of the batch on an executor (see :mod:`sparza.runtime.container.executor`);
 which collects the one result row per task, merges their metrics and prints a status line. A failed
 task row stops the job with its message (SSP, offset, cause).
 
-Stopping (SIGINT/SIGTERM, every input ended, a task's ``coordinator.shutdown()``) is clean: a stop
+Stopping (SIGINT/SIGTERM, see :mod:`sparza.interrupts`; every input ended; a task's
+``coordinator.shutdown()``) is clean: a stop
 file tells the source to plan no further batch, the runner waits for the running batch to commit,
 then stops the query. ``--once`` uses Spark's AvailableNow trigger: what exists at start is
 processed in capped batches, then the query ends by itself.
@@ -17,7 +18,6 @@ import contextlib
 import json
 import logging
 import shutil
-import signal
 import sys
 import threading
 import time
@@ -27,11 +27,12 @@ from typing import Any
 
 from sparza.config import Config
 from sparza.errors import ConfigError, SparzaError
+from sparza.interrupts import StopOnSignals
 from sparza.metrics import JsonLinesReporter, MetricsRegistry, attach_prometheus
 from sparza.runtime.driver.preflight import check_executor_imports
 from sparza.runtime.driver.report import BootstrapProgress, Discards, RunNotices, RunOutcome, short_error
 from sparza.runtime.driver.session import add_py_files, build_spark_session, is_connect, py_files
-from sparza.runtime.errors import JobFailedError
+from sparza.runtime.errors import JobFailedError, tasks_failed
 from sparza.runtime.inputs import InputSystems
 from sparza.runtime.jobconfig import JobConfig
 from sparza.runtime.model import TaskModel
@@ -198,9 +199,8 @@ class JobRunner:
             self.last_results = results
             failed = [r for r in results if r.status is BatchStatus.FAILED]
             if failed:
-                message = "; ".join(r.error or "failed" for r in failed)
                 self._check_claim()  # a fenced write usually means the claim is gone: say that, not the symptom
-                self._failure = self._claim_lost or JobFailedError(message)
+                self._failure = self._claim_lost or tasks_failed([r.error for r in failed])
                 self.request_stop("failed")
                 raise self._failure
             elapsed = (time.perf_counter() - started) * 1000.0
@@ -227,9 +227,8 @@ class JobRunner:
                                    f"{messages} msgs in")
                 self._batches += committed
             if failed and self._failure is None:
-                message = "; ".join(r.error or "failed" for r in failed)
                 self._check_claim()
-                self._failure = self._claim_lost or JobFailedError(message)
+                self._failure = self._claim_lost or tasks_failed([r.error for r in failed])
                 self.request_stop("failed")
             if any(r.shutdown for r in results):
                 self.request_stop("a task asked to shut down")
@@ -249,6 +248,7 @@ class JobRunner:
         self.notices.add(notices)
         self.metrics.counter(agg, "messages-dropped").inc(discards.undeserializable)
         self.metrics.counter(agg, "exceptions-ignored").inc(discards.ignored)
+        self.metrics.counter(agg, "messages-dead-lettered").inc(discards.dead_lettered)
         self.metrics.counter(agg, "late-messages").inc(discards.late)
         self.metrics.counter(agg, "late-messages-routed").inc(discards.late_routed)
         self.metrics.counter(agg, "batches").inc(batches)
@@ -256,6 +256,7 @@ class JobRunner:
         self.metrics.counter(agg, "flushes-skipped").inc(notices.flushes_skipped)
         self.metrics.counter(agg, "stores-restored-from-blob-store").inc(notices.restores)
         self.metrics.counter(agg, "producers-fenced").inc(notices.fenced)
+        self.metrics.counter(agg, "batches-written-elsewhere").inc(notices.written_elsewhere)
         self.metrics.timer(agg, "batch-ms").update(elapsed_ms)
         commit_ms = max((r.commit_ms for r in results), default=0.0)
         self.metrics.timer(agg, "commit-ms").update(commit_ms)
@@ -654,18 +655,14 @@ class JobRunner:
                 return
             time.sleep(0.1)
 
-    def _install_signals(self) -> dict[int, Any]:
-        previous: dict[int, Any] = {}
-        if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():
-            return previous
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.getsignal(sig)
-            signal.signal(sig, lambda signum, _frame: self.request_stop(f"stopped by {signal.Signals(signum).name}"))
-        return previous
+    def _install_signals(self) -> StopOnSignals | None:
+        if not self.install_signal_handlers:
+            return None
+        return StopOnSignals(self.request_stop, self.status).install()
 
     @staticmethod
-    def _restore_signals(previous: dict[int, Any]) -> None:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    def _restore_signals(previous: StopOnSignals | None) -> None:
+        if previous is not None:
+            previous.restore()
 
 
