@@ -398,7 +398,7 @@ class JobRunner:
 
     def _ship_secrets(self, spark: Any) -> None:
         """Secrets go to Spark as a distributed file, never as an option or in a function (runtime/secrets.py)."""
-        from sparza.runtime.secrets import ship_secrets
+        from sparza.runtime.driver.shipping import ship_secrets
 
         if self._secrets is None:
             self._shipped, self._secrets = ship_secrets(spark, self.config)
