@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -100,9 +102,13 @@ _OFFSET_FORMS = {
 }
 
 
-def _offsets_caption(cfg: object, checkpoints: dict[str, object]) -> str:
+if TYPE_CHECKING:
+    from sparza.runtime.checkpoint import TaskCheckpoint
+
+
+def _offsets_caption(cfg: object, checkpoints: Mapping[str, TaskCheckpoint]) -> str:
     """What the offsets in the table mean: each is where its task reads next, in its system's own form."""
-    systems = sorted({key.split(".", 1)[0] for cp in checkpoints.values() for key in cp.offsets})  # type: ignore[attr-defined]
+    systems = sorted({key.split(".", 1)[0] for cp in checkpoints.values() for key in cp.offsets})
     forms = []
     for system in systems:
         factory = str(cfg.get(f"systems.{system}.samza.factory", "") or "").strip().lower()  # type: ignore[attr-defined]

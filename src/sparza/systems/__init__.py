@@ -395,8 +395,11 @@ def check_configured_streams(config: Config, known: set[tuple[str, str]] = froze
             created_later.add((system, rest.split(".delta.table.")[0].split(".avro.schema")[0]))
             continue
         # A stream id may hold dots: the setting is the longest known suffix; the stream is what precedes it.
-        stream = next((rest[: -len(suffix) - 1] for suffix in _STREAM_SETTING_SUFFIXES
-                       if rest.endswith("." + suffix)), None)
+        found = next((rest[: -len(suffix) - 1] for suffix in _STREAM_SETTING_SUFFIXES
+                      if rest.endswith("." + suffix)), None)
+        if found is None:
+            continue
+        stream = found
         if stream and not config.get_bool(f"systems.{system}.streams.{stream}.samza.intermediate", False):
             described.setdefault((system, stream), key)
     admins: dict[str, Any] = {}
