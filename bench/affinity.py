@@ -32,7 +32,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -128,36 +127,6 @@ def sparza_run(config_path: Path, master: str, log: Path, *, once: bool,
            "--master", master] + (["--once"] if once else [])
     with log.open("w") as out:
         return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=config_path.parent)
-
-
-class Feeder:
-    """Appends ``size`` messages over ``keys`` keys every ``interval_s`` in a thread (steady input)."""
-
-    def __init__(self, config: Any, keys: int, size: int, start: int = 0, interval_s: float = 0.5) -> None:
-        self.config, self.keys, self.size, self.appended, self.interval_s = config, keys, size, start, interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self.error: BaseException | None = None
-
-    def _run(self) -> None:
-        from examples.keyed_count.load import append_messages
-
-        try:
-            while not self._stop.wait(self.interval_s):
-                append_messages(self.config, self.size, self.keys, start=self.appended, commit_size=self.size)
-                self.appended += self.size
-        except BaseException as exc:
-            self.error = exc
-
-    def start(self) -> Feeder:
-        self._thread.start()
-        return self
-
-    def stop(self) -> int:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(60)
-        return self.appended
 
 
 class RunView:
@@ -270,7 +239,7 @@ class AffinityResult:
 
 def affinity_run(cluster: Any, base: Path, connection: str, scale: Scale, workers: int, mode: str) -> AffinityResult:
     """One job on the running ``cluster`` (see the module docstring, part 1)."""
-    from examples.keyed_count.load import append_messages
+    from examples.keyed_count.load import SteadyInput, append_messages
 
     root = base / f"aff-{workers}w-{mode}"
     name = f"aff-{workers}w-{mode}"
@@ -280,7 +249,7 @@ def affinity_run(cluster: Any, base: Path, connection: str, scale: Scale, worker
     path = write_config(config, root / "job.yaml")
     append_messages(config, scale.keys, scale.keys, commit_size=scale.keys)  # every key once: the state exists
     view = RunView(root / "metrics.jsonl", root / "run.log", tasks)
-    feeder = Feeder(config, scale.keys, scale.append, start=scale.keys)
+    feeder = SteadyInput(config, scale.keys, scale.append, start=scale.keys)
     result = AffinityResult(workers, mode)
     started = time.monotonic()
     proc = sparza_run(path, cluster.url, view.log, once=False, env=sparza_env())

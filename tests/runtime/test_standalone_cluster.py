@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from examples.keyed_count.load import append_messages
+from examples.keyed_count.load import SteadyInput, append_messages
 from tests.runtime.helpers import counts_per_key, expected_counts, sparza_cmd, sparza_env, write_config
 
 from sparza.azure import AZURITE_ACCOUNT_KEY
@@ -39,35 +39,6 @@ pytestmark = pytest.mark.slow
 KEYS = 23
 TASKS = [f"Partition {i}" for i in range(4)]
 PHASE_TIMEOUT_S = 300.0
-
-
-class Feeder:
-    """Appends ``size`` messages every ``interval_s`` in a thread (steady input) until stopped."""
-
-    def __init__(self, config: Any, start: int, size: int = 40, interval_s: float = 0.5) -> None:
-        self.config, self.appended, self.size, self.interval_s = config, start, size, interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self.error: BaseException | None = None
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.wait(self.interval_s):
-                append_messages(self.config, self.size, KEYS, start=self.appended, commit_size=self.size)
-                self.appended += self.size
-        except BaseException as exc:  # surfaced by stop()
-            self.error = exc
-
-    def start(self) -> Feeder:
-        self._thread.start()
-        return self
-
-    def stop(self) -> int:
-        """Stop appending; the number of messages appended in all (``error``: what failed an append)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(30)
-        return self.appended
 
 
 class Watch:
@@ -183,7 +154,7 @@ def test_tasks_stay_on_their_executors_and_move_once_when_a_worker_is_killed(
     # The driver names the executors' Python (PySpark ships PYSPARK_PYTHON with each function).
     env = {**{k: v for k, v in sparza_env().items() if k != "AZURE_STORAGE_CONNECTION_STRING"},
            "PYSPARK_PYTHON": python}
-    feeder = Feeder(config, start=400)
+    feeder = SteadyInput(config, KEYS, 40, start=400)
     watch = Watch(path, log)
     proc: subprocess.Popen[bytes] | None = None
     with cluster:

@@ -51,14 +51,11 @@ def _spark_class() -> str:
 
 
 @dataclass
-class SparkMaster(LocalServerProcess):
-    """The standalone master on ``127.0.0.1:<port>``, its web UI (and JSON state) on ``<webui_port>``."""
-
-    LOG_NAME = "master.log"
-    PROGRAM = "the Spark standalone master"
+class _SparkDaemon(LocalServerProcess):
+    """What the master and a worker share: a dir, an environment, an RPC port and a web UI port."""
 
     data_dir: Path
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)  # the environment may hold secrets
     port: int = 0
     webui_port: int = 0
     pid: int | None = None
@@ -69,14 +66,22 @@ class SparkMaster(LocalServerProcess):
         self.port = self.port or free_port()
         self.webui_port = self.webui_port or free_port()
 
+    def ports(self) -> tuple[int, ...]:
+        """The RPC and web UI ports."""
+        return (self.port, self.webui_port)
+
+
+@dataclass
+class SparkMaster(_SparkDaemon):
+    """The standalone master on ``127.0.0.1:<port>``, its web UI (and JSON state) on ``<webui_port>``."""
+
+    LOG_NAME = "master.log"
+    PROGRAM = "the Spark standalone master"
+
     @property
     def url(self) -> str:
         """``spark://127.0.0.1:<port>``: what ``--master`` takes."""
         return f"spark://127.0.0.1:{self.port}"
-
-    def ports(self) -> tuple[int, ...]:
-        """The RPC and web UI ports."""
-        return (self.port, self.webui_port)
 
     def start(self, timeout_s: float = 120.0) -> None:
         """Start the master and wait until its JSON state answers."""
@@ -96,7 +101,7 @@ class SparkMaster(LocalServerProcess):
 
 
 @dataclass
-class SparkWorker(LocalServerProcess):
+class SparkWorker(_SparkDaemon):
     """One worker with ``cores`` cores and ``memory`` for executors, registered with ``master_url``.
 
     Its dirs are under ``data_dir``: ``work`` (``SPARK_WORKER_DIR``: executors' cwd and logs), ``local``
@@ -107,20 +112,9 @@ class SparkWorker(LocalServerProcess):
     LOG_NAME = "worker.log"
     PROGRAM = "a Spark standalone worker"
 
-    data_dir: Path
-    master_url: str
-    env: Mapping[str, str] = field(default_factory=dict)
+    master_url: str = ""
     cores: int = 1
     memory: str = "1g"
-    port: int = 0
-    webui_port: int = 0
-    pid: int | None = None
-    _proc: subprocess.Popen[bytes] | None = None
-
-    def __post_init__(self) -> None:
-        self.data_dir = Path(self.data_dir)
-        self.port = self.port or free_port()
-        self.webui_port = self.webui_port or free_port()
 
     @property
     def state_dir(self) -> Path:
@@ -131,10 +125,6 @@ class SparkWorker(LocalServerProcess):
     def work_dir(self) -> Path:
         """``SPARK_WORKER_DIR``: the executors' working dirs and their stdout/stderr logs."""
         return self.data_dir / "work"
-
-    def ports(self) -> tuple[int, ...]:
-        """The worker's RPC and web UI ports."""
-        return (self.port, self.webui_port)
 
     def start(self, timeout_s: float = 120.0) -> None:
         """Start the worker and wait until its ports are open (registration: :meth:`StandaloneCluster.wait_workers`)."""
@@ -199,8 +189,8 @@ class StandaloneCluster:
         self.env = {**spark_env(python), "SPARK_MASTER_HOST": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1",
                     **(env or {})}
         self.master = SparkMaster(self.base_dir / "master", env=self.env)
-        self.workers = {i: SparkWorker(self.base_dir / f"worker{i}", self.master.url, env=self.env, cores=cores,
-                                       memory=memory) for i in range(1, workers + 1)}
+        self.workers = {i: SparkWorker(self.base_dir / f"worker{i}", env=self.env, master_url=self.master.url,
+                                       cores=cores, memory=memory) for i in range(1, workers + 1)}
 
     @property
     def url(self) -> str:
