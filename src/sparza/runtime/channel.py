@@ -6,7 +6,7 @@ failure detection and stop requests cannot wait for that. The driver therefore l
 and every container connects to it (:class:`ContainerChannelClient`). Messages are JSON lines:
 
 - container → driver: ``hello`` (epoch, container index, its locations, its tasks, the tasks that moved to
-  it), ``result`` (one committed, skipped or failed task batch: a :class:`~sparza.runtime.instance.BatchResult`),
+  it), ``result`` (one committed, skipped or failed task batch: a :class:`~sparza.runtime.results.BatchResult`),
   ``done`` (a task left the run loop: caught up, ended, stopped), ``error`` (the container is failing);
 - driver → container: ``end`` (finish the running batch, commit, return).
 
@@ -28,8 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from sparza.runtime.commit import BatchStatus
-from sparza.runtime.instance import BatchResult
+from sparza.runtime.results import BatchResult, BatchStatus
 
 __all__ = ["ChannelEvent", "ContainerChannel", "ContainerChannelClient", "result_from_json", "result_to_json"]
 
@@ -109,10 +108,12 @@ class ContainerChannel:
     def _serve(self, conn: socket.socket) -> None:
         key: tuple[int, int] | None = None
         try:
+            conn.settimeout(30.0)  # a container says hello at once; anything silent is not one of ours
             reader = conn.makefile("r", encoding="utf-8")
             first = json.loads(reader.readline() or "null")
             if not isinstance(first, dict) or first.get("token") != self.token:
                 return  # not one of ours
+            conn.settimeout(None)
             key = (int(first["epoch"]), int(first["container"]))
             with self._lock:
                 self._peers[key] = conn

@@ -1,8 +1,8 @@
 """The document a batch hands from the driver to each task: :class:`TaskSplit`, carried as a marker row.
 
-The driver's source (:mod:`sparza.runtime.source`) plans the batch and yields, per task, one
+The driver's source (:mod:`sparza.runtime.driver.source`) plans the batch and yields, per task, one
 *marker* row whose ``value`` is the task's split as JSON; the executor side
-(:mod:`sparza.runtime.worker`) takes it off the front of the task's rows and reads the messages
+(:mod:`sparza.runtime.container.worker`) takes it off the front of the task's rows and reads the messages
 itself. This module is the only thing both sides share.
 """
 
@@ -39,7 +39,7 @@ class TaskSplit(InputPartition):  # type: ignore[misc]
 
     index: int
     task: str
-    seq: int
+    batch: int
     planned_at: int
     ssps: list[str]
     starts: list[str]
@@ -59,7 +59,7 @@ class TaskSplit(InputPartition):  # type: ignore[misc]
 
     def to_json(self) -> bytes:
         """The marker row's payload."""
-        return json.dumps({"index": self.index, "task": self.task, "seq": self.seq, "planned_at": self.planned_at,
+        return json.dumps({"index": self.index, "task": self.task, "batch": self.batch, "planned_at": self.planned_at,
                            "ssps": self.ssps, "starts": self.starts, "ends": self.ends, "ended": self.ended,
                            "bounded_ends": self.bounded_ends, "reset": self.reset}, sort_keys=True).encode()
 

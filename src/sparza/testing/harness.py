@@ -44,6 +44,7 @@ from sparza.testing.oracle import (
     read_delta_values,
     read_kafka_records,
     read_table_rows,
+    reduce_panes,
 )
 from sparza.testing.scenario import (
     AFTER_RUN_FAULTS,
@@ -54,6 +55,7 @@ from sparza.testing.scenario import (
     TASK_APIS,
     Scenario,
     generate,
+    operator_config,
     scale_scenario,
 )
 
@@ -63,6 +65,9 @@ RUN_TIMEOUT_S = 600.0
 """Longest a single ``sparza run`` may take before the harness calls it hung."""
 
 _SRC = Path(__file__).resolve().parents[2]
+
+EVENT_TIME_KINDS = ("window", "session", "join")
+"""Job kinds whose operators may drop (and the harness jobs route) late messages."""
 
 _AFTER_RUN_FAULTS = AFTER_RUN_FAULTS
 """Faults applied between runs (the others happen during a run, which is then restarted)."""
@@ -220,6 +225,7 @@ class _Job:
             if s.kind == "window":
                 v["app.harness.window.size.ms"] = s.window_size_ms
                 v["app.harness.window.slide.ms"] = s.window_slide_ms
+            v.update(operator_config(s))   # joins, sessions, triggers (scenario.OPERATORS_SALT)
             # Without late data nothing may be late: the lateness spans every event time.
             v[f"systems.{in_system}.streams.{in_name}.watermark.lateness.ms"] = 0 if s.late else 10**12
             v["task.late.messages.policy"] = "route"
@@ -783,13 +789,15 @@ def _check(job: _Job, outcome: Outcome) -> None:
         repeated = [i for i, n in routed.items() if n > 1]
         if repeated:
             outcome.problems.append(f"{len(repeated)} late messages routed more than once (e.g. ids {repeated[:5]})")
-        if s.kind != "window":
+        if s.kind not in EVENT_TIME_KINDS:
             outcome.problems.append(f"{sum(routed.values())} messages routed as late by a job without a window "
                                     f"(e.g. ids {sorted(routed)[:5]}): only event-time operators may call data late")
         elif not s.late:
             outcome.problems.append(f"{len(routed)} messages routed as late although the lateness spans all event "
                                     f"times (e.g. ids {sorted(routed)[:5]})")
-    excluded = routed if s.kind == "window" else Counter()
+    excluded = routed if s.kind in EVENT_TIME_KINDS else Counter()
+    actual, pane_problems = reduce_panes(s, actual, upserted=s.output == "table-upsert")
+    outcome.problems.extend(pane_problems)
     expected = (expected_table_rows(s, excluded_ids=excluded) if s.output.startswith("table-")
                 else expected_records(s, excluded_ids=excluded))
     comparison = compare(expected, actual)

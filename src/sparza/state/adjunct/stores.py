@@ -15,13 +15,13 @@ from typing import Any, Protocol, runtime_checkable
 from sparza.blobstore import BlobStoreManager
 from sparza.config import Config
 from sparza.state.adjunct.builder import EnvelopeReader, StoreBuilder
-from sparza.state.adjunct.config import AdjunctStoreSpec
 from sparza.state.adjunct.container import ContainerSnapshotCache, SnapshotLease
 from sparza.state.adjunct.errors import AdjunctError
 from sparza.state.adjunct.extractor import load_extractor
 from sparza.state.adjunct.offsets import StreamAccess
 from sparza.state.adjunct.publication import Publication, PublicationBoard
 from sparza.state.adjunct.readonly import ReadOnlyStore
+from sparza.state.adjunct.settings import AdjunctStoreSpec
 from sparza.state.adjunct.slot import store_serdes
 from sparza.state.adjunct.snapshots import SnapshotStore
 from sparza.state.kv import InMemoryStore, KeyValueStore
@@ -82,8 +82,9 @@ class AdjunctStoreManager(Protocol):
         """The read-only store tasks read."""
         ...
 
-    def begin_batch(self, batch_id: int) -> None:
-        """Batch ``batch_id`` starts (readers pick the snapshot published before it)."""
+    def begin_batch(self, batch_id: int | None) -> None:
+        """Batch ``batch_id`` starts (readers pick the snapshot published before it; None: the newest one, as
+        a task that commits on its own schedule reads, see :class:`SupportsPinnedReads`)."""
         ...
 
     def commit(self, batch_id: int) -> dict[str, Any]:
@@ -106,6 +107,22 @@ class SupportsCommitted(Protocol):
 
     def committed(self, batch_id: int) -> None:
         """The checkpoint of batch ``batch_id`` is durable."""
+        ...
+
+
+@runtime_checkable
+class SupportsPinnedReads(Protocol):
+    """Optional capability of an :class:`AdjunctStoreManager` whose reads depend on what another task
+    published (a broadcast store): which publication the batch read, so a replay of the batch can read
+    the very same one. Tasks that commit on their own schedule (containers) have no common batch number to
+    pick "the snapshot before this batch" by, so they read the newest and record it."""
+
+    def read_batch(self) -> int | None:
+        """The batch of the publication this batch read (None: it read none)."""
+        ...
+
+    def pin(self, batch: int) -> None:
+        """Read the publication of ``batch`` in this batch (a replay of a batch that read it)."""
         ...
 
 
@@ -185,7 +202,7 @@ class PartitionedStoreManager:
     def view(self) -> KeyValueStore:
         return self._view
 
-    def begin_batch(self, batch_id: int) -> None:
+    def begin_batch(self, batch_id: int | None) -> None:
         """Nothing to do: the task reads its own store."""
 
     def commit(self, batch_id: int) -> dict[str, Any]:
@@ -297,10 +314,18 @@ class BroadcastStoreManager:
     def view(self) -> KeyValueStore:
         return self._view
 
-    def begin_batch(self, batch_id: int) -> None:
+    def begin_batch(self, batch_id: int | None) -> None:
         if self._wanted_before != batch_id:
             self._wanted_before = batch_id
             self._stale = True
+
+    def read_batch(self) -> int | None:
+        # Only what this batch opened: a batch that never read the store needs nothing pinned on a replay.
+        return self.publication.batch if self.publication is not None and not self._stale else None
+
+    def pin(self, batch: int) -> None:
+        self._wanted_before = batch + 1
+        self._stale = True
 
     def commit(self, batch_id: int) -> dict[str, Any]:
         entry: dict[str, Any] = {"batch": batch_id}
