@@ -185,3 +185,36 @@ def test_a_session_with_dynamic_allocation_is_refused_naming_both_ways_out():
     with pytest.raises(ConfigError) as refused:
         check_container_session(Session({"spark.dynamicAllocation.enabled": "true"}))
     assert "job.execution.mode: batches" in str(refused.value) and "dynamic allocation off" in str(refused.value)
+
+
+def test_a_container_ends_its_epoch_when_its_driver_is_silent_or_gone():
+    import socket
+    import time as clock
+
+    from sparza.runtime.channel import ContainerChannel, ContainerChannelClient
+
+    events: list[dict[str, Any]] = []
+    channel = ContainerChannel("127.0.0.1", events.append, ping_s=0.05)
+    try:
+        client = ContainerChannelClient.connect(channel.address, 1, 0, driver_timeout_s=0.5)
+        assert client is not None
+        client.hello({"kc-1": "here"}, ["Partition 0"], [], alive=["here"])
+        until = clock.monotonic() + 1.5
+        while clock.monotonic() < until:  # three timeouts long: the pings keep it going
+            assert not client.poll_end(0.05)
+        channel.end_epoch(1)
+        assert client.poll_end(1.0) and not client.driver_lost  # the driver's own end request
+    finally:
+        channel.close()
+    assert [e["type"] for e in events][:1] == ["hello"]
+    # A driver that is still connected but says nothing (frozen, cut off): the container ends after the timeout.
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        client = ContainerChannelClient.connect(("127.0.0.1", port, "t"), 1, 0, driver_timeout_s=0.3)
+        assert client is not None
+        conn, _ = silent.accept()
+        started = clock.monotonic()
+        while not client.poll_end(0.05):
+            assert clock.monotonic() - started < 5, "the silent driver was never noticed"
+        assert client.driver_lost
+        conn.close()

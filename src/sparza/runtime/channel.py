@@ -8,7 +8,10 @@ and every container connects to it (:class:`ContainerChannelClient`). Messages a
 - container → driver: ``hello`` (epoch, container index, its locations, its tasks, the tasks that moved to
   it), ``result`` (one committed, skipped or failed task batch: a :class:`~sparza.runtime.results.BatchResult`),
   ``done`` (a task left the run loop: caught up, ended, stopped), ``error`` (the container is failing);
-- driver → container: ``end`` (finish the running batch, commit, return).
+- driver → container: ``end`` (finish the running batch, commit, return) and ``ping`` (the driver is alive: a
+  container that hears nothing from a driver it was connected to for ``job.container.driver.timeout.ms`` ends its
+  epoch at the batch boundary, so a frozen or partitioned processor's containers stop doing work; the fencing of
+  task checkpoints keeps the output exact either way).
 
 Every connection starts with the epoch's token (random per processor), so nothing else can report into a
 job. Without the channel (the driver cannot be reached from executors) a container still runs its epoch
@@ -24,6 +27,7 @@ import secrets
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -56,8 +60,9 @@ class ContainerChannel:
     ``on_event(event)`` is called for every message, from the connection's thread.
     """
 
-    def __init__(self, host: str, on_event: Callable[[ChannelEvent], None]) -> None:
+    def __init__(self, host: str, on_event: Callable[[ChannelEvent], None], *, ping_s: float = 1.0) -> None:
         self.token = secrets.token_hex(16)
+        self.ping_s = ping_s
         self._on_event = on_event
         self._server = socket.create_server((host, 0))
         self._server.settimeout(0.5)
@@ -69,6 +74,14 @@ class ContainerChannel:
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._accept, name="sparza-container-channel", daemon=True)
         self._thread.start()
+        threading.Thread(target=self._ping, name="sparza-container-ping", daemon=True).start()
+
+    def _ping(self) -> None:
+        while not self._closed.wait(self.ping_s):
+            with self._lock:
+                peers = list(self._peers.values())
+            for conn in peers:
+                _send(conn, {"type": "ping"})
 
     @property
     def address(self) -> tuple[str, int, str]:
@@ -152,8 +165,12 @@ def _send(conn: socket.socket, body: dict[str, Any]) -> bool:
 class ContainerChannelClient:
     """A container's end of the channel (see the module docstring)."""
 
-    def __init__(self, conn: socket.socket, epoch: int, container: int, token: str) -> None:
+    def __init__(self, conn: socket.socket, epoch: int, container: int, token: str,
+                 driver_timeout_s: float = 10.0) -> None:
         self._conn = conn
+        self.driver_timeout_s = driver_timeout_s
+        self._last_heard = time.monotonic()
+        self.driver_lost = False
         self._epoch = epoch
         self._container = container
         self._token = token
@@ -163,7 +180,7 @@ class ContainerChannelClient:
 
     @classmethod
     def connect(cls, address: tuple[str, int, str] | list[Any], epoch: int, container: int,
-                timeout_s: float = 5.0) -> ContainerChannelClient | None:
+                timeout_s: float = 5.0, driver_timeout_s: float = 10.0) -> ContainerChannelClient | None:
         """Connect to the driver, or None (logged) when it cannot be reached."""
         host, port, token = address
         try:
@@ -174,7 +191,7 @@ class ContainerChannelClient:
             return None
         conn.settimeout(None)
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return cls(conn, epoch, container, str(token))
+        return cls(conn, epoch, container, str(token), driver_timeout_s)
 
     def _send(self, body: dict[str, Any]) -> bool:
         if self.broken:
@@ -203,7 +220,8 @@ class ContainerChannelClient:
         self._send({"type": "error", "error": text})
 
     def poll_end(self, wait_s: float) -> bool:
-        """Wait up to ``wait_s`` for the driver's ``end``; True once it came."""
+        """Wait up to ``wait_s`` for the driver's ``end``; True once it came, or once the driver it was connected
+        to has been silent for ``driver_timeout_s`` or closed the connection (:attr:`driver_lost`)."""
         if self.ended or self.broken:
             if wait_s > 0 and not self.ended:
                 select.select([], [], [], wait_s)
@@ -213,15 +231,19 @@ class ContainerChannelClient:
             if readable:
                 chunk = self._conn.recv(65536)
                 if not chunk:
-                    self.broken = True
-                    return self.ended
+                    self.broken = self.ended = self.driver_lost = True  # the driver is gone
+                    return True
+                self._last_heard = time.monotonic()
                 self._buffer += chunk
                 while b"\n" in self._buffer:
                     line, self._buffer = self._buffer.split(b"\n", 1)
                     if json.loads(line).get("type") == "end":
                         self.ended = True
         except OSError:
-            self.broken = True
+            self.broken = self.ended = self.driver_lost = True
+            return True
+        if not self.ended and time.monotonic() - self._last_heard > self.driver_timeout_s:
+            self.ended = self.driver_lost = True
         return self.ended
 
     def close(self) -> None:

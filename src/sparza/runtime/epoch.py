@@ -45,6 +45,7 @@ class EpochPlan:
     duration_ms: int
     affinity: bool = True
     channel: tuple[str, int, str] | None = None  # host, port, token
+    driver_timeout_ms: int = 10_000  # a container whose driver was silent this long ends its epoch
 
     def to_json(self) -> str:
         """The plan as JSON."""

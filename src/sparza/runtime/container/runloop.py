@@ -402,7 +402,9 @@ def run_container(plan_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator
     previous = {(j.key, t): loc for j in plan.jobs for t, loc in j.locations.items()}
     assignment = assign_tasks([(j.key, t) for j in plan.jobs for t in j.tasks], locations, previous,
                               affinity=plan.affinity)
-    channel = ContainerChannelClient.connect(plan.channel, plan.epoch, index) if plan.channel else None
+    channel = (ContainerChannelClient.connect(plan.channel, plan.epoch, index,
+                                              driver_timeout_s=plan.driver_timeout_ms / 1000.0)
+               if plan.channel else None)
     undelivered: list[tuple[str, str, str]] = []
     if channel is not None:
         moves = [{"job": key, "task": task, "from": previous.get((key, task)), "to": mine[key]}
@@ -429,6 +431,10 @@ def run_container(plan_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator
 
     try:
         Container(plan, index, assignment, _Reporter(), location=mine).run()
+        if channel is not None and channel.driver_lost:
+            _log.warning("container %s of epoch %s: the driver was silent for %.1f s or went away: ended the epoch at "
+                         "a batch boundary (its tasks continue from their commits wherever the driver runs them "
+                         "next)", index, plan.epoch, plan.driver_timeout_ms / 1000.0)
     except BaseException as exc:
         if channel is not None:
             channel.send_error(f"{type(exc).__name__}: {exc}")

@@ -65,6 +65,10 @@ define_key("job.container.max.restarts", "3",
            "Failed epochs (containers) or streaming-query deaths (batches) in a row before the job fails: an executor "
            "lost, Spark's retries of a task exhausted, a worker that did not connect back; a committed batch resets "
            "the count.", _PKG)
+define_key("job.container.driver.timeout.ms", None,
+           "Container mode: a container whose driver has been silent this long ends its epoch at the next batch "
+           "boundary (a frozen or cut-off processor stops doing work); default: half of "
+           "job.coordinator.standalone.claim.timeout.ms, at most 10 s.", _PKG)
 define_key("job.container.channel.host", None,
            "Container mode: the address executors reach the driver's container channel at (default "
            "spark.driver.host).", _PKG)
@@ -98,7 +102,8 @@ class ContainerQuery:
     def __init__(self, pool: ContainerPool, key: str, tasks: list[str], build_epoch_job: Callable[[], EpochJob],
                  on_results: Callable[[list[BatchResult], int], None], on_notice: Callable[[str], None], *,
                  once: bool, epoch_ms: int, affinity: bool, count: int | None, max_restarts: int,
-                 channel_host: str | None = None, report_interval_s: float = 1.0) -> None:
+                 channel_host: str | None = None, driver_timeout_ms: int = 10_000,
+                 report_interval_s: float = 1.0) -> None:
         self.pool = pool
         self.key = key
         self.tasks = set(tasks)
@@ -112,6 +117,7 @@ class ContainerQuery:
         self.max_restarts = max_restarts
         self.report_interval_s = report_interval_s
         self.channel_host = channel_host
+        self.driver_timeout_ms = driver_timeout_ms
         self.name = key
         self._lock = threading.Lock()
         self._pending: list[BatchResult] = []
@@ -369,7 +375,8 @@ class ContainerPool:
     def _ensure_channel(self, members: list[ContainerQuery]) -> ContainerChannel:
         if self._channel is None:
             host = next((m.channel_host for m in members if m.channel_host), None)
-            self._channel = ContainerChannel(host or _driver_host(self.spark), self._dispatch)
+            ping_s = max(0.1, min(m.driver_timeout_ms for m in members) / 4000.0)
+            self._channel = ContainerChannel(host or _driver_host(self.spark), self._dispatch, ping_s=ping_s)
         return self._channel
 
     def _run_epoch(self, members: list[ContainerQuery]) -> None:
@@ -398,7 +405,8 @@ class ContainerPool:
                               f"at most the {slots} executor slot(s) this Spark session has (all containers of an "
                               "epoch run at once)")
         plan = EpochPlan(epoch=epoch, jobs=jobs, duration_ms=min(m.epoch_ms for m in live),
-                         affinity=all(m.affinity for m in live), channel=channel.address)
+                         affinity=all(m.affinity for m in live), channel=channel.address,
+                         driver_timeout_ms=min(m.driver_timeout_ms for m in live))
         for member in live:
             member.epoch_started(epoch)
         with self._lock:
