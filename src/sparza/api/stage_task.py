@@ -24,7 +24,7 @@ from sparza.api.join_state import JoinState
 from sparza.api.session_state import SessionState
 from sparza.api.stage_plan import APP_STAGE_KEY, build_application, intermediate_streams
 from sparza.api.stage_split import StageSpec, split_stages, watermark_holdbacks
-from sparza.api.window_state import WindowState, window_state
+from sparza.api.window_state import TriggeredWindowState, WindowState, window_state
 from sparza.api.windows import SessionSpec, WindowError, WindowPane
 from sparza.control.settings import ControlSettings, LatePolicy
 from sparza.errors import SerdeError, payload_preview
@@ -384,7 +384,8 @@ class StageTask:
                                   f"timestamps or pass timestamp_fn")
             return ts if ts.__class__ is int else int(ts)
 
-        if isinstance(state, WindowState) and not spec.triggered:
+        if not isinstance(state, (TriggeredWindowState, SessionState)):
+            # The plain one-firing window: no panes to take between messages.
             def emit_window(value: Any, key: Any, timestamp: Any) -> None:
                 ts = timestamp_fn(value) if timestamp_fn is not None else timestamp
                 if ts.__class__ is not int:

@@ -97,7 +97,7 @@ class Discards:
         inputs = ", ".join(str(spec.stream) for spec in job.inputs)
         lines = [f"{self.describe()} (inputs {inputs})."]
         if self.late:
-            lines.append("Late messages arrived after every window they belong to had fired; allow more "
+            lines.append("Late messages arrived after every window or join they belong to had closed; allow more "
                          "out-of-orderness with systems.<system>.streams.<stream>.watermark.lateness.ms on the "
                          "application's input streams, or keep them with task.late.messages.policy: route and "
                          "task.late.messages.stream.")
