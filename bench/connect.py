@@ -7,7 +7,7 @@ Delta stream, a RocksDB count per key, a running count per message written to a 
 - **local**: a local[2] SparkSession in this process (Structured Streaming, ``foreachBatch``);
 - **connect**: a Spark Connect server (local[2], its own JVM on loopback, started from the installed
   pyspark) and a client session in this process: the client-driven batch loop
-  (``runtime/clientloop.py``), the code shipped as ``job.py.files`` (``sparza package``).
+  (``runtime/driver/clientloop.py``), the code shipped as ``job.py.files`` (``sparza package``).
 
 Each path first runs once on 10k other messages (JVM, Python workers and imports warm), then the timed
 runs alternate local, connect, local, connect on fresh copies of the data, so load on the shared machine
@@ -78,9 +78,9 @@ def main() -> None:
     if args.messages:
         messages = args.messages
     from sparza.devservers.spark import SparkConnectServer
-    from sparza.runtime.app import _importable_cwd
-    from sparza.runtime.packaging import build_package
-    from sparza.runtime.session import connect_session
+    from sparza.runtime.driver.app import _importable_cwd
+    from sparza.runtime.driver.packaging import build_package
+    from sparza.runtime.driver.session import connect_session
     from sparza.testing import local_spark_session
 
     _importable_cwd()

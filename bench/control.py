@@ -140,7 +140,7 @@ def _feeder(config: Config, stop: threading.Event, rate_per_s: int, partitions: 
 
 def _run(spark: Any, configs: list[Config], until: threading.Event | None,
          started: Any = None) -> list[Any]:
-    from sparza.runtime.runner import JobRunner
+    from sparza.runtime.driver.runner import JobRunner
 
     runners = [JobRunner(c, spark=spark, install_signal_handlers=False, status=lambda line: None) for c in configs]
     threads = [threading.Thread(target=r.run, daemon=True) for r in runners]
@@ -162,8 +162,8 @@ def _run(spark: Any, configs: list[Config], until: threading.Event | None,
 def latency(work: Path, seconds: float, window_ms: int, rate: int, partitions: int, *, control: bool) -> list[int]:
     """Pane latencies (ms) with control messages, or without them (windows flushed at the end)."""
     from sparza.api import plan_application
+    from sparza.runtime.driver.runner import build_spark_session
     from sparza.runtime.jobconfig import JobConfig
-    from sparza.runtime.runner import build_spark_session
     from sparza.systems import StreamSpec
     from sparza.systems.delta import DeltaSystemAdmin
 

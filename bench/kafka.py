@@ -159,7 +159,7 @@ def main() -> None:
     if args.messages:
         messages = args.messages
     from sparza.devservers.kafka import TansuProcess
-    from sparza.runtime.app import _importable_cwd
+    from sparza.runtime.driver.app import _importable_cwd
     from sparza.testing import local_spark_session
 
     _importable_cwd()

@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     scale = SCALES[args.scale]
     rounds = args.rounds or (1 if args.scale == "small" else 2)
-    from sparza.runtime.app import _importable_cwd
+    from sparza.runtime.driver.app import _importable_cwd
     from sparza.testing import local_spark_session
 
     _importable_cwd()

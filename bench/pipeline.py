@@ -129,7 +129,7 @@ def run_sparza(work: Path, conn: str, run_id: str, batch: int, profile: Path | N
 
     from sparza.api import plan_application
     from sparza.runtime import JobRunner
-    from sparza.runtime.stages import run_together
+    from sparza.runtime.driver.application import run_together
 
     config = _config(work, run_id, conn, batch)
     spark = _spark("sparza-bench-pipeline")
@@ -271,7 +271,7 @@ def run_native(work: Path, conn: str, run_id: str, batch: int) -> dict[str, Any]
 
 def child(args: argparse.Namespace) -> None:
     """``--child``: one run in this process; its result as JSON in ``--out``."""
-    from sparza.runtime.app import _importable_cwd
+    from sparza.runtime.driver.app import _importable_cwd
 
     _importable_cwd()
     work = Path(args.work)

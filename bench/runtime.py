@@ -206,7 +206,7 @@ def timed_run(spark: Any, root: Path, run: str, path: str, max_batch: int,
 
 def child(args: argparse.Namespace) -> None:
     """``--child``: one cold run in this process (a fresh JVM and Python workers); its result as JSON."""
-    from sparza.runtime.app import _importable_cwd
+    from sparza.runtime.driver.app import _importable_cwd
 
     _importable_cwd()
     spark = _spark(args.partitions)
@@ -247,7 +247,7 @@ def main() -> None:
     if args.messages:
         messages = args.messages
     rounds = args.rounds or (1 if args.scale == "small" else 2)
-    from sparza.runtime.app import _importable_cwd
+    from sparza.runtime.driver.app import _importable_cwd
 
     _importable_cwd()
     root = Path(tempfile.mkdtemp(prefix="sparza-bench-runtime-"))

@@ -131,7 +131,7 @@ def main() -> None:
     parser.add_argument("--scale", choices=sorted(SCALES), default="small")
     args = parser.parse_args()
     messages, keys, partitions, max_batch = SCALES[args.scale]
-    from sparza.runtime.app import _importable_cwd
+    from sparza.runtime.driver.app import _importable_cwd
     from sparza.testing import local_spark_session
 
     _importable_cwd()

@@ -344,7 +344,7 @@ def test_the_check_reads_a_real_upsert_table_with_every_reader_and_finds_a_wrong
 def test_harness_task_passes_the_start_check_of_sparza_run_for_store_less_kinds() -> None:
     """Found after merging the start checks: every copy/filtermap scenario exited 2 ("asks for store
     'counts' … not set") because the class named its count-only store with a literal."""
-    from sparza.runtime.preflight import store_names_asked
+    from sparza.runtime.driver.preflight import store_names_asked
     from sparza.testing.jobs import HarnessTask
 
     assert store_names_asked(HarnessTask) == []

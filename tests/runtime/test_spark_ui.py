@@ -17,7 +17,7 @@ _SCRIPT = """
 import sys
 from sparza.config import Config
 from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.session import build_spark_session
+from sparza.runtime.driver.session import build_spark_session
 
 port = int(sys.argv[1])
 values = {"job.name": "ui", "task.class": "examples.keyed_count.task.KeyedCountTask", "task.inputs": "delta.events",

@@ -149,8 +149,8 @@ def _count_user_messages(config: Any, stream: str) -> int:
 def _run_stages(plan: Any, master: str | None, console: Console) -> dict[str, int]:
     """Run every stage as its own streaming query of one SparkSession until all of them ended."""
     from sparza.runtime import JobRunner, build_spark_session
+    from sparza.runtime.driver.application import run_together
     from sparza.runtime.jobconfig import JobConfig
-    from sparza.runtime.stages import run_together
 
     stages = [(s.name, s.config) for s in plan.stages]
     spark = build_spark_session(JobConfig.from_config(stages[0][1]), master, "sparza-demo")

@@ -45,7 +45,7 @@ def run(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="
     2 bad config, 3 another processor holds the job (standalone: refused, or claim lost while running)."""
     from sparza.config import Config
     from sparza.coordination.jobclaim import ClaimError
-    from sparza.runtime.app import run_config
+    from sparza.runtime.driver.app import run_config
 
     cfg = Config.load(config)  # untranslated: run_config checks it and warns about Samza's spellings itself
     if py_files:
@@ -98,8 +98,8 @@ def show(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help=
     from rich.table import Table
 
     from sparza.runtime.checkpoint import checkpoint_store_from_config
+    from sparza.runtime.driver.preflight import check_storage
     from sparza.runtime.jobconfig import JobConfig
-    from sparza.runtime.preflight import check_storage
 
     cfg = _load(config)
     job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
@@ -152,8 +152,8 @@ def drop_intent(config: str = typer.Option(..., "--config", "-c", metavar="FILE"
     import dataclasses
 
     from sparza.runtime.checkpoint import checkpoint_store_from_config
+    from sparza.runtime.driver.preflight import check_storage
     from sparza.runtime.jobconfig import JobConfig
-    from sparza.runtime.preflight import check_storage
 
     cfg = _load(config)
     job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
@@ -187,8 +187,8 @@ def package(config: str = typer.Option(None, "--config", "-c", metavar="FILE",
     """Write a zip of sparza and the job's modules for executors that do not have them (job.py.files,
     --py-files, spark-submit --py-files, spark.addArtifacts), and the requirements file to install there."""
     from sparza.config import Config
+    from sparza.runtime.driver.packaging import build_package, job_modules
     from sparza.runtime.jobconfig import JobConfig
-    from sparza.runtime.packaging import build_package, job_modules
 
     modules = list(module)
     if config:

@@ -46,7 +46,6 @@ from sparza.runtime.errors import RuntimeStateError
 from sparza.systems import SystemProducer, Transaction, load_object
 
 __all__ = [
-    "BatchStatus",
     "CommitListener",
     "CommitStatus",
     "CommitStep",
@@ -67,14 +66,6 @@ define_key("task.testing.fault.hook", None,
 define_key("task.testing.fail.once.at", "after-flush",
            "Testing only: the commit step after which the injected failure happens: after-intent, after-flush, "
            "after-adjunct, after-snapshot, after-checkpoint or during-cleanup.", "runtime")
-
-
-class BatchStatus(enum.Enum):
-    """How a task's batch ended, as reported to the driver."""
-
-    COMMITTED = "committed"
-    SKIPPED = "skipped"  # a replay of a batch the task checkpoint already holds
-    FAILED = "failed"  # a deterministic failure (poison message, task exception): the job stops
 
 
 class CommitStep(enum.Enum):
@@ -138,7 +129,7 @@ CheckpointBuilder = Callable[[dict[str, str], dict[str, Any] | None], TaskCheckp
 class TaskCommit:
     """Commits one batch of one task: :meth:`run` runs the steps (see the module docstring).
 
-    ``stores`` is the task's :class:`~sparza.runtime.stores.TaskStores`; ``adjunct`` its adjunct manager or
+    ``stores`` is the task's :class:`~sparza.runtime.container.stores.TaskStores`; ``adjunct`` its adjunct manager or
     None; ``intent`` the batch's range and output batch; ``checkpoint`` builds the task checkpoint of step 5
     from the snapshot ids and the adjunct entry.
     """

@@ -3,13 +3,13 @@
 The reader lives on the driver (in Spark's Python source runner): ``initialOffset`` starts from
 the task checkpoints, ``latestOffset`` plans each batch (:class:`~sparza.runtime.planner.BatchPlanner`),
 ``partitions`` gives one :class:`~sparza.runtime.split.TaskSplit` per task, and ``read`` runs on
-executors: it runs the task's batch (:func:`sparza.runtime.executor.run_split`: the task reads its
+executors: it runs the task's batch (:func:`sparza.runtime.container.executor.run_split`: the task reads its
 SSPs' messages itself, so they never pass through JVM rows, processes and commits them) and yields
 the task's result row. ``foreachBatch`` collects those rows. Options: ``config`` (the job config as
 JSON, without its secrets), ``tasks``, ``stop_file``, ``generation`` (the fencing generation of every
 checkpoint write of this query) and ``task_count`` (tasks of the whole job, for control messages).
 
-On Spark Connect the client drives the batches itself (:mod:`sparza.runtime.clientloop`) with the same
+On Spark Connect the client drives the batches itself (:mod:`sparza.runtime.driver.clientloop`) with the same
 reader, and each batch is a batch read of this source (:class:`SparzaBatchReader`) whose option
 ``splits`` holds the batch's task splits; its ``read`` runs each task as the stream reader's does.
 
@@ -17,7 +17,7 @@ The ``config`` option holds no secret: :mod:`sparza.runtime.secrets` ships those
 reader merges them back when it first needs the config.
 
 Notes: the reader must stay picklable (Spark ships it); every split is independent; Arrow types
-must match :data:`~sparza.runtime.executor.RESULT_SCHEMA` exactly (PySpark refuses near-misses).
+must match :data:`~sparza.runtime.container.executor.RESULT_SCHEMA` exactly (PySpark refuses near-misses).
 """
 
 from __future__ import annotations
@@ -113,11 +113,11 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Runs on an executor: the task's batch, and its result row (``partition`` is a TaskSplit).
 
-        The task reads its messages itself (:func:`~sparza.runtime.worker.read_split`, in this Spark task):
+        The task reads its messages itself (:func:`~sparza.runtime.container.worker.read_split`, in this Spark task):
         passing them through Spark would convert every message to a JVM row and back to Arrow, which
         cost more than the task's own processing.
         """
-        from sparza.runtime.executor import run_split
+        from sparza.runtime.container.executor import run_split
 
         assert isinstance(partition, TaskSplit)
         task_count = self.task_count
@@ -172,8 +172,8 @@ class SparzaDataSource(DataSource):  # type: ignore[misc]
         return "sparza"
 
     def schema(self) -> str:
-        """:data:`~sparza.runtime.executor.RESULT_SCHEMA`: one result row per task and batch."""
-        from sparza.runtime.executor import RESULT_SCHEMA
+        """:data:`~sparza.runtime.container.executor.RESULT_SCHEMA`: one result row per task and batch."""
+        from sparza.runtime.results import RESULT_SCHEMA
 
         return RESULT_SCHEMA
 

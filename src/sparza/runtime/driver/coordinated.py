@@ -19,10 +19,11 @@ from typing import Any
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry, attach_prometheus
 from sparza.runtime.checkpoint import checkpoint_store_from_config
+from sparza.runtime.driver.report import RunOutcome
+from sparza.runtime.driver.runner import JobRunner, build_spark_session
 from sparza.runtime.errors import CheckpointConflictError
 from sparza.runtime.inputs import InputSystems
 from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.runner import JobRunner, RunOutcome, build_spark_session
 
 __all__ = ["CoordinatedProcessor", "claim_tasks", "run_coordinated"]
 

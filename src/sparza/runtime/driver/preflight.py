@@ -87,11 +87,14 @@ def _check_task_class(job: JobConfig) -> None:
     path = job.task_class
     assert path is not None
     cls = load_checked(path, "task.class")
-    if not callable(getattr(cls, "process", None)) and not callable(getattr(cls, "process_batch", None)):
+    from sparza.task import BatchStreamTask, StreamTask, WindowableTask
+
+    # The task protocols are runtime-checkable: on the class they check its methods, as on an instance.
+    if not isinstance(cls, StreamTask | BatchStreamTask):
         raise StartCheckError("task.class", path, "", message=(
             f"config key 'task.class' = {path!r} has no process(envelope, collector, coordinator) method: "
             "name a StreamTask class (or a BatchStreamTask with process_batch(batch, collector, coordinator))"))
-    if job.window_ms > 0 and not callable(getattr(cls, "window", None)):
+    if job.window_ms > 0 and not isinstance(cls, WindowableTask):
         raise StartCheckError("task.window.ms", str(job.window_ms), "", message=(
             f"config key 'task.window.ms' = {job.window_ms}, but task.class {path!r} has no "
             "window(collector, coordinator) method: add one, or remove task.window.ms"))
@@ -206,7 +209,9 @@ def check_application(config: Config) -> None:
     once planned."""
     path = config.get_str("app.class")
     target = load_checked(path, "app.class")
-    if not callable(getattr(target, "describe", None)):
+    from sparza.api import Application
+
+    if not isinstance(target, Application):
         raise StartCheckError("app.class", path, "", message=(
             f"config key 'app.class' = {path!r} has no describe(app) method: name a StreamApplication class"))
 
@@ -261,7 +266,7 @@ def _uses_job_account(config: Config) -> bool:
 
 
 def check_deployment(config: Config, target: Any) -> None:
-    """What a config needs to run on ``target`` (a :class:`~sparza.runtime.session.SparkTarget`): on a cluster
+    """What a config needs to run on ``target`` (a :class:`~sparza.runtime.driver.session.SparkTarget`): on a cluster
     master or Spark Connect, executors run on other hosts than the driver and see none of its files.
 
     Raises :class:`StartCheckError` naming the key, where the job runs and the fix: for a local path that
@@ -269,7 +274,7 @@ def check_deployment(config: Config, target: Any) -> None:
     executors resolve relative ones against their own working dirs); for a job that finds its Azure account
     only through this host's embedded dev storage; for a ``job.py.files`` file that does not exist.
     """
-    from sparza.runtime.session import PY_FILES_KEY, SHARED_FS_KEY, py_files
+    from sparza.runtime.driver.session import PY_FILES_KEY, SHARED_FS_KEY, py_files
 
     for path in py_files(config):
         if not os.path.isfile(path):
@@ -320,12 +325,12 @@ def check_executor_imports(spark: Any, config: Config) -> None:
     imports sparza's executor side and the modules of ``task.class``/``app.class`` where tasks will run.
     Raises :class:`StartCheckError` naming the module, the error and the fix (``job.py.files``), instead
     of every task failing on it. Once per session and set of modules."""
-    from sparza.runtime.session import PY_FILES_KEY, spark_target
+    from sparza.runtime.driver.session import PY_FILES_KEY, spark_target
 
     target = spark_target(spark)
     if target.local:
         return
-    modules = ("sparza.runtime.executor", *_class_modules(config))
+    modules = ("sparza.runtime.container.executor", *_class_modules(config))
     probed = _PROBED.setdefault(spark, set())
     if modules in probed:
         return

@@ -2,16 +2,16 @@
 
 A :class:`ContainerPool` belongs to one SparkSession (one processor). Every job (an application stage, a
 task.class job) that runs in container mode joins it through a :class:`ContainerQuery`, which stands for
-that job's streaming query towards :class:`~sparza.runtime.runner.JobRunner` (the part of
+that job's streaming query towards :class:`~sparza.runtime.driver.runner.JobRunner` (the part of
 ``StreamingQuery``'s interface the runner uses). The pool's thread runs epochs back to back while any job
 is in it:
 
-1. **Plan.** An :class:`~sparza.runtime.container.EpochPlan` with every job's config (without secrets), its
+1. **Plan.** An :class:`~sparza.runtime.container.runloop.EpochPlan` with every job's config (without secrets), its
    tasks, where each task last committed (read from the task checkpoints), and the positions its bounded
    and bootstrap streams are measured against.
 2. **Run.** ``spark.range(C).mapInArrow(run_container, barrier=True)``: ``C`` containers at once, one per
    executor slot (``job.container.count`` to choose fewer). A barrier stage starts all of them together,
-   which lets them agree on who runs which task (:func:`~sparza.runtime.container.assign_tasks`) from
+   which lets them agree on who runs which task (:func:`~sparza.runtime.container.runloop.assign_tasks`) from
    where each one is. Their reports arrive through the container channel (:mod:`sparza.runtime.channel`)
    while the epoch runs.
 3. **End.** After ``job.container.epoch.ms``, or when a job asks to stop (a signal, a failed task, a
@@ -37,10 +37,10 @@ from typing import Any
 from sparza.config import define_key
 from sparza.errors import ConfigError
 from sparza.runtime.channel import ChannelEvent, ContainerChannel, result_from_json
-from sparza.runtime.commit import BatchStatus
-from sparza.runtime.container import CONTAINER_SCHEMA, EpochJob, EpochPlan, run_container
+from sparza.runtime.container.runloop import CONTAINER_SCHEMA, run_container
+from sparza.runtime.epoch import EpochJob, EpochPlan
 from sparza.runtime.errors import JobFailedError
-from sparza.runtime.instance import BatchResult
+from sparza.runtime.results import BatchResult, BatchStatus
 
 __all__ = ["EXECUTION_MODES", "ContainerPool", "ContainerQuery", "execution_mode"]
 
@@ -75,7 +75,7 @@ def execution_mode(config: Any) -> str:
 
 
 class ContainerQuery:
-    """One job in the container pool, seen by :class:`~sparza.runtime.runner.JobRunner` as its streaming query.
+    """One job in the container pool, seen by :class:`~sparza.runtime.driver.runner.JobRunner` as its streaming query.
 
     ``build_epoch_job()`` gives the job's part of the next epoch. ``on_results(results, epoch)`` receives
     committed results (at most about once a second, and at every epoch's end); ``on_notice(line)`` gets
@@ -398,20 +398,20 @@ class ContainerPool:
             with self._lock:
                 self._running = None
         for row in rows:  # what a container could not send over the channel
-            member = self._members.get(row["job"])
-            if member is None:
+            owner = self._members.get(row["job"])
+            if owner is None:
                 continue
             body = json.loads(row["body"])
             if row["kind"] == "result":
-                member.on_event({"type": "result", "result": body})
+                owner.on_event({"type": "result", "result": body})
             else:
-                member.on_event({"type": "done", **body})
+                owner.on_event({"type": "done", **body})
         for member in live:
             member.epoch_ended(error, self._last_error if error is not None else None)
 
     def _slots(self) -> int:
         """How many tasks the session's executors run at once now (waits for executors before the first epoch)."""
-        from sparza.runtime.session import is_connect
+        from sparza.runtime.driver.session import is_connect
 
         if is_connect(self.spark):
             return _connect_slots(self.spark)
@@ -437,7 +437,7 @@ class ContainerPool:
 
 def _activate(spark: Any) -> None:
     """Make ``spark`` this thread's active session: Spark Connect looks a UDF's session up per thread."""
-    from sparza.runtime.session import is_connect
+    from sparza.runtime.driver.session import is_connect
 
     if is_connect(spark):
         type(spark)._set_default_and_active_session(spark)
@@ -472,7 +472,7 @@ def _concurrent_tasks(sc: Any) -> int:
 
 
 def _driver_host(spark: Any) -> str:
-    from sparza.runtime.session import is_connect
+    from sparza.runtime.driver.session import is_connect
 
     if is_connect(spark):
         return "127.0.0.1"

@@ -1,7 +1,7 @@
 """A container: one long-running Spark task that hosts sparza tasks for an epoch (Samza's SamzaContainer).
 
 In the container execution mode (``job.execution.mode: containers``) the driver starts one Spark job per
-**epoch** (:mod:`sparza.runtime.epochs`): a barrier stage of ``C`` Spark tasks, one per executor slot,
+**epoch** (:mod:`sparza.runtime.driver.epochs`): a barrier stage of ``C`` Spark tasks, one per executor slot,
 each of which is a container. Every container runs :func:`run_container`:
 
 1. **Where am I.** Each container names its *location*: the identity of the local state dir of each job
@@ -13,10 +13,11 @@ each of which is a container. Every container runs :func:`run_container`:
    holds its state whenever one exists (host affinity, Samza's ``job.host-affinity.enabled``), and only
    tasks whose location is gone (executor lost, rescale) move, to the least-loaded containers.
 3. **The run loop.** For each of its tasks the container keeps a :class:`TaskLoop`: a one-task
-   :class:`~sparza.runtime.planner.BatchPlanner` and the cached :class:`~sparza.runtime.instance.TaskInstance`.
+   :class:`~sparza.runtime.planner.BatchPlanner` and the cached
+   :class:`~sparza.runtime.container.instance.TaskInstance`.
    It polls the inputs' positions every ``task.poll.interval.ms`` while idle, and whenever a task has new
    messages (and its last batch started at least ``task.commit.ms`` ago) it runs that task's next batch:
-   read, process, commit through the same :class:`~sparza.runtime.commit.TaskCommit` as a micro-batch
+   read, process, commit through the same :class:`~sparza.runtime.container.commit.TaskCommit` as a micro-batch
    (intent, producer transactions, snapshots, checkpoint). Stores stay open between batches: the task
    does not leave this process until the epoch ends.
 4. **Reporting.** Each batch's result goes to the driver over the container channel
@@ -40,7 +41,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -48,21 +49,19 @@ import pyarrow as pa
 
 from sparza.config import Config, define_key
 from sparza.errors import ConfigError
-from sparza.runtime.commit import BatchStatus
+from sparza.runtime.container.executor import run_task_batch
+from sparza.runtime.epoch import EpochJob, EpochPlan
 from sparza.runtime.errors import RuntimeStateError
-from sparza.runtime.executor import run_task_batch
-from sparza.runtime.instance import BatchResult
 from sparza.runtime.jobconfig import JobConfig
 from sparza.runtime.model import TaskModel
 from sparza.runtime.planner import BatchPlan, BatchPlanner, SspPosition
+from sparza.runtime.results import BatchResult, BatchStatus
 from sparza.streams import SystemStreamPartition
 
 __all__ = [
     "CONTAINER_SCHEMA",
     "Container",
     "ContainerReporter",
-    "EpochJob",
-    "EpochPlan",
     "TaskLoop",
     "assign_tasks",
     "location_of",
@@ -77,53 +76,6 @@ define_key("task.poll.interval.ms", "50",
 
 LOCATION_FILE = ".sparza-location"
 """The file in a job's ``job.logged.store.base.dir`` that names that state dir (one uuid per dir)."""
-
-
-@dataclass
-class EpochJob:
-    """One job (an application stage, or a task.class job) in an epoch: what its containers need.
-
-    ``config``: the job config without its secrets (they come from the secrets file). ``tasks``: the tasks of
-    this processor. ``locations``: task → the location of its last commit (from its checkpoint).
-    ``start_positions``: SSP → upcoming offset when the job started (where bounded streams end and bootstrap
-    streams must reach). ``targets``: ``--once`` only, SSP → offset not to plan past.
-    """
-
-    config: dict[str, str]
-    tasks: list[str]
-    task_count: int
-    generation: int
-    start_positions: dict[str, str]
-    targets: dict[str, str] | None = None
-    locations: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def key(self) -> str:
-        """``<job.name>-<job.id>``."""
-        return f"{self.config.get('job.name')}-{self.config.get('job.id', '1')}"
-
-
-@dataclass
-class EpochPlan:
-    """What the driver gives every container of an epoch (JSON-able: it travels in the Spark job's closure)."""
-
-    epoch: int
-    jobs: list[EpochJob]
-    duration_ms: int
-    affinity: bool = True
-    channel: tuple[str, int, str] | None = None  # host, port, token
-
-    def to_json(self) -> str:
-        """The plan as JSON."""
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> EpochPlan:
-        """Inverse of :meth:`to_json`."""
-        body = json.loads(text)
-        jobs = [EpochJob(**j) for j in body.pop("jobs")]
-        channel = body.pop("channel")
-        return cls(jobs=jobs, channel=tuple(channel) if channel else None, **body)  # type: ignore[arg-type]
 
 
 def location_of(job: JobConfig) -> str:
@@ -171,10 +123,10 @@ def assign_tasks(tasks: list[tuple[str, str]], containers: list[Mapping[str, str
             for job, loc in locations.items():
                 at.setdefault((job, loc), []).append(i)
         for item in ordered:
-            loc = previous.get(item)
-            if loc is None:
+            last = previous.get(item)
+            if last is None:
                 continue
-            free = [i for i in at.get((item[0], loc), []) if load[i] < capacity]
+            free = [i for i in at.get((item[0], last), []) if load[i] < capacity]
             if free:
                 chosen = min(free, key=lambda i: (load[i], i))
                 out[item] = chosen
@@ -256,9 +208,10 @@ def _cached_positions(inputs: Any) -> tuple[Callable[[], Mapping[SystemStreamPar
     cache: list[Mapping[SystemStreamPartition, SspPosition] | None] = [None]
 
     def positions() -> Mapping[SystemStreamPartition, SspPosition]:
-        if cache[0] is None:
-            cache[0] = inputs.positions()
-        return cache[0]
+        found = cache[0]
+        if found is None:
+            found = cache[0] = inputs.positions()
+        return found
 
     def refresh() -> None:
         cache[0] = None
@@ -400,7 +353,7 @@ class Container:
                 self._finish(other, other_loop, "stopped")
 
     def _release(self) -> None:
-        from sparza.runtime.instance import release_instance
+        from sparza.runtime.container.instance import release_instance
 
         for (job_key, task), _loop in self.loops.items():
             release_instance(self._jobs[job_key].job.config, task)

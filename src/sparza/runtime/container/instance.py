@@ -1,4 +1,4 @@
-"""One task's batch on an executor: restore, process, then commit (:mod:`sparza.runtime.commit`).
+"""One task's batch on an executor: restore, process, then commit (:mod:`sparza.runtime.container.commit`).
 
 :meth:`TaskInstance.run_batch` is Samza's TaskInstance lifecycle on a batch boundary:
 
@@ -6,7 +6,7 @@
 2. bring the stores to the checkpoint's snapshots (reuse the local dir when it matches);
 3. deliver every message in order (control messages go to :class:`~sparza.control.TaskControl`);
 4. end-of-stream, watermark and window callbacks, decided from the plan (never the local clock);
-5. commit with :class:`~sparza.runtime.commit.TaskCommit`: intent, flush, adjunct, snapshot, task
+5. commit with :class:`~sparza.runtime.container.commit.TaskCommit`: intent, flush, adjunct, snapshot, task
    checkpoint, cleanup — numbered steps, each a fault point of the guarantees harness.
 
 Task objects are cached per worker process and reused only while their in-memory view matches the
@@ -21,7 +21,7 @@ import functools
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -30,12 +30,13 @@ import pyarrow.compute as pc
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
 from sparza.runtime.checkpoint import CheckpointStore, Intent, TaskCheckpoint, checkpoint_store_from_config
-from sparza.runtime.commit import BatchStatus, TaskCommit, commit_listeners
+from sparza.runtime.container.commit import TaskCommit, commit_listeners
+from sparza.runtime.container.stores import TaskStores
+from sparza.runtime.container.worker import WORKER
 from sparza.runtime.errors import ProcessingError, RuntimeStateError, TaskCodeError
 from sparza.runtime.jobconfig import JobConfig
+from sparza.runtime.results import BatchResult, BatchStatus
 from sparza.runtime.split import TaskSplit
-from sparza.runtime.stores import TaskStores
-from sparza.runtime.worker import WORKER
 from sparza.serde import BytesSerde, Serde, stream_serde
 from sparza.streams import (
     IncomingMessageEnvelope,
@@ -56,32 +57,9 @@ from sparza.task import (
     WindowableTask,
 )
 
-__all__ = ["BatchResult", "TaskInstance", "get_instance", "release_instance"]
+__all__ = ["TaskInstance", "get_instance", "release_instance"]
 
 _log = logging.getLogger(__name__)
-
-@dataclass
-class BatchResult:
-    """What a task reports to the driver for one batch."""
-
-    task: str
-    batch: int
-    status: BatchStatus
-    messages: int = 0
-    processed: int = 0
-    dropped: int = 0
-    ignored: int = 0
-    late: int = 0  # messages event-time operators found late (their windows had fired): dropped or routed
-    late_routed: int = 0  # of those, routed to task.late.messages.stream
-    ended: bool = False
-    shutdown: bool = False
-    process_ms: float = 0.0
-    commit_ms: float = 0.0
-    error: str | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)  # the task's registry: MetricsRegistry.changes()
-    offsets: dict[str, str] = field(default_factory=dict)
-    system_metrics: dict[str, Any] = field(default_factory=dict)  # the worker's producers, consumers, backups
-
 
 class _Collector:
     """The task's MessageCollector (and BatchCollector): serializes and hands messages to producers (created on
@@ -287,7 +265,7 @@ class TaskInstance:
         self._producers.clear()
 
     # --- one batch -----------------------------------------------------------------------------
-    def run_batch(self, split: TaskSplit, rows: Iterator[pa.RecordBatch], *, spark_batch_id: int,
+    def run_batch(self, split: TaskSplit, rows: Iterator[pa.RecordBatch], *, spark_batch_id: int | None,
                   generation: int) -> BatchResult:
         """Process one batch of this task (see the module docstring); ``rows`` is read lazily, and not at
         all for a replayed batch."""
@@ -679,7 +657,7 @@ class TaskInstance:
 
     def _commit(self, split: TaskSplit, cp: TaskCheckpoint | None, etag: str | None, result: BatchResult,
                 spark_batch_id: int | None, generation: int, output_batch: int) -> None:
-        """Commit the batch with :class:`~sparza.runtime.commit.TaskCommit` (it runs the numbered steps)."""
+        """Commit the batch with :class:`~sparza.runtime.container.commit.TaskCommit` (it runs the numbered steps)."""
 
         def checkpoint(stores: dict[str, str], adjunct: dict[str, Any] | None) -> TaskCheckpoint:
             return TaskCheckpoint(

@@ -16,7 +16,6 @@ what it raises names the task and batch. Either way the full trace is written to
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
@@ -29,16 +28,15 @@ import pyarrow as pa
 
 from sparza.config import Config, define_key
 from sparza.errors import ConfigError, SerdeError, SparzaError
-from sparza.runtime.commit import BatchStatus
+from sparza.runtime.container.instance import get_instance
+from sparza.runtime.container.worker import WORKER, read_split
 from sparza.runtime.errors import ProcessingError, TaskCodeError
-from sparza.runtime.instance import BatchResult, get_instance
 from sparza.runtime.jobconfig import JobConfig
+from sparza.runtime.results import BatchResult, BatchStatus, to_arrow
 from sparza.runtime.secrets import resolve_secrets
 from sparza.runtime.split import TaskSplit, split_from_marker
-from sparza.runtime.worker import WORKER, read_split
 
-__all__ = ["DETERMINISTIC", "RESULT_ARROW_SCHEMA", "RESULT_SCHEMA", "TRACE_DIR_KEY", "TaskAttemptError",
-           "make_task_runner", "result_from_row", "run_split", "run_task_batch", "to_arrow",
+__all__ = ["DETERMINISTIC", "TRACE_DIR_KEY", "TaskAttemptError", "make_task_runner", "run_split", "run_task_batch",
            "write_trace_text"]
 
 TRACE_DIR_KEY = "task.error.trace.dir"
@@ -58,45 +56,6 @@ _NEXT_STEP = {
 class TaskAttemptError(SparzaError):
     """A task attempt failed in a way a retry may cure (storage, a crash): Spark retries it; the
     message names the task, the batch, the cause and the trace file."""
-
-RESULT_SCHEMA = ("task string, batch bigint, status string, messages bigint, processed bigint, dropped bigint, "
-                 "ignored bigint, late bigint, late_routed bigint, ended boolean, shutdown boolean, process_ms double, "
-                 "commit_ms double, "
-                 "error string, metrics string, offsets string, system_metrics string")
-"""What each task returns to the driver (one row per task per batch)."""
-
-RESULT_ARROW_SCHEMA = pa.schema([
-    ("task", pa.string()), ("batch", pa.int64()), ("status", pa.string()), ("messages", pa.int64()),
-    ("processed", pa.int64()), ("dropped", pa.int64()), ("ignored", pa.int64()), ("late", pa.int64()),
-    ("late_routed", pa.int64()), ("ended", pa.bool_()),
-    ("shutdown", pa.bool_()), ("process_ms", pa.float64()), ("commit_ms", pa.float64()), ("error", pa.string()),
-    ("metrics", pa.string()), ("offsets", pa.string()), ("system_metrics", pa.string()),
-])
-
-
-def to_arrow(result: BatchResult) -> pa.RecordBatch:
-    """A result as its one-row record batch (:data:`RESULT_ARROW_SCHEMA`)."""
-    return pa.RecordBatch.from_pylist([{
-        "task": result.task, "batch": result.batch, "status": result.status.value, "messages": result.messages,
-        "processed": result.processed, "dropped": result.dropped, "ignored": result.ignored,
-        "late": result.late, "late_routed": result.late_routed,
-        "ended": result.ended, "shutdown": result.shutdown, "process_ms": result.process_ms,
-        "commit_ms": result.commit_ms, "error": result.error, "metrics": json.dumps(result.metrics, default=str),
-        "offsets": json.dumps(result.offsets), "system_metrics": json.dumps(result.system_metrics, default=str),
-    }], schema=RESULT_ARROW_SCHEMA)
-
-
-def result_from_row(row: Any) -> BatchResult:
-    """A driver-side :class:`BatchResult` from a collected result row."""
-    return BatchResult(task=row["task"], batch=int(row["batch"]), status=BatchStatus(row["status"]),
-                       messages=int(row["messages"]),
-                       processed=int(row["processed"]), dropped=int(row["dropped"]), ignored=int(row["ignored"]),
-                       late=int(row["late"]), late_routed=int(row["late_routed"]),
-                       ended=bool(row["ended"]), shutdown=bool(row["shutdown"]),
-                       process_ms=float(row["process_ms"]), commit_ms=float(row["commit_ms"]), error=row["error"],
-                       metrics=json.loads(row["metrics"] or "{}"), offsets=json.loads(row["offsets"] or "{}"),
-                       system_metrics=json.loads(row["system_metrics"] or "{}"))
-
 
 def run_task_batch(config: Config, split: TaskSplit, *, generation: int, task_count: int,
                    spark_batch_id: int | None = None, resident: bool = False,

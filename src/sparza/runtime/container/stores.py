@@ -231,7 +231,7 @@ class TaskStores:
     def _backup_client(self) -> Any:
         if self._backup is None:
             from sparza.blobstore import blob_store_manager_from_config
-            from sparza.runtime.worker import WORKER
+            from sparza.runtime.container.worker import WORKER
             from sparza.state.backup import StateBackup
 
             # Backups outlive batches: their metrics go to the worker's registry, drained into each result.
@@ -276,6 +276,9 @@ class TaskStores:
             self._marker(name).unlink(missing_ok=True)
             store = open_store(name, self.job.config, self.task, self.job.task_store_base_dir)
             if memory and expected is not None:
+                from sparza.state.kv.memory import InMemoryStore
+
+                assert isinstance(store, InMemoryStore)  # stores.<st>.factory: memory
                 store.load(self.store_dir(name))
             self._open[name] = store
             self.handles[name]._bind(store)

@@ -15,8 +15,9 @@ from typing import Any
 
 from sparza.config import Config
 from sparza.errors import ConfigError
+from sparza.runtime.driver.report import Discards, RunOutcome
+from sparza.runtime.driver.runner import JobRunner, build_spark_session
 from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.runner import Discards, JobRunner, RunOutcome, build_spark_session
 
 __all__ = ["run_application", "run_together"]
 
@@ -34,7 +35,7 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
         stages = [s for s in stages if s.name == stage]
         if not stages:
             raise ConfigError("--stage", stage, "one of the stages " + ", ".join(s.name for s in plan.stages))
-    from sparza.runtime.preflight import check_job
+    from sparza.runtime.driver.preflight import check_job
 
     for planned in stages:
         check_job(planned.config)  # before a SparkSession exists: one line naming the key, exit 2

@@ -1,9 +1,9 @@
 """Where a job's Spark work runs: a session built by sparza (``local[N]``, a cluster master, or Spark
 Connect) or one the caller owns, what kind it is, and the job's code added to it.
 
-The kind decides three things elsewhere: the batch loop (:mod:`sparza.runtime.clientloop` on Spark
+The kind decides three things elsewhere: the batch loop (:mod:`sparza.runtime.driver.clientloop` on Spark
 Connect, Structured Streaming otherwise), which local paths a config may use
-(:func:`sparza.runtime.preflight.check_deployment`), and how code and secrets reach executors
+(:func:`sparza.runtime.driver.preflight.check_deployment`), and how code and secrets reach executors
 (:func:`add_py_files`, :mod:`sparza.runtime.secrets`).
 """
 
@@ -115,7 +115,7 @@ def build_spark_session(job: Any, master: str | None, app_name: str, remote: str
     Otherwise a SparkSession with the ``spark.*`` keys of the config, loopback binding (the UI too, when
     ``spark.ui.enabled``: see ``job.spark.ui.address``), quiet logs and secret-looking settings redacted;
     ``local[N]`` without a retry count becomes ``local[N,4]`` so a failed Spark task is retried (as on a
-    cluster); the retry is exact (see :mod:`sparza.runtime.executor`).
+    cluster); the retry is exact (see :mod:`sparza.runtime.container.executor`).
     """
     config: Config = job.config
     remote = remote or config.get_str(REMOTE_KEY, None)

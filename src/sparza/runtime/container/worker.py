@@ -92,7 +92,8 @@ class WorkerCaches:
 
     def metrics(self, config: Config) -> MetricsRegistry:
         """The registry of the job's long-lived objects in this worker (producers, consumers, store
-        backups); :mod:`sparza.runtime.executor` sends its :meth:`~MetricsRegistry.changes` with each result."""
+        backups); :mod:`sparza.runtime.container.executor` sends its :meth:`~MetricsRegistry.changes` with each
+        result."""
         return self._job(config).metrics
 
     def producer(self, config: Config, system: str) -> SystemProducer:
@@ -146,7 +147,7 @@ def _envelopes_to_arrow(envelopes: Iterator[Any], rows: int = 10_000) -> Iterato
 def read_split(config: Config, split: TaskSplit) -> Iterator[pa.RecordBatch]:
     """Every message of a task's batch: each SSP's messages in ``[start, end)``, in the split's SSP order.
 
-    Runs in the Python worker that runs the task (see :mod:`sparza.runtime.executor`), so messages go
+    Runs in the Python worker that runs the task (see :mod:`sparza.runtime.container.executor`), so messages go
     from storage to the task as Arrow with no detour through the JVM.
     """
     for i, (name, start, end) in enumerate(zip(split.ssps, split.starts, split.ends, strict=True)):

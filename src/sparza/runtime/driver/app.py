@@ -15,8 +15,9 @@ from typing import Any
 
 from sparza.config import Config
 from sparza.errors import ConfigError
+from sparza.runtime.driver.report import RunOutcome
+from sparza.runtime.driver.runner import JobRunner
 from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.runner import JobRunner, RunOutcome
 
 __all__ = ["run", "run_config"]
 
@@ -38,17 +39,17 @@ def run_config(config: Config, *, master: str | None = None, remote: str | None 
 
     Every key is checked first (:func:`sparza.configcheck.validate_for_run`): an unknown key in a
     namespace sparza owns stops the run; a Samza key sparza does not use is warned about once. Then
-    the driver-side checks of :mod:`sparza.runtime.preflight` run, before any SparkSession is built
+    the driver-side checks of :mod:`sparza.runtime.driver.preflight` run, before any SparkSession is built
     (or, with ``spark``, before anything runs on it). A ``spark`` session is used as is and never stopped.
     """
     from sparza.config.check import validate_for_run
-    from sparza.runtime.session import planned_target, spark_target
+    from sparza.runtime.driver.session import planned_target, spark_target
 
     _importable_cwd()
     warn = lambda line: print(f"warning: {line}", file=sys.stderr, flush=True)  # noqa: E731
     config = validate_for_run(config, warn=warn)
     job = JobConfig.from_config(config)
-    from sparza.runtime.preflight import check_application, check_deployment, check_job
+    from sparza.runtime.driver.preflight import check_application, check_deployment, check_job
 
     if spark is not None and (master or remote):
         raise ConfigError("--master" if master else "--remote", master or remote,
@@ -61,14 +62,14 @@ def run_config(config: Config, *, master: str | None = None, remote: str | None 
     target = spark_target(spark) if spark is not None else planned_target(config, master, remote)
     check_deployment(config, target)
     if job.app_class is not None and config.get_str("app.stage", None) is None:
-        from sparza.runtime.stages import run_application
+        from sparza.runtime.driver.application import run_application
 
         check_application(config)  # each planned stage is checked by run_application, before Spark
         return run_application(config, master=master, remote=remote, spark=spark, processor_id=processor_id,
                                once=once, stage=stage)
     check_job(config)  # before a SparkSession exists: one line naming the key, exit 2
     if job.coordinator_factory == "azure":
-        from sparza.runtime.coordinated import run_coordinated
+        from sparza.runtime.driver.coordinated import run_coordinated
 
         return run_coordinated(config, master=master, remote=remote, spark=spark, processor_id=processor_id,
                                once=once)

@@ -10,12 +10,12 @@ does not see the session's Python artifacts, so sparza would have to be installe
 
 What this loop does instead, in the client process (the Connect client is the processor's driver):
 
-1. **plan**: the same :class:`~sparza.runtime.source.SparzaStreamReader` Spark's engine would call
+1. **plan**: the same :class:`~sparza.runtime.driver.source.SparzaStreamReader` Spark's engine would call
    (``initialOffset``, ``latestOffset``, ``prepareForTriggerAvailableNow``, ``partitions``), in-process;
 2. **write ahead**: the batch's start and end plans go to ``<checkpoint dir>/offsets/<batch id>`` (an
    atomic rename) before anything runs, as Spark writes its offset log;
 3. **run**: ``spark.read.format("sparza")`` with the batch's task splits (one Spark partition per
-   task, see :class:`~sparza.runtime.source.SparzaBatchReader`, whose ``read`` runs the task's batch as
+   task, see :class:`~sparza.runtime.driver.source.SparzaBatchReader`, whose ``read`` runs the task's batch as
    the stream reader's does) goes to ``foreach_batch``, the runner's ``_on_batch``, which collects one
    result row per task;
 4. **commit**: ``<checkpoint dir>/commits/<batch id>``.

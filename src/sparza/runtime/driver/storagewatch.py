@@ -30,7 +30,7 @@ Probe = Callable[[float], None]
 def azure_probes(config: Config) -> dict[str, Probe]:
     """``{what: probe}`` for each Azure container a job's tasks use while running (none for local storage)."""
     from sparza.azure import TIMEOUT_KEY, check_container, resolve_storage_account
-    from sparza.runtime.preflight import check_storage
+    from sparza.runtime.driver.preflight import check_storage
 
     probes: dict[str, Probe] = {}
     checkpoints = config.get_str("job.checkpoint.factory", "blobstore").strip().lower()
