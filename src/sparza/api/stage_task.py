@@ -164,7 +164,6 @@ class StageTask:
         self._late_stream: SystemStream | None = None
         self._context: TaskContext | None = None
         self._ended = False
-        self._drained = False
         self._emitters: dict[int, Emit] = {}
         self._side_emitters: dict[tuple[int, str], Emit] = {}
         self._fanouts: dict[int, Emit] = {}
@@ -526,13 +525,12 @@ class StageTask:
                 self._emit_panes(op, self._windows[op.id].flush())
 
     def on_drain(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
-        """The job drains (once every input drained; not called by the runtime yet, see
-        :mod:`sparza.control.drain`): fire every open window and session, and emit the unmatched messages of the
+        """The job drains (the runtime calls this once per drain, when every input drained, see
+        :mod:`sparza.runtime.drain`): fire every open window and session, and emit the unmatched messages of the
         joins whose ``on_drain`` is ``emit`` (the others keep their buffers for the next run), upstream
         operators first, so the next version of the job starts clean."""
-        if self._drained or self.stage is None:
+        if self.stage is None:
             return
-        self._drained = True
         if collector is not self._collector:
             self._begin_batch(collector)
         self._coordinator = coordinator
