@@ -1,4 +1,4 @@
-"""``sparza run`` (run a job or application on Spark) and ``sparza checkpoints show``."""
+"""``sparza run`` (run a job or application on Spark), ``sparza drain`` and ``sparza checkpoints show``."""
 
 from __future__ import annotations
 
@@ -34,6 +34,9 @@ def run(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="
                                          help="This processor's id (default: processor.id or 0); names its Spark "
                                               "checkpoint dir, so keep it stable across restarts."),
         once: bool = typer.Option(False, "--once", help="Process what is available now, commit and exit."),
+        drain: bool = typer.Option(False, "--drain",
+                                   help="Drain: process what is available now, fire every open window and session, "
+                                        "send the drain downstream, commit and exit (the next run continues)."),
         stage: str = typer.Option(None, "--stage", help="app.class jobs: run only this stage."),
         remote: str = typer.Option(None, "--remote", metavar="URL",
                                    help="Spark Connect URL sc://host:port (default: spark.remote); excludes --master."),
@@ -41,8 +44,9 @@ def run(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="
                                      help="Comma list of zips (sparza package) executors import the job's code "
                                           "from (default: job.py.files).")) -> None:
     """Run a job until stopped (SIGINT/SIGTERM finish the batch, commit and exit 0), or until every
-    bounded input ended; with --once, until caught up. Exit codes: 0 clean stop, 1 job failed,
-    2 bad config, 3 another processor holds the job (standalone: refused, or claim lost while running)."""
+    bounded input ended; with --once, until caught up; with --drain (or after sparza drain), until drained.
+    Exit codes: 0 clean stop, 1 job failed, 2 bad config, 3 another processor holds the job (standalone:
+    refused, or claim lost while running)."""
     from sparza.config import Config
     from sparza.coordination.jobclaim import ClaimError
     from sparza.runtime.driver.app import run_config
@@ -53,11 +57,50 @@ def run(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="
     pid = processor_id or cfg.get_str("processor.id", None) or "0"  # type: ignore[attr-defined]
     try:
         outcome = run_config(cfg, master=master, remote=remote, processor_id=pid,  # type: ignore[arg-type]
-                             once=once, stage=stage)
+                             once=once, stage=stage, drain=drain)
     except ClaimError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_CLAIMED) from None
     raise typer.Exit(outcome.exit_code)
+
+
+def drain(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="Job config (YAML or .properties)."),
+          cancel: bool = typer.Option(False, "--cancel", help="Withdraw the pending drain request instead.")) -> None:
+    """Ask a running job to drain (Samza's drain): every task processes its input up to the offsets observed now,
+    fires every open window and session, sends its drain downstream and commits, then the job exits 0. The job
+    polls for the request every job.drain-monitor.poll.interval.ms; a job started later drains at its start.
+    An application drains as a whole (every stage). Exits 1 when --cancel finds no request."""
+    from sparza.runtime.drain import DrainRequest, clear_drain, read_drain
+    from sparza.runtime.driver.drainmonitor import request_drain
+    from sparza.runtime.driver.preflight import check_storage
+    from sparza.runtime.jobconfig import JobConfig
+
+    cfg = _load(config)
+    job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
+    configs = [cfg]
+    if job.app_class is not None and cfg.get_str("app.stage", None) is None:  # type: ignore[attr-defined]
+        from sparza.api import plan_application
+
+        configs = [stage.config for stage in plan_application(cfg).stages]  # type: ignore[arg-type]
+    for stage_cfg in configs:
+        check_storage(stage_cfg, blob_store=False, local=False)  # type: ignore[arg-type]
+    keys = [JobConfig.from_config(c, require_inputs=False).job_key for c in configs]  # type: ignore[arg-type]
+    if cancel:
+        removed = [key for c, key in zip(configs, keys, strict=True) if clear_drain(c, key)]  # type: ignore[arg-type]
+        if not removed:
+            typer.echo(f"no pending drain request for {', '.join(keys)}", err=True)
+            raise typer.Exit(1)
+        typer.echo(f"withdrew the drain request of {', '.join(removed)} (tasks that drained already stay drained)")
+        return
+    drain_id, written = request_drain(configs)  # type: ignore[arg-type]
+    for stage_cfg, key in zip(configs, keys, strict=True):
+        request: DrainRequest | None = read_drain(stage_cfg, key)  # type: ignore[arg-type]
+        ends = len(request.ends) if request is not None else 0
+        state = "requested" if key in written else "already pending"
+        typer.echo(f"drain {drain_id} of {key}: {state}; it ends {ends} source partition(s) at the offsets observed "
+                   "then")
+    typer.echo("a running job drains within job.drain-monitor.poll.interval.ms and exits 0 ('drained'); one not "
+               "running drains when it starts")
 
 
 def _lags(cfg: object, offsets: dict[str, str]) -> dict[str, str]:
@@ -201,7 +244,8 @@ def package(config: str = typer.Option(None, "--config", "-c", metavar="FILE",
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``run``, ``package`` and ``checkpoints`` to the root command."""
+    """Add ``run``, ``drain``, ``package`` and ``checkpoints`` to the root command."""
     app.command("run")(run)
+    app.command("drain")(drain)
     app.command("package")(package)
     app.add_typer(checkpoints_app, name="checkpoints")

@@ -18,7 +18,7 @@ from sparza.runtime.results import BatchResult, BatchStatus
 __all__ = ["EXIT_CODES", "BootstrapProgress", "Discards", "RunNotices", "RunOutcome", "short_error"]
 
 
-EXIT_CODES = {0: "stopped cleanly (signal, --once done, all inputs ended, or a task asked to shut down)",
+EXIT_CODES = {0: "stopped cleanly (signal, --once done, drained, all inputs ended, or a task asked to shut down)",
               1: "the job failed (a task error names SSP and offset; or Spark failed)",
               2: "bad config (one line names the key)",
               3: "another processor holds the job (standalone): refused to start, or lost the claim while running"}
