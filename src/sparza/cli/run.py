@@ -70,7 +70,7 @@ def drain(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help
     fires every open window and session, sends its drain downstream and commits, then the job exits 0. The job
     polls for the request every job.drain-monitor.poll.interval.ms; a job started later drains at its start.
     An application drains as a whole (every stage). Exits 1 when --cancel finds no request."""
-    from sparza.runtime.drain import DrainRequest, clear_drain, read_drain
+    from sparza.runtime.drain import clear_drain, drain_scope
     from sparza.runtime.driver.drainmonitor import request_drain
     from sparza.runtime.driver.preflight import check_storage
     from sparza.runtime.jobconfig import JobConfig
@@ -84,21 +84,16 @@ def drain(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help
         configs = [stage.config for stage in plan_application(cfg).stages]  # type: ignore[arg-type]
     for stage_cfg in configs:
         check_storage(stage_cfg, blob_store=False, local=False)  # type: ignore[arg-type]
-    keys = [JobConfig.from_config(c, require_inputs=False).job_key for c in configs]  # type: ignore[arg-type]
+    scope = drain_scope(configs[0])  # type: ignore[arg-type]
     if cancel:
-        removed = [key for c, key in zip(configs, keys, strict=True) if clear_drain(c, key)]  # type: ignore[arg-type]
-        if not removed:
-            typer.echo(f"no pending drain request for {', '.join(keys)}", err=True)
+        if not clear_drain(configs[0]):  # type: ignore[arg-type]
+            typer.echo(f"no pending drain request for {scope}", err=True)
             raise typer.Exit(1)
-        typer.echo(f"withdrew the drain request of {', '.join(removed)} (tasks that drained already stay drained)")
+        typer.echo(f"withdrew the drain request of {scope} (tasks that drained already stay drained)")
         return
-    drain_id, written = request_drain(configs)  # type: ignore[arg-type]
-    for stage_cfg, key in zip(configs, keys, strict=True):
-        request: DrainRequest | None = read_drain(stage_cfg, key)  # type: ignore[arg-type]
-        ends = len(request.ends) if request is not None else 0
-        state = "requested" if key in written else "already pending"
-        typer.echo(f"drain {drain_id} of {key}: {state}; it ends {ends} source partition(s) at the offsets observed "
-                   "then")
+    request, new = request_drain(configs)  # type: ignore[arg-type]
+    typer.echo(f"drain {request.id} of {scope}: {'requested' if new else 'already pending'}; it ends "
+               f"{len(request.ends)} source partition(s) of {', '.join(request.jobs)} at the offsets observed then")
     typer.echo("a running job drains within job.drain-monitor.poll.interval.ms and exits 0 ('drained'); one not "
                "running drains when it starts")
 

@@ -178,7 +178,7 @@ class _Job:
         self.tasks = inputs.task_models()
         self.planner = BatchPlanner(self.job, self.tasks, inputs.ops, inputs.positions)
         self.checkpoints = checkpoint_store_from_config(self.config, self.job.job_key)
-        self.monitor = DrainMonitor(self.config, self.job.job_key)
+        self.monitor = DrainMonitor(self.config)
 
     def replan(self) -> None:
         """The start plan from the task checkpoints (Spark's checkpoint dir lost or new)."""
@@ -220,14 +220,11 @@ class _Job:
         self.batches += 1
         self.ended = bool(results) and all(r.ended for r in results)
         self.drained = bool(results) and all(r.drained for r in results)
-        drain = self.plan.drain
-        if self.drained and drain is not None:
-            # What the processor does when it stops drained: the request goes once every task completed it.
-            from sparza.runtime.drain import clear_drain
-            from sparza.runtime.driver.drainmonitor import drain_completed
+        if self.drained and self.plan.drain is not None:
+            # What a processor does when it stops drained: the request goes once every task of every job drained.
+            from sparza.runtime.driver.drainmonitor import finish_drain
 
-            if drain_completed(self.checkpoints, [t.name for t in self.tasks], drain.id):
-                clear_drain(self.config, self.job.job_key, drain.id)
+            finish_drain(self.config)
         return results
 
 
@@ -388,14 +385,12 @@ class TestRunner:
         to there, fired ``on_drain`` (open windows and sessions fire, joins emit their unmatched messages where
         they say so) and sent its drain downstream. The jobs may run again afterwards, with the input that came
         since: a drain is not end-of-stream."""
-        from sparza.runtime.driver.drainmonitor import request_drain
+        from sparza.runtime.driver.drainmonitor import drain_completed, finish_drain, request_drain
 
         self._start()
-        drain_id, _ = request_drain([job.config for job in self._jobs], now_ms=self.now_ms)
+        request, _ = request_drain([job.config for job in self._jobs], now_ms=self.now_ms)
         report = RunReport()
         pending = list(self._jobs)
-        for job in pending:
-            job.drained = False
         for _ in range(max_batches):
             ran = False
             for job in pending:
@@ -406,9 +401,12 @@ class TestRunner:
                     report.messages += sum(r.messages for r in results)
                     report.late += sum(r.late for r in results)
             self.now_ms += self.tick_ms
-            pending = [job for job in pending if not job.drained]
+            # A job has drained when each of its tasks committed the drain's completion (a job whose tasks
+            # completed it before a restart plans nothing more: its checkpoints say so).
+            pending = [job for job in pending if not drain_completed(job.config, request, [job.job.job_key])]
             if not pending:
-                report.drained = drain_id
+                finish_drain(self._jobs[0].config)
+                report.drained = request.id
                 report.ended = all(job.ended for job in self._jobs)
                 return report
             if not ran:

@@ -8,74 +8,90 @@ import uuid
 from collections.abc import Callable, Iterable
 
 from sparza.config import Config
-from sparza.runtime.checkpoint import CheckpointStore
-from sparza.runtime.drain import DrainRequest, check_standalone, read_drain, source_ssps, write_drain
+from sparza.runtime.checkpoint import checkpoint_store_from_config
+from sparza.runtime.drain import DrainRequest, check_standalone, clear_drain, read_drain, source_ssps, write_drain
 from sparza.runtime.errors import RuntimeStateError
 from sparza.runtime.inputs import InputSystems
 from sparza.runtime.jobconfig import JobConfig
 
-__all__ = ["DrainMonitor", "drain_completed", "drain_ends", "request_drain"]
+__all__ = ["DrainMonitor", "drain_completed", "drain_ends", "finish_drain", "request_drain"]
 
 _log = logging.getLogger(__name__)
 
 
-def drain_ends(job: JobConfig) -> dict[str, str]:
-    """Per source SSP of the job, the upcoming offset now: where a drain requested now ends it."""
+def drain_ends(job: JobConfig) -> tuple[dict[str, str], list[str]]:
+    """Per source SSP of the job, the upcoming offset now (where a drain requested now ends it), and the job's
+    tasks."""
     inputs = InputSystems(job)
     try:
         positions = inputs.positions()
-        ssps = sorted({ssp for task in inputs.task_models() for ssp in task.ssps})
-        return {str(ssp): positions[ssp].upcoming for ssp in source_ssps(job, ssps)}
+        tasks = inputs.task_models()
+        ssps = sorted({ssp for task in tasks for ssp in task.ssps})
+        return {str(ssp): positions[ssp].upcoming for ssp in source_ssps(job, ssps)}, [t.name for t in tasks]
     finally:
         inputs.close()
 
 
-def request_drain(configs: list[Config], *, now_ms: int | None = None) -> tuple[str, list[str]]:
-    """Request a drain of the jobs ``configs`` (a job, or an application's stages: one drain for all): each job
-    without a pending request gets one with the offsets its source partitions have now. A pending request is
-    kept (its offsets were observed when it was made), and its id becomes the id of the others, so every stage
-    counts the same drain messages. Returns the id and the jobs that got a new request."""
-    jobs = [JobConfig.from_config(cfg) for cfg in configs]
-    for job in jobs:
-        check_standalone(job.config)
-    pending = {job.job_key: read_drain(job.config, job.job_key) for job in jobs}
-    ids = sorted({r.id for r in pending.values() if r is not None})
-    if len(ids) > 1:
-        raise RuntimeStateError(f"the stages have different pending drains ({', '.join(ids)}); cancel them with "
-                                "sparza drain --cancel and request the drain again")
-    drain_id = ids[0] if ids else uuid.uuid4().hex
+def request_drain(configs: list[Config], *, now_ms: int | None = None) -> tuple[DrainRequest, bool]:
+    """Request one drain of the jobs ``configs`` (a job, or the stages of one application): the offsets their
+    source partitions have now, and their tasks. A pending request is kept as it is (its offsets were observed
+    when it was made). Returns the request and whether it is new."""
+    if not configs:
+        raise ValueError("request_drain needs at least one job config")
+    for cfg in configs:
+        check_standalone(cfg)
+    pending = read_drain(configs[0])
+    if pending is not None:
+        return pending, False
+    ends: dict[str, str] = {}
+    jobs: dict[str, list[str]] = {}
+    for cfg in configs:
+        job = JobConfig.from_config(cfg)
+        job_ends, tasks = drain_ends(job)
+        ends.update(job_ends)
+        jobs[job.job_key] = tasks
     stamp = int(time.time() * 1000) if now_ms is None else now_ms
-    written = []
-    for job in jobs:
-        if pending[job.job_key] is None:
-            write_drain(job.config, job.job_key, DrainRequest(drain_id, stamp, drain_ends(job)))
-            written.append(job.job_key)
-    return drain_id, written
+    request = DrainRequest(uuid.uuid4().hex, stamp, ends, jobs)
+    write_drain(configs[0], request)
+    return request, True
 
 
-def drain_completed(store: CheckpointStore, tasks: Iterable[str], drain_id: str) -> bool:
-    """True when every task of ``tasks`` committed the completion of drain ``drain_id`` (or ended)."""
-    checkpoints = store.read_all()
-    for task in tasks:
-        cp = checkpoints.get(task)
-        if cp is None or not (cp.ended or (cp.drain or {}).get("completed") == drain_id):
-            return False
+def drain_completed(config: Config, request: DrainRequest, jobs: Iterable[str] | None = None) -> bool:
+    """True when every task of every job of ``request`` (or of ``jobs`` among them) committed its completion (or
+    ended); ``config``: a config of one of those jobs (the others' checkpoints are found beside its own)."""
+    for job_key, tasks in request.jobs.items():
+        if jobs is not None and job_key not in jobs:
+            continue
+        checkpoints = checkpoint_store_from_config(config, job_key).read_all()
+        for task in tasks:
+            cp = checkpoints.get(task)
+            if cp is None or not (cp.ended or (cp.drain or {}).get("completed") == request.id):
+                return False
     return True
+
+
+def finish_drain(config: Config) -> DrainRequest | None:
+    """Remove the pending drain request once :func:`drain_completed`; returns the request removed, else None."""
+    request = read_drain(config)
+    if request is None or not drain_completed(config, request):
+        return None
+    return request if clear_drain(config, request.id) else None
 
 
 class DrainMonitor:
     """Samza's DrainMonitor: the job's drain request, read at most every ``job.drain-monitor.poll.interval.ms``
     (the first call reads at once). A read that fails (storage unreachable) keeps what was read last."""
 
-    def __init__(self, config: Config, job_key: str, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, config: Config, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
-        self.job_key = job_key
         self.enabled = config.get_bool("job.drain-monitor.enabled", True)
         self.interval_s = config.get_int("job.drain-monitor.poll.interval.ms", 5000, min_value=0) / 1000.0
         self._clock = clock
         self._next = float("-inf")
         self.current: DrainRequest | None = None
         """The request read last (None: none pending)."""
+        self.reads = 0
+        """How many times the request was read (a caller can tell a fresh read from the cached one)."""
 
     def poll(self, *, force: bool = False) -> DrainRequest | None:
         """The pending request, read again when the interval has passed (or ``force``)."""
@@ -86,10 +102,10 @@ class DrainMonitor:
             return self.current
         self._next = now + self.interval_s
         try:
-            self.current = read_drain(self.config, self.job_key)
+            self.current = read_drain(self.config)
+            self.reads += 1
         except RuntimeStateError:
             raise
         except Exception as exc:  # storage trouble: judged by the run's storage watch, not here
-            _log.warning("%s: reading the drain request failed (%s); trying again in %.0f s", self.job_key, exc,
-                         self.interval_s)
+            _log.warning("reading the drain request failed (%s); trying again in %.0f s", exc, self.interval_s)
         return self.current

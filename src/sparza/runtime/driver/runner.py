@@ -350,7 +350,7 @@ class JobRunner:
 
         if self.drain_at_start:
             request_drain([self.config])
-        self._drain_monitor = DrainMonitor(self.config, self.job.job_key)
+        self._drain_monitor = DrainMonitor(self.config)
         self._poll_drain(force=True)  # the first epoch (containers) or plan already knows a pending drain
         self._inputs = inputs = InputSystems(self.job)
         self._bootstrap = BootstrapProgress(self.job, inputs)
@@ -540,8 +540,11 @@ class JobRunner:
         monitor = self._drain_monitor
         if monitor is None:
             return
+        before = monitor.reads
         request = monitor.poll(force=force)
         if (request.id if request else None) == (self.drain.id if self.drain is not None else None):
+            if request is not None and monitor.reads != before:
+                self._check_drained(request)
             return
         self.drain = request
         if request is not None:
@@ -555,6 +558,16 @@ class JobRunner:
 
         if isinstance(self._query, ContainerQuery):
             self._query.drain(request.to_json() if request is not None else None)
+        if request is not None:
+            self._check_drained(request)
+
+    def _check_drained(self, request: Any) -> None:
+        """Stop when every task of this job already committed the drain's completion: a restarted run whose
+        Spark offset log holds a plan made under the drain plans nothing more, so no batch would say so."""
+        from sparza.runtime.driver.drainmonitor import drain_completed
+
+        if self.job.job_key in request.jobs and drain_completed(self.config, request, [self.job.job_key]):
+            self.request_stop("drained")
 
     def poll(self, timeout_s: float = 0.25) -> bool:
         """Wait up to ``timeout_s``; True while the query runs and no stop was requested."""
@@ -613,23 +626,18 @@ class JobRunner:
         return RunOutcome(reason, self._batches, 0, discards=self.discards)
 
     def _drained(self) -> str:
-        """What the summary says of a completed drain; the request goes once every task of the job completed it
-        (another processor may still be draining its own tasks)."""
-        from sparza.runtime.checkpoint import checkpoint_store_from_config
-        from sparza.runtime.drain import clear_drain, read_drain
-        from sparza.runtime.driver.drainmonitor import drain_completed
+        """What the summary says of a completed drain. The request goes once every task of every job it covers
+        completed it (another stage of the application may still be draining)."""
+        from sparza.runtime.driver.drainmonitor import finish_drain
 
-        request = read_drain(self.config, self.job.job_key)
+        request = self.drain
         if request is None:
             return ""
-        assert self._inputs is not None
-        store = checkpoint_store_from_config(self.config, self.job.job_key)
-        if drain_completed(store, [t.name for t in self._inputs.task_models()], request.id):
-            clear_drain(self.config, self.job.job_key, request.id)
+        if finish_drain(self.config) is not None:
             self.metrics.counter("job", "drains-completed").inc()
             return (f" (drain {request.id}: every task processed its input up to the offsets observed at the request "
                     "and fired what it held; the next run continues from there)")
-        return f" (drain {request.id}: this processor's tasks; the request stays for the others)"
+        return f" (drain {request.id}; the request stays until the other stages drained too)"
 
     def close(self) -> None:
         """Release the stop file, the metrics endpoint, (if built here) the SparkSession, and the job claim."""

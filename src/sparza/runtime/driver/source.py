@@ -109,9 +109,8 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         """The job's :class:`~sparza.runtime.driver.drainmonitor.DrainMonitor` (built on first use)."""
         if self._monitor is None:
             from sparza.runtime.driver.drainmonitor import DrainMonitor
-            from sparza.runtime.jobconfig import JobConfig
 
-            self._monitor = DrainMonitor(self.config, JobConfig.from_config(self.config).job_key)
+            self._monitor = DrainMonitor(self.config)
         return self._monitor
 
     def prepareForTriggerAvailableNow(self) -> None:
