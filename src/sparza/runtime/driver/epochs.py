@@ -116,7 +116,8 @@ class ContainerQuery:
         self._message = "Waiting for the next epoch"
         self._committed_since_failure = False
         self.drain_request: dict[str, Any] | None = None
-        """The job's drain request as JSON (:meth:`sparza.runtime.drain.DrainRequest.to_json`), or None."""
+        """The job's drain request as JSON (:meth:`sparza.runtime.drain.DrainRequest.to_json`), or None: every
+        epoch's plan carries it."""
 
     # --- StreamingQuery-like interface ---------------------------------------------------------
     def start(self) -> ContainerQuery:
@@ -378,7 +379,9 @@ class ContainerPool:
                 member.epoch_ended(None)
                 continue
             try:
-                jobs.append(member.build_epoch_job())
+                job = member.build_epoch_job()
+                job.drain = member.drain_request
+                jobs.append(job)
                 live.append(member)
             except Exception as exc:  # its checkpoints cannot be read: that job fails, the others go on
                 member.fail(exc)

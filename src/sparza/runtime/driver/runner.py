@@ -437,8 +437,7 @@ class JobRunner:
         def epoch_job() -> EpochJob:
             locations = {t: cp.location for t, cp in store.read_all().items() if cp.location and t in set(names)}
             return EpochJob(config=shipped, tasks=names, task_count=self._task_count, generation=self.generation,
-                            start_positions=start, targets=dict(start) if self.once else None, locations=locations,
-                            drain=self.drain.to_json() if self.drain is not None else None)
+                            start_positions=start, targets=dict(start) if self.once else None, locations=locations)
 
         def notice(line: str) -> None:
             self.metrics.counter("aggregate", "container-notices").inc()
@@ -455,6 +454,7 @@ class JobRunner:
             count=cfg.get_int("job.container.count", 0, min_value=0) or None,
             max_restarts=cfg.get_int("job.container.max.restarts", 3, min_value=0),
             channel_host=cfg.get_str("job.container.channel.host", None))
+        query.drain_request = self.drain.to_json() if self.drain is not None else None  # pending at the start
         return query.start()
 
     def _client_query(self, spark: Any, options: dict[str, str], name: str) -> Any:
@@ -628,12 +628,13 @@ class JobRunner:
     def _drained(self) -> str:
         """What the summary says of a completed drain. The request goes once every task of every job it covers
         completed it (another stage of the application may still be draining)."""
+        from sparza.runtime.drain import read_drain
         from sparza.runtime.driver.drainmonitor import finish_drain
 
         request = self.drain
         if request is None:
             return ""
-        if finish_drain(self.config) is not None:
+        if finish_drain(self.config) is not None or read_drain(self.config) is None:  # (or another stage did)
             self.metrics.counter("job", "drains-completed").inc()
             return (f" (drain {request.id}: every task processed its input up to the offsets observed at the request "
                     "and fired what it held; the next run continues from there)")
