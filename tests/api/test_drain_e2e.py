@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.api.test_operators_e2e import _config, _sparza_run, _write
 
 from sparza.config import Config
 from sparza.runtime.drain import read_drain
 from sparza.systems import StreamSpec
 from sparza.systems.delta import DeltaSystemAdmin
 from sparza.testing.oracle import read_delta_values
-from tests.api.test_operators_e2e import _config, _sparza_run, _write
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -18,10 +18,6 @@ from collections import Counter
 from typing import Any
 
 import pytest
-
-from sparza.runtime.container.commit import CommitStep
-from sparza.testing import TestMessage, TestRunner
-from sparza.testing.faults import InjectedFault
 from tests.api.test_operators_runner import (
     LATE,
     expected_pairs,
@@ -29,6 +25,10 @@ from tests.api.test_operators_runner import (
     expected_windows,
     final_panes,
 )
+
+from sparza.runtime.container.commit import CommitStep
+from sparza.testing import TestMessage, TestRunner
+from sparza.testing.faults import InjectedFault
 
 APPS = "tests.api.operator_apps"
 
