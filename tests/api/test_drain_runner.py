@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from tests.api.test_operators_runner import (
     LATE,
+    _timed,
     expected_pairs,
     expected_sessions,
     expected_windows,
@@ -34,16 +35,6 @@ APPS = "tests.api.operator_apps"
 
 
 # --- phases ----------------------------------------------------------------------------------------------
-def _times(rng: random.Random, n: int, step: int, late_share: float) -> list[int]:
-    """Event times ``i * step``, shuffled within runs of 8; a share far behind (late under a small lateness)."""
-    times = [i * step for i in range(n)]
-    for begin in range(0, n, 8):
-        chunk = times[begin:begin + 8]
-        rng.shuffle(chunk)
-        times[begin:begin + 8] = chunk
-    return [t - rng.randint(20, 60) * step if rng.random() < late_share else t for t in times]
-
-
 def _split(rng: random.Random, items: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
                                                                       list[dict[str, Any]]]:
     """Before any batch, appended between batches before the drain, after the drain."""
@@ -113,7 +104,7 @@ def _window_run(seed: int, fault: tuple[CommitStep, str, bool] | None = None) ->
     n = rng.randint(20, 70)
     late_share = rng.choice([0.0, 0.1]) if slide == size else 0.0
     events = [{"id": i, "key": rng.choices(keys, weights)[0], "n": rng.randrange(100), "ts": t}
-              for i, t in enumerate(_times(rng, n, 10, late_share))]
+              for i, t in enumerate(_timed(rng, n, 10, late_share))]
     partitions = rng.randint(1, 3)
     config = {**LATE, "app.test.size.ms": str(size), "app.test.slide.ms": str(slide),
               "app.test.partitions": str(rng.randint(1, 3)), "task.max.batch.messages": str(rng.choice([2, 5, 100])),
@@ -174,7 +165,7 @@ def test_a_drain_fires_every_open_session_and_the_next_phase_starts_new_ones(see
     gap = rng.choice([25, 60, 200])
     n = rng.randint(20, 60)
     edits = [{"id": i, "user": rng.choice(users), "n": rng.randrange(50), "ts": t}
-             for i, t in enumerate(_times(rng, n, 10, rng.choice([0.0, 0.1])))]
+             for i, t in enumerate(_timed(rng, n, 10, rng.choice([0.0, 0.1])))]
     partitions = rng.randint(1, 3)
     config = {**LATE, "app.test.gap.ms": str(gap), "app.test.merge": rng.choice(["true", "false"]),
               "app.test.partitions": str(rng.randint(1, 3)), "task.max.batch.messages": str(rng.choice([2, 5, 100])),
@@ -202,9 +193,9 @@ def test_a_drain_emits_the_unmatched_sides_of_joins_and_pairs_never_cross_it(see
     within = rng.choice([0, 15, 60, 400])
     n = rng.randint(20, 60)
     late_share = rng.choice([0.0, 0.1])
-    orders = [{"id": i, "order": rng.choice(keys), "ts": t} for i, t in enumerate(_times(rng, n, 10, late_share))]
+    orders = [{"id": i, "order": rng.choice(keys), "ts": t} for i, t in enumerate(_timed(rng, n, 10, late_share))]
     payments = [{"id": 1000 + i, "order": rng.choice(keys), "ts": t}
-                for i, t in enumerate(_times(rng, rng.randint(0, n), 10, late_share))]
+                for i, t in enumerate(_timed(rng, rng.randint(0, n), 10, late_share))]
     partitions = rng.randint(1, 3)
     config = {**LATE, "app.test.within.ms": str(within), "app.test.join.kind": kind,
               "app.test.partitions": str(rng.randint(1, 3)), "task.max.batch.messages": str(rng.choice([2, 5, 100])),

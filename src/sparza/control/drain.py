@@ -28,10 +28,9 @@ from typing import Any
 
 from sparza.control.messages import CONTROL_VERSION, SAMZA_FORMAT, SPARZA_FORMAT, ControlMessageError
 from sparza.streams import MessageType, SystemStreamPartition
-from sparza.task import DrainListenerTask
 
-__all__ = ["DRAIN_TYPE", "DrainListenerTask", "DrainMessage", "DrainTracker", "decode_drain", "drain_from_wire",
-           "drain_to_wire", "encode_drain"]
+__all__ = ["DRAIN_TYPE", "DrainMessage", "DrainTracker", "decode_drain", "drain_from_wire", "drain_to_wire",
+           "encode_drain"]
 
 DRAIN_TYPE = int(MessageType.DRAIN)
 """Samza's ``MessageType.DRAIN`` ordinal, 3: the type byte (or ``type`` column value) of a drain message."""

@@ -69,6 +69,16 @@ class ControlStateError(SparzaError, ValueError):
     partition count for an intermediate output, or an unreadable snapshot."""
 
 
+def _check_counted(ssp: SystemStreamPartition, state: SspControlState, task_name: str | None, task_count: int,
+                   what: str) -> None:
+    """A message from a counted producer needs a producer count: from its body, or from the config."""
+    if task_count == 0 and task_name is not None and state.task_count == 0:
+        raise ControlStateError(
+            f"a {what} message from upstream task {task_name!r} on {ssp} says nothing of how many tasks write "
+            f"{ssp.system_stream} (Samza's format has no taskCount): set {producer_count_key(ssp.system_stream)} "
+            "to the number of upstream tasks")
+
+
 class TaskControl:
     """Control-message bookkeeping of one task: per-SSP end-of-stream and watermarks, the task
     watermark, late messages, and the control messages the task writes downstream.
@@ -150,12 +160,7 @@ class TaskControl:
             self._on_drain(envelope, state)
             return True
         message = decode_body(envelope.type, envelope.message)
-        if message.task_count == 0 and message.task_name is not None and state.task_count == 0:
-            ssp = envelope.ssp
-            raise ControlStateError(
-                f"a control message from upstream task {message.task_name!r} on {ssp} says nothing of how many "
-                f"tasks write {ssp.system_stream} (Samza's format has no taskCount): set "
-                f"{producer_count_key(ssp.system_stream)} to the number of upstream tasks")
+        _check_counted(envelope.ssp, state, message.task_name, message.task_count, "control")
         self._received_pending += 1
         # reconciled lazily, once per run of control messages, before anything reads the state; the list
         # holds every state that was unsettled since the last settle (by identity: states compare by value).
@@ -172,12 +177,7 @@ class TaskControl:
 
     def _on_drain(self, envelope: IncomingMessageEnvelope, state: SspControlState) -> None:
         message = decode_drain(envelope.message if envelope.message is not None else b"")
-        if message.task_count == 0 and message.task_name is not None and state.task_count == 0:
-            ssp = envelope.ssp
-            raise ControlStateError(
-                f"a drain message from upstream task {message.task_name!r} on {ssp} says nothing of how many tasks "
-                f"write {ssp.system_stream} (Samza's format has no taskCount): set "
-                f"{producer_count_key(ssp.system_stream)} to the number of upstream tasks")
+        _check_counted(envelope.ssp, state, message.task_name, message.task_count, "drain")
         self._received_pending += 1
         self.drains.on_message(envelope.ssp, message)
 

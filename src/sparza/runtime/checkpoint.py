@@ -297,17 +297,26 @@ class LocalCheckpointStore:
     def write_document(self, name: str, data: bytes) -> None:
         """Write ``<root>/<job>/<name>`` through a temporary file and a rename."""
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._replace(self.dir / name, data)
+
+    def _replace(self, path: Path, data: bytes) -> None:
+        """Write ``data`` to ``path`` atomically (a temporary file, fsynced, then renamed over it) and sync the dir."""
         fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.replace(tmp, self.dir / name)
+            os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
+        dir_fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
     def delete_document(self, name: str) -> None:
         """Remove ``<root>/<job>/<name>``."""
@@ -342,22 +351,7 @@ class LocalCheckpointStore:
                 _check_generation(checkpoint.task, checkpoint, current.checkpoint if current else None)
                 raise CheckpointConflictError(checkpoint.task, f"expected version {expected_etag}, found {current_tag}")
             _check_generation(checkpoint.task, checkpoint, current.checkpoint if current else None)
-            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, self._path(checkpoint.task))
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                raise
-            dir_fd = os.open(self.dir, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            self._replace(self._path(checkpoint.task), data)
         return hashlib.sha256(data).hexdigest()
 
     def read_all(self) -> dict[str, TaskCheckpoint]:
