@@ -92,6 +92,9 @@ def drain(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help
         typer.echo(f"withdrew the drain request of {scope} (tasks that drained already stay drained)")
         return
     request, new = request_drain(configs)  # type: ignore[arg-type]
+    if not cfg.get_bool("job.drain-monitor.enabled", True):  # type: ignore[attr-defined]
+        typer.echo("warning: job.drain-monitor.enabled is false: a running job does not read the request; it "
+                   "drains when started with sparza run --drain", err=True)
     typer.echo(f"drain {request.id} of {scope}: {'requested' if new else 'already pending'}; it ends "
                f"{len(request.ends)} source partition(s) of {', '.join(request.jobs)} at the offsets observed then")
     typer.echo("a running job drains within job.drain-monitor.poll.interval.ms and exits 0 ('drained'); one not "

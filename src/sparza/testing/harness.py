@@ -27,6 +27,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -467,7 +468,9 @@ class _Job:
         drained by itself (a request left pending by an earlier failed run) would stay pending for the next
         phase, whose input it does not know: it is withdrawn."""
         handle = self.spawn(label, config_path, *args)
-        _wait_for_first_batch(handle, KILL9_START_TIMEOUT_S)
+        # After its first batch, or, when it has nothing new to process (no batch comes), soon after its start.
+        if _wait_for_line(handle, KILL9_START_TIMEOUT_S, lambda line: line.startswith("sparza: job ")):
+            _wait_for_first_batch(handle, 30.0)
         deadline = time.monotonic() + self.s.drain_delay_s
         while time.monotonic() < deadline and handle[0].poll() is None:
             time.sleep(0.05)
@@ -537,8 +540,15 @@ KILL9_START_TIMEOUT_S = 300.0
 
 
 def _wait_for_first_batch(handle: tuple[subprocess.Popen[bytes], Path, float], timeout: float) -> bool:
-    """Wait until the run's log shows its first committed batch (a ``batch N (spark M)`` status line);
-    False when the run ended or ``timeout`` passed first."""
+    """Wait until the run's log shows its first committed batch (a ``batch N (spark M)`` or, in the container
+    mode, ``batch N (epoch E: ...)`` status line); False when the run ended or ``timeout`` passed first."""
+    return _wait_for_line(handle, timeout,
+                          lambda line: line.startswith("batch ") and ("(spark " in line or "(epoch " in line))
+
+
+def _wait_for_line(handle: tuple[subprocess.Popen[bytes], Path, float], timeout: float,
+                   wanted: Callable[[str], bool]) -> bool:
+    """Wait until a line of the run's log is ``wanted``; False when the run ended or ``timeout`` passed first."""
     proc, log, _ = handle
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
@@ -546,7 +556,7 @@ def _wait_for_first_batch(handle: tuple[subprocess.Popen[bytes], Path, float], t
             text = log.read_text(errors="replace")
         except OSError:
             text = ""
-        if any(line.startswith("batch ") and ("(spark " in line or "(epoch " in line) for line in text.splitlines()):
+        if any(wanted(line) for line in text.splitlines()):
             return True
         time.sleep(0.1)
     return False

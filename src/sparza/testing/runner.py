@@ -391,6 +391,8 @@ class TestRunner:
         request, _ = request_drain([job.config for job in self._jobs], now_ms=self.now_ms)
         report = RunReport()
         pending = list(self._jobs)
+        for job in pending:
+            job.monitor.enabled = True  # as `sparza run --drain`, whatever job.drain-monitor.enabled says
         for _ in range(max_batches):
             ran = False
             for job in pending:

@@ -61,6 +61,7 @@ def run_config(config: Config, *, master: str | None = None, remote: str | None 
         from sparza.runtime.drain import check_standalone
 
         check_standalone(config)
+        config = config.with_overrides({"job.drain-monitor.enabled": "true"})  # --drain reads its own request
     if spark is not None and (master or remote):
         raise ConfigError("--master" if master else "--remote", master or remote,
                           "nothing when a session is given (the session decides where the job runs)")

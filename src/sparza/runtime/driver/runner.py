@@ -659,7 +659,8 @@ class JobRunner:
             raise JobFailedError(f"the streaming query of {self.job.job_key} failed: {short_error(str(exc))}; "
                                  f"full trace: {trace}")
         reason = self._stop_reason or ("caught up (--once)" if self.once else "stopped")
-        detail = self._drained() if reason == "drained" else ""
+        detail = self._drained() if reason == "drained" or (self.drain is not None and reason == "all inputs ended") \
+            else ""
         self.status(f"sparza: {self.job.job_key}: {reason}{detail}; {self._batches} batch(es) committed"
                     + (f"; {self.notices.describe()}" if self.notices else "")
                     + (f"; {self.discards.describe()}" if self.discards else ""))
