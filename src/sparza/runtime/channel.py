@@ -8,7 +8,9 @@ and every container connects to it (:class:`ContainerChannelClient`). Messages a
 - container → driver: ``hello`` (epoch, container index, its locations, its tasks, the tasks that moved to
   it), ``result`` (one committed, skipped or failed task batch: a :class:`~sparza.runtime.results.BatchResult`),
   ``done`` (a task left the run loop: caught up, ended, stopped), ``error`` (the container is failing);
-- driver → container: ``end`` (finish the running batch, commit, return) and ``ping`` (the driver is alive: a
+- driver → container: ``end`` (finish the running batch, commit, return), ``drain`` (a job's drain request, or
+  its cancellation: ``{"job", "drain"}`` with :meth:`~sparza.runtime.drain.DrainRequest.to_json` or null) and
+  ``ping`` (the driver is alive: a
   container that hears nothing from a driver it was connected to for ``job.container.driver.timeout.ms`` ends its
   epoch at the batch boundary, so a frozen or partitioned processor's containers stop doing work; the fencing of
   task checkpoints keeps the output exact either way).
@@ -71,6 +73,7 @@ class ContainerChannel:
         self._lock = threading.Lock()
         self._peers: dict[tuple[int, int], socket.socket] = {}  # (epoch, container) -> connection
         self._ended: set[int] = set()  # epochs asked to end
+        self._drains: dict[int, dict[str, Any]] = {}  # epoch -> job -> its drain request (None: cancelled)
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._accept, name="sparza-container-channel", daemon=True)
         self._thread.start()
@@ -95,6 +98,17 @@ class ContainerChannel:
             peers = [conn for (e, _), conn in self._peers.items() if e == epoch]
         for conn in peers:
             _send(conn, {"type": "end"})
+
+    def drain_job(self, epoch: int, job: str, drain: dict[str, Any] | None) -> None:
+        """Tell every container of ``epoch`` (connected now or later) that ``job`` drains (``drain``, a
+        :class:`~sparza.runtime.drain.DrainRequest` as JSON), or no longer does (None)."""
+        with self._lock:
+            self._drains.setdefault(epoch, {})[job] = drain
+            for old in [e for e in self._drains if e < epoch]:
+                del self._drains[old]
+            peers = [conn for (e, _), conn in self._peers.items() if e == epoch]
+        for conn in peers:
+            _send(conn, {"type": "drain", "job": job, "drain": drain})
 
     def close(self) -> None:
         """Stop listening and drop every connection."""
@@ -131,6 +145,9 @@ class ContainerChannel:
             with self._lock:
                 self._peers[key] = conn
                 ended = key[0] in self._ended
+                drains = dict(self._drains.get(key[0], {}))
+            for job, drain in drains.items():
+                _send(conn, {"type": "drain", "job": job, "drain": drain})
             if ended:
                 _send(conn, {"type": "end"})
             self._dispatch(first)
@@ -177,6 +194,8 @@ class ContainerChannelClient:
         self._buffer = b""
         self.ended = False
         self.broken = False
+        self.drains: dict[str, dict[str, Any] | None] = {}
+        """Job → the drain request the driver sent (None: cancelled), as it came."""
 
     @classmethod
     def connect(cls, address: tuple[str, int, str] | list[Any], epoch: int, container: int,
@@ -221,7 +240,8 @@ class ContainerChannelClient:
 
     def poll_end(self, wait_s: float) -> bool:
         """Wait up to ``wait_s`` for the driver's ``end``; True once it came, or once the driver it was connected
-        to has been silent for ``driver_timeout_s`` or closed the connection (:attr:`driver_lost`)."""
+        to has been silent for ``driver_timeout_s`` or closed the connection (:attr:`driver_lost`). ``drain``
+        messages read meanwhile land in :attr:`drains`."""
         if self.ended or self.broken:
             if wait_s > 0 and not self.ended:
                 select.select([], [], [], wait_s)
@@ -237,8 +257,11 @@ class ContainerChannelClient:
                 self._buffer += chunk
                 while b"\n" in self._buffer:
                     line, self._buffer = self._buffer.split(b"\n", 1)
-                    if json.loads(line).get("type") == "end":
+                    message = json.loads(line)
+                    if message.get("type") == "end":
                         self.ended = True
+                    elif message.get("type") == "drain":
+                        self.drains[str(message["job"])] = message.get("drain")
         except OSError:
             self.broken = self.ended = self.driver_lost = True
             return True

@@ -5,7 +5,7 @@
 1. read the task checkpoint; a checkpoint already at this batch means a replay: skip it;
 2. bring the stores to the checkpoint's snapshots (reuse the local dir when it matches);
 3. deliver every message in order (control messages go to :class:`~sparza.control.TaskControl`);
-4. end-of-stream, watermark and window callbacks, decided from the plan (never the local clock);
+4. watermark, window, end-of-stream and drain callbacks, decided from the plan (never the local clock);
 5. commit with :class:`~sparza.runtime.container.commit.TaskCommit`: intent, flush, adjunct, snapshot, task
    checkpoint, cleanup — numbered steps, each a fault point of the guarantees harness.
 
@@ -58,6 +58,7 @@ from sparza.systems import (
 from sparza.task import (
     BatchStreamTask,
     ClosableTask,
+    DrainListenerTask,
     EndOfStreamListenerTask,
     InitableTask,
     MessageBatch,
@@ -199,6 +200,7 @@ class TaskInstance:
         self.committed_batch: int | None = None
         self.task: Any = None
         self.control: Any = None
+        self.drains: Any = None  # DrainTracker: the drain messages read and the drain completed (with TaskControl's)
         self._producers: dict[str, Any] = {}
         self._key_serdes = [_serde(job.config, s, "key") for s in ssps]
         self._msg_serdes = [_serde(job.config, s, "msg") for s in ssps]
@@ -292,6 +294,7 @@ class TaskInstance:
         if cp is not None and cp.batch >= split.batch:
             result.status = BatchStatus.SKIPPED
             result.ended = cp.ended
+            result.drained = split.drain is not None and (cp.drain or {}).get("completed") == split.drain["id"]
             self.metrics.counter("task", "batches-skipped").inc()
             result.metrics = self.metrics.changes()
             return result
@@ -397,7 +400,13 @@ class TaskInstance:
                 from sparza.control import TaskControl
 
                 self.control = TaskControl.restore(cp.control if cp else None, self.name, self.task_count,
-                                                   self._control_ssps, self.job.config, self.metrics)
+                                                   self._control_ssps, self.job.config, self.metrics,
+                                                   drains=cp.drain if cp else None)
+                self.drains = self.control.drains
+            else:
+                from sparza.control.drain import DrainTracker
+
+                self.drains = DrainTracker.restore(cp.drain if cp else None, self._control_ssps)
             if isinstance(self.task, InitableTask):
                 self._task_call("init", self.task.init, _Context(self))
         if self.control is not None:
@@ -676,12 +685,46 @@ class TaskInstance:
         if ended and not already and isinstance(task, EndOfStreamListenerTask):
             self._task_call("on_end_of_stream", task.on_end_of_stream, collector, coordinator)
         result.ended = ended or already
+        drained = self._drain(split, own, exhausted, collector, coordinator) if not result.ended else None
+        result.drained = result.ended or drained is not None
         if control is not None:
             outputs = control.streams_written()
             if outputs:
                 counts = {stream: self._partition_count(stream) for stream in outputs}
-                for envelope in control.outgoing(split.planned_at, counts):
+                for envelope in control.outgoing(split.planned_at, counts, drained=drained):
                     collector.send(envelope)
+
+    def _drain(self, split: TaskSplit, own: list[str], exhausted: list[str], collector: _Collector,
+               coordinator: _Coordinator) -> str | None:
+        """The drain this batch runs under, once the task completed it (None: no drain, or not drained yet).
+
+        The task completes it in the first batch in which each of its source SSPs reached the end offset
+        observed at the request (the split's ``unreached`` is empty of it), each intermediate SSP got the drain
+        of every upstream producer, or the SSP ended: then ``on_drain`` runs, once per drain."""
+        drain = split.drain
+        drains = self.drains
+        if drain is None or drains is None:
+            return None
+        run_id = str(drain["id"])
+        if drains.completed == run_id:
+            return run_id
+        control = self.control
+        unreached = set(drain.get("unreached") or ())
+        for key in own:
+            ssp = SystemStreamPartition.parse(key)
+            if key in exhausted or (control is not None and control.is_ended(ssp)):
+                continue
+            if control is not None and control.settings.is_intermediate(ssp.system_stream):
+                if not drains.is_drained(ssp, run_id):
+                    return None
+            elif key in unreached:
+                return None
+        task = self.task
+        if isinstance(task, DrainListenerTask):
+            self._task_call("on_drain", task.on_drain, collector, coordinator)
+        drains.completed = run_id
+        self.metrics.counter("task", "drains").inc()
+        return run_id
 
     def _close_task(self) -> None:
         """``ClosableTask.close`` once the task's inputs have all ended and that state is committed.
@@ -713,7 +756,7 @@ class TaskInstance:
                 task=self.name, batch=split.batch, generation=generation, offsets=split.end_offsets(), stores=stores,
                 control=self.control.snapshot() if self.control is not None else None, ended=result.ended,
                 spark_batch_id=spark_batch_id, window_at_ms=self._window_at, adjunct=adjunct,
-                location=self.location)
+                location=self.location, drain=self.drains.snapshot() if self.drains is not None else None)
 
         def committed() -> None:
             # From here the batch is committed: an in-memory task that fails cleanup stays consistent with it.
@@ -727,7 +770,8 @@ class TaskInstance:
                    generation=generation, checkpoint=checkpoint, listeners=self._listeners,
                    intent=Intent(batch=output_batch, planned_at_ms=split.planned_at, starts=split.start_offsets(),
                                  ends=split.end_offsets(), bounded_ends=dict(split.bounded_ends),
-                                 adjunct_reads=self.adjunct.reads() if self.adjunct is not None else {}),
+                                 adjunct_reads=self.adjunct.reads() if self.adjunct is not None else {},
+                                 drain=split.drain),
                    ).run(committed)
 
 

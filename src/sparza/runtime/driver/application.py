@@ -4,7 +4,8 @@
 each an ordinary job config whose task is :class:`sparza.api.StageTask`. The intermediate streams
 between stages are created first (idempotent). All stages share one SparkSession; a signal stops
 every stage at a batch boundary; a failed stage stops the others; a bounded pipeline ends when
-every stage saw end-of-stream on all its inputs.
+every stage saw end-of-stream on all its inputs; a drain (``drain=True``, ``sparza drain``) is one request
+for every stage (one id), and the application stops when every stage drained.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ __all__ = ["run_application", "run_together"]
 
 def run_application(config: Config, *, master: str | None = None, processor_id: str = "0", once: bool = False,
                     stage: str | None = None, spark: Any = None,
-                    install_signal_handlers: bool = True, remote: str | None = None) -> RunOutcome:
-    """Plan ``app.class`` and run its stages (or only ``stage``) until they stop."""
+                    install_signal_handlers: bool = True, remote: str | None = None, drain: bool = False) -> RunOutcome:
+    """Plan ``app.class`` and run its stages (or only ``stage``) until they stop; ``drain``: request a drain of
+    every stage first (one drain of the whole application, even with ``stage``) and stop once drained."""
     from sparza.api import plan_application
 
     plan = plan_application(config)
@@ -52,6 +54,10 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
     try:
         for runner in runners:  # every stage's claim before any stage runs: refuse as a whole
             runner.acquire_claim()
+        if drain:
+            from sparza.runtime.driver.drainmonitor import request_drain
+
+            request_drain([s.config for s in plan.stages])
         if once:
             # AvailableNow freezes each query's end at its start: run the stages one after the other
             # (writers first), so every stage sees all its upstream stage wrote.

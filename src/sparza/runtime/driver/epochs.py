@@ -16,7 +16,10 @@ is in it:
    while the epoch runs.
 3. **End.** After ``job.container.epoch.ms``, or when a job asks to stop (a signal, a failed task, a
    rebalance, a job joining) the pool asks the containers to end: each finishes its running batch,
-   commits and returns. A job whose tasks all ended (or caught up, under ``--once``) leaves the pool.
+   commits and returns. A job whose tasks all ended (or caught up, under ``--once``, or drained) leaves the
+   pool. A drain requested while an epoch runs reaches its containers over the channel (:meth:`ContainerQuery.drain`):
+   each task's planner caps its source partitions at the request's offsets, and a task that drained leaves
+   its container's run loop.
 
 An epoch that fails (an executor lost, a container's error that a retry may cure) is started again, with
 the executors that are left: the tasks restore from their last commit. After
@@ -131,6 +134,9 @@ class ContainerQuery:
         # Not "Initializing sources": a runner waits on that, and a container job has no source to start.
         self._message = "Waiting for the next epoch"
         self._committed_since_failure = False
+        self.drain_request: dict[str, Any] | None = None
+        """The job's drain request as JSON (:meth:`sparza.runtime.drain.DrainRequest.to_json`), or None: every
+        epoch's plan carries it."""
 
     # --- StreamingQuery-like interface ---------------------------------------------------------
     def start(self) -> ContainerQuery:
@@ -174,6 +180,12 @@ class ContainerQuery:
                 return
             self._stop_requested = True
         self.pool.end_epoch()
+
+    def drain(self, request: dict[str, Any] | None) -> None:
+        """The job drains (``request``), or no longer does (None): the running epoch's containers hear it over
+        the channel, the next epochs from their plan (the runner's ``build_epoch_job``)."""
+        self.drain_request = request
+        self.pool.send_drain(self.key, request)
 
     @property
     def stop_requested(self) -> bool:
@@ -252,6 +264,8 @@ class ContainerQuery:
             return self._leave()
         if all(w == "ended" for w in whys):
             return self._leave("all inputs ended")
+        if all(w in ("ended", "drained") for w in whys):
+            return self._leave("drained")
         if self.once and all(w in ("ended", "caught up") for w in whys):
             return self._leave("caught up")
         return False
@@ -263,7 +277,7 @@ class ContainerQuery:
         return True
 
     ended_because: str | None = None
-    """Why the job left the pool by itself (``all inputs ended``, ``caught up``), else None."""
+    """Why the job left the pool by itself (``all inputs ended``, ``caught up``, ``drained``), else None."""
 
 
 _CAUSES = (("ExecutorLostFailure", "an executor was lost"),
@@ -322,6 +336,13 @@ class ContainerPool:
                 self._thread.start()
                 return
         self.end_epoch()
+
+    def send_drain(self, job: str, request: dict[str, Any] | None) -> None:
+        """Tell the running epoch's containers that ``job`` drains (or no longer does)."""
+        with self._lock:
+            epoch, channel = self._running, self._channel
+        if epoch is not None and channel is not None:
+            channel.drain_job(epoch, job, request)
 
     def end_epoch(self) -> None:
         """Ask the running epoch's containers to finish their batches, commit and return."""
@@ -388,7 +409,9 @@ class ContainerPool:
                 member.epoch_ended(None)
                 continue
             try:
-                jobs.append(member.build_epoch_job())
+                job = member.build_epoch_job()
+                job.drain = member.drain_request
+                jobs.append(job)
                 live.append(member)
             except Exception as exc:  # its checkpoints cannot be read: that job fails, the others go on
                 member.fail(exc)
@@ -412,6 +435,9 @@ class ContainerPool:
         with self._lock:
             self._running = epoch
             self._last_error = None
+        for member, job in zip(live, jobs, strict=True):
+            if member.drain_request != job.drain:  # a drain requested while this epoch was being planned
+                channel.drain_job(epoch, member.key, member.drain_request)
         if any(m.stop_requested for m in live):
             channel.end_epoch(epoch)
         error: BaseException | None = None

@@ -18,7 +18,7 @@ from sparza.runtime.results import BatchResult, BatchStatus
 __all__ = ["EXIT_CODES", "BootstrapProgress", "Discards", "RunNotices", "RunOutcome", "short_error"]
 
 
-EXIT_CODES = {0: "stopped cleanly (signal, --once done, all inputs ended, or a task asked to shut down)",
+EXIT_CODES = {0: "stopped cleanly (signal, --once done, drained, all inputs ended, or a task asked to shut down)",
               1: "the job failed (a task error names SSP and offset; or Spark failed)",
               2: "bad config (one line names the key)",
               3: "another processor holds the job (standalone): refused to start, or lost the claim while running",
@@ -77,7 +77,7 @@ class Discards:
         inputs = ", ".join(str(spec.stream) for spec in job.inputs)
         lines = [f"{self.describe()} (inputs {inputs})."]
         if self.late:
-            lines.append("Late messages arrived after every window they belong to had fired; allow more "
+            lines.append("Late messages arrived after every window or join they belong to had closed; allow more "
                          "out-of-orderness with systems.<system>.streams.<stream>.watermark.lateness.ms on the "
                          "application's input streams, or keep them with task.late.messages.policy: route and "
                          "task.late.messages.stream.")
