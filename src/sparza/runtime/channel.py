@@ -74,6 +74,7 @@ class ContainerChannel:
         self._peers: dict[tuple[int, int], socket.socket] = {}  # (epoch, container) -> connection
         self._ended: set[int] = set()  # epochs asked to end
         self._drains: dict[int, dict[str, Any]] = {}  # epoch -> job -> its drain request (None: cancelled)
+        self._send_lock = threading.Lock()  # pings, ends and drains come from different threads: no interleaving
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._accept, name="sparza-container-channel", daemon=True)
         self._thread.start()
@@ -84,7 +85,11 @@ class ContainerChannel:
             with self._lock:
                 peers = list(self._peers.values())
             for conn in peers:
-                _send(conn, {"type": "ping"})
+                self._send_to(conn, {"type": "ping"})
+
+    def _send_to(self, conn: socket.socket, body: dict[str, Any]) -> bool:
+        with self._send_lock:
+            return _send(conn, body)
 
     @property
     def address(self) -> tuple[str, int, str]:
@@ -97,7 +102,7 @@ class ContainerChannel:
             self._ended.add(epoch)
             peers = [conn for (e, _), conn in self._peers.items() if e == epoch]
         for conn in peers:
-            _send(conn, {"type": "end"})
+            self._send_to(conn, {"type": "end"})
 
     def drain_job(self, epoch: int, job: str, drain: dict[str, Any] | None) -> None:
         """Tell every container of ``epoch`` (connected now or later) that ``job`` drains (``drain``, a
@@ -108,7 +113,7 @@ class ContainerChannel:
                 del self._drains[old]
             peers = [conn for (e, _), conn in self._peers.items() if e == epoch]
         for conn in peers:
-            _send(conn, {"type": "drain", "job": job, "drain": drain})
+            self._send_to(conn, {"type": "drain", "job": job, "drain": drain})
 
     def close(self) -> None:
         """Stop listening and drop every connection."""
@@ -147,9 +152,9 @@ class ContainerChannel:
                 ended = key[0] in self._ended
                 drains = dict(self._drains.get(key[0], {}))
             for job, drain in drains.items():
-                _send(conn, {"type": "drain", "job": job, "drain": drain})
+                self._send_to(conn, {"type": "drain", "job": job, "drain": drain})
             if ended:
-                _send(conn, {"type": "end"})
+                self._send_to(conn, {"type": "end"})
             self._dispatch(first)
             for line in reader:
                 self._dispatch(json.loads(line))
