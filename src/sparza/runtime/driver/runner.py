@@ -221,6 +221,8 @@ class JobRunner:
 
     def _on_container_results(self, results: list[BatchResult], epoch: int) -> None:
         """Results the containers committed since the last report (container mode): status line and metrics."""
+        if self._watch is not None and any(r.status is BatchStatus.COMMITTED for r in results):
+            self._watch.progress()
         with self._in_batch:
             failed = [r for r in results if r.status is BatchStatus.FAILED]
             done = [r for r in results if r.status is not BatchStatus.FAILED]
@@ -466,6 +468,8 @@ class JobRunner:
             driver_timeout_ms=cfg.get_int("job.container.driver.timeout.ms", min(
                 10_000, cfg.get_int("job.coordinator.standalone.claim.timeout.ms", 30_000) // 2), min_value=100))
         query.drain_request = self.drain.to_json() if self.drain is not None else None  # pending at the start
+        if self._watch is not None:
+            self._watch.running(f"the containers of {self.job.job_key}")
         return query.start()
 
     def _client_query(self, spark: Any, options: dict[str, str], name: str) -> Any:

@@ -4,9 +4,10 @@ A storage service that accepts connections and never answers does not fail a bat
 executors' clients wait for their own timeouts and the blob-store retry policy keeps retrying (for
 up to ``blob.store.retry.policy.max.retry.duration.millis``), so the batch just seems slow. The start
 checks catch a hang at start only. :class:`StorageWatch` runs on the driver: while a batch has run
-for a quarter of the timeout, it makes the start checks' one cheap authenticated call to each Azure
-container the job's tasks use (the blob store, the checkpoint store, the Azure blob outputs), each
-allowed half the timeout, every quarter of the timeout. A container that does not answer is
+(in the container mode: while containers have run without committing) for a quarter of the timeout,
+it makes the start checks' one cheap authenticated call to each Azure container the job's tasks use
+(the blob store, the checkpoint store, the Azure blob outputs), each allowed half the timeout, every
+quarter of the timeout. A container that does not answer is
 reported with its endpoint and what to check (status line, warning, the metric
 ``job/storage-not-answering``), so the report comes at most one timeout after the hang began. It
 says so again when the endpoint answers. The batch itself goes on under the retry policy.
@@ -66,7 +67,7 @@ class StorageWatch:
         self._report = report
         self._metrics = metrics
         self._started: float | None = None
-        self._batch = 0
+        self._running = "spark batch 0"
         self._failing: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -76,11 +77,21 @@ class StorageWatch:
 
     def batch_started(self, batch: int) -> None:
         """A batch began (its tasks may now wait on storage)."""
-        self._batch = batch
+        self.running(f"spark batch {batch}")
+
+    def running(self, what: str) -> None:
+        """Work that uses storage began (``what``: a micro-batch, the containers of an epoch)."""
+        self._running = what
         self._started = time.monotonic()
 
+    def progress(self) -> None:
+        """The running work committed something: storage answered, so the watch's clock starts again
+        (containers run for a whole epoch; only a stretch without a commit can mean a hang)."""
+        if self._started is not None:
+            self._started = time.monotonic()
+
     def batch_ended(self) -> None:
-        """The batch ended (committed or failed)."""
+        """The batch (or the containers' run) ended, committed or failed."""
         self._started = None
 
     def close(self) -> None:
@@ -105,8 +116,8 @@ class StorageWatch:
                 if what not in self._failing:
                     self._failing.add(what)
                     self._metrics.counter("job", "storage-not-answering").inc()
-                    self._report(f"storage not answering while spark batch {self._batch} runs ({running_s:.0f} s so "
-                                 f"far), {what}: {_first_line(exc)}; the batch keeps retrying under "
+                    self._report(f"storage not answering while {self._running} runs ({running_s:.0f} s "
+                                 f"without a commit), {what}: {_first_line(exc)}; the batch keeps retrying under "
                                  "blob.store.retry.policy.*")
                 continue
             if what in self._failing:
