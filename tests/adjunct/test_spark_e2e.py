@@ -195,8 +195,11 @@ def test_versioned_dataset_switches_atomically(spark: Any, work_dir: Path) -> No
 
 
 def test_restart_mid_bootstrap_resumes(spark: Any, work_dir: Path) -> None:
-    config = _job(work_dir, max_batch=100)
-    customers = {f"c{i}": {"name": f"n{i}"} for i in range(1000)}
+    # 100 bootstrap batches: a container runs batches back to back, so the stop (heard between two batches)
+    # must come while many remain.
+    size = 5000
+    config = _job(work_dir, max_batch=50)
+    customers = {f"c{i}": {"name": f"n{i}"} for i in range(size)}
     _customers(config, customers)
     _orders(config, [(i, f"c{i}") for i in range(50)])
 
@@ -215,11 +218,11 @@ def test_restart_mid_bootstrap_resumes(spark: Any, work_dir: Path) -> None:
     thread.join(timeout=120)
     first = _adjunct_entries(config)
     applied_first = sum(e["stores"]["lookup"]["applied"] for e in first.values() if e)
-    assert 0 < applied_first < 1000
+    assert 0 < applied_first < size
     assert any(not e["stores"]["lookup"]["bootstrap"]["done"] for e in first.values() if e)
 
     second = _run(spark, config)
-    assert _applied(second) == 1000 - applied_first  # resumed, did not start over
+    assert _applied(second) == size - applied_first  # resumed, did not start over
     seen = _seen(config)
     assert len(seen) == 50 and all(body["found"] is not None for body in seen.values())
 
