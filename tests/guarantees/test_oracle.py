@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from sparza.testing.harness import Outcome, _check, _Job, reproduce_command
+from sparza.testing.harness import Outcome, SparkJob, check, reproduce_command
 from sparza.testing.oracle import compare, expected_records, expected_table_rows, window_starts
 from sparza.testing.scenario import (
     AFTER_RUN_FAULTS,
@@ -112,7 +112,7 @@ def test_the_check_finds_a_lost_and_a_duplicated_record_in_a_real_delta_output(t
 
     scenario = generate(7, fault="none", output="delta", input="delta")
     scenario.kind, scenario.api = "copy", "task"
-    job = _Job(scenario, tmp_path, _NoAzurite())
+    job = SparkJob(scenario, tmp_path, _NoAzurite())
     job.create_streams()
     producer = DeltaSystemProducer("delta", Config(job.config))
     producer.register("t")
@@ -122,7 +122,7 @@ def test_the_check_finds_a_lost_and_a_duplicated_record_in_a_real_delta_output(t
             {"id": m.id, "key": m.key, "val": m.n, "aux": 0, "tag": "copy"}).encode(), key=m.key.encode()))
     producer.flush("t")
     outcome = Outcome(scenario)
-    _check(job, outcome)
+    check(job, outcome)
     assert outcome.comparison is not None
     assert sum(outcome.comparison.missing.values()) == 1 and sum(outcome.comparison.extra.values()) == 1
     assert not outcome.ok and "1 missing" in outcome.problems[0]
@@ -249,7 +249,7 @@ def test_the_check_reads_a_real_upsert_table_with_every_reader_and_finds_a_wrong
 
     scenario = generate(314, fault="none", output="table-upsert", input="delta")
     assert scenario.kind == "count"
-    job = _Job(scenario, tmp_path, _NoAzurite())
+    job = SparkJob(scenario, tmp_path, _NoAzurite())
     assert job.config["systems.delta.streams.out.delta.table.key"] == "key,aux"
     job.create_streams()
     stream = SystemStream("delta", "out")
@@ -266,14 +266,14 @@ def test_the_check_reads_a_real_upsert_table_with_every_reader_and_finds_a_wrong
 
     write(1, rows)
     outcome = Outcome(scenario)
-    _check(job, outcome)
+    check(job, outcome)
     assert outcome.ok, outcome.report()
     assert any("deltalake, duckdb, polars" in n for n in outcome.notes)
     wrong = dict(rows[0])
     wrong["val"] = int(wrong["val"]) + 1          # type: ignore[call-overload]
     write(2, [wrong])
     outcome = Outcome(scenario)
-    _check(job, outcome)
+    check(job, outcome)
     assert not outcome.ok and "1 missing" in outcome.problems[0] and "1 extra" in outcome.problems[0]
     assert "--seed 314" in outcome.report()
 
