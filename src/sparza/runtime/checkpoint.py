@@ -96,6 +96,8 @@ class TaskCheckpoint:
     snapshot-index blob id (or a local marker when the store is not backed up). ``control``: the
     control-message state (watermarks, end-of-stream counts). ``ended``: the task delivered
     end-of-stream to its task code. ``spark_batch_id`` and ``written_at_ms`` are informational.
+    ``location``: the state dir (host and dir, :func:`sparza.runtime.container.location_of`) where the batch
+    ran, so the next epoch can run the task where its local state is (host affinity).
 
     ``pending`` is the task's :class:`Intent` for a batch it started to flush but has not committed,
     written before its producers flush. ``batch == 0`` means nothing is committed yet (only an intent).
@@ -113,6 +115,7 @@ class TaskCheckpoint:
     window_at_ms: int = 0
     adjunct: dict[str, Any] | None = None
     pending: Intent | None = None
+    location: str | None = None
 
     @property
     def committed(self) -> bool:
@@ -145,7 +148,8 @@ class TaskCheckpoint:
                        control=body.get("control"), ended=bool(body.get("ended", False)),
                        spark_batch_id=body.get("spark_batch_id"), written_at_ms=body.get("written_at_ms"),
                        window_at_ms=int(body.get("window_at_ms") or 0), adjunct=body.get("adjunct"),
-                       pending=Intent.from_json(body["pending"]) if body.get("pending") else None)
+                       pending=Intent.from_json(body["pending"]) if body.get("pending") else None,
+                       location=body.get("location"))
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointConflictError("?", f"unreadable task checkpoint {source}: {exc}") from exc
 

@@ -38,7 +38,8 @@ from sparza.runtime.split import TaskSplit, split_from_marker
 from sparza.runtime.worker import WORKER, read_split
 
 __all__ = ["DETERMINISTIC", "RESULT_ARROW_SCHEMA", "RESULT_SCHEMA", "TRACE_DIR_KEY", "TaskAttemptError",
-           "make_task_runner", "result_from_row", "run_split", "write_trace_text"]
+           "make_task_runner", "result_from_row", "run_split", "run_task_batch", "to_arrow",
+           "write_trace_text"]
 
 TRACE_DIR_KEY = "task.error.trace.dir"
 define_key(TRACE_DIR_KEY, None, "Directory (on the executor's host) where the full trace of a failed task is written; "
@@ -73,7 +74,8 @@ RESULT_ARROW_SCHEMA = pa.schema([
 ])
 
 
-def _to_batch(result: BatchResult) -> pa.RecordBatch:
+def to_arrow(result: BatchResult) -> pa.RecordBatch:
+    """A result as its one-row record batch (:data:`RESULT_ARROW_SCHEMA`)."""
     return pa.RecordBatch.from_pylist([{
         "task": result.task, "seq": result.seq, "status": result.status.value, "messages": result.messages,
         "processed": result.processed, "dropped": result.dropped, "ignored": result.ignored,
@@ -96,18 +98,18 @@ def result_from_row(row: Any) -> BatchResult:
                        system_metrics=json.loads(row["system_metrics"] or "{}"))
 
 
-def run_split(config: Config, split: TaskSplit, *, spark_batch_id: int | None, generation: int,
-              task_count: int) -> pa.RecordBatch:
-    """Run one task's batch in this process and return its result row (see the module docstring).
-
-    The Spark source's ``read`` calls this for its partition, so the task runs in the Python worker that
-    Spark starts for the read: one Python evaluation per task and batch.
-    """
+def run_task_batch(config: Config, split: TaskSplit, *, generation: int, task_count: int,
+                   spark_batch_id: int | None = None, resident: bool = False,
+                   location: str | None = None) -> BatchResult:
+    """Run one task's batch in this process (see the module docstring): its result, with the worker's metric
+    changes. ``resident``: the task stays in this process after the batch (a container), so its stores stay
+    open; ``location``: where the batch ran (recorded in the task checkpoint for host affinity)."""
     try:
         config = resolve_secrets(config)  # shipped as a Spark file, never in the plan (runtime/secrets.py)
         rows = read_split(config, split)
         job = JobConfig.from_config(config)
-        instance = get_instance(job, split, task_count)
+        instance = get_instance(job, split, task_count, resident=resident)
+        instance.location = location
         result = instance.run_batch(split, rows, spark_batch_id=spark_batch_id, generation=generation)
     except DETERMINISTIC as exc:
         trace = _write_trace(config, split.task, split.seq, exc)
@@ -118,7 +120,18 @@ def run_split(config: Config, split: TaskSplit, *, spark_batch_id: int | None, g
         raise TaskAttemptError(f"task '{split.task}' batch {split.seq}: {_first_line(exc)}; full trace: {trace}"
                                ) from exc
     result.system_metrics = worker_metric_changes(config)
-    return _to_batch(result)
+    return result
+
+
+def run_split(config: Config, split: TaskSplit, *, spark_batch_id: int | None, generation: int,
+              task_count: int) -> pa.RecordBatch:
+    """Run one task's batch in this process and return its result row (see the module docstring).
+
+    The Spark source's ``read`` calls this for its partition, so the task runs in the Python worker that
+    Spark starts for the read: one Python evaluation per task and batch.
+    """
+    return to_arrow(run_task_batch(config, split, generation=generation, task_count=task_count,
+                                   spark_batch_id=spark_batch_id))
 
 
 def make_task_runner(config_values: dict[str, str], spark_batch_id: int, generation: int,

@@ -56,7 +56,7 @@ from sparza.task import (
     WindowableTask,
 )
 
-__all__ = ["BatchResult", "TaskInstance", "get_instance"]
+__all__ = ["BatchResult", "TaskInstance", "get_instance", "release_instance"]
 
 _log = logging.getLogger(__name__)
 
@@ -228,6 +228,7 @@ class TaskInstance:
         self._uses_control = self._needs_control()
         self._window_at = 0
         self._version = 0  # the output transaction version of the running batch
+        self.location: str | None = None  # where this process keeps the task's state (host affinity)
 
     # --- setup ---------------------------------------------------------------------------------
     def _needs_control(self) -> bool:
@@ -692,7 +693,8 @@ class TaskInstance:
             return TaskCheckpoint(
                 task=self.name, batch=split.seq, generation=generation, offsets=split.end_offsets(), stores=stores,
                 control=self.control.snapshot() if self.control is not None else None, ended=result.ended,
-                spark_batch_id=spark_batch_id, window_at_ms=self._window_at, adjunct=adjunct)
+                spark_batch_id=spark_batch_id, window_at_ms=self._window_at, adjunct=adjunct,
+                location=self.location)
 
         commit.write_checkpoint(checkpoint)
         # From here the batch is committed: an in-memory task that fails cleanup stays consistent with it.
@@ -700,10 +702,22 @@ class TaskInstance:
         commit.cleanup(split.seq)
 
 
-def get_instance(job: JobConfig, split: TaskSplit, task_count: int) -> TaskInstance:
-    """The cached instance of ``split.task`` in this worker process (created on first use)."""
+def get_instance(job: JobConfig, split: TaskSplit, task_count: int, *, resident: bool = False) -> TaskInstance:
+    """The cached instance of ``split.task`` in this worker process (created on first use).
+
+    ``resident``: the task stays in this process between batches (a container hosts it for an epoch), so its
+    stores stay open after a commit instead of being closed for another worker process to open.
+    """
     ssps = [SystemStreamPartition.parse(s) for s in split.ssps]
-    return WORKER.instance(  # type: ignore[no-any-return]
+    instance: TaskInstance = WORKER.instance(
         job.config, split.task,
         lambda: TaskInstance(job, split.task, ssps, task_count, checkpoint_store_from_config(job.config, job.job_key)),
         lambda instance: instance.ssps == ssps)
+    instance.stores.resident = resident
+    return instance
+
+
+def release_instance(config: Config, task: str) -> None:
+    """Close the stores of ``task``'s cached instance (kept committed on disk, reused by the next open): a
+    container calls this when its epoch ends, since the next epoch may run the task in another process."""
+    WORKER.release(config, task)

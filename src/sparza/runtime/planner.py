@@ -215,7 +215,7 @@ class BatchPlanner:
     """Plans batches for a fixed set of tasks from fresh stream metadata on every call."""
 
     def __init__(self, job: JobConfig, tasks: list[TaskModel], ops: Mapping[str, OffsetOps],
-                 metadata: MetadataFn) -> None:
+                 metadata: MetadataFn, *, start_positions: Mapping[SystemStreamPartition, str] | None = None) -> None:
         self.job = job
         self.tasks = tasks
         self.ops = ops
@@ -224,9 +224,11 @@ class BatchPlanner:
         from sparza.state.adjunct import AdjunctConfig
 
         self._adjunct = AdjunctConfig.from_config(job.config).input_streams()
-        first = metadata()
-        # What "the offsets seen at start" means for bounded and bootstrap streams.
-        self.start_positions = {ssp: pos.upcoming for ssp, pos in first.items()}
+        # What "the offsets seen at start" means for bounded and bootstrap streams: now, or when the job
+        # started (a container plans with the driver's start positions, so every epoch ends bounded
+        # streams at the same offsets).
+        self.start_positions = (dict(start_positions) if start_positions is not None
+                                else {ssp: pos.upcoming for ssp, pos in metadata().items()})
         self.targets: dict[SystemStreamPartition, str] | None = None
 
     def spec(self, ssp: SystemStreamPartition) -> InputSpec:

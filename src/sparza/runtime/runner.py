@@ -335,7 +335,29 @@ class JobRunner:
             if any(r.shutdown for r in results):
                 self.request_stop("a task asked to shut down")
 
-    def _record(self, results: list[BatchResult], elapsed_ms: float, batch_id: int) -> None:
+    def _on_container_results(self, results: list[BatchResult], epoch: int) -> None:
+        """Results the containers committed since the last report (container mode): status line and metrics."""
+        with self._in_batch:
+            failed = [r for r in results if r.status is BatchStatus.FAILED]
+            done = [r for r in results if r.status is not BatchStatus.FAILED]
+            if done:
+                tasks = len({r.task for r in done})
+                committed = sum(1 for r in done if r.status is BatchStatus.COMMITTED)
+                messages = sum(r.messages for r in done)
+                elapsed = max((r.process_ms + r.commit_ms for r in done), default=0.0)
+                self._record(done, elapsed, epoch,
+                             label=f"epoch {epoch}: {committed} task batch(es) of {tasks} task(s), {messages} msgs in")
+                self._batches += committed
+            if failed and self._failure is None:
+                message = "; ".join(r.error or "failed" for r in failed)
+                self._check_claim()
+                self._failure = self._claim_lost or JobFailedError(message)
+                self.request_stop("failed")
+            if any(r.shutdown for r in results):
+                self.request_stop("a task asked to shut down")
+
+    def _record(self, results: list[BatchResult], elapsed_ms: float, batch_id: int, *,
+                label: str | None = None) -> None:
         agg = "aggregate"
         messages = sum(r.messages for r in results)
         for r in results:
@@ -366,7 +388,8 @@ class JobRunner:
         bootstrap = self._bootstrap.update(results)
         if bootstrap is not None:
             self.metrics.gauge(agg, "bootstrap-remaining").set(bootstrap[1] - bootstrap[0])
-        self.status(f"batch {seq} (spark {batch_id}): {messages} msgs in, lag {'?' if lag is None else lag}, "
+        head = label or f"batch {seq} (spark {batch_id}): {messages} msgs in"
+        self.status(f"{head}, lag {'?' if lag is None else lag}, "
                     f"batch {elapsed_ms:.0f} ms, commit {commit_ms:.0f} ms"
                     + (f", {notices.describe()}" if notices else "")
                     + (f", {discards.describe()}" if discards else "")
@@ -475,7 +498,11 @@ class JobRunner:
                     + (f" (claim epoch {self.generation})" if self._claim is not None else "")
                     + f", spark checkpoint {self.spark_checkpoint_dir}"
                     + (" (client-driven batches: Spark Connect)" if is_connect(spark) else ""))
-        if is_connect(spark):
+        from sparza.runtime.epochs import execution_mode
+
+        if execution_mode(self.config) == "containers":
+            self._query = self._container_query(spark, tasks)
+        elif is_connect(spark):
             self._query = self._client_query(spark, options, name)
         else:
             self._query = self._streaming_query(spark, options, name)
@@ -501,6 +528,41 @@ class JobRunner:
         elif self.job.commit_ms > 0:
             writer = writer.trigger(processingTime=f"{self.job.commit_ms} milliseconds")
         return writer.start()
+
+    def _container_query(self, spark: Any, tasks: list[TaskModel]) -> Any:
+        """Container mode: the job joins the session's container pool (see :mod:`sparza.runtime.epochs`)."""
+        from sparza.runtime.checkpoint import checkpoint_store_from_config
+        from sparza.runtime.container import EpochJob
+        from sparza.runtime.epochs import ContainerPool, ContainerQuery
+
+        assert self._inputs is not None
+        start = {str(ssp): pos.upcoming for ssp, pos in self._inputs.positions().items()}
+        names = [t.name for t in tasks]
+        store = checkpoint_store_from_config(self.config, self.job.job_key)
+        shipped = dict(self._shipped)
+        cfg = self.config
+
+        def epoch_job() -> EpochJob:
+            locations = {t: cp.location for t, cp in store.read_all().items() if cp.location and t in set(names)}
+            return EpochJob(config=shipped, tasks=names, task_count=self._task_count, generation=self.generation,
+                            start_positions=start, targets=dict(start) if self.once else None, locations=locations)
+
+        def notice(line: str) -> None:
+            self.metrics.counter("aggregate", "container-notices").inc()
+            if " moved from " in line:
+                self.metrics.counter("aggregate", "tasks-moved").inc()
+            elif line.startswith("containers failed"):
+                self.metrics.counter("aggregate", "container-restarts").inc()
+            self.status(f"sparza: {self.job.job_key}: {line}")
+
+        query = ContainerQuery(
+            ContainerPool.of(spark), self.job.job_key, names, epoch_job, self._on_container_results, notice,
+            once=self.once, epoch_ms=cfg.get_int("job.container.epoch.ms", 300_000, min_value=1),
+            affinity=cfg.get_bool("job.host-affinity.enabled", True),
+            count=cfg.get_int("job.container.count", 0, min_value=0) or None,
+            max_restarts=cfg.get_int("job.container.max.restarts", 3, min_value=0),
+            channel_host=cfg.get_str("job.container.channel.host", None))
+        return query.start()
 
     def _client_query(self, spark: Any, options: dict[str, str], name: str) -> Any:
         """Spark Connect: this process plans and logs each batch and runs it as one batch job whose result
@@ -583,12 +645,21 @@ class JobRunner:
         """Wait up to ``timeout_s``; True while the query runs and no stop was requested."""
         query = self._query
         if query is None or not query.isActive or self._stop.is_set():
-            return False
+            return self._noticed_end(query)
         try:
             query.awaitTermination(timeout_s)
         except Exception:  # the query failed: finish() reports it
             return False
-        return bool(query.isActive) and not self._stop.is_set()
+        if query.isActive and not self._stop.is_set():
+            return True
+        return self._noticed_end(query)
+
+    def _noticed_end(self, query: Any) -> bool:
+        """A container query that left its pool by itself says why (all inputs ended, caught up)."""
+        why = getattr(query, "ended_because", None)
+        if why and not self._stop_reason:
+            self._stop_reason = why if why != "caught up" else "caught up (--once)"
+        return False
 
     def finish(self) -> RunOutcome:
         """Let the running batch commit, stop the query and say how it ended (raises if it failed)."""

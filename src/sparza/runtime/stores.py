@@ -72,6 +72,8 @@ class StoreHandle:
         self._dirty: set[Any] = set()
 
     def _bind(self, store: Any) -> None:
+        if store is not None and store is self._store and not self._dirty:
+            return  # the same committed store again (a resident task): its cache still matches it
         self._store = store
         self._cache.clear()
         self._dirty.clear()
@@ -207,6 +209,9 @@ class TaskStores:
         self._backup: Any = None
         self._checkpoint_dirs: dict[str, Path] = {}
         self.replaced: dict[str, str] = {}
+        self.resident = False
+        """True while the task stays in this process between batches (a container): committed stores stay
+        open (and their caches warm) instead of being closed for another process to open."""
 
     # --- paths ---------------------------------------------------------------------------------
     def store_dir(self, name: str) -> Path:
@@ -247,9 +252,13 @@ class TaskStores:
             expected = committed.get(name)
             kept = self._kept.pop(name, None)
             if kept is not None and expected is not None and kept[0] == expected:
-                self._open[name] = kept[1]  # the memory store this process committed: still exact
+                self._open[name] = kept[1]  # the store this process committed: still exact
                 self.handles[name]._bind(kept[1])
-                self.metrics.counter("stores", "reused-in-memory").inc()
+                if self._is_memory(name):
+                    self.metrics.counter("stores", "reused-in-memory").inc()
+                else:
+                    self._marker(name).unlink(missing_ok=True)  # the batch writes the live dir: dirty
+                    self.metrics.counter("stores", "reused-open").inc()
                 continue
             if kept is not None:
                 kept[1].close()
@@ -411,9 +420,10 @@ class TaskStores:
                 ids[name] = f"{LOCAL_SNAPSHOT_PREFIX}{batch}{_MEMORY_TAG}{uuid.uuid4().hex[:12]}"
             else:
                 ids[name] = f"{LOCAL_SNAPSHOT_PREFIX}{batch}"
-        for name in [n for n in self._open if self._is_memory(n)]:
+        for name in [n for n in self._open if self.resident or self._is_memory(n)]:
             self._to_keep[name] = self._open.pop(name)
-            self.handles[name]._bind(None)
+            if not self.resident:
+                self.handles[name]._bind(None)
         self._close_open()
         return ids
 
@@ -465,6 +475,15 @@ class TaskStores:
             return list(store.all())
         finally:
             store.close()
+
+    def close_committed(self) -> None:
+        """Close the stores kept open after their commit (their dirs stay marked committed, so the next open,
+        in this process or another, reuses them); memory stores are dropped (their snapshot has them)."""
+        for name, (_snapshot, store) in list(self._kept.items()):
+            with contextlib.suppress(Exception):
+                store.close()
+            self.handles[name]._bind(None)
+        self._kept.clear()
 
     def close(self) -> None:
         """Close the open stores and drop uncommitted memory stores (idempotent); handles then refuse

@@ -83,6 +83,13 @@ class WorkerCaches:
             instance = job.instances[task] = build()
         return instance
 
+    def release(self, config: Config, task: str) -> None:
+        """Close the open stores of ``task``'s cached instance (they stay committed on disk)."""
+        job = self._jobs.get(config_key(config))
+        instance = job.instances.get(task) if job is not None else None
+        if instance is not None:
+            instance.stores.close_committed()
+
     def metrics(self, config: Config) -> MetricsRegistry:
         """The registry of the job's long-lived objects in this worker (producers, consumers, store
         backups); :mod:`sparza.runtime.executor` sends its :meth:`~MetricsRegistry.changes` with each result."""

@@ -1,0 +1,230 @@
+"""The container channel: how containers report to the driver while an epoch runs, and hear its stop request.
+
+A Spark job returns its rows only when it ends, and an epoch lasts minutes: the status line, metrics,
+failure detection and stop requests cannot wait for that. The driver therefore listens on a TCP port
+(:class:`ContainerChannel`, on ``spark.driver.host``, the address executors already reach the driver at)
+and every container connects to it (:class:`ContainerChannelClient`). Messages are JSON lines:
+
+- container → driver: ``hello`` (epoch, container index, its locations, its tasks, the tasks that moved to
+  it), ``result`` (one committed, skipped or failed task batch: a :class:`~sparza.runtime.instance.BatchResult`),
+  ``done`` (a task left the run loop: caught up, ended, stopped), ``error`` (the container is failing);
+- driver → container: ``end`` (finish the running batch, commit, return).
+
+Every connection starts with the epoch's token (random per processor), so nothing else can report into a
+job. Without the channel (the driver cannot be reached from executors) a container still runs its epoch
+and returns its results as rows; only the stop request then waits for the epoch's end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import secrets
+import select
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from sparza.runtime.commit import BatchStatus
+from sparza.runtime.instance import BatchResult
+
+__all__ = ["ChannelEvent", "ContainerChannel", "ContainerChannelClient", "result_from_json", "result_to_json"]
+
+_log = logging.getLogger(__name__)
+
+ChannelEvent = dict[str, Any]
+"""One message from a container: ``{"type": ..., "epoch": e, "container": i, ...}``."""
+
+
+def result_to_json(result: BatchResult) -> dict[str, Any]:
+    """A batch result as JSON-able data."""
+    body = asdict(result)
+    body["status"] = result.status.value
+    return body
+
+
+def result_from_json(body: dict[str, Any]) -> BatchResult:
+    """Inverse of :func:`result_to_json`."""
+    return BatchResult(**{**body, "status": BatchStatus(body["status"])})
+
+
+class ContainerChannel:
+    """The driver's end: a TCP server for the containers of one processor (all its epochs and jobs).
+
+    ``on_event(event)`` is called for every message, from the connection's thread.
+    """
+
+    def __init__(self, host: str, on_event: Callable[[ChannelEvent], None]) -> None:
+        self.token = secrets.token_hex(16)
+        self._on_event = on_event
+        self._server = socket.create_server((host, 0))
+        self._server.settimeout(0.5)
+        self.host = host
+        self.port = int(self._server.getsockname()[1])
+        self._lock = threading.Lock()
+        self._peers: dict[tuple[int, int], socket.socket] = {}  # (epoch, container) -> connection
+        self._ended: set[int] = set()  # epochs asked to end
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name="sparza-container-channel", daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> tuple[str, int, str]:
+        """``(host, port, token)``: what an epoch plan carries."""
+        return self.host, self.port, self.token
+
+    def end_epoch(self, epoch: int) -> None:
+        """Ask every container of ``epoch`` (connected now or later) to finish its batch, commit and return."""
+        with self._lock:
+            self._ended.add(epoch)
+            peers = [conn for (e, _), conn in self._peers.items() if e == epoch]
+        for conn in peers:
+            _send(conn, {"type": "end"})
+
+    def close(self) -> None:
+        """Stop listening and drop every connection."""
+        self._closed.set()
+        with contextlib.suppress(OSError):
+            self._server.close()
+        with self._lock:
+            peers = list(self._peers.values())
+            self._peers.clear()
+        for conn in peers:
+            with contextlib.suppress(OSError):
+                conn.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), name="sparza-container-peer", daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        key: tuple[int, int] | None = None
+        try:
+            reader = conn.makefile("r", encoding="utf-8")
+            first = json.loads(reader.readline() or "null")
+            if not isinstance(first, dict) or first.get("token") != self.token:
+                return  # not one of ours
+            key = (int(first["epoch"]), int(first["container"]))
+            with self._lock:
+                self._peers[key] = conn
+                ended = key[0] in self._ended
+            if ended:
+                _send(conn, {"type": "end"})
+            self._dispatch(first)
+            for line in reader:
+                self._dispatch(json.loads(line))
+        except (OSError, ValueError) as exc:
+            _log.debug("container channel: a connection ended: %s", exc)
+        finally:
+            if key is not None:
+                with self._lock:
+                    if self._peers.get(key) is conn:
+                        del self._peers[key]
+            with contextlib.suppress(OSError):
+                conn.close()
+
+    def _dispatch(self, event: ChannelEvent) -> None:
+        event.pop("token", None)
+        try:
+            self._on_event(event)
+        except Exception:  # a reporting bug must not cut a container off
+            _log.exception("container channel: handling %s failed", event.get("type"))
+
+
+def _send(conn: socket.socket, body: dict[str, Any]) -> bool:
+    try:
+        conn.sendall((json.dumps(body, separators=(",", ":")) + "\n").encode("utf-8"))
+        return True
+    except OSError:
+        return False
+
+
+class ContainerChannelClient:
+    """A container's end of the channel (see the module docstring)."""
+
+    def __init__(self, conn: socket.socket, epoch: int, container: int, token: str) -> None:
+        self._conn = conn
+        self._epoch = epoch
+        self._container = container
+        self._token = token
+        self._buffer = b""
+        self.ended = False
+        self.broken = False
+
+    @classmethod
+    def connect(cls, address: tuple[str, int, str] | list[Any], epoch: int, container: int,
+                timeout_s: float = 5.0) -> ContainerChannelClient | None:
+        """Connect to the driver, or None (logged) when it cannot be reached."""
+        host, port, token = address
+        try:
+            conn = socket.create_connection((host, int(port)), timeout=timeout_s)
+        except OSError as exc:
+            _log.warning("container %s of epoch %s cannot reach the driver at %s:%s (%s): it reports at the "
+                         "epoch's end and hears no stop request before it", container, epoch, host, port, exc)
+            return None
+        conn.settimeout(None)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(conn, epoch, container, str(token))
+
+    def _send(self, body: dict[str, Any]) -> bool:
+        if self.broken:
+            return False
+        ok = _send(self._conn, {"epoch": self._epoch, "container": self._container, **body})
+        if not ok:
+            self.broken = True
+        return ok
+
+    def hello(self, locations: dict[str, str], tasks: list[str], moves: list[dict[str, Any]],
+              alive: list[str]) -> None:
+        """The first message: who this container is, where it is, what it runs, what moved to it."""
+        self._send({"type": "hello", "token": self._token, "locations": locations, "tasks": tasks, "moves": moves,
+                    "alive": alive})
+
+    def send_result(self, job: str, result: BatchResult) -> bool:
+        """One task batch's result; False when it could not be sent (the caller keeps it for the rows)."""
+        return self._send({"type": "result", "job": job, "result": result_to_json(result)})
+
+    def send_done(self, job: str, task: str, why: str) -> bool:
+        """A task left the run loop (``caught up``, ``ended``, ``stopped``)."""
+        return self._send({"type": "done", "job": job, "task": task, "why": why})
+
+    def send_error(self, text: str) -> None:
+        """The container is failing with ``text`` (Spark retries it; the driver says so)."""
+        self._send({"type": "error", "error": text})
+
+    def poll_end(self, wait_s: float) -> bool:
+        """Wait up to ``wait_s`` for the driver's ``end``; True once it came."""
+        if self.ended or self.broken:
+            if wait_s > 0 and not self.ended:
+                select.select([], [], [], wait_s)
+            return self.ended
+        try:
+            readable, _, _ = select.select([self._conn], [], [], max(wait_s, 0.0))
+            if readable:
+                chunk = self._conn.recv(65536)
+                if not chunk:
+                    self.broken = True
+                    return self.ended
+                self._buffer += chunk
+                while b"\n" in self._buffer:
+                    line, self._buffer = self._buffer.split(b"\n", 1)
+                    if json.loads(line).get("type") == "end":
+                        self.ended = True
+        except OSError:
+            self.broken = True
+        return self.ended
+
+    def close(self) -> None:
+        """Say goodbye and close."""
+        self._send({"type": "bye"})
+        with contextlib.suppress(OSError):
+            self._conn.close()
