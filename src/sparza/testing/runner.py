@@ -174,6 +174,7 @@ class _Job:
         """Take over what Spark's checkpoint dir and the claim of ``other`` (the same job before a config
         change) hold."""
         self.plan, self.pending, self.previous = other.plan, other.pending, other.previous
+        self.fresh = other.fresh
         self.spark_batch_id, self.batches, self.ended = other.spark_batch_id, other.batches, other.ended
         self.claim, self.generation = other.claim, other.generation
 
@@ -199,6 +200,8 @@ class _Job:
         epoch = self.claim.acquire()
         stamp_generation(store, [t.name for t in self.tasks], epoch)
         self.generation = epoch
+        if self.fresh:  # `sparza run` starts its query (initialOffset) only once it holds the claim
+            self.replan()
 
     def release_claim(self) -> None:
         """Give the claim up, as a processor that stops cleanly does."""
@@ -230,6 +233,7 @@ class _Job:
         """The start plan from the task checkpoints (Spark's checkpoint dir lost or new)."""
         self.plan = self.planner.initial(self.checkpoints.read_all())
         self.pending: Any = None
+        self.fresh = True  # no batch planned since: a query that starts now reads the checkpoints now
 
     def step(self, now_ms: int) -> list[Any]:
         """Plan and run one batch of every task; empty when there is nothing to plan. A batch that raises
@@ -244,6 +248,7 @@ class _Job:
             if planned is self.plan:
                 return []
             self.pending = planned
+            self.fresh = False
         splits = self.planner.splits(self.plan, self.pending)
         run_tasks = make_task_runner(dict(self.config.items()), self.spark_batch_id, self.generation,
                                      len(self.tasks))
