@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -20,6 +21,16 @@ def parse_seeds(text: str) -> list[int]:
         first, sep, last = part.partition("-")
         seeds.extend(range(int(first), int(last) + 1) if sep else [int(first)])
     return seeds
+
+
+def _scratch(in_memory: bool) -> Path:
+    """A fresh work dir: on tmpfs (``/dev/shm``) for in-process scenarios when there is one (their state is
+    thrown away, and the fsyncs of task checkpoints and stores on a disk shared with other work would take
+    most of their time), else in the temp dir."""
+    shm = Path("/dev/shm")
+    if in_memory and shm.is_dir() and os.access(shm, os.W_OK):
+        return Path(tempfile.mkdtemp(prefix="sparza-harness-", dir=shm))
+    return Path(tempfile.mkdtemp(prefix="sparza-harness-"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the files of passing scenarios too")
     parser.add_argument("--verbose", action="store_true", help="print every in-process scenario, not only failures")
     args = parser.parse_args(argv)
-    base = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="sparza-harness-"))
+    base = Path(args.workdir) if args.workdir else _scratch(args.engine == "inprocess")
     if args.soak is not None:
         from sparza.testing.harness.soak import soak
 

@@ -38,6 +38,7 @@ seed is a complete reproduction on either engine.
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import tempfile
@@ -460,6 +461,11 @@ def check(job: InProcessJob, outcome: Outcome) -> None:
     judge(outcome, actual, job.routed_late())
 
 
+def _tmpfs() -> str | None:
+    """``/dev/shm`` when writable (the scenario's state is thrown away; fsyncs on a busy disk would dominate)."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
 def run_inprocess_scenario(scenario: Scenario, workdir: Path | None = None, *, keep: bool = False,
                            messages_override: int | None = None, fault_override: str | None = None,
                            output_override: str | None = None, input_override: str | None = None,
@@ -468,7 +474,8 @@ def run_inprocess_scenario(scenario: Scenario, workdir: Path | None = None, *, k
     a temp dir, removed afterwards unless ``keep`` or the scenario failed) holds its state and blob store."""
     started = time.perf_counter()
     own = workdir is None
-    root = Path(tempfile.mkdtemp(prefix=f"sparza-inprocess-{scenario.seed}-")) if workdir is None else workdir
+    root = Path(tempfile.mkdtemp(prefix=f"sparza-inprocess-{scenario.seed}-", dir=_tmpfs())) if workdir is None \
+        else workdir
     root.mkdir(parents=True, exist_ok=True)
     outcome = Outcome(scenario, "inprocess", workdir=root, messages_override=messages_override,
                       fault_override=fault_override, output_override=output_override, input_override=input_override,
