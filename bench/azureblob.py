@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fastavro
 from _report import record, table
 
-from sparza.devstorage import AzuriteProcess
+from sparza.devservers.storage import AzuriteProcess
 from sparza.serde import AvroRecord
 from sparza.streams import OutgoingMessageEnvelope, SystemStream
 from sparza.systems.azureblob import AzureBlobSystemProducer

@@ -77,11 +77,11 @@ def main() -> None:
     messages, keys, partitions = SCALES[args.scale]
     if args.messages:
         messages = args.messages
+    from sparza.devservers.spark import SparkConnectServer
     from sparza.runtime.app import _importable_cwd
     from sparza.runtime.packaging import build_package
     from sparza.runtime.session import connect_session
     from sparza.testing import local_spark_session
-    from sparza.testing.sparkservers import SparkConnectServer
 
     _importable_cwd()
     base = Path(tempfile.mkdtemp(prefix="sparza-bench-connect-"))

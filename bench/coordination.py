@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _report
 
 from sparza.coordination._fleet import ProcessorFleet
-from sparza.devstorage import AzuriteProcess
+from sparza.devservers.storage import AzuriteProcess
 
 TASKS = 8
 SAMZA_TIMINGS = {

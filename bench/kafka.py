@@ -153,7 +153,7 @@ def main() -> None:
     messages, keys, partitions = SCALES[args.scale]
     if args.messages:
         messages = args.messages
-    from sparza.devkafka import TansuProcess
+    from sparza.devservers.kafka import TansuProcess
     from sparza.runtime.app import _importable_cwd
     from sparza.testing import local_spark_session
 

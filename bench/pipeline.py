@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> None:
     events = args.events or scale["events"]
     batch = args.batch or scale["batch"]
     rounds = args.rounds or scale["rounds"]
-    from sparza.devstorage import AzuriteProcess
+    from sparza.devservers.storage import AzuriteProcess
 
     work = Path(tempfile.mkdtemp(prefix="sparza-bench-pipeline-"))
     azurite = AzuriteProcess(work / "azurite")

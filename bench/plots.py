@@ -59,7 +59,7 @@ def blob_throughput(scale: dict[str, Any], work: Path) -> tuple[str, str]:
     """MiB/s of one producer stream for each block size and thread count, against Azurite."""
     import azureblob as bench_blob
 
-    from sparza.devstorage import AzuriteProcess
+    from sparza.devservers.storage import AzuriteProcess
 
     n = scale["blob_mib"] * 1024  # ~1 KiB records
     recs = bench_blob.records(n)
@@ -118,7 +118,7 @@ def restore_vs_replay(scale: dict[str, Any], work: Path) -> tuple[str, str]:
     from sparza.blobstore import LocalBlobStoreManager
     from sparza.blobstore.azure import AzureBlobStoreManager
     from sparza.config import Config
-    from sparza.devstorage import AzuriteProcess
+    from sparza.devservers.storage import AzuriteProcess
     from sparza.state.backup import StateBackup, StoreBackupManager
 
     storage = AzuriteProcess(work / "azurite-state")
@@ -176,7 +176,7 @@ def restore_vs_replay(scale: dict[str, Any], work: Path) -> tuple[str, str]:
 def failover(scale: dict[str, Any], work: Path) -> tuple[str, str]:
     """Failover seconds per kill of the leader and of a worker, default settings."""
     import coordination as bench_coord
-    from sparza.devstorage import AzuriteProcess
+    from sparza.devservers.storage import AzuriteProcess
 
     storage = AzuriteProcess(work / "azurite-coord")
     storage.start()

@@ -30,7 +30,7 @@ import _report
 
 from sparza.blobstore import BlobStoreManager, LocalBlobStoreManager
 from sparza.blobstore.azure import AzureBlobStoreManager
-from sparza.devstorage import AzuriteProcess
+from sparza.devservers.storage import AzuriteProcess
 from sparza.state.backup import StateBackup, StoreBackupManager
 from sparza.state.kv import RocksDbStore
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from sparza.azure import StorageAccount
-from sparza.devkafka import TansuProcess
-from sparza.devstorage import AzuriteProcess
+from sparza.devservers.kafka import TansuProcess
+from sparza.devservers.storage import AzuriteProcess
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -93,7 +93,7 @@ def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[A
     """A session-wide Spark Connect server (local[2,4]) on a free loopback port, started from the installed
     pyspark, with its event log on. Its executors' Python does not see the project (no PYTHONPATH, no
     editable install, cwd outside the repo): jobs reach it only through ``job.py.files``."""
-    from sparza.testing.sparkservers import SparkConnectServer, executor_python
+    from sparza.devservers.spark import SparkConnectServer, executor_python
 
     base = tmp_path_factory.mktemp("spark-connect")
     server = SparkConnectServer(base / "server", python=str(executor_python(base)), event_log=True)

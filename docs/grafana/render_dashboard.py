@@ -413,7 +413,8 @@ def run_and_scrape(seconds: float, interval: float, samples: Path) -> None:
     from examples.keyed_count.load import append_messages, create_streams
 
     from sparza.config import Config
-    from sparza.devstorage import AzuriteProcess, free_port
+    from sparza.devservers.processes import free_port
+    from sparza.devservers.storage import AzuriteProcess
     from sparza.streams import OutgoingMessageEnvelope, SystemStream
     from sparza.systems import StreamSpec
     from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer

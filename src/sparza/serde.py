@@ -35,7 +35,10 @@ __all__ = [
     "SerdeError",
     "StringSerde",
     "load_avro_schema",
+    "partition_key_bytes",
     "serde_from_name",
+    "serialize",
+    "stream_serde",
 ]
 
 
@@ -279,3 +282,44 @@ def serde_from_name(name: str | None, *, key: str = "serde", schema: Any = None,
             raise ConfigError(key, name, "an Avro schema to go with the avro serde")
         return AvroSerde(load_avro_schema(schema) if isinstance(schema, str) else schema)
     raise ConfigError(key, name, "one of " + ", ".join(_NAMES))
+
+
+def stream_serde(config: Mapping[str, str], system: str, stream: str, which: str) -> Serde:
+    """The serde of stream ``system.stream``'s keys (``which="key"``) or messages (``which="msg"``): the
+    stream's ``systems.<s>.streams.<x>.samza.<which>.serde``, else the system's ``systems.<s>.samza.<which>.serde``,
+    else bytes. An avro serde takes its schema from ``systems.<s>.streams.<x>.samza.<which>.schema``.
+
+    Every system, the runtime and the test runner resolve a stream's serdes here, so they agree."""
+    key = f"systems.{system}.streams.{stream}.samza.{which}.serde"
+    name = config.get(key) or None
+    if name is None:
+        key = f"systems.{system}.samza.{which}.serde"
+        name = config.get(key) or None
+    schema = config.get(f"systems.{system}.streams.{stream}.samza.{which}.schema") or None
+    return serde_from_name(name, key=key, schema=schema, config=config)
+
+
+def serialize(obj: Any, serde: Serde) -> bytes | None:
+    """``obj`` as a stream stores it: None stays None, bytes as they are, anything else through ``serde``."""
+    if obj is None:
+        return None
+    if isinstance(obj, bytes):
+        return obj
+    if isinstance(obj, bytearray | memoryview):
+        return bytes(obj)
+    return serde.to_bytes(obj)
+
+
+def partition_key_bytes(key: Any, serde: Serde) -> bytes:
+    """The bytes a producer hashes to pick the partition of a message with partition key ``key``: bytes as
+    they are, ``str`` as UTF-8 (as Kafka's StringSerializer), ``int`` as its decimal ASCII digits, anything
+    else through the stream's key serde. Every system's producer encodes partition keys this way."""
+    if isinstance(key, bytes):
+        return key
+    if isinstance(key, bytearray | memoryview):
+        return bytes(key)
+    if isinstance(key, str):
+        return key.encode("utf-8")
+    if isinstance(key, int) and not isinstance(key, bool):
+        return str(key).encode("ascii")
+    return serde.to_bytes(key)

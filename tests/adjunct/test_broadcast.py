@@ -13,7 +13,7 @@ from adjunct_harness import AdjunctHarness, BatchFeeder, read_broadcast_in_proce
 from sparza.blobstore import BlobStoreManager
 from sparza.blobstore.azure import AzureBlobStoreManager
 from sparza.config import Config
-from sparza.devstorage import AzuriteProcess
+from sparza.devservers.storage import AzuriteProcess
 from sparza.state.adjunct import RecoveryAction, TaskAdjunctManager, directory_size_bytes
 from sparza.streams import SystemStreamPartition
 

@@ -11,7 +11,7 @@ from adjunct_harness import AdjunctHarness, BatchFeeder
 
 from sparza.blobstore import BlobStoreManager
 from sparza.blobstore.azure import AzureBlobStoreManager
-from sparza.devstorage import AzuriteProcess
+from sparza.devservers.storage import AzuriteProcess
 from sparza.state.adjunct import AdjunctStoreReadOnlyError, RecoveryAction, UnknownAdjunctStoreError
 from sparza.state.kv import StoreReadOnlyError
 from sparza.streams import SystemStreamPartition

@@ -12,7 +12,7 @@ from sparza.api.stage_task import table_row
 from sparza.config import Config
 from sparza.streams import SystemStream
 from sparza.systems.delta.settings import DeltaSystemSettings
-from sparza.systems.delta.tables import TableSpec
+from sparza.systems.delta.tables import TableSpec, table_spec_from_config
 
 EVENTS = SystemStream("delta", "events")
 PREFIX = "systems.delta.streams.window_stats.delta.table."
@@ -27,7 +27,7 @@ def test_planner_writes_the_table_keys_into_every_stage_and_config_wins():
     plan = plan_application(_config(), {EVENTS: 2})
     stage = plan.stage("by-key").config
     assert stage[PREFIX + "mode"] == "upsert" and stage[PREFIX + "key"] == "key,window_start"
-    spec: TableSpec = DeltaSystemSettings("delta", stage).table_spec("window_stats")
+    spec: TableSpec = table_spec_from_config(DeltaSystemSettings("delta", stage), "window_stats")
     assert spec.schema.names == ["key", "window_start", "window_end", "count", "sum"]
     assert spec.schema.field("window_start").type == pa.timestamp("us", tz="UTC")
     assert not spec.schema.field("key").nullable and spec.key == ("key", "window_start")

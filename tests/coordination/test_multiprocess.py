@@ -18,7 +18,7 @@ from sparza.azure import StorageAccount
 from sparza.coordination import CoordinationConfig
 from sparza.coordination.clients import CoordinationClients
 from sparza.coordination.fencing import stored_generation
-from sparza.devstorage import AzuriteProcess
+from sparza.devservers.storage import AzuriteProcess
 
 from .conftest import job_config
 

@@ -69,7 +69,7 @@ def _port_free(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) != 0
 
 
-def test_dev_storage_cli_start_twice_status_stop(tmp_path):
+def test_dev_storage_cli_start_twice_status_stop(tmp_path, monkeypatch):
     env = {**os.environ, "SPARZA_HOME": str(tmp_path / "home")}
     cli = [sys.executable, "-m", "sparza.cli"]
     first = subprocess.run([*cli, "dev-storage", "start"], env=env, capture_output=True, text=True, timeout=60)
@@ -85,6 +85,11 @@ def test_dev_storage_cli_start_twice_status_stop(tmp_path):
         assert "fromcli" in [c.name for c in client.list_containers()]
         status = subprocess.run([*cli, "dev-storage", "status"], env=env, capture_output=True, text=True, timeout=30)
         assert status.returncode == 0 and "running" in status.stdout
+        # with nothing configured, an account resolves to the running dev storage (its recorded ports)
+        monkeypatch.setenv("SPARZA_HOME", str(tmp_path / "home"))
+        found = resolve_storage_account(Config(), environ={})
+        assert found.blob_endpoint == StorageAccount.from_connection_string(conn).blob_endpoint
+        assert found.table_endpoint == StorageAccount.from_connection_string(conn).table_endpoint
     finally:
         stop = subprocess.run([*cli, "dev-storage", "stop"], env=env, capture_output=True, text=True, timeout=60)
     assert "stopped" in stop.stdout
@@ -93,6 +98,8 @@ def test_dev_storage_cli_start_twice_status_stop(tmp_path):
     status = subprocess.run([*cli, "dev-storage", "status"], env=env, capture_output=True, text=True, timeout=30)
     assert status.returncode == 1
     assert Path(tmp_path / "home" / "azurite" / "data").is_dir()
+    with pytest.raises(ConfigError, match="sparza dev-storage start"):
+        resolve_storage_account(Config(), environ={})  # the record names a stopped emulator
 
 
 def test_cli_version():

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from sparza.config import Config
-from sparza.configcheck import UnknownKeyError, check_config, migrate_config, validate_for_run
+from sparza.config.check import UnknownKeyError, check_config, migrate_config, validate_for_run
+from sparza.config.samza import translate
 from sparza.control.settings import ControlSettings
 from sparza.errors import ConfigError, SerdeError
 from sparza.runtime.jobconfig import JobConfig
-from sparza.samzacompat import translate
 from sparza.serde import serde_from_name
 
 REPO = Path(__file__).resolve().parents[2]

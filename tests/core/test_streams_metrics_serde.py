@@ -5,8 +5,8 @@ import urllib.request
 
 import pytest
 
-from sparza.devstorage import free_port
 from sparza.errors import ConfigError, SerdeError
+from sparza.host import free_port
 from sparza.metrics import JsonLinesReporter, MetricsRegistry, PrometheusExporter
 from sparza.serde import AvroRecord, AvroSerde, BytesSerde, JsonSerde, StringSerde, serde_from_name
 from sparza.streams import MessageType, SystemStream, SystemStreamPartition, parse_input_list

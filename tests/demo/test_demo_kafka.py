@@ -20,7 +20,7 @@ import pytest
 from examples.wikipedia.generate import expected_demo_windows, final_profiles, generate_edits, generate_profiles
 
 from sparza.azure import StorageAccount
-from sparza.processes import port_open
+from sparza.host import port_open
 from sparza.systems.azureblob.reading import decode_blob
 
 pytestmark = pytest.mark.spark

@@ -16,8 +16,8 @@ from examples.wikipedia.load import create_streams, edits_stream, load_edits, lo
 from rich.console import Console
 
 from sparza.cli.demo import _count_user_messages, kafka_brokers
-from sparza.devkafka import DevKafka
-from sparza.processes import pid_alive, port_open
+from sparza.devservers.kafka import DevKafka
+from sparza.host import pid_alive, port_open
 from sparza.systems.kafka import KafkaSystemAdmin
 
 SPARZA = str(Path(sys.executable).parent / "sparza")

@@ -11,11 +11,11 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 def test_committed_config_reference_is_what_the_code_declares() -> None:
     # A fresh interpreter: keys declared by test helpers in this process must not leak into the page.
-    generated = subprocess.run([sys.executable, "-m", "sparza.configref"], capture_output=True, text=True,
+    generated = subprocess.run([sys.executable, "-m", "sparza.config.reference"], capture_output=True, text=True,
                                check=True, timeout=120).stdout
     committed = (DOCS / "config-reference.md").read_text(encoding="utf-8")
     assert committed == generated, ("docs/config-reference.md is out of date: regenerate it with "
-                                    "'python -m sparza.configref > docs/config-reference.md'")
+                                    "'python -m sparza.config.reference > docs/config-reference.md'")
 
 
 def test_every_package_has_a_section() -> None:

@@ -16,11 +16,11 @@ from tests.runtime.helpers import REPO, expected_counts, final_counts, run_sparz
 
 import sparza
 from sparza.config import Config
+from sparza.devservers.spark import executor_python
 from sparza.errors import StartCheckError
 from sparza.runtime.packaging import build_package, job_modules
 from sparza.runtime.preflight import check_deployment
 from sparza.runtime.session import SparkTarget, planned_target
-from sparza.testing.sparkservers import executor_python
 
 CLUSTER = SparkTarget("spark://spark-master:7077", local=False)
 CONNECT = SparkTarget("Spark Connect sc://h:15002", local=False, connect=True)
@@ -146,7 +146,7 @@ def test_sparza_package_command_writes_the_zip(make_job, work_dir):
 @pytest.mark.slow
 def test_the_spark_submit_example_runs_a_packaged_job_on_the_session_spark_submit_built(make_job, work_dir,
                                                                                       sparza_package):
-    from sparza.testing.sparkservers import spark_home
+    from sparza.devservers.spark import spark_home
 
     config = make_job()
     append_messages(config, 500, 7, commit_size=250)
@@ -166,7 +166,7 @@ def test_the_spark_submit_example_runs_a_packaged_job_on_the_session_spark_submi
 
 
 def test_an_unreachable_connect_server_or_a_master_with_remote_is_one_line_in_seconds(make_job, work_dir):
-    from sparza.processes import free_port
+    from sparza.host import free_port
 
     path = write_config(make_job(**{"job.filesystem.shared": "true"}), work_dir / "job.yaml")
     url = f"sc://127.0.0.1:{free_port()}"

@@ -18,7 +18,7 @@ import pytest
 from examples.keyed_count.load import append_messages
 
 from sparza.config import Config
-from sparza.devstorage import free_port
+from sparza.host import free_port
 from sparza.runtime import JobRunner
 from sparza.streams import OutgoingMessageEnvelope, SystemStream
 from sparza.systems import StreamSpec

@@ -9,7 +9,7 @@ import sys
 import pytest
 from tests.runtime.helpers import REPO
 
-from sparza.devstorage import free_port
+from sparza.host import free_port
 
 pytestmark = pytest.mark.slow
 

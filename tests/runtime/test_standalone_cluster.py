@@ -23,7 +23,7 @@ from examples.keyed_count.load import append_messages
 from tests.runtime.helpers import expected_counts, final_counts, run_sparza, sparza_env, write_config
 
 from sparza.azure import AZURITE_ACCOUNT_KEY
-from sparza.testing.sparkservers import executor_python
+from sparza.devservers.spark import executor_python
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sparza.blobstore import BlobStoreManager, LocalBlobStoreManager, ManualClock
-from sparza.devstorage import AzuriteProcess
+from sparza.devservers.storage import AzuriteProcess
 
 DAY_MS = 86_400_000
 

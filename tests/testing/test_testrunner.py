@@ -233,7 +233,7 @@ def test_samza_in_memory_system_factory_name_is_accepted(tmp_path: Path) -> None
 
     config = {"systems.x.samza.factory": "org.apache.samza.system.inmemory.InMemorySystemFactory"}
     from sparza.config import Config
-    from sparza.samzacompat import translate
+    from sparza.config.samza import translate
 
     translated = translate(Config(config)).config
     assert isinstance(get_system_factory(translated, "x"), InMemorySystemFactory)

@@ -6,8 +6,9 @@ correctly); ``remove_ttl`` drops it. A delete is a tombstone: metadata and tag
 tombstones. Native blob expiry exists only on HNS accounts and lifecycle rules run at most daily
 (and Azurite has neither), so sparza does not rely on them.
 
-Azure errors are translated here, once: not-found → :class:`BlobNotFoundError`; timeouts,
-connection errors, 408/429/5xx → :class:`RetriableError`; anything else → :class:`BlobStoreError`.
+Azure errors are classified by :mod:`sparza.azure.errors` and become this package's here, once:
+not-found → :class:`BlobNotFoundError`; timeouts, connection errors, 408/429/5xx →
+:class:`RetriableError`; anything else → :class:`BlobStoreError`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from sparza.azure import Failure, classify
 from sparza.blobstore.api import (
     BlobInfo,
     BlobNotFoundError,
@@ -47,24 +49,18 @@ def _tag_ms(ms: int) -> str:
 
 
 def translate_azure_error(operation: str, blob_id: str | None, exc: BaseException) -> BlobStoreError:
-    """The sparza error for an Azure SDK exception (the single translation point)."""
-    from azure.core.exceptions import (
-        HttpResponseError,
-        ResourceNotFoundError,
-        ServiceRequestError,
-        ServiceResponseError,
-    )
-
-    if isinstance(exc, ResourceNotFoundError):
+    """The blob store's error for an exception of a storage request (kinds from :func:`sparza.azure.classify`)."""
+    failure = classify(exc)
+    kind = failure.kind if failure is not None else None
+    if kind is Failure.NOT_FOUND:
         return BlobNotFoundError(operation, blob_id or "")
-    if isinstance(exc, ServiceRequestError | ServiceResponseError | ConnectionError | TimeoutError):
+    if failure is not None and failure.transport:
         return RetriableError(operation, blob_id, f"{type(exc).__name__}: {exc}")
-    if isinstance(exc, HttpResponseError):
-        status = exc.status_code or 0
-        message = f"HTTP {status} {getattr(exc, 'error_code', '') or ''}".strip()
-        if status in (408, 429) or status >= 500:
+    if failure is not None and failure.answered:
+        message = f"HTTP {failure.status or 0} {failure.code or ''}".strip()
+        if kind is Failure.BUSY:
             return RetriableError(operation, blob_id, message)
-        if status in (401, 403):
+        if kind is Failure.CREDENTIALS:
             return BlobStoreError(operation, blob_id, f"storage refused the credentials ({message}): check the "
                                   "account key (azure.storage.connect or AZURE_STORAGE_CONNECTION_STRING)")
         return BlobStoreError(operation, blob_id, message)

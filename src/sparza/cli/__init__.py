@@ -28,7 +28,7 @@ _COMMAND_MODULES = (
     "sparza.cli.run",          # run, checkpoints show                      (runtime)
     "sparza.cli.store",        # store get|scan|count                       (storeview)
     "sparza.cli.demo",         # demo
-    "sparza.cli.config",       # config check|migrate                       (configcheck, samzacompat)
+    "sparza.cli.config",       # config check|migrate                       (config.check, config.samza)
 )
 
 

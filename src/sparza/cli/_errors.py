@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from sparza.azure import Failure, classify
 from sparza.errors import ConfigError, SparzaError, StartCheckError
 
 __all__ = ["DEBUG_FLAG", "EXIT_CONFIG", "EXIT_FAILURE", "one_line", "run_app"]
@@ -42,19 +43,15 @@ def one_line(exc: BaseException) -> str:
     text = str(exc).strip()
     first = text.splitlines()[0].strip() if text else ""
     line = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-    try:
-        from azure.core.exceptions import AzureError, ClientAuthenticationError, ServiceRequestError
-    except ImportError:  # pragma: no cover - azure-core is a dependency
+    failure = classify(exc)
+    if failure is None or not failure.from_sdk:
         return line
-    status = getattr(exc, "status_code", None)
-    if isinstance(exc, ClientAuthenticationError) or status in (401, 403):
+    if failure.kind is Failure.CREDENTIALS:
         return (f"storage refused the credentials ({line}): check the account key in azure.storage.connect, "
                 "the account.key of the system, or AZURE_STORAGE_CONNECTION_STRING")
-    if isinstance(exc, ServiceRequestError):
+    if failure.kind is Failure.UNREACHABLE:
         return f"cannot connect to storage ({line}): check the endpoint and that the service (or Azurite) runs"
-    if isinstance(exc, AzureError):
-        return f"storage failed ({line})"
-    return line
+    return f"storage failed ({line})"
 
 
 def _say(console: Console, label: str, text: str) -> None:

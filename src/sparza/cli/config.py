@@ -18,7 +18,7 @@ def check(config: str = typer.Option(..., "--config", "-c", help="Job config (YA
 
     Exit codes: 0 nothing wrong (warnings allowed), 1 at least one problem (the job would not start)."""
     from sparza.config import Config
-    from sparza.configcheck import check_config
+    from sparza.config.check import check_config
 
     report = check_config(Config.load(config))
     typer.echo(f"{config}: {len(report.keys)} keys")
@@ -62,7 +62,7 @@ def migrate(source: str = typer.Argument(..., help="A Samza job config (.propert
 
     Exit codes: 0 everything carried over (notes allowed), 1 something must be changed by hand."""
     from sparza.config import Config
-    from sparza.configcheck import migrate_config
+    from sparza.config.check import migrate_config
 
     result = migrate_config(Config.load(source))
     text = result.render(fmt, mask_secrets=output is None)

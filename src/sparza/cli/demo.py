@@ -27,6 +27,8 @@ from typing import Any
 import typer
 from rich.console import Console
 
+from sparza.host import sparza_home
+
 __all__ = ["TABLE_SQL", "DemoResult", "check_source", "kafka_brokers", "register", "run_demo", "table_query"]
 
 SCALES = {"small": 5_000, "default": 40_000, "large": 400_000}
@@ -70,7 +72,7 @@ def _importable_examples() -> None:
 
 
 def _connection_string(given: str | None, console: Console) -> str:
-    from sparza.devstorage import DevStorage
+    from sparza.devservers.storage import DevStorage
 
     if given:
         from sparza.azure import StorageAccount
@@ -89,7 +91,7 @@ def kafka_brokers(given: str | None, run_dir: Path, console: Console) -> Iterato
     """The bootstrap servers of the demo's Kafka source: ``given``, else the running ``sparza dev-kafka``
     broker, else a Tansu broker started for this run on a free loopback port and stopped when the
     block ends, also when it fails (its topics live in memory and go with it)."""
-    from sparza.devkafka import DevKafka, TansuProcess
+    from sparza.devservers.kafka import DevKafka, TansuProcess
 
     if given:
         console.print(f"kafka: brokers {given}")
@@ -234,7 +236,7 @@ def run_demo(*, connection_string: str | None, master: str | None, events: int, 
     started = time.monotonic()
     conn = _connection_string(connection_string, console)
     run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + f"-{os.getpid() % 10_000:04d}"
-    home = Path(os.environ.get("SPARZA_HOME") or Path.cwd() / ".sparza")
+    home = sparza_home()
     run_dir = (home / "demo" / run_id).resolve()
     (run_dir / "input").mkdir(parents=True, exist_ok=True)
 

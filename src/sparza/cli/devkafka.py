@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from sparza.devkafka import DevKafka
+from sparza.devservers.kafka import DevKafka
 
 __all__ = ["app", "register"]
 

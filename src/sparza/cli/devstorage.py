@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from sparza.devstorage import DevStorage
+from sparza.devservers.storage import DevStorage
 
 __all__ = ["app", "register"]
 

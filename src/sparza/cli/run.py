@@ -17,7 +17,7 @@ checkpoints_app = typer.Typer(help="Inspect task checkpoints.", no_args_is_help=
 
 def _load(config_path: str) -> object:
     from sparza.config import Config
-    from sparza.samzacompat import translate
+    from sparza.config.samza import translate
 
     # Samza's spellings (e.g. task.checkpoint.factory class names) name the same checkpoints as sparza's.
     translation = translate(Config.load(config_path))

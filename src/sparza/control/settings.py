@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sparza.config import Config, define_key
+from sparza.config import Config, define_check, define_key
 from sparza.control.messages import FORMATS, SAMZA_FORMAT, SPARZA_FORMAT
 from sparza.errors import ConfigError
 from sparza.streams import SystemStream
@@ -158,3 +158,6 @@ class ControlSettings:
     def lateness_ms(self, stream: SystemStream) -> int:
         """The allowed lateness of a source stream (0 unless configured)."""
         return self._lateness.get(stream, 0)
+
+
+define_check(_PKG, ControlSettings.from_config)

@@ -1,37 +1,23 @@
-"""The one boundary where Azure SDK exceptions become sparza errors for this package.
+"""Azure clients tuned for coordination, and its requests' errors.
 
-Transport failures (connection refused, timeouts) become :class:`StorageUnavailableError`; service
-errors keep their azure-core type but callers match them through :func:`error_code` instead of
-parsing messages.
+Transport failures (connection refused, timeouts) become :class:`StorageUnavailableError`
+(:func:`storage_call`, through :mod:`sparza.azure.errors`); service errors keep their azure-core type
+and callers match them with :func:`sparza.azure.error_code` instead of parsing messages.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
-from azure.core.exceptions import ServiceRequestError, ServiceResponseError
+from sparza.azure import StorageAccount, storage_unavailable
 
-from sparza.azure import StorageAccount
-from sparza.errors import StorageUnavailableError
-
-__all__ = ["blob_service", "error_code", "storage_call", "table_service"]
+__all__ = ["blob_service", "storage_call", "table_service"]
 
 
-def error_code(exc: BaseException) -> str:
-    """The storage error code of an azure-core exception (``LeaseAlreadyPresent``), or ``""``."""
-    code = getattr(exc, "error_code", None)
-    return str(getattr(code, "value", code) or "")
-
-
-@contextmanager
-def storage_call(what: str) -> Iterator[None]:
+def storage_call(what: str) -> AbstractContextManager[None]:
     """Run one storage request; a transport failure becomes :class:`StorageUnavailableError` naming ``what``."""
-    try:
-        yield
-    except (ServiceRequestError, ServiceResponseError, ConnectionError) as exc:
-        raise StorageUnavailableError(f"storage unreachable during {what}: {type(exc).__name__}: {exc}") from exc
+    return storage_unavailable(lambda exc: f"storage unreachable during {what}: {type(exc).__name__}: {exc}")
 
 
 def blob_service(account: StorageAccount, timeout_ms: int) -> Any:

@@ -26,8 +26,7 @@ from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError
 
-from sparza.azure import StorageAccount, resolve_storage_account
-from sparza.coordination._azure import error_code
+from sparza.azure import StorageAccount, error_code, resolve_storage_account
 from sparza.coordination.assignment import assign_tasks
 from sparza.coordination.clients import CoordinationClients
 from sparza.coordination.config import CoordinationConfig

@@ -42,11 +42,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from sparza.azure import storage_unreachable
 from sparza.clock import Clock, monotonic_ms
 from sparza.config import define_key
 from sparza.coordination.errors import CoordinationError
-from sparza.errors import StorageUnavailableError
-from sparza.processes import pid_alive
+from sparza.host import pid_alive
 
 __all__ = [
     "AzureClaimBackend",
@@ -287,15 +287,8 @@ class AzureClaimBackend:
         raise _RaceError(self.describe())
 
 
-@contextlib.contextmanager
-def _azure_errors(where: str) -> Iterator[None]:
-    from azure.core.exceptions import ServiceRequestError, ServiceResponseError
-
-    try:
-        yield
-    except (ServiceRequestError, ServiceResponseError) as exc:
-        raise StorageUnavailableError(f"job claim at {where} unreachable: {exc}; check the storage endpoint / "
-                                      "Azurite and retry") from exc
+def _azure_errors(where: str) -> contextlib.AbstractContextManager[None]:
+    return storage_unreachable(f"job claim at {where}")
 
 
 def _boot_id() -> str:

@@ -18,8 +18,9 @@ from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.blob import BlobLeaseClient
 
+from sparza.azure import error_code
 from sparza.clock import Clock, monotonic_ms
-from sparza.coordination._azure import error_code, storage_call
+from sparza.coordination._azure import storage_call
 from sparza.coordination.errors import LeaseHeldError, LeaseLostError
 
 __all__ = ["LeaseBlobManager", "LeaseInfo"]

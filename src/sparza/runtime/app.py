@@ -41,7 +41,7 @@ def run_config(config: Config, *, master: str | None = None, remote: str | None 
     the driver-side checks of :mod:`sparza.runtime.preflight` run, before any SparkSession is built
     (or, with ``spark``, before anything runs on it). A ``spark`` session is used as is and never stopped.
     """
-    from sparza.configcheck import validate_for_run
+    from sparza.config.check import validate_for_run
     from sparza.runtime.session import planned_target, spark_target
 
     _importable_cwd()

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import quote, unquote
 
 from sparza.config import Config, define_key
-from sparza.errors import ConfigError, StorageUnavailableError
+from sparza.errors import ConfigError
 from sparza.runtime.errors import CheckpointConflictError, CheckpointFencedError
 
 if TYPE_CHECKING:  # the claim is the driver's business: executors never import it
@@ -410,16 +410,12 @@ class AzureCheckpointStore:
         return out
 
 
-@contextlib.contextmanager
-def _azure_errors(where: str) -> Iterator[None]:
-    """Translate transport failures into :class:`StorageUnavailableError` (the one Azure boundary here)."""
-    from azure.core.exceptions import ServiceRequestError, ServiceResponseError
+def _azure_errors(where: str) -> contextlib.AbstractContextManager[None]:
+    """Translate transport failures into :class:`~sparza.errors.StorageUnavailableError` (the one Azure
+    boundary: :mod:`sparza.azure.errors`)."""
+    from sparza.azure import storage_unreachable
 
-    try:
-        yield
-    except (ServiceRequestError, ServiceResponseError) as exc:
-        raise StorageUnavailableError(f"task checkpoints at {where} unreachable: {exc}; check the storage "
-                                      "endpoint / Azurite and retry") from exc
+    return storage_unreachable(f"task checkpoints at {where}")
 
 
 def checkpoint_store_from_config(config: Config, job_key: str) -> CheckpointStore:

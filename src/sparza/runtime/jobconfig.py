@@ -10,9 +10,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparza.config import Config, define_key
+from sparza.config import Config, define_check, define_key
+from sparza.config.samza import translate
 from sparza.errors import PAYLOAD_PREFIX_KEY, ConfigError, set_payload_prefix_bytes
-from sparza.samzacompat import translate
 from sparza.streams import SystemStream, parse_input_list
 
 __all__ = [
@@ -250,3 +250,6 @@ def _parse_inputs(config: Config, *, require: bool) -> list[InputSpec]:
                 reset_offset=config.get_bool(prefix + "samza.reset.offset", False),
             ))
     return specs
+
+
+define_check(_PKG, JobConfig.from_config, order=10)  # the job's own keys are checked first

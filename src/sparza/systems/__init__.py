@@ -14,10 +14,10 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from sparza.config import Config, define_key
+from sparza.config import Config, define_check, define_key
+from sparza.config.samza import resolve_factory
 from sparza.errors import ConfigError
 from sparza.metrics import MetricsRegistry
-from sparza.samzacompat import resolve_factory
 from sparza.streams import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition
 
 __all__ = [
@@ -248,13 +248,30 @@ SYSTEM_FACTORIES: dict[str, str] = {
     "inmemory": "sparza.systems.inmemory:InMemorySystemFactory",
 }
 """Short factory names accepted in ``systems.<name>.samza.factory`` (Samza's class names for them are
-mapped in :data:`sparza.samzacompat.FACTORY_KINDS`)."""
+mapped in :data:`sparza.config.samza.FACTORY_KINDS`)."""
 
 
 define_key("systems.<system>.samza.factory", None,
            "The system's factory: delta, azureblob, kafka, eventhubs, inmemory (tests in one process), Samza's "
            "factory class of a system sparza has (e.g. org.apache.samza.system.kafka.KafkaSystemFactory), or a "
            "dotted Python path.", "sparza.systems")
+
+
+def _check_factories(config: Config) -> list[ConfigError]:
+    """Every system's factory exists in this sparza (a Samza class of a missing system is reported)."""
+    problems = []
+    for key, value in sorted(config.items()):
+        if key.startswith("systems.") and key.endswith(".samza.factory") and key.count(".") == 3:
+            name = value.strip().lower()
+            if name and "." not in name and ":" not in name and name not in SYSTEM_FACTORIES:
+                problems.append(ConfigError(key, value, "", message=(
+                    f"config key '{key}' names the {name} system, which this sparza does not have (available: "
+                    f"{', '.join(sorted(SYSTEM_FACTORIES))} or a dotted Python path): use a delta system in its "
+                    "place")))
+    return problems
+
+
+define_check("sparza.systems", _check_factories, order=0, needs_translation=False)
 
 
 def load_object(path: str, key: str = "factory") -> Any:

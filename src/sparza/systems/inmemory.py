@@ -27,7 +27,7 @@ import pyarrow as pa
 from sparza.config import Config, define_key
 from sparza.errors import SparzaError
 from sparza.metrics import MetricsRegistry
-from sparza.serde import Serde, serde_from_name
+from sparza.serde import Serde, partition_key_bytes, serialize, stream_serde
 from sparza.streams import IncomingMessageEnvelope, MessageType, OutgoingMessageEnvelope, SystemStreamPartition
 from sparza.systems import (
     StreamSpec,
@@ -35,7 +35,7 @@ from sparza.systems import (
     SystemStreamPartitionMetadata,
     Transaction,
 )
-from sparza.systems.delta.partitioner import partition_for, partition_key_bytes, serialize
+from sparza.systems.delta.partitioner import partition_for
 
 __all__ = [
     "InMemoryRow",
@@ -263,12 +263,7 @@ class InMemorySystemProducer:
     def _serde(self, stream: str, which: str) -> Serde:
         cached = self._serdes.get((stream, which))
         if cached is None:
-            key = f"systems.{self.system_name}.streams.{stream}.samza.{which}.serde"
-            name = self.config.get_str(key, None)
-            if name is None:
-                key = f"systems.{self.system_name}.samza.{which}.serde"
-                name = self.config.get_str(key, None)
-            cached = self._serdes[(stream, which)] = serde_from_name(name, key=key, config=self.config)
+            cached = self._serdes[(stream, which)] = stream_serde(self.config, self.system_name, stream, which)
         return cached
 
     def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:

@@ -5,7 +5,7 @@ and the randomized fault harness.
 Used by sparza's own pytest fixtures (``tests/conftest.py``) and usable from a user's tests. The
 harness (``sparza.testing.harness``: scenario generator, fault injection, oracle) runs generated jobs
 through ``sparza run`` and checks their outputs exactly: ``python -m sparza.testing.harness --seed N``.
-``sparza.testing.sparkservers`` starts a Spark Connect server from the installed pyspark and makes an
+``sparza.devservers.spark`` starts a Spark Connect server from the installed pyspark and makes an
 executor Python that does not see the project (deployment tests and ``bench/connect.py``).
 """
 

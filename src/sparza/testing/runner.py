@@ -36,7 +36,7 @@ from sparza.clock import DEFAULT_START_MS, ManualClock
 from sparza.config import Config
 from sparza.errors import SparzaError
 from sparza.runtime.commit import CommitStep, InjectedFault, register_fault_hook, unregister_fault_hook
-from sparza.serde import Serde, serde_from_name
+from sparza.serde import Serde, serde_from_name, stream_serde
 from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream
 
 __all__ = [
@@ -689,7 +689,7 @@ class TestRunner:
         return values
 
     def _validated(self) -> Config:
-        from sparza.configcheck import validate_for_run
+        from sparza.config.check import validate_for_run
 
         config = validate_for_run(self._final_values(), warn=self.warnings.append)
         self._config = config
@@ -875,12 +875,7 @@ def _serde(given: Serde | str | None, config: Config, ss: SystemStream, which: s
         return given
     if isinstance(given, str):
         return serde_from_name(given, key=f"{which}_serde", config=config)
-    key = f"systems.{ss.system}.streams.{ss.stream}.samza.{which}.serde"
-    name = config.get_str(key, None)
-    if name is None:
-        key = f"systems.{ss.system}.samza.{which}.serde"
-        name = config.get_str(key, None)
-    return serde_from_name(name, key=key, config=config)
+    return stream_serde(config, ss.system, ss.stream, which)
 
 
 def _dotted_path(cls: type) -> str:

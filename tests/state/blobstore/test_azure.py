@@ -19,7 +19,7 @@ from sparza.blobstore import (
     RetryPolicy,
 )
 from sparza.blobstore.azure import EXPIRES_TAG, AzureBlobStoreManager, translate_azure_error
-from sparza.devstorage import AzuriteProcess
+from sparza.devservers.storage import AzuriteProcess
 
 
 def test_big_blobs_go_up_as_several_blocks_with_a_ttl_tag(azurite: AzuriteProcess, unique_name: str) -> None:

@@ -12,7 +12,7 @@ from collections import Counter
 import pytest
 from azureblob_helpers import SCHEMA, FaultInjector, download, list_blobs, read_avro
 
-from sparza.devstorage import AzuriteProcess
+from sparza.devservers.storage import AzuriteProcess
 from sparza.metrics import MetricsRegistry
 from sparza.serde import AvroRecord
 from sparza.streams import OutgoingMessageEnvelope, SystemStream

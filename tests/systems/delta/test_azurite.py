@@ -125,7 +125,7 @@ def test_create_makes_the_container(azure_connection_string: str, unique_name: s
 
 
 def test_unreachable_storage_is_a_clear_error(tmp_path: Path, read_all: Callable[..., list]) -> None:
-    from sparza.devstorage import AzuriteProcess
+    from sparza.devservers.storage import AzuriteProcess
     from sparza.errors import StorageUnavailableError
 
     own = AzuriteProcess(tmp_path / "azurite")   # our own emulator: stopping it breaks no other test

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparza.config import Config, define_key
+from sparza.config import Config, define_check, define_key
 from sparza.errors import ConfigError
 from sparza.streams import SystemStream, SystemStreamPartition, parse_input_list
 
@@ -185,3 +185,15 @@ def container_store_dir(config: Mapping[str, str], base_dir: str | Path) -> Path
     cfg = config if isinstance(config, Config) else Config(config)
     explicit = cfg.get_str("job.container.store.base.dir", None)
     return Path(explicit) if explicit else Path(base_dir) / "_container"
+
+
+def _check_stores(config: Config) -> object:
+    """The adjunct stores of a job config parse (``sparza config check``, the start of ``sparza run``)."""
+    if config.get_str("app.class", None) is None or config.get_str("app.stage", None) is not None:
+        return AdjunctConfig.from_config(config)
+    # An application's inputs (and so where its adjunct streams belong) come from its graph: each
+    # planned stage is checked when it starts, not the application's own config.
+    return None
+
+
+define_check(_PKG, _check_stores)

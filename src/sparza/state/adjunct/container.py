@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO
 
 from sparza.config import Config
-from sparza.processes import pid_alive
+from sparza.host import pid_alive
 from sparza.state.adjunct.errors import BroadcastSnapshotError
 from sparza.state.adjunct.slot import open_raw_store
 from sparza.state.adjunct.snapshots import SnapshotStore

@@ -1,11 +1,12 @@
-"""The one boundary to Azure: create the container, stage a block, commit a block list or put a whole
+"""This package's one boundary to Azure: create the container, stage a block, commit a block list or put a whole
 blob (conditionally: a blob committed by one writer is never replaced by another). Blocks and whole
 blobs are sent with a Content-MD5 the service verifies (``validate_content``).
 
-Azure SDK exceptions are translated here and nowhere else: unreachable storage becomes
-:class:`AzureBlobConnectionError`, an error answer :class:`AzureBlobRequestError`. The SDK's own
-retry policy (exponential, from :func:`sparza.azure.resolve_storage_account`) is the only retry
-layer, as in Samza after SAMZA-2699. Tests inject faults by wrapping the real ``BlobServiceClient``.
+Azure SDK exceptions, as :func:`sparza.azure.classify` sees them, become this package's errors here and
+nowhere else: unreachable storage becomes :class:`AzureBlobConnectionError`, an error answer
+:class:`AzureBlobRequestError`. The SDK's own retry policy (exponential, from
+:func:`sparza.azure.resolve_storage_account`) is the only retry layer, as in Samza after SAMZA-2699.
+Tests inject faults by wrapping the real ``BlobServiceClient``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from sparza.azure import Failure, classify
 from sparza.systems.azureblob.errors import AzureBlobConnectionError, AzureBlobRequestError, BlobOwnedError
 from sparza.systems.azureblob.naming import OWNER_KEY
 
@@ -35,16 +37,16 @@ class BlobStorage:
         self._container_client = service_client.get_container_client(container)
 
     def _call(self, operation: str, blob: str, fn: Callable[[], _T]) -> _T:
-        from azure.core.exceptions import HttpResponseError, ServiceRequestError, ServiceResponseError
-
         try:
             return fn()
-        except (ServiceRequestError, ServiceResponseError) as exc:
-            raise AzureBlobConnectionError(operation, blob, type(exc).__name__) from exc
-        except HttpResponseError as exc:
-            raise AzureBlobRequestError(operation, blob, exc.status_code, getattr(exc, "error_code", None),
-                                        str(exc.reason or type(exc).__name__)) from exc
-        except OSError as exc:  # a socket error that escaped the SDK's wrapping
+        except Exception as exc:
+            failure = classify(exc)
+            if failure is None or failure.kind is Failure.OTHER:
+                raise
+            if failure.answered:
+                raise AzureBlobRequestError(operation, blob, failure.status, failure.code,
+                                            str(getattr(exc, "reason", None) or type(exc).__name__)) from exc
+            # Unreachable, no answer, or a socket error that escaped the SDK's wrapping.
             raise AzureBlobConnectionError(operation, blob, type(exc).__name__) from exc
 
     def create_container(self) -> bool:

@@ -18,7 +18,7 @@ from sparza.systems.delta.exceptions import (
 )
 from sparza.systems.delta.factory import DeltaSystemFactory
 from sparza.systems.delta.offsets import DeltaOffset, next_offset
-from sparza.systems.delta.partitioner import partition_for, partition_key_bytes, serialize
+from sparza.systems.delta.partitioner import partition_for
 from sparza.systems.delta.producer import DeltaSystemProducer
 from sparza.systems.delta.schema import READ_SCHEMA, TABLE_SCHEMA
 
@@ -37,6 +37,4 @@ __all__ = [
     "StreamNotFoundError",
     "next_offset",
     "partition_for",
-    "partition_key_bytes",
-    "serialize",
 ]

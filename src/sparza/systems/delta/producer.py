@@ -27,15 +27,15 @@ import pyarrow.parquet as pq
 
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
-from sparza.serde import Serde, StringSerde
+from sparza.serde import Serde, StringSerde, partition_key_bytes
 from sparza.streams import OutgoingMessageEnvelope
 from sparza.systems import Transaction
 from sparza.systems.delta.admin import DeltaSystemAdmin, open_table
-from sparza.systems.delta.partitioner import partition_for, partition_key_bytes
+from sparza.systems.delta.partitioner import partition_for
 from sparza.systems.delta.schema import FILE_SCHEMA, PARTITION_COLUMN, TABLE_SCHEMA
 from sparza.systems.delta.settings import StreamLocation
 from sparza.systems.delta.storage import storage_errors
-from sparza.systems.delta.tables import TableError, TypedTable
+from sparza.systems.delta.tables import TableError, TypedTable, table_spec_from_config
 
 __all__ = ["DeltaSystemProducer"]
 
@@ -154,7 +154,7 @@ class DeltaSystemProducer:
     def _stream(self, stream: str) -> _StreamInfo:
         info = self._streams.get(stream)
         if info is None:
-            spec = self.settings.table_spec(stream)
+            spec = table_spec_from_config(self.settings, stream)
             if spec is not None:
                 location = self.settings.location(stream)
                 key_serde, msg_serde = self.settings.key_serde(stream), self.settings.msg_serde(stream)

@@ -12,7 +12,7 @@ from typing import Any
 
 from sparza.config import Config, define_key
 from sparza.errors import ConfigError
-from sparza.serde import Serde, serde_from_name
+from sparza.serde import Serde, stream_serde
 
 __all__ = ["DeltaSystemSettings", "StreamLocation"]
 
@@ -179,28 +179,13 @@ class DeltaSystemSettings:
         """``systems.<s>.streams.<x>.bounded``."""
         return bool(self.config.get_bool(self.stream_key(stream, "bounded"), False))
 
-    def _serde(self, stream: str, which: str) -> Serde:
-        key = self.stream_key(stream, f"samza.{which}.serde")
-        name = self.config.get_str(key, None)
-        if name is None:
-            key = f"{self._prefix}samza.{which}.serde"
-            name = self.config.get_str(key, None)
-        schema = self.config.get_str(self.stream_key(stream, f"samza.{which}.schema"), None)
-        return serde_from_name(name, key=key, schema=schema, config=self.config)
-
     def key_serde(self, stream: str) -> Serde:
         """Serde for keys that are not bytes."""
-        return self._serde(stream, "key")
+        return stream_serde(self.config, self.system, stream, "key")
 
     def msg_serde(self, stream: str) -> Serde:
         """Serde for message values that are not bytes."""
-        return self._serde(stream, "msg")
-
-    def table_spec(self, stream: str) -> Any:
-        """The :class:`~sparza.systems.delta.tables.TableSpec` of a typed table stream, None for a plain stream."""
-        from sparza.systems.delta.tables import table_spec_from_config
-
-        return table_spec_from_config(self, stream)
+        return stream_serde(self.config, self.system, stream, "msg")
 
     @property
     def commit_retries(self) -> int:

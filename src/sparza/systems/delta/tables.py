@@ -46,6 +46,7 @@ __all__ = [
     "ensure_table",
     "optimize_table",
     "parse_schema",
+    "table_spec_from_config",
 ]
 
 MODES = ("append", "upsert")

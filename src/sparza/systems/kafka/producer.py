@@ -37,7 +37,7 @@ from typing import Any
 
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
-from sparza.serde import Serde
+from sparza.serde import Serde, partition_key_bytes
 from sparza.streams import OutgoingMessageEnvelope
 from sparza.systems import StreamSpec, Transaction
 from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin
@@ -55,18 +55,6 @@ __all__ = ["KafkaSystemProducer", "transactional_id"]
 log = logging.getLogger(__name__)
 
 _BYTES_LIKE = (bytes, bytearray, memoryview)
-
-
-def _partition_key_bytes(key: Any, serde: Serde) -> bytes:
-    """The bytes hashed for a partition key: bytes as is, ``str`` as UTF-8 (as Kafka's StringSerializer),
-    ``int`` as its decimal digits, anything else through the key serde."""
-    if isinstance(key, _BYTES_LIKE):
-        return bytes(key)
-    if isinstance(key, str):
-        return key.encode("utf-8")
-    if isinstance(key, int) and not isinstance(key, bool):
-        return str(key).encode("ascii")
-    return serde.to_bytes(key)
 
 
 def _produce(producer: Any, on_delivery: Any, topic: str, value: bytes | None, key: bytes | None,
@@ -278,7 +266,7 @@ class KafkaSystemProducer:
             pkey = envelope.partition_key
             if pkey is not None:
                 if pkey.__class__ is not bytes:
-                    pkey = _partition_key_bytes(pkey, info.key_serde)
+                    pkey = partition_key_bytes(pkey, info.key_serde)
                 partition = partition_for(pkey, info.partitions)
             elif key is not None:
                 partition = partition_for(key, info.partitions)

@@ -13,7 +13,7 @@ from typing import Any
 
 from sparza.config import Config, define_key, is_secret_key
 from sparza.errors import ConfigError
-from sparza.serde import Serde, serde_from_name
+from sparza.serde import Serde, stream_serde
 
 __all__ = ["CONTROL_PRODUCER_HEADER", "CONTROL_TYPE_HEADER", "TIMESTAMP_HEADER", "KafkaSystemSettings",
            "redact_conf"]
@@ -174,18 +174,10 @@ class KafkaSystemSettings:
         """``systems.<s>.streams.<x>.bounded``."""
         return bool(self.config.get_bool(self.stream_key(stream, "bounded"), False))
 
-    def _serde(self, stream: str, which: str) -> Serde:
-        key = self.stream_key(stream, f"samza.{which}.serde")
-        name = self.config.get_str(key, None)
-        if name is None:
-            key = f"{self._prefix}samza.{which}.serde"
-            name = self.config.get_str(key, None)
-        return serde_from_name(name, key=key, config=self.config)
-
     def key_serde(self, stream: str) -> Serde:
         """Serde for keys that are not bytes."""
-        return self._serde(stream, "key")
+        return stream_serde(self.config, self.system, stream, "key")
 
     def msg_serde(self, stream: str) -> Serde:
         """Serde for message values that are not bytes."""
-        return self._serde(stream, "msg")
+        return stream_serde(self.config, self.system, stream, "msg")

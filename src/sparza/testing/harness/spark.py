@@ -3,8 +3,8 @@
 with the oracle.
 
 It starts its own Azurite unless it is given one (:func:`run_spark_scenario` takes an
-:class:`~sparza.devstorage.AzuriteProcess`), and, for scenarios with a Kafka input or output, its own Tansu
-broker unless it is given one (``kafka=``, a :class:`~sparza.devkafka.TansuProcess`; a soak starts one for
+:class:`~sparza.devservers.storage.AzuriteProcess`), and, for scenarios with a Kafka input or output, its own Tansu
+broker unless it is given one (``kafka=``, a :class:`~sparza.devservers.kafka.TansuProcess`; a soak starts one for
 all its scenarios). What only this engine shows: Spark's worker reuse and retries, real storage services,
 restarts of Azurite and Kafka, several processors under the azure coordinator, ``kill -9`` of real processes.
 """
@@ -649,7 +649,7 @@ def run_spark_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messa
 
 def start_azurite(base: Path) -> Any:
     """A fresh Azurite under ``base`` (a soak starts one for all its scenarios)."""
-    from sparza.devstorage import AzuriteProcess
+    from sparza.devservers.storage import AzuriteProcess
 
     proc = AzuriteProcess(base / "azurite")
     proc.start()
@@ -658,7 +658,7 @@ def start_azurite(base: Path) -> Any:
 
 def start_kafka(base: Path) -> Any:
     """A fresh Tansu broker under ``base``."""
-    from sparza.devkafka import TansuProcess
+    from sparza.devservers.kafka import TansuProcess
 
     proc = TansuProcess(base / "tansu")
     proc.start()

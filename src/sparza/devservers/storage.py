@@ -8,19 +8,21 @@ so a second ``start`` finds the running one.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from sparza.azure import AZURITE_ACCOUNT_KEY, AZURITE_ACCOUNT_NAME, StorageAccount
+from sparza.azure.account import AZURITE_ACCOUNT_NAME, StorageAccount
+from sparza.azure.local import DEV_STORAGE_DIR, EmulatorRecord
+from sparza.devservers.processes import LocalServerProcess, PersistentServer
 from sparza.errors import SparzaError
-from sparza.processes import LocalServerProcess, free_port, port_open
+from sparza.host import free_port
 
-__all__ = ["AzuriteNotInstalledError", "AzuriteProcess", "DevStorage", "find_azurite", "free_port"]
+__all__ = ["AzuriteNotInstalledError", "AzuriteProcess", "DevStorage", "find_azurite"]
 
 
 class AzuriteNotInstalledError(SparzaError):
@@ -74,10 +76,7 @@ class AzuriteProcess(LocalServerProcess):
     @property
     def account(self) -> StorageAccount:
         """The emulator's account with this process's endpoints."""
-        return StorageAccount(
-            AZURITE_ACCOUNT_NAME, AZURITE_ACCOUNT_KEY,
-            f"http://127.0.0.1:{self.blob_port}/{AZURITE_ACCOUNT_NAME}",
-            f"http://127.0.0.1:{self.table_port}/{AZURITE_ACCOUNT_NAME}", source="azurite")
+        return StorageAccount.emulator(self.blob_port, self.table_port)
 
     @property
     def connection_string(self) -> str:
@@ -118,33 +117,18 @@ class AzuriteProcess(LocalServerProcess):
         self.start(timeout_s)
 
 
-class DevStorage:
+class DevStorage(PersistentServer[AzuriteProcess]):
     """The persistent embedded storage behind ``sparza dev-storage start|stop|status``."""
 
-    def __init__(self, home: Path) -> None:
-        self.home = Path(home)
-        self.state_file = self.home / "state.json"
+    HOME_NAME = DEV_STORAGE_DIR
 
-    @classmethod
-    def default(cls) -> DevStorage:
-        """``$SPARZA_HOME/azurite`` or ``./.sparza/azurite``."""
-        base = Path(os.environ.get("SPARZA_HOME") or Path.cwd() / ".sparza")
-        return cls(base / "azurite")
+    def _from_state(self, state: Any) -> AzuriteProcess:
+        record = EmulatorRecord.from_json(state)  # the format account resolution reads (sparza.azure.local)
+        return AzuriteProcess(self.home / "data", record.blob_port, record.table_port, record.queue_port,
+                              pid=record.pid)
 
-    def _load(self) -> AzuriteProcess | None:
-        if not self.state_file.exists():
-            return None
-        try:
-            state = json.loads(self.state_file.read_text())
-            proc = AzuriteProcess(self.home / "data", state["blob_port"], state["table_port"], state["queue_port"],
-                                  pid=state["pid"])
-        except (ValueError, KeyError):
-            return None
-        return proc if proc.is_running() and port_open(proc.blob_port) else None
-
-    def status(self) -> AzuriteProcess | None:
-        """The running emulator, or None."""
-        return self._load()
+    def _state(self, proc: AzuriteProcess) -> dict[str, int | None]:
+        return EmulatorRecord(proc.pid, proc.blob_port, proc.table_port, proc.queue_port).to_json()
 
     def running_account(self) -> StorageAccount | None:
         """The account of the running emulator, or None when none runs."""
@@ -153,21 +137,4 @@ class DevStorage:
 
     def start(self, blob_port: int = 0, table_port: int = 0, queue_port: int = 0) -> tuple[AzuriteProcess, bool]:
         """Start the emulator unless it runs; returns it and whether it was started now."""
-        running = self._load()
-        if running is not None:
-            return running, False
-        proc = AzuriteProcess(self.home / "data", blob_port, table_port, queue_port)
-        proc.start()
-        proc._proc = None  # the process outlives this Python process; track it by pid
-        self.state_file.write_text(json.dumps({"pid": proc.pid, "blob_port": proc.blob_port,
-                                               "table_port": proc.table_port, "queue_port": proc.queue_port}))
-        return proc, True
-
-    def stop(self) -> bool:
-        """Stop the emulator; False when none was running."""
-        proc = self._load()
-        self.state_file.unlink(missing_ok=True)
-        if proc is None:
-            return False
-        proc.stop()
-        return True
+        return self._start(lambda: AzuriteProcess(self.home / "data", blob_port, table_port, queue_port))

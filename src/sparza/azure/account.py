@@ -1,19 +1,13 @@
-"""One place that turns config into Azure Storage clients.
+"""What an Azure Storage account is to sparza: its name, key and endpoints (:class:`StorageAccount`),
+how a connection string reads, Azurite's well-known account, and the account-wide config keys.
 
-Resolution order for a storage account (first match wins):
-
-1. explicit keys under a prefix (``systems.<s>.azureblob.account.name`` / ``account.key`` /
-   ``endpoint``; ``sensitive.account.key`` is accepted too),
-2. ``azure.storage.connect`` (a connection string),
-3. the ``AZURE_STORAGE_CONNECTION_STRING`` environment variable,
-4. the embedded dev storage (a running ``sparza dev-storage``).
-
-Account keys and connection strings are kept out of ``repr``, logs and error messages.
+Which account a config means is decided in :mod:`sparza.azure.resolve`; what a failed request means,
+in :mod:`sparza.azure.errors`. Account keys and connection strings are kept out of ``repr``, logs and
+error messages.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,11 +21,8 @@ __all__ = [
     "AZURITE_ACCOUNT_NAME",
     "TIMEOUT_KEY",
     "StorageAccount",
-    "check_container",
     "container_name_problem",
-    "explain_storage_error",
     "parse_connection_string",
-    "resolve_storage_account",
     "storage_timeout_s",
 ]
 
@@ -72,61 +63,6 @@ def container_name_problem(name: str) -> str | None:
     if "--" in name or name.startswith("-") or name.endswith("-"):
         return "a hyphen is doubled or at an end; hyphens must sit between letters or digits"
     return "only lowercase letters, digits and hyphens are allowed in Azure container names"
-
-
-def explain_storage_error(exc: BaseException, account: StorageAccount, timeout_s: float | None = None) -> str:
-    """One line saying what went wrong talking to ``account`` and what to check (never the key)."""
-    from azure.core.exceptions import (
-        ClientAuthenticationError,
-        HttpResponseError,
-        ServiceRequestError,
-        ServiceResponseError,
-    )
-
-    endpoint = account.blob_endpoint
-    status = getattr(exc, "status_code", None)
-    code = getattr(exc, "error_code", None) or ""
-    if isinstance(exc, ClientAuthenticationError) or status in (401, 403):
-        return (f"storage account '{account.account_name}' at {endpoint} refused the credentials (HTTP {status} "
-                f"{code}".rstrip() + f"): check the account key in {account.source}")
-    text = f"{type(exc).__name__}: {exc}"
-    waited = f" within {timeout_s:g} s" if timeout_s is not None else ""
-    if isinstance(exc, ServiceResponseError) or "timed out" in text.lower() or isinstance(exc, TimeoutError):
-        return (f"storage endpoint {endpoint} did not answer{waited}: check that it is the Azure Storage (or "
-                f"Azurite) endpoint of {account.source} and that the service is up ({TIMEOUT_KEY} sets the wait)")
-    if isinstance(exc, ServiceRequestError | ConnectionError):
-        hint = " or start local storage with 'sparza dev-storage start'" if account.is_emulator else ""
-        return (f"cannot connect to storage endpoint {endpoint}: check the endpoint in {account.source} and "
-                f"the network{hint}")
-    if isinstance(exc, HttpResponseError):
-        return f"storage at {endpoint} answered HTTP {status} {code}".rstrip() + f" ({account.source})"
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"storage at {endpoint} failed: {type(exc).__name__}: {first}"
-
-
-def check_container(account: StorageAccount, container: str, key: str, timeout_s: float) -> None:
-    """One cheap authenticated call (container properties, no retries, ``timeout_s`` to connect and answer):
-    raises :class:`~sparza.errors.StartCheckError` naming ``key`` when the name is invalid, the
-    credentials are refused or the endpoint is unreachable. A missing container is fine (it is created)."""
-    from azure.core.exceptions import ResourceNotFoundError
-
-    from sparza.errors import StartCheckError
-
-    problem = container_name_problem(container)
-    if problem is not None:
-        raise StartCheckError(key, container, "", message=f"config key '{key}' = {container!r} is not a valid "
-                                                          f"Azure container name: {problem}")
-    client = account.blob_service_client(retry_total=0, timeout_s=max(1, int(timeout_s)),
-                                         connection_timeout=timeout_s, read_timeout=timeout_s)
-    try:
-        client.get_container_client(container).get_container_properties()
-    except ResourceNotFoundError:
-        return  # authenticated (a wrong key is refused before the lookup): the store creates it
-    except Exception as exc:
-        raise StartCheckError(key, container, "", message=f"config key '{key}' (container {container!r}): "
-                                                          f"{explain_storage_error(exc, account, timeout_s)}") from exc
-    finally:
-        client.close()
 
 
 def parse_connection_string(text: str) -> dict[str, str]:
@@ -215,9 +151,7 @@ class StorageAccount:
         """Parse an Azure Storage connection string (``UseDevelopmentStorage=true`` included)."""
         parts = parse_connection_string(text)
         if parts.get("UseDevelopmentStorage", "").lower() == "true":
-            return cls(AZURITE_ACCOUNT_NAME, AZURITE_ACCOUNT_KEY,
-                       f"http://127.0.0.1:10000/{AZURITE_ACCOUNT_NAME}",
-                       f"http://127.0.0.1:10002/{AZURITE_ACCOUNT_NAME}", source=source)
+            return cls.emulator(10000, 10002, source=source)
         name = parts.get("AccountName")
         key = parts.get("AccountKey")
         if not name or not key:
@@ -230,6 +164,12 @@ class StorageAccount:
         return cls(name, key, blob.rstrip("/"), table.rstrip("/"), source=source)
 
     @classmethod
+    def emulator(cls, blob_port: int, table_port: int, *, source: str = "azurite") -> StorageAccount:
+        """Azurite's well-known account with its blob and table services on these loopback ports."""
+        return cls(AZURITE_ACCOUNT_NAME, AZURITE_ACCOUNT_KEY, f"http://127.0.0.1:{blob_port}/{AZURITE_ACCOUNT_NAME}",
+                   f"http://127.0.0.1:{table_port}/{AZURITE_ACCOUNT_NAME}", source=source)
+
+    @classmethod
     def from_keys(cls, account_name: str, account_key: str, endpoint: str | None = None,
                   table_endpoint: str | None = None, proxy: str | None = None) -> StorageAccount:
         """An account from its name, key and optional blob endpoint (Azurite, sovereign clouds)."""
@@ -238,55 +178,3 @@ class StorageAccount:
             table_endpoint = (blob.replace(".blob.", ".table.") if ".blob." in blob
                               else f"https://{account_name}.table.core.windows.net")
         return cls(account_name, account_key, blob, table_endpoint.rstrip("/"), proxy=proxy, source="account keys")
-
-
-def resolve_storage_account(config: Mapping[str, str] | None = None, prefix: str = "",
-                            environ: Mapping[str, str] | None = None,
-                            allow_dev_storage: bool = True) -> StorageAccount:
-    """The storage account the config points at (see the module docstring for the order).
-
-    ``prefix`` is where per-system keys live, e.g. ``systems.out.azureblob.``. Raises
-    :class:`ConfigError` naming the missing key when nothing is configured and no dev storage runs.
-    """
-    cfg = config if isinstance(config, Config) else Config(config or {})
-    env = os.environ if environ is None else environ
-    if prefix and not prefix.endswith("."):
-        prefix += "."
-    name = cfg.get_str(prefix + "account.name", None) if prefix else None
-    key = None
-    if prefix:
-        key = cfg.get_str(prefix + "account.key", None) or cfg.get_str(prefix + "sensitive.account.key", None)
-    proxy = None
-    if prefix and cfg.get_bool(prefix + "proxy.use", False):
-        host = cfg.get_str(prefix + "proxy.hostname")
-        port = cfg.get_int(prefix + "proxy.port", min_value=1)
-        proxy = f"{host}:{port}"
-    if name or key:
-        if not name:
-            raise ConfigError(prefix + "account.name", None, "the storage account name (account.key is set)")
-        if not key:
-            raise ConfigError(prefix + "account.key", None, f"the key of storage account {name!r}")
-        endpoint = cfg.get_str(prefix + "endpoint", None)
-        return StorageAccount.from_keys(name, key, endpoint, cfg.get_str(prefix + "table.endpoint", None), proxy)
-    connect = cfg.get_str("azure.storage.connect", None)
-    if connect:
-        account = StorageAccount.from_connection_string(connect, source="azure.storage.connect")
-    elif env.get("AZURE_STORAGE_CONNECTION_STRING"):
-        account = StorageAccount.from_connection_string(env["AZURE_STORAGE_CONNECTION_STRING"],
-                                                        source="AZURE_STORAGE_CONNECTION_STRING")
-    else:
-        account = None
-        if allow_dev_storage:
-            from sparza.devstorage import DevStorage
-
-            account = DevStorage.default().running_account()
-        if account is None:
-            missing = (prefix + "account.name") if prefix else "azure.storage.connect"
-            raise ConfigError(missing, None,
-                              "an Azure storage account: set account.name/account.key, azure.storage.connect or "
-                              "AZURE_STORAGE_CONNECTION_STRING, or start local storage with "
-                              "'sparza dev-storage start'")
-    if proxy:
-        account = StorageAccount(account.account_name, account.account_key, account.blob_endpoint,
-                                 account.table_endpoint, proxy, account.source)
-    return account

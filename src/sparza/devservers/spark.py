@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparza.processes import LocalServerProcess, free_port
+from sparza.devservers.processes import LocalServerProcess
+from sparza.host import free_port
 
 __all__ = ["SparkConnectServer", "executor_python", "spark_home"]
 

@@ -2,10 +2,10 @@
 
 sparza owns the namespaces in :data:`OWNED_NAMESPACES`; a key there that no package declares (with
 ``define_key``), that is no pass-through (:data:`PASS_THROUGH`) and no Samza key sparza knows and
-deliberately does not use (:data:`SAMZA_UNUSED`) is an error naming the closest known key, so a
+deliberately does not use (:data:`~sparza.config.samza.SAMZA_UNUSED`) is an error naming the closest known key, so a
 misspelled key fails at start instead of being ignored. ``app.*`` and ``spark.*`` stay free-form;
 keys of other namespaces are reported as unused. Samza's spellings are translated first
-(:mod:`sparza.samzacompat`).
+(:mod:`sparza.config.samza`).
 """
 
 from __future__ import annotations
@@ -18,14 +18,13 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Literal
 
-from sparza.config import Config, ConfigKey, define_key, defined_keys, is_secret_key
+from sparza.config import Config, ConfigKey, define_key, defined_checks, defined_keys, is_secret_key
+from sparza.config.samza import SAMZA_UNUSED, Note, translate
 from sparza.errors import ConfigError
-from sparza.samzacompat import Note, translate
 
 __all__ = [
     "OWNED_NAMESPACES",
     "PASS_THROUGH",
-    "SAMZA_UNUSED",
     "CheckReport",
     "KeyReport",
     "Migration",
@@ -55,61 +54,6 @@ PASS_THROUGH: dict[str, str] = {
 for _pattern, _meaning in PASS_THROUGH.items():
     define_key(_pattern, None, _meaning, _PKG)
 
-SAMZA_UNUSED: dict[str, str] = {
-    "job.factory.class": "sparza runs jobs on Spark with `sparza run`; there is no YARN or process job factory",
-    "job.container.count": "Spark decides the executors (spark.executor.instances); tasks are input partitions",
-    "job.container.thread.pool.size": "tasks of a batch run in parallel as Spark tasks",
-    "job.coordinator.system": "sparza needs no coordinator stream: job models live in the blob store / Azure",
-    "job.coordinator.replication.factor": "sparza needs no coordinator stream",
-    "job.coordinator.azure.blob.length": "sparza's job-model blob is a block blob without a fixed length",
-    "job.default.system": "sparza names every stream as system.stream",
-    "job.changelog.system": "sparza keeps no changelog topics: back stores up with backup.factories: blobstore",
-    "job.jmx.enabled": "sparza exports metrics as JSON lines or Prometheus, not JMX",
-    "job.config.rewriters": "sparza has no config rewriters",
-    "job.config.rewriter.<name>.class": "sparza has no config rewriters",
-    "job.security.manager.factory": "sparza has no security manager (use Azure credentials)",
-    "task.checkpoint.system": "task checkpoints live in the blob store, not a Kafka topic",
-    "task.checkpoint.replication.factor": "task checkpoints live in the blob store, not a Kafka topic",
-    "task.checkpoint.segment.bytes": "task checkpoints live in the blob store, not a Kafka topic",
-    "task.checkpoint.write.versions": "sparza always writes one checkpoint version (Samza's CheckpointV2 content)",
-    "task.checkpoint.read.versions": "sparza always reads its one checkpoint version",
-    "task.opts": "JVM options: set Spark's spark.executor.extraJavaOptions",
-    "task.java.home": "Spark's JVM is configured by Spark",
-    "task.log4j.system": "logs go to Spark's log4j configuration",
-    "task.poll.interval.ms": "inputs are read per batch by Spark",
-    "task.shutdown.ms": "a stop finishes the running batch and commits",
-    "task.max.concurrency": "one task processes its messages in order, one batch at a time",
-    "task.callback.timeout.ms": "sparza tasks are synchronous",
-    "task.commit.max.delay.ms": "a batch commits when its tasks finished",
-    "task.consumer.batch.size": "task.max.batch.messages caps a batch",
-    "task.drop.producer.errors": "a failed producer flush fails the batch, which is retried",
-    "task.transactional.state.restore.enabled": "sparza's state is always transactional (versioned by batch)",
-    "stores.<store>.changelog": "sparza keeps no changelog: set stores.<store>.backup.factories: blobstore to "
-                                "keep the store when a host is lost",
-    "stores.<store>.changelog.replication.factor": "sparza keeps no changelog",
-    "stores.<store>.write.batch.size": "writes go through the object cache and are batched per commit",
-    "stores.<store>.container.write.buffer.size.bytes": "set stores.<store>.rocksdb.write.buffer.size.bytes",
-    "stores.<store>.container.cache.size.bytes": "set stores.<store>.rocksdb.cache.size.bytes",
-    "stores.<store>.rocksdb.ttl.ms": "sparza's RocksDB stores have no TTL",
-    "stores.<store>.clean.on.container.start": "restores always verify the local copy against the snapshot",
-    "stores.<store>.side.inputs.processor.serialized.instance": "a serialized Java instance cannot be used",
-    "systems.<system>.streams.<stream>.samza.priority": "sparza reads every input of a batch; bootstrap streams "
-                                                        "go first",
-    "systems.<system>.samza.fetch.threshold": "inputs are read per batch by Spark",
-    "metrics.reporters": "sparza reports metrics with metrics.reporter.jsonl.path and "
-                         "metrics.reporter.prometheus.port",
-    "metrics.reporter.<name>.class": "sparza reports metrics with metrics.reporter.jsonl.path and "
-                                     "metrics.reporter.prometheus.port",
-    "metrics.reporter.<name>.stream": "sparza has no metrics stream reporter",
-    "metrics.reporter.<name>.interval": "metrics are reported once per batch",
-    "yarn.*": "sparza runs on Spark: set spark.* (spark.executor.memory, spark.executor.cores, ...)",
-    "cluster-manager.*": "sparza runs on Spark: set spark.*",
-    "app.runner.class": "sparza runs applications with `sparza run`",
-    "app.mode": "sparza decides batch or stream from bounded inputs",
-}
-"""Samza keys sparza knows and deliberately does not use, with why: warned about, never silently ignored."""
-
-
 @cache
 def _regex(pattern: str) -> re.Pattern[str]:
     """A declared key pattern as a regex: ``<stream>``/``<key>``/``*`` may span dots, other placeholders not."""
@@ -125,7 +69,7 @@ def _regex(pattern: str) -> re.Pattern[str]:
 
 
 def _declared() -> list[ConfigKey]:
-    from sparza.configref import import_all_packages
+    from sparza.config.reference import import_all_packages
 
     import_all_packages()
     return defined_keys()
@@ -254,29 +198,22 @@ def check_config(config: Mapping[str, str]) -> CheckReport:
             continue
         report.keys.append(KeyReport(key, value, "unknown"))
         report.problems.append(UnknownKeyError(key, suggest(key, translated, patterns)))
-    _check_systems(translated, report)
-    if not translation.errors:
-        _check_values(translated, report)
+    _run_checks(translated, report, translated=not translation.errors)
     return report
 
 
-def _check_values(config: Config, report: CheckReport) -> None:
-    """The validation ``sparza run`` does before Spark starts, collected instead of raised."""
-    from sparza.control.settings import ControlSettings
-    from sparza.runtime.jobconfig import JobConfig
-    from sparza.state.adjunct import AdjunctConfig
-
-    checks: list[Callable[[], object]] = [lambda: JobConfig.from_config(config),
-                                          lambda: ControlSettings.from_config(config)]
-    if config.get_str("app.class", None) is None or config.get_str("app.stage", None) is not None:
-        # An application's inputs (and so where its adjunct streams belong) come from its graph: each
-        # planned stage is checked when it starts, not the application's own config.
-        checks.append(lambda: AdjunctConfig.from_config(config))
-    for check in checks:
+def _run_checks(config: Config, report: CheckReport, translated: bool) -> None:
+    """The value checks each package declares (:func:`~sparza.config.define_check`): the validation
+    ``sparza run`` does before Spark starts, collected instead of raised."""
+    for entry in defined_checks():
+        if entry.needs_translation and not translated:
+            continue
         try:
-            check()
+            found = entry.check(config)
         except ConfigError as exc:
-            if not any(str(p) == str(exc) for p in report.problems):
+            found = [exc]
+        for exc in found if isinstance(found, list) else ():
+            if isinstance(exc, ConfigError) and not any(str(p) == str(exc) for p in report.problems):
                 report.problems.append(exc)
 
 
@@ -318,7 +255,7 @@ class Migration:
 def migrate_config(config: Mapping[str, str]) -> Migration:
     """Carry a Samza job config over to sparza: translated keys and classes, Samza-only keys dropped,
     a changelog replaced by a blob-store backup, and a list of what must be changed by hand."""
-    from sparza.samzacompat import KEY_ALIASES, SENSITIVE_PREFIX
+    from sparza.config.samza import KEY_ALIASES, SENSITIVE_PREFIX
 
     report = check_config(config)
     values = dict(report.config.items())
@@ -353,20 +290,6 @@ def migrate_config(config: Mapping[str, str]) -> Migration:
                                     "application to Python (sparza.task.StreamTask / sparza.api) and name its "
                                     "dotted path")
     return migration
-
-
-def _check_systems(config: Config, report: CheckReport) -> None:
-    """Every system's factory exists in this sparza (a Samza class of a missing system is reported)."""
-    from sparza.systems import SYSTEM_FACTORIES
-
-    for key, value in sorted(config.items()):
-        if key.startswith("systems.") and key.endswith(".samza.factory") and key.count(".") == 3:
-            name = value.strip().lower()
-            if name and "." not in name and ":" not in name and name not in SYSTEM_FACTORIES:
-                report.problems.append(ConfigError(key, value, "", message=(
-                    f"config key '{key}' names the {name} system, which this sparza does not have (available: "
-                    f"{', '.join(sorted(SYSTEM_FACTORIES))} or a dotted Python path): use a delta system in its "
-                    "place")))
 
 
 def _importable(path: str) -> bool:

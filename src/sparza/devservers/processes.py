@@ -1,54 +1,29 @@
-"""Local processes: is a pid alive, is a loopback port free, and the local servers for development and
-tests (Azurite, the Tansu Kafka broker).
+"""What the local servers for development and tests (Azurite, the Tansu Kafka broker, a Spark Connect
+server) have in common.
 
-:class:`LocalServerProcess` is what both have in common: start a binary in its own process group
+:class:`LocalServerProcess`: start a binary in its own process group
 with its output in a log file, wait until a probe answers (naming the log on failure), tell whether
-it runs, and stop it (SIGTERM, then SIGKILL) until its ports are free. A persistent dev server is
-tracked by pid across Python processes, so ``is_running`` and ``stop`` work from a pid alone.
+it runs, and stop it (SIGTERM, then SIGKILL) until its ports are free. A persistent dev server
+(:class:`PersistentServer`: ``sparza dev-storage``, ``sparza dev-kafka``) is tracked by pid across
+Python processes, so ``is_running`` and ``stop`` work from a pid alone.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
-import socket
 import subprocess
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
 from sparza.errors import StorageUnavailableError
+from sparza.host import pid_alive, port_open, sparza_home
 
-__all__ = ["LocalServerProcess", "free_port", "pid_alive", "port_open"]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def port_open(port: int) -> bool:
-    """True when something accepts connections on 127.0.0.1:``port``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def pid_alive(pid: int) -> bool:
-    """True when process ``pid`` exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child counts as dead
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
+__all__ = ["LocalServerProcess", "PersistentServer"]
 
 
 def _terminate(pid: int, timeout_s: float) -> None:
@@ -85,6 +60,10 @@ class LocalServerProcess:
 
     def ports(self) -> tuple[int, ...]:
         """The ports the server listens on (stop waits until they are free)."""
+        raise NotImplementedError
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Start the server and wait until it answers."""
         raise NotImplementedError
 
     def _spawn(self, cmd: list[str], env: Mapping[str, str] | None = None, cwd: Path | None = None) -> None:
@@ -136,3 +115,65 @@ class LocalServerProcess:
             time.sleep(0.05)
         self.pid = None
         self._proc = None
+
+
+_S = TypeVar("_S", bound=LocalServerProcess)
+
+
+class PersistentServer(ABC, Generic[_S]):
+    """A dev server that outlives the Python process that started it (``sparza dev-storage|dev-kafka
+    start|stop|status``): it lives under ``$SPARZA_HOME/<HOME_NAME>`` (or ``./.sparza/<HOME_NAME>``) and
+    records its pid and ports in ``state.json``, so a second ``start`` finds the running one and ``stop``
+    works from any process. A subclass says how a server is made and how it is written to that file."""
+
+    HOME_NAME: ClassVar[str]
+
+    def __init__(self, home: Path) -> None:
+        self.home = Path(home)
+        self.state_file = self.home / "state.json"
+
+    @classmethod
+    def default(cls) -> Self:
+        """The server under ``$SPARZA_HOME`` or ``./.sparza``."""
+        return cls(sparza_home() / cls.HOME_NAME)
+
+    @abstractmethod
+    def _from_state(self, state: Any) -> _S:
+        """The server ``state.json`` describes (raises ValueError, KeyError or TypeError when malformed)."""
+
+    @abstractmethod
+    def _state(self, proc: _S) -> dict[str, int | None]:
+        """What ``state.json`` records of a started server: its pid and ports."""
+
+    def _load(self) -> _S | None:
+        if not self.state_file.exists():
+            return None
+        try:
+            proc = self._from_state(json.loads(self.state_file.read_text()))
+        except (ValueError, KeyError, TypeError):
+            return None
+        return proc if proc.is_running() and port_open(proc.ports()[0]) else None
+
+    def status(self) -> _S | None:
+        """The running server, or None."""
+        return self._load()
+
+    def _start(self, make: Callable[[], _S]) -> tuple[_S, bool]:
+        """Start the server ``make`` builds unless one runs; returns it and whether it was started now."""
+        running = self._load()
+        if running is not None:
+            return running, False
+        proc = make()
+        proc.start()
+        proc._proc = None  # the process outlives this Python process; track it by pid
+        self.state_file.write_text(json.dumps(self._state(proc)))
+        return proc, True
+
+    def stop(self) -> bool:
+        """Stop the server; False when none was running."""
+        proc = self._load()
+        self.state_file.unlink(missing_ok=True)
+        if proc is None:
+            return False
+        proc.stop()
+        return True

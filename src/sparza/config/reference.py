@@ -1,6 +1,6 @@
 """The config reference, generated from the keys each package declares with ``define_key``.
 
-``python -m sparza.configref > docs/config-reference.md`` regenerates the page; a test fails when
+``python -m sparza.config.reference > docs/config-reference.md`` regenerates the page; a test fails when
 the committed page differs from the code, so the docs cannot drift.
 """
 
@@ -11,6 +11,7 @@ import pkgutil
 
 import sparza
 from sparza.config import defined_keys
+from sparza.config.samza import SAMZA_UNUSED
 
 __all__ = ["import_all_packages", "render"]
 
@@ -28,7 +29,7 @@ def render() -> str:
     """The reference page as Markdown: one table per package."""
     import_all_packages()
     lines = ["# Config reference", "",
-             "Generated from the code by `python -m sparza.configref`; do not edit by hand. Placeholders in "
+             "Generated from the code by `python -m sparza.config.reference`; do not edit by hand. Placeholders in "
              "angle brackets: `<system>` a system name, `<stream>` a stream id, `<store>` a store name.", ""]
     package = None
     for key in defined_keys():
@@ -37,8 +38,6 @@ def render() -> str:
             lines += ["", f"## `{package}`", "", "| key | default | meaning |", "|---|---|---|"]
         default = "—" if key.default is None else f"`{key.default}`"
         lines.append(f"| `{key.key}` | {default} | {key.description.replace('|', '/')} |")
-    from sparza.configcheck import SAMZA_UNUSED
-
     lines += ["", "## Samza keys sparza does not use", "",
               "Accepted in a Samza job config with a warning (printed once by `sparza run`), never silently "
               "ignored; see [config](config.md).", "", "| key | why |", "|---|---|"]

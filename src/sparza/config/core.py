@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,7 +22,10 @@ __all__ = [
     "Config",
     "ConfigError",
     "ConfigKey",
+    "ValueCheck",
+    "define_check",
     "define_key",
+    "defined_checks",
     "defined_keys",
     "is_secret_key",
     "parse_byte_size",
@@ -323,3 +326,35 @@ def define_key(key: str, default: object, description: str, package: str) -> Con
 def defined_keys() -> list[ConfigKey]:
     """Every key declared so far, sorted by package then key."""
     return sorted(_DEFINED.values(), key=lambda k: (k.package, k.key))
+
+
+@dataclass(frozen=True, slots=True)
+class ValueCheck:
+    """How the package that owns some keys checks their values in a whole config (``sparza config check``
+    and the start of ``sparza run``), declared like its keys so :mod:`sparza.config` imports no package.
+
+    ``check(config)`` raises :class:`ConfigError` for the first problem it finds, or returns a list of the
+    ConfigErrors it found (any other return value means no problem). Checks run by ``order``, then package.
+    ``needs_translation``: False for a check that also runs when Samza's spellings could not all be
+    translated (it reads nothing a translation would change)."""
+
+    package: str
+    check: Callable[[Config], object]
+    order: int = 100
+    needs_translation: bool = True
+
+
+_CHECKS: dict[tuple[str, Callable[[Config], object]], ValueCheck] = {}
+
+
+def define_check(package: str, check: Callable[[Config], object], *, order: int = 100,
+                 needs_translation: bool = True) -> ValueCheck:
+    """Declare a value check (call at import time of the package that owns the keys, as ``define_key``)."""
+    entry = ValueCheck(package, check, order, needs_translation)
+    _CHECKS[(package, check)] = entry
+    return entry
+
+
+def defined_checks() -> list[ValueCheck]:
+    """Every value check declared so far, in the order they run."""
+    return sorted(_CHECKS.values(), key=lambda c: (c.order, c.package))

@@ -12,15 +12,16 @@ high watermark after multi-record batches) is described in ``docs/kafka.md``.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from sparza.devservers.processes import LocalServerProcess, PersistentServer
 from sparza.errors import SparzaError
-from sparza.processes import LocalServerProcess, free_port, port_open
+from sparza.host import free_port
 
 __all__ = ["DevKafka", "TansuNotInstalledError", "TansuProcess", "find_tansu"]
 
@@ -94,49 +95,17 @@ class TansuProcess(LocalServerProcess):
                          self.bootstrap_servers, timeout_s)
 
 
-class DevKafka:
+class DevKafka(PersistentServer[TansuProcess]):
     """The persistent development broker behind ``sparza dev-kafka start|stop|status``."""
 
-    def __init__(self, home: Path) -> None:
-        self.home = Path(home)
-        self.state_file = self.home / "state.json"
+    HOME_NAME = "kafka"
 
-    @classmethod
-    def default(cls) -> DevKafka:
-        """``$SPARZA_HOME/kafka`` or ``./.sparza/kafka``."""
-        base = Path(os.environ.get("SPARZA_HOME") or Path.cwd() / ".sparza")
-        return cls(base / "kafka")
+    def _from_state(self, state: Any) -> TansuProcess:
+        return TansuProcess(self.home, int(state["port"]), pid=int(state["pid"]))
 
-    def _load(self) -> TansuProcess | None:
-        if not self.state_file.exists():
-            return None
-        try:
-            state = json.loads(self.state_file.read_text())
-            proc = TansuProcess(self.home, int(state["port"]), pid=int(state["pid"]))
-        except (ValueError, KeyError, TypeError):
-            return None
-        return proc if proc.is_running() and port_open(proc.port) else None
-
-    def status(self) -> TansuProcess | None:
-        """The running broker, or None."""
-        return self._load()
+    def _state(self, proc: TansuProcess) -> dict[str, int | None]:
+        return {"pid": proc.pid, "port": proc.port}
 
     def start(self, port: int = 0) -> tuple[TansuProcess, bool]:
         """Start the broker unless it runs; returns it and whether it was started now."""
-        running = self._load()
-        if running is not None:
-            return running, False
-        proc = TansuProcess(self.home, port)
-        proc.start()
-        proc._proc = None  # the process outlives this Python process; track it by pid
-        self.state_file.write_text(json.dumps({"pid": proc.pid, "port": proc.port}))
-        return proc, True
-
-    def stop(self) -> bool:
-        """Stop the broker; False when none was running."""
-        proc = self._load()
-        self.state_file.unlink(missing_ok=True)
-        if proc is None:
-            return False
-        proc.stop()
-        return True
+        return self._start(lambda: TansuProcess(self.home, port))

@@ -21,6 +21,7 @@ from sparza.errors import ConfigError
 __all__ = [
     "FACTORY_KINDS",
     "KEY_ALIASES",
+    "SAMZA_UNUSED",
     "FactoryKind",
     "Note",
     "Translation",
@@ -28,8 +29,63 @@ __all__ = [
     "translate",
 ]
 
-_PKG = "sparza.samzacompat"
+_PKG = "sparza.config.samza"
 _SAMZA = "org.apache.samza."
+
+
+SAMZA_UNUSED: dict[str, str] = {
+    "job.factory.class": "sparza runs jobs on Spark with `sparza run`; there is no YARN or process job factory",
+    "job.container.count": "Spark decides the executors (spark.executor.instances); tasks are input partitions",
+    "job.container.thread.pool.size": "tasks of a batch run in parallel as Spark tasks",
+    "job.coordinator.system": "sparza needs no coordinator stream: job models live in the blob store / Azure",
+    "job.coordinator.replication.factor": "sparza needs no coordinator stream",
+    "job.coordinator.azure.blob.length": "sparza's job-model blob is a block blob without a fixed length",
+    "job.default.system": "sparza names every stream as system.stream",
+    "job.changelog.system": "sparza keeps no changelog topics: back stores up with backup.factories: blobstore",
+    "job.jmx.enabled": "sparza exports metrics as JSON lines or Prometheus, not JMX",
+    "job.config.rewriters": "sparza has no config rewriters",
+    "job.config.rewriter.<name>.class": "sparza has no config rewriters",
+    "job.security.manager.factory": "sparza has no security manager (use Azure credentials)",
+    "task.checkpoint.system": "task checkpoints live in the blob store, not a Kafka topic",
+    "task.checkpoint.replication.factor": "task checkpoints live in the blob store, not a Kafka topic",
+    "task.checkpoint.segment.bytes": "task checkpoints live in the blob store, not a Kafka topic",
+    "task.checkpoint.write.versions": "sparza always writes one checkpoint version (Samza's CheckpointV2 content)",
+    "task.checkpoint.read.versions": "sparza always reads its one checkpoint version",
+    "task.opts": "JVM options: set Spark's spark.executor.extraJavaOptions",
+    "task.java.home": "Spark's JVM is configured by Spark",
+    "task.log4j.system": "logs go to Spark's log4j configuration",
+    "task.poll.interval.ms": "inputs are read per batch by Spark",
+    "task.shutdown.ms": "a stop finishes the running batch and commits",
+    "task.max.concurrency": "one task processes its messages in order, one batch at a time",
+    "task.callback.timeout.ms": "sparza tasks are synchronous",
+    "task.commit.max.delay.ms": "a batch commits when its tasks finished",
+    "task.consumer.batch.size": "task.max.batch.messages caps a batch",
+    "task.drop.producer.errors": "a failed producer flush fails the batch, which is retried",
+    "task.transactional.state.restore.enabled": "sparza's state is always transactional (versioned by batch)",
+    "stores.<store>.changelog": "sparza keeps no changelog: set stores.<store>.backup.factories: blobstore to "
+                                "keep the store when a host is lost",
+    "stores.<store>.changelog.replication.factor": "sparza keeps no changelog",
+    "stores.<store>.write.batch.size": "writes go through the object cache and are batched per commit",
+    "stores.<store>.container.write.buffer.size.bytes": "set stores.<store>.rocksdb.write.buffer.size.bytes",
+    "stores.<store>.container.cache.size.bytes": "set stores.<store>.rocksdb.cache.size.bytes",
+    "stores.<store>.rocksdb.ttl.ms": "sparza's RocksDB stores have no TTL",
+    "stores.<store>.clean.on.container.start": "restores always verify the local copy against the snapshot",
+    "stores.<store>.side.inputs.processor.serialized.instance": "a serialized Java instance cannot be used",
+    "systems.<system>.streams.<stream>.samza.priority": "sparza reads every input of a batch; bootstrap streams "
+                                                        "go first",
+    "systems.<system>.samza.fetch.threshold": "inputs are read per batch by Spark",
+    "metrics.reporters": "sparza reports metrics with metrics.reporter.jsonl.path and "
+                         "metrics.reporter.prometheus.port",
+    "metrics.reporter.<name>.class": "sparza reports metrics with metrics.reporter.jsonl.path and "
+                                     "metrics.reporter.prometheus.port",
+    "metrics.reporter.<name>.stream": "sparza has no metrics stream reporter",
+    "metrics.reporter.<name>.interval": "metrics are reported once per batch",
+    "yarn.*": "sparza runs on Spark: set spark.* (spark.executor.memory, spark.executor.cores, ...)",
+    "cluster-manager.*": "sparza runs on Spark: set spark.*",
+    "app.runner.class": "sparza runs applications with `sparza run`",
+    "app.mode": "sparza decides batch or stream from bounded inputs",
+}
+"""Samza keys sparza knows and deliberately does not use, with why: warned about, never silently ignored."""
 
 
 @dataclass(frozen=True, slots=True)
