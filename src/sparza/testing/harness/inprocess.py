@@ -15,6 +15,9 @@ a restart drops its in-memory tasks, stores and producers):
 ``second-processor``    processor 1 starts while processor 0 is paused mid-commit: it is refused, or (when
                         every store is backed up) processor 0 stays paused past the claim timeout, 1 takes
                         over and finishes, and 0's late writes are fenced
+(``processors`` > 1)    the job moves to a new processor (a new host: its own state dir) before every phase
+                        after the first, when every store is backed up (the Spark engine runs them at once
+                        under the azure coordinator)
 ``lost-state``          the local state dir and the plan are lost (a new host)
 ``lost-spark-checkpoint``  the plan is lost: batches are planned again from the task checkpoints
 ``replay-spark-batch``  the last committed batch runs again with its plan
@@ -27,7 +30,7 @@ a restart drops its in-memory tasks, stores and producers):
 
 What it leaves to the Spark engine (:mod:`~sparza.testing.harness.spark`): Spark itself (worker reuse,
 retries, the plan in Spark's offset log), the real storage services and their restarts, the azure
-coordinator with several processors (a scenario's ``processors`` is ignored here), Delta on ``az://``.
+coordinator with several processors at once, Delta on ``az://``.
 Kafka, Delta, blob and table outputs are all in-memory streams here; a typed upsert table is judged by
 folding its rows by key, as the table would.
 
@@ -192,6 +195,13 @@ class InProcessJob:
         runner = self.runner.new_processor(processor_id)
         self.processors.append(runner)
         return runner
+
+    def move(self) -> None:
+        """The running processor stops cleanly and a new one (another host: its own state dir, a fresh plan)
+        runs the job from now on; the tasks move with their checkpoints and snapshots."""
+        self.runner.restart(crashed=False)
+        self.runner = self.new_processor(str(len(self.processors)))
+        self.crashed = False
 
     def run(self, label: str, runner: Any = None, *, wait_for_claim: bool | None = None) -> RunRecord:
         """``sparza run --once`` by ``runner`` (default the running processor), recorded. After a crash
@@ -484,11 +494,16 @@ def run_inprocess_scenario(scenario: Scenario, workdir: Path | None = None, *, k
     job: InProcessJob | None = None
     try:
         job = InProcessJob(scenario, root, draws)
+        moves = scenario.processors > 1 and _stores_move(scenario)
         if scenario.processors > 1:
-            outcome.notes.append(f"{scenario.processors} processors under the azure coordinator: Spark engine only")
+            outcome.notes.append(f"{scenario.processors} processors: " + (
+                "the job moves to a new processor before every phase after the first" if moves else
+                "some state is kept locally only, so one processor runs it (several at once: Spark engine only)"))
         for phase in range(scenario.chunks):
             job.append_chunk(phase)
-            if phase and draws.new_process_per_run:
+            if phase and moves:
+                job.move()
+            elif phase and draws.new_process_per_run:
                 job.restart()
             faults = [f for f, at in ((scenario.fault, scenario.fault_phase), (scenario.fault2, scenario.fault2_phase))
                       if at == phase and f != "none"]
