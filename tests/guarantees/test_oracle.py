@@ -285,3 +285,12 @@ def test_harness_task_passes_the_start_check_of_sparza_run_for_store_less_kinds(
     from sparza.testing.jobs import HarnessTask
 
     assert store_names_asked(HarnessTask) == []
+
+
+def test_sparza_run_subprocesses_import_sparza_from_the_source_dir() -> None:
+    """The harness puts SRC_DIR first on the subprocesses' PYTHONPATH: it must hold the package, not be the
+    package (``sparza/azure.py`` would then shadow the Azure SDK: every Spark scenario failed at import)."""
+    from sparza.testing.harness.spark import SRC_DIR
+
+    assert (SRC_DIR / "sparza" / "__init__.py").is_file()
+    assert not (SRC_DIR / "azure.py").exists()

@@ -47,13 +47,14 @@ from sparza.testing.oracle import (
 )
 from sparza.testing.scenario import AFTER_RUN_FAULTS, Scenario
 
-__all__ = ["COORDINATION", "RUN_TIMEOUT_S", "SparkJob", "SparkStartFailure", "check", "log_tail",
+__all__ = ["COORDINATION", "RUN_TIMEOUT_S", "SRC_DIR", "SparkJob", "SparkStartFailure", "check", "log_tail",
            "run_spark_scenario", "start_azurite", "start_kafka"]
 
 RUN_TIMEOUT_S = 600.0
 """Longest a single ``sparza run`` may take before the harness calls it hung."""
 
-_SRC = Path(__file__).resolve().parents[2]
+SRC_DIR = Path(__file__).resolve().parents[3]
+"""The directory holding the ``sparza`` package: first on the ``PYTHONPATH`` of the ``sparza run`` subprocesses."""
 
 _AFTER_RUN_FAULTS = AFTER_RUN_FAULTS
 """Faults applied between runs (the others happen during a run, which is then restarted)."""
@@ -231,7 +232,7 @@ class SparkJob:
         self.spawned += 1      # not len(self.runs): the processors of a group are recorded only when they end
         log = self.logs / f"{self.spawned:02d}-{label}.log"
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in [str(_SRC), env.get("PYTHONPATH", "")] if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [str(SRC_DIR), env.get("PYTHONPATH", "")] if p)
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         cmd = [sys.executable, "-m", "sparza.cli", "run", "--config", str(config_path or self.config_path),
                "--master", "local[2]", *extra]
