@@ -11,22 +11,14 @@ from typing import Any
 import pytest
 import yaml
 from examples.keyed_count.task import KeyedCountTask
+from tests.testing.jobs import KEYED_COUNT as BASE_KEYED_COUNT
 from typer.testing import CliRunner
 
 from sparza.cli import app
 from sparza.storeview import CommittedStores, StoreViewError
 from sparza.testing import TestMessage, TestRunner
 
-KEYED_COUNT = {
-    "systems.delta.samza.offset.default": "oldest",
-    "systems.delta.streams.counts.samza.key.serde": "string",
-    "systems.delta.streams.counts.samza.msg.serde": "json",
-    "stores.counts.factory": "rocksdb",
-    "stores.counts.key.serde": "string",
-    "stores.counts.msg.serde": "json",
-    "stores.counts.backup.factories": "blobstore",
-    "task.max.batch.messages": "7",
-}
+KEYED_COUNT = {**BASE_KEYED_COUNT, "task.max.batch.messages": "7"}
 
 
 def _events(start: int, n: int, keys: int = 5) -> list[TestMessage]:

@@ -6,21 +6,12 @@ from __future__ import annotations
 
 import pytest
 from examples.keyed_count.task import KeyedCountTask
+from tests.testing.jobs import KEYED_COUNT
 
 from sparza.coordination.jobclaim import ClaimHeldError
 from sparza.runtime.executor import TaskAttemptError
 from sparza.testing import TestMessage, TestRunner
 
-KEYED_COUNT = {
-    "systems.delta.samza.offset.default": "oldest",
-    "systems.delta.streams.counts.samza.key.serde": "string",
-    "systems.delta.streams.counts.samza.msg.serde": "json",
-    "stores.counts.factory": "rocksdb",
-    "stores.counts.key.serde": "string",
-    "stores.counts.msg.serde": "json",
-    "stores.counts.backup.factories": "blobstore",
-    "task.max.batch.messages": "4",
-}
 TIMEOUT_MS = 30_000  # job.coordinator.standalone.claim.timeout.ms (default)
 
 

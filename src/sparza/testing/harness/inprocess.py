@@ -60,7 +60,7 @@ from sparza.testing.harness.damage import (
     save_local_blob,
     tombstone_committed_snapshots,
 )
-from sparza.testing.harness.jobconfig import LATE_STREAM, PROFILES_STREAM, job_config, profile_partition
+from sparza.testing.harness.jobconfig import LATE_STREAM, PROFILES_STREAM, job_config, poison_id, profile_partition
 from sparza.testing.harness.outcome import Outcome, RunRecord
 from sparza.testing.oracle import Record
 from sparza.testing.scenario import AFTER_RUN_FAULTS, COMMIT_STEPS, Scenario
@@ -313,12 +313,11 @@ def _apply_phase(job: InProcessJob, outcome: Outcome, fault: str, phase: int) ->
     s, d = job.s, job.draws
     label = f"phase{phase}"
     if fault == "poison":
-        ids = [m.id for m in s.messages if m.chunk == phase]
-        if not ids:
+        poison = poison_id(s, phase)
+        if poison is None:
             outcome.notes.append("poison: the phase has no input; nothing to poison")
             _expect_clean(outcome, job.run(label))
             return
-        poison = ids[len(ids) // 2]
         job.restart(config={"app.harness.poison.ids": str(poison)})
         record = job.run(f"{label}-poison")
         if record.returncode == 0:

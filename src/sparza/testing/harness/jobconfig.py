@@ -11,7 +11,7 @@ from typing import Any
 from sparza.testing.jobs import TABLE_SCHEMA
 from sparza.testing.scenario import Profile, Scenario
 
-__all__ = ["LATE_STREAM", "PROFILES_STREAM", "job_config", "profile_partition"]
+__all__ = ["LATE_STREAM", "PROFILES_STREAM", "job_config", "poison_id", "profile_partition"]
 
 LATE_STREAM = "delta.late"
 """Where windows route late messages (``task.late.messages.stream``)."""
@@ -105,3 +105,10 @@ def profile_partition(profile: Profile, s: Scenario) -> int:
         return profile.partition
     key = json.dumps(profile.key, sort_keys=True, separators=(",", ":")).encode()
     return zlib.crc32(key) % s.stage2_partitions
+
+
+def poison_id(s: Scenario, phase: int) -> int | None:
+    """The message the poison fault of ``phase`` makes the job raise on (``app.harness.poison.ids``): the middle
+    one of the phase's input; None when the phase has no input."""
+    ids = [m.id for m in s.messages if m.chunk == phase]
+    return ids[len(ids) // 2] if ids else None

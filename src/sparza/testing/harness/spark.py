@@ -34,7 +34,7 @@ from sparza.testing.harness.damage import (
     save_local_blob,
     tombstone_committed_snapshots,
 )
-from sparza.testing.harness.jobconfig import job_config, profile_partition
+from sparza.testing.harness.jobconfig import job_config, poison_id, profile_partition
 from sparza.testing.harness.outcome import Outcome, RunRecord
 from sparza.testing.jobs import RECORD_SCHEMA
 from sparza.testing.oracle import (
@@ -393,12 +393,11 @@ def _apply_phase(job: SparkJob, outcome: Outcome, fault: str, phase: int) -> Non
     s = job.s
     label = f"phase{phase}"
     if fault == "poison":
-        ids = [m.id for m in s.messages if m.chunk == phase]
-        if not ids:
+        poison = poison_id(s, phase)
+        if poison is None:
             outcome.notes.append("poison: the phase has no input; nothing to poison")
             _expect_clean(outcome, job.run(label))
             return
-        poison = ids[len(ids) // 2]
         record = job.run(f"{label}-poison", job.variant("poison.yaml", **{"app.harness.poison.ids": str(poison)}))
         if record.returncode == 0:
             outcome.problems.append(f"a job that raises on message id {poison} exited 0 (the failure was hidden)")
