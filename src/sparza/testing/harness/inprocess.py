@@ -203,10 +203,12 @@ class InProcessJob:
         self.runner = self.new_processor(str(len(self.processors)))
         self.crashed = False
 
-    def run(self, label: str, runner: Any = None, *, wait_for_claim: bool | None = None) -> RunRecord:
+    def run(self, label: str, runner: Any = None, *, wait_for_claim: bool | None = None,
+            meant_to_fail: bool = False) -> RunRecord:
         """``sparza run --once`` by ``runner`` (default the running processor), recorded. After a crash
         (``wait_for_claim``, default: the last process crashed) the dead process's claim is waited out by
-        moving the clock, as a processor started on another host waits."""
+        moving the clock, as a processor started on another host waits. A failed run after the purged-snapshot
+        fault must name what is gone, unless it is ``meant_to_fail`` (a poison message)."""
         from sparza.coordination.jobclaim import ClaimHeldError
 
         runner = runner or self.runner
@@ -228,7 +230,7 @@ class InProcessJob:
         except (Exception, _Crash) as exc:
             record = RunRecord(label, 1, time.perf_counter() - started, error=_first_line(exc))
         self.runs.append(record)
-        if self.purged and record.returncode != 0:
+        if self.purged and record.returncode != 0 and not meant_to_fail:
             record = self._restore_purged(label, record)
         return record
 
@@ -319,7 +321,7 @@ def _apply_phase(job: InProcessJob, outcome: Outcome, fault: str, phase: int) ->
             _expect_clean(outcome, job.run(label))
             return
         job.restart(config={"app.harness.poison.ids": str(poison)})
-        record = job.run(f"{label}-poison")
+        record = job.run(f"{label}-poison", meant_to_fail=True)
         if record.returncode == 0:
             outcome.problems.append(f"a job that raises on message id {poison} finished (the failure was hidden)")
         elif f"poison message id {poison}" not in record.error:
