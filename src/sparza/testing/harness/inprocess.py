@@ -230,15 +230,16 @@ class InProcessJob:
         except (Exception, _Crash) as exc:
             record = RunRecord(label, 1, time.perf_counter() - started, error=_first_line(exc))
         self.runs.append(record)
-        if self.purged and record.returncode != 0 and not meant_to_fail:
-            record = self._restore_purged(label, record)
+        if self.purged and record.returncode != 0:
+            named = any(word in record.error for word in ("purged", "gone from the blob store",
+                                                           "does not exist in the blob store", "cannot be restored"))
+            if named or not meant_to_fail:
+                record = self._restore_purged(label, record, named, meant_to_fail)
         return record
 
-    def _restore_purged(self, label: str, failed: RunRecord) -> RunRecord:
+    def _restore_purged(self, label: str, failed: RunRecord, named: bool, meant_to_fail: bool) -> RunRecord:
         """A run failed after the purged-snapshot fault: it must say what is gone. Put the blobs back and run
         again (a new process)."""
-        named = any(word in failed.error for word in ("purged", "gone from the blob store",
-                                                       "does not exist in the blob store", "cannot be restored"))
         self.notes.append(f"purged-snapshot: run '{label}' failed" + ("" if named else " WITHOUT naming the purged "
                           "snapshot") + f"; {len(self.purged)} blobs brought back")
         if not named:
@@ -248,7 +249,7 @@ class InProcessJob:
             restore_local_blob(self.root / "blobstore", blob_id, saved)
         self.purged = {}
         self.restart()
-        return self.run(f"{label}-after-restoring-blobs")
+        return self.run(f"{label}-after-restoring-blobs", meant_to_fail=meant_to_fail)
 
     def close(self) -> None:
         """Close every processor (the first one owns the work dir's streams)."""
@@ -464,12 +465,66 @@ def _damage(job: InProcessJob, outcome: Outcome, fault: str, label: str) -> None
 
 
 def check(job: InProcessJob, outcome: Outcome) -> None:
-    """Read the in-memory output and late streams and judge them against the oracle."""
+    """Read the in-memory output and late streams and judge them against the oracle; then check what the last
+    clean run left (:func:`check_committed_state`)."""
     actual, control = job.output_records()
     if control:
         outcome.problems.append(f"{control} control messages in the output stream (only intermediate streams "
                                 "carry watermarks and end-of-stream)")
     judge(outcome, actual, job.routed_late())
+    check_committed_state(job, outcome)
+
+
+GC_AFTER_MS = 60 * 86_400_000
+"""How far past now :func:`check_committed_state` runs gc: beyond every TTL (``blob.store.ttl.days``, 30)."""
+
+
+def check_committed_state(job: InProcessJob, outcome: Outcome) -> None:
+    """After the last run: no task is left with an open intent (a batch flushed, never committed), and the
+    committed state survives ``sparza gc`` run long after it (every TTL passed, every tombstone purged): each
+    backed-up store of each task is read back from the blob store through :mod:`sparza.storeview`, and the
+    keyed count's store must hold, per task and key, the number of messages of that key in that task's
+    partition. A snapshot that still named an expiring or deleted blob would be lost here.
+
+    Not after the deleted- or purged-snapshot faults: the harness itself damaged the blob store then, and
+    tasks that ran no batch since (a bounded job that had ended) still name what it deleted, by design (the
+    SAMZA-2787 recovery happens when a task restores)."""
+    from sparza.blobstore import blob_store_manager_from_config, collect_garbage
+    from sparza.clock import system_clock_ms
+    from sparza.storeview import CommittedStores
+
+    config = job.runner.config
+    stores = CommittedStores(config)
+    for name in job.runner.jobs:
+        for task, cp in job.runner.checkpoints(job=name).items():
+            if cp.open_intent() is not None:
+                outcome.problems.append(f"job {name} task '{task}' ended with an open intent (batch "
+                                        f"{cp.open_intent().batch} flushed, never committed) after a clean run")
+    if {job.s.fault, job.s.fault2} & {"deleted-snapshot", "purged-snapshot"}:
+        return
+    manager = blob_store_manager_from_config(config)
+    try:
+        collect_garbage(manager, now_ms=system_clock_ms() + GC_AFTER_MS, deleted_retention_ms=0)
+    finally:
+        manager.close()
+    for ref in stores.refs:
+        backed_up = "blobstore" in ref.config.get_str(f"stores.{ref.store}.backup.factories", "").lower()
+        if not backed_up:
+            continue
+        for snapshot in stores.snapshots(ref):
+            try:
+                with stores.open(ref, snapshot) as store:
+                    entries = dict(store.all())
+            except Exception as exc:
+                outcome.problems.append(f"store {ref.store} of task '{snapshot.task}' ({ref.job_key}) cannot be "
+                                        f"restored after gc: {_first_line(exc)}")
+                continue
+            if ref.store == "counts":
+                partition = int(snapshot.task.rsplit(" ", 1)[1])
+                expected = Counter(m.key for m in job.s.messages if m.partition == partition)
+                if entries != dict(expected):
+                    outcome.problems.append(f"store counts of task '{snapshot.task}' after gc holds {entries}, the "
+                                            f"oracle says {dict(expected)}")
 
 
 def _tmpfs() -> str | None:
