@@ -302,6 +302,7 @@ class TaskInstance:
         cp = stored if stored is not None and stored.committed else None  # what was committed
         if cp is not None and cp.batch >= split.seq:
             self._check_replay(split, cp)
+            self.stores.finish_cleanup(dict(cp.stores))  # its first attempt may have failed during cleanup
             result.status = BatchStatus.SKIPPED
             result.ended = cp.ended
             self.metrics.counter("task", "batches-skipped").inc()
