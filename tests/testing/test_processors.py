@@ -4,6 +4,8 @@ commit to run something there."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from examples.keyed_count.task import KeyedCountTask
 from tests.testing.jobs import KEYED_COUNT
@@ -147,3 +149,33 @@ def test_a_processor_back_after_another_ran_the_job_stops_instead_of_skipping_pa
         first.restart(crashed=False, keep_plan=False)   # what the error says: plan from the task checkpoints
         first.run()
         assert _counts(first) == _expected(20)
+
+
+def test_a_batch_that_failed_during_cleanup_and_is_replayed_leaves_no_ttl_on_its_snapshot() -> None:
+    """Found by the in-process harness's gc check (issue 27, seeds 506 and 912): the commit of a task's last batch
+    failed during cleanup (after its checkpoint), the retry skipped the batch as a replay, and nothing else
+    finished the cleanup: the committed snapshot index kept its TTL, so `sparza gc` would delete it 30 days
+    later and the task's state with it."""
+    from sparza.blobstore import blob_store_manager_from_config, collect_garbage
+    from sparza.clock import system_clock_ms
+
+    with _runner() as runner:
+        runner.fail_at("during-cleanup", task="Partition 1", batch=2)   # its last batch (6 messages, 4 a batch)
+        with pytest.raises(Exception, match="injected failure"):
+            runner.run()
+        runner.run()                                                     # the retry: batch 2 skipped
+        manager = blob_store_manager_from_config(runner.config)
+        try:
+            blobs = {info.blob_id: info for info in manager.list_blobs()}
+            committed = {task: cp.stores["counts"] for task, cp in runner.checkpoints().items()}
+            assert {task: blobs[snapshot].expires_at_ms for task, snapshot in committed.items()} == {
+                "Partition 0": None, "Partition 1": None}
+            collect_garbage(manager, now_ms=system_clock_ms() + 60 * 86_400_000, deleted_retention_ms=0)
+        finally:
+            manager.close()
+        runner.restart(crashed=False)
+        runner.advance_time(1)
+        shutil.rmtree(runner.state_dir)                                  # a new host: restore from the blob store
+        runner.add_input("delta.events", _events(12, 2))
+        runner.run()
+        assert _counts(runner) == _expected(14)
