@@ -484,7 +484,9 @@ def check_committed_state(job: InProcessJob, outcome: Outcome) -> None:
     committed state survives ``sparza gc`` run long after it (every TTL passed, every tombstone purged): each
     backed-up store of each task is read back from the blob store through :mod:`sparza.storeview`, and the
     keyed count's store must hold, per task and key, the number of messages of that key in that task's
-    partition. A snapshot that still named an expiring or deleted blob would be lost here.
+    partition; then, when the state can move (every store backed up), a new processor on a new host gets one more
+    message for every partition and must restore everything (adjunct stores too) and run cleanly. A snapshot
+    that still named an expiring or deleted blob would be lost here.
 
     Not after the deleted- or purged-snapshot faults: the harness itself damaged the blob store then, and
     tasks that ran no batch since (a bounded job that had ended) still name what it deleted, by design (the
@@ -525,6 +527,27 @@ def check_committed_state(job: InProcessJob, outcome: Outcome) -> None:
                 if entries != dict(expected):
                     outcome.problems.append(f"store counts of task '{snapshot.task}' after gc holds {entries}, the "
                                             f"oracle says {dict(expected)}")
+    if not job.s.bounded and job.s.messages and _stores_move(job.s):  # local-only state stays on its host
+        _restore_everything_after_gc(job, outcome)
+
+
+def _restore_everything_after_gc(job: InProcessJob, outcome: Outcome) -> None:
+    """A new processor (another host: nothing local) gets one more message for every partition that had input,
+    so every task restores every store it has, adjunct ones included, from what gc left; it must run cleanly
+    (its outputs are not judged: the oracle's input ended before)."""
+    from sparza.testing.runner import TestMessage
+
+    job.move()
+    first = len(job.s.messages)
+    partitions = sorted({m.partition for m in job.s.messages})
+    key = job.s.messages[0].key
+    job.runner.add_input(job.input_stream, [
+        TestMessage(json.dumps({"id": first + i, "key": key, "n": 1}).encode(), key=key.encode(), partition=p,
+                    timestamp=max(m.timestamp for m in job.s.messages) + 1) for i, p in enumerate(partitions)])
+    record = job.run("after-gc-on-a-new-host")
+    if record.returncode != 0:
+        outcome.problems.append(f"after gc, a new processor could not run the job from its committed state: "
+                                f"{record.error}")
 
 
 def _tmpfs() -> str | None:
