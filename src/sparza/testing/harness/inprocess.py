@@ -465,14 +465,12 @@ def _damage(job: InProcessJob, outcome: Outcome, fault: str, label: str) -> None
 
 
 def check(job: InProcessJob, outcome: Outcome) -> None:
-    """Read the in-memory output and late streams and judge them against the oracle; then check what the last
-    clean run left (:func:`check_committed_state`)."""
+    """Read the in-memory output and late streams and judge them against the oracle."""
     actual, control = job.output_records()
     if control:
         outcome.problems.append(f"{control} control messages in the output stream (only intermediate streams "
                                 "carry watermarks and end-of-stream)")
     judge(outcome, actual, job.routed_late())
-    check_committed_state(job, outcome)
 
 
 GC_AFTER_MS = 60 * 86_400_000
@@ -592,6 +590,7 @@ def run_inprocess_scenario(scenario: Scenario, workdir: Path | None = None, *, k
         if scenario.fault in AFTER_RUN_FAULTS or scenario.fault2 in AFTER_RUN_FAULTS:
             _expect_clean(outcome, job.run("final"))   # the damage was done after the last run: one more repairs it
         check(job, outcome)
+        check_committed_state(job, outcome)  # last: it runs the job once more, on a new host
     except Exception as exc:  # a harness error is a failed scenario too, reported with its seed
         outcome.problems.append(f"harness error: {_first_line(exc)}")
     finally:
