@@ -35,11 +35,11 @@ def test_plans_are_capped_and_continue_from_checkpoints(make_job):
         plan = planner.next(plan, 1_000 + i)
         ends.append(plan.tasks["Partition 0"].offsets["delta.events#0"])
     assert ends == ["2:50", "3:100", "4:0", "4:0"]
-    assert plan.seq == 3  # the last call planned nothing new: same plan
-    # A new planner (new Spark checkpoint dir) starts where the task checkpoint says, seq included.
+    assert plan.batch == 3  # the last call planned nothing new: same plan
+    # A new planner (new Spark checkpoint dir) starts where the task checkpoint says, batch included.
     cp = TaskCheckpoint("Partition 0", batch=7, generation=0, offsets={"delta.events#0": "3:100"})
     again = _planner(config).initial({"Partition 0": cp})
-    assert again.seq == 7
+    assert again.batch == 7
     assert again.tasks["Partition 0"].offsets == {"delta.events#0": "3:100"}
 
 
@@ -80,10 +80,10 @@ def test_an_open_intent_is_replanned_exactly_once_with_its_planned_at(make_job):
     cp = TaskCheckpoint("Partition 0", batch=0, generation=0, offsets={}, pending=intent)
     assert not cp.committed and cp.open_intent() == intent
     start = _planner(config).initial({"Partition 0": cp})
-    assert start.seq == 7  # the next plan is batch 8 again: later batches get higher output versions
+    assert start.batch == 7  # the next plan is batch 8 again: later batches get higher output versions
     planner = _planner(config)
     replay = planner.next(start, 99_000)
-    assert replay.seq == 8
+    assert replay.batch == 8
     assert replay.tasks["Partition 0"].offsets == {"delta.events#0": "2:50"}
     assert replay.tasks["Partition 0"].planned_at_ms == 4_242
     after = planner.next(replay, 99_001)  # then planning goes on as usual
@@ -102,7 +102,7 @@ def test_a_due_window_plans_an_empty_batch_except_under_available_now(make_job):
     first = planner.next(planner.initial({}), 10_000)
     assert planner.next(first, 10_500) is first  # no data, window not due: no batch
     due = planner.next(first, 11_000)
-    assert due.seq == first.seq + 1 and due.tasks == first.tasks  # an empty batch for the window
+    assert due.batch == first.batch + 1 and due.tasks == first.tasks  # an empty batch for the window
     planner.freeze_targets()  # --once
     assert planner.next(due, 99_000) is due
 
@@ -118,7 +118,7 @@ def test_an_intent_of_a_first_batch_starts_where_the_intent_says_and_new_ssps_st
     start = planner.initial({"Partition 0": first_batch})
     assert start.tasks["Partition 0"].offsets == {"delta.events#0": "1:0"}
     replay = planner.next(start, 50)
-    assert replay.seq == 1
+    assert replay.batch == 1
     assert replay.tasks["Partition 0"].offsets == {"delta.events#0": "1:60"}
     # An input added since the intent was written reads nothing in the replayed batch.
     wider = make_job(partitions=1, **{"task.inputs": "delta.events,delta.counts"})
@@ -128,7 +128,7 @@ def test_an_intent_of_a_first_batch_starts_where_the_intent_says_and_new_ssps_st
     planner = _planner(wider)
     start = planner.initial({"Partition 0": committed})
     replay = planner.next(start, 50)
-    assert replay.seq == 5
+    assert replay.batch == 5
     offsets = replay.tasks["Partition 0"].offsets
     assert offsets["delta.events#0"] == "1:60"
     assert offsets["delta.counts#0"] == start.tasks["Partition 0"].offsets["delta.counts#0"]
@@ -166,7 +166,7 @@ def test_reset_offset_starts_main_inputs_at_the_default_unless_a_batch_is_half_c
     task = start.tasks["Partition 0"]
     assert task.offsets == {"delta.events#0": "1:0"}  # oldest: the job's samza.offset.default
     assert task.reset == ("delta.events#0",) and task.ended is False
-    assert start.seq == 5  # output versions keep increasing
+    assert start.batch == 5  # output versions keep increasing
     assert _round_trip(task) == task
     upcoming = Config({**dict(config.items()), "systems.delta.samza.offset.default": "upcoming"})
     assert _planner(upcoming).initial({"Partition 0": cp}).tasks["Partition 0"].offsets == {"delta.events#0": "4:0"}

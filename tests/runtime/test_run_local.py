@@ -50,7 +50,8 @@ def test_keyed_count_is_exact_across_runs_and_checkpoints_record_offsets(spark, 
 
 
 def test_replayed_batch_is_skipped(spark, make_job, work_dir):
-    config = make_job(**{"task.max.batch.messages": "10000"})
+    # Spark's own replay of a logged batch: the micro-batch mode (containers keep no Spark offset log).
+    config = make_job(**{"task.max.batch.messages": "10000", "job.execution.mode": "batches"})
     append_messages(config, 600, 5, commit_size=600)
     runner = _run(spark, config)
     spark_dir = Path(runner.spark_checkpoint_dir)
@@ -70,8 +71,11 @@ def test_lost_spark_checkpoint_after_a_half_committed_batch_repeats_exactly_that
     # One task fails after its producers flushed and before its checkpoint (no Spark retry on the shared
     # local session), then the Spark checkpoint dir is lost and more input arrives. The re-planned batch
     # must be the flushed range again (same output version), not a new range under an old or new version.
+    # The micro-batch mode: the container mode keeps no Spark offset log, and restarts a failed container at
+    # once (test_process.py::test_injected_spark_task_failure_is_retried_exactly).
     marker = work_dir / "failed-once"
-    config = make_job(**{"task.testing.fail.once.file": str(marker), "task.max.batch.messages": "10000"})
+    config = make_job(**{"task.testing.fail.once.file": str(marker), "task.max.batch.messages": "10000",
+                         "job.execution.mode": "batches"})
     append_messages(config, 600, 5, commit_size=600)
     failing = JobRunner(config, spark=spark, once=True, install_signal_handlers=False, status=lambda line: None)
     with pytest.raises(JobFailedError):

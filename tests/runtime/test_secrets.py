@@ -48,7 +48,9 @@ def test_split_keeps_secret_keys_and_the_drivers_connection_string_out_of_the_sh
 @pytest.mark.azurite
 def test_a_local_run_keeps_the_key_out_of_plan_progress_conf_and_checkpoints(spark, make_job, azure_connection_string,
                                                                             unique_name, capsys):
-    config = _azure_job(make_job, azure_connection_string, unique_name)
+    # The micro-batch mode: its plan and progress are Spark's (containers ship the config in the epoch plan,
+    # which test_sparza_run_remote_keeps_the_key_out_of_the_connect_servers_event_log covers).
+    config = _azure_job(make_job, azure_connection_string, unique_name, **{"job.execution.mode": "batches"})
     append_messages(config, 300, 5, commit_size=300)
     # The old way: the whole config as the source's option is in the plan Spark shows and logs.
     spark.dataSource.register(SparzaDataSource)
@@ -126,7 +128,7 @@ def test_sparza_run_remote_keeps_the_key_out_of_the_connect_servers_event_log(sp
     assert counts == expected_counts(600, 5)
     assert rows == 600
     events = _text_of(spark_connect_server.event_log_dir)
-    assert "Partition 1" in events  # the batches' plans are logged
+    assert "sparza-epoch-1" in events  # the epochs' jobs are logged (their tag), so the log is not empty of them
     server_log = (spark_connect_server.data_dir / spark_connect_server.LOG_NAME).read_text(errors="replace")
     client_dir = Path(config["job.logged.store.base.dir"]) / "_spark"
     for name, text in (("event log", events), ("server log", server_log), ("output", result.stdout + result.stderr),

@@ -18,10 +18,11 @@ from tests.testing.test_testrunner import KEYED_COUNT, _events, _outputs
 
 from sparza.config import Config
 from sparza.runtime import JobFailedError
-from sparza.runtime.commit import CommitStep, InjectedFault
+from sparza.runtime.commit import CommitStep
 from sparza.streams import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from sparza.systems.delta import DeltaSystemConsumer, DeltaSystemProducer
 from sparza.testing import TestMessage, TestRunner, watermark
+from sparza.testing.faults import InjectedFault
 
 
 def _count(task: type, events: list[TestMessage], step: CommitStep | None = None, keep_plan: bool = True) -> TestRunner:

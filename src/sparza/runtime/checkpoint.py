@@ -73,11 +73,16 @@ class Intent:
     starts: dict[str, str]
     ends: dict[str, str]
     bounded_ends: dict[str, str] = field(default_factory=dict)
+    adjunct_reads: dict[str, int] = field(default_factory=dict)
+    """Broadcast store → the batch of the publication the first attempt read (a replay reads the same)."""
 
     def to_json(self) -> dict[str, Any]:
         """The stored form (a JSON object inside the task checkpoint)."""
-        return {"batch": self.batch, "planned_at": self.planned_at_ms, "starts": dict(self.starts),
-                "ends": dict(self.ends), "bounded_ends": dict(self.bounded_ends)}
+        body: dict[str, Any] = {"batch": self.batch, "planned_at": self.planned_at_ms, "starts": dict(self.starts),
+                                "ends": dict(self.ends), "bounded_ends": dict(self.bounded_ends)}
+        if self.adjunct_reads:
+            body["adjunct_reads"] = dict(self.adjunct_reads)
+        return body
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Intent:
@@ -85,7 +90,8 @@ class Intent:
         return cls(batch=int(body["batch"]), planned_at_ms=int(body["planned_at"]),
                    starts={str(k): str(v) for k, v in body["starts"].items()},
                    ends={str(k): str(v) for k, v in body["ends"].items()},
-                   bounded_ends={str(k): str(v) for k, v in (body.get("bounded_ends") or {}).items()})
+                   bounded_ends={str(k): str(v) for k, v in (body.get("bounded_ends") or {}).items()},
+                   adjunct_reads={str(k): int(v) for k, v in (body.get("adjunct_reads") or {}).items()})
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
-"""The commit of one task's batch: one object, six numbered steps, a status that only moves forward.
+"""The commit of one task's batch: one object that runs six numbered steps, with a status that only moves forward.
 
-The steps run in this order, after the task processed the batch (the numbers are the ones
-``docs/runtime.md`` and ``docs/guarantees.md`` use; each step boundary is a fault point the
-guarantees harness injects at, see :class:`CommitStep`):
+:meth:`TaskCommit.run` runs the steps in this order, after the task processed the batch (the numbers are the
+ones ``docs/runtime.md`` and ``docs/guarantees.md`` use). After each step the commit tells
+each :class:`CommitListener` (``task.commit.listeners``; the fault injection of tests and of the guarantees
+harness is one, in :mod:`sparza.testing.faults`), and a listener that raises fails the commit right there:
 
 1. **intent** — if the task used producers, write its :class:`~sparza.runtime.checkpoint.Intent`
    (the batch's exact input range and output version) into the task checkpoint, conditional on the
@@ -23,8 +24,8 @@ guarantees harness injects at, see :class:`CommitStep`):
 6. **cleanup** — store markers, remove the new snapshot's TTL, delete what the previous snapshot no
    longer needs, old local checkpoints. A failure here is finished by the next batch or restart.
 
-Whatever fails before step 5 leaves the previous checkpoint in force; the caller abandons the
-producers and drops the in-memory task, so the retry starts from committed state.
+Whatever fails before step 5 leaves the previous checkpoint in force and the commit ``FAILED``; the caller
+abandons the producers and drops the in-memory task, so the retry starts from committed state.
 """
 
 from __future__ import annotations
@@ -32,36 +33,36 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from sparza.config import Config, define_key
 from sparza.metrics import MetricsRegistry
 from sparza.runtime.checkpoint import CheckpointStore, Intent, TaskCheckpoint
 from sparza.runtime.errors import RuntimeStateError
-from sparza.systems import SystemProducer, Transaction
+from sparza.systems import SystemProducer, Transaction, load_object
 
 __all__ = [
     "BatchStatus",
+    "CommitListener",
     "CommitStatus",
     "CommitStep",
-    "FaultHook",
-    "InjectedFault",
     "TaskCommit",
-    "inject_fault",
-    "register_fault_hook",
-    "unregister_fault_hook",
+    "commit_listeners",
 ]
 
+define_key("task.commit.listeners", "",
+           "Comma list of dotted CommitListener classes (built with the job config) told of every commit step of "
+           "every task; raising there fails the commit at that step.", "runtime")
 define_key("task.testing.fail.once.file", None,
            "Testing only: the first task to create this file fails once at task.testing.fail.once.at (proves "
            "retries and restarts are exact).", "runtime")
 define_key("task.testing.fault.hook", None,
-           "Testing only: id of an in-process fault hook (register_fault_hook) called at every commit step; "
+           "Testing only: id of an in-process fault hook (sparza.testing.faults.register_fault_hook) called at "
+           "every commit step; "
            "sparza.testing.TestRunner uses it to fail a chosen task and batch between two steps.", "runtime")
 define_key("task.testing.fail.once.at", "after-flush",
            "Testing only: the commit step after which the injected failure happens: after-intent, after-flush, "
@@ -77,7 +78,8 @@ class BatchStatus(enum.Enum):
 
 
 class CommitStep(enum.Enum):
-    """The fault points of a commit: the failure happens right after the named step (or inside cleanup)."""
+    """The moments a :class:`CommitListener` hears of, in order: right after each step (inside cleanup for
+    the last); ``value`` is the name ``task.testing.fail.once.at`` uses."""
 
     AFTER_INTENT = "after-intent"
     AFTER_FLUSH = "after-flush"
@@ -87,73 +89,66 @@ class CommitStep(enum.Enum):
     DURING_CLEANUP = "during-cleanup"
 
 
-class CommitStatus(enum.IntEnum):
-    """How far a commit got; each step requires the one before it."""
+class CommitStatus(enum.Enum):
+    """Where a :class:`TaskCommit` stands; it only moves forward, to ``FAILED`` from anywhere before
+    ``COMMITTED``."""
 
-    STARTED = 0
-    INTENT_WRITTEN = 1
-    FLUSHED = 2
-    ADJUNCT_COMMITTED = 3
-    SNAPSHOTTED = 4
-    CHECKPOINTED = 5
-    CLEANED = 6
-
-
-class InjectedFault(RuntimeError):
-    """The one-time failure ``task.testing.fail.once.*`` or a fault hook asked for (never raised in production
-    configs)."""
+    STARTED = "started"  # nothing of the batch is durable yet
+    PREPARED = "prepared"  # intent written, outputs flushed, snapshots uploaded: step 5 decides
+    COMMITTED = "committed"  # the task checkpoint names the batch (step 5): it is done
+    COMPLETE = "complete"  # cleanup done (step 6)
+    FAILED = "failed"  # a step before 5 failed: the previous checkpoint is in force
 
 
-FaultHook = Callable[[str, CommitStep, int], None]
-"""``hook(task, step, batch)``: called right after ``step`` of the commit of ``batch`` (the output version);
-raising there fails the commit at that point."""
+@runtime_checkable
+class CommitListener(Protocol):
+    """Told of every commit step of every task of a job (``task.commit.listeners``: dotted classes whose
+    constructor takes the job :class:`~sparza.config.Config`). Raising fails the commit at that step."""
 
-_FAULT_HOOKS: dict[str, FaultHook] = {}
-
-
-def register_fault_hook(hook_id: str, hook: FaultHook) -> None:
-    """Testing only: call ``hook`` at every commit step of jobs whose ``task.testing.fault.hook`` is ``hook_id``.
-
-    In-process only (a Spark executor has its own registry): this is how :class:`sparza.testing.TestRunner`
-    injects a failure between two commit steps of one task and batch.
-    """
-    _FAULT_HOOKS[hook_id] = hook
+    def on_step(self, task: str, step: CommitStep, batch: int) -> None:
+        """``step`` of the commit of ``task``'s batch ``batch`` (its output batch) is done."""
 
 
-def unregister_fault_hook(hook_id: str) -> None:
-    """Remove the hook registered under ``hook_id`` (nothing happens when there is none)."""
-    _FAULT_HOOKS.pop(hook_id, None)
+_TESTING_FAULTS = "sparza.testing.faults:ConfigFaults"
+"""The listener the ``task.testing.*`` keys stand for (fault injection lives with the testing tools)."""
 
 
-def inject_fault(config: Config, task: str, at: CommitStep) -> None:
-    """Fail once at ``at`` when the config asks for it: the first task to create the file fails."""
-    path = config.get_str("task.testing.fail.once.file", None)
-    if not path:
-        return
-    wanted = config.get_choice("task.testing.fail.once.at", tuple(s.value for s in CommitStep), "after-flush")
-    if wanted != at.value:
-        return
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return
-    os.write(fd, f"{task}\n".encode())
-    os.close(fd)
-    raise InjectedFault(f"injected one-time failure in task '{task}' {at.value.replace('-', ' ')}")
+def commit_listeners(config: Config) -> list[CommitListener]:
+    """The listeners of a job's commits: ``task.commit.listeners``, plus the testing faults when a
+    ``task.testing.fail.once.file`` or ``task.testing.fault.hook`` is set."""
+    paths = [p for p in config.get_list("task.commit.listeners", []) if p]
+    if config.get_str("task.testing.fail.once.file", None) or config.get_str("task.testing.fault.hook", None):
+        paths.append(_TESTING_FAULTS)
+    listeners: list[CommitListener] = []
+    for path in paths:
+        cls = load_object(path, "task.commit.listeners")
+        listener = cls(config) if isinstance(cls, type) else cls
+        if not isinstance(listener, CommitListener):
+            from sparza.errors import ConfigError
+
+            raise ConfigError("task.commit.listeners", path, "a class with on_step(task, step, batch)")
+        listeners.append(listener)
+    return listeners
+
+
+CheckpointBuilder = Callable[[dict[str, str], dict[str, Any] | None], TaskCheckpoint]
+"""``build(snapshot ids, adjunct entry)``: the task checkpoint step 5 writes."""
 
 
 class TaskCommit:
-    """Commits one batch of one task (see the module docstring for the steps).
+    """Commits one batch of one task: :meth:`run` runs the steps (see the module docstring).
 
-    ``stores`` is the task's :class:`~sparza.runtime.stores.TaskStores`; ``adjunct`` its adjunct
-    manager or None; ``control_state`` returns the control-message state to checkpoint.
+    ``stores`` is the task's :class:`~sparza.runtime.stores.TaskStores`; ``adjunct`` its adjunct manager or
+    None; ``intent`` the batch's range and output batch; ``checkpoint`` builds the task checkpoint of step 5
+    from the snapshot ids and the adjunct entry.
     """
 
-    def __init__(self, *, task: str, config: Config, checkpoints: CheckpointStore, metrics: MetricsRegistry,
+    def __init__(self, *, task: str, batch: int, checkpoints: CheckpointStore, metrics: MetricsRegistry,
                  stores: Any, adjunct: Any, producers: Mapping[str, SystemProducer], transaction: Transaction,
-                 committed: TaskCheckpoint | None, etag: str | None, generation: int) -> None:
+                 committed: TaskCheckpoint | None, etag: str | None, generation: int, intent: Intent,
+                 checkpoint: CheckpointBuilder, listeners: list[CommitListener] | None = None) -> None:
         self.task = task
-        self.config = config
+        self.batch = batch
         self.checkpoints = checkpoints
         self.metrics = metrics
         self.stores = stores
@@ -163,66 +158,90 @@ class TaskCommit:
         self.committed = committed
         self.etag = etag
         self.generation = generation
+        self.intent = intent
+        self.build_checkpoint = checkpoint
+        self.listeners = listeners or []
         self.status = CommitStatus.STARTED
+        self.last_step: CommitStep | None = None
         self.snapshot_ids: dict[str, str] = {}
         self.adjunct_entry: dict[str, Any] | None = None
         self._snapshot: Future[dict[str, str]] | None = None
 
-    def _advance(self, expected: CommitStatus, to: CommitStatus) -> None:
-        if self.status is not expected:
-            raise RuntimeStateError(f"commit of task '{self.task}' at step {to.name} found status {self.status.name}")
-        self.status = to
+    def run(self, on_committed: Callable[[], None] | None = None) -> None:
+        """Run steps 1 to 6; ``on_committed`` runs right after the commit point (step 5), before cleanup.
 
-    def _fault(self, at: CommitStep) -> None:
-        inject_fault(self.config, self.task, at)
-        if _FAULT_HOOKS:
-            hook = _FAULT_HOOKS.get(self.config.get_str("task.testing.fault.hook", None) or "")
-            if hook is not None:
-                hook(self.task, at, self.transaction.version)
+        A failure before step 5 leaves the status ``FAILED`` and is raised (after the snapshot work, which
+        overlaps steps 2 and 3, finished with the stores); a failure in cleanup is raised with the batch
+        committed (the next batch or restart finishes it).
+        """
+        if self.status is not CommitStatus.STARTED:
+            raise RuntimeStateError(f"commit of task '{self.task}' batch {self.batch} ran twice ({self.status.name})")
+        try:
+            self._write_intent()                   # 1
+            self._begin_snapshot()                 # 4 starts here, in a thread
+            try:
+                self._flush()                      # 2
+                self._commit_adjunct()             # 3
+            except BaseException:
+                self._settle()  # the failure path closes the stores: let the snapshot finish with them first
+                raise
+            self._finish_snapshot()                # 4
+            self.status = CommitStatus.PREPARED
+            self._write_checkpoint()               # 5: the commit point
+        except BaseException:
+            if self.status is not CommitStatus.COMMITTED:
+                self.status = CommitStatus.FAILED
+            raise
+        if on_committed is not None:
+            on_committed()
+        self._cleanup()                            # 6
+        self.status = CommitStatus.COMPLETE
+
+    def _done(self, step: CommitStep) -> None:
+        self.last_step = step
+        for listener in self.listeners:
+            listener.on_step(self.task, step, self.transaction.version)
 
     # 1. intent
-    def write_intent(self, intent: Intent) -> None:
+    def _write_intent(self) -> None:
         """Announce the batch's range before any output of it may become visible (only if outputs exist)."""
         if self.producers:
             base = self.committed or TaskCheckpoint(task=self.task, batch=0, generation=self.generation, offsets={})
             with self.metrics.timer("task", "intent-write-ms").time():
                 self.etag = self.checkpoints.write(
-                    dataclasses.replace(base, generation=self.generation, pending=intent), self.etag)
-        self._advance(CommitStatus.STARTED, CommitStatus.INTENT_WRITTEN)
-        self._fault(CommitStep.AFTER_INTENT)
+                    dataclasses.replace(base, generation=self.generation, pending=self.intent), self.etag)
+        self._done(CommitStep.AFTER_INTENT)
 
     # 2. flush
-    def flush(self) -> None:
+    def _flush(self) -> None:
         """Flush every producer the task used, idempotently per transaction."""
         with self.metrics.timer("task", "flush-ms").time():
             for system, producer in self.producers.items():
                 with self.metrics.timer("task", f"flush-{system}-ms").time():
                     producer.flush(self.task, transaction=self.transaction)
-        self._advance(CommitStatus.INTENT_WRITTEN, CommitStatus.FLUSHED)
-        self._fault(CommitStep.AFTER_FLUSH)
+        self._done(CommitStep.AFTER_FLUSH)
 
     # 3. adjunct
-    def commit_adjunct(self, batch: int) -> None:
+    def _commit_adjunct(self) -> None:
         """Commit adjunct stores; their entry goes into the task checkpoint."""
         with self.metrics.timer("task", "adjunct-commit-ms").time():
-            self.adjunct_entry = self.adjunct.commit(batch) if self.adjunct is not None else None
-        self._advance(CommitStatus.FLUSHED, CommitStatus.ADJUNCT_COMMITTED)
-        self._fault(CommitStep.AFTER_ADJUNCT)
+            self.adjunct_entry = self.adjunct.commit(self.batch) if self.adjunct is not None else None
+        self._done(CommitStep.AFTER_ADJUNCT)
 
     # 4. snapshot
-    def begin_snapshot(self, batch: int) -> None:
-        """Start step 4's work (checkpoint and upload every store) in a thread, to overlap steps 2 and 3."""
-        if self._snapshot is not None:
-            raise RuntimeStateError(f"commit of task '{self.task}' started its snapshot twice")
+    def _begin_snapshot(self) -> None:
+        """Start step 4's work (checkpoint and upload every store) in a thread, to overlap steps 2 and 3
+        (they touch neither the stores nor anything the snapshot reads)."""
         previous = dict(self.committed.stores) if self.committed else {}
         timer = self.metrics.timer("task", "snapshot-ms")
         future: Future[dict[str, str]] = Future()
+        batch = self.batch
 
         def work() -> None:
             began = time.perf_counter()
             try:
                 future.set_result(self.stores.snapshot(batch, previous))
-            except BaseException as exc:  # handed to whoever waits: settle() or snapshot()
+            except BaseException as exc:  # handed to whoever waits: _settle() or _finish_snapshot()
                 future.set_exception(exc)
             finally:
                 timer.update((time.perf_counter() - began) * 1000.0)
@@ -230,48 +249,40 @@ class TaskCommit:
         self._snapshot = future
         threading.Thread(target=work, name=f"sparza-snapshot-{self.task}", daemon=True).start()
 
-    def settle(self) -> None:
-        """Wait for a snapshot started by :meth:`begin_snapshot` (a failure path calls this before it
-        closes the stores the snapshot uses); its outcome no longer matters."""
+    def _settle(self) -> None:
         if self._snapshot is not None:
             with contextlib.suppress(BaseException):
                 self._snapshot.result()
 
-    def snapshot(self, batch: int) -> None:
-        """Checkpoint every store and upload the backed-up ones (or wait for :meth:`begin_snapshot`'s work)."""
-        if self._snapshot is None:
-            previous = dict(self.committed.stores) if self.committed else {}
-            with self.metrics.timer("task", "snapshot-ms").time():
-                self.snapshot_ids = self.stores.snapshot(batch, previous)
-        else:
-            with self.metrics.timer("task", "snapshot-wait-ms").time():
-                self.snapshot_ids = self._snapshot.result()
-        self._advance(CommitStatus.ADJUNCT_COMMITTED, CommitStatus.SNAPSHOTTED)
-        self._fault(CommitStep.AFTER_SNAPSHOT)
+    def _finish_snapshot(self) -> None:
+        """Wait for the snapshot work: every store checkpointed, the backed-up ones uploaded."""
+        assert self._snapshot is not None
+        with self.metrics.timer("task", "snapshot-wait-ms").time():
+            self.snapshot_ids = self._snapshot.result()
+        self._done(CommitStep.AFTER_SNAPSHOT)
 
     # 5. checkpoint
-    def write_checkpoint(self, build: Callable[[dict[str, str], dict[str, Any] | None], TaskCheckpoint]) -> None:
-        """Write the task checkpoint ``build(snapshot_ids, adjunct_entry)``: the commit point."""
-        checkpoint = build(self.snapshot_ids, self.adjunct_entry)
+    def _write_checkpoint(self) -> None:
+        """Write the task checkpoint: the commit point."""
+        checkpoint = self.build_checkpoint(self.snapshot_ids, self.adjunct_entry)
         with self.metrics.timer("task", "checkpoint-write-ms").time():
             self.etag = self.checkpoints.write(dataclasses.replace(
                 checkpoint, generation=self.generation, written_at_ms=int(time.time() * 1000)), self.etag)
-        self._advance(CommitStatus.SNAPSHOTTED, CommitStatus.CHECKPOINTED)
-        self._fault(CommitStep.AFTER_CHECKPOINT)
+        self.status = CommitStatus.COMMITTED
+        self._done(CommitStep.AFTER_CHECKPOINT)
 
     # 6. cleanup
-    def cleanup(self, batch: int) -> None:
+    def _cleanup(self) -> None:
         """Markers, TTL removal of the new snapshot, deletion of what the old one no longer needs."""
         fired: list[bool] = []
 
         def fault() -> None:
             fired.append(True)
-            self._fault(CommitStep.DURING_CLEANUP)
+            self._done(CommitStep.DURING_CLEANUP)
 
         with self.metrics.timer("task", "cleanup-ms").time():
-            self.stores.committed(batch, self.snapshot_ids, fault=fault)
+            self.stores.committed(self.batch, self.snapshot_ids, fault=fault)
             if self.adjunct is not None:
-                self.adjunct.committed(batch)  # committed means permanent: no TTL left on its snapshots
-        if not fired:  # a task without stores still has the fault point
+                self.adjunct.committed(self.batch)  # committed means permanent: no TTL left on its snapshots
+        if not fired:  # a task without stores still has the point
             fault()
-        self._advance(CommitStatus.CHECKPOINTED, CommitStatus.CLEANED)

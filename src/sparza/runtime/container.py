@@ -47,7 +47,9 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from sparza.config import Config, define_key
+from sparza.errors import ConfigError
 from sparza.runtime.commit import BatchStatus
+from sparza.runtime.errors import RuntimeStateError
 from sparza.runtime.executor import run_task_batch
 from sparza.runtime.instance import BatchResult
 from sparza.runtime.jobconfig import JobConfig
@@ -185,6 +187,9 @@ def assign_tasks(tasks: list[tuple[str, str]], containers: list[Mapping[str, str
     return out
 
 
+PLANNING_ERRORS: tuple[type[Exception], ...] = (RuntimeStateError, ConfigError)
+"""Planning failures a retry repeats (see :mod:`sparza.runtime.planner`): the job stops at once."""
+
 Clock = Callable[[], float]
 """Seconds, monotonic (``time.monotonic``); injectable so tests can run a container loop without waiting."""
 
@@ -199,13 +204,15 @@ class TaskLoop:
         self.epoch_job = epoch_job
         self.planner = BatchPlanner(job, [model], ops, positions,
                                     start_positions={SystemStreamPartition.parse(k): v
-                                                     for k, v in epoch_job.start_positions.items()})
+                                                     for k, v in epoch_job.start_positions.items()},
+                                    broadcast_ready=_broadcast_ready(job))
         if epoch_job.targets is not None:
             self.planner.targets = {SystemStreamPartition.parse(k): v for k, v in epoch_job.targets.items()}
         self.plan: BatchPlan | None = None
         self._pending: BatchPlan | None = None
         self.last_started = float("-inf")
         self.done: str | None = None  # why the task left the loop: "ended", "caught up", "stopped", "failed"
+        self.error: Exception | None = None  # a planning failure at start, reported when the loop first runs
 
     def start(self, checkpoints: Mapping[str, Any]) -> None:
         """The start plan from the task's checkpoint (an open intent is replayed first)."""
@@ -227,6 +234,20 @@ class TaskLoop:
     def ended(self) -> bool:
         """True when the task's inputs all ended (in this run or an earlier one) and nothing is left to do."""
         return self.plan is not None and self.plan.task(self.model.name).ended
+
+
+def _broadcast_ready(job: JobConfig) -> Callable[[Any], bool]:
+    """Whether a broadcast bootstrap store has published its bootstrapped snapshot (asked only for jobs with
+    one, until it has)."""
+
+    def ready(stream: Any) -> bool:
+        from sparza.blobstore import blob_store_manager_from_config
+        from sparza.state.adjunct import broadcast_bootstrap_published
+
+        return broadcast_bootstrap_published(job.config, stream, blob_store_manager_from_config(job.config),
+                                             job.name, job.job_id)
+
+    return ready
 
 
 def _cached_positions(inputs: Any) -> tuple[Callable[[], Mapping[SystemStreamPartition, SspPosition]],
@@ -302,8 +323,11 @@ class Container:
         for name in tasks:
             stored = checkpoints.read(name)
             loop = TaskLoop(job, models[name], epoch_job, inputs.ops, positions)
-            loop.start({name: stored.checkpoint} if stored is not None and stored.checkpoint is not None else {})
             self.loops[(epoch_job.key, name)] = loop
+            try:
+                loop.start({name: stored.checkpoint} if stored is not None and stored.checkpoint is not None else {})
+            except PLANNING_ERRORS as exc:
+                loop.error = exc
 
     def run(self) -> None:
         """Run every task until the epoch's end, the driver's end request, or each task is done; then
@@ -336,11 +360,20 @@ class Container:
                 now = self.clock()
                 if now - loop.last_started < parts.job.commit_ms / 1000.0:
                     continue
-                split = loop.next_split(self.wall_ms())
+                try:
+                    if loop.error is not None:
+                        raise loop.error
+                    split = loop.next_split(self.wall_ms())
+                except PLANNING_ERRORS as exc:
+                    # What the driver's planner raises in the micro-batch mode (an input re-created behind
+                    # the checkpoint, input after an ended task's end): deterministic, so the job stops.
+                    self._fail(key, loop, BatchResult(key[1], loop.plan.batch if loop.plan else 0, BatchStatus.FAILED,
+                                                      error=f"task '{key[1]}': {type(exc).__name__}: {exc}"))
+                    return
                 if split is None:
                     if loop.ended():
                         self._finish(key, loop, "ended")
-                    elif parts.epoch_job.targets is not None:
+                    elif parts.epoch_job.targets is not None and not loop.planner.waits_for_broadcast(loop.model):
                         self._finish(key, loop, "caught up")
                     continue
                 loop.last_started = now
@@ -348,18 +381,23 @@ class Container:
                 result = run_task_batch(parts.job.config, split, generation=parts.epoch_job.generation,
                                         task_count=parts.epoch_job.task_count, resident=True,
                                         location=self.location.get(key[0]))
-                self.reporter.result(key[0], result)
                 if result.status is BatchStatus.FAILED:
-                    self._finish(key, loop, "failed")
-                    for other, other_loop in self.loops.items():
-                        if other_loop.done is None:
-                            self._finish(other, other_loop, "stopped")
+                    self._fail(key, loop, result)
                     return
+                self.reporter.result(key[0], result)
                 loop.committed()
                 if result.ended:
                     self._finish(key, loop, "ended")
             if not ran:
                 self.reporter.wait_end(min(poll_s, max(deadline - self.clock(), 0.0)))
+
+    def _fail(self, key: tuple[str, str], loop: TaskLoop, result: BatchResult) -> None:
+        """A deterministic failure: report it and stop every task of this container (the job stops)."""
+        self.reporter.result(key[0], result)
+        self._finish(key, loop, "failed")
+        for other, other_loop in self.loops.items():
+            if other_loop.done is None:
+                self._finish(other, other_loop, "stopped")
 
     def _release(self) -> None:
         from sparza.runtime.instance import release_instance

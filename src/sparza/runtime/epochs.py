@@ -205,8 +205,9 @@ class ContainerQuery:
             self._last_report = time.monotonic()
         self.on_results(results, self._epoch)
 
-    def epoch_ended(self, error: BaseException | None) -> bool:
-        """The epoch ended (``error``: it failed). Returns True when this job leaves the pool."""
+    def epoch_ended(self, error: BaseException | None, detail: str | None = None) -> bool:
+        """The epoch ended (``error``: it failed; ``detail``: what the failing container said). Returns True
+        when this job leaves the pool."""
         self.flush(force=True)
         if self._error is not None:
             return self._leave()
@@ -218,11 +219,12 @@ class ContainerQuery:
             if self._failed_epochs > self.max_restarts:
                 self._error = JobFailedError(
                     f"the containers of {self.key} failed {self._failed_epochs} epochs in a row without a commit: "
-                    f"{_short(error)}; next: see the executors' logs (the full trace is in the epoch's error), fix "
-                    "the cause and start the job again (job.container.max.restarts sets how many restarts)")
+                    f"{detail or _short(error)}; next: fix the cause (the executors' logs and the trace file named "
+                    "above have the details) and start the job again (job.container.max.restarts sets how many "
+                    "restarts)")
                 return self._leave()
-            self.on_notice(f"containers failed ({_short(error)}); starting them again from the last commits "
-                           f"(restart {self._failed_epochs} of {self.max_restarts})")
+            self.on_notice(f"containers failed ({detail or _short(error)}); starting them again from the last "
+                           f"commits (restart {self._failed_epochs} of {self.max_restarts})")
             return False
         if error is None:
             self._failed_epochs = 0
@@ -277,6 +279,7 @@ class ContainerPool:
         self._channel: ContainerChannel | None = None
         self._epoch = 0
         self._running: int | None = None  # the epoch running now
+        self._last_error: str | None = None  # what a failing container of the running epoch said
         self._slots_known = False
 
     def join(self, member: ContainerQuery) -> None:
@@ -306,12 +309,13 @@ class ContainerPool:
         if kind == "hello":
             for move in event.get("moves", []):
                 member = self._members.get(str(move.get("job")))
-                if member is not None:
+                if member is not None and move.get("from") is not None:  # a first placement moves no state
                     member.on_notice(_describe_move(move, set(event.get("alive", []))))
             return
         if kind == "error":
             _log.warning("container %s of epoch %s: %s", event.get("container"), event.get("epoch"),
                          event.get("error"))
+            self._last_error = str(event.get("error"))
             return
         member = self._members.get(str(event.get("job")))
         if member is not None:
@@ -319,6 +323,7 @@ class ContainerPool:
 
     def _run(self) -> None:
         time.sleep(0.2)  # the stages of an application join one after the other: one epoch for all of them
+        _activate(self.spark)
         try:
             while True:
                 with self._lock:
@@ -375,10 +380,13 @@ class ContainerPool:
             member.epoch_started(epoch)
         with self._lock:
             self._running = epoch
+            self._last_error = None
         if any(m.stop_requested for m in live):
             channel.end_epoch(epoch)
         error: BaseException | None = None
         rows: list[Any] = []
+        tag = f"sparza-epoch-{epoch}"  # names the epoch's Spark job in the UI and the event log
+        self.spark.addTag(tag)
         try:
             df = self.spark.range(count, numPartitions=count)
             rows = df.mapInArrow(functools.partial(run_container, plan.to_json()), CONTAINER_SCHEMA,
@@ -386,6 +394,7 @@ class ContainerPool:
         except Exception as exc:
             error = exc
         finally:
+            self.spark.removeTag(tag)
             with self._lock:
                 self._running = None
         for row in rows:  # what a container could not send over the channel
@@ -398,14 +407,14 @@ class ContainerPool:
             else:
                 member.on_event({"type": "done", **body})
         for member in live:
-            member.epoch_ended(error)
+            member.epoch_ended(error, self._last_error if error is not None else None)
 
     def _slots(self) -> int:
         """How many tasks the session's executors run at once now (waits for executors before the first epoch)."""
         from sparza.runtime.session import is_connect
 
         if is_connect(self.spark):
-            return 1 << 16  # unknown: the jobs' task count decides (job.container.count to choose)
+            return _connect_slots(self.spark)
         sc = self.spark.sparkContext
         deadline = time.monotonic() + (60.0 if not self._slots_known else 0.0)
         last, stable_since = -1, time.monotonic()
@@ -424,6 +433,33 @@ class ContainerPool:
             time.sleep(0.25)
         self._slots_known = True
         return slots
+
+
+def _activate(spark: Any) -> None:
+    """Make ``spark`` this thread's active session: Spark Connect looks a UDF's session up per thread."""
+    from sparza.runtime.session import is_connect
+
+    if is_connect(spark):
+        type(spark)._set_default_and_active_session(spark)
+
+
+def _connect_slots(spark: Any) -> int:
+    """Executor slots of a Spark Connect server, from its master (``local[N]``) or ``spark.cores.max``."""
+    import os
+    import re
+
+    master = str(spark.conf.get("spark.master", "") or "")
+    found = re.match(r"^local\[(\d+|\*)(?:,\d+)?\]$", master)
+    if found:
+        return os.cpu_count() or 1 if found.group(1) == "*" else int(found.group(1))
+    if master == "local":
+        return 1
+    cores = spark.conf.get("spark.cores.max", None)
+    if cores:
+        return int(cores)
+    raise ConfigError("job.container.count", None,
+                      f"the number of containers to run on the Spark Connect server (master {master or 'unknown'}): "
+                      "a client cannot see its executors; set it to at most the server's executor cores")
 
 
 def _concurrent_tasks(sc: Any) -> int:
@@ -447,8 +483,6 @@ def _describe_move(move: dict[str, Any], alive: set[str]) -> str:
     source = move.get("from")
     task = move.get("task")
     where = str(move.get("to"))
-    if source is None:
-        return f"task {task} placed at {where} (no earlier commit recorded where it ran)"
     why = ("its state dir's executor is gone (executor lost, or the job was rescaled)" if source not in alive
            else "rebalanced: the containers at its state dir were full")
     return (f"task {task} moved from {source} to {where}: {why}; it restores its stores there (from the blob "

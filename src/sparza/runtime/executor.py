@@ -59,14 +59,14 @@ class TaskAttemptError(SparzaError):
     """A task attempt failed in a way a retry may cure (storage, a crash): Spark retries it; the
     message names the task, the batch, the cause and the trace file."""
 
-RESULT_SCHEMA = ("task string, seq bigint, status string, messages bigint, processed bigint, dropped bigint, "
+RESULT_SCHEMA = ("task string, batch bigint, status string, messages bigint, processed bigint, dropped bigint, "
                  "ignored bigint, late bigint, late_routed bigint, ended boolean, shutdown boolean, process_ms double, "
                  "commit_ms double, "
                  "error string, metrics string, offsets string, system_metrics string")
 """What each task returns to the driver (one row per task per batch)."""
 
 RESULT_ARROW_SCHEMA = pa.schema([
-    ("task", pa.string()), ("seq", pa.int64()), ("status", pa.string()), ("messages", pa.int64()),
+    ("task", pa.string()), ("batch", pa.int64()), ("status", pa.string()), ("messages", pa.int64()),
     ("processed", pa.int64()), ("dropped", pa.int64()), ("ignored", pa.int64()), ("late", pa.int64()),
     ("late_routed", pa.int64()), ("ended", pa.bool_()),
     ("shutdown", pa.bool_()), ("process_ms", pa.float64()), ("commit_ms", pa.float64()), ("error", pa.string()),
@@ -77,7 +77,7 @@ RESULT_ARROW_SCHEMA = pa.schema([
 def to_arrow(result: BatchResult) -> pa.RecordBatch:
     """A result as its one-row record batch (:data:`RESULT_ARROW_SCHEMA`)."""
     return pa.RecordBatch.from_pylist([{
-        "task": result.task, "seq": result.seq, "status": result.status.value, "messages": result.messages,
+        "task": result.task, "batch": result.batch, "status": result.status.value, "messages": result.messages,
         "processed": result.processed, "dropped": result.dropped, "ignored": result.ignored,
         "late": result.late, "late_routed": result.late_routed,
         "ended": result.ended, "shutdown": result.shutdown, "process_ms": result.process_ms,
@@ -88,7 +88,7 @@ def to_arrow(result: BatchResult) -> pa.RecordBatch:
 
 def result_from_row(row: Any) -> BatchResult:
     """A driver-side :class:`BatchResult` from a collected result row."""
-    return BatchResult(task=row["task"], seq=int(row["seq"]), status=BatchStatus(row["status"]),
+    return BatchResult(task=row["task"], batch=int(row["batch"]), status=BatchStatus(row["status"]),
                        messages=int(row["messages"]),
                        processed=int(row["processed"]), dropped=int(row["dropped"]), ignored=int(row["ignored"]),
                        late=int(row["late"]), late_routed=int(row["late_routed"]),
@@ -112,12 +112,12 @@ def run_task_batch(config: Config, split: TaskSplit, *, generation: int, task_co
         instance.location = location
         result = instance.run_batch(split, rows, spark_batch_id=spark_batch_id, generation=generation)
     except DETERMINISTIC as exc:
-        trace = _write_trace(config, split.task, split.seq, exc)
-        result = BatchResult(split.task, split.seq, BatchStatus.FAILED,
+        trace = _write_trace(config, split.task, split.batch, exc)
+        result = BatchResult(split.task, split.batch, BatchStatus.FAILED,
                              error=f"{_describe(exc, split.task)}; full trace: {trace}")
     except Exception as exc:
-        trace = _write_trace(config, split.task, split.seq, exc)
-        raise TaskAttemptError(f"task '{split.task}' batch {split.seq}: {_first_line(exc)}; full trace: {trace}"
+        trace = _write_trace(config, split.task, split.batch, exc)
+        raise TaskAttemptError(f"task '{split.task}' batch {split.batch}: {_first_line(exc)}; full trace: {trace}"
                                ) from exc
     result.system_metrics = worker_metric_changes(config)
     return result
@@ -178,9 +178,9 @@ def _describe(exc: BaseException, task: str) -> str:
     return f"task '{task}': {_first_line(exc)}; next: fix the serde or the data"
 
 
-def _write_trace(config: Config, task: str, seq: int, exc: BaseException) -> str:
+def _write_trace(config: Config, task: str, batch: int, exc: BaseException) -> str:
     """Write the full trace (with causes) to a file on this host; its path, or why there is none."""
-    return write_trace_text(config, f"{task}-batch{seq}", "".join(traceback.format_exception(exc)))
+    return write_trace_text(config, f"{task}-batch{batch}", "".join(traceback.format_exception(exc)))
 
 
 def write_trace_text(config: Config, what: str, text: str) -> str:

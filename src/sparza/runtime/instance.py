@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
 from sparza.runtime.checkpoint import CheckpointStore, Intent, TaskCheckpoint, checkpoint_store_from_config
-from sparza.runtime.commit import BatchStatus, TaskCommit
+from sparza.runtime.commit import BatchStatus, TaskCommit, commit_listeners
 from sparza.runtime.errors import ProcessingError, RuntimeStateError, TaskCodeError
 from sparza.runtime.jobconfig import JobConfig
 from sparza.runtime.split import TaskSplit
@@ -65,7 +65,7 @@ class BatchResult:
     """What a task reports to the driver for one batch."""
 
     task: str
-    seq: int
+    batch: int
     status: BatchStatus
     messages: int = 0
     processed: int = 0
@@ -214,7 +214,7 @@ class TaskInstance:
         self.checkpoints = checkpoints
         self.metrics = MetricsRegistry()
         self.stores = TaskStores(job, name, self.metrics)
-        self.committed_seq: int | None = None
+        self.committed_batch: int | None = None
         self.task: Any = None
         self.control: Any = None
         self._producers: dict[str, Any] = {}
@@ -227,7 +227,9 @@ class TaskInstance:
         self._control_ssps = [s for s in ssps if not self._adjunct_config.is_adjunct(s)]
         self._uses_control = self._needs_control()
         self._window_at = 0
-        self._version = 0  # the output transaction version of the running batch
+        self._output_batch = 0  # the batch whose outputs the running batch writes (its transactions' version)
+        self._listeners: list[Any] | None = None  # the job's commit listeners (task.commit.listeners)
+        self._replayed: Intent | None = None  # the open intent the running batch replays, if it does
         self.location: str | None = None  # where this process keeps the task's state (host affinity)
 
     # --- setup ---------------------------------------------------------------------------------
@@ -268,7 +270,7 @@ class TaskInstance:
         if producer is None:
             producer = WORKER.producer(self.job.config, system)
             producer.register(self.name)
-            producer.begin(self.name, Transaction(self.app_id, self._version))
+            producer.begin(self.name, Transaction(self.app_id, self._output_batch))
             self._producers[system] = producer
         return producer
 
@@ -296,11 +298,11 @@ class TaskInstance:
         all for a replayed batch."""
         self.metrics = MetricsRegistry()
         self.stores.metrics = self.metrics
-        result = BatchResult(self.name, split.seq, BatchStatus.COMMITTED, offsets=split.end_offsets())
+        result = BatchResult(self.name, split.batch, BatchStatus.COMMITTED, offsets=split.end_offsets())
         versioned = self.checkpoints.read(self.name)
         stored = versioned.checkpoint if versioned else None
         cp = stored if stored is not None and stored.committed else None  # what was committed
-        if cp is not None and cp.batch >= split.seq:
+        if cp is not None and cp.batch >= split.batch:
             self._check_replay(split, cp)
             self.stores.finish_cleanup(dict(cp.stores))  # its first attempt may have failed during cleanup
             result.status = BatchStatus.SKIPPED
@@ -309,7 +311,9 @@ class TaskInstance:
             result.metrics = self.metrics.changes()
             return result
         self._check_start(split, cp)
-        version = self._version = self._output_version(split, stored)
+        output_batch = self._output_batch = self._output_batch_of(split, stored)
+        intent = stored.open_intent() if stored is not None else None
+        self._replayed = intent if intent is not None and intent.batch == output_batch else None
         etag = versioned.etag if versioned else None
         started = time.perf_counter()
         try:
@@ -318,12 +322,12 @@ class TaskInstance:
             result = self._process(split, rows, cp, result)
             commit_started = time.perf_counter()
             result.process_ms = (commit_started - started) * 1000.0
-            self._commit(split, cp, etag, result, spark_batch_id, generation, version)
+            self._commit(split, cp, etag, result, spark_batch_id, generation, output_batch)
             result.commit_ms = (time.perf_counter() - commit_started) * 1000.0
         except BaseException:
             # Whatever happened, the in-memory task no longer matches a checkpoint: drop it.
             self.task = None
-            self.committed_seq = None
+            self.committed_batch = None
             self.stores.close()
             if self.adjunct is not None:
                 with contextlib.suppress(Exception):
@@ -352,16 +356,17 @@ class TaskInstance:
         self.stores.recovery_committed(cp.batch, replaced)
         return cp, etag
 
-    def _output_version(self, split: TaskSplit, stored: TaskCheckpoint | None) -> int:
-        """The version of this batch's output transactions: ``split.seq``, or the open intent's batch
-        when this batch is that intent's range again (its outputs may already be partly flushed).
+    def _output_batch_of(self, split: TaskSplit, stored: TaskCheckpoint | None) -> int:
+        """The batch whose outputs this batch writes (the version of its output transactions): ``split.batch``,
+        or the open intent's batch when this batch is that intent's range again (its outputs may already be
+        partly flushed).
 
         The replayed batch must read exactly the intent's ranges, and nothing from SSPs the intent
         does not know; anything else would repeat or lose output, so it is refused.
         """
         intent = stored.open_intent() if stored is not None else None
         if intent is None:
-            return split.seq
+            return split.batch
         starts = split.start_offsets()
         ends = split.end_offsets()
         gone = sorted(s for s in intent.starts if s not in starts)
@@ -376,7 +381,7 @@ class TaskInstance:
             return intent.batch
         raise RuntimeStateError(
             f"task '{self.name}' began flushing outputs for batch {intent.batch} (offsets {intent.starts} "
-            f"to {intent.ends}) without committing it, but batch {split.seq} covers {starts} to {ends}: "
+            f"to {intent.ends}) without committing it, but batch {split.batch} covers {starts} to {ends}: "
             "its outputs would be repeated or lost. Restart the job so the batch is re-planned from the task "
             "checkpoints; if the input was truncated past those offsets, accept repeated outputs with "
             f"sparza checkpoints drop-intent --task '{self.name}'")
@@ -385,10 +390,10 @@ class TaskInstance:
         """A batch the task checkpoint already holds is skipped only if it is that very batch again (Spark
         re-running its last one); any other means Spark's plan is behind the task checkpoints, and skipping it
         would leave the messages past the checkpoint unread while the run reports success."""
-        if cp.batch == split.seq and cp.offsets == split.end_offsets():
+        if cp.batch == split.batch and cp.offsets == split.end_offsets():
             return
         raise RuntimeStateError(
-            f"task '{self.name}' batch {split.seq} ends at {split.end_offsets()} but its checkpoint (batch "
+            f"task '{self.name}' batch {split.batch} ends at {split.end_offsets()} but its checkpoint (batch "
             f"{cp.batch}) is at {cp.offsets}: the Spark checkpoint dir is stale (another processor ran the job "
             "since); stop the job, delete job.spark.checkpoint.dir (offsets come from the task checkpoints) "
             "and restart")
@@ -401,7 +406,7 @@ class TaskInstance:
             committed = cp.offsets.get(ssp)
             if committed is not None and committed != start and ssp not in split.reset:
                 raise RuntimeStateError(
-                    f"task '{self.name}' batch {split.seq} starts {ssp} at {start} but its checkpoint "
+                    f"task '{self.name}' batch {split.batch} starts {ssp} at {start} but its checkpoint "
                     f"(batch {cp.batch}) is at {committed}: the Spark checkpoint dir is stale; stop the job, "
                     "delete job.spark.checkpoint.dir (offsets come from the task checkpoints) and restart")
 
@@ -410,8 +415,8 @@ class TaskInstance:
         self.stores.open(committed, cp.batch if cp else None)
         if self._adjunct_config.stores:
             self._prepare_adjunct(split, cp)
-        cp_seq = cp.batch if cp else None
-        if self.task is None or self.committed_seq != cp_seq:
+        cp_batch = cp.batch if cp else None
+        if self.task is None or self.committed_batch != cp_batch:
             self.task = self._new_task()
             if self._uses_control:
                 from sparza.control import TaskControl
@@ -449,7 +454,12 @@ class TaskInstance:
                                               self.job.job_id, input_ssps=list(self.ssps), metrics=self.metrics)
         self.adjunct.metrics = self.metrics
         self.adjunct.restore(cp.adjunct if cp else None)
-        self.adjunct.begin_batch(self._version)  # a replayed intent reads what its first attempt read
+        if self.stores.resident:
+            # A container's task commits on its own schedule: it reads the newest publication, and a replay
+            # of an intent reads the one its first attempt read (recorded in the intent).
+            self.adjunct.begin_batch(None, pinned=self._replayed.adjunct_reads if self._replayed else None)
+        else:
+            self.adjunct.begin_batch(self._output_batch)  # a replayed intent reads what its first attempt read
         until = {SystemStreamPartition.parse(s): start for s, start in zip(split.ssps, split.starts, strict=True)
                  if self._adjunct_config.is_adjunct(SystemStreamPartition.parse(s))}
         if until:
@@ -687,33 +697,30 @@ class TaskInstance:
         return int(meta.partition_count)
 
     def _commit(self, split: TaskSplit, cp: TaskCheckpoint | None, etag: str | None, result: BatchResult,
-                spark_batch_id: int, generation: int, version: int) -> None:
-        commit = TaskCommit(task=self.name, config=self.job.config, checkpoints=self.checkpoints,
-                            metrics=self.metrics, stores=self.stores, adjunct=self.adjunct,
-                            producers=self._producers, transaction=Transaction(self.app_id, version),
-                            committed=cp, etag=etag, generation=generation)
-        commit.write_intent(Intent(batch=version, planned_at_ms=split.planned_at, starts=split.start_offsets(),
-                                   ends=split.end_offsets(), bounded_ends=dict(split.bounded_ends)))
-        commit.begin_snapshot(split.seq)  # overlaps the flush and the adjunct commit (see sparza.runtime.commit)
-        try:
-            commit.flush()
-            commit.commit_adjunct(split.seq)
-        except BaseException:
-            commit.settle()  # the failure path closes the stores: let the snapshot finish with them first
-            raise
-        commit.snapshot(split.seq)
+                spark_batch_id: int | None, generation: int, output_batch: int) -> None:
+        """Commit the batch with :class:`~sparza.runtime.commit.TaskCommit` (it runs the numbered steps)."""
 
         def checkpoint(stores: dict[str, str], adjunct: dict[str, Any] | None) -> TaskCheckpoint:
             return TaskCheckpoint(
-                task=self.name, batch=split.seq, generation=generation, offsets=split.end_offsets(), stores=stores,
+                task=self.name, batch=split.batch, generation=generation, offsets=split.end_offsets(), stores=stores,
                 control=self.control.snapshot() if self.control is not None else None, ended=result.ended,
                 spark_batch_id=spark_batch_id, window_at_ms=self._window_at, adjunct=adjunct,
                 location=self.location)
 
-        commit.write_checkpoint(checkpoint)
-        # From here the batch is committed: an in-memory task that fails cleanup stays consistent with it.
-        self.committed_seq = split.seq
-        commit.cleanup(split.seq)
+        def committed() -> None:
+            # From here the batch is committed: an in-memory task that fails cleanup stays consistent with it.
+            self.committed_batch = split.batch
+
+        if self._listeners is None:
+            self._listeners = commit_listeners(self.job.config)
+        TaskCommit(task=self.name, batch=split.batch, checkpoints=self.checkpoints, metrics=self.metrics,
+                   stores=self.stores, adjunct=self.adjunct, producers=self._producers,
+                   transaction=Transaction(self.app_id, output_batch), committed=cp, etag=etag,
+                   generation=generation, checkpoint=checkpoint, listeners=self._listeners,
+                   intent=Intent(batch=output_batch, planned_at_ms=split.planned_at, starts=split.start_offsets(),
+                                 ends=split.end_offsets(), bounded_ends=dict(split.bounded_ends),
+                                 adjunct_reads=self.adjunct.reads() if self.adjunct is not None else {}),
+                   ).run(committed)
 
 
 def get_instance(job: JobConfig, split: TaskSplit, task_count: int, *, resident: bool = False) -> TaskInstance:

@@ -3,11 +3,11 @@
 A :class:`BatchPlan` is what Spark stores in its offset log (as JSON, :meth:`BatchPlan.to_json`)
 before the batch runs, so a replay after a crash runs the very same batch::
 
-    {"seq": 7, "planned_at": 1732230000000,
+    {"batch": 7, "planned_at": 1732230000000,
      "tasks": {"Partition 0": {"offsets": {"delta.in#0": "12:0", ...}, "ended": false}, ...}}
 
 ``offsets`` are, per task and SSP, the next offset to read; a batch reads ``[start plan, end
-plan)``. ``seq`` is the runtime's batch number: task checkpoints record it, output transactions use
+plan)``. ``batch`` is the runtime's batch number: task checkpoints record it, output transactions use
 it as version, and it continues from the task checkpoints when the Spark checkpoint dir is new
 (Spark's own batch id restarts at 0 then). ``planned_at`` is the planning time in epoch ms: tasks
 use it instead of their own clock (window timing, control messages), so a replay makes the same
@@ -98,9 +98,9 @@ class TaskPlan:
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """A batch plan (see the module docstring): batch ``seq``, its planning time, and every task's plan."""
+    """A batch plan (see the module docstring): batch ``batch``, its planning time, and every task's plan."""
 
-    seq: int
+    batch: int
     planned_at_ms: int
     tasks: dict[str, TaskPlan]
 
@@ -110,13 +110,14 @@ class BatchPlan:
 
     def to_json(self) -> dict[str, Any]:
         """The form Spark keeps in its offset log."""
-        return {"seq": self.seq, "planned_at": self.planned_at_ms,
+        return {"batch": self.batch, "planned_at": self.planned_at_ms,
                 "tasks": {name: plan.to_json() for name, plan in self.tasks.items()}}
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> BatchPlan:
         """Parse what :meth:`to_json` wrote (from Spark's offset log)."""
-        return cls(int(body["seq"]), int(body.get("planned_at", 0)),
+        number = body["batch"] if "batch" in body else body["seq"]  # "seq": offset logs of sparza 0.1
+        return cls(int(number), int(body.get("planned_at", 0)),
                    {str(name): TaskPlan.from_json(plan) for name, plan in body.get("tasks", {}).items()})
 
 
@@ -215,7 +216,8 @@ class BatchPlanner:
     """Plans batches for a fixed set of tasks from fresh stream metadata on every call."""
 
     def __init__(self, job: JobConfig, tasks: list[TaskModel], ops: Mapping[str, OffsetOps],
-                 metadata: MetadataFn, *, start_positions: Mapping[SystemStreamPartition, str] | None = None) -> None:
+                 metadata: MetadataFn, *, start_positions: Mapping[SystemStreamPartition, str] | None = None,
+                 broadcast_ready: Callable[[Any], bool] | None = None) -> None:
         self.job = job
         self.tasks = tasks
         self.ops = ops
@@ -230,6 +232,10 @@ class BatchPlanner:
         self.start_positions = (dict(start_positions) if start_positions is not None
                                 else {ssp: pos.upcoming for ssp, pos in metadata().items()})
         self.targets: dict[SystemStreamPartition, str] | None = None
+        # Tasks that commit on their own schedule (containers): main input waits for the builder's bootstrapped
+        # publication of a broadcast store itself, since no common batch number says the builder is done.
+        self._broadcast_ready = broadcast_ready
+        self._ready: set[Any] = set()
 
     def spec(self, ssp: SystemStreamPartition) -> InputSpec:
         """The input spec of ``ssp``'s stream."""
@@ -247,7 +253,7 @@ class BatchPlanner:
         streams with ``samza.reset.offset`` start at the default even with a checkpoint (see :meth:`resets`)."""
         positions = self._metadata()
         tasks: dict[str, TaskPlan] = {}
-        seq = 0
+        batch = 0
         resets, _ = plan_resets(self.job, self.tasks, checkpoints)
         for task in self.tasks:
             cp = checkpoints.get(task.name)
@@ -273,10 +279,10 @@ class BatchPlanner:
                     offsets[key] = pos.upcoming
             replay = None
             if cp is not None:
-                seq = max(seq, cp.batch)
+                batch = max(batch, cp.batch)
             if intent is not None:
                 # Later batches must use higher output versions than the intent's.
-                seq = max(seq, intent.batch - 1)
+                batch = max(batch, intent.batch - 1)
                 if all(offsets.get(k) == v for k, v in intent.starts.items()):
                     # SSPs the intent does not know (added since) stay put in the replayed batch;
                     # an SSP the task no longer reads makes the task refuse the batch (instance.py).
@@ -284,7 +290,7 @@ class BatchPlanner:
                                     dict(intent.bounded_ends))
             ended = bool(cp.ended) if cp is not None and not reset else False
             tasks[task.name] = TaskPlan(offsets, ended, replay, reset=reset)
-        return BatchPlan(seq, 0, tasks)
+        return BatchPlan(batch, 0, tasks)
 
     def bounded_end(self, ssp: SystemStreamPartition) -> str | None:
         """Where a bounded SSP ends (None for unbounded ones)."""
@@ -317,7 +323,7 @@ class BatchPlanner:
             changed = True
         if not changed:
             return start
-        return BatchPlan(start.seq + 1, now_ms, tasks)
+        return BatchPlan(start.batch + 1, now_ms, tasks)
 
     def _task_ends(self, task: TaskModel, starts: Mapping[str, str],
                    positions: Mapping[SystemStreamPartition, SspPosition]) -> dict[str, str]:
@@ -345,9 +351,24 @@ class BatchPlanner:
             # A broadcast bootstrap store is read by other tasks from the snapshot published before
             # their batch: main input flows from the batch after the one that completed it.
             reached = begin if spec.broadcast else end
-            if spec.bootstrap and self._cmp(ssp, reached, self.start_positions[ssp]) < 0:
+            if spec.bootstrap and (self._cmp(ssp, reached, self.start_positions[ssp]) < 0
+                                   or (spec.broadcast and not self._published(ssp))):
                 gated = True
         return ends
+
+    def waits_for_broadcast(self, task: TaskModel) -> bool:
+        """True while ``task``'s main input waits for a broadcast store's bootstrapped publication (it has
+        nothing to do now, but is not caught up)."""
+        return any(self.spec(ssp).bootstrap and self.spec(ssp).broadcast and not self._published(ssp)
+                   for ssp in task.ssps)
+
+    def _published(self, ssp: SystemStreamPartition) -> bool:
+        if self._broadcast_ready is None or ssp.system_stream in self._ready:
+            return True
+        if self._broadcast_ready(ssp.system_stream):
+            self._ready.add(ssp.system_stream)  # a bootstrapped publication stays published
+            return True
+        return False
 
     def _all_ended(self, task: TaskModel, ends: Mapping[str, str]) -> bool:
         for ssp in task.ssps:
@@ -368,7 +389,7 @@ class BatchPlanner:
             if now.bounded_ends is not None:  # a replayed intent decides end-of-stream as its first attempt did
                 bounded = {k: v for k, v in now.bounded_ends.items() if k in bounded}
             splits.append(TaskSplit(
-                index=i, task=task.name, seq=after.seq,
+                index=i, task=task.name, batch=after.batch,
                 planned_at=now.planned_at_ms if now.planned_at_ms is not None else after.planned_at_ms, ssps=names,
                 starts=[was.get(n, now.offsets[n]) for n in names],
                 ends=[now.offsets[n] for n in names], ended=now.ended, bounded_ends=bounded,

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sparza.config import Config
-from sparza.errors import ConfigError
+from sparza.errors import ConfigError, SparzaError
 from sparza.metrics import JsonLinesReporter, MetricsRegistry, attach_prometheus
 from sparza.runtime.commit import BatchStatus
 from sparza.runtime.errors import JobFailedError
@@ -212,6 +212,7 @@ class JobRunner:
         self._watch: Any = None  # StorageWatch while running
         self._inputs: InputSystems | None = None
         self.last_results: list[BatchResult] = []
+        self._task_offsets: dict[str, dict[str, str]] = {}  # task -> its newest reported offsets (for lag)
         self.discards = Discards()
         """Messages this run did not deliver or write as sent (late at windows, undeserializable, ignored)."""
         self.notices = RunNotices()
@@ -345,8 +346,10 @@ class JobRunner:
                 committed = sum(1 for r in done if r.status is BatchStatus.COMMITTED)
                 messages = sum(r.messages for r in done)
                 elapsed = max((r.process_ms + r.commit_ms for r in done), default=0.0)
-                self._record(done, elapsed, epoch,
-                             label=f"epoch {epoch}: {committed} task batch(es) of {tasks} task(s), {messages} msgs in")
+                batch = max(r.batch for r in done)
+                self._record(done, elapsed, epoch, batches=committed,
+                             label=f"batch {batch} (epoch {epoch}: {committed} task batch(es) of {tasks} task(s)): "
+                                   f"{messages} msgs in")
                 self._batches += committed
             if failed and self._failure is None:
                 message = "; ".join(r.error or "failed" for r in failed)
@@ -357,7 +360,7 @@ class JobRunner:
                 self.request_stop("a task asked to shut down")
 
     def _record(self, results: list[BatchResult], elapsed_ms: float, batch_id: int, *,
-                label: str | None = None) -> None:
+                label: str | None = None, batches: int = 1) -> None:
         agg = "aggregate"
         messages = sum(r.messages for r in results)
         for r in results:
@@ -373,7 +376,7 @@ class JobRunner:
         self.metrics.counter(agg, "exceptions-ignored").inc(discards.ignored)
         self.metrics.counter(agg, "late-messages").inc(discards.late)
         self.metrics.counter(agg, "late-messages-routed").inc(discards.late_routed)
-        self.metrics.counter(agg, "batches").inc()
+        self.metrics.counter(agg, "batches").inc(batches)
         self.metrics.counter(agg, "tasks-skipped").inc(notices.tasks_skipped)
         self.metrics.counter(agg, "flushes-skipped").inc(notices.flushes_skipped)
         self.metrics.counter(agg, "stores-restored-from-blob-store").inc(notices.restores)
@@ -384,11 +387,11 @@ class JobRunner:
         lag = self._lag(results)
         self.metrics.gauge(agg, "lag").set(-1 if lag is None else lag)
         self.metrics.gauge("job", "generation").set(self.generation)
-        seq = max((r.seq for r in results), default=0)
+        batch = max((r.batch for r in results), default=0)
         bootstrap = self._bootstrap.update(results)
         if bootstrap is not None:
             self.metrics.gauge(agg, "bootstrap-remaining").set(bootstrap[1] - bootstrap[0])
-        head = label or f"batch {seq} (spark {batch_id}): {messages} msgs in"
+        head = label or f"batch {batch} (spark {batch_id}): {messages} msgs in"
         self.status(f"{head}, lag {'?' if lag is None else lag}, "
                     f"batch {elapsed_ms:.0f} ms, commit {commit_ms:.0f} ms"
                     + (f", {notices.describe()}" if notices else "")
@@ -405,12 +408,15 @@ class JobRunner:
             return None
         from sparza.streams import SystemStreamPartition
 
+        for r in results:  # a container reports each task when it commits: keep every task's newest offsets
+            if r.offsets:
+                self._task_offsets[r.task] = dict(r.offsets)
         per_ssp: dict[Any, int] = {}
         unknown = False
         try:
             positions = inputs.positions()
-            for r in results:
-                for name, offset in r.offsets.items():
+            for offsets in self._task_offsets.values():
+                for name, offset in offsets.items():
                     ssp = SystemStreamPartition.parse(name)
                     n = inputs.ops[ssp.system].count_between(ssp, offset, positions[ssp].upcoming)
                     if n is None:
@@ -675,6 +681,8 @@ class JobRunner:
             raise self._claim_lost
         if self._failure is not None:
             raise self._failure
+        if isinstance(exc, SparzaError):  # the container pool's own account of a failure: it names the cause
+            raise exc
         if exc is not None:
             from sparza.runtime.executor import write_trace_text
 

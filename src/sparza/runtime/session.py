@@ -138,7 +138,11 @@ def build_spark_session(job: Any, master: str | None, app_name: str, remote: str
                .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.driver.host", "127.0.0.1")
                .config("spark.redaction.regex", _REDACTION_REGEX)
-               .config("spark.sql.streaming.stopTimeout", "120s"))
+               .config("spark.sql.streaming.stopTimeout", "120s")
+               # An epoch that asks for more containers than there are slots fails in seconds, not after
+               # Spark's default 40 checks 15 s apart (executors lost since the count was taken).
+               .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "2s")
+               .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "5"))
     if (not _is_local_master(chosen) and config.get_bool(SHARED_FS_KEY, False) and not py_files(config)
             and "spark.executorEnv.PYTHONPATH" not in job.spark_conf):
         # A file system every host shares (job.filesystem.shared) holds the project at the driver's path too:

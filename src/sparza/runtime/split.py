@@ -39,7 +39,7 @@ class TaskSplit(InputPartition):  # type: ignore[misc]
 
     index: int
     task: str
-    seq: int
+    batch: int
     planned_at: int
     ssps: list[str]
     starts: list[str]
@@ -59,7 +59,7 @@ class TaskSplit(InputPartition):  # type: ignore[misc]
 
     def to_json(self) -> bytes:
         """The marker row's payload."""
-        return json.dumps({"index": self.index, "task": self.task, "seq": self.seq, "planned_at": self.planned_at,
+        return json.dumps({"index": self.index, "task": self.task, "batch": self.batch, "planned_at": self.planned_at,
                            "ssps": self.ssps, "starts": self.starts, "ends": self.ends, "ended": self.ended,
                            "bounded_ends": self.bounded_ends, "reset": self.reset}, sort_keys=True).encode()
 

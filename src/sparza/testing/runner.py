@@ -35,9 +35,10 @@ from typing import Any
 from sparza.clock import DEFAULT_START_MS, ManualClock
 from sparza.config import Config
 from sparza.errors import SparzaError
-from sparza.runtime.commit import CommitStep, InjectedFault, register_fault_hook, unregister_fault_hook
+from sparza.runtime.commit import CommitStep
 from sparza.serde import Serde, serde_from_name, stream_serde
 from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream
+from sparza.testing.faults import InjectedFault, register_fault_hook, unregister_fault_hook
 
 __all__ = [
     "BatchReport",

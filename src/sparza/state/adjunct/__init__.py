@@ -25,7 +25,12 @@ from sparza.state.adjunct.extractor import (
     KeyValueExtractorFactory,
     load_extractor,
 )
-from sparza.state.adjunct.manager import ENTRY_VERSION, TaskAdjunctManager, task_partition
+from sparza.state.adjunct.manager import (
+    ENTRY_VERSION,
+    TaskAdjunctManager,
+    broadcast_bootstrap_published,
+    task_partition,
+)
 from sparza.state.adjunct.markers import end_of_dataset
 from sparza.state.adjunct.offsets import AdminStreamAccess, StreamAccess
 from sparza.state.adjunct.publication import Publication, PublicationBoard
@@ -91,6 +96,7 @@ __all__ = [
     "SupportsRows",
     "TaskAdjunctManager",
     "UnknownAdjunctStoreError",
+    "broadcast_bootstrap_published",
     "container_store_dir",
     "decide_recovery",
     "directory_size_bytes",

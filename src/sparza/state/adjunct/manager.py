@@ -28,11 +28,13 @@ from sparza.state.adjunct.config import AdjunctConfig, AdjunctStoreSpec, contain
 from sparza.state.adjunct.container import ContainerSnapshotCache
 from sparza.state.adjunct.errors import UnknownAdjunctStoreError
 from sparza.state.adjunct.offsets import AdminStreamAccess, StreamAccess
+from sparza.state.adjunct.publication import PublicationBoard
 from sparza.state.adjunct.stores import (
     AdjunctStoreContext,
     AdjunctStoreManager,
     DefaultAdjunctStoreManagerFactory,
     SupportsCommitted,
+    SupportsPinnedReads,
     SupportsReadThrough,
     SupportsRows,
 )
@@ -40,7 +42,7 @@ from sparza.state.kv import KeyValueStore
 from sparza.streams import IncomingMessageEnvelope, MessageType, SystemStreamPartition
 from sparza.systems import load_object
 
-__all__ = ["ENTRY_VERSION", "TaskAdjunctManager", "task_partition"]
+__all__ = ["ENTRY_VERSION", "TaskAdjunctManager", "broadcast_bootstrap_published", "task_partition"]
 
 _log = logging.getLogger(__name__)
 ENTRY_VERSION = 1
@@ -231,16 +233,30 @@ class TaskAdjunctManager:
             raise UnknownAdjunctStoreError(name, list(self._managers))
         return manager
 
-    def begin_batch(self, batch_id: int) -> None:
-        """Batch ``batch_id`` starts: broadcast stores read the snapshot published before it.
+    def begin_batch(self, batch_id: int | None, pinned: Mapping[str, int] | None = None) -> None:
+        """Batch ``batch_id`` starts: broadcast stores read the snapshot published before it (None: the
+        newest, for a task that commits on its own schedule); ``pinned`` (store -> publication batch, from
+        :meth:`reads` of an earlier attempt) makes a replay read exactly what the first attempt read.
 
         Optional: without it a task reads the snapshot published before the batch after its last
         commit, which is the same thing when the task commits every batch.
         """
         if not self._restored:
             self.restore(None)
-        for manager in self._managers.values():
+        for name, manager in self._managers.items():
             manager.begin_batch(batch_id)
+            if pinned and name in pinned and isinstance(manager, SupportsPinnedReads):
+                manager.pin(int(pinned[name]))
+
+    def reads(self) -> dict[str, int]:
+        """Per broadcast store, the publication this batch reads (what :meth:`begin_batch` pins on a replay)."""
+        out: dict[str, int] = {}
+        for name, manager in self._managers.items():
+            if isinstance(manager, SupportsPinnedReads):
+                batch = manager.read_batch()
+                if batch is not None:
+                    out[name] = batch
+        return out
 
     def catch_up(self, read: EnvelopeReader, until: dict[SystemStreamPartition, str | None]) -> int:
         """Read and apply, per adjunct SSP, what its store misses before the batch's start offsets
@@ -287,3 +303,17 @@ def _factory(spec: AdjunctStoreSpec) -> Any:
         raise ConfigError(key, spec.manager_factory,
                           "an AdjunctStoreManagerFactory (an object with get_adjunct_store_manager(context))")
     return factory
+
+
+def broadcast_bootstrap_published(config: Config, stream: Any, blob_store: BlobStoreManager, job_name: str,
+                                  job_id: str) -> bool:
+    """True when every bootstrapped broadcast store bound to ``stream`` has published a snapshot taken after its
+    bootstrap completed: from then on a reader task's main input may flow. Tasks that commit on their own
+    schedule (containers) ask this, since no common batch number says the builder is done."""
+    for spec in AdjunctConfig.from_config(config).stores:
+        if spec.stream != stream or not spec.broadcast or not spec.bootstrap:
+            continue
+        newest = PublicationBoard(blob_store, job_name, job_id, spec.builder_task, spec.name).latest_before(None)
+        if newest is None or not newest.bootstrapped:
+            return False
+    return True

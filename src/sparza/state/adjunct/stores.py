@@ -82,8 +82,9 @@ class AdjunctStoreManager(Protocol):
         """The read-only store tasks read."""
         ...
 
-    def begin_batch(self, batch_id: int) -> None:
-        """Batch ``batch_id`` starts (readers pick the snapshot published before it)."""
+    def begin_batch(self, batch_id: int | None) -> None:
+        """Batch ``batch_id`` starts (readers pick the snapshot published before it; None: the newest one, as
+        a task that commits on its own schedule reads, see :class:`SupportsPinnedReads`)."""
         ...
 
     def commit(self, batch_id: int) -> dict[str, Any]:
@@ -106,6 +107,22 @@ class SupportsCommitted(Protocol):
 
     def committed(self, batch_id: int) -> None:
         """The checkpoint of batch ``batch_id`` is durable."""
+        ...
+
+
+@runtime_checkable
+class SupportsPinnedReads(Protocol):
+    """Optional capability of an :class:`AdjunctStoreManager` whose reads depend on what another task
+    published (a broadcast store): which publication the batch read, so a replay of the batch can read
+    the very same one. Tasks that commit on their own schedule (containers) have no common batch number to
+    pick "the snapshot before this batch" by, so they read the newest and record it."""
+
+    def read_batch(self) -> int | None:
+        """The batch of the publication this batch read (None: it read none)."""
+        ...
+
+    def pin(self, batch: int) -> None:
+        """Read the publication of ``batch`` in this batch (a replay of a batch that read it)."""
         ...
 
 
@@ -310,10 +327,18 @@ class BroadcastStoreManager:
     def view(self) -> KeyValueStore:
         return self._view
 
-    def begin_batch(self, batch_id: int) -> None:
+    def begin_batch(self, batch_id: int | None) -> None:
         if self._wanted_before != batch_id:
             self._wanted_before = batch_id
             self._stale = True
+
+    def read_batch(self) -> int | None:
+        # Only what this batch opened: a batch that never read the store needs nothing pinned on a replay.
+        return self.publication.batch if self.publication is not None and not self._stale else None
+
+    def pin(self, batch: int) -> None:
+        self._wanted_before = batch + 1
+        self._stale = True
 
     def commit(self, batch_id: int) -> dict[str, Any]:
         entry: dict[str, Any] = {"batch": batch_id}

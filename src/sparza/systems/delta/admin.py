@@ -52,6 +52,7 @@ class _StreamIndex:
     horizon: int
     scanned_to: int
     spans: dict[int, _PartitionSpan] = field(default_factory=dict)
+    identity: str = ""  # the table incarnation it describes (DeltaLog.identity)
 
 
 class DeltaSystemAdmin:
@@ -210,15 +211,17 @@ class DeltaSystemAdmin:
         return sum(available for _, _, available, _ in self._slices(ssp, start, end))
 
     def _index(self, stream: str, log: DeltaLog) -> tuple[_StreamIndex, int]:
-        latest = log.latest_version(self._indexes[stream].scanned_to if stream in self._indexes else None)
+        index = self._indexes.get(stream)
+        if index is not None and index.identity != log.identity:
+            index = None  # the table was deleted and created again: its versions start over
+        latest = log.latest_version(index.scanned_to if index is not None else None)
         if latest is None:
             raise StreamNotFoundError(stream, log.location.uri)
         horizon = read_horizon(log)
-        index = self._indexes.get(stream)
-        if index is None or horizon != index.horizon:
+        if index is None or horizon != index.horizon or index.identity != log.identity:
             present = log.present_versions()
             first = max(present[0] if present else 0, horizon)
-            index = _StreamIndex(horizon=horizon, scanned_to=first - 1)
+            index = _StreamIndex(horizon=horizon, scanned_to=first - 1, identity=log.identity)
             self._indexes[stream] = index
         for commit in log.commits(index.scanned_to + 1, latest):
             for partition, rows in commit.rows_by_partition().items():

@@ -67,18 +67,18 @@ class _CommitCache:
     """A process-wide LRU of parsed commits keyed by (table uri, version): commits are immutable."""
 
     def __init__(self, capacity: int = 50_000) -> None:
-        self._items: OrderedDict[tuple[str, int], Commit] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str, int], Commit] = OrderedDict()
         self._lock = threading.Lock()
         self.capacity = capacity
 
-    def get(self, key: tuple[str, int]) -> Commit | None:
+    def get(self, key: tuple[str, str, int]) -> Commit | None:
         with self._lock:
             item = self._items.get(key)
             if item is not None:
                 self._items.move_to_end(key)
             return item
 
-    def put(self, key: tuple[str, int], commit: Commit) -> None:
+    def put(self, key: tuple[str, str, int], commit: Commit) -> None:
         with self._lock:
             self._items[key] = commit
             if len(self._items) > self.capacity:
@@ -94,11 +94,32 @@ class DeltaLog:
     def __init__(self, location: StreamLocation) -> None:
         self.location = location
         self._fs = location.filesystem()
+        self._identity = self._table_identity()
+
+    @property
+    def identity(self) -> str:
+        """Which incarnation of the table the cached knowledge is about (see :meth:`_table_identity`)."""
+        return self._identity
+
+    def _table_identity(self) -> str:
+        """Which incarnation of the table this is: its first commit file's size and time. A table deleted and
+        created again under the same path (a stream re-created, an input "lost" by its store) reuses version
+        numbers, so cached commits are keyed by this too, or a long-lived process would read the old ones."""
+        import pyarrow.fs as pa_fs
+
+        try:
+            with storage_errors(self.location.uri):
+                info = self._fs.get_file_info(log_path(0))
+        except (FileNotFoundError, OSError):
+            return "?"
+        if info.type == pa_fs.FileType.NotFound:
+            return "-"
+        return f"{info.size}:{info.mtime_ns}"
 
     # --- commits ---------------------------------------------------------------------------
     def commit(self, version: int) -> Commit | None:
         """The commit of ``version``, or None when its JSON file does not exist (not yet, or removed)."""
-        key = (self.location.uri, version)
+        key = (self.location.uri, self._identity, version)
         cached = _CACHE.get(key)
         if cached is not None:
             return cached
@@ -173,6 +194,10 @@ class DeltaLog:
 
     def latest_version(self, known: int | None = None) -> int | None:
         """The newest committed version (None: no table). Probes forward from ``known`` when given."""
+        identity = self._table_identity()
+        if identity != self._identity:
+            self._identity = identity
+            known = None  # another incarnation of the table: what we knew of the old one says nothing
         if known is None:
             known = self._last_checkpoint()
         if known is None or self.commit(known) is None:
