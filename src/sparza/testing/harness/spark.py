@@ -254,8 +254,9 @@ class SparkJob:
         self.runs.append(record)
         return record
 
-    def run(self, label: str, config_path: Path | None = None, *extra: str) -> RunRecord:
-        """One run to completion: ``--once`` for unbounded inputs; bounded ones end by themselves.
+    def run(self, label: str, config_path: Path | None = None, *extra: str, meant_to_fail: bool = False) -> RunRecord:
+        """One run to completion: ``--once`` for unbounded inputs; bounded ones end by themselves. A failed run
+        after the purged-snapshot fault must name what is gone, unless it is ``meant_to_fail`` (a poison message).
 
         A run that died of Spark's own start-up trouble on an overloaded machine (a Python worker
         that did not connect back in time) is started again, at most twice, and noted: a restart is
@@ -270,15 +271,17 @@ class SparkJob:
         if record.returncode != 0 and _transient(record.log):
             raise SparkStartFailure(f"run '{label}': Spark could not start its Python workers 4 times")
         if self.purged and record.returncode not in (0, None):
-            record = self._restore_purged(label, record, config_path, *once, *extra)
+            text = log_tail(record.log, 6)
+            named = any(word in text for word in ("purged", "gone from the blob store",
+                                                  "does not exist in the blob store", "cannot be restored"))
+            if named or not meant_to_fail:
+                record = self._restore_purged(label, record, text, named, config_path, *once, *extra)
         return record
 
-    def _restore_purged(self, label: str, failed: RunRecord, config_path: Path | None, *args: str) -> RunRecord:
+    def _restore_purged(self, label: str, failed: RunRecord, text: str, named: bool, config_path: Path | None,
+                        *args: str) -> RunRecord:
         """A run failed after the purged-snapshot fault: it must say what is gone. Bring the blobs back and
         run again."""
-        text = log_tail(failed.log, 6)
-        named = any(word in text for word in ("purged", "gone from the blob store", "does not exist in the blob store",
-                                              "cannot be restored"))
         self.notes.append(f"purged-snapshot: run '{label}' failed (exit {failed.returncode})"
                           + ("" if named else " WITHOUT naming the purged snapshot")
                           + f"; {len(self.purged)} blobs brought back")
@@ -398,7 +401,8 @@ def _apply_phase(job: SparkJob, outcome: Outcome, fault: str, phase: int) -> Non
             outcome.notes.append("poison: the phase has no input; nothing to poison")
             _expect_clean(outcome, job.run(label))
             return
-        record = job.run(f"{label}-poison", job.variant("poison.yaml", **{"app.harness.poison.ids": str(poison)}))
+        record = job.run(f"{label}-poison", job.variant("poison.yaml", **{"app.harness.poison.ids": str(poison)}),
+                         meant_to_fail=True)
         if record.returncode == 0:
             outcome.problems.append(f"a job that raises on message id {poison} exited 0 (the failure was hidden)")
         _expect_clean(outcome, job.run(f"{label}-fixed"))
