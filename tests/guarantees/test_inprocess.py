@@ -164,3 +164,28 @@ def test_an_upsert_table_is_judged_by_folding_its_rows(tmp_path) -> None:
     assert outcome.comparison is not None
     assert outcome.comparison.actual == len({(m.partition, m.key) for m in generate(seed).messages})
     assert Counter() == outcome.comparison.extra
+
+
+def test_a_soak_prints_each_engines_count_and_each_failures_reproduction_on_both(tmp_path, monkeypatch) -> None:
+    """The soak's summary: the count per engine, and for a failing seed the command for each engine."""
+    from sparza.testing.harness import inprocess, soaks
+    from sparza.testing.harness.__main__ import parse_seeds
+
+    assert parse_seeds("3, 5-7,9") == [3, 5, 6, 7, 9]
+    real = inprocess.run_inprocess_scenario
+
+    def failing_on_16(scenario, workdir=None, **kwargs):  # a seed that fails, as a defect would make it
+        outcome = real(scenario, workdir, **kwargs)
+        if scenario.seed == 16:
+            outcome.problems.append("output: made to fail by the test")
+        return outcome
+
+    monkeypatch.setattr(inprocess, "run_inprocess_scenario", failing_on_16)
+    lines: list[str] = []
+    results = soaks.soak(5, tmp_path, engine="inprocess", seeds=[3, 16], out=lines.append)
+    assert [len(r.outcomes) for r in results] == [2] and [o.scenario.seed for o in results[0].failed] == [16]
+    text = "\n".join(lines)
+    assert "soak [inprocess]: 2 scenarios, 1 passed, 1 failed, 0 inconclusive" in text
+    assert f"inprocess: {reproduce_command(16, engine='inprocess')}" in text
+    assert f"spark: {reproduce_command(16)}" in text
+    assert "FAIL [inprocess] seed=16" in text and "made to fail by the test" in text

@@ -27,7 +27,7 @@ from sparza.testing.harness.check import judge
 from sparza.testing.harness.inprocess import InProcessJob, draw, inprocess_config, run_inprocess_scenario
 from sparza.testing.harness.jobconfig import job_config
 from sparza.testing.harness.outcome import ENGINES, Outcome, RunRecord, reproduce_command
-from sparza.testing.harness.soak import SoakResult, soak
+from sparza.testing.harness.soaks import SoakResult, soak
 from sparza.testing.harness.spark import SparkJob, check, log_tail, run_spark_scenario
 
 __all__ = [

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     base = Path(args.workdir) if args.workdir else _scratch(args.engine == "inprocess")
     if args.soak is not None:
-        from sparza.testing.harness.soak import soak
+        from sparza.testing.harness.soaks import soak
 
         listed = parse_seeds(args.seeds) if args.seeds else None
         results = soak(args.soak, base, engine=args.engine or "both", inprocess_minutes=args.inprocess_minutes,
