@@ -12,6 +12,7 @@ demo: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 # Two workers (pytest-xdist), each with its own Spark session, Azurite and broker; worksteal evens out
 # the few long `sparza run` tests. TEST_WORKERS=0 runs everything in one process.

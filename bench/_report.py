@@ -1,9 +1,12 @@
 """Shared by every benchmark: print a result table and record it in ``docs/benchmarks.md``.
 
-Each benchmark writes its own section to ``docs/bench/<name>.md`` (so benchmarks can run alone)
-and ``docs/benchmarks.md`` is rebuilt from all sections, with the machine and versions. Analysis
-written by hand (profiles, why a goal is not met) lives in ``docs/bench/notes/<name>.md`` and is put
-under its section, so a re-run of the benchmark does not erase it.
+The page is a report: the goals and where each stands (``docs/bench/notes/summary.md``, by hand), then one
+section per benchmark in this shape: what it measures, the command, the machine, the latest table with the
+baseline measured in the same run, and, where a goal is unmet, one paragraph on why
+(``docs/bench/notes/<name>.md``, by hand, so a re-run does not erase it). Each benchmark writes its own
+section to ``docs/bench/<name>.md`` (so benchmarks can run alone) and the page is rebuilt from all of them.
+Run history belongs to git, so a section holds the latest run only: no dates of earlier runs, no commit
+hashes, no load averages.
 """
 
 from __future__ import annotations
@@ -42,21 +45,23 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(out)
 
 
-def record(name: str, title: str, command: str, body: str) -> None:
-    """Print ``body`` and save it as the section ``name`` of docs/benchmarks.md."""
+def record(name: str, title: str, command: str, body: str, *, measures: str) -> None:
+    """Print ``body`` and save it as the section ``name`` of docs/benchmarks.md; ``measures`` says in a
+    sentence or two what the benchmark measures and against which baseline."""
     print(body)
     SECTIONS.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    text = (f"## {title}\n\nCommand: `{command}`  \nRun: {stamp} on {machine()}\n\n{body.strip()}\n")
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    text = (f"## {title}\n\n{measures.strip()}\n\nCommand: `{command}`  \nMeasured {day} on {machine()}.\n\n"
+            f"{body.strip()}\n")
     (SECTIONS / f"{name}.md").write_text(text, encoding="utf-8")
     rebuild()
 
 
 def rebuild() -> None:
-    """Rebuild docs/benchmarks.md from every section file."""
+    """Rebuild docs/benchmarks.md from the goals summary and every section with its notes."""
     parts = ["# Benchmarks\n",
-             "Every figure is printed next to a baseline measured in the same run, on this project's "
-             "2-core development machine. Each section names the command that produced it; "
+             "What each benchmark measures, the command that measures it, and its latest figures next to a "
+             "baseline measured in the same run on this project's 2-core development machine. "
              "`bench/run_all.py` re-runs them all.\n"]
     summary = NOTES / "summary.md"  # written by hand: the goals across sections, kept by every rebuild
     if summary.exists():

@@ -45,6 +45,12 @@ VALUE_SIZE = 100
 TASKS = [f"Partition {i}" for i in range(4)]
 
 
+MEASURES = ('How fast an adjunct store fills itself from its Delta stream (read, apply, commit), against RocksDB '
+            '`put_all` of the same records; how fast a task looks keys up in its read-only view, against a direct '
+            'RocksDB `get`; and the disk a broadcast store takes on one host, against a copy per task.')
+"""What this benchmark measures (the first paragraph of its section in docs/benchmarks.md)."""
+
+
 def _value(i: int) -> bytes:
     body = json.dumps({"id": i, "name": f"customer-{i}", "pad": ""}).encode()
     return body[:-2] + b"x" * max(0, VALUE_SIZE - len(body)) + b'"}'
@@ -274,10 +280,8 @@ def main() -> None:
         blob_store.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    load = Path("/proc/loadavg").read_text().split()[0]
     body = "\n\n".join([
-        f"Values of {VALUE_SIZE} bytes (JSON), keys `c000000042`; local blob store on the same disk. Load "
-        f"average {load} at the end of the run.",
+        f"Values of {VALUE_SIZE} bytes (JSON), keys `c000000042`; local blob store on the same disk.",
         f"**Bootstrap rate** (records per second into the store; best of {repeats} interleaved rounds, wall time). "
         "The runtime hands a task's adjunct messages to the manager a run of one SSP at a time "
         "(`TaskAdjunctManager.on_rows`); the message-by-message row is the path every message took before.\n\n"
@@ -288,7 +292,8 @@ def main() -> None:
         "**Broadcast store disk use** on one host with 4 tasks\n\n"
         + _report.table(["layout", "records", "MiB on disk", "open time"], disk),
     ])
-    _report.record("adjunct", "Adjunct data stores (SEP-002)", f"python bench/adjunct.py --scale {args.scale}", body)
+    _report.record("adjunct", "Adjunct data stores (SEP-002)", f"python bench/adjunct.py --scale {args.scale}", body,
+                   measures=MEASURES)
 
 
 if __name__ == "__main__":

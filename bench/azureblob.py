@@ -51,6 +51,13 @@ SCALES = {"small": {"records": 20_000, "mem_partitions": 1000, "mem_per_partitio
 THREADS = 2  # the seed's default threadPoolCount
 
 
+MEASURES = ("The Azure blob producer's throughput into Azurite, for one stream and for 100, against the Azure "
+            "SDK's `upload_blob` of the same bytes at the same concurrency and against the rejected blocking "
+            'per-block design, on loopback and with 20 ms added before every request; and its memory with 1,000 '
+            'open partitions.')
+"""What this benchmark measures (the first paragraph of its section in docs/benchmarks.md)."""
+
+
 def records(n: int) -> list[AvroRecord]:
     return [AvroRecord(SCHEMA, {"id": i, "ts": 1_700_000_000_000 + i, "payload": PAYLOAD}) for i in range(n)]
 
@@ -292,7 +299,7 @@ def main() -> None:
         finally:
             azurite.stop()
     record("azureblob", "Azure blob producer (SEP-26) against Azurite",
-           f".venv/bin/python bench/azureblob.py --scale {args.scale}", body)
+           f".venv/bin/python bench/azureblob.py --scale {args.scale}", body, measures=MEASURES)
 
 
 CONTAINERS = ("ceiling", "one", "many", "manyplain", "manydefault", "blocking", "sdk", "sdkup", "manylat",
@@ -337,9 +344,7 @@ def run_all(azurite: AzuriteProcess, scale: dict, scale_name: str, repeats: int)
     # best of `repeats`, interleaved, so load from other processes on this shared machine hits every
     # configuration alike; containers are emptied between rounds to keep Azurite's store small
     best: dict[str, tuple[float, float]] = {}  # key -> (seconds, Azurite CPU seconds) of the fastest round
-    loads = []
     for _ in range(repeats):
-        loads.append(Path("/proc/loadavg").read_text().split()[0])
         for key, run in runs.items():
             cpu0 = _cpu_seconds(azurite.pid)
             took = run()
@@ -403,8 +408,8 @@ def run_all(azurite: AzuriteProcess, scale: dict, scale_name: str, repeats: int)
                     "of flush (all blobs committed) and include Avro encoding; the producer sends in a transaction "
                     "(begin, send, flush(transaction)) as the task runtime does, unless the row says otherwise. "
                     "Each figure is the best of "
-                    f"{repeats} interleaved rounds (the machine is shared with other jobs); load average at the "
-                    f"start of each round: {', '.join(loads)}. Ratios are speed ratios against the baseline in "
+                    f"{repeats} interleaved rounds (the machine is shared with other jobs). Ratios are speed "
+                    "ratios against the baseline in "
                     "the same setting: loopback rows against loopback baselines, **+20 ms** rows against "
                     "**+20 ms** baselines (20 ms slept before every request, in both designs and the SDK).")
     return (f"{records_note}\n\nOne stream:\n\n{one}\n\n100 streams:\n\n{many_table}\n\n"

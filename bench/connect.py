@@ -7,7 +7,7 @@ Delta stream, a RocksDB count per key, a running count per message written to a 
 - **local**: a local[2] SparkSession in this process (Structured Streaming, ``foreachBatch``);
 - **connect**: a Spark Connect server (local[2], its own JVM on loopback, started from the installed
   pyspark) and a client session in this process: the client-driven batch loop
-  (``runtime/clientloop.py``), the code shipped as ``job.py.files`` (``sparza package``).
+  (``runtime/driver/clientloop.py``), the code shipped as ``job.py.files`` (``sparza package``).
 
 Each path first runs once on 10k other messages (JVM, Python workers and imports warm), then the timed
 runs alternate local, connect, local, connect on fresh copies of the data, so load on the shared machine
@@ -36,6 +36,11 @@ SCALES = {"small": (100_000, 1_000, 8), "full": (2_000_000, 10_000, 8)}
 ROUNDS = 2
 
 
+MEASURES = ('The keyed count of the task runtime section run through Spark Connect (the client plans every batch, '
+            'the server runs one Spark job per batch), against the same job in a local session.')
+"""What this benchmark measures (the first paragraph of its section in docs/benchmarks.md)."""
+
+
 def job_config(root: Path, max_batch: int, package: Path | None) -> Any:
     from examples.keyed_count.config import job_values
 
@@ -51,11 +56,6 @@ def load(config: Any, messages: int, keys: int, partitions: int) -> None:
 
     create_streams(config, partitions)
     bulk_append(config, messages, keys, partitions)
-
-
-def _load_average() -> str:
-    path = Path("/proc/loadavg")
-    return path.read_text().split()[0] if path.exists() else "?"
 
 
 def timed_run(spark: Any, config: Any) -> tuple[float, int, int]:
@@ -78,16 +78,15 @@ def main() -> None:
     if args.messages:
         messages = args.messages
     from sparza.devservers.spark import SparkConnectServer
-    from sparza.runtime.app import _importable_cwd
-    from sparza.runtime.packaging import build_package
-    from sparza.runtime.session import connect_session
+    from sparza.runtime.driver.app import _importable_cwd
+    from sparza.runtime.driver.packaging import build_package
+    from sparza.runtime.driver.session import connect_session
     from sparza.testing import local_spark_session
 
     _importable_cwd()
     base = Path(tempfile.mkdtemp(prefix="sparza-bench-connect-"))
     max_batch = max(messages // partitions // 2, 1000)
     results: dict[str, list[tuple[float, int, int]]] = {"local": [], "connect": []}
-    loads: list[str] = []
     server = SparkConnectServer(base / "server")
     try:
         package = build_package(base / "job.zip", ["examples"]).path
@@ -104,7 +103,6 @@ def main() -> None:
                 for name, spark in sessions.items():
                     config = job_config(base / f"{name}-{i}", max_batch, package if name == "connect" else None)
                     load(config, messages, keys, partitions)
-                    loads.append(_load_average())
                     result = timed_run(spark, config)
                     assert result[1] == messages, (name, result)
                     results[name].append(result)
@@ -124,12 +122,13 @@ def main() -> None:
             "of this host (the Connect server in its own JVM on loopback).\n\n"
             + table(["path", "seconds per round", "median s", "batches", "messages/s", "rate vs local"], rows)
             + f"\n\nSpark Connect vs local session: **{rate['connect'] / rate['local']:.2f}x** the local rate. "
-              f"Load average (1 min) at the start of each timed run: {', '.join(loads)}.\n"
+              "\n"
               "Warm: each path ran once on 10k other messages first; timed runs alternate local and connect. "
               "On Connect the client plans every batch and each batch is one Spark job on the server whose result "
               "rows come back over gRPC; locally the batch is a Structured Streaming micro-batch.\n")
     cmd = f"python bench/connect.py --scale {args.scale}" + (f" --messages {args.messages}" if args.messages else "")
-    record("runtime-connect", "Task runtime through Spark Connect vs a local session (keyed count)", cmd, body)
+    record("runtime-connect", "Task runtime through Spark Connect vs a local session (keyed count)", cmd, body,
+           measures=MEASURES)
 
 
 if __name__ == "__main__":

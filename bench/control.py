@@ -39,6 +39,12 @@ SRC = SystemStream("delta", "events")
 MID = SystemStream("delta", "app-1-mid")
 
 
+MEASURES = ('What watermark control messages cost a batch as upstream tasks and partitions grow, against the same '
+            "batch's work on user messages; and how soon a window's result is written after the window ends when "
+            'watermarks travel through an intermediate stream, against flushing the windows only at the end.')
+"""What this benchmark measures (the first paragraph of its section in docs/benchmarks.md)."""
+
+
 def cost_per_batch(n: int, m: int, messages: int, rounds: int) -> dict[str, float]:
     """Bytes and ms per batch of control messages for n upstream x m downstream tasks."""
     up_cfg = Config({"task.intermediate.outputs": str(MID)})
@@ -134,7 +140,7 @@ def _feeder(config: Config, stop: threading.Event, rate_per_s: int, partitions: 
 
 def _run(spark: Any, configs: list[Config], until: threading.Event | None,
          started: Any = None) -> list[Any]:
-    from sparza.runtime.runner import JobRunner
+    from sparza.runtime.driver.runner import JobRunner
 
     runners = [JobRunner(c, spark=spark, install_signal_handlers=False, status=lambda line: None) for c in configs]
     threads = [threading.Thread(target=r.run, daemon=True) for r in runners]
@@ -156,8 +162,8 @@ def _run(spark: Any, configs: list[Config], until: threading.Event | None,
 def latency(work: Path, seconds: float, window_ms: int, rate: int, partitions: int, *, control: bool) -> list[int]:
     """Pane latencies (ms) with control messages, or without them (windows flushed at the end)."""
     from sparza.api import plan_application
+    from sparza.runtime.driver.runner import build_spark_session
     from sparza.runtime.jobconfig import JobConfig
-    from sparza.runtime.runner import build_spark_session
     from sparza.systems import StreamSpec
     from sparza.systems.delta import DeltaSystemAdmin
 
@@ -213,11 +219,10 @@ def main() -> None:
         r = cost_per_batch(n, m, messages, rounds)
         rows.append([f"{n} x {m}", r["messages"], r["bytes"], f"{r['control_ms']:.2f}",
                      f"{r['data_ms']:.2f}", f"{100 * r['control_ms'] / r['data_ms']:.1f} %"])
-    load = Path("/proc/loadavg").read_text().split()[0]
     body = ("### Control messages per batch (library)\n\n"
             f"Watermark messages written by n upstream tasks to m partitions in one batch, built and reconciled; "
             f"baseline: the same TaskControl handling {messages} user messages per upstream task in that batch. "
-            f"CPU time of the measuring thread, mean of {rounds} rounds; load average {load} at the end.\n\n"
+            f"CPU time of the measuring thread, mean of {rounds} rounds.\n\n"
             + table(["n x m", "messages", "bytes", "control ms/batch", "baseline: data ms/batch", "overhead"], rows))
     if not args.skip_spark:
         seconds, rate, window = (8.0, 40, 1000) if small else (40.0, 200, 2000)
@@ -234,7 +239,7 @@ def main() -> None:
                  "window end.\n\n"
                  + table(["run", "windows", "p50 ms", "p95 ms", "max ms"], lat_rows))
     cmd = f"python bench/control.py --scale {args.scale}" + (" --skip-spark" if args.skip_spark else "")
-    record("control", "Control messages: cost per batch and window latency (SEP-004)", cmd, body)
+    record("control", "Control messages: cost per batch and window latency (SEP-004)", cmd, body, measures=MEASURES)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,11 @@ SAMZA_EXPECTED = {"leader": "60-70 s", "worker": "30-35 s"}
 GOAL = {"leader": 20.0, "worker": 15.0}
 
 
+MEASURES = ('How long it takes, after one processor of three is killed with SIGKILL, until every task is owned '
+            "again (the leader, then a worker), against the same protocol run with Samza's default periods.")
+"""What this benchmark measures (the first paragraph of its section in docs/benchmarks.md)."""
+
+
 def run_rounds(storage: AzuriteProcess, work: Path, job: str, overrides: dict[str, str], kills: dict[str, int],
                timeout_s: float) -> dict[str, list[float]]:
     """Kill leaders and workers in turn; returns role -> failover seconds."""
@@ -124,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
              "60 s lease is renewed every 20 s (our config allows at most a third of the lease; Samza renewed every "
              "45 s, which lets its lease expire 15-60 s after a crash instead of 40-60 s).")
     _report.record("coordination", "Azure coordination: failover time",
-                   f"python bench/coordination.py --scale {args.scale}", body)
+                   f"python bench/coordination.py --scale {args.scale}", body, measures=MEASURES)
     return 0
 
 

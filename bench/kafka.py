@@ -35,6 +35,11 @@ from _report import record, table  # noqa: E402
 SCALES = {"small": (100_000, 1_000, 4), "full": (1_000_000, 10_000, 4)}
 
 
+MEASURES = ('A keyed count through `sparza run` with Kafka topics in and out (exactly once, in transactions), '
+            "against confluent-kafka's own consume loop and produce loop over the same messages.")
+"""What this benchmark measures (the first paragraph of its section in docs/benchmarks.md)."""
+
+
 def job_config(root: Path, servers: str, name: str, max_batch: int) -> Any:
     from examples.keyed_count.config import job_values
 
@@ -154,7 +159,7 @@ def main() -> None:
     if args.messages:
         messages = args.messages
     from sparza.devservers.kafka import TansuProcess
-    from sparza.runtime.app import _importable_cwd
+    from sparza.runtime.driver.app import _importable_cwd
     from sparza.testing import local_spark_session
 
     _importable_cwd()
@@ -201,7 +206,7 @@ def main() -> None:
               "job ran first.\n")
     cmd = f"python bench/kafka.py --scale {args.scale}" + (f" --messages {args.messages}" if args.messages else "")
     record("kafka", "Kafka: keyed count through sparza run vs confluent-kafka's consume and produce loops", cmd,
-           body)
+           body, measures=MEASURES)
 
 
 if __name__ == "__main__":

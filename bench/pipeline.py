@@ -55,6 +55,12 @@ ROWS_PER_FILE = 25_000  # the loader commits 50k edits at a time: one file per p
 
 # --- shared ----------------------------------------------------------------------------------------
 
+MEASURES = ('The demo application (two stages, a broadcast adjunct join, RocksDB windows, Avro blobs) on '
+            '1,000,000 events, against the same pipeline written in native Spark Structured Streaming, in '
+            'alternating rounds of fresh processes.')
+"""What this benchmark measures (the first paragraph of its section in docs/benchmarks.md)."""
+
+
 def _config(work: Path, run_id: str, conn: str, batch: int) -> Any:
     from examples.wikipedia.config import demo_config
 
@@ -123,7 +129,7 @@ def run_sparza(work: Path, conn: str, run_id: str, batch: int, profile: Path | N
 
     from sparza.api import plan_application
     from sparza.runtime import JobRunner
-    from sparza.runtime.stages import run_together
+    from sparza.runtime.driver.application import run_together
 
     config = _config(work, run_id, conn, batch)
     spark = _spark("sparza-bench-pipeline")
@@ -265,7 +271,7 @@ def run_native(work: Path, conn: str, run_id: str, batch: int) -> dict[str, Any]
 
 def child(args: argparse.Namespace) -> None:
     """``--child``: one run in this process; its result as JSON in ``--out``."""
-    from sparza.runtime.app import _importable_cwd
+    from sparza.runtime.driver.app import _importable_cwd
 
     _importable_cwd()
     work = Path(args.work)
@@ -341,7 +347,6 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(tempfile.mkdtemp(prefix="sparza-bench-pipeline-"))
     azurite = AzuriteProcess(work / "azurite")
     azurite.start()
-    load_before = loadavg()
     results: dict[str, list[dict[str, Any]]] = {"sparza": [], "native": []}
     took = time.monotonic()
     profile_summary = None
@@ -370,11 +375,12 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         azurite.stop()
         shutil.rmtree(work, ignore_errors=True)
-    body = render(results, events, batch, rounds, load_before, loadavg(), time.monotonic() - took, profile_summary)
+    body = render(results, events, batch, rounds, time.monotonic() - took, profile_summary)
     cmd = (f"python bench/pipeline.py --scale {args.scale}" + (f" --events {args.events}" if args.events else "")
            + (f" --rounds {args.rounds}" if args.rounds else "") + (f" --batch {args.batch}" if args.batch else "")
            + (" --profile" if args.profile else ""))
-    record("pipeline", "Real pipeline: the demo application on sparza vs native Spark Structured Streaming", cmd, body)
+    record("pipeline", "Real pipeline: the demo application on sparza vs native Spark Structured Streaming", cmd, body,
+           measures=MEASURES)
 
 
 def _check(conn: str, mode: str, run_id: str, res: dict[str, Any], expected: dict[str, list[int]]) -> str:
@@ -392,8 +398,8 @@ def _check(conn: str, mode: str, run_id: str, res: dict[str, Any], expected: dic
     return f"{len(got)} windows exact" + (f", {missing} still open in Spark's state at the end" if missing else "")
 
 
-def render(results: dict[str, list[dict[str, Any]]], events: int, batch: int, rounds: int, load_before: str,
-           load_after: str, took: float, profile: dict[str, Any] | None) -> str:
+def render(results: dict[str, list[dict[str, Any]]], events: int, batch: int, rounds: int, took: float,
+           profile: dict[str, Any] | None) -> str:
     """The report section."""
     med = {m: statistics.median(r["seconds"] for r in rs) for m, rs in results.items()}
     mem = {m: statistics.median(r["peak_mib"] for r in rs) for m, rs in results.items()}
@@ -408,7 +414,7 @@ def render(results: dict[str, list[dict[str, Any]]], events: int, batch: int, ro
     body = (f"{events:,} edits (2 partitions), {batch:,} events per partition and batch (native: "
             f"maxFilesPerTrigger {max(1, PARTITIONS * batch // ROWS_PER_FILE)} of {ROWS_PER_FILE:,} rows), "
             f"local[2], Azurite on the same host. {rounds} round(s), each run in a fresh process, order alternating. "
-            f"Load average before {load_before}, after {load_after}; {took:.0f} s in all.\n\n"
+            f"{took:.0f} s in all.\n\n"
             + table(["pipeline", "median s", "events/s", "peak MiB (process tree)",
                      "CPU s: process tree + Azurite (of it Azurite)", "runs (s)", "rate vs sparza"], rows)
             + f"\n\nsparza vs native: **{statistics.median(ratio):.2f}x** (median of the per-round ratios "

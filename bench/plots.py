@@ -36,6 +36,11 @@ SCALES: dict[str, dict[str, Any]] = {
 MIB = 1 << 20
 
 
+MEASURES = ("The blob producer's throughput, restore against replay, and failover times over a range of sizes, "
+            'drawn as plots (the data is kept next to each image as JSON).')
+"""What this benchmark measures (the first paragraph of its section in docs/benchmarks.md)."""
+
+
 def _pyplot() -> Any:
     import matplotlib
 
@@ -223,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             parts.append(f"![{name}]({path})\n\n{note} ({time.monotonic() - started:.0f} s)")
     command = f"python bench/plots.py --scale {args.scale}" + (f" --only {' '.join(args.only)}" if args.only else "")
     _report.record("plots", "Plots: blob producer throughput, restore vs replay, failover", command,
-                   "\n\n".join(parts))
+                   "\n\n".join(parts), measures=MEASURES)
     return 0
 
 

@@ -17,9 +17,8 @@ Figures are messages per second from building the streaming query to its end (Sp
 excluded), medians of ``--rounds`` rounds whose order alternates. **Warm** (default): one SparkSession;
 each Spark path first runs once on 10k other messages, so none pays the JVM's and the Python workers'
 first-use costs for another. **Cold** (``--cold``): every timed run in a fresh process (a new JVM and
-new Python workers), so each path pays its own first-use costs and nothing else's. (Before issue 16
-the cold figures ran every path in one session, sparza first: sparza paid the JVM's warm-up and the
-peer, running second, did not.)
+new Python workers), so each path pays its own first-use costs and nothing else's (in one shared session,
+whichever path ran first would pay the JVM's warm-up for the other).
 """
 
 from __future__ import annotations
@@ -47,6 +46,15 @@ SCALES = {"small": (100_000, 1_000, 8), "full": (2_000_000, 10_000, 8)}
 PATHS = ("sparza", "batch", "peer")
 TASKS = {"sparza": "examples.keyed_count.task.KeyedCountTask",
          "batch": "examples.keyed_count.batch_task.KeyedCountBatchTask"}
+
+
+MEASURES = ('A keyed count in RocksDB with each running count written to a Delta stream, through `sparza run` as '
+            'a per-message task and as a batch task, against `transformWithStateInPandas` doing the same and a '
+            'plain Python loop over the rows in memory (the ceiling).')
+"""What this benchmark measures (the first paragraph of its section in docs/benchmarks.md)."""
+MEASURES_COLD = ('The keyed count of the task runtime section with every timed run in a fresh JVM and fresh Python '
+                 'workers, no warm-up.')
+"""What this benchmark measures (the first paragraph of its section in docs/benchmarks.md)."""
 
 
 def job_config(root: Path, max_batch: int, *, name: str = "bench-kc", task: str = TASKS["sparza"],
@@ -198,7 +206,7 @@ def timed_run(spark: Any, root: Path, run: str, path: str, max_batch: int,
 
 def child(args: argparse.Namespace) -> None:
     """``--child``: one cold run in this process (a fresh JVM and Python workers); its result as JSON."""
-    from sparza.runtime.app import _importable_cwd
+    from sparza.runtime.driver.app import _importable_cwd
 
     _importable_cwd()
     spark = _spark(args.partitions)
@@ -239,11 +247,10 @@ def main() -> None:
     if args.messages:
         messages = args.messages
     rounds = args.rounds or (1 if args.scale == "small" else 2)
-    from sparza.runtime.app import _importable_cwd
+    from sparza.runtime.driver.app import _importable_cwd
 
     _importable_cwd()
     root = Path(tempfile.mkdtemp(prefix="sparza-bench-runtime-"))
-    load_before = loadavg()
     max_batch = max(messages // partitions // 2, 1000)
     times: dict[str, list[float]] = {p: [] for p in PATHS}
     splits: dict[str, list[dict[str, float]]] = {p: [] for p in PATHS}
@@ -278,16 +285,17 @@ def main() -> None:
         assert ceiling_n == messages
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    body = render(times, ceiling_s, messages, keys, partitions, rounds, args.cold, load_before, loadavg(), splits)
+    body = render(times, ceiling_s, messages, keys, partitions, rounds, args.cold, splits)
     cmd = (f"python bench/runtime.py --scale {args.scale}" + (f" --messages {args.messages}" if args.messages else "")
            + (f" --rounds {args.rounds}" if args.rounds else "") + (" --cold" if args.cold else ""))
     record("runtime-cold" if args.cold else "runtime",
            "Task runtime: keyed count on Spark vs transformWithStateInPandas vs a Python loop"
-           + (" (cold: no warm-up)" if args.cold else ""), cmd, body)
+           + (" (cold: no warm-up)" if args.cold else ""), cmd, body,
+           measures=MEASURES_COLD if args.cold else MEASURES)
 
 
 def render(times: dict[str, list[float]], ceiling_s: float, messages: int, keys: int, partitions: int, rounds: int,
-           cold: bool, load_before: str, load_after: str, splits: dict[str, list[dict[str, float]]]) -> str:
+           cold: bool, splits: dict[str, list[dict[str, float]]]) -> str:
     """The report section."""
     med = {p: statistics.median(v) for p, v in times.items()}
     rate = {p: messages / s for p, s in med.items()}
@@ -302,7 +310,7 @@ def render(times: dict[str, list[float]], ceiling_s: float, messages: int, keys:
     how = ("Cold: every timed run in a fresh process (new JVM, new Python workers), no warm-up." if cold else
            "Warm: one SparkSession; each Spark path ran once on 10k other messages first.")
     return (f"{messages:,} messages of 100 bytes, {keys:,} keys, {partitions} partitions, local[2]; {rounds} round(s), "
-            f"order alternating, medians. {how} Load average before {load_before}, after {load_after}.\n\n"
+            f"order alternating, medians. {how}\n\n"
             + table(["path", "median s", "runs (s)", "messages/s", "vs peer", "vs ceiling"], rows)
             + f"\n\nsparza vs peer: **{rate['sparza'] / rate['peer']:.2f}x** per-message task, "
               f"**{rate['batch'] / rate['peer']:.2f}x** batch task (goal ≥ 3x); sparza vs ceiling: "

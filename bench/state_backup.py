@@ -43,6 +43,12 @@ THREADS = 4
 MIB = 1 << 20
 
 
+MEASURES = ('Full and incremental backup of a 1.1 GB RocksDB store to Azurite and to a local directory, and its '
+            'restore on a new host, against a plain parallel download of the same blobs and a changelog-style '
+            'replay of every put.')
+"""What this benchmark measures (the first paragraph of its section in docs/benchmarks.md)."""
+
+
 def key(i: int) -> bytes:
     return b"key-%012d" % i
 
@@ -218,7 +224,8 @@ def main() -> None:
                   f"is a lower bound for a real changelog restore, which also reads them from a topic. "
                   f"Whole run: {total:.0f} s.\n")
         _report.record("state_backup", f"State backup and restore (SEP-003), scale {args.scale}",
-                       f".venv/bin/python bench/state_backup.py --scale {args.scale}", body)
+                       f".venv/bin/python bench/state_backup.py --scale {args.scale}", body,
+                       measures=MEASURES)
     finally:
         azurite.stop()
         shutil.rmtree(work, ignore_errors=True)

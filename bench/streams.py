@@ -38,6 +38,11 @@ SCALES = {  # value size -> (messages, messages per commit); small commits: (com
 }
 
 
+MEASURES = ('Writing and reading Delta streams through the producer and consumer, against writing and reading the '
+            'same per-partition Parquet files with pyarrow and no Delta log (the ceiling).')
+"""What this benchmark measures (the first paragraph of its section in docs/benchmarks.md)."""
+
+
 def _data(n: int, size: int, per_batch: int) -> list[list[tuple[int, pa.Table]]]:
     """Batches of per-partition Arrow tables (key, value, timestamp); random values do not compress."""
     batches = []
@@ -198,9 +203,9 @@ def main() -> None:
               "local disk. The ceiling writes/reads the same per-partition files with pyarrow and no Delta log. "
               "The three write paths run interleaved batch by batch and the reads partition by partition "
               "(best of 3 rounds, commit cache cleared), so each figure and its baseline see the same load. "
-              "Goals (issue 3): read >= 50% and write >= 30% of the ceiling.\n")
+              "Goals: read >= 50% and write >= 30% of the ceiling.\n")
     command = f".venv/bin/python bench/streams.py --scale {args.scale}"
-    _report.record("streams", f"Delta streams ({args.scale})", command, body)
+    _report.record("streams", f"Delta streams ({args.scale})", command, body, measures=MEASURES)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,11 @@ SCALES = {"small": (20_000, 500, 4, 2_500), "full": (200_000, 5_000, 4, 10_000)}
 SCHEMA = "key string not null, count long not null"
 
 
+MEASURES = ('Writing typed result tables (append, and upsert by key) through `sparza run`, against deltalake '
+            'writing the same rows directly.')
+"""What this benchmark measures (the first paragraph of its section in docs/benchmarks.md)."""
+
+
 def job_config(root: Path, mode: str, max_batch: int) -> Any:
     from examples.keyed_count.config import job_values
 
@@ -126,7 +131,7 @@ def main() -> None:
     parser.add_argument("--scale", choices=sorted(SCALES), default="small")
     args = parser.parse_args()
     messages, keys, partitions, max_batch = SCALES[args.scale]
-    from sparza.runtime.app import _importable_cwd
+    from sparza.runtime.driver.app import _importable_cwd
     from sparza.testing import local_spark_session
 
     _importable_cwd()
@@ -166,7 +171,7 @@ def main() -> None:
               "transactions; upserts merge concurrently from the tasks and retry on conflict); deltalake's is "
               "only its table writes, one after the other. Both tables were checked to hold the same rows.\n")
     record("tables", "Typed result tables: sparza run vs deltalake writes of the same rows",
-           f"python bench/tables.py --scale {args.scale}", body)
+           f"python bench/tables.py --scale {args.scale}", body, measures=MEASURES)
 
 
 if __name__ == "__main__":

@@ -81,7 +81,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def sparza_package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``sparza package`` of sparza and ``examples``: what executors without the project import the jobs from."""
-    from sparza.runtime.packaging import build_package
+    from sparza.runtime.driver.packaging import build_package
 
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
@@ -107,7 +107,7 @@ def spark_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[A
 @pytest.fixture(scope="session")
 def connect_spark(spark_connect_server: Any) -> Iterator[Any]:
     """One Spark Connect client session on the session's server (its Python workers are reused across tests)."""
-    from sparza.runtime.session import connect_session
+    from sparza.runtime.driver.session import connect_session
 
     session = connect_session(spark_connect_server.url)
     try:

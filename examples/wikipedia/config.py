@@ -68,10 +68,11 @@ def _input_systems(run_dir: Path, run_id: str, source: str, kafka_bootstrap_serv
 
 def demo_config(run_dir: Path, run_id: str, connection_string: str, *, partitions: int = 2,
                 max_batch: int = 5_000, lateness_ms: int = 120_000, source: str = "delta",
-                kafka_bootstrap_servers: str | None = None) -> Config:
+                kafka_bootstrap_servers: str | None = None, sessions: bool = False) -> Config:
     """The application config of one demo run (``sparza run --config`` accepts the same keys as YAML).
 
-    ``source`` is one of :data:`SOURCES`; ``"kafka"`` needs ``kafka_bootstrap_servers``.
+    ``source`` is one of :data:`SOURCES`; ``"kafka"`` needs ``kafka_bootstrap_servers``. ``sessions`` adds
+    each user's editing sessions (``app.wikipedia.sessions.table``, ``sparza demo --sessions``).
     """
     out = output_stream(run_id)
     edits, profiles, input_keys = _input_systems(run_dir, run_id, source, kafka_bootstrap_servers, lateness_ms)
@@ -113,4 +114,7 @@ def demo_config(run_dir: Path, run_id: str, connection_string: str, *, partition
         "job.checkpoint.factory": "blobstore",
         "spark.sql.shuffle.partitions": str(partitions),
     }
+    if sessions:
+        # Each user's editing sessions (30-minute gap), upserted by (user, session start): stage 1, no repartition.
+        values["app.wikipedia.sessions.table"] = f"{TABLES_SYSTEM}.user_sessions"
     return Config(values)

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Edit", "expected_demo_windows", "expected_windows", "final_profiles", "generate_edits", "generate_profiles",
-           "profiles_for_users", "read_edits_jsonl", "write_jsonl"]
+__all__ = ["Edit", "expected_demo_windows", "expected_user_sessions", "expected_windows", "final_profiles",
+           "generate_edits", "generate_profiles", "profiles_for_users", "read_edits_jsonl", "write_jsonl"]
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 COUNTRIES = ["DE", "FR", "US", "IN", "BR", "JP", "NG", "PL", "ES", "SE"]
@@ -130,6 +130,29 @@ def expected_demo_windows(edits: list[Edit], profile_rows: list[tuple[str, dict[
         acc[1] += e.bytes_changed
         acc[2] += 1 if e.user in bots else 0
     return {k: (v[0], v[1], v[2]) for k, v in out.items()}
+
+
+def expected_user_sessions(edits: list[Edit], gap_ms: int = 30 * 60_000) -> dict[tuple[str, int],
+                                                                               tuple[int, int, int]]:
+    """``(user, session start) -> (session end, edits, bytes changed)``: a user's edits in event-time order,
+    a new session whenever the next edit is ``gap_ms`` or more after the previous one; a session ends
+    ``gap_ms`` after its last edit. Every edit counts (the sessions come before the profile join)."""
+    by_user: dict[str, list[Edit]] = defaultdict(list)
+    for e in edits:
+        by_user[e.user].append(e)
+    out: dict[tuple[str, int], tuple[int, int, int]] = {}
+    for user, items in by_user.items():
+        items.sort(key=lambda e: e.timestamp)
+        group = [items[0]]
+        for e in [*items[1:], None]:
+            if e is not None and e.timestamp - group[-1].timestamp < gap_ms:
+                group.append(e)
+                continue
+            out[(user, group[0].timestamp)] = (group[-1].timestamp + gap_ms, len(group),
+                                               sum(x.bytes_changed for x in group))
+            if e is not None:
+                group = [e]
+    return out
 
 
 def write_jsonl(path: Path, objects: list[dict[str, object]]) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sparza.config import Config
-    from sparza.runtime.runner import RunOutcome
+    from sparza.runtime.driver.report import RunOutcome
 
 __version__ = "0.1.0"
 __all__ = ["__version__", "run"]
@@ -25,9 +25,9 @@ def run(config: Config | Mapping[str, Any] | str | os.PathLike[str], spark: Any 
     """Run a job or application as ``sparza run`` does, on ``spark`` when given (never stopped here), and
     return its summary (:class:`sparza.runtime.RunOutcome`: reason, batches, discards, exit code).
 
-    See :func:`sparza.runtime.app.run` for every argument and how failures are reported.
+    See :func:`sparza.runtime.driver.app.run` for every argument and how failures are reported.
     """
-    from sparza.runtime.app import run as run_job
+    from sparza.runtime.driver.app import run as run_job
 
     return run_job(config, spark, master=master, remote=remote, once=once, processor_id=processor_id, stage=stage,
                    raise_on_error=raise_on_error)

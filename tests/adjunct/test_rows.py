@@ -1,5 +1,5 @@
 """Adjunct messages handed over as runs of rows (``TaskAdjunctManager.on_rows``, what the runtime does
-per SSP run, issue 16: bootstrap at 20 % of a RocksDB put_all) leave every store, offset, count and
+per SSP run, many times faster than one envelope per message) leave every store, offset, count and
 checkpoint entry exactly as ``on_envelope`` of each message does: replays (already applied prefixes),
 deletes, keys an extractor skips, objects that need the store's serde, and versioned datasets split
 by end-of-dataset markers. Real RocksDB stores, real local blob store."""

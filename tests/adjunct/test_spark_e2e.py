@@ -20,22 +20,7 @@ from sparza.streams import OutgoingMessageEnvelope, SystemStream
 from sparza.systems import StreamSpec
 from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer
 
-
-def _runtime_drives_adjunct_stores() -> bool:
-    from dataclasses import fields
-
-    from sparza.runtime import TaskCheckpoint
-
-    return any(f.name == "adjunct" for f in fields(TaskCheckpoint))
-
-
-# These tests need the runtime to call TaskAdjunctManager (docs/adjunct.md, integration checklist).
-# They passed against that integration applied to a copy of the runtime; until the runtime has it,
-# they are skipped (and not counted as coverage).
-pytestmark = [pytest.mark.spark,
-              pytest.mark.skipif(not _runtime_drives_adjunct_stores(),
-                                 reason="the runtime does not drive adjunct stores yet (TaskCheckpoint has no "
-                                        "'adjunct' field); see docs/adjunct.md, runtime integration checklist")]
+pytestmark = pytest.mark.spark
 
 
 def _job(root: Path, *, broadcast: bool = False, bootstrap: bool = True, max_batch: int = 1000,

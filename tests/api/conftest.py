@@ -5,6 +5,7 @@ end-to-end tests live in test_e2e_spark.py."""
 
 from __future__ import annotations
 
+import sys
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,10 @@ from sparza.streams import (
     SystemStream,
     SystemStreamPartition,
 )
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # the operator tests' applications are imported by dotted path (tests.api.*)
+    sys.path.insert(0, str(REPO))
 
 
 class Collector:

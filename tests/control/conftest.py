@@ -65,7 +65,7 @@ class E2E:
         producer.flush(source)
 
     def runner(self, stage_config: Config) -> Any:
-        from sparza.runtime.runner import JobRunner
+        from sparza.runtime.driver.runner import JobRunner
 
         return JobRunner(stage_config, spark=self.spark, install_signal_handlers=False, status=lambda line: None)
 
@@ -124,7 +124,7 @@ class E2E:
     def run_app(self, config: Config, stage: str | None = None) -> Any:
         """``sparza run`` of an app.class config in this process: every stage (or ``stage``) as a query
         of one processor, via the runtime's run_application on the shared session."""
-        from sparza.runtime.stages import run_application
+        from sparza.runtime.driver.application import run_application
 
         for attempt in range(3):
             try:

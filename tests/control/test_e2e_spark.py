@@ -128,7 +128,7 @@ def test_idle_upstream_task_with_quorum_advances_without_holds(e2e, expect_windo
 
 
 def test_two_stages_speaking_samzas_control_protocol_end_by_themselves(e2e, expect_windows, panes_of):
-    """Issue 17: the intermediate stream configured for Samza's protocol on both sides. Upstream tasks
+    """The intermediate stream configured for Samza's protocol on both sides. Upstream tasks
     write Samza's bodies (no taskCount) to the aggregate partition only; the downstream task reading it
     counts producers from control.producer.count and re-broadcasts to the other partitions; the job
     ends by itself with exact windows."""

@@ -1,4 +1,4 @@
-"""Samza's control-message protocol (issue 17): Samza's bodies (no taskCount) are read and, where a
+"""Samza's control-message protocol: Samza's bodies (no taskCount) are read and, where a
 stream is configured for it, written byte for byte as Samza's ``IntermediateMessageSerde`` does; the
 upstream task count then comes from ``control.producer.count``; messages go to the stream's aggregate
 partition, whose reader re-broadcasts what it reconciled to the other partitions (Samza's O(n))."""

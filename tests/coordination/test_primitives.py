@@ -26,8 +26,8 @@ from sparza.coordination import (
     write_fenced,
 )
 from sparza.coordination.clients import CoordinationClients
-from sparza.coordination.config import CoordinationConfig
 from sparza.coordination.fencing import stored_generation
+from sparza.coordination.settings import CoordinationConfig
 from sparza.coordination.store import BarrierState, CoordinatorState
 from sparza.coordination.table import live_processors
 
@@ -196,7 +196,7 @@ _LOCK_WORKER = textwrap.dedent("""
     import json, sys, time
     from sparza.coordination import AzureLock
     from sparza.coordination.clients import CoordinationClients
-    from sparza.coordination.config import CoordinationConfig
+    from sparza.coordination.settings import CoordinationConfig
     from sparza.azure import resolve_storage_account
     config = json.loads(sys.argv[1])
     counter = CoordinationClients.create(CoordinationConfig.from_config(config),

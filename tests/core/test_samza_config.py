@@ -1,4 +1,4 @@
-"""Samza's spellings translate to sparza's, and no config value is silently ignored (issue 17, part 1)."""
+"""Samza's spellings translate to sparza's, and no config value is silently ignored."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_samza_class_of_a_missing_feature_is_an_error_saying_so(key, samza, says
 
 
 def test_blob_store_backend_class_gives_the_store_a_backup(tmp_path):
-    # Reported: Samza's own value left the store with no backup; the runtime reads job.config.
+    # Samza's own value gives the store a blob-store backup; the runtime reads job.config.
     job = JobConfig.from_config(_job(tmp_path, **{
         "stores.counts.backup.factories": "org.apache.samza.storage.blobstore.BlobStoreStateBackendFactory"}))
     assert job.config["stores.counts.backup.factories"] == "blobstore"

@@ -1,5 +1,6 @@
 """The benchmark suite's smoke test (cheap): every benchmark imports and takes --scale, and
-docs/benchmarks.md is built from the committed sections.
+docs/benchmarks.md is a report built from the committed sections: per benchmark what it measures, the
+command, the latest table, and a paragraph on each unmet goal; no run history.
 
 The whole ``bench/run_all.py --scale small`` takes longer than a CI smoke test should on the
 2-core machine (minutes: Azurite, Spark and multi-process rounds), so CI runs ``--check``.
@@ -7,6 +8,7 @@ The whole ``bench/run_all.py --scale small`` takes longer than a CI smoke test s
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +31,19 @@ def test_benchmarks_page_holds_every_committed_section() -> None:
     assert sections
     for section in sections:
         text = section.read_text(encoding="utf-8")
-        title = text.splitlines()[0]
+        title, blank, measures, *_ = text.splitlines()
         assert title.startswith("## ") and title in page, section.name
-        assert "Command: `" in text, section.name
+        assert blank == "" and measures and not measures.startswith(("Command", "|", "#")), section.name
+        assert re.search(r"^Command: `[^`]+`  \nMeasured \d{4}-\d\d-\d\d on .+\.$", text, re.MULTILINE), section.name
+        assert "|---|" in text or "![" in text, section.name  # the latest table (or plot)
+
+
+def test_benchmarks_page_reports_without_a_diary() -> None:
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert page.index("## Goals and where each stands") < page.index("\n## ", page.index("## Goals") + 1)
+    for pattern in (r"\bissue \d+", r"#\d+\b", r"load average", r"committed as", r"\b[0-9a-f]{7,40}\b(?<!\d{7})",
+                    r"\d{4}-\d\d-\d\d \d\d:\d\d"):
+        found = re.search(pattern, page, re.IGNORECASE)
+        assert found is None, f"{pattern!r}: {page[max(0, found.start() - 60):found.end() + 60]!r}"
+    for notes in sorted((ROOT / "docs" / "bench" / "notes").glob("*.md")):
+        assert notes.read_text(encoding="utf-8").startswith("##"), notes.name

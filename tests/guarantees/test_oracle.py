@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from sparza.testing.harness import Outcome, SparkJob, check, reproduce_command
-from sparza.testing.oracle import compare, expected_records, expected_table_rows, window_starts
+from sparza.testing.oracle import compare, expected_records, expected_table_rows, reduce_panes, window_starts
 from sparza.testing.scenario import (
     AFTER_RUN_FAULTS,
     COMMIT_STEPS,
@@ -47,7 +47,7 @@ def test_a_seed_is_a_complete_reproduction() -> None:
 
 def test_seeds_cover_every_job_kind_fault_and_commit_step() -> None:
     drawn = [generate(seed) for seed in range(1, 400)]
-    assert {s.kind for s in drawn} == {"copy", "count", "filtermap", "pipeline", "window"}
+    assert {s.kind for s in drawn} == {"copy", "count", "filtermap", "pipeline", "window", "join", "session"}
     assert {s.fault for s in drawn} == set(FAULTS + EXTRA_FAULTS)
     assert {s.fail_step for s in drawn if s.fault == "fail-once"} == set(COMMIT_STEPS)
     assert {s.join for s in drawn if s.api == "app"} == {"none", "broadcast", "partitioned"}
@@ -201,6 +201,9 @@ def test_extras_are_drawn_apart_and_leave_older_draws_alone() -> None:
         if s.fault not in EXTRA_FAULTS:
             assert plain.fault == s.fault
         probe = [m for m in s.messages if m.chunk >= plain.chunks]
+        if _operators_drawn(s):  # one bounded chunk (see test_operators_are_drawn_apart...): chunks merged
+            assert [m.id for m in s.messages[:len(plain.messages)]] == [m.id for m in plain.messages]
+            continue
         assert s.messages[:len(plain.messages)] == plain.messages
         if probe:   # only after damage in the last phase of an unbounded scenario, with new ids and live partitions
             assert not s.bounded and s.chunks == plain.chunks + 1
@@ -212,6 +215,66 @@ def test_extras_are_drawn_apart_and_leave_older_draws_alone() -> None:
     with pytest.raises(ValueError, match="needs a Kafka input"):
         generate(669040315, output="delta", input="delta", fault="kafka-restart")
     assert reproduce_command(7, extras=False).endswith("--seed 7 --extras none")
+
+
+def _operators_drawn(s: Scenario) -> bool:
+    return s.kind in ("join", "session") or bool(s.early or s.allowed_lateness_ms or s.late_trigger)
+
+
+def test_operators_are_drawn_apart_with_the_extras_and_leave_older_draws_alone() -> None:
+    """Joins, sessions and triggers come from their own generator (OPERATORS_SALT), only with the extras: every
+    shape is drawn, each scenario so drawn is bounded in one chunk, a join has no table join and no upsert
+    table, and without the extras a seed is what it was."""
+    drawn = [generate(seed) for seed in range(1, 600)]
+    joins = [s for s in drawn if s.kind == "join"]
+    sessions = [s for s in drawn if s.kind == "session"]
+    triggered = [s for s in drawn if s.kind == "window" and _operators_drawn(s)]
+    assert {s.join_type for s in joins} == {"inner", "left", "outer"} and {s.session_merge for s in sessions} == {
+        True, False}
+    assert any(s.late for s in joins) and any(s.late for s in sessions) and any(s.late for s in triggered)
+    assert {s.early.split(":")[0] for s in sessions + triggered if s.early} == {"count", "ms"}
+    assert any(s.allowed_lateness_ms and s.late_trigger for s in sessions + triggered)
+    assert any(s.allowed_lateness_ms for s in joins) and any(s.join_within_ms == 0 for s in joins)
+    for s in drawn:
+        plain = generate(s.seed, extras=False)
+        assert not _operators_drawn(plain) and plain.kind in ("copy", "count", "filtermap", "pipeline", "window")
+        if _operators_drawn(s):
+            assert s.api == "app" and s.bounded and s.chunks == 1 and s.fault_phase == 0
+            assert {m.chunk for m in s.messages} == {0}
+        if s.kind == "join":
+            assert s.join == "none" and not s.profiles and s.output != "table-upsert"
+        if s.kind not in ("window", "session"):
+            assert not (s.early or s.late_trigger)
+        if s.late_trigger:
+            assert s.allowed_lateness_ms
+    assert "join" in generate(1642).describe() and "window" in generate(1642, extras=False).describe()
+
+
+def test_join_session_and_pane_oracles() -> None:
+    """Join: even n on the left, odd on the right, pairs within the bound; sessions split at the gap; the newest
+    pane of a window is its record, and a lost, repeated or early-last pane is reported."""
+    msgs = [InputMessage(0, "a", 2, 100, 0, 0), InputMessage(1, "a", 3, 105, 0, 0), InputMessage(2, "a", 5, 140, 1, 0),
+            InputMessage(3, "b", 4, 100, 1, 0), InputMessage(4, "a", 6, 200, 0, 0)]
+    join = _scenario("join", msgs, api="app", join_within_ms=10, join_type="outer")
+    assert expected_records(join) == Counter({(0, "a", 2, 1, "j"): 1, (3, "b", 4, -1, "jl"): 1,
+                                              (4, "a", 6, -1, "jl"): 1, (2, "a", 5, -1, "jr"): 1})
+    join.join_type = "inner"
+    assert expected_records(join, excluded_ids=[1]) == Counter()
+    sessions = _scenario("session", msgs, api="app", session_gap_ms=40)
+    # a: 100, 105, 140 (35 < 40 apart: one session), 200; b: 100
+    assert expected_records(sessions) == Counter({(100, "a", 3, 10, "s"): 1, (200, "a", 1, 6, "s"): 1,
+                                                  (100, "b", 1, 4, "s"): 1})
+    panes = Counter({(100, "a", 1, 2, "s:early:0"): 1, (100, "a", 3, 10, "s:on_time:1"): 1,
+                     (140, "a", 1, 5, "s:on_time:0"): 1, (140, "a", 0, 0, "s:retract:1"): 1})
+    reduced, problems = reduce_panes(sessions, panes, upserted=False)
+    assert reduced == Counter({(100, "a", 3, 10, "s"): 1}) and not problems
+    repeated = panes + Counter({(100, "a", 3, 10, "s:on_time:1"): 1})
+    assert "a firing lost or repeated" in reduce_panes(sessions, repeated, upserted=False)[1][0]
+    early_last = Counter({(100, "a", 1, 2, "s:early:0"): 1})
+    assert "the last pane is early" in reduce_panes(sessions, early_last, upserted=False)[1][0]
+    plain = _scenario("window", msgs, api="app", window_size_ms=100, window_slide_ms=100)
+    assert reduce_panes(plain, Counter({(0, "a", 1, 1, "w"): 1}), upserted=False) == (
+        Counter({(0, "a", 1, 1, "w"): 1}), [])
 
 
 def test_table_oracle_append_is_every_record_upsert_the_last_count_per_task_and_key() -> None:
@@ -281,7 +344,7 @@ def test_the_check_reads_a_real_upsert_table_with_every_reader_and_finds_a_wrong
 def test_harness_task_passes_the_start_check_of_sparza_run_for_store_less_kinds() -> None:
     """Found after merging the start checks: every copy/filtermap scenario exited 2 ("asks for store
     'counts' … not set") because the class named its count-only store with a literal."""
-    from sparza.runtime.preflight import store_names_asked
+    from sparza.runtime.driver.preflight import store_names_asked
     from sparza.testing.jobs import HarnessTask
 
     assert store_names_asked(HarnessTask) == []

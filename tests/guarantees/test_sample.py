@@ -23,7 +23,7 @@ SAMPLE = [
     # Draws the batch API (process_batch, records sent as Arrow rows to the Delta output) since it exists.
     pytest.param(669040315, None, None, "delta", "delta", id="count-rocksdb-kill9"),
     pytest.param(365773884, None, None, "delta", "delta", id="window-broadcast-join-lost-spark-checkpoint"),
-    # Found by the harness (the planner never made a partitioned table a stage input); fixed by 525f083.
+    # Found by the harness: a partitioned table must be an input of the stage that joins it.
     pytest.param(122, None, "none", None, None, id="pipeline-partitioned-join"),
 ]
 
@@ -78,6 +78,27 @@ def test_fixed_seed_with_extras(azurite, kafka_broker, tmp_path) -> None:
     _verdict(run_spark_scenario(scenario, azurite, tmp_path, kafka=kafka_broker))
 
 
+# The operators of issue 29, drawn with the extras (scenario.OPERATORS_SALT): one scenario of each.
+SAMPLE_OPERATORS = [
+    # A left stream-stream join within 3 ms (allowed lateness 200 ms) of the even and odd messages, each side
+    # repartitioned into 4 partitions, shuffled event times with late data routed, one message per batch; every
+    # committed snapshot purged with the local state, then a final run.
+    pytest.param(884, "join(p2=4,join=none,left within=3,lateness=200)", id="join-left-late-purged-snapshot"),
+    # Session windows (gap 2 s, merged accumulators, allowed lateness 20 s) to JSON-lines blobs; snapshots purged.
+    pytest.param(2945, "session(p2=4,join=none,gap=2000,merge,lateness=20000)", id="session-merge-purged-snapshot"),
+    # Tumbling windows with an early trigger every 50 ms of event time, late data, panes upserted into a typed
+    # table (the newest pane per window is the row); committed snapshots marked deleted.
+    pytest.param(554, "window(p2=2,join=none,win=50/50,early=ms:50)", id="window-early-trigger-table-upsert"),
+]
+
+
+@pytest.mark.parametrize(("seed", "shape"), SAMPLE_OPERATORS)
+def test_fixed_seed_operators(seed: int, shape: str, azurite, tmp_path) -> None:
+    scenario = generate(seed)
+    assert shape in scenario.describe() and scenario.processors == 1 and scenario.fault2 == "none"
+    _verdict(run_spark_scenario(scenario, azurite, tmp_path))
+
+
 def test_scale_two_stages_broadcast_join_windows_to_azure_blobs(azurite, tmp_path) -> None:
     """≥ 100k messages through two stages with a broadcast join, tumbling windows and gzip Avro
     blobs (rolled over by count), no fault: every window exact."""
@@ -87,7 +108,7 @@ def test_scale_two_stages_broadcast_join_windows_to_azure_blobs(azurite, tmp_pat
     assert outcome.comparison is not None and outcome.comparison.actual > 0
 
 
-# Found by the harness as a hang (strict xfail); fixed on main by 010acde, seen XPASS there: now a plain test.
+# Found by the harness as a hang: a bounded job restarted after it ended stops by itself.
 def test_bounded_job_restarted_after_it_ended_stops_by_itself(azurite, tmp_path) -> None:
     scenario = generate(125, messages=20, fault="none", extras=False)
     scenario.api, scenario.kind, scenario.output, scenario.bounded, scenario.chunks = "task", "copy", "delta", True, 1

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from sparza.config import Config
-from sparza.runtime.stages import run_application
+from sparza.runtime.driver.application import run_application
 from sparza.streams import OutgoingMessageEnvelope, SystemStream
 from sparza.systems import StreamSpec
 from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer

@@ -1,4 +1,5 @@
-"""Azure blob output through ``sparza run`` is exactly-once (issue 14, defects 1 and 6).
+"""Azure blob output through ``sparza run`` is exactly-once, with several tasks writing one stream at once
+and after a batch whose flushed output is abandoned and replayed.
 
 Four tasks copy ~2 KB records into one ``azureblob`` Avro stream with small blocks and rollover by count, so
 blocks are staged before the flush and every task flushes several blobs in the same second. An independent

@@ -82,8 +82,8 @@ def test_drop_intent_forgets_an_uncommitted_flush_and_memory_stores_upgrade(make
 
     from sparza.metrics import MetricsRegistry
     from sparza.runtime.checkpoint import checkpoint_store_from_config
+    from sparza.runtime.container.stores import TaskStores
     from sparza.runtime.jobconfig import JobConfig
-    from sparza.runtime.stores import TaskStores
 
     config = make_job(**{"stores.counts.factory": "memory"})
     store = checkpoint_store_from_config(config, "kc-1")

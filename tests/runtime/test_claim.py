@@ -1,4 +1,4 @@
-"""Standalone processors hold an exclusive, fenced claim on their job (issue 14, defect 7).
+"""Standalone processors hold an exclusive, fenced claim on their job, so two processors never run it at once.
 
 `sparza run` subprocesses on one job: a second processor (another id, or the same id) is refused
 with exit code 3 and one line naming the holder; a frozen holder's claim expires, a new processor

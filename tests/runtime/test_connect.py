@@ -1,7 +1,7 @@
 """Jobs and applications through Spark Connect: the session's Connect server (started from the installed
 pyspark on loopback) runs them with executors that do not have the project, which reach sparza and the
 examples only through ``job.py.files`` (``sparza package``). The client drives the batches
-(runtime/clientloop.py). Exact results against plain-Python oracles, across restarts, and a batch logged
+(runtime/driver/clientloop.py). Exact results against plain-Python oracles, across restarts, and a batch logged
 but not committed runs again with the very same plan."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from tests.runtime.helpers import expected_counts, final_counts
 import sparza
 from sparza.config import Config
 from sparza.runtime import JobFailedError, JobRunner, checkpoint_store_from_config
-from sparza.runtime.clientloop import PlanLog
-from sparza.runtime.source import SparzaStreamReader
+from sparza.runtime.driver.clientloop import PlanLog
+from sparza.runtime.driver.source import SparzaStreamReader
 from sparza.streams import OutgoingMessageEnvelope, SystemStream
 from sparza.systems import StreamSpec
 from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer

@@ -11,7 +11,7 @@ from examples.keyed_count.load import append_messages
 from tests.runtime.helpers import expected_counts, final_counts
 
 from sparza.runtime import CheckpointFencedError, checkpoint_store_from_config
-from sparza.runtime.coordinated import CoordinatedProcessor
+from sparza.runtime.driver.coordinated import CoordinatedProcessor
 from sparza.testing import FAST_AZURE_COORDINATION
 
 pytestmark = [pytest.mark.spark, pytest.mark.azurite]

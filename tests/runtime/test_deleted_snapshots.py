@@ -1,4 +1,4 @@
-"""Deleted snapshot blobs through `sparza run` (SAMZA-2787, issue 14 defect 3).
+"""Deleted snapshot blobs through `sparza run` are recovered, as Samza does since SAMZA-2787.
 
 A committed snapshot's blobs (index and files) are marked deleted and the local state is gone (a
 new host): the job must restore from the deleted blobs, commit a fresh snapshot at once, carry on

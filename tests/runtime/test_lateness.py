@@ -1,4 +1,4 @@
-"""Event-time lateness only means something to event-time operators (issue 14, defect 2).
+"""Event-time lateness only means something to event-time operators: nothing else drops a message for it.
 
 An application without windows delivers every message whatever the order of event times; an
 application with windows drops (or routes) only messages whose every window already fired, and

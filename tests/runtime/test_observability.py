@@ -1,4 +1,4 @@
-"""Every seed is observable from a real run (issue 17, part 3): the Azure blob producer's counters (also
+"""Every seed is observable from a real run: the Azure blob producer's counters (also
 under Samza's names and groups), the backup and restore metrics, the adjunct store's, the per-stream
 input lag and the task timers reach the job's Prometheus endpoint and JSON lines, and the status line
 and the summary say when a store was restored from the blob store.

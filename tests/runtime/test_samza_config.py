@@ -1,4 +1,4 @@
-"""Samza job configs run: Samza's factory class names act like sparza's short names (issue 17, part 1)."""
+"""Samza job configs run: Samza's factory class names act like sparza's short names."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _run(spark, config) -> JobRunner:
 
 
 def test_samza_blob_store_backend_class_backs_the_store_up(spark, make_job, work_dir):
-    # Reported: Samza's own value left the store with no backup and no warning.
+    # Samza's own class name for the blob-store backend gives the store a backup, as sparza's short name does.
     config = make_job(**{"stores.counts.backup.factories": BLOBSTORE, "stores.counts.factory": ROCKSDB,
                          "task.max.batch.messages": "10000"})
     append_messages(config, 200, 5, commit_size=200)

@@ -17,8 +17,8 @@ from tests.runtime.helpers import expected_counts, final_counts, run_sparza, spa
 from sparza.azure import AZURITE_ACCOUNT_KEY
 from sparza.config import Config
 from sparza.runtime import JobRunner
+from sparza.runtime.driver.source import SparzaBatchReader, SparzaDataSource, SparzaStreamReader
 from sparza.runtime.secrets import SECRETS_REF_KEY, resolve_secrets, split_secrets
-from sparza.runtime.source import SparzaBatchReader, SparzaDataSource, SparzaStreamReader
 
 SECRET = AZURITE_ACCOUNT_KEY  # the account key inside azure.storage.connect
 

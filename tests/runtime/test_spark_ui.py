@@ -1,4 +1,4 @@
-"""When the Spark UI is enabled it binds to loopback unless configured otherwise (issue 17, part 2)."""
+"""When the Spark UI is enabled it binds to loopback unless configured otherwise."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ _SCRIPT = """
 import sys
 from sparza.config import Config
 from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.session import build_spark_session
+from sparza.runtime.driver.session import build_spark_session
 
 port = int(sys.argv[1])
 values = {"job.name": "ui", "task.class": "examples.keyed_count.task.KeyedCountTask", "task.inputs": "delta.events",

@@ -195,7 +195,7 @@ def _connect(endpoint: str) -> str:
 def test_a_good_job_and_every_stage_of_a_good_application_pass_the_checks(make_job: Callable[..., Config],
                                                                           work_dir: Path) -> None:
     from sparza.api import plan_application
-    from sparza.runtime.preflight import check_job
+    from sparza.runtime.driver.preflight import check_job
     from sparza.systems import StreamSpec
     from sparza.systems.delta import DeltaSystemAdmin
 

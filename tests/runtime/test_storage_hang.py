@@ -1,5 +1,5 @@
 """Storage that hangs in the middle of a run (accepts connections, never answers) is reported within
-``azure.storage.timeout.ms``, with the endpoint and what to check (issue 17, part 2).
+``azure.storage.timeout.ms``, with the endpoint and what to check.
 
 The job's blob store is Azurite behind a loopback proxy that the test can make silent: it keeps
 accepting connections and holds every byte until it is told to resume. That is storage hanging

@@ -13,9 +13,9 @@ from sparza.blobstore.api import INDEX_PAYLOAD_PATH, Metadata
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
 from sparza.runtime import stores as stores_module
+from sparza.runtime.container.stores import TaskStores
 from sparza.runtime.errors import RuntimeStateError
 from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.stores import TaskStores
 from sparza.state.backup import StateBackup
 
 TASK = "Partition 0"

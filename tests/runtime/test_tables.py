@@ -104,7 +104,7 @@ def test_upserted_view_holds_the_final_count_per_key_with_four_tasks(work_dir, r
 def test_high_level_windows_upserted_into_a_typed_table(work_dir, request):
     """`send_to(app.output(..., schema=..., mode="upsert", key=[...]))` of window panes, compared with a plain
     Python count per key and window."""
-    from sparza.runtime.stages import run_application
+    from sparza.runtime.driver.application import run_application
     from sparza.streams import OutgoingMessageEnvelope, SystemStream
     from sparza.systems.delta import DeltaSystemProducer
 

@@ -18,7 +18,7 @@ from tests.testing.test_testrunner import KEYED_COUNT, _events, _outputs
 
 from sparza.config import Config
 from sparza.runtime import JobFailedError
-from sparza.runtime.commit import CommitStep
+from sparza.runtime.container.commit import CommitStep
 from sparza.streams import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from sparza.systems.delta import DeltaSystemConsumer, DeltaSystemProducer
 from sparza.testing import TestMessage, TestRunner, watermark
@@ -108,7 +108,7 @@ def test_an_input_serde_is_refused_naming_the_key() -> None:
 
 def _run_in_process(config: Config, partitions: int) -> int:
     """Run the job's batches the way the Spark source runs them (plan, split, read → run_split), without Spark."""
-    from sparza.runtime.source import SparzaStreamReader
+    from sparza.runtime.driver.source import SparzaStreamReader
 
     values = dict(config.items())
     reader = SparzaStreamReader({"config": json.dumps(values), "task_count": str(partitions)})

@@ -25,7 +25,7 @@ from examples.wikipedia.load import load_edits, load_profiles
 
 from sparza.config import Config
 from sparza.runtime import JobRunner
-from sparza.runtime.stages import run_application
+from sparza.runtime.driver.application import run_application
 from sparza.serde import AvroSerde
 from sparza.systems import StreamSpec
 from sparza.systems.delta import DeltaSystemAdmin

@@ -12,7 +12,7 @@ from tests.testing.jobs import KEYED_COUNT, EventTimeCount, SumTask, task_define
 
 from sparza.api.examples import WindowedCount
 from sparza.runtime import JobFailedError
-from sparza.runtime.commit import CommitStep
+from sparza.runtime.container.commit import CommitStep
 from sparza.testing import TestInputError, TestMessage, TestRunner, end_of_stream, watermark
 from sparza.testing.faults import InjectedFault
 

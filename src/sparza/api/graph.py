@@ -1,7 +1,7 @@
 """The high-level API's graph: ``StreamApplication`` collects inputs, outputs and tables; each
 ``MessageStream`` operator adds one node (:class:`OpSpec`) to the application's operator graph.
 
-The graph is only a description: :mod:`sparza.api.stages` splits it into stages at every
+The graph is only a description: :mod:`sparza.api.stage_split` splits it into stages at every
 ``partition_by`` and :class:`sparza.api.StageTask` runs one stage's part inside a task. An
 application class is named by ``app.class`` and must be importable on executors, because every
 task rebuilds the graph by calling its ``describe(app)``.
@@ -13,10 +13,12 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from sparza.api.windows import WindowSpec
+from sparza.api.joins import DRAIN_POLICIES, JOIN_KINDS, JoinFunction, JoinSpec, join_function_parts, parse_duration
+from sparza.api.windows import SessionSpec, WindowSpec
 from sparza.config import Config
 from sparza.errors import SparzaError
 from sparza.serde import Serde, serde_from_name
@@ -24,6 +26,7 @@ from sparza.streams import SystemStream
 
 __all__ = [
     "ApiError",
+    "Application",
     "InputDescriptor",
     "MessageStream",
     "OpKind",
@@ -51,6 +54,7 @@ class OpKind(Enum):
     MERGE = "merge"
     PARTITION_BY = "partition_by"
     JOIN = "join"
+    STREAM_JOIN = "stream_join"
     WINDOW = "window"
     SEND_TO = "send_to"
     SEND_TO_TABLE = "send_to_table"
@@ -238,6 +242,16 @@ def _parse_stream(text: str) -> SystemStream:
         raise ApiError(str(exc)) from exc
 
 
+@runtime_checkable
+class Application(Protocol):
+    """What ``app.class`` names (Samza's StreamApplication): a class or object whose ``describe(app)`` adds
+    the application's inputs, operators and outputs to ``app``. Called on the driver and in every task."""
+
+    def describe(self, app: StreamApplication) -> None:
+        """Describe the graph on ``app``."""
+        ...
+
+
 class MessageStream:
     """A stream of messages inside an application; every operator returns a new stream (or ends it)."""
 
@@ -281,25 +295,84 @@ class MessageStream:
         return self._next(OpKind.PARTITION_BY, key_fn=key_fn, name=name,
                           partitions=None if partitions is None else int(partitions), serde=_serde(serde, "json"))
 
-    def join(self, table: TableDescriptor, key_fn: Callable[[Any], Any],
-             join_fn: Callable[[Any, Any], Any]) -> MessageStream:
-        """Stream-table join: ``join_fn(m, table[key_fn(m)])``; messages without a table entry are dropped."""
-        if not isinstance(table, TableDescriptor):
-            raise ApiError(f"join needs a table from app.table(...), got {type(table).__name__}")
-        return self._next(OpKind.JOIN, table=table, key_fn=key_fn, fn=join_fn)
+    def join(self, other: TableDescriptor | MessageStream, key_fn: Any = None, other_key_fn: Any = None,
+             join_fn: Any = None, *samza_args: Any, within: int | timedelta | None = None, kind: str = "inner",
+             name: str | None = None, ttl: int | timedelta | None = None,
+             allowed_lateness_ms: int | timedelta = 0, on_drain: str = "emit") -> MessageStream:
+        """Join with a table or with another stream.
 
-    def window(self, spec: WindowSpec, name: str | None = None) -> MessageStream:
-        """Event-time windows: a stream of :class:`~sparza.api.WindowPane`, one per key and window, emitted
-        when the watermark passes the window's end (or at end-of-stream). State lives in the task store
-        ``window-<name or op id>``."""
-        if not isinstance(spec, WindowSpec):
-            raise ApiError(f"window needs a spec from Windows.tumbling/sliding, got {type(spec).__name__}")
-        store = f"window-{name}" if name else f"window-{len(self.app.ops)}"
+        - ``join(table, key_fn, join_fn)``: stream-table join, ``join_fn(m, table[key_fn(m)])``; messages
+          without a table entry are dropped.
+        - ``join(other, key_fn, other_key_fn, join_fn, within=..., kind="inner")``: stream-stream join of
+          messages whose keys are equal and whose event times are at most ``within`` (ms or timedelta) apart;
+          ``kind`` ``left``/``outer`` also emits unmatched messages (the other side None) when their bound
+          expires. Both sides are buffered in the task store ``join-<name or op id>`` and dropped by the
+          watermark (:mod:`sparza.api.joins`). ``on_drain`` ``emit`` (default) or ``keep``: whether a drain
+          of the job emits the unmatched messages or leaves the buffers for the next run.
+        - Samza's ``join(other, join_function, key_serde, msg_serde, other_msg_serde, ttl, name)``.
+        """
+        if isinstance(other, TableDescriptor):
+            fn = join_fn if join_fn is not None else other_key_fn
+            if key_fn is None or fn is None:
+                raise ApiError("join(table, key_fn, join_fn) needs both functions")
+            return self._next(OpKind.JOIN, table=other, key_fn=key_fn, fn=fn)
+        if not isinstance(other, MessageStream):
+            raise ApiError(f"join needs a table from app.table(...) or another MessageStream, got "
+                           f"{type(other).__name__}")
+        what = f"join{f' {name!r}' if name else ''}"
+        if other.app is not self.app:
+            raise ApiError(f"{what}: the other stream belongs to another application")
+        if other.op is self.op:
+            raise ApiError(f"{what}: a stream joined with itself; join two streams (e.g. two filters of it)")
+        if key_fn is not None and (isinstance(key_fn, JoinFunction) or not callable(key_fn)):
+            try:  # Samza's form: join(other, JoinFunction, keySerde, messageSerde, otherMessageSerde, ttl, id)
+                key_fn, other_key_fn, join_fn = join_function_parts(key_fn)
+            except ValueError as exc:
+                raise ApiError(f"{what}: {exc}") from None
+            if len(samza_args) > 1:
+                ttl = samza_args[1]
+            if len(samza_args) > 2:
+                name = samza_args[2]
+        elif samza_args:
+            raise ApiError(f"{what}: too many positional arguments; pass within= (and kind=, name=) by keyword")
+        if not callable(key_fn) or not callable(other_key_fn) or not callable(join_fn):
+            raise ApiError(f"{what} needs key_fn, other_key_fn and join_fn (functions), or Samza's JoinFunction")
+        if within is not None and ttl is not None:
+            raise ApiError(f"{what}: give the time bound once (within= or Samza's ttl)")
+        bound = within if within is not None else ttl
+        if bound is None:
+            raise ApiError(f"{what} needs within=... (ms or timedelta): the largest event-time distance of a pair; "
+                           f"it is what lets the watermark drop both buffers")
+        kind = str(kind).strip().lower()
+        if kind not in JOIN_KINDS:
+            raise ApiError(f"{what}: kind {kind!r} is not one of {', '.join(JOIN_KINDS)}")
+        if on_drain not in DRAIN_POLICIES:
+            raise ApiError(f"{what}: on_drain {on_drain!r} is not one of {', '.join(DRAIN_POLICIES)}")
+        try:
+            spec = JoinSpec(key_fn, other_key_fn, join_fn, parse_duration(bound, f"{what}: within"), kind,
+                            parse_duration(allowed_lateness_ms, f"{what}: allowed_lateness_ms"), on_drain)
+        except ValueError as exc:
+            raise ApiError(str(exc)) from None
+        store = self._operator_store("join", name)
+        return self._next(OpKind.STREAM_JOIN, [self.op, other.op], spec=spec, store=store, name=name or store)
+
+    def _operator_store(self, prefix: str, name: str | None) -> str:
+        """The task store of a stateful operator: ``<prefix>-<name or op id>``, unique in the application."""
+        store = f"{prefix}-{name}" if name else f"{prefix}-{len(self.app.ops)}"
         if not _NAME.match(store):
-            raise ApiError(f"window name must be letters, digits, '-' or '_': {name!r}")
-        if any(op.kind == OpKind.WINDOW and op.params["store"] == store for op in self.app.ops):
-            raise ApiError(f"window name {name!r} is used twice")
-        return self._next(OpKind.WINDOW, spec=spec, store=store)
+            raise ApiError(f"{prefix} name must be letters, digits, '-' or '_': {name!r}")
+        if any(op.params.get("store") == store for op in self.app.ops if op.kind in (OpKind.WINDOW,
+                                                                                      OpKind.STREAM_JOIN)):
+            raise ApiError(f"{prefix} name {name!r} is used twice")
+        return store
+
+    def window(self, spec: WindowSpec | SessionSpec, name: str | None = None) -> MessageStream:
+        """Event-time windows: a stream of :class:`~sparza.api.WindowPane`, one per key and window, emitted
+        when the watermark passes the window's end (or at end-of-stream), plus the early, late and retraction
+        panes its triggers and lateness add. State lives in the task store ``window-<name or op id>``."""
+        if not isinstance(spec, WindowSpec | SessionSpec):
+            raise ApiError(f"window needs a spec from Windows.tumbling/sliding/session, got {type(spec).__name__}")
+        return self._next(OpKind.WINDOW, spec=spec, store=self._operator_store("window", name))
 
     def send_to(self, target: OutputDescriptor | TableDescriptor) -> None:
         """Write every message to an output stream, or ``(key, value)`` pairs into a table."""

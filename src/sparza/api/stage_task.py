@@ -3,8 +3,13 @@
 On ``init`` it imports ``app.class``, rebuilds the graph with ``describe``, keeps the part of stage
 ``app.stage`` and runs it: messages flow from the stage's inputs (source streams and the
 intermediate streams it reads) through map/filter/flat_map/merge/join/window to ``send_to``,
-``sink`` and the ``partition_by`` writes that feed later stages. Windows fire from
-``on_watermark`` and flush in ``on_end_of_stream``; their state is in task stores.
+``sink`` and the ``partition_by`` writes that feed later stages. Windows fire and stream-stream joins
+drop their buffers from ``on_watermark``, and both flush in ``on_end_of_stream``; their state is in
+task stores.
+
+Each stateful operator sees the task watermark held back by what the stateful operators before it in
+the stage may still emit behind it (:func:`sparza.api.stage_split.watermark_holdbacks`): a join's unmatched
+messages and a window's late panes reach the operators after it before their watermark passes them.
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ from collections.abc import Callable
 from typing import Any
 
 from sparza.api.graph import ApiError, OpKind, OpSpec
-from sparza.api.planner import APP_STAGE_KEY, build_application, intermediate_streams
-from sparza.api.stages import StageSpec, split_stages
-from sparza.api.window_state import WindowState
-from sparza.api.windows import WindowError, WindowPane
+from sparza.api.join_state import JoinState
+from sparza.api.session_state import SessionState
+from sparza.api.stage_plan import APP_STAGE_KEY, build_application, intermediate_streams
+from sparza.api.stage_split import StageSpec, split_stages, watermark_holdbacks
+from sparza.api.window_state import WindowState, window_state
+from sparza.api.windows import SessionSpec, WindowError, WindowPane
 from sparza.control.settings import ControlSettings, LatePolicy
 from sparza.errors import SerdeError, payload_preview
 from sparza.serde import BytesSerde, Serde
@@ -41,13 +48,18 @@ def _key_bytes(key: Any) -> bytes | None:
     return json.dumps(key, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
-def table_row(value: Any) -> Any:
+def table_row(value: Any, *, pane_columns: bool = False) -> Any:
     """A message as a typed-table row: a window pane becomes ``window_start``, ``window_end`` and its key and
-    value (a dict key or value contributes its fields; anything else the column ``key`` / ``value``)."""
+    value (a dict key or value contributes its fields; anything else the column ``key`` / ``value``), plus
+    ``pane`` and ``pane_index`` when ``pane_columns`` (the table declares a ``pane`` column)."""
     if not isinstance(value, WindowPane):
         return value
     row: dict[str, Any] = {"window_start": value.start, "window_end": value.end}
+    if pane_columns:
+        row["pane"], row["pane_index"] = str(value.pane), value.index
     for name, part in (("key", value.key), ("value", value.value)):
+        if part is None and name == "value" and value.is_retraction:
+            continue
         if isinstance(part, dict):
             for field_name, item in part.items():
                 if field_name in row:
@@ -142,7 +154,9 @@ class StageTask:
         self.stage: StageSpec | None = None
         self._sources: dict[SystemStream, list[OpSpec]] = {}
         self._in_stage: set[int] = set()
-        self._windows: dict[int, WindowState] = {}
+        self._windows: dict[int, WindowState | SessionState] = {}
+        self._joins: dict[int, JoinState] = {}
+        self._holdbacks: dict[int, int] = {}  # op id -> how far behind the task watermark its watermark is
         self._stores: dict[str, Any] = {}
         self._streams: dict[str, SystemStream] = {}
         self._partitions: dict[str, int] = {}
@@ -150,7 +164,9 @@ class StageTask:
         self._late_stream: SystemStream | None = None
         self._context: TaskContext | None = None
         self._ended = False
+        self._drained = False
         self._emitters: dict[int, Emit] = {}
+        self._side_emitters: dict[tuple[int, str], Emit] = {}
         self._fanouts: dict[int, Emit] = {}
         self._keys = _KeyCodec()
         # What process() hands the compiled operators: the batch's collector and coordinator.
@@ -184,9 +200,14 @@ class StageTask:
                 self._sources.setdefault(op.params["descriptor"].stream, []).append(op)
         for op in stage.reads:
             self._sources.setdefault(self._streams[op.params["name"]], []).append(op)
+        self._holdbacks = watermark_holdbacks(stage)
         for op in stage.ops:
             if op.kind == OpKind.WINDOW:
-                self._windows[op.id] = WindowState(op.params["spec"], context.get_store(op.params["store"]))
+                spec, store = op.params["spec"], context.get_store(op.params["store"])
+                self._windows[op.id] = (SessionState(spec, store) if isinstance(spec, SessionSpec)
+                                        else window_state(spec, store))
+            elif op.kind == OpKind.STREAM_JOIN:
+                self._joins[op.id] = JoinState(op.params["spec"], context.get_store(op.params["store"]))
             elif op.kind in (OpKind.JOIN, OpKind.SEND_TO_TABLE):
                 store = op.params["table"].store
                 self._stores[store] = context.get_store(store)
@@ -207,7 +228,7 @@ class StageTask:
         """The emitter that pushes one result of ``op`` to each of its children in this stage."""
         fanout = self._fanouts.get(op.id)
         if fanout is None:
-            children = [self._emitter(child) for child in op.children if child.id in self._in_stage]
+            children = [self._emitter(child, op) for child in op.children if child.id in self._in_stage]
             if not children:
                 fanout = _noop
             elif len(children) == 1:
@@ -219,8 +240,16 @@ class StageTask:
             self._fanouts[op.id] = fanout
         return fanout
 
-    def _emitter(self, op: OpSpec) -> Emit:
-        """The compiled node ``op`` (built once per node: a merge is reached from several parents)."""
+    def _emitter(self, op: OpSpec, parent: OpSpec) -> Emit:
+        """The compiled node ``op`` as reached from ``parent`` (built once per node, as a merge is reached from
+        several parents; a stream-stream join once per side)."""
+        if op.kind == OpKind.STREAM_JOIN:
+            side = "l" if parent is op.parents[0] else "r"
+            key = (op.id, side)
+            emitter = self._side_emitters.get(key)
+            if emitter is None:
+                emitter = self._side_emitters[key] = self._compile_join_side(op, side)
+            return emitter
         emitter = self._emitters.get(op.id)
         if emitter is None:
             emitter = self._emitters[op.id] = self._compile(op)
@@ -280,13 +309,7 @@ class StageTask:
         if kind == OpKind.PARTITION_BY:
             return self._compile_partition(op)
         if kind == OpKind.SEND_TO and params["output"].table is not None:
-            stream = params["output"].stream
-
-            def emit_table_row(value: Any, key: Any, timestamp: Any) -> None:
-                # A typed table takes rows, not bytes: the delta producer turns them into columns (and a None
-                # value with its key into a deletion in upsert mode).
-                self._collector.send(OutgoingMessageEnvelope(stream, table_row(value), key=key, timestamp=timestamp))
-            return emit_table_row
+            return self._compile_table_output(op)
         if kind == OpKind.SEND_TO:
             out = params["output"]
             stream, to_bytes, key_serde = out.stream, out.serde.to_bytes, out.key_serde
@@ -329,22 +352,78 @@ class StageTask:
                 partition=zlib.crc32(key_bytes) % partitions, timestamp=timestamp))
         return emit_partition
 
+    def _compile_table_output(self, op: OpSpec) -> Emit:
+        from sparza.systems.delta.tables import parse_schema
+
+        table = op.params["output"].table
+        stream = op.params["output"].stream
+        pane_columns = "pane" in parse_schema(table.schema, f"output {stream}").names
+        upsert = table.mode == "upsert"
+
+        def emit_table_row(value: Any, key: Any, timestamp: Any) -> None:
+            # A typed table takes rows, not bytes: the delta producer turns them into columns (and a None
+            # value with its key into a deletion in upsert mode).
+            row = table_row(value, pane_columns=pane_columns)
+            if upsert and isinstance(value, WindowPane) and value.is_retraction:
+                # A merged-away session: delete its row (the row's own columns carry its key columns).
+                self._collector.send(OutgoingMessageEnvelope(stream, None, key=row, timestamp=timestamp))
+                return
+            self._collector.send(OutgoingMessageEnvelope(stream, row, key=key, timestamp=timestamp))
+        return emit_table_row
+
     def _compile_window(self, op: OpSpec) -> Emit:
         state = self._windows[op.id]
         spec = state.spec
         key_fn, timestamp_fn, add = spec.key_fn, spec.timestamp_fn, state.add
+        store = op.params["store"]
 
-        def emit_window(value: Any, key: Any, timestamp: Any) -> None:
+        def event_time(value: Any, timestamp: Any) -> int:
             ts = timestamp_fn(value) if timestamp_fn is not None else timestamp
             if ts is None:
-                raise WindowError(f"window {op.params['store']!r} got a message without event time; give the input "
+                raise WindowError(f"window {store!r} got a message without event time; give the input "
                                   f"timestamps or pass timestamp_fn")
-            if add(key_fn(value), ts if ts.__class__ is int else int(ts), value):
+            return ts if ts.__class__ is int else int(ts)
+
+        if isinstance(state, WindowState) and not spec.triggered:
+            def emit_window(value: Any, key: Any, timestamp: Any) -> None:
+                ts = timestamp_fn(value) if timestamp_fn is not None else timestamp
+                if ts.__class__ is not int:
+                    ts = event_time(value, timestamp)
+                if add(key_fn(value), ts, value):
+                    self._late(value, key, ts)
+            return emit_window
+        take, nxt = state.take_panes, self._fanout(op)
+
+        def emit_window_panes(value: Any, key: Any, timestamp: Any) -> None:
+            ts = event_time(value, timestamp)
+            if add(key_fn(value), ts, value):
                 self._late(value, key, ts)
-        return emit_window
+            for pane in take():  # what a message-count trigger or a session merge fired
+                nxt(pane, pane.key, pane.end - 1)
+        return emit_window_panes
+
+    def _compile_join_side(self, op: OpSpec, side: str) -> Emit:
+        state = self._joins[op.id]
+        spec = state.spec
+        key_fn = spec.key_fn if side == "l" else spec.other_key_fn
+        add, nxt, name = state.add, self._fanout(op), op.params["name"]
+
+        def emit_join(value: Any, key: Any, timestamp: Any) -> None:
+            if timestamp is None:
+                raise WindowError(f"join {name!r} got a message without event time; a stream-stream join matches "
+                                  f"by event time, so give its inputs timestamps")
+            ts = timestamp if timestamp.__class__ is int else int(timestamp)
+            out = add(side, key_fn(value), ts, value)
+            if out is None:
+                self._late(value, key, ts)
+                return
+            for result, join_key, result_ts in out:
+                nxt(result, join_key, result_ts)
+        return emit_join
 
     def _late(self, value: Any, key: Any, ts: Any) -> None:
-        """A message one of whose windows had fired: count it, and route it under the ``route`` policy."""
+        """A message an event-time operator dropped as late (every window of it had fired, or it was too far
+        behind a join's watermark): count it, and route it under the ``route`` policy."""
         if self._context is not None:
             # Looked up each time: the runtime may give the task a fresh registry per batch.
             self._context.metrics.counter("control", "late-messages").inc()
@@ -406,33 +485,68 @@ class StageTask:
             # A pane's event time is the last millisecond of its window (as Flink's window results).
             nxt(pane, pane.key, pane.end - 1)
 
+    def _emit_outputs(self, op: OpSpec, outputs: list[tuple[Any, Any, int]]) -> None:
+        nxt = self._fanout(op)
+        for value, key, timestamp in outputs:
+            nxt(value, key, timestamp)
+
+    def _stateful_ops(self) -> list[OpSpec]:
+        """The stage's windows and stream-stream joins, upstream first (declaration order is topological)."""
+        assert self.stage is not None
+        return [op for op in self.stage.ops if op.id in self._windows or op.id in self._joins]
+
     def on_watermark(self, watermark_ms: int, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
-        """Fire every window whose end the watermark reached, upstream windows first."""
+        """Fire every window whose end its watermark reached and drop what joins can no longer match, upstream
+        operators first; each sees the task watermark less its holdback (see the module docstring)."""
         if self.stage is None:
             return
         if collector is not self._collector:
             self._begin_batch(collector)
         self._coordinator = coordinator
-        by_id = {op.id: op for op in self.stage.ops}
-        for op_id in sorted(self._windows):
-            self._emit_panes(by_id[op_id], self._windows[op_id].fire(watermark_ms))
+        for op in self._stateful_ops():
+            watermark = watermark_ms - self._holdbacks.get(op.id, 0)
+            if op.id in self._joins:
+                self._emit_outputs(op, self._joins[op.id].expire(watermark))
+            else:
+                self._emit_panes(op, self._windows[op.id].fire(watermark))
 
     def on_end_of_stream(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
-        """Flush every open window (once), upstream windows first."""
+        """Flush every open window and every join's buffers (once), upstream operators first."""
         if self._ended or self.stage is None:
             return
         self._ended = True
         if collector is not self._collector:
             self._begin_batch(collector)
         self._coordinator = coordinator
-        by_id = {op.id: op for op in self.stage.ops}
-        for op_id in sorted(self._windows):
-            self._emit_panes(by_id[op_id], self._windows[op_id].flush())
+        for op in self._stateful_ops():
+            if op.id in self._joins:
+                self._emit_outputs(op, self._joins[op.id].flush())
+            else:
+                self._emit_panes(op, self._windows[op.id].flush())
+
+    def on_drain(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
+        """The job drains (once every input drained; not called by the runtime yet, see
+        :mod:`sparza.control.drain`): fire every open window and session, and emit the unmatched messages of the
+        joins whose ``on_drain`` is ``emit`` (the others keep their buffers for the next run), upstream
+        operators first, so the next version of the job starts clean."""
+        if self._drained or self.stage is None:
+            return
+        self._drained = True
+        if collector is not self._collector:
+            self._begin_batch(collector)
+        self._coordinator = coordinator
+        for op in self._stateful_ops():
+            if op.id in self._joins:
+                join = self._joins[op.id]
+                if join.spec.on_drain == "emit":
+                    self._emit_outputs(op, join.flush())
+            else:
+                self._emit_panes(op, self._windows[op.id].flush())
 
     def window(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
         """Nothing periodic: windows are event-time and fire on watermarks, not on ``task.window.ms``."""
 
     @property
     def late_messages(self) -> int:
-        """Late messages seen by this task's windows (persisted in the window stores)."""
-        return sum(w.late for w in self._windows.values())
+        """Late messages this task's windows and joins dropped (persisted in their stores)."""
+        return sum(w.late for w in self._windows.values()) + sum(j.late for j in self._joins.values())

@@ -3,6 +3,11 @@
 Keys are strings ``w|<end>|<start>|<key json>`` with times offset and zero-padded so byte order is
 time order, and the store's values are JSON; ``m|fired`` holds the watermark up to which windows
 have fired and ``m|late`` the count of late messages, so both survive restarts with the store.
+
+A window with triggers or an allowed lateness (:class:`TriggeredWindowState`) also keeps, after its
+on-time firing, its entry under ``r|<end + allowed lateness>|<start>|<key json>`` until the watermark
+passes that time, so late messages update it and fire late panes; the trigger counters live in the
+entries (:mod:`sparza.api.panes`).
 """
 
 from __future__ import annotations
@@ -11,9 +16,11 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from sparza.api.panes import count_pane, interval_pane, record_pane
+from sparza.api.triggers import PaneKind
 from sparza.api.windows import WindowPane, WindowSpec
 
-__all__ = ["WindowState"]
+__all__ = ["TriggeredWindowState", "WindowState", "window_key_text", "window_state"]
 
 _OFFSET = 1 << 62  # shifts negative epoch-ms into the padded range, so ordering holds for them too
 _FIRED = "m|fired"
@@ -22,6 +29,12 @@ _LATE = "m|late"
 
 def _t(ms: int) -> str:
     return f"{ms + _OFFSET:020d}"
+
+
+def window_key_text(key: Any) -> str:
+    """A window key as the JSON text in its store keys (sorted fields, no spaces): JSON texts are never a
+    prefix of one another followed by ``|``, so a range over ``<prefix><key text>|`` holds that key only."""
+    return json.dumps(key, sort_keys=True, separators=(",", ":"))
 
 
 _SCALARS = (int, float, str, bool, type(None))
@@ -67,7 +80,7 @@ class WindowState:
                     self._key_texts.clear()
                 text = self._key_texts[key] = json.dumps(key, separators=(",", ":"))
             return text
-        return json.dumps(key, sort_keys=True, separators=(",", ":"))
+        return window_key_text(key)
 
     def _prefix(self, start: int) -> str:
         prefix = self._prefixes.get(start)
@@ -144,3 +157,126 @@ class WindowState:
         if fired:
             self.store.delete_all([k for k, _ in fired])
         return [pane for _, pane in fired]
+
+
+class TriggeredWindowState(WindowState):
+    """Windows with early/late triggers or an allowed lateness (see the module docstring and
+    :mod:`sparza.api.triggers`). :meth:`add` returns, as the plain state does, whether the message was
+    dropped from one of its windows as too late; the panes its triggers fired meanwhile are in
+    :attr:`panes` until the caller takes them."""
+
+    def __init__(self, spec: WindowSpec, store: Any) -> None:
+        super().__init__(spec, store)
+        self.lateness = spec.allowed_lateness_ms
+        self.panes: list[WindowPane] = []
+
+    def _retained_key(self, start: int, key_text: str) -> str:
+        return f"r|{_t(start + self.spec.size_ms + self.lateness)}|{_t(start)}|{key_text}"
+
+    def add(self, key: Any, timestamp: int, message: Any) -> bool:
+        """Fold ``message`` into its windows that are open or kept for lateness; True when it was too late for
+        one of them (that window's end plus the allowed lateness is behind the watermark)."""
+        key_text = self._key_text(key)
+        spec, store, fired = self.spec, self.store, self.fired
+        late = False
+        puts: dict[str, Any] = {}
+        for start in spec.starts(timestamp):
+            end = start + spec.size_ms
+            closed = fired is not None and end <= fired
+            if closed and end + self.lateness <= fired:
+                late = True
+                continue
+            skey = self._retained_key(start, key_text) if closed else self._prefix(start) + key_text
+            entry = store.get(skey) or {"a": self._fresh(), "n": 0, "i": 0}
+            entry["a"] = spec.fold(message, entry["a"])
+            entry["n"] = entry.get("n", 0) + 1
+            kind = count_pane(entry, closed, spec.early, spec.late)
+            if kind is not None:
+                self._pane(key, start, entry, kind)
+            puts[skey] = entry
+        if late:
+            self.late += 1
+            puts[_LATE] = self.late
+        if puts:
+            store.put_all(puts)
+        return late
+
+    def _pane(self, key: Any, start: int, entry: dict[str, Any], kind: str) -> None:
+        index = record_pane(entry, kind)
+        self.panes.append(WindowPane(key, start, start + self.spec.size_ms, entry["a"], kind, index))
+
+    def take_panes(self) -> list[WindowPane]:
+        """The panes triggers fired since the last call (emptied)."""
+        panes, self.panes = self.panes, []
+        return panes
+
+    def fire(self, watermark: int) -> list[WindowPane]:
+        """Early panes of open windows whose interval the watermark crossed, on-time panes of windows it
+        reached (kept for the allowed lateness), late panes of kept windows, and the final late pane of kept
+        windows it drops now (if they took late messages since their last pane)."""
+        before = self.fired
+        if before is not None and watermark <= before:
+            return []
+        spec, store, size, lateness = self.spec, self.store, self.spec.size_ms, self.lateness
+        # Entries that ended (or were dropped) by the last watermark were moved when it fired: start after them
+        # (their tombstones would cost a step each).
+        since = "" if before is None else _t(before + 1)
+        puts: dict[str, Any] = {}
+        if spec.early is not None and spec.early.interval_ms is not None:
+            for skey, entry in list(store.range(f"w|{_t(watermark + 1)}", "w}")):
+                _, _end, start_text, key_json = skey.split("|", 3)
+                start = int(start_text) - _OFFSET
+                kind = interval_pane(entry, False, start, before, watermark, spec.early, spec.late)
+                if kind is not None:
+                    self._pane(self._key_of(key_json), start, entry, kind)
+                    puts[skey] = entry
+        for skey, entry in list(store.range(f"w|{since}", f"w|{_t(watermark + 1)}")):
+            _, end_text, start_text, key_json = skey.split("|", 3)
+            start, end = int(start_text) - _OFFSET, int(end_text) - _OFFSET
+            self._pane(self._key_of(key_json), start, entry, PaneKind.ON_TIME)
+            puts[skey] = None
+            if end + lateness > watermark:
+                puts[self._retained_key(start, key_json)] = entry
+        if puts:
+            store.put_all(puts)
+            puts = {}
+        upto = f"r|{_t(watermark + 1)}"
+        scan = "r}" if spec.late is not None and spec.late.interval_ms is not None else upto
+        for skey, entry in list(store.range(f"r|{since}", scan)):
+            _, _until, start_text, key_json = skey.split("|", 3)
+            start = int(start_text) - _OFFSET
+            if skey < upto:  # end + lateness <= watermark: dropped now, with what it took since its last pane
+                if entry.get("n", 0):
+                    self._pane(self._key_of(key_json), start, entry, PaneKind.LATE)
+                puts[skey] = None
+                continue
+            kind = interval_pane(entry, True, start + size, before, watermark, spec.early, spec.late)
+            if kind is not None:
+                self._pane(self._key_of(key_json), start, entry, kind)
+                puts[skey] = entry
+        self.fired = watermark
+        store.put_all({**puts, _FIRED: watermark})
+        return self.take_panes()
+
+    def flush(self) -> list[WindowPane]:
+        """At end-of-stream: the on-time panes of every open window and the late panes of kept windows with
+        late messages since their last pane; the store keeps only its bookkeeping."""
+        deletes: list[str] = []
+        for skey, entry in list(self.store.range("w|", "w}")):
+            _, _end, start_text, key_json = skey.split("|", 3)
+            self._pane(self._key_of(key_json), int(start_text) - _OFFSET, entry, PaneKind.ON_TIME)
+            deletes.append(skey)
+        for skey, entry in list(self.store.range("r|", "r}")):
+            _, _until, start_text, key_json = skey.split("|", 3)
+            if entry.get("n", 0):
+                self._pane(self._key_of(key_json), int(start_text) - _OFFSET, entry, PaneKind.LATE)
+            deletes.append(skey)
+        if deletes:
+            self.store.delete_all(deletes)
+        return self.take_panes()
+
+
+def window_state(spec: WindowSpec, store: Any) -> WindowState:
+    """The state for ``spec``: the plain one-firing state, or the triggered one when it has triggers or an
+    allowed lateness (the plain path stays as fast as it was)."""
+    return TriggeredWindowState(spec, store) if spec.triggered else WindowState(spec, store)

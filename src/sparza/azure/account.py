@@ -44,7 +44,7 @@ define_key(TIMEOUT_KEY, 30000,
 
 def storage_timeout_s(config: Mapping[str, str]) -> float:
     """``azure.storage.timeout.ms`` in seconds (default 30 s)."""
-    cfg = config if isinstance(config, Config) else Config(config)
+    cfg = Config.of(config)
     return cfg.get_int(TIMEOUT_KEY, 30000, min_value=1) / 1000.0
 
 

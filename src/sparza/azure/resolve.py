@@ -56,7 +56,7 @@ def resolve_storage_account(config: Mapping[str, str] | None = None, prefix: str
     ``prefix`` is where per-system keys live, e.g. ``systems.out.azureblob.``. Raises
     :class:`ConfigError` naming the missing key when nothing is configured and no dev storage runs.
     """
-    cfg = config if isinstance(config, Config) else Config(config or {})
+    cfg = Config.of(config)
     env = os.environ if environ is None else environ
     if prefix and not prefix.endswith("."):
         prefix += "."
@@ -83,15 +83,14 @@ def resolve_storage_account(config: Mapping[str, str] | None = None, prefix: str
         account = StorageAccount.from_connection_string(env["AZURE_STORAGE_CONNECTION_STRING"],
                                                         source="AZURE_STORAGE_CONNECTION_STRING")
     else:
-        account = None
-        if allow_dev_storage:
-            account = running_emulator()
-        if account is None:
+        found = running_emulator() if allow_dev_storage else None
+        if found is None:
             missing = (prefix + "account.name") if prefix else "azure.storage.connect"
             raise ConfigError(missing, None,
                               "an Azure storage account: set account.name/account.key, azure.storage.connect or "
                               "AZURE_STORAGE_CONNECTION_STRING, or start local storage with "
                               "'sparza dev-storage start'")
+        account = found
     if proxy:
         account = StorageAccount(account.account_name, account.account_key, account.blob_endpoint,
                                  account.table_endpoint, proxy, account.source)

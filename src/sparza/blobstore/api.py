@@ -158,6 +158,11 @@ class BlobStoreManager(ABC):
     def purge(self, blob_id: str) -> int:
         """Remove the blob's bytes for good (gc only); returns the bytes freed, 0 when absent."""
 
+    def purge_temp_files(self, older_than_ms: int) -> list[str]:
+        """Remove what puts that crashed left on local disk before ``older_than_ms`` (gc only); returns what was
+        removed. A backend that stages nothing locally has nothing to remove."""
+        return []
+
     def close(self) -> None:  # noqa: B027 - optional hook, most managers hold nothing to release
         """Release clients and threads."""
 

@@ -80,7 +80,7 @@ class AzureBlobStoreManager(BlobStoreManager):
                  block_size: int | None = None, create_container: bool = True) -> None:
         from sparza.azure import resolve_storage_account
 
-        cfg = config if isinstance(config, Config) else Config(config or {})
+        cfg = Config.of(config)
         self.container = container
         self.ttl_ms = ttl_ms
         self.clock = clock

@@ -32,7 +32,7 @@ def blob_store_manager_from_config(config: Mapping[str, str], *, clock: Clock = 
                                    retry: bool = True) -> BlobStoreManager:
     """The blob store ``blob.store.manager.factory`` names, with ``blob.store.ttl.days`` and the
     ``blob.store.retry.policy.*`` retries (``retry=False`` returns the bare manager)."""
-    cfg = config if isinstance(config, Config) else Config(config)
+    cfg = Config.of(config)
     factory = cfg.get_choice("blob.store.manager.factory", BLOB_STORE_FACTORIES, "local")
     ttl_days = cfg.get_float("blob.store.ttl.days", 30.0)
     if ttl_days <= 0:

@@ -111,5 +111,8 @@ class FaultInjectingBlobStoreManager(BlobStoreManager):
     def purge(self, blob_id: str) -> int:
         return self.inner.purge(blob_id)
 
+    def purge_temp_files(self, older_than_ms: int) -> list[str]:
+        return self.inner.purge_temp_files(older_than_ms)
+
     def close(self) -> None:
         self.inner.close()

@@ -54,8 +54,7 @@ def collect_garbage(manager: BlobStoreManager, *, now_ms: int | None = None, clo
             continue
         report.bytes_freed += info.size if dry_run else manager.purge(info.blob_id)
         target.append(info.blob_id)
-    purge_temp = getattr(manager, "purge_temp_files", None)
-    if purge_temp is not None and not dry_run:
+    if not dry_run:
         # Temp files of crashed local puts: anything older than an hour cannot be in flight.
-        report.temp_files = purge_temp(now - 3_600_000)
+        report.temp_files = manager.purge_temp_files(now - 3_600_000)
     return report

@@ -54,7 +54,7 @@ class RetryPolicy:
     @classmethod
     def from_config(cls, config: Mapping[str, str]) -> RetryPolicy:
         """The policy from ``blob.store.retry.policy.*``."""
-        cfg = config if isinstance(config, Config) else Config(config)
+        cfg = Config.of(config)
         return cls(max_retries=cfg.get_int(_P + "max.retries", -1, min_value=-1),
                    max_duration_ms=cfg.get_int(_P + "max.retry.duration.millis", 900_000, min_value=0),
                    delay_ms=cfg.get_int(_P + "backoff.delay.millis", 100, min_value=0),
@@ -117,7 +117,7 @@ class RetryingBlobStoreManager(BlobStoreManager):
         return f"RetryingBlobStoreManager({self.inner!r})"
 
     def __getattr__(self, name: str) -> object:
-        # Backend extras (ttl_ms, clock, download_to_file, purge_temp_files) stay reachable.
+        # Backend extras (ttl_ms, clock, download_to_file) stay reachable.
         return getattr(self.inner, name)
 
     def _call(self, fn: Callable[[], _T], describe: str) -> _T:
@@ -158,6 +158,9 @@ class RetryingBlobStoreManager(BlobStoreManager):
 
     def purge(self, blob_id: str) -> int:
         return self._call(lambda: self.inner.purge(blob_id), f"purge {blob_id}")
+
+    def purge_temp_files(self, older_than_ms: int) -> list[str]:
+        return self.inner.purge_temp_files(older_than_ms)
 
     def close(self) -> None:
         self.inner.close()

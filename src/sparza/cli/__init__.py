@@ -12,10 +12,11 @@ import importlib.util
 import typer
 
 from sparza import __version__
+from sparza.cli._help import SparzaTyper
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(name="sparza", help="Samza's stream-processing model on Apache Spark, at home on Azure.",
+app = SparzaTyper(name="sparza", help="Samza's stream-processing model on Apache Spark, at home on Azure.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
 _COMMAND_MODULES = (

@@ -69,26 +69,24 @@ def run_app(app: Any, argv: list[str] | None = None) -> None:
         app(args=args[1:], prog_name="sparza", standalone_mode=True)
     except SystemExit:
         raise
-    except StartCheckError as exc:
-        if debug:
-            raise
-        _say(err, "start check failed:", f"{exc}")
-        sys.exit(EXIT_CONFIG)
-    except ConfigError as exc:
-        if debug:
-            raise
-        _say(err, "config error:", f"{exc}")
-        sys.exit(EXIT_CONFIG)
-    except SparzaError as exc:
-        if debug:
-            raise
-        _say(err, "error:", f"{exc}")
-        sys.exit(EXIT_FAILURE)
     except KeyboardInterrupt:
         _say(err, "interrupted", "")
         sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
         if debug:
             raise
-        _say(err, "error:", f"{one_line(exc)}{hint}")
-        sys.exit(EXIT_FAILURE)
+        label, text, code = _failure(exc, hint)
+        _say(err, label, text)
+        sys.exit(code)
+
+
+def _failure(exc: Exception, hint: str) -> tuple[str, str, int]:
+    """``(label, message, exit code)`` of a failed command: a config or start-check problem exits 2 with the
+    message as it is, another sparza error 1; anything else 1, in one line with the debug hint."""
+    if isinstance(exc, StartCheckError):
+        return "start check failed:", f"{exc}", EXIT_CONFIG
+    if isinstance(exc, ConfigError):
+        return "config error:", f"{exc}", EXIT_CONFIG
+    if isinstance(exc, SparzaError):
+        return "error:", f"{exc}", EXIT_FAILURE
+    return "error:", f"{one_line(exc)}{hint}", EXIT_FAILURE

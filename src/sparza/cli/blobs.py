@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from sparza.azure import StorageAccount, resolve_storage_account
+from sparza.cli._help import SparzaTyper
 from sparza.config import Config
 from sparza.systems.azureblob.client import BlobStorage
 from sparza.systems.azureblob.errors import AzureBlobError
@@ -20,10 +21,11 @@ from sparza.systems.azureblob.reading import decode_blob, to_json_line
 
 __all__ = ["app", "register"]
 
-app = typer.Typer(help="List and read the blobs written by the azureblob producer and Spark sink.",
+app = SparzaTyper(help="List and read the blobs written by the azureblob producer and Spark sink.",
                   no_args_is_help=True)
 
-_CONFIG = typer.Option(None, "--config", "-c", help="Job config (YAML/.properties) with the account keys.")
+_CONFIG = typer.Option(None, "--config", "-c", metavar="FILE",
+                       help="Job config (YAML/.properties) with the account keys.")
 _CONN = typer.Option(None, "--connection-string", envvar="AZURE_STORAGE_CONNECTION_STRING",
                      help="Storage connection string (default: config, then the running dev storage).",
                      show_envvar=True)

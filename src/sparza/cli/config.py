@@ -7,13 +7,16 @@ from pathlib import Path
 
 import typer
 
+from sparza.cli._help import SparzaTyper
+
 __all__ = ["register"]
 
-config_app = typer.Typer(help="Check a job config, or migrate a Samza job config.", no_args_is_help=True)
+config_app = SparzaTyper(help="Check a job config, or migrate a Samza job config.", no_args_is_help=True)
 
 
 @config_app.command("check")
-def check(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML or .properties).")) -> None:
+def check(config: str = typer.Option(..., "--config", "-c", metavar="FILE",
+                                     help="Job config (YAML or .properties).")) -> None:
     """Print every key with its meaning, default and the package that reads it, then every problem.
 
     Exit codes: 0 nothing wrong (warnings allowed), 1 at least one problem (the job would not start)."""
@@ -55,9 +58,10 @@ def check(config: str = typer.Option(..., "--config", "-c", help="Job config (YA
 
 @config_app.command("migrate")
 def migrate(source: str = typer.Argument(..., help="A Samza job config (.properties, or YAML)."),
-            output: str = typer.Option(None, "--output", "-o",
+            output: str = typer.Option(None, "--output", "-o", metavar="FILE",
                                        help="Write the sparza config here (with secret values); stdout masks them."),
-            fmt: str = typer.Option("properties", "--format", help="properties or yaml.")) -> None:
+            fmt: str = typer.Option("properties", "--format", metavar="properties|yaml",
+                                    help="properties or yaml.")) -> None:
     """Print the sparza equivalent of a Samza job config and what cannot be carried over.
 
     Exit codes: 0 everything carried over (notes allowed), 1 something must be changed by hand."""

@@ -8,17 +8,19 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from sparza.cli._help import SparzaTyper
 from sparza.config import Config
 from sparza.coordination.status import read_status
 
 __all__ = ["app", "register"]
 
-app = typer.Typer(help="Inspect how the processors of a job share its tasks (job.coordinator.factory: azure).",
+app = SparzaTyper(help="Inspect how the processors of a job share its tasks (job.coordinator.factory: azure).",
                   no_args_is_help=True)
 
 
 @app.command()
-def status(config: Path = typer.Option(..., "--config", "-c", help="The job's config file (YAML or .properties)."),
+def status(config: Path = typer.Option(..., "--config", "-c", metavar="FILE",
+                                       help="The job's config file (YAML or .properties)."),
            ) -> None:
     """Show the leader, each processor's last heartbeat, the job-model version, barrier and assignment."""
     cfg = Config.load(config)

@@ -14,6 +14,7 @@ the summary then lists what was written and how to read it back.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import sys
@@ -33,6 +34,7 @@ __all__ = ["TABLE_SQL", "DemoResult", "check_source", "kafka_brokers", "register
 
 SCALES = {"small": 5_000, "default": 40_000, "large": 400_000}
 """Edit counts of ``--scale`` (``--events`` overrides)."""
+_SCALE_HELP = "Size preset: " + ", ".join(f"{name}={edits}" for name, edits in SCALES.items()) + " edits."
 
 _REPO = Path(__file__).resolve().parents[3]
 
@@ -59,6 +61,10 @@ class DemoResult:
     table: str = ""
     """Where the typed page_stats table (the windows upserted by page and window start) lives."""
     table_rows: int = 0
+    sessions_table: str = ""
+    """Where the typed user_sessions table (each user's editing sessions, upserted) lives."""
+    sessions: int = 0
+    sessions_users: int = 0
 
 
 def _importable_examples() -> None:
@@ -143,8 +149,8 @@ def _count_user_messages(config: Any, stream: str) -> int:
 def _run_stages(plan: Any, master: str | None, console: Console) -> dict[str, int]:
     """Run every stage as its own streaming query of one SparkSession until all of them ended."""
     from sparza.runtime import JobRunner, build_spark_session
+    from sparza.runtime.driver.application import run_together
     from sparza.runtime.jobconfig import JobConfig
-    from sparza.runtime.stages import run_together
 
     stages = [(s.name, s.config) for s in plan.stages]
     spark = build_spark_session(JobConfig.from_config(stages[0][1]), master, "sparza-demo")
@@ -217,11 +223,12 @@ def check_source(source: str, kafka_bootstrap_servers: str | None = None) -> Non
 
 def run_demo(*, connection_string: str | None, master: str | None, events: int, input_file: Path | None,
              seed: int, partitions: int, console: Console, lateness_ms: int = 120_000, source: str = "delta",
-             kafka_bootstrap_servers: str | None = None) -> DemoResult:
+             kafka_bootstrap_servers: str | None = None, sessions: bool = False) -> DemoResult:
     """Generate or read the input, run the pipeline, read the results back; returns the summary.
 
     ``source`` is where the input and intermediate streams live: ``delta`` or ``kafka`` (see
-    :func:`kafka_brokers` for which broker).
+    :func:`kafka_brokers` for which broker). ``sessions`` also keeps each user's editing sessions in stage 1
+    (a session window upserted into the ``user_sessions`` table) and checks them.
     """
     _importable_examples()
     check_source(source, kafka_bootstrap_servers)
@@ -257,25 +264,26 @@ def run_demo(*, connection_string: str | None, master: str | None, events: int, 
         with kafka_brokers(kafka_bootstrap_servers, run_dir, console) as brokers:
             return _run_pipeline(conn, run_id, run_dir, edits, profiles, master=master, partitions=partitions,
                                  lateness_ms=lateness_ms, source=source, kafka_bootstrap_servers=brokers,
-                                 console=console, started=started)
+                                 console=console, started=started, sessions=sessions)
     return _run_pipeline(conn, run_id, run_dir, edits, profiles, master=master, partitions=partitions,
                          lateness_ms=lateness_ms, source=source, kafka_bootstrap_servers=None, console=console,
-                         started=started)
+                         started=started, sessions=sessions)
 
 
 def _run_pipeline(conn: str, run_id: str, run_dir: Path, edits: list[Any], profiles: list[Any], *,
                   master: str | None, partitions: int, lateness_ms: int, source: str,
-                  kafka_bootstrap_servers: str | None, console: Console, started: float) -> DemoResult:
+                  kafka_bootstrap_servers: str | None, console: Console, started: float,
+                  sessions: bool = False) -> DemoResult:
     """Create and fill the input streams, run both stages, read the windows back and check them."""
     from examples.wikipedia.config import OUTPUT_CONTAINER, demo_config, output_stream
-    from examples.wikipedia.generate import START_MS, expected_demo_windows
+    from examples.wikipedia.generate import START_MS, expected_demo_windows, expected_user_sessions
     from examples.wikipedia.load import create_streams, edits_stream, load_edits, load_profiles, profiles_stream
 
     from sparza.api import plan_application
     from sparza.systems import SupportsStreamLocation, get_system_factory
 
     config = demo_config(run_dir, run_id, conn, partitions=partitions, lateness_ms=lateness_ms, source=source,
-                         kafka_bootstrap_servers=kafka_bootstrap_servers)
+                         kafka_bootstrap_servers=kafka_bootstrap_servers, sessions=sessions)
     # Quiet Spark's JVM (its log4j config must be given before the JVM starts) and bind it to loopback.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     log4j = Path(__file__).resolve().parents[1] / "resources" / "log4j2.properties"
@@ -306,16 +314,24 @@ def _run_pipeline(conn: str, run_id: str, run_dir: Path, edits: list[Any], profi
     table_path, table_rows = _read_table(config)
     in_table = {(r["page"], _millis(r["window_start"])): (r["edits"], r["bytes_changed"], r["bot_edits"])
                 for r in table_rows}
+    sessions_path, session_rows, users, sessions_exact = "", [], 0, True
+    if sessions:
+        sessions_path, session_rows = _read_table(config, "app.wikipedia.sessions.table")
+        got_sessions = {(r["user"], _millis(r["window_start"])): (_millis(r["window_end"]), r["edits"],
+                                                                   r["bytes_changed"]) for r in session_rows}
+        users = len({user for user, _ in got_sessions})
+        sessions_exact = len(session_rows) == len(got_sessions) and got_sessions == expected_user_sessions(edits)
     intermediate = plan.stages[-1].config.get_str("task.inputs").split(",")[0]
     result = DemoResult(run_id=run_id, run_dir=str(run_dir), container=container, stream=stream,
                         events=len(edits), profiles=len(profiles), messages_in=counts,
                         repartitioned=_count_user_messages(plan.stages[-1].config, intermediate),
                         windows=len(records), blobs=blobs, snapshots=_snapshots(plan),
                         verified=(got == expected and len(records) == len(expected)
-                                  and in_table == expected and len(table_rows) == len(expected)),
+                                  and in_table == expected and len(table_rows) == len(expected) and sessions_exact),
                         seconds=time.monotonic() - started, source=source,
                         streams=[str(s) for s, _ in inputs] + [intermediate],
-                        table=table_path, table_rows=len(table_rows))
+                        table=table_path, table_rows=len(table_rows), sessions_table=sessions_path,
+                        sessions=len(session_rows), sessions_users=users)
     (run_dir / "summary.json").write_text(json.dumps(result.__dict__, indent=2, default=str))
     return result
 
@@ -330,20 +346,21 @@ def table_query(path: str) -> str:
             f"duckdb.sql('{TABLE_SQL}', params=[DeltaTable('{path}').file_uris()]).show()")
 
 
-def _read_table(config: Any) -> tuple[str, list[dict[str, Any]]]:
-    """The page_stats table's location and rows (read through its Delta log, as any reader would)."""
+def _read_table(config: Any, key: str = "app.wikipedia.table") -> tuple[str, list[dict[str, Any]]]:
+    """A result table's location and rows (page_stats, or the table ``key`` names; read through its Delta log,
+    as any reader would)."""
     from deltalake import DeltaTable
 
     from sparza.streams import SystemStream
 
-    table = SystemStream.parse(config.get_str("app.wikipedia.table"))
+    table = SystemStream.parse(config.get_str(key))
     path = str(Path(config.get_str(f"systems.{table.system}.delta.root")) / table.stream)
     return path, DeltaTable(path).to_pyarrow_table().to_pylist()
 
 
 def _millis(value: Any) -> int:
     """Avro timestamp-millis come back as datetimes; the window key is epoch ms."""
-    if hasattr(value, "timestamp"):
+    if isinstance(value, dt.datetime):
         return round(value.timestamp() * 1000)
     return int(value)
 
@@ -356,7 +373,9 @@ def _print_summary(result: DemoResult, console: Console, conn_given: bool) -> No
     console.print(f"  source: {result.source} ({kind} {', '.join(result.streams)})", highlight=False)
     main_in = result.messages_in.get("main", 0)
     rest_in = sum(n for stage, n in result.messages_in.items() if stage != "main")
-    console.print(f"  stage main: {main_in} messages in, {result.repartitioned} out (partition_by page)")
+    sessions = (f", {result.sessions} editing sessions of {result.sessions_users} users (30-minute gap)"
+                if result.sessions_table else "")
+    console.print(f"  stage main: {main_in} messages in, {result.repartitioned} out (partition_by page){sessions}")
     console.print(f"  stage by-page: {rest_in} messages in (edits, the profile changes each task reads, control "
                   f"messages), {result.windows} out (page-minute windows)")
     console.print(f"  blobs: {len(result.blobs)} Avro blobs (gzip) in container {result.container}")
@@ -370,9 +389,13 @@ def _print_summary(result: DemoResult, console: Console, conn_given: bool) -> No
             console.print(f"    {task} {store}: {snapshot}", highlight=False)
     console.print(f"  table: {result.table_rows} rows (one per page and minute, upserted) in the Delta table "
                   f"{result.table}", highlight=False)
+    if result.sessions_table:
+        console.print(f"  table: {result.sessions} rows (one per user and editing session, upserted; a session "
+                      f"merged into another deleted) in the Delta table {result.sessions_table}", highlight=False)
     if result.verified:
-        console.print("  [green]check: every window matches the counts computed directly from the input (blobs "
-                      "and table)[/green]")
+        what = "every window and every session matches" if result.sessions_table else "every window matches"
+        console.print(f"  [green]check: {what} the counts computed directly from the input (blobs and "
+                      "tables)[/green]")
     else:
         console.print("  [red]check: the windows do NOT match the counts computed from the input[/red] (with "
                       "--input, edits more than --lateness-ms out of order are dropped as late)")
@@ -388,25 +411,28 @@ def _print_summary(result: DemoResult, console: Console, conn_given: bool) -> No
 
 
 def demo(azure_connection_string: str = typer.Option(
-             None, "--azure-connection-string", envvar="AZURE_STORAGE_CONNECTION_STRING",
+             None, "--azure-connection-string", metavar="CONNECTION_STRING", envvar="AZURE_STORAGE_CONNECTION_STRING",
              help="Use this storage account instead of the embedded Azurite.", show_default=False),
-         master: str = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
+         master: str = typer.Option(None, "--master", metavar="URL", help="Spark master URL (default local[*])."),
          events: int = typer.Option(None, "--events", min=1, help="Number of generated edits (overrides --scale)."),
-         scale: str = typer.Option("default", "--scale",
-                                   help="Size preset: " + ", ".join(f"{k}={v}" for k, v in SCALES.items()) + " edits."),
-         input_file: Path = typer.Option(None, "--input", exists=True, dir_okay=False,
+         scale: str = typer.Option("default", "--scale", metavar="small|default|large",
+                                   help=_SCALE_HELP),
+         input_file: Path = typer.Option(None, "--input", metavar="FILE", exists=True, dir_okay=False,
                                          help="Real edits as JSON lines (page, user, bytes_changed, timestamp ms)."),
          seed: int = typer.Option(7, "--seed", help="Seed of the generated data."),
          partitions: int = typer.Option(2, "--partitions", min=1, help="Partitions (= tasks) per stage."),
-         lateness_ms: int = typer.Option(120_000, "--lateness-ms", min=0,
+         lateness_ms: int = typer.Option(120_000, "--lateness-ms", metavar="MS", min=0,
                                          help="Allowed out-of-orderness of edits; later ones are dropped as late."),
-         source: str = typer.Option("delta", "--source",
+         source: str = typer.Option("delta", "--source", metavar="delta|kafka",
                                     help="Where the input and intermediate streams live: delta (Delta streams) or "
                                          "kafka (Kafka topics on a local Tansu broker, started and stopped by the "
                                          "demo unless 'sparza dev-kafka' runs one)."),
          kafka_bootstrap_servers: str = typer.Option(
-             None, "--kafka-bootstrap-servers",
+             None, "--kafka-bootstrap-servers", metavar="HOST:PORT",
              help="With --source kafka: use these brokers instead of a local one.", show_default=False),
+         sessions: bool = typer.Option(False, "--sessions",
+                                       help="Also keep each user's editing sessions (a session window in stage 1, "
+                                            "upserted into the user_sessions table) and check them."),
          ) -> None:
     """Run the Wikipedia page-statistics pipeline on generated data and summarize what it wrote."""
     if scale not in SCALES:
@@ -414,12 +440,14 @@ def demo(azure_connection_string: str = typer.Option(
     _importable_examples()
     check_source(source, kafka_bootstrap_servers)
     console = Console(highlight=False, soft_wrap=True)
-    console.print("[bold]sparza demo[/bold]: Wikipedia edits → parse, partition_by page → join profiles "
-                  "(broadcast adjunct store) → 1-minute windows (RocksDB) → Avro blobs")
+    console.print("[bold]sparza demo[/bold]: Wikipedia edits → parse" + (" (→ editing sessions per user → table)"
+                                                                      if sessions else "")
+                  + ", partition_by page → join profiles (broadcast adjunct store) → 1-minute windows (RocksDB) → "
+                  "Avro blobs")
     result = run_demo(connection_string=azure_connection_string, master=master,
                       events=events or SCALES[scale], input_file=input_file, seed=seed, partitions=partitions,
                       console=console, lateness_ms=lateness_ms, source=source,
-                      kafka_bootstrap_servers=kafka_bootstrap_servers)
+                      kafka_bootstrap_servers=kafka_bootstrap_servers, sessions=sessions)
     _print_summary(result, console, bool(azure_connection_string))
     if not result.verified:
         raise typer.Exit(1)

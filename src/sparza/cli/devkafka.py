@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import typer
 
+from sparza.cli._help import SparzaTyper
 from sparza.devservers.kafka import DevKafka
 
 __all__ = ["app", "register"]
 
-app = typer.Typer(help="Run a local Kafka-protocol broker (Tansu, in-memory) on loopback under .sparza/kafka/.",
+app = SparzaTyper(help="Run a local Kafka-protocol broker (Tansu, in-memory) on loopback under .sparza/kafka/.",
                   no_args_is_help=True)
 
 
 @app.command()
-def start(port: int = typer.Option(0, help="Listener port (0: a free one).")) -> None:
+def start(port: int = typer.Option(0, metavar="PORT", help="Listener port (0: a free one).")) -> None:
     """Start the broker (or report the running one) and print its bootstrap servers."""
     proc, started = DevKafka.default().start(port=port)
     state = "started" if started else "already running"

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import typer
 
+from sparza.cli._help import SparzaTyper
 from sparza.devservers.storage import DevStorage
 
 __all__ = ["app", "register"]
 
-app = typer.Typer(help="Run a local Azure Storage emulator (Azurite) on loopback under .sparza/azurite/.",
+app = SparzaTyper(help="Run a local Azure Storage emulator (Azurite) on loopback under .sparza/azurite/.",
                   no_args_is_help=True)
 
 
 @app.command()
-def start(blob_port: int = typer.Option(0, help="Blob port (0: a free one)."),
-          table_port: int = typer.Option(0, help="Table port (0: a free one).")) -> None:
+def start(blob_port: int = typer.Option(0, metavar="PORT", help="Blob port (0: a free one)."),
+          table_port: int = typer.Option(0, metavar="PORT", help="Table port (0: a free one).")) -> None:
     """Start Azurite (or report the running one) and print its connection string."""
     proc, started = DevStorage.default().start(blob_port=blob_port, table_port=table_port)
     state = "started" if started else "already running"

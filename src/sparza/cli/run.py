@@ -7,12 +7,14 @@ import sys
 
 import typer
 
+from sparza.cli._help import SparzaTyper
+
 __all__ = ["register"]
 
 EXIT_CLAIMED = 3
 """``sparza run`` exit code: another standalone processor holds the job (see ``sparza.coordination.jobclaim``)."""
 
-checkpoints_app = typer.Typer(help="Inspect task checkpoints.", no_args_is_help=True)
+checkpoints_app = SparzaTyper(help="Inspect task checkpoints.", no_args_is_help=True)
 
 
 def _load(config_path: str) -> object:
@@ -25,16 +27,17 @@ def _load(config_path: str) -> object:
     return translation.config
 
 
-def run(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML or .properties)."),
-        master: str = typer.Option(None, "--master", help="Spark master URL (default: spark.master or local[*])."),
-        processor_id: str = typer.Option(None, "--processor-id",
+def run(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="Job config (YAML or .properties)."),
+        master: str = typer.Option(None, "--master", metavar="URL",
+                                   help="Spark master URL (default: spark.master or local[*])."),
+        processor_id: str = typer.Option(None, "--processor-id", metavar="ID",
                                          help="This processor's id (default: processor.id or 0); names its Spark "
                                               "checkpoint dir, so keep it stable across restarts."),
         once: bool = typer.Option(False, "--once", help="Process what is available now, commit and exit."),
         stage: str = typer.Option(None, "--stage", help="app.class jobs: run only this stage."),
-        remote: str = typer.Option(None, "--remote",
+        remote: str = typer.Option(None, "--remote", metavar="URL",
                                    help="Spark Connect URL sc://host:port (default: spark.remote); excludes --master."),
-        py_files: str = typer.Option(None, "--py-files",
+        py_files: str = typer.Option(None, "--py-files", metavar="ZIPS",
                                      help="Comma list of zips (sparza package) executors import the job's code "
                                           "from (default: job.py.files).")) -> None:
     """Run a job until stopped (SIGINT/SIGTERM finish the batch, commit and exit 0), or until every
@@ -42,7 +45,7 @@ def run(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML
     2 bad config, 3 another processor holds the job (standalone: refused, or claim lost while running)."""
     from sparza.config import Config
     from sparza.coordination.jobclaim import ClaimError
-    from sparza.runtime.app import run_config
+    from sparza.runtime.driver.app import run_config
 
     cfg = Config.load(config)  # untranslated: run_config checks it and warns about Samza's spellings itself
     if py_files:
@@ -86,7 +89,7 @@ def _lags(cfg: object, offsets: dict[str, str]) -> dict[str, str]:
 
 
 @checkpoints_app.command("show")
-def show(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML or .properties)."),
+def show(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="Job config (YAML or .properties)."),
          as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
          lag: bool = typer.Option(True, "--lag/--no-lag", help="Also show each input's lag (asks the systems).")
          ) -> None:
@@ -95,8 +98,8 @@ def show(config: str = typer.Option(..., "--config", "-c", help="Job config (YAM
     from rich.table import Table
 
     from sparza.runtime.checkpoint import checkpoint_store_from_config
+    from sparza.runtime.driver.preflight import check_storage
     from sparza.runtime.jobconfig import JobConfig
-    from sparza.runtime.preflight import check_storage
 
     cfg = _load(config)
     job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
@@ -137,7 +140,8 @@ def show(config: str = typer.Option(..., "--config", "-c", help="Job config (YAM
 
 
 @checkpoints_app.command("drop-intent")
-def drop_intent(config: str = typer.Option(..., "--config", "-c", help="Job config (YAML or .properties)."),
+def drop_intent(config: str = typer.Option(..., "--config", "-c", metavar="FILE",
+                                           help="Job config (YAML or .properties)."),
                 task: str = typer.Option(..., "--task", help="The task whose uncommitted flush to forget."),
                 stage: str = typer.Option(None, "--stage", help="app.class jobs: the stage of the task.")) -> None:
     """Forget a task's uncommitted flush (its intent) so the task can run again after its inputs changed.
@@ -148,8 +152,8 @@ def drop_intent(config: str = typer.Option(..., "--config", "-c", help="Job conf
     import dataclasses
 
     from sparza.runtime.checkpoint import checkpoint_store_from_config
+    from sparza.runtime.driver.preflight import check_storage
     from sparza.runtime.jobconfig import JobConfig
-    from sparza.runtime.preflight import check_storage
 
     cfg = _load(config)
     job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
@@ -173,17 +177,18 @@ def drop_intent(config: str = typer.Option(..., "--config", "-c", help="Job conf
                f"{intent.ends}); its next run processes that range again, and outputs already written may repeat")
 
 
-def package(config: str = typer.Option(None, "--config", "-c",
+def package(config: str = typer.Option(None, "--config", "-c", metavar="FILE",
                                        help="Job config: its task.class / app.class modules are packaged."),
-            output: str = typer.Option("dist/sparza-job.zip", "--output", "-o", help="The zip to write."),
-            module: list[str] = typer.Option([], "--module", "-m",
+            output: str = typer.Option("dist/sparza-job.zip", "--output", "-o", metavar="FILE",
+                                       help="The zip to write."),
+            module: list[str] = typer.Option([], "--module", "-m", metavar="MODULE",
                                              help="Another top-level module or package to include (repeatable).")
             ) -> None:
     """Write a zip of sparza and the job's modules for executors that do not have them (job.py.files,
     --py-files, spark-submit --py-files, spark.addArtifacts), and the requirements file to install there."""
     from sparza.config import Config
+    from sparza.runtime.driver.packaging import build_package, job_modules
     from sparza.runtime.jobconfig import JobConfig
-    from sparza.runtime.packaging import build_package, job_modules
 
     modules = list(module)
     if config:

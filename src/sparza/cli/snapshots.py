@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from sparza.cli._help import SparzaTyper
 from sparza.config import Config
 
 if TYPE_CHECKING:
@@ -17,10 +18,11 @@ if TYPE_CHECKING:
 
 __all__ = ["app", "register"]
 
-app = typer.Typer(help="Inspect, restore and verify state snapshots in the blob store (blob.store.*).",
+app = SparzaTyper(help="Inspect, restore and verify state snapshots in the blob store (blob.store.*).",
                   no_args_is_help=True)
 
-_CONFIG = typer.Option(None, "--config", "-c", help="Job config (YAML or .properties) naming the blob store.")
+_CONFIG = typer.Option(None, "--config", "-c", metavar="FILE",
+                       help="Job config (YAML or .properties) naming the blob store.")
 
 
 def _config(path: Path | None) -> Config:
@@ -109,7 +111,8 @@ def verify(blob_id: str = typer.Argument(..., help="Blob id of a snapshot index.
 def gc(config: Path | None = _CONFIG,
        dry_run: bool = typer.Option(False, "--dry-run", help="Report what would be removed, remove nothing."),
        prefix: str = typer.Option("", "--prefix", help="Only blobs whose id starts with this."),
-       now_ms: int | None = typer.Option(None, "--now-ms", help="Pretend the time is this (epoch ms).")) -> None:
+       now_ms: int | None = typer.Option(None, "--now-ms", metavar="MS",
+                                         help="Pretend the time is this (epoch ms).")) -> None:
     """Purge blobs whose TTL has passed and deleted blobs older than blob.store.deleted.retention.ms."""
     from sparza.blobstore import blob_store_manager_from_config, collect_garbage
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import typer
 
+from sparza.cli._help import SparzaTyper
 from sparza.config import Config
 from sparza.errors import ConfigError, SerdeError
 from sparza.serde import serde_from_name
@@ -27,9 +28,9 @@ from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream, S
 
 __all__ = ["app", "register"]
 
-app = typer.Typer(help="Create, inspect, fill and maintain Delta Lake streams.", no_args_is_help=True)
+app = SparzaTyper(help="Create, inspect, fill and maintain Delta Lake streams.", no_args_is_help=True)
 
-_CONFIG = typer.Option(None, "--config", "-c", help="Job config file (YAML or .properties).")
+_CONFIG = typer.Option(None, "--config", "-c", metavar="FILE", help="Job config file (YAML or .properties).")
 _SYSTEM = typer.Option(None, "--system", "-s",
                        help="System name: a delta system (default: the config's only one), or a kafka/eventhubs one.")
 _ROOT = typer.Option(None, "--root", help="Override systems.<system>.delta.root (a dir or az://container/prefix).")
@@ -159,7 +160,7 @@ def tail(stream: str = typer.Argument(..., help="Stream name or location."),
          count: int = typer.Option(10, "--count", "-n", min=1, help="How many messages to print."),
          partition: int = typer.Option(None, "--partition", help="Only this partition (default: all)."),
          serde: str = typer.Option("string", "--serde", help="Decode values with bytes|string|json|avro."),
-         key_serde: str = typer.Option("string", "--key-serde", help="Decode keys with this serde."),
+         key_serde: str = typer.Option("string", "--key-serde", metavar="SERDE", help="Decode keys with this serde."),
          include_control: bool = typer.Option(True, "--control/--no-control", help="Show control messages."),
          config: Path = _CONFIG, system: str = _SYSTEM, root: str = _ROOT) -> None:
     """Print the last messages of a stream (merged by event time across partitions)."""
@@ -195,8 +196,8 @@ def tail(stream: str = typer.Argument(..., help="Stream name or location."),
         consumer = DeltaSystemConsumer(name, cfg)
         for p in parts:
             ssp = SystemStreamPartition(name, stream_name, p)
-            start = start_of_last(consumer.log(stream_name), p, count)
-            found += list(consumer.read(ssp, start, include_control=include_control, bounded=False))[-count:]
+            first = start_of_last(consumer.log(stream_name), p, count)
+            found += list(consumer.read(ssp, first, include_control=include_control, bounded=False))[-count:]
     found.sort(key=lambda e: (e.timestamp or 0, e.ssp.partition))
     for envelope in found[-count:]:
         when = dt.datetime.fromtimestamp((envelope.timestamp or 0) / 1000, tz=dt.UTC).isoformat(timespec="milliseconds")
@@ -274,11 +275,14 @@ def _load_id(stream: str, file: Path, key: str, timestamp: str | None, fmt: str)
 @app.command()
 def load(stream: str = typer.Argument(..., metavar="STREAM_LOCATION", help="Stream name or location."),
          file: Path = typer.Argument(..., exists=True, dir_okay=False, help="JSON lines or CSV file."),
-         key: str = typer.Option(..., "--key", help="Column used as message key (and for partitioning)."),
-         timestamp: str = typer.Option(None, "--timestamp", help="Event-time column: epoch ms or ISO-8601."),
+         key: str = typer.Option(..., "--key", metavar="COLUMN",
+                                 help="Column used as message key (and for partitioning)."),
+         timestamp: str = typer.Option(None, "--timestamp", metavar="COLUMN",
+                                       help="Event-time column: epoch ms or ISO-8601."),
          partitions: int = typer.Option(None, "--partitions", "-p", min=1,
                                         help="Create the stream with this many partitions if it is missing."),
-         fmt: str = typer.Option("auto", "--format", help="auto, jsonl or csv."),
+         fmt: str = typer.Option("auto", "--format", metavar="auto|jsonl|csv",
+                                 help="Input format (auto: csv for .csv/.tsv files, else jsonl)."),
          batch: int = typer.Option(10_000, "--batch", min=1, help="Messages per commit."),
          config: Path = _CONFIG, system: str = _SYSTEM, root: str = _ROOT) -> None:
     """Load a JSON-lines or CSV file into a stream: value = the record as JSON, key = a column.
@@ -374,7 +378,7 @@ def load(stream: str = typer.Argument(..., metavar="STREAM_LOCATION", help="Stre
 
 @app.command()
 def compact(stream: str = typer.Argument(..., help="Stream name or location."),
-            target_size: str = typer.Option("128MB", "--target-size", help="Target file size."),
+            target_size: str = typer.Option("128MB", "--target-size", metavar="SIZE", help="Target file size."),
             config: Path = _CONFIG, system: str = _SYSTEM, root: str = _ROOT) -> None:
     """Merge small files (offsets do not change: stream readers keep using the original commits)."""
     from sparza.config import parse_byte_size
@@ -391,10 +395,10 @@ def compact(stream: str = typer.Argument(..., help="Stream name or location."),
 
 @app.command()
 def optimize(stream: str = typer.Argument(..., help="Typed table name or location."),
-             target_size: str = typer.Option("128MB", "--target-size", help="Target file size."),
+             target_size: str = typer.Option("128MB", "--target-size", metavar="SIZE", help="Target file size."),
              vacuum: bool = typer.Option(False, "--vacuum/--no-vacuum",
                                          help="Also delete files compaction and merges replaced."),
-             retain: float = typer.Option(168.0, "--retain-hours",
+             retain: float = typer.Option(168.0, "--retain-hours", metavar="HOURS",
                                           help="Vacuum only files replaced more than this many hours ago (>= 1)."),
              config: Path = _CONFIG, system: str = _SYSTEM, root: str = _ROOT) -> None:
     """Compact a typed result table (and vacuum it): replays stay exact, the app transactions are kept."""
@@ -412,7 +416,7 @@ def optimize(stream: str = typer.Argument(..., help="Typed table name or locatio
 
 @app.command()
 def truncate(stream: str = typer.Argument(..., help="Stream name or location."),
-             before: int = typer.Option(..., "--before-version", min=0,
+             before: int = typer.Option(..., "--before-version", metavar="VERSION", min=0,
                                         help="Remove rows added before this Delta version."),
              config: Path = _CONFIG, system: str = _SYSTEM, root: str = _ROOT) -> None:
     """Retention: remove rows of versions before N; reading their offsets then fails clearly."""

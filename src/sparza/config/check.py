@@ -212,9 +212,9 @@ def _run_checks(config: Config, report: CheckReport, translated: bool) -> None:
             found = entry.check(config)
         except ConfigError as exc:
             found = [exc]
-        for exc in found if isinstance(found, list) else ():
-            if isinstance(exc, ConfigError) and not any(str(p) == str(exc) for p in report.problems):
-                report.problems.append(exc)
+        for problem in found if isinstance(found, list) else ():
+            if isinstance(problem, ConfigError) and not any(str(p) == str(problem) for p in report.problems):
+                report.problems.append(problem)
 
 
 def validate_for_run(config: Mapping[str, str], warn: Callable[[str], None] | None = None) -> Config:

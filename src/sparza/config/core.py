@@ -133,6 +133,11 @@ class Config(Mapping[str, str]):
 
     # --- construction ----------------------------------------------------------------------
     @classmethod
+    def of(cls, values: Mapping[str, Any] | None) -> Config:
+        """``values`` as a Config: itself when it is one already (no copy), else a new one (None: empty)."""
+        return values if isinstance(values, Config) else cls(values)
+
+    @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Config:
         """Load a ``.yaml``/``.yml`` (nested or dotted keys) or ``.properties`` file."""
         p = Path(path)

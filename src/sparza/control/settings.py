@@ -21,6 +21,7 @@ __all__ = [
     "ControlSettings",
     "LatePolicy",
     "format_key",
+    "holdback_key",
     "intermediate_key",
     "lateness_key",
     "producer_count_key",
@@ -51,6 +52,10 @@ define_key("systems.<system>.streams.<stream>.control.format", "sparza", "Contro
            "intermediate stream: 'sparza' (bodies with taskCount, every upstream task to every partition) or 'samza' "
            "(Samza's bodies without taskCount, sent to one aggregate partition whose reader re-broadcasts them), "
            "for a Samza job upstream or downstream. Both bodies are always read.", _PKG)
+define_key("systems.<system>.streams.<stream>.watermark.holdback.ms", 0, "How far behind the task watermark the "
+           "watermark this job writes into this intermediate output stream is: what its stateful operators may still "
+           "emit behind their watermark (a stream-stream join's unmatched messages, a window's late panes), so it "
+           "is not late downstream (set by the planner).", _PKG)
 define_key("systems.<system>.streams.<stream>.control.producer.count", 0, "How many upstream tasks write control "
            "messages into this intermediate input stream; needed when they carry no taskCount (format 'samza'). "
            "Samza takes it from its job model: the tasks of the upstream job that read its inputs.", _PKG)
@@ -64,6 +69,11 @@ def lateness_key(stream: SystemStream) -> str:
 def format_key(stream: SystemStream) -> str:
     """``systems.<s>.streams.<x>.control.format`` for ``stream``."""
     return f"systems.{stream.system}.streams.{stream.stream}.control.format"
+
+
+def holdback_key(stream: SystemStream) -> str:
+    """``systems.<s>.streams.<x>.watermark.holdback.ms`` for ``stream``."""
+    return f"systems.{stream.system}.streams.{stream.stream}.watermark.holdback.ms"
 
 
 def producer_count_key(stream: SystemStream) -> str:
@@ -97,6 +107,7 @@ class ControlSettings:
     _lateness: dict[SystemStream, int] = field(default_factory=dict)
     _formats: dict[SystemStream, str] = field(default_factory=dict)
     _producer_counts: dict[SystemStream, int] = field(default_factory=dict)
+    _holdbacks: dict[SystemStream, int] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: Config, streams: list[SystemStream] | None = None) -> ControlSettings:
@@ -127,8 +138,10 @@ class ControlSettings:
         lateness: dict[SystemStream, int] = {}
         formats: dict[SystemStream, str] = {}
         counts: dict[SystemStream, int] = {}
+        holdbacks: dict[SystemStream, int] = {}
         for stream in outputs:
             formats[stream] = config.get_choice(format_key(stream), FORMATS, SPARZA_FORMAT)
+            holdbacks[stream] = config.get_int(holdback_key(stream), 0, min_value=0)
         for stream in streams or []:
             if config.get_bool(intermediate_key(stream), False):
                 intermediate.add(stream)
@@ -141,7 +154,7 @@ class ControlSettings:
                                   "'samza' (Samza's messages do not carry it; Samza takes it from the upstream job "
                                   "model: the tasks that read the upstream job's inputs)")
         return cls(idle, quorum, tuple(outputs), policy, late_stream, frozenset(intermediate), lateness, formats,
-                   counts)
+                   counts, holdbacks)
 
     def format(self, stream: SystemStream) -> str:
         """The control-message format of an intermediate stream (``sparza`` unless configured)."""
@@ -150,6 +163,10 @@ class ControlSettings:
     def producer_count(self, stream: SystemStream) -> int:
         """The configured number of upstream tasks of an intermediate input stream (0: not configured)."""
         return self._producer_counts.get(stream, 0)
+
+    def holdback_ms(self, stream: SystemStream) -> int:
+        """How far behind the task watermark the watermark written into intermediate output ``stream`` is."""
+        return self._holdbacks.get(stream, 0)
 
     def is_intermediate(self, stream: SystemStream) -> bool:
         """True when ``stream`` carries control messages from upstream tasks."""

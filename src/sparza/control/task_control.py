@@ -289,18 +289,21 @@ class TaskControl:
         if self._eos_sent:
             self._sent_counter.inc(len(out))
             return out
-        wanted: list[ControlMessage] = []
-        if self._watermark is not None:
-            wanted.append(ControlMessage.watermark(self._watermark, self.task_name, self.task_count))
-        if self.all_ended():
-            wanted.append(ControlMessage.end_of_stream(self.task_name, self.task_count, self._watermark))
+        ended = self.all_ended()
         for stream in self.settings.intermediate_outputs:
             partitions = self._partitions(stream, partitions_by_stream)
             body_format = self.settings.format(stream)
             targets = range(partitions) if body_format == SPARZA_FORMAT else \
                 [samza_aggregate_partition(stream.stream, partitions)]
-            for message in wanted:
-                self._emit(out, stream, message, body_format, targets, now_ms)
+            # Held back by what the task's operators may still emit behind their watermark (set by the planner).
+            holdback = self.settings.holdback_ms(stream)
+            written = None if self._watermark is None else self._watermark - holdback
+            if written is not None:
+                self._emit(out, stream, ControlMessage.watermark(written, self.task_name, self.task_count),
+                           body_format, targets, now_ms)
+            if ended:
+                self._emit(out, stream, ControlMessage.end_of_stream(self.task_name, self.task_count, written),
+                           body_format, targets, now_ms)
         self._sent_counter.inc(len(out))
         if self.all_ended():
             self._eos_sent = True

@@ -7,7 +7,6 @@ See ``docs/coordination.md``.
 """
 
 from sparza.coordination.assignment import assign_tasks
-from sparza.coordination.config import CoordinationConfig
 from sparza.coordination.coordinator import AzureJobCoordinator
 from sparza.coordination.errors import (
     CoordinationError,
@@ -27,6 +26,7 @@ from sparza.coordination.listener import JobCoordinator, JobCoordinatorListener
 from sparza.coordination.lock import AzureLock
 from sparza.coordination.naming import CoordinationResources
 from sparza.coordination.scheduler import Scheduler
+from sparza.coordination.settings import CoordinationConfig
 from sparza.coordination.standalone import StandaloneJobCoordinator
 from sparza.coordination.store import BarrierState, CoordinatorState, JobModelStore
 from sparza.coordination.table import ProcessorEntity, ProcessorTable

@@ -9,8 +9,8 @@ from azure.core.exceptions import ResourceExistsError
 
 from sparza.azure import StorageAccount
 from sparza.coordination._azure import blob_service, storage_call, table_service
-from sparza.coordination.config import CoordinationConfig
 from sparza.coordination.naming import CoordinationResources
+from sparza.coordination.settings import CoordinationConfig
 from sparza.coordination.store import JobModelStore
 from sparza.coordination.table import ProcessorTable
 

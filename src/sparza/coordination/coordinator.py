@@ -29,7 +29,6 @@ from azure.core.exceptions import ResourceNotFoundError
 from sparza.azure import StorageAccount, error_code, resolve_storage_account
 from sparza.coordination.assignment import assign_tasks
 from sparza.coordination.clients import CoordinationClients
-from sparza.coordination.config import CoordinationConfig
 from sparza.coordination.errors import StaleLeaderError
 from sparza.coordination.jobmodel import JobModel
 from sparza.coordination.leader import AzureLeaderElector
@@ -37,6 +36,7 @@ from sparza.coordination.lease import LeaseBlobManager
 from sparza.coordination.listener import JobCoordinatorListener
 from sparza.coordination.naming import CoordinationResources
 from sparza.coordination.scheduler import Scheduler
+from sparza.coordination.settings import CoordinationConfig
 from sparza.coordination.store import BarrierState, CoordinatorState
 from sparza.coordination.table import UNASSIGNED, live_processors, version_key
 from sparza.metrics import MetricsRegistry

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from sparza.config import Config
-from sparza.coordination.config import FACTORY_AZURE, FACTORY_STANDALONE, KEY_FACTORY
 from sparza.coordination.listener import JobCoordinator, JobCoordinatorListener
+from sparza.coordination.settings import FACTORY_AZURE, FACTORY_STANDALONE, KEY_FACTORY
 from sparza.metrics import MetricsRegistry
 
 __all__ = ["job_coordinator_from_config"]
@@ -20,7 +20,7 @@ def job_coordinator_from_config(processor_id: str, config: Mapping[str, str], ta
     ``metrics`` receives the coordinator's metrics (group ``coordination``). Raises
     :class:`~sparza.errors.ConfigError` for any other value, or for bad ``job.coordinator.azure.*`` keys.
     """
-    cfg = config if isinstance(config, Config) else Config(config)
+    cfg = Config.of(config)
     kind = cfg.get_choice(KEY_FACTORY, (FACTORY_STANDALONE, FACTORY_AZURE), FACTORY_STANDALONE)
     if kind == FACTORY_AZURE:
         from sparza.coordination.coordinator import AzureJobCoordinator

@@ -27,8 +27,8 @@ from azure.core.exceptions import HttpResponseError, ResourceExistsError, Resour
 from sparza.azure import StorageAccount, resolve_storage_account
 from sparza.coordination._azure import storage_call
 from sparza.coordination.clients import CoordinationClients
-from sparza.coordination.config import CoordinationConfig
 from sparza.coordination.errors import FencedError, StoreConflictError
+from sparza.coordination.settings import CoordinationConfig
 
 __all__ = ["GENERATION_KEY", "OWNER_KEY", "FencedError", "GenerationFence", "claim", "stored_generation",
            "write_fenced"]

@@ -42,7 +42,7 @@ class AzureLock:
                 default_timeout_s: float = 60.0) -> AzureLock:
         """The lock ``name`` of the job in ``config`` (blob ``locks/<name>`` in its coordination container)."""
         from sparza.coordination.clients import CoordinationClients
-        from sparza.coordination.config import CoordinationConfig
+        from sparza.coordination.settings import CoordinationConfig
 
         cfg = CoordinationConfig.from_config(config)
         clients = CoordinationClients.create(cfg, account or resolve_storage_account(config))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from sparza.coordination.config import CoordinationConfig
+from sparza.coordination.settings import CoordinationConfig
 
 __all__ = ["CoordinationResources"]
 

@@ -12,8 +12,8 @@ from datetime import datetime
 
 from sparza.azure import StorageAccount, resolve_storage_account
 from sparza.coordination.clients import CoordinationClients
-from sparza.coordination.config import CoordinationConfig
 from sparza.coordination.lease import LeaseBlobManager
+from sparza.coordination.settings import CoordinationConfig
 from sparza.coordination.store import CoordinatorState
 from sparza.coordination.table import ProcessorEntity, live_processors
 

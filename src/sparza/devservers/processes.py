@@ -74,7 +74,7 @@ class LocalServerProcess:
         log.close()
         self.pid = self._proc.pid
 
-    def _wait_until(self, probe: Callable[[], None], endpoint: str, timeout_s: float, poll_s: float = 0.05) -> None:
+    def _wait_until(self, probe: Callable[[], object], endpoint: str, timeout_s: float, poll_s: float = 0.05) -> None:
         """Call ``probe`` until it returns without raising, once every port is open; else stop and raise."""
         deadline = time.monotonic() + timeout_s
         last: Exception | None = None

@@ -17,6 +17,9 @@ from sparza.runtime.checkpoint import (
     VersionedCheckpoint,
     checkpoint_store_from_config,
 )
+from sparza.runtime.driver.report import EXIT_CODES, RunOutcome
+from sparza.runtime.driver.runner import JobRunner, build_spark_session
+from sparza.runtime.driver.source import SparzaDataSource
 from sparza.runtime.errors import (
     CheckpointConflictError,
     CheckpointFencedError,
@@ -27,8 +30,6 @@ from sparza.runtime.errors import (
 from sparza.runtime.jobconfig import InputSpec, JobConfig
 from sparza.runtime.model import TaskModel, build_task_models, task_name
 from sparza.runtime.planner import BatchPlanner
-from sparza.runtime.runner import EXIT_CODES, JobRunner, RunOutcome, build_spark_session
-from sparza.runtime.source import SparzaDataSource
 
 __all__ = [
     "EXIT_CODES",

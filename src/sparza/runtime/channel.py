@@ -6,7 +6,7 @@ failure detection and stop requests cannot wait for that. The driver therefore l
 and every container connects to it (:class:`ContainerChannelClient`). Messages are JSON lines:
 
 - container → driver: ``hello`` (epoch, container index, its locations, its tasks, the tasks that moved to
-  it), ``result`` (one committed, skipped or failed task batch: a :class:`~sparza.runtime.instance.BatchResult`),
+  it), ``result`` (one committed, skipped or failed task batch: a :class:`~sparza.runtime.results.BatchResult`),
   ``done`` (a task left the run loop: caught up, ended, stopped), ``error`` (the container is failing);
 - driver → container: ``end`` (finish the running batch, commit, return).
 
@@ -28,8 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from sparza.runtime.commit import BatchStatus
-from sparza.runtime.instance import BatchResult
+from sparza.runtime.results import BatchResult, BatchStatus
 
 __all__ = ["ChannelEvent", "ContainerChannel", "ContainerChannelClient", "result_from_json", "result_to_json"]
 

@@ -102,7 +102,7 @@ class TaskCheckpoint:
     snapshot-index blob id (or a local marker when the store is not backed up). ``control``: the
     control-message state (watermarks, end-of-stream counts). ``ended``: the task delivered
     end-of-stream to its task code. ``spark_batch_id`` and ``written_at_ms`` are informational.
-    ``location``: the state dir (host and dir, :func:`sparza.runtime.container.location_of`) where the batch
+    ``location``: the state dir (host and dir, :func:`sparza.runtime.container.runloop.location_of`) where the batch
     ran, so the next epoch can run the task where its local state is (host affinity).
 
     ``pending`` is the task's :class:`Intent` for a batch it started to flush but has not committed,

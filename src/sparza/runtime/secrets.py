@@ -88,7 +88,7 @@ def ship_secrets(spark: Any, config: Config) -> tuple[dict[str, str], ShippedSec
     public, secrets = split_secrets(config)
     if not secrets:
         return public, None
-    from sparza.runtime.session import is_connect
+    from sparza.runtime.driver.session import is_connect
 
     digest = hashlib.sha256(json.dumps(secrets, sort_keys=True).encode("utf-8")).hexdigest()
     with _LOCK:

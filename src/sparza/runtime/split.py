@@ -1,8 +1,8 @@
 """The document a batch hands from the driver to each task: :class:`TaskSplit`, carried as a marker row.
 
-The driver's source (:mod:`sparza.runtime.source`) plans the batch and yields, per task, one
+The driver's source (:mod:`sparza.runtime.driver.source`) plans the batch and yields, per task, one
 *marker* row whose ``value`` is the task's split as JSON; the executor side
-(:mod:`sparza.runtime.worker`) takes it off the front of the task's rows and reads the messages
+(:mod:`sparza.runtime.container.worker`) takes it off the front of the task's rows and reads the messages
 itself. This module is the only thing both sides share.
 """
 

@@ -26,6 +26,7 @@ __all__ = [
     "SupportsArrowRead",
     "SupportsArrowSend",
     "SupportsOffsetArithmetic",
+    "SupportsOffsetKey",
     "SupportsPartitionCount",
     "SupportsStreamLocation",
     "SystemAdmin",
@@ -202,6 +203,16 @@ class SupportsOffsetArithmetic(Protocol):
 
     def count_between(self, ssp: SystemStreamPartition, start: str, end: str) -> int:
         """How many messages lie in ``[start, end)``."""
+        ...
+
+
+@runtime_checkable
+class SupportsOffsetKey(Protocol):
+    """An admin whose offsets have a sort key: keys compare as ``offset_comparator`` compares the offsets,
+    at a fraction of its cost where many offsets are compared (one per adjunct message)."""
+
+    def offset_key(self, offset: str) -> Any:
+        """The sort key of ``offset`` (raises on a malformed offset, naming what is wrong)."""
         ...
 
 

@@ -12,7 +12,16 @@ is a :data:`RECORD_SCHEMA` record, so one reader serves Delta, Avro and JSON-lin
 - ``pipeline`` (app): filter (or the ``filtermap`` rule) → ``partition_by(key)`` → [join ``profiles``]
   → ``{…, tag: "p" or the profile's}``;
 - ``window`` (app): ``partition_by(key)`` → [join] → tumbling or sliding window (count, sum of n)
-  → ``{id: start, key, val: count, aux: sum, tag: "w"}``.
+  → ``{id: start, key, val: count, aux: sum, tag: "w"}``; with triggers or an allowed lateness
+  (``app.harness.early`` / ``.late`` / ``.lateness.ms``) every pane is a record tagged
+  ``w:<pane>:<index>`` (pane ``early``, ``on_time``, ``late``): the newest pane of a window is its result;
+- ``session`` (app): ``partition_by(key)`` → [join] → session window of ``app.harness.session.gap.ms``
+  (count, sum of n; ``app.harness.session.merge``: merged accumulators) → ``{id: start, key, val: count,
+  aux: sum, tag: "s:<pane>:<index>"}``, a retraction ``{…, val: 0, aux: 0, tag: "s:retract:<index>"}``;
+- ``join`` (app): the input split by the parity of ``n`` (even: left, odd: right), each side
+  ``partition_by(key)``, joined within ``app.harness.join.within.ms`` (``app.harness.join.type`` inner, left
+  or outer) → ``{id: left id, key, val: left n, aux: right id, tag: "j"}``; unmatched sides
+  ``{id, key, val: n, aux: -1, tag: "jl" / "jr"}``.
 
 `app.harness.poison.ids` (comma-separated ids) makes the job raise on those messages: the poison-message fault.
 
@@ -26,7 +35,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sparza.api import StreamApplication, WindowPane, Windows
+from sparza.api import StreamApplication, Trigger, WindowPane, Windows, every
 from sparza.serde import AvroSerde, JsonSerde
 from sparza.streams import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStream
 from sparza.task import MessageBatch
@@ -198,6 +207,37 @@ def _pane_record(pane: WindowPane) -> dict[str, Any]:
     return {"id": int(pane.start), "key": str(pane.key), "val": int(count), "aux": int(total), "tag": "w"}
 
 
+def _pane_records(tag: str) -> Any:
+    """Panes of a window that fires more than once (or may retract) as records tagged ``<tag>:<pane>:<index>``."""
+    def record(pane: WindowPane) -> dict[str, Any]:
+        count, total = pane.value if pane.value is not None else (0, 0)
+        return {"id": int(pane.start), "key": str(pane.key), "val": int(count), "aux": int(total),
+                "tag": f"{tag}:{pane.pane}:{pane.index}"}
+    return record
+
+
+def _merge(a: list[int], b: list[int]) -> list[int]:
+    return [a[0] + b[0], a[1] + b[1]]
+
+
+def _trigger(text: str) -> Trigger | None:
+    """``count:N`` / ``ms:N`` (``app.harness.early`` / ``.late``) as a trigger; empty: none."""
+    if not text:
+        return None
+    what, _, value = text.partition(":")
+    return every(int(value)) if what == "count" else every(ms=int(value))
+
+
+def _join_record(left: dict[str, Any] | None, right: dict[str, Any] | None) -> dict[str, Any]:
+    if left is not None and right is not None:
+        return {"id": int(left["id"]), "key": str(left["key"]), "val": int(left["n"]), "aux": int(right["id"]),
+                "tag": "j"}
+    one = left if left is not None else right
+    assert one is not None
+    return {"id": int(one["id"]), "key": str(one["key"]), "val": int(one["n"]), "aux": -1,
+            "tag": "jl" if left is not None else "jr"}
+
+
 class HarnessApp:
     """The high-level harness application (``app.harness.kind``: ``pipeline`` or ``window``).
 
@@ -244,14 +284,34 @@ class HarnessApp:
                 stream = stream.join(app.table("profiles"), lambda m: m["key"], lambda m, p: {**m, "tag": str(p["c"])})
             stream.map(lambda m: {"id": int(m["id"]), "key": str(m["key"]), "val": int(m["val"]),
                                   "aux": int(m["aux"]), "tag": str(m["tag"])}).send_to(out)
-        elif kind == "window":
-            size = int(config.get_str("app.harness.window.size.ms"))
-            slide = int(config.get_str("app.harness.window.slide.ms", str(size)))
+        elif kind in ("window", "session"):
+            triggers = {"early": _trigger(str(config.get_str("app.harness.early", "") or "")),
+                        "late": _trigger(str(config.get_str("app.harness.late", "") or "")),
+                        "allowed_lateness_ms": int(config.get_str("app.harness.lateness.ms", "0"))}
             stream = stream.partition_by(lambda m: m["key"], "by-key", partitions=partitions)
             if join:
                 stream = stream.join(app.table("profiles"), lambda m: m["key"], lambda m, p: {**m, "c": p["c"]})
-            spec = (Windows.tumbling(size, lambda m: m["key"], [0, 0], _fold) if slide == size
-                    else Windows.sliding(size, slide, lambda m: m["key"], [0, 0], _fold))
-            stream.window(spec, name="w").map(_pane_record).send_to(out)
+            if kind == "session":
+                merge = _merge if str(config.get_str("app.harness.session.merge", "false")) == "true" else None
+                session = Windows.session(int(config.get_str("app.harness.session.gap.ms")), lambda m: m["key"],
+                                          [0, 0], _fold, merge, **triggers)
+                stream.window(session, name="s").map(_pane_records("s")).send_to(out)
+                return
+            size = int(config.get_str("app.harness.window.size.ms"))
+            slide = int(config.get_str("app.harness.window.slide.ms", str(size)))
+            spec = (Windows.tumbling(size, lambda m: m["key"], [0, 0], _fold, **triggers) if slide == size
+                    else Windows.sliding(size, slide, lambda m: m["key"], [0, 0], _fold, **triggers))
+            stream.window(spec, name="w").map(_pane_records("w") if spec.triggered else _pane_record).send_to(out)
+        elif kind == "join":
+            within = int(config.get_str("app.harness.join.within.ms"))
+            left = stream.filter(lambda m: int(m["n"]) % 2 == 0).partition_by(lambda m: m["key"], "left",
+                                                                               partitions=partitions)
+            right = stream.filter(lambda m: int(m["n"]) % 2 == 1).partition_by(lambda m: m["key"], "right",
+                                                                                partitions=partitions)
+            (left.join(right, lambda m: m["key"], lambda m: m["key"], _join_record, within=within,
+                       kind=str(config.get_str("app.harness.join.type", "inner")), name="lr",
+                       allowed_lateness_ms=int(config.get_str("app.harness.lateness.ms", "0")))
+             .send_to(out))
         else:
-            raise ValueError(f"app.harness.kind {kind!r} is not an application kind: use pipeline or window")
+            raise ValueError(f"app.harness.kind {kind!r} is not an application kind: use pipeline, window, session "
+                             f"or join")

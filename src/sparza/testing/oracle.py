@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["Comparison", "Record", "compare", "download_prefix", "expected_records", "expected_table_rows",
-           "read_blob_records",
-           "read_delta_records", "read_delta_values", "read_kafka_records", "read_table_rows"]
+           "fires_panes", "read_blob_records", "read_delta_records", "read_delta_values", "read_kafka_records",
+           "read_table_rows", "reduce_panes"]
 
 Record = tuple[int, str, int, int, str]
 """An output record as ``(id, key, val, aux, tag)``."""
@@ -85,6 +85,10 @@ def expected_records(scenario: Any, *, excluded_ids: Iterable[int] = ()) -> Coun
                     out[r] += 1
                 elif m.key in table:
                     out[(r[0], r[1], r[2], r[3], table[m.key])] += 1
+    elif kind == "join":
+        out.update(_expected_join(scenario, excluded))
+    elif kind == "session":
+        out.update(_expected_sessions(scenario, excluded))
     elif kind == "window":
         table = _join_table(scenario) if scenario.join != "none" else None
         panes: dict[tuple[str, int], list[int]] = {}
@@ -99,6 +103,87 @@ def expected_records(scenario: Any, *, excluded_ids: Iterable[int] = ()) -> Coun
     else:
         raise ValueError(f"unknown job kind {kind!r}")
     return out
+
+
+def _expected_join(scenario: Any, excluded: set[int]) -> Counter[Record]:
+    """Left = messages with an even ``n``, right = odd; a pair: equal keys, event times at most ``within``
+    apart, ``(left id, key, left n, right id, "j")``; unmatched ones (left join: left; outer: both) as
+    ``(id, key, n, -1, "jl" / "jr")``."""
+    kept = [m for m in scenario.messages if m.id not in excluded]
+    left = [m for m in kept if m.n % 2 == 0]
+    right = [m for m in kept if m.n % 2 == 1]
+    out: Counter[Record] = Counter()
+    matched: set[int] = set()
+    for a in left:
+        for b in right:
+            if a.key == b.key and abs(a.timestamp - b.timestamp) <= scenario.join_within_ms:
+                out[(a.id, a.key, a.n, b.id, "j")] += 1
+                matched.update((a.id, b.id))
+    if scenario.join_type in ("left", "outer"):
+        out.update((m.id, m.key, m.n, -1, "jl") for m in left if m.id not in matched)
+    if scenario.join_type == "outer":
+        out.update((m.id, m.key, m.n, -1, "jr") for m in right if m.id not in matched)
+    return out
+
+
+def _expected_sessions(scenario: Any, excluded: set[int]) -> Counter[Record]:
+    """Per key, its messages in event-time order; a new session when the next one is ``gap`` or more after
+    the previous: ``(first event time, key, count, sum of n, "s")``."""
+    table = _join_table(scenario) if scenario.join != "none" else None
+    by_key: dict[str, list[Any]] = {}
+    for m in scenario.messages:
+        if m.id not in excluded and (table is None or m.key in table):
+            by_key.setdefault(m.key, []).append(m)
+    out: Counter[Record] = Counter()
+    for key, items in by_key.items():
+        items.sort(key=lambda m: m.timestamp)
+        first, last, count, total = items[0].timestamp, items[0].timestamp, 0, 0
+        for m in items:
+            if m.timestamp - last >= scenario.session_gap_ms:
+                out[(first, key, count, total, "s")] += 1
+                first, count, total = m.timestamp, 0, 0
+            last = m.timestamp
+            count += 1
+            total += m.n
+        out[(first, key, count, total, "s")] += 1
+    return out
+
+
+def fires_panes(scenario: Any) -> bool:
+    """Whether the job writes every pane of its windows (tagged ``<w|s>:<pane>:<index>``): sessions always,
+    windows with triggers or an allowed lateness."""
+    return scenario.kind == "session" or (scenario.kind == "window" and bool(
+        getattr(scenario, "early", "") or getattr(scenario, "allowed_lateness_ms", 0)))
+
+
+def reduce_panes(scenario: Any, records: Counter[Record], *, upserted: bool) -> tuple[Counter[Record], list[str]]:
+    """A window's result is its newest pane (panes are updates) unless that is a retraction: the records of a job
+    that writes every pane, reduced to one final record per window (tag ``w`` / ``s``), and what is wrong with
+    the pane sequences. ``upserted``: the output is an upsert table, which keeps only the newest row of each
+    window, so only the last pane can be checked; otherwise every window's panes must be numbered 0..n-1, each
+    once (a lost or repeated firing shows), with a retraction only last and nothing early last."""
+    if not fires_panes(scenario):
+        return records, []
+    problems: list[str] = []
+    groups: dict[tuple[int, str], list[tuple[int, str, Record]]] = {}
+    for record, times in records.items():
+        base, pane, index = record[4].split(":")
+        for _ in range(times):
+            groups.setdefault((record[0], record[1]), []).append((int(index), pane, (*record[:4], base)))
+    out: Counter[Record] = Counter()
+    for (start, key), panes in sorted(groups.items()):
+        panes.sort()
+        indexes = [i for i, _, _ in panes]
+        kinds = [k for _, k, _ in panes]
+        if not upserted and indexes != list(range(len(panes))):
+            problems.append(f"window {key}@{start}: pane indexes {indexes[:12]} (a firing lost or repeated)")
+        if "retract" in kinds[:-1] or (scenario.kind == "window" and "retract" in kinds):
+            problems.append(f"window {key}@{start}: panes after a retraction: {kinds[:12]}")
+        if kinds[-1] == "early":
+            problems.append(f"window {key}@{start}: the last pane is early (end-of-stream fires on time)")
+        if kinds[-1] != "retract":
+            out[panes[-1][2]] += 1
+    return out, problems
 
 
 def expected_table_rows(scenario: Any, *, excluded_ids: Iterable[int] = ()) -> Counter[Record]:
@@ -155,6 +240,7 @@ def read_table_rows(table_path: Path) -> dict[str, Counter[Record]]:
         files = table.file_uris()
         if files:
             rel = duckdb.sql("SELECT id, key, val, aux, tag FROM read_parquet($files)", params={"files": files})
+            assert rel is not None  # a SELECT always gives a relation
             readers["duckdb"] = Counter(_record(dict(zip(("id", "key", "val", "aux", "tag"), row, strict=True)))
                                         for row in rel.fetchall())
         else:
@@ -201,8 +287,12 @@ def read_kafka_records(bootstrap_servers: str, topic: str, *, timeout_s: float =
             if headers.get("sparza.type", b"\x00") not in (b"\x00", b"0"):
                 control += 1
             else:
-                records[_record(json.loads(msg.value()))] += 1
-            if msg.offset() + 1 >= ends[msg.partition()]:
+                value = msg.value()
+                assert value is not None, f"{topic}: a record without a value"
+                records[_record(json.loads(value))] += 1
+            offset = msg.offset()
+            assert offset is not None  # a consumed record has one
+            if offset + 1 >= ends[msg.partition()]:
                 pending.discard(msg.partition())
         if pending:
             raise RuntimeError(f"reading {topic}: partitions {sorted(pending)} did not reach their end offsets "

@@ -3,16 +3,16 @@ streams, with batch boundaries, watermarks and processing time under the test's 
 
 It drives the code ``sparza run`` drives, not a copy of it: the batch planner
 (:class:`~sparza.runtime.planner.BatchPlanner`) plans each batch and cuts it into task splits as the Spark
-source does; :func:`sparza.runtime.executor.run_split` (what the source's ``read`` runs) runs each
-split through :class:`~sparza.runtime.instance.TaskInstance`, which restores stores, delivers messages
+source does; :func:`sparza.runtime.container.executor.run_split` (what the source's ``read`` runs) runs each
+split through :class:`~sparza.runtime.container.instance.TaskInstance`, which restores stores, delivers messages
 (control messages to :class:`~sparza.control.TaskControl`) and commits with
-:class:`~sparza.runtime.commit.TaskCommit`; an application is planned into stages by
+:class:`~sparza.runtime.container.commit.TaskCommit`; an application is planned into stages by
 :func:`sparza.api.plan_application` and each stage runs :class:`~sparza.api.StageTask`. Only Spark is left
 out: batches run one task after another in this process, and the streams the test adds live in the
 ``inmemory`` system (:mod:`sparza.systems.inmemory`). Stores are real (RocksDB or memory) and, like task
 checkpoints and the blob store, live in the runner's work dir.
 
-A failure can be injected right after any commit step (:class:`~sparza.runtime.commit.CommitStep`) of a
+A failure can be injected right after any commit step (:class:`~sparza.runtime.container.commit.CommitStep`) of a
 chosen task and batch (:meth:`TestRunner.fail_at`), or anything run there (:meth:`TestRunner.call_at`);
 :meth:`TestRunner.restart` then stands for a restarted process, so a test can check that a job's outputs and
 stores after a crash equal those of a run without one. With ``claim=True`` the runner holds the standalone job
@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparza.api.graph import Application
 from sparza.clock import DEFAULT_START_MS, ManualClock
 from sparza.config import Config
 from sparza.errors import SparzaError
-from sparza.runtime.commit import CommitStep
+from sparza.runtime.container.commit import CommitStep
 from sparza.serde import Serde, serde_from_name, stream_serde
 from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream
 from sparza.testing.faults import InjectedFault, register_fault_hook, unregister_fault_hook
@@ -239,9 +240,9 @@ class _Job:
     def step(self, now_ms: int) -> list[Any]:
         """Plan and run one batch of every task; empty when there is nothing to plan. A batch that raises
         stays pending and runs again, with the same plan, on the next step (as Spark retries it)."""
-        from sparza.runtime.commit import BatchStatus
+        from sparza.runtime.container.executor import TaskAttemptError, make_task_runner
         from sparza.runtime.errors import JobFailedError
-        from sparza.runtime.executor import TaskAttemptError, make_task_runner, result_from_row
+        from sparza.runtime.results import BatchStatus, result_from_row
         from sparza.runtime.split import marker_batch
 
         if self.pending is None:
@@ -324,7 +325,7 @@ class TestRunner:
         from sparza.systems import load_object
 
         loaded = load_object(path, "TestRunner.of")
-        key = "app.class" if hasattr(loaded, "describe") else "task.class"
+        key = "app.class" if isinstance(loaded, Application) else "task.class"
         values = {"job.name": _job_name(path), **{k: str(v) for k, v in (config or {}).items()}, key: path}
         return cls(values, **kwargs)
 
@@ -465,7 +466,7 @@ class TestRunner:
         lost, its offset log kept). ``crashed`` (the default) leaves a held job claim behind, as a killed
         process does (the new process is refused until it expires, see :meth:`advance_time`); False releases
         it first, as a clean stop does. ``config`` changes keys for the new process (a fixed task, a setting)."""
-        from sparza.runtime.worker import WORKER
+        from sparza.runtime.container.worker import WORKER
 
         self._start()
         for job in self._jobs:
@@ -569,7 +570,7 @@ class TestRunner:
     def store_items(self, name: str, *, job: str | None = None) -> dict[str, list[tuple[Any, Any]]]:
         """As :meth:`store`, as ``(key, value)`` pairs in key order."""
         from sparza.metrics import MetricsRegistry
-        from sparza.runtime.stores import TaskStores
+        from sparza.runtime.container.stores import TaskStores
 
         self._start()
         owners = [j for j in self._jobs if name in j.job.store_names and (job is None or j.name == job)]
@@ -628,7 +629,7 @@ class TestRunner:
     # --- lifecycle -----------------------------------------------------------------------------
     def close(self) -> None:
         """Drop the in-memory streams, the cached tasks and (if the runner made it) the work dir."""
-        from sparza.runtime.worker import WORKER
+        from sparza.runtime.container.worker import WORKER
         from sparza.systems.inmemory import drop_namespace
 
         for job in self._jobs:
@@ -737,7 +738,7 @@ class TestRunner:
             for ss, items in self._buffered:
                 self._write(ss, items)
             self._buffered.clear()
-        from sparza.runtime.preflight import check_application, check_job
+        from sparza.runtime.driver.preflight import check_application, check_job
 
         if config.get_str("app.class", None) is not None and config.get_str("app.stage", None) is None:
             check_application(config)

@@ -11,8 +11,8 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["COMMIT_STEPS", "EXTRA_FAULTS", "FAULTS", "INPUTS", "OUTPUTS", "InputMessage", "Profile", "Scenario",
-           "generate", "scale_scenario"]
+__all__ = ["COMMIT_STEPS", "EXTRA_FAULTS", "FAULTS", "INPUTS", "OPERATORS_SALT", "OUTPUTS", "InputMessage", "Profile",
+           "Scenario", "generate", "operator_config", "scale_scenario"]
 
 COMMIT_STEPS = ("after-intent", "after-flush", "after-adjunct", "after-snapshot", "after-checkpoint",
                 "during-cleanup")
@@ -57,6 +57,14 @@ after everything else: Kafka (or Delta) intermediate streams, Delta streams and 
 several processors under the azure coordinator, the :data:`EXTRA_FAULTS` and a second fault. No earlier
 draw changes; ``generate(seed, extras=False)`` (``--extras none``) gives the scenario without them."""
 
+OPERATORS_SALT = 0x0DE7_A115
+"""The operators added after the extras (issue 29) come from ``random.Random(seed ^ OPERATORS_SALT)``, drawn
+last and only with the extras: an application scenario may become a stream-stream ``join`` (its input split
+by the parity of ``n`` into a left and a right stream, each repartitioned by key, joined within a bound,
+inner/left/outer) or a ``session`` window (a gap, accumulators merged or not), and a window or session may
+get early/late triggers and an allowed lateness. Such a scenario is bounded and has one chunk (the last
+panes and unmatched messages come at end-of-stream). ``extras=False`` leaves them out, as before."""
+
 T0 = 1_700_000_000_000
 """Event time of the first message (epoch ms)."""
 
@@ -88,7 +96,7 @@ class Scenario:
 
     seed: int
     api: str                      # "task" or "app"
-    kind: str                     # copy | count | filtermap | pipeline | window
+    kind: str                     # copy | count | filtermap | pipeline | window | join | session
     partitions: int               # input partitions = stage-1 tasks
     keys: int
     bounded: bool
@@ -124,6 +132,14 @@ class Scenario:
     fault2: str = "none"          # a second fault (an after-run one when in the same phase as the first)
     fault2_phase: int = 0
     stagger_s: float = 0.0        # processors > 1: seconds between their starts
+    join_within_ms: int = 0       # join: largest event-time distance of a pair
+    join_type: str = "inner"      # join: inner | left | outer
+    session_gap_ms: int = 0       # session: the gap that ends a session
+    session_merge: bool = False   # session: accumulators merged (else each session keeps its messages)
+    early: str = ""               # window/session early trigger: "" | count:N | ms:N
+    late_trigger: str = ""        # window/session late trigger (with an allowed lateness)
+    allowed_lateness_ms: int = 0  # window/session/join: how far behind the watermark data still counts
+    step_ms: int = 1              # event-time step between consecutive message ids (late ones go further back)
     messages: list[InputMessage] = field(default_factory=list)
     profiles: list[Profile] = field(default_factory=list)
 
@@ -137,8 +153,18 @@ class Scenario:
             shape += f"({self.store}{'+backup' if self.backup else ''})"
         if self.api == "app":
             shape += f"(p2={self.stage2_partitions},join={self.join}"
-            shape += f",win={self.window_size_ms}/{self.window_slide_ms})" if self.kind == "window" else \
-                f",flatmap={self.flatmap})"
+            if self.kind == "window":
+                shape += f",win={self.window_size_ms}/{self.window_slide_ms}"
+            elif self.kind == "join":
+                shape += f",{self.join_type} within={self.join_within_ms}"
+            elif self.kind == "session":
+                shape += f",gap={self.session_gap_ms}{',merge' if self.session_merge else ''}"
+            else:
+                shape += f",flatmap={self.flatmap}"
+            triggers = "".join([f",early={self.early}" if self.early else "",
+                                f",late={self.late_trigger}" if self.late_trigger else "",
+                                f",lateness={self.allowed_lateness_ms}" if self.allowed_lateness_ms else ""])
+            shape += triggers + ")"
         fault = self.fault + (f"@{self.fail_step}" if self.fault == "fail-once" else "")
         source = "" if self.input == "delta" else f" in={self.input}"
         extras = "".join([
@@ -232,6 +258,7 @@ def generate(seed: int, *, messages: int | None = None, fault: str | None = None
     empty = set(rng.sample(range(partitions), rng.randint(0, partitions - 1))) if partitions > 1 else set()
     live = [p for p in range(partitions) if p not in empty]
     step = rng.choice([1, 10, 100, 1000])
+    scenario.step_ms = step
     msgs: list[InputMessage] = []
     for i in range(count):
         ts = T0 + i * step
@@ -268,6 +295,7 @@ def generate(seed: int, *, messages: int | None = None, fault: str | None = None
         scenario.task_api = task_api or drawn
     if extras:
         _pick_extras(random.Random(seed ^ EXTRAS_SALT), scenario, fault_forced=fault is not None)
+        _pick_operators(random.Random(seed ^ OPERATORS_SALT), scenario, output_forced=forced_output is not None)
     if not _fault_fits(scenario.fault, scenario):
         raise ValueError(f"fault {scenario.fault!r} does not fit seed {seed}: it needs a Kafka input (--input kafka) "
                          f"and no Kafka output or intermediate streams ({scenario.describe()})")
@@ -297,6 +325,71 @@ def _pick_extras(rng: random.Random, scenario: Scenario, *, fault_forced: bool) 
         _apply_fault_needs(fault2, scenario)
         scenario.fault2, scenario.fault2_phase = fault2, fault2_phase
     _add_probe_chunk(random.Random(scenario.seed ^ EXTRAS_SALT ^ 1), scenario)
+
+
+def _pick_operators(rng: random.Random, scenario: Scenario, *, output_forced: bool) -> None:
+    """The dimensions of :data:`OPERATORS_SALT`. Every value is drawn whatever applies, in a fixed order."""
+    r_kind, r_triggers = rng.random(), rng.random()
+    step = scenario.step_ms
+    within = rng.choice([0, 3, 10, 40]) * step
+    join_type = rng.choice(["inner", "left", "outer"])
+    gap = rng.choice([2, 5, 20]) * step
+    merge = rng.random() < 0.5
+    early = rng.choice(["count:1", "count:2", "count:5", f"ms:{5 * step}", f"ms:{50 * step}"])
+    lateness = rng.choice([0, 0, 20, 200]) * step
+    late_trigger = rng.choice(["", "", "count:2", f"ms:{10 * step}"])
+    has_early = rng.random() < 0.7
+    if scenario.api != "app":
+        return
+    if r_kind < 0.2:
+        scenario.kind = "join"
+        scenario.join, scenario.profiles = "none", []   # the stream-stream join replaces the table join
+        scenario.join_within_ms, scenario.join_type = within, join_type
+        scenario.allowed_lateness_ms = lateness
+        if scenario.output == "table-upsert":         # pairs have no key of their own
+            if output_forced:
+                raise ValueError("table-upsert needs a keyed result (count or window), not a join")
+            scenario.output = "table-append"
+    elif r_kind < 0.4:
+        scenario.kind = "session"
+        scenario.session_gap_ms, scenario.session_merge = gap, merge
+    elif scenario.kind != "window" or r_triggers >= 0.5:
+        return                  # a pipeline, or a window left as it was
+    if scenario.kind == "window" or (scenario.kind == "session" and r_triggers < 0.5):
+        scenario.early = early if has_early else ""
+        scenario.allowed_lateness_ms = lateness
+        scenario.late_trigger = late_trigger if lateness else ""
+    _one_bounded_chunk(scenario)
+
+
+def _one_bounded_chunk(scenario: Scenario) -> None:
+    """The new operators' last panes and unmatched messages come at end-of-stream: one bounded chunk."""
+    scenario.bounded = True
+    if scenario.chunks > 1:
+        scenario.messages = [InputMessage(m.id, m.key, m.n, m.timestamp, m.partition, 0) for m in scenario.messages]
+        scenario.chunks = 1
+    scenario.fault_phase = 0
+    if scenario.fault2 != "none" and (scenario.fault2_phase != 0 or scenario.fault2 not in AFTER_RUN_FAULTS):
+        scenario.fault2, scenario.fault2_phase = "none", 0
+    scenario.fault2_phase = 0
+
+
+def operator_config(scenario: Scenario) -> dict[str, str]:
+    """The ``app.harness.*`` keys of the :data:`OPERATORS_SALT` dimensions (read by ``HarnessApp``)."""
+    out: dict[str, str] = {}
+    if scenario.kind == "join":
+        out["app.harness.join.within.ms"] = str(scenario.join_within_ms)
+        out["app.harness.join.type"] = scenario.join_type
+    if scenario.kind == "session":
+        out["app.harness.session.gap.ms"] = str(scenario.session_gap_ms)
+        out["app.harness.session.merge"] = str(scenario.session_merge).lower()
+    if scenario.early:
+        out["app.harness.early"] = scenario.early
+    if scenario.late_trigger:
+        out["app.harness.late"] = scenario.late_trigger
+    if scenario.allowed_lateness_ms:
+        out["app.harness.lateness.ms"] = str(scenario.allowed_lateness_ms)
+    return out
 
 
 def _add_probe_chunk(rng: random.Random, scenario: Scenario) -> None:

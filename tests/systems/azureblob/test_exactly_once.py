@@ -1,4 +1,4 @@
-"""Several writers on one blob stream (issue 14, defect 1) and abandon (defect 6), against Azurite.
+"""Several writers on one blob stream, and abandon, are exactly-once against Azurite.
 
 Each "task" is a source on a producer of its own (as tasks in separate Spark Python workers are), all
 sending with the same event time so their blobs start in the same second. An independent reader (Azure

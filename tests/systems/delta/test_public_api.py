@@ -12,7 +12,7 @@ MODULES = ["sparza.systems.delta", "sparza.systems.delta.admin", "sparza.systems
            "sparza.systems.delta.producer", "sparza.systems.delta.offsets", "sparza.systems.delta.log",
            "sparza.systems.delta.reader", "sparza.systems.delta.retention", "sparza.systems.delta.maintenance",
            "sparza.systems.delta.settings", "sparza.systems.delta.schema", "sparza.systems.delta.partitioner",
-           "sparza.systems.delta.exceptions", "sparza.systems.delta.factory", "sparza.systems.delta.inspect",
+           "sparza.systems.delta.errors", "sparza.systems.delta.factory", "sparza.systems.delta.inspect",
            "sparza.cli.stream"]
 
 

@@ -10,7 +10,6 @@ datasets switch version at end-of-dataset markers. See ``docs/adjunct.md``.
 from __future__ import annotations
 
 from sparza.state.adjunct.builder import BootstrapProgress, EnvelopeReader, StoreBuilder
-from sparza.state.adjunct.config import DEFAULT_BUILDER_TASK, AdjunctConfig, AdjunctStoreSpec, container_store_dir
 from sparza.state.adjunct.container import ContainerSnapshotCache, SnapshotLease, directory_size_bytes
 from sparza.state.adjunct.errors import (
     AdjunctError,
@@ -42,6 +41,7 @@ from sparza.state.adjunct.recovery import (
     decide_recovery,
     judge_local_copy,
 )
+from sparza.state.adjunct.settings import DEFAULT_BUILDER_TASK, AdjunctConfig, AdjunctStoreSpec, container_store_dir
 from sparza.state.adjunct.slot import MARKER_FILE, StoreMarker, StoreSlot
 from sparza.state.adjunct.snapshots import SnapshotStore
 from sparza.state.adjunct.stores import (

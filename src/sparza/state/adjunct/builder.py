@@ -30,7 +30,6 @@ from typing import Any
 from sparza.config import Config
 from sparza.errors import SerdeError
 from sparza.serde import Serde
-from sparza.state.adjunct.config import AdjunctStoreSpec
 from sparza.state.adjunct.extractor import DefaultKeyValueExtractor, KeyValueExtractor
 from sparza.state.adjunct.offsets import StreamAccess
 from sparza.state.adjunct.recovery import (
@@ -40,6 +39,7 @@ from sparza.state.adjunct.recovery import (
     decide_recovery,
     judge_local_copy,
 )
+from sparza.state.adjunct.settings import AdjunctStoreSpec
 from sparza.state.adjunct.slot import StoreMarker, StoreSlot, store_serdes
 from sparza.state.adjunct.snapshots import SnapshotStore
 from sparza.state.kv import InMemoryStore, KeyValueStore, safe_dir_name

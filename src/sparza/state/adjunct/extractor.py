@@ -76,9 +76,9 @@ def load_extractor(store: str, path: str | None, config: Config) -> KeyValueExtr
     key = f"stores.{store}.adstore.key.value.extractor.factory"
     target = load_object(path, key)
     factory = target() if isinstance(target, type) else target
-    if not hasattr(factory, "get_key_value_extractor"):
+    if not isinstance(factory, KeyValueExtractorFactory):
         raise ConfigError(key, path, "a KeyValueExtractorFactory (an object with get_key_value_extractor(config))")
     extractor = factory.get_key_value_extractor(config)
-    if not (hasattr(extractor, "get_key") and hasattr(extractor, "get_value")):
+    if not isinstance(extractor, KeyValueExtractor):
         raise ConfigError(key, path, "a factory whose extractor has get_key(envelope) and get_value(envelope)")
-    return extractor  # type: ignore[no-any-return]
+    return extractor

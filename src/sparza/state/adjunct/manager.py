@@ -24,14 +24,15 @@ from sparza.config import Config
 from sparza.errors import ConfigError
 from sparza.metrics import MetricsRegistry
 from sparza.state.adjunct.builder import EnvelopeReader
-from sparza.state.adjunct.config import AdjunctConfig, AdjunctStoreSpec, container_store_dir
 from sparza.state.adjunct.container import ContainerSnapshotCache
 from sparza.state.adjunct.errors import UnknownAdjunctStoreError
 from sparza.state.adjunct.offsets import AdminStreamAccess, StreamAccess
 from sparza.state.adjunct.publication import PublicationBoard
+from sparza.state.adjunct.settings import AdjunctConfig, AdjunctStoreSpec, container_store_dir
 from sparza.state.adjunct.stores import (
     AdjunctStoreContext,
     AdjunctStoreManager,
+    AdjunctStoreManagerFactory,
     DefaultAdjunctStoreManagerFactory,
     SupportsCommitted,
     SupportsPinnedReads,
@@ -70,7 +71,7 @@ class TaskAdjunctManager:
                  input_ssps: list[SystemStreamPartition] | None = None, access: StreamAccess | None = None,
                  metrics: MetricsRegistry | None = None) -> None:
         self.task_name = task_name
-        self.config = config if isinstance(config, Config) else Config(config)
+        self.config = Config.of(config)
         self.base_dir = Path(base_dir)
         self.adjunct_config = AdjunctConfig.from_config(self.config)
         self.access = access or AdminStreamAccess(self.config)
@@ -293,13 +294,13 @@ class TaskAdjunctManager:
         return {name: manager.status() for name, manager in self._managers.items()}
 
 
-def _factory(spec: AdjunctStoreSpec) -> Any:
+def _factory(spec: AdjunctStoreSpec) -> AdjunctStoreManagerFactory:
     if not spec.manager_factory:
         return DefaultAdjunctStoreManagerFactory()
     key = f"stores.{spec.name}.adstore.manager.factory"
     target = load_object(spec.manager_factory, key)
     factory = target() if isinstance(target, type) else target
-    if not hasattr(factory, "get_adjunct_store_manager"):
+    if not isinstance(factory, AdjunctStoreManagerFactory):
         raise ConfigError(key, spec.manager_factory,
                           "an AdjunctStoreManagerFactory (an object with get_adjunct_store_manager(context))")
     return factory

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from sparza.config import Config
 from sparza.streams import SystemStream
-from sparza.systems import SystemAdmin, get_system_factory
+from sparza.systems import SupportsOffsetKey, SystemAdmin, get_system_factory
 
 __all__ = ["AdminStreamAccess", "StreamAccess"]
 
@@ -62,31 +62,12 @@ class AdminStreamAccess:
         key_fn = self._keys.get(system)
         if key_fn is None:
             admin = self.admin(system)
-            from sparza.systems.delta import DeltaSystemAdmin
-
-            if isinstance(admin, DeltaSystemAdmin):
-                # Delta offsets are ordered values: parse once instead of comparing strings pairwise; a
-                # (version, index) tuple of the documented "<version>:<index>" form sorts as DeltaOffset does
-                # at a fraction of its cost (one per adjunct message), and anything else goes to its parser.
-                key_fn = _delta_key
-            else:
-                key_fn = functools.cmp_to_key(admin.offset_comparator)
+            # An admin with a sort key parses each offset once instead of comparing strings pairwise.
+            key_fn = admin.offset_key if isinstance(admin, SupportsOffsetKey) else \
+                functools.cmp_to_key(admin.offset_comparator)
             self._keys[system] = key_fn
         return key_fn(offset)
 
     def newest_offsets(self, stream: SystemStream) -> dict[int, str | None]:
         metadata = self.admin(stream.system).get_system_stream_metadata({stream.stream})[stream.stream]
         return {p: m.newest for p, m in metadata.partitions.items()}
-
-
-
-
-def _delta_key(offset: str) -> Any:
-    if type(offset) is str:
-        version, sep, index = offset.partition(":")
-        if sep and version.isascii() and version.isdigit() and index.isascii() and index.isdigit():
-            return (int(version), int(index))
-    from sparza.systems.delta import DeltaOffset
-
-    parsed = DeltaOffset.parse(offset)  # raises InvalidOffsetError, naming what is wrong
-    return (parsed.version, parsed.index)

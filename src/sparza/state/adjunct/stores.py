@@ -15,13 +15,13 @@ from typing import Any, Protocol, runtime_checkable
 from sparza.blobstore import BlobStoreManager
 from sparza.config import Config
 from sparza.state.adjunct.builder import EnvelopeReader, StoreBuilder
-from sparza.state.adjunct.config import AdjunctStoreSpec
 from sparza.state.adjunct.container import ContainerSnapshotCache, SnapshotLease
 from sparza.state.adjunct.errors import AdjunctError, BroadcastSnapshotError
 from sparza.state.adjunct.extractor import load_extractor
 from sparza.state.adjunct.offsets import StreamAccess
 from sparza.state.adjunct.publication import Publication, PublicationBoard
 from sparza.state.adjunct.readonly import ReadOnlyStore
+from sparza.state.adjunct.settings import AdjunctStoreSpec
 from sparza.state.adjunct.slot import store_serdes
 from sparza.state.adjunct.snapshots import SnapshotStore
 from sparza.state.kv import InMemoryStore, KeyValueStore
@@ -202,7 +202,7 @@ class PartitionedStoreManager:
     def view(self) -> KeyValueStore:
         return self._view
 
-    def begin_batch(self, batch_id: int) -> None:
+    def begin_batch(self, batch_id: int | None) -> None:
         """Nothing to do: the task reads its own store."""
 
     def commit(self, batch_id: int) -> dict[str, Any]:

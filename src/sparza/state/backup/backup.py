@@ -173,7 +173,7 @@ class StateBackup:
                     metrics: MetricsRegistry | None = None, progress: bool | None = None) -> StateBackup:
         """A backup for ``task_name`` with ``job.name``, ``job.id``, ``blob.store.transfer.threads`` and
         ``blob.store.file.chunk.size`` from ``config``."""
-        cfg = config if isinstance(config, Config) else Config(config)
+        cfg = Config.of(config)
         return cls(blob_store, cfg.get_str("job.name", "job"), cfg.get_str("job.id", "1"), task_name,
                    threads=cfg.get_int("blob.store.transfer.threads", 4, min_value=1),
                    chunk_size=cfg.get_bytes("blob.store.file.chunk.size", 128 << 20, min_value=1 << 20),

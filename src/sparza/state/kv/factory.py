@@ -60,7 +60,7 @@ def open_store(store_name: str, config: Mapping[str, str], task_name: str, base_
     Reads ``stores.<store>.factory``, ``key.serde``, ``msg.serde`` (``avro`` takes its schema from
     ``stores.<store>.key.schema`` / ``msg.schema``) and ``stores.<store>.rocksdb.*``.
     """
-    cfg = config if isinstance(config, Config) else Config(config)
+    cfg = Config.of(config)
     prefix = f"stores.{store_name}."
     factory = cfg.get_choice(prefix + "factory", STORE_FACTORIES, "rocksdb")
     key_serde = serde_from_name(cfg.get_str(prefix + "key.serde", None), key=prefix + "key.serde",

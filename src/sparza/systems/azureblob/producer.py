@@ -126,7 +126,7 @@ class AzureBlobSystemProducer:
     def __init__(self, system_name: str, config: Config | dict[str, Any], metrics: MetricsRegistry | None = None,
                  *, service_client: Any = None) -> None:
         self.system = system_name
-        self.config = config if isinstance(config, Config) else Config(config)
+        self.config = Config.of(config)
         self.settings = AzureBlobSettings.from_config(system_name, self.config)
         self.registry = metrics if metrics is not None else MetricsRegistry()
         self._generator = load_metadata_generator(

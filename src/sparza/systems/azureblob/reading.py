@@ -11,6 +11,7 @@ import datetime as dt
 import gzip
 import io
 import json
+import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -47,7 +48,7 @@ def _default(value: Any) -> Any:
             return bytes(value).decode("utf-8")
         except UnicodeDecodeError:
             return "base64:" + base64.b64encode(bytes(value)).decode("ascii")
-    if hasattr(value, "hex") and callable(value.hex):  # uuid.UUID
+    if isinstance(value, uuid.UUID):
         return str(value)
     raise TypeError(type(value).__name__)
 

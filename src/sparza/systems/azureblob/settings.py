@@ -104,7 +104,7 @@ class AzureBlobSettings:
     @classmethod
     def from_config(cls, system: str, config: Config | dict[str, Any]) -> AzureBlobSettings:
         """Read and validate every key under ``systems.<system>.azureblob.``."""
-        cfg = config if isinstance(config, Config) else Config(config)
+        cfg = Config.of(config)
         if len(system) < 3 or len(system) > 63 or not all(c.isalnum() or c == "-" for c in system) \
                 or system != system.lower() or system.startswith("-") or "--" in system:
             raise ConfigError(f"systems.{system}", system, "a system name that is a valid Azure container name "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sparza.systems.delta.admin import DeltaSystemAdmin
 from sparza.systems.delta.consumer import DeltaSystemConsumer
-from sparza.systems.delta.exceptions import (
+from sparza.systems.delta.errors import (
     DeltaStreamError,
     InvalidOffsetError,
     OffsetRemovedError,

@@ -13,9 +13,9 @@ from typing import Any
 from sparza.config import Config
 from sparza.streams import SystemStreamPartition
 from sparza.systems import StreamSpec, SystemStreamMetadata, SystemStreamPartitionMetadata
-from sparza.systems.delta.exceptions import PartitionCountMismatchError, StreamNotFoundError
+from sparza.systems.delta.errors import PartitionCountMismatchError, StreamNotFoundError
 from sparza.systems.delta.log import DeltaLog
-from sparza.systems.delta.offsets import DeltaOffset
+from sparza.systems.delta.offsets import DeltaOffset, offset_key
 from sparza.systems.delta.retention import read_horizon
 from sparza.systems.delta.schema import PARTITION_COLUMN, PARTITION_COUNT_PROPERTY, TABLE_SCHEMA
 from sparza.systems.delta.settings import DeltaSystemSettings, StreamLocation
@@ -164,6 +164,10 @@ class DeltaSystemAdmin:
         """Negative, zero or positive as offset ``a`` is before, equal to or after ``b``."""
         oa, ob = DeltaOffset.parse(a), DeltaOffset.parse(b)
         return -1 if oa < ob else (1 if ob < oa else 0)
+
+    offset_key = staticmethod(offset_key)
+    """``(version, index)`` of an offset, sorting as :meth:`offset_comparator` orders
+    (:class:`~sparza.systems.SupportsOffsetKey`; a plain function: it runs once per adjunct message)."""
 
     def _log(self, stream: str) -> DeltaLog:
         log = self._logs.get(stream)

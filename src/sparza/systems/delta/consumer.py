@@ -13,11 +13,12 @@ import pyarrow as pa
 
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
-from sparza.streams import IncomingMessageEnvelope, MessageType, SystemStreamPartition
+from sparza.streams import IncomingMessageEnvelope, SystemStreamPartition
 from sparza.systems.delta.log import DeltaLog
 from sparza.systems.delta.offsets import DeltaOffset
-from sparza.systems.delta.reader import DEFAULT_BATCH_ROWS, end_of_stream_batch, read_partition
+from sparza.systems.delta.reader import DEFAULT_BATCH_ROWS, read_partition
 from sparza.systems.delta.settings import DeltaSystemSettings
+from sparza.systems.rows import end_of_stream_batch, read_envelopes
 
 __all__ = ["DeltaSystemConsumer"]
 
@@ -92,7 +93,7 @@ class DeltaSystemConsumer:
             rows += batch.num_rows
             yield batch
         if emit_eos and stop is not None:
-            yield end_of_stream_batch(ssp.partition, stop, int(time.time() * 1000))
+            yield end_of_stream_batch(ssp.partition, str(stop), int(time.time() * 1000))
         if self.metrics is not None:
             group = self.system_name
             self.metrics.counter(group, "messages-read").inc(rows)
@@ -102,10 +103,4 @@ class DeltaSystemConsumer:
              end: str | DeltaOffset | None = None, include_control: bool = True, *,
              bounded: bool | None = None) -> Iterator[IncomingMessageEnvelope]:
         """The same rows as :meth:`read_arrow`, as envelopes (key and message as bytes)."""
-        for batch in self.read_arrow(ssp, start, end, include_control, bounded=bounded):
-            cols = batch.to_pydict()
-            for offset, key, value, ts, kind in zip(cols["offset"], cols["key"], cols["value"], cols["timestamp"],
-                                                    cols["type"], strict=True):
-                yield IncomingMessageEnvelope(ssp, offset, key, value, ts,
-                                              (len(key) if key else 0) + (len(value) if value else 0),
-                                              MessageType(kind))
+        return read_envelopes(ssp, self.read_arrow(ssp, start, end, include_control, bounded=bounded))

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import total_ordering
 
-from sparza.systems.delta.exceptions import InvalidOffsetError
+from sparza.systems.delta.errors import InvalidOffsetError
 
-__all__ = ["DeltaOffset", "next_offset"]
+__all__ = ["DeltaOffset", "next_offset", "offset_key"]
 
 
 @total_ordering
@@ -65,3 +65,14 @@ def next_offset(offset: str | DeltaOffset) -> str:
     was the last row of its version (the next version's rows all sort after it).
     """
     return str(DeltaOffset.parse(offset).next())
+
+
+def offset_key(offset: str) -> tuple[int, int]:
+    """``(version, index)`` of ``offset``: tuples sort as the offsets do, and the documented ``"<version>:<index>"``
+    form is split without building a :class:`DeltaOffset` (this runs once per adjunct message)."""
+    if type(offset) is str:
+        version, sep, index = offset.partition(":")
+        if sep and version.isascii() and version.isdigit() and index.isascii() and index.isdigit():
+            return (int(version), int(index))
+    parsed = DeltaOffset.parse(offset)  # raises InvalidOffsetError, naming what is wrong
+    return (parsed.version, parsed.index)

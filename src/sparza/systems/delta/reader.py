@@ -16,13 +16,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparza.streams import MessageType
-from sparza.systems.delta.exceptions import OffsetRemovedError
+from sparza.systems.delta.errors import OffsetRemovedError
 from sparza.systems.delta.log import DeltaLog, FileEntry, io_pool
 from sparza.systems.delta.offsets import DeltaOffset
 from sparza.systems.delta.retention import oldest_offset, read_horizon
 from sparza.systems.delta.schema import READ_SCHEMA
 
-__all__ = ["DEFAULT_BATCH_ROWS", "end_of_stream_batch", "read_partition"]
+__all__ = ["DEFAULT_BATCH_ROWS", "read_partition"]
 
 DEFAULT_BATCH_ROWS = 65_536
 """Rows per yielded batch: small commits are merged up to this many rows, big files split."""
@@ -165,12 +165,3 @@ def _read(log: DeltaLog, pieces: Iterator[tuple[int, FileEntry, int, int, int]]
             yield piece, future.result()
         except FileNotFoundError:
             yield piece, None
-
-
-def end_of_stream_batch(partition: int, at: DeltaOffset, timestamp_ms: int) -> pa.RecordBatch:
-    """One synthetic end-of-stream row at ``at`` (a bounded read reached its end); producer is empty."""
-    return pa.RecordBatch.from_arrays(
-        [pa.array([str(at)]), pa.array([partition], pa.int32()), pa.array([None], pa.binary()),
-         pa.array([None], pa.binary()), pa.array([timestamp_ms], pa.int64()),
-         pa.array([MessageType.END_OF_STREAM.value], pa.int8()), pa.array([""])],
-        schema=READ_SCHEMA)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from sparza.systems.rows import READ_SCHEMA
+
 __all__ = ["FILE_COLUMNS", "FILE_SCHEMA", "PARTITION_COLUMN", "PARTITION_COUNT_PROPERTY", "READ_SCHEMA",
            "TABLE_SCHEMA"]
 
@@ -27,6 +29,4 @@ FILE_COLUMNS = FILE_SCHEMA.names
 TABLE_SCHEMA = pa.schema([pa.field(PARTITION_COLUMN, pa.int32()), *FILE_SCHEMA])
 """The Delta table's schema: ``partition, key, value, timestamp, type, producer``."""
 
-READ_SCHEMA = pa.schema([pa.field("offset", pa.string()), pa.field(PARTITION_COLUMN, pa.int32()),
-                         *FILE_SCHEMA])
-"""Arrow batches from :meth:`DeltaSystemConsumer.read_arrow`: the table's columns plus ``offset``."""
+assert pa.schema([pa.field("offset", pa.string()), *TABLE_SCHEMA]) == READ_SCHEMA  # every system reads this layout

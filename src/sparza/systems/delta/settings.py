@@ -12,7 +12,7 @@ from typing import Any
 
 from sparza.config import Config, define_key
 from sparza.errors import ConfigError
-from sparza.serde import Serde, stream_serde
+from sparza.systems.settings import SystemSettings
 
 __all__ = ["DeltaSystemSettings", "StreamLocation"]
 
@@ -129,18 +129,12 @@ def _join(root: str, name: str) -> str:
     return os.path.join(root, name)
 
 
-class DeltaSystemSettings:
+class DeltaSystemSettings(SystemSettings):
     """Typed access to the ``systems.<system>.*`` keys of one delta system."""
 
     def __init__(self, system_name: str, config: Config) -> None:
-        self.system = system_name
-        self.config = config if isinstance(config, Config) else Config(config)
-        self._prefix = f"systems.{system_name}."
+        super().__init__(system_name, config)
         self._locations: dict[str, StreamLocation] = {}
-
-    def stream_key(self, stream: str, suffix: str) -> str:
-        """The full key ``systems.<system>.streams.<stream>.<suffix>``."""
-        return f"{self._prefix}streams.{stream}.{suffix}"
 
     def location_uri(self, stream: str) -> str:
         """The table URI of ``stream``: its own location or ``<root>/<stream>``; local paths made absolute."""
@@ -174,18 +168,6 @@ class DeltaSystemSettings:
             cached = StreamLocation(stream, uri, options)
             self._locations[stream] = cached
         return cached
-
-    def is_bounded(self, stream: str) -> bool:
-        """``systems.<s>.streams.<x>.bounded``."""
-        return bool(self.config.get_bool(self.stream_key(stream, "bounded"), False))
-
-    def key_serde(self, stream: str) -> Serde:
-        """Serde for keys that are not bytes."""
-        return stream_serde(self.config, self.system, stream, "key")
-
-    def msg_serde(self, stream: str) -> Serde:
-        """Serde for message values that are not bytes."""
-        return stream_serde(self.config, self.system, stream, "msg")
 
     @property
     def commit_retries(self) -> int:

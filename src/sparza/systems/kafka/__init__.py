@@ -8,7 +8,7 @@ exactly-once through one Kafka transaction per task and batch (see :mod:`.produc
 from __future__ import annotations
 
 from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin, PartitionCountMismatchError, TopicNotFoundError
-from sparza.systems.kafka.consumer import READ_SCHEMA, KafkaSystemConsumer, OffsetOutOfRangeError
+from sparza.systems.kafka.consumer import KafkaSystemConsumer, OffsetOutOfRangeError
 from sparza.systems.kafka.eventhubs import EventHubsSystemFactory, eventhubs_kafka_config
 from sparza.systems.kafka.factory import KafkaSystemFactory
 from sparza.systems.kafka.partitioner import murmur2, partition_for
@@ -16,7 +16,6 @@ from sparza.systems.kafka.producer import KafkaSystemProducer, transactional_id
 from sparza.systems.kafka.settings import KafkaSystemSettings
 
 __all__ = [
-    "READ_SCHEMA",
     "EventHubsSystemFactory",
     "KafkaError",
     "KafkaSystemAdmin",

@@ -9,6 +9,7 @@ gives bounds (a batch of *at most* n messages, a lag of *at most* n), never a re
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sparza.config import Config
@@ -22,6 +23,16 @@ __all__ = ["KafkaError", "KafkaSystemAdmin", "PartitionCountMismatchError", "Top
 
 class KafkaError(SparzaError):
     """A Kafka request failed (after librdkafka's own retries)."""
+
+
+def open_client(kind: str, make: Callable[[dict[str, Any]], Any], conf: dict[str, Any], system: str) -> Any:
+    """The librdkafka ``kind`` (admin client, consumer, producer) ``make(conf)`` builds; a refused setting
+    fails with an error naming the system and the settings (secrets redacted, callbacks left out)."""
+    try:
+        return make(conf)
+    except Exception as exc:
+        shown = redact_conf({k: v for k, v in conf.items() if not callable(v)})
+        raise KafkaError(f"cannot create a Kafka {kind} for system {system!r} with {shown}: {exc}") from exc
 
 
 class TopicNotFoundError(KafkaError, LookupError):
@@ -62,12 +73,7 @@ class KafkaSystemAdmin:
         if self._client is None:
             from confluent_kafka.admin import AdminClient
 
-            conf = self.settings.admin_conf()
-            try:
-                self._client = AdminClient(conf)
-            except Exception as exc:
-                raise KafkaError(f"cannot create a Kafka admin client for system {self.system_name!r} "
-                                 f"with {redact_conf(conf)}: {exc}") from exc
+            self._client = open_client("admin client", AdminClient, self.settings.admin_conf(), self.system_name)
         return self._client
 
     @property

@@ -25,23 +25,17 @@ import pyarrow as pa
 
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
-from sparza.streams import IncomingMessageEnvelope, MessageType, SystemStreamPartition
-from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin
+from sparza.streams import IncomingMessageEnvelope, SystemStreamPartition
+from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin, open_client
 from sparza.systems.kafka.settings import (
     CONTROL_PRODUCER_HEADER,
     CONTROL_TYPE_HEADER,
     TIMESTAMP_HEADER,
     KafkaSystemSettings,
-    redact_conf,
 )
+from sparza.systems.rows import READ_SCHEMA, end_of_stream_batch, read_envelopes
 
-__all__ = ["READ_SCHEMA", "KafkaSystemConsumer", "OffsetOutOfRangeError"]
-
-READ_SCHEMA = pa.schema([
-    pa.field("offset", pa.string()), pa.field("partition", pa.int32()), pa.field("key", pa.binary()),
-    pa.field("value", pa.binary()), pa.field("timestamp", pa.int64()), pa.field("type", pa.int8()),
-    pa.field("producer", pa.string())])
-"""Arrow batches from :meth:`KafkaSystemConsumer.read_arrow` (the same layout as the delta system's)."""
+__all__ = ["KafkaSystemConsumer", "OffsetOutOfRangeError"]
 
 _BATCH = 5000
 
@@ -96,12 +90,7 @@ class KafkaSystemConsumer:
         if self._consumer is None:
             from confluent_kafka import Consumer
 
-            conf = self.settings.consumer_conf()
-            try:
-                self._consumer = Consumer(conf)
-            except Exception as exc:
-                raise KafkaError(f"cannot create a Kafka consumer for system {self.system_name!r} "
-                                 f"with {redact_conf(conf)}: {exc}") from exc
+            self._consumer = open_client("consumer", Consumer, self.settings.consumer_conf(), self.system_name)
         return self._consumer
 
     # --- reading ---------------------------------------------------------------------------
@@ -197,10 +186,7 @@ class KafkaSystemConsumer:
                     rows += batch.num_rows
                     yield batch
         if is_bounded and end is None and include_control:
-            yield pa.RecordBatch.from_arrays(
-                [pa.array([str(stop)]), pa.array([ssp.partition], pa.int32()), pa.array([None], pa.binary()),
-                 pa.array([None], pa.binary()), pa.array([int(time.time() * 1000)], pa.int64()),
-                 pa.array([int(MessageType.END_OF_STREAM)], pa.int8()), pa.array([""])], schema=READ_SCHEMA)
+            yield end_of_stream_batch(ssp.partition, str(stop), int(time.time() * 1000))
         if self.metrics is not None:
             self.metrics.counter(self.system_name, "messages-read").inc(rows)
             self.metrics.timer(self.system_name, "read-ms").update((time.perf_counter() - started) * 1000.0)
@@ -208,13 +194,7 @@ class KafkaSystemConsumer:
     def read(self, ssp: SystemStreamPartition, start: str | None, end: str | None = None,
              include_control: bool = True, *, bounded: bool | None = None) -> Iterator[IncomingMessageEnvelope]:
         """The same records as :meth:`read_arrow`, as envelopes (key and message as bytes)."""
-        for batch in self.read_arrow(ssp, start, end, include_control, bounded=bounded):
-            cols = batch.to_pydict()
-            for offset, key, value, ts, kind in zip(cols["offset"], cols["key"], cols["value"], cols["timestamp"],
-                                                    cols["type"], strict=True):
-                yield IncomingMessageEnvelope(ssp, offset, key, value, ts,
-                                              (len(key) if key else 0) + (len(value) if value else 0),
-                                              MessageType(kind))
+        return read_envelopes(ssp, self.read_arrow(ssp, start, end, include_control, bounded=bounded))
 
 
 def _to_arrow(messages: list[Any], partition: int, include_control: bool) -> pa.RecordBatch:

@@ -40,14 +40,13 @@ from sparza.metrics import MetricsRegistry
 from sparza.serde import Serde, partition_key_bytes
 from sparza.streams import OutgoingMessageEnvelope
 from sparza.systems import StreamSpec, Transaction
-from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin
+from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin, open_client
 from sparza.systems.kafka.partitioner import partition_for
 from sparza.systems.kafka.settings import (
     CONTROL_PRODUCER_HEADER,
     CONTROL_TYPE_HEADER,
     TIMESTAMP_HEADER,
     KafkaSystemSettings,
-    redact_conf,
 )
 
 __all__ = ["KafkaSystemProducer", "transactional_id"]
@@ -171,11 +170,7 @@ class KafkaSystemProducer:
                 errors.append(err.str())
 
         conf["error_cb"] = on_error
-        try:
-            return Producer(conf)
-        except Exception as exc:
-            raise KafkaError(f"cannot create a Kafka producer for system {self.system_name!r} "
-                             f"with {redact_conf({k: v for k, v in conf.items() if k != 'error_cb'})}: {exc}") from exc
+        return open_client("producer", Producer, conf, self.system_name)
 
     def _ensure_bookkeeping(self) -> None:
         if not self._bookkeeping_ready:

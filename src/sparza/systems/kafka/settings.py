@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparza.config import Config, define_key, is_secret_key
+from sparza.config import define_key, is_secret_key
 from sparza.errors import ConfigError
-from sparza.serde import Serde, stream_serde
+from sparza.systems.settings import SystemSettings
 
 __all__ = ["CONTROL_PRODUCER_HEADER", "CONTROL_TYPE_HEADER", "TIMESTAMP_HEADER", "KafkaSystemSettings",
            "redact_conf"]
@@ -64,17 +64,8 @@ def redact_conf(conf: dict[str, Any]) -> dict[str, Any]:
                 else v) for k, v in conf.items()}
 
 
-class KafkaSystemSettings:
+class KafkaSystemSettings(SystemSettings):
     """Typed access to the ``systems.<system>.*`` keys of one kafka system."""
-
-    def __init__(self, system_name: str, config: Config) -> None:
-        self.system = system_name
-        self.config = config if isinstance(config, Config) else Config(config)
-        self._prefix = f"systems.{system_name}."
-
-    def stream_key(self, stream: str, suffix: str) -> str:
-        """The full key ``systems.<system>.streams.<stream>.<suffix>``."""
-        return f"{self._prefix}streams.{stream}.{suffix}"
 
     def topic(self, stream: str) -> str:
         """The Kafka topic of ``stream``: its physical name (system-scoped or Samza's top-level
@@ -117,9 +108,9 @@ class KafkaSystemSettings:
 
     def admin_conf(self) -> dict[str, Any]:
         """librdkafka settings of admin clients: the consumer's connection settings."""
-        conf = {k: v for k, v in self._passthrough("consumer").items()
-                if k.startswith(("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socket.", "broker.",
-                                 "metadata.", "api.version", "log_level", "debug"))}
+        kept = ("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socket.", "broker.", "metadata.",
+                "api.version", "log_level", "debug")
+        conf: dict[str, Any] = {k: v for k, v in self._passthrough("consumer").items() if k.startswith(kept)}
         conf.setdefault("log_level", 3)
         # A metadata request must not create the topic it asks about (Tansu and brokers with
         # auto.create.topics.enable would): a missing input is an error, not an empty new topic.
@@ -170,14 +161,3 @@ class KafkaSystemSettings:
         """``systems.<s>.default.stream.replication.factor`` (-1: the broker's default)."""
         return int(self.config.get_int(self._prefix + "default.stream.replication.factor", -1))
 
-    def is_bounded(self, stream: str) -> bool:
-        """``systems.<s>.streams.<x>.bounded``."""
-        return bool(self.config.get_bool(self.stream_key(stream, "bounded"), False))
-
-    def key_serde(self, stream: str) -> Serde:
-        """Serde for keys that are not bytes."""
-        return stream_serde(self.config, self.system, stream, "key")
-
-    def msg_serde(self, stream: str) -> Serde:
-        """Serde for message values that are not bytes."""
-        return stream_serde(self.config, self.system, stream, "msg")

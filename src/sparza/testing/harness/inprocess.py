@@ -127,7 +127,7 @@ def inprocess_config(s: Scenario) -> dict[str, str]:
 
 def _stores_move(s: Scenario) -> bool:
     """Whether the job's state can move to another processor's host: no stores, or every one backed up."""
-    has_stores = s.kind in ("count", "window") or s.join != "none"
+    has_stores = s.kind in ("count", "window", "session", "join") or s.join != "none"
     return s.backup or not has_stores
 
 

@@ -9,7 +9,7 @@ import zlib
 from typing import Any
 
 from sparza.testing.jobs import TABLE_SCHEMA
-from sparza.testing.scenario import Profile, Scenario
+from sparza.testing.scenario import Profile, Scenario, operator_config
 
 __all__ = ["LATE_STREAM", "PROFILES_STREAM", "job_config", "poison_id", "profile_partition"]
 
@@ -51,6 +51,7 @@ def job_config(s: Scenario, *, input_stream: str, output_stream: str) -> dict[st
         if s.kind == "window":
             v["app.harness.window.size.ms"] = s.window_size_ms
             v["app.harness.window.slide.ms"] = s.window_slide_ms
+        v.update(operator_config(s))   # joins, sessions, triggers (scenario.OPERATORS_SALT)
         # Without late data nothing may be late: the lateness spans every event time.
         v[f"systems.{in_system}.streams.{in_name}.watermark.lateness.ms"] = 0 if s.late else 10**12
         v["task.late.messages.policy"] = "route"

@@ -1,0 +1,423 @@
+"""A container: one long-running Spark task that hosts sparza tasks for an epoch (Samza's SamzaContainer).
+
+In the container execution mode (``job.execution.mode: containers``) the driver starts one Spark job per
+**epoch** (:mod:`sparza.runtime.driver.epochs`): a barrier stage of ``C`` Spark tasks, one per executor slot,
+each of which is a container. Every container runs :func:`run_container`:
+
+1. **Where am I.** Each container names its *location*: the identity of the local state dir of each job
+   it may host (:func:`location_of`), which survives executor restarts on the same host. The containers
+   exchange their locations (``BarrierTaskContext.allGather``), so each knows every container's.
+2. **Which tasks are mine.** Every container computes the same assignment (:func:`assign_tasks`) from the
+   containers' locations and where each task committed last (the ``location`` of its task checkpoint,
+   which the driver passes in the :class:`EpochPlan`): a task stays with a container at the location that
+   holds its state whenever one exists (host affinity, Samza's ``job.host-affinity.enabled``), and only
+   tasks whose location is gone (executor lost, rescale) move, to the least-loaded containers.
+3. **The run loop.** For each of its tasks the container keeps a :class:`TaskLoop`: a one-task
+   :class:`~sparza.runtime.planner.BatchPlanner` and the cached
+   :class:`~sparza.runtime.container.instance.TaskInstance`.
+   It polls the inputs' positions every ``task.poll.interval.ms`` while idle, and whenever a task has new
+   messages (and its last batch started at least ``task.commit.ms`` ago) it runs that task's next batch:
+   read, process, commit through the same :class:`~sparza.runtime.container.commit.TaskCommit` as a micro-batch
+   (intent, producer transactions, snapshots, checkpoint). Stores stay open between batches: the task
+   does not leave this process until the epoch ends.
+4. **Reporting.** Each batch's result goes to the driver over the container channel
+   (:mod:`sparza.runtime.channel`) as it commits, for the status line, metrics and stop decisions; the
+   driver's stop request (a signal, a rebalance, a failed stage) is read between batches, so a stop
+   waits for at most one batch. Without a channel (the driver cannot be reached) the results come back
+   as the Spark task's rows at the epoch's end.
+
+The guarantees are the micro-batch mode's: a batch's range and output version are in the task
+checkpoint's intent before any output is flushed, so a container that dies (executor lost, a Spark
+retry) restarts its tasks from their last commit and replays an open intent exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from sparza.config import Config, define_key
+from sparza.errors import ConfigError
+from sparza.runtime.container.executor import run_task_batch
+from sparza.runtime.epoch import EpochJob, EpochPlan
+from sparza.runtime.errors import RuntimeStateError
+from sparza.runtime.jobconfig import JobConfig
+from sparza.runtime.model import TaskModel
+from sparza.runtime.planner import BatchPlan, BatchPlanner, SspPosition
+from sparza.runtime.results import BatchResult, BatchStatus
+from sparza.streams import SystemStreamPartition
+
+__all__ = [
+    "CONTAINER_SCHEMA",
+    "Container",
+    "ContainerReporter",
+    "TaskLoop",
+    "assign_tasks",
+    "location_of",
+    "run_container",
+]
+
+_log = logging.getLogger(__name__)
+
+define_key("task.poll.interval.ms", "50",
+           "Container mode: how often an idle container asks its inputs for new messages (Samza's run loop "
+           "poll interval); a lower value lowers latency and raises the load on the input systems.", "runtime")
+
+LOCATION_FILE = ".sparza-location"
+"""The file in a job's ``job.logged.store.base.dir`` that names that state dir (one uuid per dir)."""
+
+
+def location_of(job: JobConfig) -> str:
+    """The identity of this host's state dir of ``job``: ``host:dir#id``, where ``id`` is a uuid kept in the dir.
+
+    A task's local state is reusable exactly where this identity is the same: an executor restarted on the
+    same host with the same dir keeps it; another host with the same path, or a wiped dir, does not.
+    """
+    base = Path(job.store_base_dir)
+    marker = base / LOCATION_FILE
+    try:
+        ident = marker.read_text().strip()
+    except OSError:
+        ident = ""
+    if not ident:
+        base.mkdir(parents=True, exist_ok=True)
+        tmp = base / f"{LOCATION_FILE}.{uuid.uuid4().hex}"
+        tmp.write_text(uuid.uuid4().hex[:12])
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, marker)  # the first container to get here names the dir for every other
+        tmp.unlink(missing_ok=True)
+        ident = marker.read_text().strip()
+    return f"{socket.gethostname()}:{base}#{ident}"
+
+
+def assign_tasks(tasks: list[tuple[str, str]], containers: list[Mapping[str, str]],
+                 previous: Mapping[tuple[str, str], str], *, affinity: bool = True) -> dict[tuple[str, str], int]:
+    """Which container runs each ``(job, task)``: the same answer on every container (a pure function).
+
+    ``containers[i]`` maps job → container i's location for that job; ``previous`` gives where a task last
+    committed. Each container takes at most ``ceil(tasks / containers)`` tasks. With ``affinity``, a task
+    goes to a container at its previous location when one has room; the rest go, in task order, to the
+    least-loaded container (lowest index first).
+    """
+    count = len(containers)
+    if count == 0:
+        raise ValueError("an epoch needs at least one container")
+    capacity = -(-len(tasks) // count)
+    load = [0] * count
+    out: dict[tuple[str, str], int] = {}
+    ordered = sorted(tasks)
+    if affinity:
+        at: dict[tuple[str, str], list[int]] = {}
+        for i, locations in enumerate(containers):
+            for job, loc in locations.items():
+                at.setdefault((job, loc), []).append(i)
+        for item in ordered:
+            last = previous.get(item)
+            if last is None:
+                continue
+            free = [i for i in at.get((item[0], last), []) if load[i] < capacity]
+            if free:
+                chosen = min(free, key=lambda i: (load[i], i))
+                out[item] = chosen
+                load[chosen] += 1
+    for item in ordered:
+        if item not in out:
+            chosen = min(range(count), key=lambda i: (load[i], i))
+            out[item] = chosen
+            load[chosen] += 1
+    return out
+
+
+PLANNING_ERRORS: tuple[type[Exception], ...] = (RuntimeStateError, ConfigError)
+"""Planning failures a retry repeats (see :mod:`sparza.runtime.planner`): the job stops at once."""
+
+Clock = Callable[[], float]
+"""Seconds, monotonic (``time.monotonic``); injectable so tests can run a container loop without waiting."""
+
+
+class TaskLoop:
+    """One task inside a container: its own planner, its plan, and when its last batch started."""
+
+    def __init__(self, job: JobConfig, model: TaskModel, epoch_job: EpochJob, ops: Mapping[str, Any],
+                 positions: Callable[[], Mapping[SystemStreamPartition, SspPosition]]) -> None:
+        self.job = job
+        self.model = model
+        self.epoch_job = epoch_job
+        self.planner = BatchPlanner(job, [model], ops, positions,
+                                    start_positions={SystemStreamPartition.parse(k): v
+                                                     for k, v in epoch_job.start_positions.items()},
+                                    broadcast_ready=_broadcast_ready(job))
+        if epoch_job.targets is not None:
+            self.planner.targets = {SystemStreamPartition.parse(k): v for k, v in epoch_job.targets.items()}
+        self.plan: BatchPlan | None = None
+        self._pending: BatchPlan | None = None
+        self.last_started = float("-inf")
+        self.done: str | None = None  # why the task left the loop: "ended", "caught up", "stopped", "failed"
+        self.error: Exception | None = None  # a planning failure at start, reported when the loop first runs
+
+    def start(self, checkpoints: Mapping[str, Any]) -> None:
+        """The start plan from the task's checkpoint (an open intent is replayed first)."""
+        self.plan = self.planner.initial(checkpoints)
+
+    def next_split(self, now_ms: int) -> Any:
+        """The task's next batch as a split, or None when it has nothing to do now."""
+        assert self.plan is not None
+        planned = self.planner.next(self.plan, now_ms)
+        if planned is self.plan:
+            return None
+        self._pending = planned
+        return self.planner.splits(self.plan, planned)[0]
+
+    def committed(self) -> None:
+        """The split :meth:`next_split` returned was committed (or skipped as a replay): move the plan on."""
+        self.plan = self._pending
+
+    def ended(self) -> bool:
+        """True when the task's inputs all ended (in this run or an earlier one) and nothing is left to do."""
+        return self.plan is not None and self.plan.task(self.model.name).ended
+
+
+def _broadcast_ready(job: JobConfig) -> Callable[[Any], bool]:
+    """Whether a broadcast bootstrap store has published its bootstrapped snapshot (asked only for jobs with
+    one, until it has)."""
+
+    def ready(stream: Any) -> bool:
+        from sparza.blobstore import blob_store_manager_from_config
+        from sparza.state.adjunct import broadcast_bootstrap_published
+
+        return broadcast_bootstrap_published(job.config, stream, blob_store_manager_from_config(job.config),
+                                             job.name, job.job_id)
+
+    return ready
+
+
+def _cached_positions(inputs: Any) -> tuple[Callable[[], Mapping[SystemStreamPartition, SspPosition]],
+                                           Callable[[], None]]:
+    """``(positions, refresh)``: one metadata read per poll for all of a job's tasks in this container."""
+    cache: list[Mapping[SystemStreamPartition, SspPosition] | None] = [None]
+
+    def positions() -> Mapping[SystemStreamPartition, SspPosition]:
+        found = cache[0]
+        if found is None:
+            found = cache[0] = inputs.positions()
+        return found
+
+    def refresh() -> None:
+        cache[0] = None
+
+    return positions, refresh
+
+
+class ContainerReporter(Protocol):
+    """Where a container's run loop reports, and how it hears the driver (the channel, or a test)."""
+
+    def result(self, job: str, result: BatchResult) -> None:
+        """One task batch committed, was skipped as a replay, or failed deterministically."""
+
+    def done(self, job: str, task: str, why: str) -> None:
+        """A task left the run loop: ``caught up`` (--once), ``ended`` (every input ended), ``stopped``."""
+
+    def wait_end(self, wait_s: float) -> bool:
+        """Wait up to ``wait_s`` seconds for the driver's request to end the epoch; True once it came."""
+
+
+@dataclass
+class _JobParts:
+    epoch_job: EpochJob
+    job: JobConfig
+    refresh: Callable[[], None]
+
+
+class Container:
+    """The run loop of one container (see the module docstring); :func:`run_container` builds and runs it.
+
+    ``clock`` (monotonic seconds) and ``wall_ms`` (epoch ms, the batches' ``planned_at``) are injectable so
+    an in-process test can run a container without Spark.
+    """
+
+    def __init__(self, plan: EpochPlan, index: int, assignment: Mapping[tuple[str, str], int],
+                 reporter: ContainerReporter, *, location: Mapping[str, str] | None = None,
+                 clock: Clock = time.monotonic, wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        self.plan = plan
+        self.index = index
+        self.reporter = reporter
+        self.clock = clock
+        self.wall_ms = wall_ms
+        self.location = dict(location or {})
+        self.loops: dict[tuple[str, str], TaskLoop] = {}
+        self._jobs: dict[str, _JobParts] = {}
+        for epoch_job in plan.jobs:
+            mine = [t for t in epoch_job.tasks if assignment.get((epoch_job.key, t)) == index]
+            if mine:
+                self._add_job(epoch_job, mine)
+
+    def _add_job(self, epoch_job: EpochJob, tasks: list[str]) -> None:
+        from sparza.runtime.checkpoint import checkpoint_store_from_config
+        from sparza.runtime.inputs import InputSystems
+        from sparza.runtime.secrets import resolve_secrets
+
+        job = JobConfig.from_config(resolve_secrets(Config(epoch_job.config)))
+        inputs = InputSystems(job)
+        positions, refresh = _cached_positions(inputs)
+        models = {m.name: m for m in inputs.task_models()}
+        checkpoints = checkpoint_store_from_config(job.config, job.job_key)
+        self._jobs[epoch_job.key] = _JobParts(epoch_job, job, refresh)
+        for name in tasks:
+            stored = checkpoints.read(name)
+            loop = TaskLoop(job, models[name], epoch_job, inputs.ops, positions)
+            self.loops[(epoch_job.key, name)] = loop
+            try:
+                loop.start({name: stored.checkpoint} if stored is not None and stored.checkpoint is not None else {})
+            except PLANNING_ERRORS as exc:
+                loop.error = exc
+
+    def run(self) -> None:
+        """Run every task until the epoch's end, the driver's end request, or each task is done; then
+        release the tasks' stores (the next epoch may run them in another process)."""
+        try:
+            self._loop()
+        finally:
+            self._release()
+
+    def _finish(self, key: tuple[str, str], loop: TaskLoop, why: str) -> None:
+        loop.done = why
+        self.reporter.done(key[0], key[1], why)
+
+    def _loop(self) -> None:
+        deadline = self.clock() + self.plan.duration_ms / 1000.0
+        poll_s = max(self._poll_ms(), 1) / 1000.0
+        while True:
+            active = [(k, loop) for k, loop in self.loops.items() if loop.done is None]
+            if not active:
+                return
+            if self.reporter.wait_end(0.0) or self.clock() >= deadline:
+                for key, loop in active:
+                    self._finish(key, loop, "stopped")
+                return
+            for parts in self._jobs.values():
+                parts.refresh()
+            ran = False
+            for key, loop in active:
+                parts = self._jobs[key[0]]
+                now = self.clock()
+                if now - loop.last_started < parts.job.commit_ms / 1000.0:
+                    continue
+                try:
+                    if loop.error is not None:
+                        raise loop.error
+                    split = loop.next_split(self.wall_ms())
+                except PLANNING_ERRORS as exc:
+                    # What the driver's planner raises in the micro-batch mode (an input re-created behind
+                    # the checkpoint, input after an ended task's end): deterministic, so the job stops.
+                    self._fail(key, loop, BatchResult(key[1], loop.plan.batch if loop.plan else 0, BatchStatus.FAILED,
+                                                      error=f"task '{key[1]}': {type(exc).__name__}: {exc}"))
+                    return
+                if split is None:
+                    if loop.ended():
+                        self._finish(key, loop, "ended")
+                    elif parts.epoch_job.targets is not None and not loop.planner.waits_for_broadcast(loop.model):
+                        self._finish(key, loop, "caught up")
+                    continue
+                loop.last_started = now
+                ran = True
+                result = run_task_batch(parts.job.config, split, generation=parts.epoch_job.generation,
+                                        task_count=parts.epoch_job.task_count, resident=True,
+                                        location=self.location.get(key[0]))
+                if result.status is BatchStatus.FAILED:
+                    self._fail(key, loop, result)
+                    return
+                self.reporter.result(key[0], result)
+                loop.committed()
+                if result.ended:
+                    self._finish(key, loop, "ended")
+            if not ran:
+                self.reporter.wait_end(min(poll_s, max(deadline - self.clock(), 0.0)))
+
+    def _fail(self, key: tuple[str, str], loop: TaskLoop, result: BatchResult) -> None:
+        """A deterministic failure: report it and stop every task of this container (the job stops)."""
+        self.reporter.result(key[0], result)
+        self._finish(key, loop, "failed")
+        for other, other_loop in self.loops.items():
+            if other_loop.done is None:
+                self._finish(other, other_loop, "stopped")
+
+    def _release(self) -> None:
+        from sparza.runtime.container.instance import release_instance
+
+        for (job_key, task), _loop in self.loops.items():
+            release_instance(self._jobs[job_key].job.config, task)
+
+    def _poll_ms(self) -> int:
+        values = [p.job.config.get_int("task.poll.interval.ms", 50, min_value=0) for p in self._jobs.values()]
+        return min(values) if values else 50
+
+
+CONTAINER_SCHEMA = "job string, kind string, body string"
+"""Rows an epoch's Spark job returns: the events a container could not send over the channel."""
+
+
+def run_container(plan_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The barrier ``mapInArrow`` function of an epoch: this Spark task is one container (module docstring)."""
+    from pyspark import BarrierTaskContext
+
+    from sparza.runtime.channel import ContainerChannelClient, result_to_json
+    from sparza.runtime.secrets import resolve_secrets
+
+    for _ in batches:  # the one input row of this partition
+        pass
+    plan = EpochPlan.from_json(plan_json)
+    context = BarrierTaskContext.get()
+    index = context.partitionId()
+    mine = {j.key: location_of(JobConfig.from_config(resolve_secrets(Config(j.config)))) for j in plan.jobs}
+    locations = [json.loads(m) for m in context.allGather(json.dumps(mine, sort_keys=True))]
+    previous = {(j.key, t): loc for j in plan.jobs for t, loc in j.locations.items()}
+    assignment = assign_tasks([(j.key, t) for j in plan.jobs for t in j.tasks], locations, previous,
+                              affinity=plan.affinity)
+    channel = ContainerChannelClient.connect(plan.channel, plan.epoch, index) if plan.channel else None
+    undelivered: list[tuple[str, str, str]] = []
+    if channel is not None:
+        moves = [{"job": key, "task": task, "from": previous.get((key, task)), "to": mine[key]}
+                 for (key, task), i in sorted(assignment.items())
+                 if i == index and previous.get((key, task)) != mine[key]]
+        channel.hello(mine, sorted(t for (_k, t), i in assignment.items() if i == index), moves,
+                      alive=sorted({loc for c in locations for loc in c.values()}))
+
+    class _Reporter:
+        def result(self, job: str, result: BatchResult) -> None:
+            if channel is None or not channel.send_result(job, result):
+                undelivered.append((job, "result", json.dumps(result_to_json(result))))
+
+        def done(self, job: str, task: str, why: str) -> None:
+            if channel is None or not channel.send_done(job, task, why):
+                undelivered.append((job, "done", json.dumps({"task": task, "why": why})))
+
+        def wait_end(self, wait_s: float) -> bool:
+            if channel is None:
+                if wait_s > 0:
+                    time.sleep(wait_s)
+                return False
+            return channel.poll_end(wait_s)
+
+    try:
+        Container(plan, index, assignment, _Reporter(), location=mine).run()
+    except BaseException as exc:
+        if channel is not None:
+            channel.send_error(f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        if channel is not None:
+            channel.close()
+    yield pa.RecordBatch.from_pylist([{"job": j, "kind": k, "body": b} for j, k, b in undelivered],
+                                     schema=pa.schema([("job", pa.string()), ("kind", pa.string()),
+                                                       ("body", pa.string())]))
