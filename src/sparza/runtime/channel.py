@@ -108,10 +108,12 @@ class ContainerChannel:
     def _serve(self, conn: socket.socket) -> None:
         key: tuple[int, int] | None = None
         try:
+            conn.settimeout(30.0)  # a container says hello at once; anything silent is not one of ours
             reader = conn.makefile("r", encoding="utf-8")
             first = json.loads(reader.readline() or "null")
             if not isinstance(first, dict) or first.get("token") != self.token:
                 return  # not one of ours
+            conn.settimeout(None)
             key = (int(first["epoch"]), int(first["container"]))
             with self._lock:
                 self._peers[key] = conn

@@ -256,6 +256,7 @@ class Container:
         self.wall_ms = wall_ms
         self.location = dict(location or {})
         self.loops: dict[tuple[str, str], TaskLoop] = {}
+        self.stopped = False  # a deterministic failure stopped every task
         self._jobs: dict[str, _JobParts] = {}
         for epoch_job in plan.jobs:
             mine = [t for t in epoch_job.tasks if assignment.get((epoch_job.key, t)) == index]
@@ -301,51 +302,66 @@ class Container:
             active = [(k, loop) for k, loop in self.loops.items() if loop.done is None]
             if not active:
                 return
-            if self.reporter.wait_end(0.0) or self.clock() >= deadline:
+            now = self.clock()
+            if self.reporter.wait_end(0.0) or now >= deadline:
                 for key, loop in active:
                     self._finish(key, loop, "stopped")
                 return
-            for parts in self._jobs.values():
-                parts.refresh()
+            # A task is due when its last batch started at least task.commit.ms ago; the others wait for it.
+            due = [(key, loop) for key, loop in active if now - loop.last_started >= self._commit_s(key[0])]
+            if not due:
+                next_due = min(loop.last_started + self._commit_s(key[0]) for key, loop in active)
+                self.reporter.wait_end(max(0.0, min(next_due, deadline) - now))
+                continue
+            for job_key in {key[0] for key, _loop in due}:
+                self._jobs[job_key].refresh()  # one metadata read per job and poll
             ran = False
-            for key, loop in active:
-                parts = self._jobs[key[0]]
-                now = self.clock()
-                if now - loop.last_started < parts.job.commit_ms / 1000.0:
-                    continue
-                try:
-                    if loop.error is not None:
-                        raise loop.error
-                    split = loop.next_split(self.wall_ms())
-                except PLANNING_ERRORS as exc:
-                    # What the driver's planner raises in the micro-batch mode (an input re-created behind
-                    # the checkpoint, input after an ended task's end): deterministic, so the job stops.
-                    self._fail(key, loop, BatchResult(key[1], loop.plan.batch if loop.plan else 0, BatchStatus.FAILED,
-                                                      error=f"task '{key[1]}': {type(exc).__name__}: {exc}"))
+            for key, loop in due:
+                if self._step(key, loop):
+                    ran = True
+                if self.stopped:
                     return
-                if split is None:
-                    if loop.ended():
-                        self._finish(key, loop, "ended")
-                    elif parts.epoch_job.targets is not None and not loop.planner.waits_for_broadcast(loop.model):
-                        self._finish(key, loop, "caught up")
-                    continue
-                loop.last_started = now
-                ran = True
-                result = run_task_batch(parts.job.config, split, generation=parts.epoch_job.generation,
-                                        task_count=parts.epoch_job.task_count, resident=True,
-                                        location=self.location.get(key[0]))
-                if result.status is BatchStatus.FAILED:
-                    self._fail(key, loop, result)
-                    return
-                self.reporter.result(key[0], result)
-                loop.committed()
-                if result.ended:
-                    self._finish(key, loop, "ended")
             if not ran:
                 self.reporter.wait_end(min(poll_s, max(deadline - self.clock(), 0.0)))
 
+    def _commit_s(self, job_key: str) -> float:
+        return self._jobs[job_key].job.commit_ms / 1000.0
+
+    def _step(self, key: tuple[str, str], loop: TaskLoop) -> bool:
+        """Run the task's next batch if it has one; True when a batch ran."""
+        parts = self._jobs[key[0]]
+        try:
+            if loop.error is not None:
+                raise loop.error
+            split = loop.next_split(self.wall_ms())
+        except PLANNING_ERRORS as exc:
+            # What the driver's planner raises in the micro-batch mode (an input re-created behind the
+            # checkpoint, input after an ended task's end): deterministic, so the job stops.
+            self._fail(key, loop, BatchResult(key[1], loop.plan.batch if loop.plan else 0, BatchStatus.FAILED,
+                                              error=f"task '{key[1]}': {type(exc).__name__}: {exc}"))
+            return False
+        if split is None:
+            if loop.ended():
+                self._finish(key, loop, "ended")
+            elif parts.epoch_job.targets is not None and not loop.planner.waits_for_broadcast(loop.model):
+                self._finish(key, loop, "caught up")
+            return False
+        loop.last_started = self.clock()
+        result = run_task_batch(parts.job.config, split, generation=parts.epoch_job.generation,
+                                task_count=parts.epoch_job.task_count, resident=True,
+                                location=self.location.get(key[0]))
+        if result.status is BatchStatus.FAILED:
+            self._fail(key, loop, result)
+            return True
+        self.reporter.result(key[0], result)
+        loop.committed()
+        if result.ended:
+            self._finish(key, loop, "ended")
+        return True
+
     def _fail(self, key: tuple[str, str], loop: TaskLoop, result: BatchResult) -> None:
         """A deterministic failure: report it and stop every task of this container (the job stops)."""
+        self.stopped = True
         self.reporter.result(key[0], result)
         self._finish(key, loop, "failed")
         for other, other_loop in self.loops.items():

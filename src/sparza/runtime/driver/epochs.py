@@ -42,7 +42,7 @@ from sparza.runtime.epoch import EpochJob, EpochPlan
 from sparza.runtime.errors import JobFailedError
 from sparza.runtime.results import BatchResult, BatchStatus
 
-__all__ = ["EXECUTION_MODES", "ContainerPool", "ContainerQuery", "execution_mode"]
+__all__ = ["EXECUTION_MODES", "ContainerPool", "ContainerQuery", "check_container_session", "execution_mode"]
 
 _log = logging.getLogger(__name__)
 
@@ -62,8 +62,9 @@ define_key("job.host-affinity.enabled", "true",
            "Container mode: keep each task on the executor whose state dir holds its state (Samza's key); "
            "false spreads tasks evenly at every epoch.", _PKG)
 define_key("job.container.max.restarts", "3",
-           "Container mode: failed epochs in a row (executor lost, a retryable container error) before the job "
-           "fails; any committed batch resets the count.", _PKG)
+           "Failed epochs (containers) or streaming-query deaths (batches) in a row before the job fails: an executor "
+           "lost, Spark's retries of a task exhausted, a worker that did not connect back; a committed batch resets "
+           "the count.", _PKG)
 define_key("job.container.channel.host", None,
            "Container mode: the address executors reach the driver's container channel at (default "
            "spark.driver.host).", _PKG)
@@ -72,6 +73,18 @@ define_key("job.container.channel.host", None,
 def execution_mode(config: Any) -> str:
     """``containers`` or ``batches`` (``job.execution.mode``)."""
     return str(config.get_choice("job.execution.mode", EXECUTION_MODES, "containers"))
+
+
+def check_container_session(spark: Any) -> None:
+    """Refuse a session the container mode cannot run on, naming the setting: Spark refuses barrier stages when
+    executors come and go with the load (dynamic allocation)."""
+    value = str(spark.conf.get("spark.dynamicAllocation.enabled", "false") or "false").strip().lower()
+    if value == "true":
+        raise ConfigError("job.execution.mode", "containers", "", message=(
+            "job.execution.mode is containers, but the Spark session has spark.dynamicAllocation.enabled: true, and "
+            "Spark refuses the barrier stage an epoch runs its containers in when executors come and go. Set "
+            "job.execution.mode: batches (one micro-batch per batch, any executors), or turn dynamic allocation off "
+            "and size the executors for the job"))
 
 
 class ContainerQuery:
@@ -247,13 +260,23 @@ class ContainerQuery:
     """Why the job left the pool by itself (``all inputs ended``, ``caught up``), else None."""
 
 
+_CAUSES = (("ExecutorLostFailure", "an executor was lost"),
+           ("Python worker exited unexpectedly", "a container's Python worker died"),
+           ("TaskAttemptError", None), ("StorageUnavailableError", None))
+
+
 def _short(error: BaseException) -> str:
-    text = str(error).strip()
-    for line in text.splitlines():
-        line = line.strip()
+    """The cause of a failed epoch in one line: Spark's barrier-stage message says only that a task failed."""
+    text = str(error)
+    lines = [line.strip().lstrip(": ") for line in text.splitlines() if line.strip()]
+    for marker, words in _CAUSES:
+        for line in lines:
+            if marker in line:
+                return (words or line)[:400]
+    for line in lines:
         if "Error" in line or "Exception" in line or "Failure" in line:
             return line[:400]
-    return (text.splitlines()[0] if text else type(error).__name__)[:400]
+    return (lines[0] if lines else type(error).__name__)[:400]
 
 
 class ContainerPool:

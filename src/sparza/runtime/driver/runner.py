@@ -84,7 +84,10 @@ class JobRunner:
         self._watch: Any = None  # StorageWatch while running
         self._inputs: InputSystems | None = None
         self.last_results: list[BatchResult] = []
-        self._task_offsets: dict[str, dict[str, str]] = {}  # task -> its newest reported offsets (for lag)
+        self._task_offsets: dict[str, dict[str, str]] = {}
+        self._restart_query: Callable[[], Any] | None = None  # micro-batch mode: start the query again
+        self._query_restarts = 0
+        self._batches_at_restart = 0  # task -> its newest reported offsets (for lag)
         self.discards = Discards()
         """Messages this run did not deliver or write as sent (late at windows, undeserializable, ignored)."""
         self.notices = RunNotices()
@@ -380,10 +383,14 @@ class JobRunner:
 
         if execution_mode(self.config) == "containers":
             self._query = self._container_query(spark, tasks)
-        elif is_connect(spark):
-            self._query = self._client_query(spark, options, name)
         else:
-            self._query = self._streaming_query(spark, options, name)
+            def start_query() -> Any:
+                if is_connect(spark):
+                    return self._client_query(spark, options, name)
+                return self._streaming_query(spark, options, name)
+
+            self._restart_query = start_query
+            self._query = start_query()
         if all_ended:
             # Nothing will be planned, so no batch would ever notice that every input ended: stop now.
             self.request_stop("all inputs ended")
@@ -410,10 +417,11 @@ class JobRunner:
     def _container_query(self, spark: Any, tasks: list[TaskModel]) -> Any:
         """Container mode: the job joins the session's container pool (see :mod:`sparza.runtime.driver.epochs`)."""
         from sparza.runtime.checkpoint import checkpoint_store_from_config
-        from sparza.runtime.driver.epochs import ContainerPool, ContainerQuery
+        from sparza.runtime.driver.epochs import ContainerPool, ContainerQuery, check_container_session
         from sparza.runtime.epoch import EpochJob
 
         assert self._inputs is not None
+        check_container_session(spark)
         start = {str(ssp): pos.upcoming for ssp, pos in self._inputs.positions().items()}
         names = [t.name for t in tasks]
         store = checkpoint_store_from_config(self.config, self.job.job_key)
@@ -516,21 +524,57 @@ class JobRunner:
 
     @property
     def failed(self) -> bool:
-        """True once a batch failed (the query stops)."""
-        return self._failure is not None
+        """True once a batch failed, or the query ended for any reason but a clean stop: the other stages of
+        an application then stop too, and the run ends saying why."""
+        if self._failure is not None:
+            return True
+        query = self._query
+        if query is None or query.isActive or self._stop.is_set():
+            return False
+        try:
+            return query.exception() is not None
+        except Exception:
+            return True
 
     def poll(self, timeout_s: float = 0.25) -> bool:
         """Wait up to ``timeout_s``; True while the query runs and no stop was requested."""
         query = self._query
         if query is None or not query.isActive or self._stop.is_set():
-            return self._noticed_end(query)
+            return self._restarted(query) or self._noticed_end(query)
         try:
             query.awaitTermination(timeout_s)
-        except Exception:  # the query failed: finish() reports it
-            return False
+        except Exception:  # the query failed: restart it if that may cure it, else finish() reports it
+            return self._restarted(query)
         if query.isActive and not self._stop.is_set():
             return True
-        return self._noticed_end(query)
+        return self._restarted(query) or self._noticed_end(query)
+
+    def _restarted(self, query: Any) -> bool:
+        """Micro-batch mode: a query that died of something a new attempt may cure (Spark's retries of a task
+        exhausted, a Python worker that did not connect back in time) is started again, at most
+        ``job.container.max.restarts`` times in a row without a committed batch, saying so. True when
+        restarted. A failed task result (a poison message, a task exception) is never restarted."""
+        if self._restart_query is None or query is None or query.isActive or self._stop.is_set() \
+                or self._failure is not None:
+            return False
+        try:
+            error = query.exception()
+        except Exception as exc:
+            error = exc
+        if error is None:
+            return False
+        if self._batches > self._batches_at_restart:
+            self._query_restarts = 0
+        limit = self.config.get_int("job.container.max.restarts", 3, min_value=0)
+        if self._query_restarts >= limit:
+            return False
+        self._query_restarts += 1
+        self._batches_at_restart = self._batches
+        self.metrics.counter("aggregate", "query-restarts").inc()
+        self.status(f"sparza: {self.job.job_key}: the streaming query failed ({short_error(str(error))}); "
+                    f"starting it again from the last commits (restart {self._query_restarts} of {limit})")
+        self._query = self._restart_query()
+        return True
 
     def _noticed_end(self, query: Any) -> bool:
         """A container query that left its pool by itself says why (all inputs ended, caught up)."""
