@@ -68,12 +68,16 @@ def test_every_container_computes_one_balanced_assignment_that_moves_only_what_m
 
 
 class Reporter:
-    """What a container tells the driver, kept for the test; ``end_after`` results ask the epoch to end."""
+    """What a container tells the driver, kept for the test; ``end_after`` results ask the epoch to end;
+    ``drain`` (job → request) is what the driver sends once ``drain_after`` results came."""
 
-    def __init__(self, end_after: int | None = None) -> None:
+    def __init__(self, end_after: int | None = None, *, drain: dict[str, Any] | None = None,
+                 drain_after: int = 0) -> None:
         self.results: list[BatchResult] = []
         self.finished: dict[str, str] = {}
         self.end_after = end_after
+        self.drain = drain or {}
+        self.drain_after = drain_after
 
     def result(self, job: str, result: BatchResult) -> None:
         self.results.append(result)
@@ -84,8 +88,12 @@ class Reporter:
     def wait_end(self, wait_s: float) -> bool:
         return self.end_after is not None and len(self.results) >= self.end_after
 
+    def drains(self) -> dict[str, Any]:
+        return self.drain if len(self.results) >= self.drain_after else {}
 
-def _epoch(config: Config, *, once: bool, epoch: int = 1, duration_ms: int = 60_000) -> tuple[EpochPlan, list[str]]:
+
+def _epoch(config: Config, *, once: bool, epoch: int = 1, duration_ms: int = 60_000,
+           drain: dict[str, Any] | None = None) -> tuple[EpochPlan, list[str]]:
     job = JobConfig.from_config(config)
     inputs = InputSystems(job)
     names = [t.name for t in inputs.task_models()]
@@ -94,7 +102,8 @@ def _epoch(config: Config, *, once: bool, epoch: int = 1, duration_ms: int = 60_
                  if cp.location}
     plan = EpochPlan(epoch=epoch, jobs=[EpochJob(config=dict(config.items()), tasks=names, task_count=len(names),
                                                  generation=0, start_positions=start,
-                                                 targets=dict(start) if once else None, locations=locations)],
+                                                 targets=dict(start) if once else None, locations=locations,
+                                                 drain=drain)],
                      duration_ms=duration_ms)
     return plan, names
 
@@ -172,6 +181,33 @@ def test_the_drivers_end_request_stops_every_task_at_a_batch_boundary(work_dir: 
     assert counts == expected_counts(600, 5) and rows == 600
 
 
+def test_a_drain_caps_every_task_at_the_offsets_of_its_request_from_the_plan_or_sent_mid_epoch(work_dir: Path):
+    from sparza.runtime.drain import read_drain
+    from sparza.runtime.driver.drainmonitor import finish_drain, request_drain
+
+    config = Config(job_values(work_dir, **{"task.max.batch.messages": "40", "task.commit.ms": "0"}))
+    create_streams(config, 3)
+    append_messages(config, 600, 5, commit_size=200)
+    first, _ = request_drain([config])
+    append_messages(config, 300, 5, start=600, commit_size=300)   # after the request: not in this drain
+    reporter = Reporter()
+    _one_container(config, reporter, once=False, drain=first.to_json()).run()   # the epoch plan carries it
+    assert set(reporter.finished.values()) == {"drained"} and len(reporter.finished) == 3
+    last = {r.task: r for r in reporter.results}   # each task's last batch drained it; none ended
+    assert all(r.drained for r in last.values()) and not any(r.ended for r in reporter.results)
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(600, 5) and rows == 600
+    assert finish_drain(config) == first and read_drain(config) is None   # every task completed it
+    # A drain the driver sends while the epoch runs (after 2 batches): the rest up to its offsets, then out.
+    second, _ = request_drain([config])
+    append_messages(config, 100, 5, start=900, commit_size=100)
+    reporter = Reporter(drain={"kc-1": second.to_json()}, drain_after=2)
+    _one_container(config, reporter, once=False, epoch=2).run()
+    assert set(reporter.finished.values()) == {"drained"}
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(900, 5) and rows == 900
+
+
 def test_a_session_with_dynamic_allocation_is_refused_naming_both_ways_out():
     from sparza.errors import ConfigError
     from sparza.runtime.driver.epochs import check_container_session
@@ -185,3 +221,36 @@ def test_a_session_with_dynamic_allocation_is_refused_naming_both_ways_out():
     with pytest.raises(ConfigError) as refused:
         check_container_session(Session({"spark.dynamicAllocation.enabled": "true"}))
     assert "job.execution.mode: batches" in str(refused.value) and "dynamic allocation off" in str(refused.value)
+
+
+def test_a_container_ends_its_epoch_when_its_driver_is_silent_or_gone():
+    import socket
+    import time as clock
+
+    from sparza.runtime.channel import ContainerChannel, ContainerChannelClient
+
+    events: list[dict[str, Any]] = []
+    channel = ContainerChannel("127.0.0.1", events.append, ping_s=0.05)
+    try:
+        client = ContainerChannelClient.connect(channel.address, 1, 0, driver_timeout_s=0.5)
+        assert client is not None
+        client.hello({"kc-1": "here"}, ["Partition 0"], [], alive=["here"])
+        until = clock.monotonic() + 1.5
+        while clock.monotonic() < until:  # three timeouts long: the pings keep it going
+            assert not client.poll_end(0.05)
+        channel.end_epoch(1)
+        assert client.poll_end(1.0) and not client.driver_lost  # the driver's own end request
+    finally:
+        channel.close()
+    assert [e["type"] for e in events][:1] == ["hello"]
+    # A driver that is still connected but says nothing (frozen, cut off): the container ends after the timeout.
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        client = ContainerChannelClient.connect(("127.0.0.1", port, "t"), 1, 0, driver_timeout_s=0.3)
+        assert client is not None
+        conn, _ = silent.accept()
+        started = clock.monotonic()
+        while not client.poll_end(0.05):
+            assert clock.monotonic() - started < 5, "the silent driver was never noticed"
+        assert client.driver_lost
+        conn.close()

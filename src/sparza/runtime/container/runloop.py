@@ -20,7 +20,11 @@ each of which is a container. Every container runs :func:`run_container`:
    read, process, commit through the same :class:`~sparza.runtime.container.commit.TaskCommit` as a micro-batch
    (intent, producer transactions, snapshots, checkpoint). Stores stay open between batches: the task
    does not leave this process until the epoch ends.
-4. **Reporting.** Each batch's result goes to the driver over the container channel
+4. **Drain.** A drain (the epoch plan's, or one the driver sends over the channel while the epoch runs) goes
+   to the planner of each task of its job, which caps the task's source partitions at the offsets observed at
+   the request, exactly as ``--once`` caps them at its targets; a task whose batch says it drained leaves
+   the loop (``drained``).
+5. **Reporting.** Each batch's result goes to the driver over the container channel
    (:mod:`sparza.runtime.channel`) as it commits, for the status line, metrics and stop decisions; the
    driver's stop request (a signal, a rebalance, a failed stage) is read between batches, so a stop
    waits for at most one batch. Without a channel (the driver cannot be reached) the results come back
@@ -50,6 +54,7 @@ import pyarrow as pa
 from sparza.config import Config, define_key
 from sparza.errors import ConfigError
 from sparza.runtime.container.executor import run_task_batch
+from sparza.runtime.drain import DrainRequest
 from sparza.runtime.epoch import EpochJob, EpochPlan
 from sparza.runtime.errors import RuntimeStateError
 from sparza.runtime.jobconfig import JobConfig
@@ -160,15 +165,24 @@ class TaskLoop:
                                     broadcast_ready=_broadcast_ready(job))
         if epoch_job.targets is not None:
             self.planner.targets = {SystemStreamPartition.parse(k): v for k, v in epoch_job.targets.items()}
+        self.drain_request: dict[str, Any] | None = None
         self.plan: BatchPlan | None = None
         self._pending: BatchPlan | None = None
         self.last_started = float("-inf")
-        self.done: str | None = None  # why the task left the loop: "ended", "caught up", "stopped", "failed"
+        self.done: str | None = None  # why it left the loop: "ended", "caught up", "drained", "stopped", "failed"
         self.error: Exception | None = None  # a planning failure at start, reported when the loop first runs
 
     def start(self, checkpoints: Mapping[str, Any]) -> None:
         """The start plan from the task's checkpoint (an open intent is replayed first)."""
         self.plan = self.planner.initial(checkpoints)
+        self.set_drain(self.epoch_job.drain)
+
+    def set_drain(self, request: dict[str, Any] | None) -> None:
+        """The job's drain request as the driver sent it (None: none, or cancelled): the planner caps the task's
+        source partitions at its offsets."""
+        if request != self.drain_request:
+            self.drain_request = request
+            self.planner.drain = DrainRequest.from_json(request) if request is not None else None
 
     def next_split(self, now_ms: int) -> Any:
         """The task's next batch as a split, or None when it has nothing to do now."""
@@ -226,10 +240,14 @@ class ContainerReporter(Protocol):
         """One task batch committed, was skipped as a replay, or failed deterministically."""
 
     def done(self, job: str, task: str, why: str) -> None:
-        """A task left the run loop: ``caught up`` (--once), ``ended`` (every input ended), ``stopped``."""
+        """A task left the run loop: ``caught up`` (--once), ``ended`` (every input ended), ``drained``,
+        ``stopped``."""
 
     def wait_end(self, wait_s: float) -> bool:
         """Wait up to ``wait_s`` seconds for the driver's request to end the epoch; True once it came."""
+
+    def drains(self) -> Mapping[str, dict[str, Any] | None]:
+        """Job → the drain request the driver sent while the epoch runs (None: cancelled); empty: none sent."""
 
 
 @dataclass
@@ -307,6 +325,10 @@ class Container:
                 for key, loop in active:
                     self._finish(key, loop, "stopped")
                 return
+            drains = self.reporter.drains()
+            for key, loop in active:
+                if key[0] in drains:
+                    loop.set_drain(drains[key[0]])
             # A task is due when its last batch started at least task.commit.ms ago; the others wait for it.
             due = [(key, loop) for key, loop in active if now - loop.last_started >= self._commit_s(key[0])]
             if not due:
@@ -357,6 +379,8 @@ class Container:
         loop.committed()
         if result.ended:
             self._finish(key, loop, "ended")
+        elif result.drained:
+            self._finish(key, loop, "drained")
         return True
 
     def _fail(self, key: tuple[str, str], loop: TaskLoop, result: BatchResult) -> None:
@@ -387,9 +411,11 @@ def run_container(plan_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator
     """The barrier ``mapInArrow`` function of an epoch: this Spark task is one container (module docstring)."""
     from pyspark import BarrierTaskContext
 
+    from sparza.interrupts import ignore_interrupts
     from sparza.runtime.channel import ContainerChannelClient, result_to_json
     from sparza.runtime.secrets import resolve_secrets
 
+    ignore_interrupts()  # a terminal's Ctrl-C reaches this worker too: the driver decides when to stop
     for _ in batches:  # the one input row of this partition
         pass
     plan = EpochPlan.from_json(plan_json)
@@ -400,7 +426,9 @@ def run_container(plan_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator
     previous = {(j.key, t): loc for j in plan.jobs for t, loc in j.locations.items()}
     assignment = assign_tasks([(j.key, t) for j in plan.jobs for t in j.tasks], locations, previous,
                               affinity=plan.affinity)
-    channel = ContainerChannelClient.connect(plan.channel, plan.epoch, index) if plan.channel else None
+    channel = (ContainerChannelClient.connect(plan.channel, plan.epoch, index,
+                                              driver_timeout_s=plan.driver_timeout_ms / 1000.0)
+               if plan.channel else None)
     undelivered: list[tuple[str, str, str]] = []
     if channel is not None:
         moves = [{"job": key, "task": task, "from": previous.get((key, task)), "to": mine[key]}
@@ -425,8 +453,15 @@ def run_container(plan_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator
                 return False
             return channel.poll_end(wait_s)
 
+        def drains(self) -> Mapping[str, dict[str, Any] | None]:
+            return channel.drains if channel is not None else {}
+
     try:
         Container(plan, index, assignment, _Reporter(), location=mine).run()
+        if channel is not None and channel.driver_lost:
+            _log.warning("container %s of epoch %s: the driver was silent for %.1f s or went away: ended the epoch at "
+                         "a batch boundary (its tasks continue from their commits wherever the driver runs them "
+                         "next)", index, plan.epoch, plan.driver_timeout_ms / 1000.0)
     except BaseException as exc:
         if channel is not None:
             channel.send_error(f"{type(exc).__name__}: {exc}")

@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="none: leave out the dimensions added after the first soaks (Kafka/Delta intermediate "
                              "streams, Delta on az://, several processors, purged snapshots, a Kafka broker "
                              "restart, a second fault): the scenario as generated before them")
+    parser.add_argument("--drain", choices=("drawn", "none"), default="drawn",
+                        help="none: leave out the drain dimension (scenario.DRAIN_SALT): a seed as recorded before it")
     parser.add_argument("--output", choices=OUTPUTS, help="override the scenario's output kind")
     parser.add_argument("--input", choices=INPUTS, help="override the scenario's input kind")
     parser.add_argument("--task-api", choices=TASK_APIS, help="override a task job's API (process or process_batch)")
@@ -77,14 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     else:
         try:
             scenario = generate(args.seed, messages=args.messages, fault=args.fault, output=args.output,
-                                input=args.input, task_api=args.task_api, extras=args.extras == "drawn")
+                                input=args.input, task_api=args.task_api, extras=args.extras == "drawn",
+                                drain=args.drain == "drawn")
         except ValueError as exc:
             parser.error(str(exc))
     print(scenario.describe(), flush=True)
     if args.print:
         return 0
     overrides = {"messages_override": args.messages, "fault_override": args.fault, "output_override": args.output,
-                 "input_override": args.input, "task_api_override": args.task_api, "extras": args.extras == "drawn"}
+                 "input_override": args.input, "task_api_override": args.task_api, "extras": args.extras == "drawn",
+                 "drain": args.drain == "drawn"}
     engines = ENGINES if args.engine == "both" else (args.engine or "spark",)
     ok = True
     for engine in engines:

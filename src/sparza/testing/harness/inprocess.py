@@ -31,7 +31,10 @@ a restart drops its in-memory tasks, stores and producers):
 What it leaves to the Spark engine (:mod:`~sparza.testing.harness.spark`): Spark itself (worker reuse,
 retries, the plan in Spark's offset log), the real storage services and their restarts, the azure
 coordinator with several processors at once, Delta on ``az://``.
-Kafka, Delta, blob and table outputs are all in-memory streams here; a typed upsert table is judged by
+A drain scenario (``scenario.drain``) ends every run with :meth:`~sparza.testing.TestRunner.drain` instead of
+``--once`` (both drain modes: the request comes as the run starts, as there is no second process to send it
+while one runs), and the output is checked after every phase's drain. Kafka, Delta, blob and table outputs are
+all in-memory streams here; a typed upsert table is judged by
 folding its rows by key, as the table would.
 
 Where a fault lands is drawn from ``random.Random(seed ^ INPROCESS_SALT)``, apart from the scenario, so a
@@ -205,7 +208,8 @@ class InProcessJob:
 
     def run(self, label: str, runner: Any = None, *, wait_for_claim: bool | None = None,
             meant_to_fail: bool = False) -> RunRecord:
-        """``sparza run --once`` by ``runner`` (default the running processor), recorded. After a crash
+        """``sparza run --once`` (``--drain`` in a drain scenario) by ``runner`` (default the running processor),
+        recorded. After a crash
         (``wait_for_claim``, default: the last process crashed) the dead process's claim is waited out by
         moving the clock, as a processor started on another host waits. A failed run after the purged-snapshot
         fault must name what is gone, unless it is ``meant_to_fail`` (a poison message)."""
@@ -218,7 +222,10 @@ class InProcessJob:
         try:
             for attempt in range(4):  # an application's stages each find the dead process's claim once
                 try:
-                    runner.run()
+                    if self.s.drain != "none":
+                        runner.drain()
+                    else:
+                        runner.run()
                     break
                 except ClaimHeldError:
                     if not wait or attempt == 3:
@@ -464,13 +471,13 @@ def _damage(job: InProcessJob, outcome: Outcome, fault: str, label: str) -> None
         raise ValueError(f"unknown fault {fault!r}")
 
 
-def check(job: InProcessJob, outcome: Outcome) -> None:
-    """Read the in-memory output and late streams and judge them against the oracle."""
+def check(job: InProcessJob, outcome: Outcome, *, upto: int | None = None) -> None:
+    """Read the in-memory output and late streams and judge them against the oracle (``upto``: after the drain
+    of that phase, against the chunks up to it; see :func:`~sparza.testing.harness.check.judge`)."""
     actual, control = job.output_records()
-    if control:
-        outcome.problems.append(f"{control} control messages in the output stream (only intermediate streams "
-                                "carry watermarks and end-of-stream)")
-    judge(outcome, actual, job.routed_late())
+    problems = [f"{control} control messages in the output stream (only intermediate streams carry watermarks "
+                "and end-of-stream)"] if control else []
+    judge(outcome, actual, job.routed_late(), upto=upto, reader_problems=problems)
 
 
 GC_AFTER_MS = 60 * 86_400_000
@@ -556,7 +563,8 @@ def _tmpfs() -> str | None:
 def run_inprocess_scenario(scenario: Scenario, workdir: Path | None = None, *, keep: bool = False,
                            messages_override: int | None = None, fault_override: str | None = None,
                            output_override: str | None = None, input_override: str | None = None,
-                           task_api_override: str | None = None, extras: bool = True) -> Outcome:
+                           task_api_override: str | None = None, extras: bool = True,
+                           drain: bool = True) -> Outcome:
     """Run ``scenario`` in this process: every phase, its faults, a final run, the check. ``workdir`` (default
     a temp dir, removed afterwards unless ``keep`` or the scenario failed) holds its state and blob store."""
     started = time.perf_counter()
@@ -566,7 +574,7 @@ def run_inprocess_scenario(scenario: Scenario, workdir: Path | None = None, *, k
     root.mkdir(parents=True, exist_ok=True)
     outcome = Outcome(scenario, "inprocess", workdir=root, messages_override=messages_override,
                       fault_override=fault_override, output_override=output_override, input_override=input_override,
-                      task_api_override=task_api_override, extras=extras)
+                      task_api_override=task_api_override, extras=extras, drain=drain)
     draws = draw(scenario)
     job: InProcessJob | None = None
     try:
@@ -587,6 +595,8 @@ def run_inprocess_scenario(scenario: Scenario, workdir: Path | None = None, *, k
             _apply_phase(job, outcome, faults[0] if faults else "none", phase)
             for second in faults[1:]:   # the generator makes a second fault in the same phase an after-run one
                 _damage(job, outcome, second, f"phase{phase}-second")
+            if scenario.drain != "none" and phase < scenario.chunks - 1:
+                check(job, outcome, upto=phase)   # the phase's drain brought out everything appended so far
         if scenario.fault in AFTER_RUN_FAULTS or scenario.fault2 in AFTER_RUN_FAULTS:
             _expect_clean(outcome, job.run("final"))   # the damage was done after the last run: one more repairs it
         check(job, outcome)

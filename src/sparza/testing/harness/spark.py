@@ -7,6 +7,8 @@ It starts its own Azurite unless it is given one (:func:`run_spark_scenario` tak
 broker unless it is given one (``kafka=``, a :class:`~sparza.devservers.kafka.TansuProcess`; a soak starts one for
 all its scenarios). What only this engine shows: Spark's worker reuse and retries, real storage services,
 restarts of Azurite and Kafka, several processors under the azure coordinator, ``kill -9`` of real processes.
+A drain scenario ends every phase with ``sparza run --drain`` or with ``sparza drain`` sent while ``sparza run``
+runs (after its first batch and a drawn delay), and its output is checked after every phase's drain.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -297,6 +300,8 @@ class SparkJob:
         """One run: a single ``sparza run``, or with ``processors`` > 1 that many processors of the job
         (``--processor-id 0..N-1``, started ``stagger_s`` apart) under the azure coordinator. The record
         of a group is its first failing processor's (exit codes of all are noted)."""
+        if self.s.drain == "request" and "--drain" in args:
+            return self._run_drained_by_request(label, config_path, *[a for a in args if a != "--drain"])
         if self.s.processors <= 1:
             return self.wait(label, self.spawn(label, config_path, *args))
         handles = []
@@ -310,10 +315,41 @@ class SparkJob:
                           f"{', '.join(str(r.returncode) for r in records)}")
         return next((r for r in records if r.returncode != 0), records[-1])
 
+    def _run_drained_by_request(self, label: str, config_path: Path | None, *args: str) -> RunRecord:
+        """``drain=request``: a plain ``sparza run``, and ``sparza drain`` once it committed its first batch and
+        the drawn delay passed; the run must then drain and exit 0. A request that came after the run had
+        drained by itself (a request left pending by an earlier failed run) would stay pending for the next
+        phase, whose input it does not know: it is withdrawn."""
+        handle = self.spawn(label, config_path, *args)
+        # After its first batch, or, when it has nothing new to process (no batch comes), soon after its start.
+        if _wait_for_line(handle, KILL9_START_TIMEOUT_S, lambda line: line.startswith("sparza: job ")):
+            _wait_for_first_batch(handle, 30.0)
+        deadline = time.monotonic() + self.s.drain_delay_s
+        while time.monotonic() < deadline and handle[0].poll() is None:
+            time.sleep(0.05)
+        if handle[0].poll() is None:
+            self._drain_command(label, config_path)
+        record = self.wait(label, handle)
+        if record.returncode == 0 and self._drain_command(f"{label}-cleanup", config_path, "--cancel") == 0:
+            self.notes.append(f"run '{label}' had drained before its drain request: the request was withdrawn")
+        return record
+
+    def _drain_command(self, label: str, config_path: Path | None, *extra: str) -> int:
+        """``sparza drain`` for this job (output appended to the logs); its exit code."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [str(SRC_DIR), env.get("PYTHONPATH", "")] if p)
+        with open(self.logs / f"{self.spawned:02d}-{label}-drain.log", "ab") as out:
+            return subprocess.run([sys.executable, "-m", "sparza.cli", "drain", "--config",
+                                   str(config_path or self.config_path), *extra], stdout=out,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, timeout=300).returncode
+
     def once_args(self) -> tuple[str, ...]:
         """``--once`` except for a bounded job's first run, which must end by itself. A bounded job
         started again after it ended has nothing to plan and does not stop by itself (see
-        docs/guarantees.md), so later runs use ``--once``."""
+        docs/guarantees.md), so later runs use ``--once``. A drain scenario drains every run instead
+        (``--drain``; ``drain=request`` turns it into ``sparza drain`` while the run runs)."""
+        if self.s.drain != "none":
+            return ("--drain",)
         return () if self.s.bounded and not self.runs and not self.s.once_always else ("--once",)
 
     def variant(self, name: str, **overrides: str) -> Path:
@@ -355,8 +391,15 @@ KILL9_START_TIMEOUT_S = 300.0
 
 
 def _wait_for_first_batch(handle: tuple[subprocess.Popen[bytes], Path, float], timeout: float) -> bool:
-    """Wait until the run's log shows its first committed batch (a ``batch N (spark M)`` status line);
-    False when the run ended or ``timeout`` passed first."""
+    """Wait until the run's log shows its first committed batch (a ``batch N (spark M)`` or, in the container
+    mode, ``batch N (epoch E: ...)`` status line); False when the run ended or ``timeout`` passed first."""
+    return _wait_for_line(handle, timeout,
+                          lambda line: line.startswith("batch ") and ("(spark " in line or "(epoch " in line))
+
+
+def _wait_for_line(handle: tuple[subprocess.Popen[bytes], Path, float], timeout: float,
+                   wanted: Callable[[str], bool]) -> bool:
+    """Wait until a line of the run's log is ``wanted``; False when the run ended or ``timeout`` passed first."""
     proc, log, _ = handle
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
@@ -364,7 +407,7 @@ def _wait_for_first_batch(handle: tuple[subprocess.Popen[bytes], Path, float], t
             text = log.read_text(errors="replace")
         except OSError:
             text = ""
-        if any(line.startswith("batch ") and "(spark " in line for line in text.splitlines()):
+        if any(wanted(line) for line in text.splitlines()):
             return True
         time.sleep(0.1)
     return False
@@ -580,10 +623,12 @@ def _routed_late(job: SparkJob) -> Counter[int]:
     return Counter(int(json.loads(v)["id"]) for v in read_delta_values(_stream_dir(job, "late")))
 
 
-def check(job: SparkJob, outcome: Outcome) -> None:
+def check(job: SparkJob, outcome: Outcome, *, upto: int | None = None) -> None:
     """Read what the job wrote (with deltalake, DuckDB, Polars, the Azure SDK, fastavro or confluent-kafka,
-    never with sparza) and judge it against the oracle."""
+    never with sparza) and judge it against the oracle: of the whole input, or (``upto``, a drain scenario
+    after a phase) of the chunks up to that phase, which the phase's drain must have brought out completely."""
     s = job.s
+    problems: list[str] = []  # the readers' own (judge prefixes them, and its own, for a drain phase)
     routed = _routed_late(job)
     if s.output == "delta":
         actual = read_delta_records(_stream_dir(job, "out"))
@@ -592,30 +637,32 @@ def check(job: SparkJob, outcome: Outcome) -> None:
         actual = readers["deltalake"]
         for name, rows in readers.items():
             if rows != actual:
-                outcome.problems.append(f"table readers disagree: {name} read {sum(rows.values())} rows, deltalake "
-                                        f"{sum(actual.values())}")
-        outcome.notes.append(f"table read by {', '.join(sorted(readers))}")
+                problems.append(f"table readers disagree: {name} read {sum(rows.values())} rows, deltalake "
+                                f"{sum(actual.values())}")
+        if upto is None:
+            outcome.notes.append(f"table read by {', '.join(sorted(readers))}")
     elif s.output == "kafka":
         actual, control = read_kafka_records(job.kafka.bootstrap_servers, job.output_stream.split(".", 1)[1])
         if control:
-            outcome.problems.append(f"{control} control records in the output topic (only intermediate streams "
-                                    f"carry watermarks and end-of-stream)")
+            problems.append(f"{control} control records in the output topic (only intermediate streams "
+                            f"carry watermarks and end-of-stream)")
     else:
         actual, names = read_blob_records(job.azurite.connection_string, job.output_container, "out/")
-        outcome.notes.append(f"{len(names)} blobs")
-    judge(outcome, actual, routed)
+        if upto is None:
+            outcome.notes.append(f"{len(names)} blobs")
+    judge(outcome, actual, routed, upto=upto, reader_problems=problems)
 
 
 def run_spark_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messages_override: int | None = None,
                  fault_override: str | None = None, kafka: Any = None, output_override: str | None = None,
                  input_override: str | None = None, task_api_override: str | None = None,
-                 extras: bool = True) -> Outcome:
+                 extras: bool = True, drain: bool = True) -> Outcome:
     """Run ``scenario`` in ``workdir`` against ``azurite`` (and ``kafka``, a Tansu broker, started here
     when the scenario uses Kafka and none is given): every phase, its fault, a final run, the check."""
     started = time.monotonic()
     outcome = Outcome(scenario, "spark", workdir=workdir, messages_override=messages_override,
                       fault_override=fault_override, output_override=output_override, input_override=input_override,
-                      task_api_override=task_api_override, extras=extras)
+                      task_api_override=task_api_override, extras=extras, drain=drain)
     workdir.mkdir(parents=True, exist_ok=True)
     own_kafka = None
     if kafka is None and scenario.uses_kafka:
@@ -630,6 +677,8 @@ def run_spark_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messa
             _apply_phase(job, outcome, faults[0] if faults else "none", phase)
             for second in faults[1:]:   # the generator makes a second fault in the same phase an after-run one
                 _damage(job, outcome, second, f"phase{phase}-second")
+            if scenario.drain != "none" and phase < scenario.chunks - 1:
+                check(job, outcome, upto=phase)   # the phase's drain brought out everything appended so far
         if scenario.fault in _AFTER_RUN_FAULTS or scenario.fault2 in _AFTER_RUN_FAULTS:
             # The damage was done after the last run: one more run must repair it.
             _expect_clean(outcome, job.run("final"))
