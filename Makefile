@@ -20,11 +20,14 @@ TEST_WORKERS ?= 2
 test: setup lint
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist worksteal
 
-# The fault harness on random seeds for MINUTES (default 60): prints each scenario's verdict, every
-# failing seed's one-line reproduction, and a final count. Starts no scenario after the time is up.
+# The fault harness on random seeds for MINUTES (default 60) on both engines: in-process (TestRunner, no
+# Spark; thousands of scenarios) for a third of the time, then Spark (`sparza run`) for the rest. Prints
+# every failure with its one-line reproduction for each engine and both counts. SOAK_ENGINE=inprocess or
+# spark runs one engine for the whole time. Starts no scenario after the time is up.
 MINUTES ?= 60
+SOAK_ENGINE ?= both
 soak:
-	PYTHONPATH=src:. $(PY) -m sparza.testing.harness --soak $(MINUTES)
+	PYTHONPATH=src:. $(PY) -m sparza.testing.harness --soak $(MINUTES) --engine $(SOAK_ENGINE)
 
 bench: setup
 	$(PY) bench/run_all.py --scale small

@@ -210,3 +210,45 @@ def test_a_closed_broadcast_manager_can_be_restored_and_reused(harness: AdjunctH
     builder.begin_batch(3)
     assert _contents(builder) == {"usd": 1.0, "chf": 0.9}
     builder.close()
+
+
+def test_deleted_publications_are_still_read_and_purged_ones_stop_a_task_that_read_them(
+        harness: AdjunctHarness, work_dir: Path, config: Any, local_blob_store: BlobStoreManager) -> None:
+    """Found by the in-process harness (issue 27, seed 312): every publication blob tombstoned (an operator's
+    mistake, SAMZA-2787) and the host's state lost made the readers find no publication and serve an empty
+    store, so a join dropped every message without a word. A deleted publication is read anyway; a purged one
+    stops a task that read it before instead of serving nothing."""
+    from sparza.blobstore.api import Metadata
+    from sparza.state.adjunct import BroadcastSnapshotError
+
+    tasks = TASKS[:2]
+    managers = {t: harness.manager(t, config, work_dir / "host-a") for t in tasks}
+    feeders = {t: BatchFeeder(harness) for t in tasks}
+    harness.write("rates", 0, [("usd", 1.0)])
+    _batch(harness, feeders, managers, 1)
+    entries = {}
+    for task, manager in managers.items():                   # batch 2 reads batch 1's publication
+        manager.begin_batch(2)
+        assert _contents(manager) == {"usd": 1.0}
+        entries[task] = manager.commit(2)
+    for manager in managers.values():
+        manager.close()
+    publications = [i.blob_id for i in local_blob_store.list_blobs() if "adjunct-publication" in i.blob_id
+                    and i.deleted_at_ms is None]
+    assert publications
+    for blob_id in publications:
+        local_blob_store.delete(blob_id, Metadata(payload_path=blob_id))
+    shutil.rmtree(work_dir / "host-a")                       # and the host's copies with them
+    reader = harness.manager("Partition 1", config, work_dir / "host-b")
+    reader.restore(entries["Partition 1"])
+    reader.begin_batch(3)
+    assert _contents(reader) == {"usd": 1.0}
+    reader.close()
+    for blob_id in publications:
+        local_blob_store.purge(blob_id)
+    reader = harness.manager("Partition 1", config, work_dir / "host-c")
+    reader.restore(entries["Partition 1"])
+    reader.begin_batch(3)
+    with pytest.raises(BroadcastSnapshotError, match="that task 'Partition 1' read before is gone from the blob"):
+        _contents(reader)
+    reader.close()

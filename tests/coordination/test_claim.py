@@ -6,12 +6,12 @@ import dataclasses
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sparza.clock import ManualClock
 from sparza.coordination.jobclaim import (
     AzureClaimBackend,
     ClaimHeldError,
@@ -52,24 +52,32 @@ def test_a_live_claim_refuses_any_other_processor_and_is_free_after_release(back
 
 
 def test_renewals_keep_it_held_past_the_timeout(backend_factory):
-    holder = _claim(backend_factory, "0", timeout_ms=1500, renew_interval_ms=300)
+    clock = ManualClock()
+    holder = _claim(backend_factory, "0", timeout_ms=1500, renew_interval_ms=300, clock=clock)
     holder.acquire()
-    lost: list[BaseException] = []
-    holder.start_renewing(lost.append)
-    try:
-        time.sleep(2.5)
+    other = _claim(backend_factory, "1", timeout_ms=1500, renew_interval_ms=300, clock=clock)
+    with pytest.raises(ClaimHeldError):
+        other.acquire()  # it starts watching the claim
+    for _ in range(8):  # 2.4 s of its clock, renewed every 300 ms: the claim changes under its eyes
+        clock.advance(ms=300)
+        holder.renew()
         with pytest.raises(ClaimHeldError):
-            _claim(backend_factory, "1", timeout_ms=1500, renew_interval_ms=300).acquire()
-        assert not lost
-    finally:
-        holder.release()
+            other.acquire()
+    holder.release()
 
 
 def test_an_unrenewed_claim_expires_is_taken_over_and_the_old_holder_learns_it_lost(backend_factory):
-    old = _claim(backend_factory, "0", timeout_ms=1500, renew_interval_ms=300)
+    clock = ManualClock()
+    old = _claim(backend_factory, "0", timeout_ms=1500, renew_interval_ms=300, clock=clock)
     assert old.acquire() == 1  # never renewed: as if its process were frozen
-    time.sleep(2.2)  # Azure ages have 1 s resolution
-    new = _claim(backend_factory, "1", timeout_ms=1500, renew_interval_ms=300)
+    new = _claim(backend_factory, "1", timeout_ms=1500, renew_interval_ms=300, clock=clock)
+    with pytest.raises(ClaimHeldError):
+        new.acquire()
+    clock.advance(ms=1499)
+    with pytest.raises(ClaimHeldError) as refused:
+        new.acquire()  # 1 ms short of the timeout
+    assert "its claim expires in 0 s" in str(refused.value)
+    clock.advance(ms=1)
     assert new.acquire() == 2
     with pytest.raises(ClaimLostError) as lost:
         old.renew()
@@ -116,15 +124,66 @@ def test_a_dead_holder_on_this_host_is_replaced_at_once(tmp_path):
 
 
 def test_a_holder_on_another_host_is_only_replaced_after_the_timeout(tmp_path):
+    clock = ManualClock()
     backend = LocalClaimBackend(tmp_path / "_claim")
     holder = JobClaim(backend, "job-1", "0", timeout_ms=1200, renew_interval_ms=300)
     holder.acquire()
     state = backend.read()
     backend.write(dataclasses.replace(state.record, host="elsewhere", pid=1), state.tag)
+    newcomer = JobClaim(backend, "job-1", "1", timeout_ms=1200, renew_interval_ms=300, clock=clock)
     with pytest.raises(ClaimHeldError):
-        JobClaim(backend, "job-1", "1", timeout_ms=1200, renew_interval_ms=300).acquire()
-    time.sleep(1.4)
-    assert JobClaim(backend, "job-1", "1", timeout_ms=1200, renew_interval_ms=300).acquire() == 2
+        newcomer.acquire()
+    clock.advance(ms=1100)
+    with pytest.raises(ClaimHeldError):
+        newcomer.acquire()
+    clock.advance(ms=100)
+    assert newcomer.acquire() == 2
+
+
+def test_a_claim_that_changed_while_watched_is_watched_afresh(tmp_path):
+    """Only the very same version counts as unrenewed: a renewal between two looks restarts the count."""
+    clock = ManualClock()
+    backend = LocalClaimBackend(tmp_path / "_claim")
+    holder = JobClaim(backend, "job-1", "0", timeout_ms=1200, renew_interval_ms=300, clock=clock)
+    holder.acquire()
+    newcomer = JobClaim(backend, "job-1", "1", timeout_ms=1200, renew_interval_ms=300, clock=clock)
+    with pytest.raises(ClaimHeldError):
+        newcomer.acquire()
+    clock.advance(ms=1000)
+    holder.renew()
+    clock.advance(ms=1000)  # 2 s since the first look, 1 s since the renewal
+    with pytest.raises(ClaimHeldError):
+        newcomer.acquire()
+    clock.advance(ms=1200)
+    assert newcomer.acquire() == 2
+    with pytest.raises(ClaimLostError):
+        holder.renew()
+
+
+def test_the_renewal_thread_gives_the_claim_up_when_storage_stays_unreachable_past_the_timeout(tmp_path):
+    """Renewals that keep failing (storage down) lose the claim once the claim's own clock says the
+    timeout passed since the last renewal that succeeded, not before."""
+    clock = ManualClock()
+    backend = LocalClaimBackend(tmp_path / "_claim")
+    holder = JobClaim(backend, "job-1", "0", timeout_ms=1200, renew_interval_ms=100, clock=clock)
+    holder.acquire()
+    failing = threading.Event()
+
+    def unreachable(record: Any, expected_tag: str | None) -> str:
+        failing.set()
+        raise OSError("storage unreachable")
+
+    backend.write = unreachable  # type: ignore[method-assign]
+    lost = threading.Event()
+    holder.start_renewing(lambda exc: lost.set())
+    try:
+        assert failing.wait(10)
+        assert not lost.wait(0.5)  # failing for 0 ms of its clock: still held
+        clock.advance(ms=1200)
+        assert lost.wait(10)
+        assert not holder.held and "no renewal succeeded for 1 s" in str(holder.lost)
+    finally:
+        holder.release()
 
 
 def test_renew_interval_must_be_at_most_a_third_of_the_timeout(tmp_path):

@@ -6,12 +6,11 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
-import types
 
 import pytest
 
 from sparza.azure import StorageAccount
+from sparza.clock import ManualClock
 from sparza.coordination import (
     AzureLeaderElector,
     AzureLock,
@@ -26,7 +25,6 @@ from sparza.coordination import (
     claim,
     write_fenced,
 )
-from sparza.coordination import lease as lease_module
 from sparza.coordination.clients import CoordinationClients
 from sparza.coordination.fencing import stored_generation
 from sparza.coordination.settings import CoordinationConfig
@@ -65,14 +63,18 @@ def test_broken_lease_cannot_be_renewed(clients: CoordinationClients) -> None:
     assert not holder.held()
 
 
-def test_late_renewal_is_refused_even_if_storage_would_accept(clients: CoordinationClients,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    holder = LeaseBlobManager(clients.blob("lease-c"), 15)
+def test_late_renewal_is_refused_even_if_storage_would_accept(clients: CoordinationClients) -> None:
+    clock = ManualClock()
+    holder = LeaseBlobManager(clients.blob("lease-c"), 15, clock=clock)
     holder.acquire()
-    # The process "was paused" for 16 s: our own clock moves on, the service is not asked.
-    real = time.monotonic
-    monkeypatch.setattr(lease_module, "time", types.SimpleNamespace(monotonic=lambda: real() + 16))
-    assert not holder.held()
+    clock.advance(seconds=14.9)
+    assert holder.held() and 0 < holder.remaining_s() < 0.2
+    holder.renew()  # in time: renewed, and its 15 s count again from this renewal
+    clock.advance(seconds=14.9)
+    assert holder.held()
+    # The process "was paused" past the lease: our own clock moves on, the service is not asked.
+    clock.advance(seconds=0.1)
+    assert not holder.held() and holder.remaining_s() == 0.0
     with pytest.raises(LeaseLostError, match="late"):
         holder.renew()
     assert holder.lease_id is None
@@ -148,13 +150,19 @@ def test_large_job_model_round_trips_through_the_blob(clients: CoordinationClien
 def test_heartbeats_are_judged_by_service_timestamps(clients: CoordinationClients) -> None:
     table = clients.table
     first = table.heartbeat_and_read("UNASSIGNED", "old", False)
-    time.sleep(1.2)
-    table.heartbeat("000000000001", "fresh", False)
+    fresh = table.heartbeat_and_read("000000000001", "fresh", False)
+    while fresh.timestamp <= first.timestamp:  # the service's clock has not ticked between them yet
+        fresh = table.heartbeat_and_read("000000000001", "fresh", False)
     reference = table.heartbeat_and_read("000000000001", "me", True).timestamp
-    assert reference > first.timestamp
+    assert reference >= fresh.timestamp > first.timestamp
     rows = table.list_all()
-    assert set(live_processors(rows, reference, 5000)) == {"old", "fresh", "me"}
-    assert set(live_processors(rows, reference, 1000)) == {"fresh", "me"}
+    # No waiting: the timeout is set between the two rows' ages, as the service stamped them.
+    old_ms = (reference - first.timestamp).total_seconds() * 1000
+    fresh_ms = (reference - fresh.timestamp).total_seconds() * 1000
+    assert set(live_processors(rows, reference, int(old_ms) + 1)) == {"old", "fresh", "me"}
+    between = (old_ms + fresh_ms) / 2
+    assert set(live_processors(rows, reference, between)) == {"fresh", "me"}  # type: ignore[arg-type]
+    assert set(live_processors(rows, reference, 0)) == {"me"} | ({"fresh"} if fresh_ms == 0 else set())
     table.delete_processor("old")
     assert "old" not in {r.processor_id for r in table.list_all()}
 

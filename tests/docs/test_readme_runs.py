@@ -82,11 +82,13 @@ def test_the_readme_commands_run_as_written(tmp_path: Path) -> None:
         assert result.returncode == 0, (line, result.stdout[-3000:], result.stderr[-3000:])
         assert "Traceback" not in result.stderr, result.stderr[-3000:]
         outputs.append(result)
-    _, ran, shown, tailed = outputs
+    _, ran, shown, counted, tailed = outputs
     messages, keys = (int(re.search(rf"--{name} (\d+)", commands).group(1)) for name in ("messages", "keys"))  # type: ignore[union-attr]
     assert "caught up (--once)" in ran.stderr
     # The checkpoints say what their offsets mean, where they print them.
     assert "offsets: where each task reads next" in shown.stdout and "<Delta table version>:<row>" in shown.stdout
+    # The committed store holds one entry per key (each key lives in one task).
+    assert f"total\t{keys}" in counted.stdout.splitlines(), counted.stdout
     tails = [json.loads(line.split(": ", 1)[1]) for line in tailed.stdout.splitlines() if line.startswith("#")]
     assert tails and all(set(t) == {"key", "count"} for t in tails)
     # An independent oracle: the input's own count per key, against the last count the job sent per key.

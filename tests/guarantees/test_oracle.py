@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from sparza.testing.harness import Outcome, _check, _Job, reproduce_command
+from sparza.testing.harness import Outcome, SparkJob, check, reproduce_command
 from sparza.testing.oracle import compare, expected_records, expected_table_rows, reduce_panes, window_starts
 from sparza.testing.scenario import (
     AFTER_RUN_FAULTS,
@@ -112,7 +112,7 @@ def test_the_check_finds_a_lost_and_a_duplicated_record_in_a_real_delta_output(t
 
     scenario = generate(7, fault="none", output="delta", input="delta")
     scenario.kind, scenario.api = "copy", "task"
-    job = _Job(scenario, tmp_path, _NoAzurite())
+    job = SparkJob(scenario, tmp_path, _NoAzurite())
     job.create_streams()
     producer = DeltaSystemProducer("delta", Config(job.config))
     producer.register("t")
@@ -122,7 +122,7 @@ def test_the_check_finds_a_lost_and_a_duplicated_record_in_a_real_delta_output(t
             {"id": m.id, "key": m.key, "val": m.n, "aux": 0, "tag": "copy"}).encode(), key=m.key.encode()))
     producer.flush("t")
     outcome = Outcome(scenario)
-    _check(job, outcome)
+    check(job, outcome)
     assert outcome.comparison is not None
     assert sum(outcome.comparison.missing.values()) == 1 and sum(outcome.comparison.extra.values()) == 1
     assert not outcome.ok and "1 missing" in outcome.problems[0]
@@ -339,7 +339,7 @@ def test_the_check_reads_a_real_upsert_table_with_every_reader_and_finds_a_wrong
 
     scenario = generate(314, fault="none", output="table-upsert", input="delta")
     assert scenario.kind == "count"
-    job = _Job(scenario, tmp_path, _NoAzurite())
+    job = SparkJob(scenario, tmp_path, _NoAzurite())
     assert job.config["systems.delta.streams.out.delta.table.key"] == "key,aux"
     job.create_streams()
     stream = SystemStream("delta", "out")
@@ -356,14 +356,14 @@ def test_the_check_reads_a_real_upsert_table_with_every_reader_and_finds_a_wrong
 
     write(1, rows)
     outcome = Outcome(scenario)
-    _check(job, outcome)
+    check(job, outcome)
     assert outcome.ok, outcome.report()
     assert any("deltalake, duckdb, polars" in n for n in outcome.notes)
     wrong = dict(rows[0])
     wrong["val"] = int(wrong["val"]) + 1          # type: ignore[call-overload]
     write(2, [wrong])
     outcome = Outcome(scenario)
-    _check(job, outcome)
+    check(job, outcome)
     assert not outcome.ok and "1 missing" in outcome.problems[0] and "1 extra" in outcome.problems[0]
     assert "--seed 314" in outcome.report()
 
@@ -375,3 +375,12 @@ def test_harness_task_passes_the_start_check_of_sparza_run_for_store_less_kinds(
     from sparza.testing.jobs import HarnessTask
 
     assert store_names_asked(HarnessTask) == []
+
+
+def test_sparza_run_subprocesses_import_sparza_from_the_source_dir() -> None:
+    """The harness puts SRC_DIR first on the subprocesses' PYTHONPATH: it must hold the package, not be the
+    package (``sparza/azure.py`` would then shadow the Azure SDK: every Spark scenario failed at import)."""
+    from sparza.testing.harness.spark import SRC_DIR
+
+    assert (SRC_DIR / "sparza" / "__init__.py").is_file()
+    assert not (SRC_DIR / "azure.py").exists()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparza.testing.harness import Outcome, _Job, _log_tail, run_scenario
+from sparza.testing.harness import Outcome, SparkJob, log_tail, run_spark_scenario
 from sparza.testing.scenario import generate, scale_scenario
 
 pytestmark = [pytest.mark.guarantees, pytest.mark.slow]
@@ -42,7 +42,7 @@ def _verdict(outcome: Outcome) -> None:
 @pytest.mark.parametrize(("seed", "messages", "fault", "output", "input_kind"), SAMPLE)
 def test_fixed_seed(seed: int, messages: int | None, fault: str | None, output: str | None, input_kind: str | None,
                     azurite, tmp_path) -> None:
-    _verdict(run_scenario(generate(seed, messages=messages, fault=fault, output=output, input=input_kind,
+    _verdict(run_spark_scenario(generate(seed, messages=messages, fault=fault, output=output, input=input_kind,
                                    extras=False), azurite, tmp_path, messages_override=messages,
                           fault_override=fault, output_override=output, input_override=input_kind, extras=False))
 
@@ -62,7 +62,7 @@ SAMPLE_NEW_KINDS = [
 def test_fixed_seed_tables_and_kafka(seed: int, messages: int | None, fault: str | None, output: str | None,
                                      input_kind: str | None, task_api: str | None, azurite, kafka_broker,
                                      tmp_path) -> None:
-    _verdict(run_scenario(generate(seed, messages=messages, fault=fault, output=output, input=input_kind,
+    _verdict(run_spark_scenario(generate(seed, messages=messages, fault=fault, output=output, input=input_kind,
                                    task_api=task_api, extras=False), azurite,
                           tmp_path, kafka=kafka_broker, messages_override=messages, fault_override=fault,
                           output_override=output, input_override=input_kind, task_api_override=task_api,
@@ -75,7 +75,7 @@ def test_fixed_seed_with_extras(azurite, kafka_broker, tmp_path) -> None:
     mid-run (73 s here)."""
     scenario = generate(838)
     assert (scenario.intermediate, scenario.delta_location) == ("kafka", "azure")
-    _verdict(run_scenario(scenario, azurite, tmp_path, kafka=kafka_broker))
+    _verdict(run_spark_scenario(scenario, azurite, tmp_path, kafka=kafka_broker))
 
 
 # The operators of issue 29, drawn with the extras (scenario.OPERATORS_SALT): one scenario of each.
@@ -96,7 +96,7 @@ SAMPLE_OPERATORS = [
 def test_fixed_seed_operators(seed: int, shape: str, azurite, tmp_path) -> None:
     scenario = generate(seed, drain=False)   # as recorded before the drain dimension (884 draws one now)
     assert shape in scenario.describe() and scenario.processors == 1 and scenario.fault2 == "none"
-    _verdict(run_scenario(scenario, azurite, tmp_path, drain=False))
+    _verdict(run_spark_scenario(scenario, azurite, tmp_path, drain=False))
 
 
 def test_fixed_seed_drain(azurite, kafka_broker, tmp_path) -> None:
@@ -107,14 +107,14 @@ def test_fixed_seed_drain(azurite, kafka_broker, tmp_path) -> None:
     scenario = generate(341)
     assert (scenario.drain, scenario.chunks, scenario.kind, scenario.fault) == ("request", 2, "window",
                                                                                "azurite-restart")
-    _verdict(run_scenario(scenario, azurite, tmp_path, kafka=kafka_broker))
+    _verdict(run_spark_scenario(scenario, azurite, tmp_path, kafka=kafka_broker))
 
 
 def test_scale_two_stages_broadcast_join_windows_to_azure_blobs(azurite, tmp_path) -> None:
     """≥ 100k messages through two stages with a broadcast join, tumbling windows and gzip Avro
     blobs (rolled over by count), no fault: every window exact."""
     scenario = scale_scenario()
-    outcome = run_scenario(scenario, azurite, tmp_path)
+    outcome = run_spark_scenario(scenario, azurite, tmp_path)
     _verdict(outcome)
     assert outcome.comparison is not None and outcome.comparison.actual > 0
 
@@ -124,10 +124,10 @@ def test_bounded_job_restarted_after_it_ended_stops_by_itself(azurite, tmp_path)
     scenario = generate(125, messages=20, fault="none", extras=False)
     scenario.api, scenario.kind, scenario.output, scenario.bounded, scenario.chunks = "task", "copy", "delta", True, 1
     scenario.messages = [m.__class__(m.id, m.key, m.n, m.timestamp, m.partition, 0) for m in scenario.messages]
-    job = _Job(scenario, tmp_path, azurite)
+    job = SparkJob(scenario, tmp_path, azurite)
     job.create_streams()
     job.append_chunk(0)
     first = job.run("first")                              # a bounded job's first run ends by itself
-    assert first.returncode == 0, _log_tail(first.log)
+    assert first.returncode == 0, log_tail(first.log)
     again = job.wait("again", job.spawn("again"), timeout=240)   # the same command once more
-    assert again.returncode == 0, f"the restarted bounded job did not stop: {_log_tail(again.log)}"
+    assert again.returncode == 0, f"the restarted bounded job did not stop: {log_tail(again.log)}"

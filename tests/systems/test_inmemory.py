@@ -86,3 +86,26 @@ def test_a_missing_stream_says_the_system_lives_in_one_process(config: Config) -
     producer.register("t")
     with pytest.raises(InMemoryStreamError, match="partition 4 is out of range.*1 partitions"):
         producer.send("t", OutgoingMessageEnvelope(SystemStream("m", "s"), b"v", partition=4))
+
+
+def test_a_range_past_the_partitions_end_is_refused_not_read_short(config: Config) -> None:
+    """Found by the in-process harness (issue 27, seeds 75 and 97): after the input lost its records, a task
+    read its planned range as empty and committed offsets past messages it never saw. A read past the end of
+    what a partition holds raises; ``clear_stream`` is how tests lose a stream's data."""
+    from sparza.systems.inmemory import clear_stream
+
+    admin, consumer, producer = _parts(config)
+    admin.create_stream(StreamSpec("s", 1))
+    producer.register("src")
+    for i in range(4):
+        producer.send("src", OutgoingMessageEnvelope(SystemStream("m", "s"), {"i": i}, key="k", partition=0))
+    producer.flush("src")
+    ssp = SystemStreamPartition("m", "s", 0)
+    assert len(list(consumer.read(ssp, "1", "4"))) == 3
+    assert clear_stream("m", config, "s") == 4
+    assert admin.get_system_stream_metadata({"s"})["s"].partitions[0].upcoming == "0"
+    with pytest.raises(InMemoryStreamError, match=r"holds 0 rows, but \[1, 4\) was asked for"):
+        list(consumer.read(ssp, "1", "4"))
+    with pytest.raises(InMemoryStreamError, match="lost data"):
+        list(consumer.read_arrow(ssp, "0", "2"))
+    assert list(consumer.read(ssp, "0", "0")) == [] and list(consumer.read(ssp, None, None)) == []

@@ -11,6 +11,18 @@ from sparza.streams import IncomingMessageEnvelope, OutgoingMessageEnvelope, Sys
 
 OUT = SystemStream("mem", "out")
 
+KEYED_COUNT: dict[str, str] = {
+    "systems.delta.samza.offset.default": "oldest",
+    "systems.delta.streams.counts.samza.key.serde": "string",
+    "systems.delta.streams.counts.samza.msg.serde": "json",
+    "stores.counts.factory": "rocksdb",
+    "stores.counts.key.serde": "string",
+    "stores.counts.msg.serde": "json",
+    "stores.counts.backup.factories": "blobstore",
+    "task.max.batch.messages": "4",
+}
+"""The example keyed count's config under TestRunner: RocksDB store backed up, 4 messages a batch."""
+
 
 class SumTask:
     """Sums ``int`` values per key in the memory store ``sums``; ``window`` emits every sum, end-of-stream

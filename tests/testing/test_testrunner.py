@@ -8,24 +8,13 @@ from typing import Any
 
 import pytest
 from examples.keyed_count.task import KeyedCountTask
-from tests.testing.jobs import EventTimeCount, SumTask, task_defined_in_a_function
+from tests.testing.jobs import KEYED_COUNT, EventTimeCount, SumTask, task_defined_in_a_function
 
 from sparza.api.examples import WindowedCount
 from sparza.runtime import JobFailedError
 from sparza.runtime.container.commit import CommitStep
 from sparza.testing import TestInputError, TestMessage, TestRunner, end_of_stream, watermark
 from sparza.testing.faults import InjectedFault
-
-KEYED_COUNT = {
-    "systems.delta.samza.offset.default": "oldest",
-    "systems.delta.streams.counts.samza.key.serde": "string",
-    "systems.delta.streams.counts.samza.msg.serde": "json",
-    "stores.counts.factory": "rocksdb",
-    "stores.counts.key.serde": "string",
-    "stores.counts.msg.serde": "json",
-    "stores.counts.backup.factories": "blobstore",
-    "task.max.batch.messages": "4",
-}
 
 
 def _events(n: int, keys: int = 3) -> list[TestMessage]:

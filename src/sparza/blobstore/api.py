@@ -9,14 +9,14 @@ readable with ``get(..., get_deleted=True)`` until gc purges them after
 
 from __future__ import annotations
 
-import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from sparza.clock import Clock, system_clock_ms  # re-exported: the project's one clock
 from sparza.errors import SparzaError
 
 __all__ = [
@@ -42,13 +42,6 @@ BlobSource = str | Path | BinaryIO
 """What ``put`` uploads: a file path (reopened on every retry) or a readable binary stream."""
 BlobTarget = str | Path | BinaryIO
 """Where ``get`` writes: a file path (rewritten on every retry) or a writable binary stream."""
-Clock = Callable[[], int]
-"""Returns the current time in epoch milliseconds; injectable so tests can advance time."""
-
-
-def system_clock_ms() -> int:
-    """The wall clock in epoch milliseconds."""
-    return int(time.time() * 1000)
 
 
 class BlobStoreError(SparzaError):

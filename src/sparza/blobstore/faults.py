@@ -21,6 +21,7 @@ from sparza.blobstore.api import (
     Metadata,
     RetriableError,
 )
+from sparza.clock import ManualClock  # re-exported: its home is sparza.clock
 
 __all__ = ["Fault", "FaultInjectingBlobStoreManager", "InjectedCrash", "ManualClock"]
 
@@ -115,18 +116,3 @@ class FaultInjectingBlobStoreManager(BlobStoreManager):
 
     def close(self) -> None:
         self.inner.close()
-
-
-class ManualClock:
-    """A clock (epoch ms) that moves only when told: lets tests pass a TTL without waiting."""
-
-    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
-        self.now_ms = start_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, *, days: float = 0, hours: float = 0, ms: int = 0) -> int:
-        """Move forward; returns the new time."""
-        self.now_ms += int(days * 86_400_000 + hours * 3_600_000 + ms)
-        return self.now_ms

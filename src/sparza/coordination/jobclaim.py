@@ -12,7 +12,11 @@ fencing generation of task-checkpoint writes, so the old holder, should it wake 
 Age is measured by the store itself: on Azure the blob's ``Last-Modified`` against the ``Date`` of
 the same response (both service time, so no clocks of two hosts are compared); in a local directory
 the file's mtime against the local clock. A holder on this host whose process is gone is known to be
-dead at once (same boot, pid not running), so a crashed processor restarts without waiting.
+dead at once (same boot, pid not running), so a crashed processor restarts without waiting. A processor
+that keeps trying also counts a claim as expired once it has seen the very same version of it (same
+tag) stay unchanged for ``timeout.ms`` by its own :data:`~sparza.clock.Clock`: that needs no clock but
+its own, and lets tests (and :class:`sparza.testing.TestRunner`) move time with a
+:class:`~sparza.clock.ManualClock` instead of sleeping.
 
 Backends: :class:`LocalClaimBackend` (a file, conditional on its content hash under a file lock) and
 :class:`AzureClaimBackend` (a blob, ``If-Match`` / ``If-None-Match`` on its ETag).
@@ -39,6 +43,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sparza.azure import storage_unreachable
+from sparza.clock import Clock, monotonic_ms
 from sparza.config import define_key
 from sparza.coordination.errors import CoordinationError
 from sparza.host import pid_alive
@@ -126,10 +131,10 @@ class ClaimState:
 class ClaimHeldError(ClaimError):
     """Another live processor holds the job: this one must not start."""
 
-    def __init__(self, state: ClaimState, where: str, processor_id: str) -> None:
+    def __init__(self, state: ClaimState, where: str, processor_id: str, *, observed_ms: int = 0) -> None:
         self.state = state
         rec = state.record
-        left = max(0.0, (rec.timeout_ms - state.age_ms) / 1000)
+        left = max(0.0, (rec.timeout_ms - max(state.age_ms, observed_ms)) / 1000)
         same = " (the same processor id: another process)" if rec.holder == processor_id else ""
         super().__init__(
             f"job {rec.job} is claimed by {rec.describe()}{same}, renewed {state.age_ms / 1000:.1f} s ago "
@@ -308,10 +313,13 @@ class JobClaim:
     ``epoch_floor()`` returns the highest fencing generation already used by the job (e.g. the
     highest task-checkpoint generation), so a new epoch is above it even if the claim document was
     deleted. ``on_lost(error)`` is called once, from the renewal thread, when the claim is lost.
+    ``clock`` measures this processor's own durations (since the last renewal, how long a claim was
+    seen unchanged); tests pass a :class:`~sparza.clock.ManualClock`.
     """
 
     def __init__(self, backend: ClaimBackend, job: str, processor_id: str, *, timeout_ms: int = 30000,
-                 renew_interval_ms: int = 5000, epoch_floor: Callable[[], int] = lambda: 0) -> None:
+                 renew_interval_ms: int = 5000, epoch_floor: Callable[[], int] = lambda: 0,
+                 clock: Clock = monotonic_ms) -> None:
         if renew_interval_ms * 3 > timeout_ms:
             from sparza.errors import ConfigError
 
@@ -322,9 +330,11 @@ class JobClaim:
         self.timeout_ms = timeout_ms
         self.renew_interval_ms = renew_interval_ms
         self._epoch_floor = epoch_floor
+        self.clock = clock
         self._record: ClaimRecord | None = None
         self._tag: str | None = None
-        self._renewed_at = 0.0  # monotonic time of the last successful write
+        self._renewed_at = 0  # clock time (ms) of the last successful write
+        self._seen: tuple[str, int] | None = None  # (tag, clock time first seen) of another holder's claim
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -340,26 +350,37 @@ class JobClaim:
         """True between a successful :meth:`acquire` and :meth:`release` or the loss of the claim."""
         return self._record is not None and self.lost is None
 
+    def _observed_ms(self, state: ClaimState) -> int:
+        """How long (by our clock) we have seen this very version of the claim unchanged; 0 the first time."""
+        now = self.clock()
+        if self._seen is None or self._seen[0] != state.tag:
+            self._seen = (state.tag, now)
+        return now - self._seen[1]
+
     def acquire(self) -> int:
         """Take the claim (free, released, expired, or its holder died here); returns the new epoch.
 
-        Raises :class:`ClaimHeldError` when a live processor holds it.
+        Raises :class:`ClaimHeldError` when a live processor holds it. A claim counts as expired when the
+        store says it was not renewed for its timeout, or when this object has seen the same version of it
+        unchanged for that long (call again after the timeout: no clock but our own is involved).
         """
         for _ in range(10):
             current = self.backend.read()
             if current is not None:
                 rec = current.record
-                expired = rec.released or current.age_ms >= rec.timeout_ms or _holder_dead_here(rec)
+                observed = self._observed_ms(current)
+                silent_ms = max(current.age_ms, observed)
+                expired = rec.released or silent_ms >= rec.timeout_ms or _holder_dead_here(rec)
                 if not expired:
-                    raise ClaimHeldError(current, self.backend.describe(), self.processor_id)
+                    raise ClaimHeldError(current, self.backend.describe(), self.processor_id, observed_ms=observed)
                 if not rec.released:
                     _log.warning("taking over the claim on job %s from %s: not renewed for %.1f s", self.job,
-                                 rec.describe(), current.age_ms / 1000)
+                                 rec.describe(), silent_ms / 1000)
             previous_epoch = current.record.epoch if current else 0
             record = ClaimRecord(job=self.job, holder=self.processor_id, host=socket.gethostname(), pid=os.getpid(),
                                  token=uuid.uuid4().hex, epoch=max(previous_epoch, self._epoch_floor()) + 1,
                                  since_ms=int(time.time() * 1000), timeout_ms=self.timeout_ms, boot_id=_boot_id())
-            started = time.monotonic()
+            started = self.clock()
             try:
                 tag = self.backend.write(record, current.tag if current else None)
             except _RaceError:
@@ -367,6 +388,7 @@ class JobClaim:
             with self._lock:
                 self._record, self._tag, self._renewed_at = record, tag, started
                 self.lost = None
+            self._seen = None
             return record.epoch
         raise ClaimError(f"could not take the claim on job {self.job} at {self.backend.describe()}: it kept changing")
 
@@ -376,7 +398,7 @@ class JobClaim:
             record, tag = self._record, self._tag
         if record is None or self.lost is not None:
             raise self.lost or ClaimError(f"the claim on job {self.job} is not held")
-        started = time.monotonic()
+        started = self.clock()
         renewed = replace(record, renewals=record.renewals + 1)
         try:
             new_tag = self.backend.write(renewed, tag)
@@ -395,8 +417,8 @@ class JobClaim:
     def start_renewing(self, on_lost: Callable[[ClaimLostError], None]) -> None:
         """Renew every ``renew_interval_ms`` in a daemon thread until :meth:`release`.
 
-        Storage errors are retried; when no renewal succeeded for ``timeout_ms`` (by the local
-        monotonic clock) another processor may take over, so the claim counts as lost.
+        Storage errors are retried; when no renewal succeeded for ``timeout_ms`` (by this claim's
+        clock) another processor may take over, so the claim counts as lost.
         """
         def loop() -> None:
             while not self._stop.wait(self.renew_interval_ms / 1000):
@@ -406,7 +428,7 @@ class JobClaim:
                     self._lose(exc, on_lost)
                     return
                 except Exception as exc:  # storage unreachable: retry until our own deadline
-                    silent_ms = (time.monotonic() - self._renewed_at) * 1000
+                    silent_ms = self.clock() - self._renewed_at
                     _log.warning("renewing the claim on job %s failed (%s); last renewal %.1f s ago", self.job,
                                  exc, silent_ms / 1000)
                     if silent_ms >= self.timeout_ms:

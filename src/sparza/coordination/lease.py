@@ -2,15 +2,15 @@
 
 Azure refuses a renewal once another client has taken the lease, but Azurite accepts a renewal
 after expiry when another client modified the blob (Azurite #2352). So the manager times its own
-lease with the local monotonic clock (only ever comparing two readings of the same clock in the
-same process): a renewal *sent* after the lease could have expired is not trusted, the lease is
-dropped and :class:`LeaseLostError` raised, whatever the service answers.
+lease with its own clock (:func:`~sparza.clock.monotonic_ms` by default: only ever comparing two
+readings of the same clock in the same process; tests pass a :class:`~sparza.clock.ManualClock`): a
+renewal *sent* after the lease could have expired is not trusted, the lease is dropped and
+:class:`LeaseLostError` raised, whatever the service answers.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from typing import Any
 
@@ -19,6 +19,7 @@ from azure.core.exceptions import HttpResponseError, ResourceExistsError, Resour
 from azure.storage.blob import BlobLeaseClient
 
 from sparza.azure import error_code
+from sparza.clock import Clock, monotonic_ms
 from sparza.coordination._azure import storage_call
 from sparza.coordination.errors import LeaseHeldError, LeaseLostError
 
@@ -48,17 +49,19 @@ class LeaseBlobManager:
     """Lease operations on one blob (created empty when missing). Thread-safe.
 
     ``duration_s`` is 15-60 (Azure's limits). Failures are typed: :class:`LeaseHeldError` when another
-    holder has the lease, :class:`LeaseLostError` when ours is gone; never ``None``/``False``.
+    holder has the lease, :class:`LeaseLostError` when ours is gone; never ``None``/``False``. ``clock``
+    times our own lease (see the module docstring).
     """
 
-    def __init__(self, blob_client: Any, duration_s: int) -> None:
+    def __init__(self, blob_client: Any, duration_s: int, *, clock: Clock = monotonic_ms) -> None:
         if not 15 <= duration_s <= 60:
             raise ValueError(f"lease duration must be 15-60 s, got {duration_s}")
         self._blob = blob_client
         self.duration_s = duration_s
+        self.clock = clock
         self._lock = threading.RLock()
         self._lease: BlobLeaseClient | None = None
-        self._sent_at = 0.0  # monotonic time the last successful acquire/renew was *sent*
+        self._sent_at = 0  # clock time (ms) the last successful acquire/renew was *sent*
 
     @property
     def blob_name(self) -> str:
@@ -74,14 +77,14 @@ class LeaseBlobManager:
     def held(self) -> bool:
         """True when we hold the lease and it cannot have expired yet by our own clock."""
         with self._lock:
-            return self._lease is not None and time.monotonic() - self._sent_at < self.duration_s
+            return self._lease is not None and self.clock() - self._sent_at < self.duration_s * 1000
 
     def remaining_s(self) -> float:
         """Seconds our lease is still guaranteed for (0 when not held)."""
         with self._lock:
             if self._lease is None:
                 return 0.0
-            return max(0.0, self.duration_s - (time.monotonic() - self._sent_at))
+            return max(0.0, self.duration_s - (self.clock() - self._sent_at) / 1000)
 
     def ensure_blob(self) -> None:
         """Create the (empty) blob if it does not exist; the lease needs an existing blob."""
@@ -98,7 +101,7 @@ class LeaseBlobManager:
         """Take the lease and return its id; :class:`LeaseHeldError` if someone else holds it."""
         lease_id = proposed_lease_id or str(uuid.uuid4())
         with self._lock:
-            sent = time.monotonic()
+            sent = self.clock()
             for attempt in range(2):
                 try:
                     with storage_call(f"acquire lease on {self.blob_name}"):
@@ -125,8 +128,8 @@ class LeaseBlobManager:
             lease = self._lease
             if lease is None:
                 raise LeaseLostError(self.blob_name, "not held")
-            sent = time.monotonic()
-            if sent - self._sent_at >= self.duration_s:
+            sent = self.clock()
+            if sent - self._sent_at >= self.duration_s * 1000:
                 # The service might accept this late renewal (Azurite does); we must not trust it.
                 self._lease = None
                 raise LeaseLostError(self.blob_name,

@@ -44,6 +44,7 @@ __all__ = [
     "InMemorySystemConsumer",
     "InMemorySystemFactory",
     "InMemorySystemProducer",
+    "clear_stream",
     "drop_namespace",
     "stream_rows",
 ]
@@ -116,6 +117,17 @@ def stream_rows(system: str, config: Config, stream: str) -> dict[int, list[InMe
     with _LOCK:
         found = _stream(system, config, stream)
         return {p: list(rows) for p, rows in enumerate(found.partitions)}
+
+
+def clear_stream(system: str, config: Config, stream: str) -> int:
+    """Drop every row of ``system.stream``, keeping its partitions: what a broker that lost its data looks like
+    to a job (tests of that fault). Returns how many rows were dropped."""
+    with _LOCK:
+        found = _stream(system, config, stream)
+        dropped = sum(len(rows) for rows in found.partitions)
+        found.partitions = [[] for _ in found.partitions]
+        found.transactions.clear()
+        return dropped
 
 
 class InMemorySystemAdmin:
@@ -197,7 +209,12 @@ class InMemorySystemConsumer:
                 raise InMemoryStreamError(f"{ssp} does not exist: the stream has {len(found.partitions)} partitions")
             rows = found.partitions[ssp.partition]
             first = int(start) if start is not None else 0
-            last = min(int(end), len(rows)) if end is not None else len(rows)
+            if end is not None and int(end) > len(rows):
+                # The range was planned against rows that are gone (the stream lost data): reading fewer rows
+                # than planned would let a task commit offsets past messages it never saw.
+                raise InMemoryStreamError(f"{ssp} holds {len(rows)} rows, but [{first}, {end}) was asked for: the "
+                                          "stream lost data after the batch was planned")
+            last = int(end) if end is not None else len(rows)
             return first, rows[first:last]
 
     def read(self, ssp: SystemStreamPartition, start: str | None,

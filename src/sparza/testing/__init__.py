@@ -4,7 +4,8 @@ and the randomized fault harness.
 
 Used by sparza's own pytest fixtures (``tests/conftest.py``) and usable from a user's tests. The
 harness (``sparza.testing.harness``: scenario generator, fault injection, oracle) runs generated jobs
-through ``sparza run`` and checks their outputs exactly: ``python -m sparza.testing.harness --seed N``.
+in-process through :class:`TestRunner` or through ``sparza run`` on Spark and checks their outputs exactly:
+``python -m sparza.testing.harness [--engine inprocess] --seed N``.
 ``sparza.devservers.spark`` starts a Spark Connect server from the installed pyspark and makes an
 executor Python that does not see the project (deployment tests and ``bench/connect.py``).
 """

@@ -13,8 +13,13 @@ out: batches run one task after another in this process, and the streams the tes
 checkpoints and the blob store, live in the runner's work dir.
 
 A failure can be injected right after any commit step (:class:`~sparza.runtime.container.commit.CommitStep`) of a
-chosen task and batch; :meth:`TestRunner.restart` then stands for a restarted process, so a test can check
-that a job's outputs and stores after a crash equal those of a run without one.
+chosen task and batch (:meth:`TestRunner.fail_at`), or anything run there (:meth:`TestRunner.call_at`);
+:meth:`TestRunner.restart` then stands for a restarted process, so a test can check that a job's outputs and
+stores after a crash equal those of a run without one. With ``claim=True`` the runner holds the standalone job
+claim as ``sparza run`` does, timed by its :class:`~sparza.clock.ManualClock`, and
+:meth:`TestRunner.new_processor` starts a second processor of the same job: a test can show that it is
+refused while the first is alive, takes over once the first stopped renewing for the claim timeout, and
+fences the first one's late writes.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sparza.api.graph import Application
+from sparza.clock import DEFAULT_START_MS, ManualClock
 from sparza.config import Config
 from sparza.errors import SparzaError
 from sparza.runtime.container.commit import CommitStep
@@ -46,9 +52,6 @@ __all__ = [
     "end_of_stream",
     "watermark",
 ]
-
-DEFAULT_START_MS = 1_700_000_000_000
-"""The fake clock's start (epoch ms): processing time of the first batch, unless the test says otherwise."""
 
 _SOURCE = "sparza.testing"
 
@@ -148,6 +151,8 @@ class _Fault:
     task: str | None
     batch: int | None
     job: str | None
+    skip: int = 0
+    action: Any = None  # None: raise InjectedFault; an exception: raise it; else call it and go on
 
 
 class _Job:
@@ -163,9 +168,64 @@ class _Job:
         self.spark_batch_id = 0
         self.batches = 0
         self.ended = False
+        self.claim: Any = None  # JobClaim while this "process" holds (or tries to take) the job's claim
+        self.generation = 0
+        self.previous: Any = None  # the plan before the last committed one (Spark's offset log keeps it)
         self.drained = False
+        self.plan: Any = None  # the last committed plan (replan sets it from the task checkpoints)
+        self.pending: Any = None  # the planned batch not committed yet
+        self.fresh = True
         self.open()
         self.replan()
+
+    def carry(self, other: _Job) -> None:
+        """Take over what Spark's checkpoint dir and the claim of ``other`` (the same job before a config
+        change) hold."""
+        self.plan, self.pending, self.previous = other.plan, other.pending, other.previous
+        self.fresh = other.fresh
+        self.spark_batch_id, self.batches, self.ended = other.spark_batch_id, other.batches, other.ended
+        self.drained = other.drained
+        self.claim, self.generation = other.claim, other.generation
+
+    def hold_claim(self, processor_id: str, clock: ManualClock) -> None:
+        """Take the job's claim as ``sparza run`` does (and fence older holders), or renew it when held:
+        :class:`~sparza.coordination.jobclaim.ClaimHeldError` when a live processor holds it,
+        :class:`~sparza.coordination.jobclaim.ClaimLostError` when another took it over."""
+        from sparza.coordination.jobclaim import KEY_RENEW, KEY_TIMEOUT, JobClaim
+        from sparza.runtime.checkpoint import SupportsJobClaim, stamp_generation
+
+        if self.claim is not None and self.claim.held:
+            self.claim.renew()
+            return
+        store = self.checkpoints
+        if not isinstance(store, SupportsJobClaim):
+            raise TestInputError(f"the checkpoint store {store.describe()} cannot keep a job claim")
+        if self.claim is None or self.claim.lost is not None:
+            self.claim = JobClaim(
+                store.claim_backend(), self.job.job_key, processor_id,
+                timeout_ms=self.config.get_int(KEY_TIMEOUT, 30000),
+                renew_interval_ms=self.config.get_int(KEY_RENEW, 5000), clock=clock,
+                epoch_floor=lambda: max((cp.generation for cp in store.read_all().values()), default=0))
+        epoch = self.claim.acquire()
+        stamp_generation(store, [t.name for t in self.tasks], epoch)
+        self.generation = epoch
+        if self.fresh:  # `sparza run` starts its query (initialOffset) only once it holds the claim
+            self.replan()
+
+    def release_claim(self) -> None:
+        """Give the claim up, as a processor that stops cleanly does."""
+        claim, self.claim = self.claim, None
+        if claim is not None:
+            claim.release()
+
+    def replay_last(self) -> bool:
+        """Run the last committed batch again with its plan (Spark lost its commit but not its offset log);
+        False when there is none."""
+        if self.previous is None or self.pending is not None:
+            return False
+        self.plan, self.pending, self.previous = self.previous, self.plan, None
+        self.spark_batch_id = max(0, self.spark_batch_id - 1)
+        return True
 
     def open(self) -> None:
         """A fresh planner over fresh admins, as a (re)started processor's Spark source builds."""
@@ -183,7 +243,8 @@ class _Job:
     def replan(self) -> None:
         """The start plan from the task checkpoints (Spark's checkpoint dir lost or new)."""
         self.plan = self.planner.initial(self.checkpoints.read_all())
-        self.pending: Any = None
+        self.pending = None
+        self.fresh = True  # no batch planned since: a query that starts now reads the checkpoints now
 
     def step(self, now_ms: int) -> list[Any]:
         """Plan and run one batch of every task; empty when there is nothing to plan. A batch that raises
@@ -200,9 +261,10 @@ class _Job:
             if planned is self.plan:
                 return []
             self.pending = planned
+            self.fresh = False
         splits = self.planner.splits(self.plan, self.pending)
-        run_tasks = make_task_runner(dict(self.config.items()), self.spark_batch_id, 0, len(self.tasks))
-        self.spark_batch_id += 1
+        run_tasks = make_task_runner(dict(self.config.items()), self.spark_batch_id, self.generation,
+                                     len(self.tasks))
         results: list[Any] = []
         for split in splits:
             try:
@@ -216,7 +278,8 @@ class _Job:
         failed = [r for r in results if r.status is BatchStatus.FAILED]
         if failed:
             raise tasks_failed([r.error for r in failed])  # as sparza run reports them
-        self.plan, self.pending = self.pending, None
+        self.previous, self.plan, self.pending = self.plan, self.pending, None
+        self.spark_batch_id += 1  # a retried batch keeps its id, as in Spark
         self.batches += 1
         self.ended = bool(results) and all(r.ended for r in results)
         self.drained = bool(results) and all(r.drained for r in results)
@@ -235,22 +298,31 @@ class TestRunner:
     :meth:`of` builds it from a class. Streams added with :meth:`add_input` / :meth:`add_output` become
     streams of the ``inmemory`` system (their system's factory is replaced); stores, task checkpoints and
     the blob store go to ``work_dir`` (default: a temp dir removed by :meth:`close`). Every batch is
-    planned at the fake clock's time, which moves ``tick_ms`` after each batch and with
-    :meth:`advance_time`.
+    planned at the time of ``clock`` (a :class:`~sparza.clock.ManualClock` starting at ``start_time_ms``),
+    which moves ``tick_ms`` after each batch and with :meth:`advance_time`.
+
+    ``claim=True`` makes the runner hold each job's standalone claim as processor ``processor_id``, as
+    ``sparza run`` does: taken (and older holders fenced) before the first batch, renewed before every
+    batch, released by :meth:`close`; its expiry is timed by ``clock``.
     """
 
     __test__ = False  # not a pytest test class
 
     def __init__(self, config: Mapping[str, Any] | None = None, *, work_dir: str | Path | None = None,
-                 start_time_ms: int = DEFAULT_START_MS, tick_ms: int = 1000) -> None:
+                 start_time_ms: int = DEFAULT_START_MS, tick_ms: int = 1000, clock: ManualClock | None = None,
+                 claim: bool = False, processor_id: str = "0") -> None:
         self._values: dict[str, str] = {k: str(v) for k, v in (config or {}).items()}
         self._owns_dir = work_dir is None
         self.work_dir = Path(tempfile.mkdtemp(prefix="sparza-testrunner-") if work_dir is None else work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self._id = uuid.uuid4().hex[:12]
         self.namespace = f"testrunner-{self._id}"
-        self.now_ms = int(start_time_ms)
+        self.clock = clock if clock is not None else ManualClock(start_time_ms)
         self.tick_ms = int(tick_ms)
+        self.claim = claim
+        self.processor_id = processor_id
+        self._state_dir = self.work_dir / "state"
+        self._owns_namespace = True
         self._streams: dict[SystemStream, tuple[int, bool]] = {}  # stream -> (partitions, is input)
         self._buffered: list[tuple[SystemStream, list[Any]]] = []
         self._jobs: list[_Job] = []
@@ -318,24 +390,44 @@ class TestRunner:
         self._streams[ss] = (int(partitions), False)
         return self
 
+    @property
+    def now_ms(self) -> int:
+        """The clock's time (epoch ms): when the next batch is planned."""
+        return self.clock.now_ms
+
     def advance_time(self, ms: int) -> TestRunner:
-        """Move processing time forward: the next batch is planned ``ms`` later (window timers, idle timeouts)."""
+        """Move processing time forward: the next batch is planned ``ms`` later (window timers, idle timeouts),
+        and claims expire by it."""
         if ms < 0:
             raise TestInputError(f"advance_time: time only moves forward, got {ms} ms")
-        self.now_ms += int(ms)
+        self.clock.advance(ms=int(ms))
         return self
 
     def fail_at(self, step: CommitStep | str, *, task: str | None = None, batch: int | None = None,
-                job: str | None = None) -> TestRunner:
+                job: str | None = None, skip: int = 0, error: BaseException | None = None) -> TestRunner:
         """Fail once, right after commit ``step`` (e.g. ``"after-flush"``) of ``task`` (``"Partition 0"``; None:
         the first task to get there) in ``batch`` (the runtime's batch number; None: the next batch) of ``job``
-        (an application's stage name; None: any). The batch then raises :class:`InjectedFault`."""
-        try:
-            chosen = step if isinstance(step, CommitStep) else CommitStep(step)
-        except ValueError:
-            raise TestInputError(f"fail_at: {step!r} is not a commit step; use one of "
-                                 f"{', '.join(s.value for s in CommitStep)}") from None
-        self._faults.append(_Fault(chosen, task, batch, job))
+        (an application's stage name; None: any), after ``skip`` earlier matches went by. The batch then raises
+        :class:`InjectedFault`, or ``error`` (e.g. a storage error) wrapped as a task attempt failure."""
+        self._faults.append(_Fault(_step(step, "fail_at"), task, batch, job, skip, error))
+        return self
+
+    def call_at(self, step: CommitStep | str, action: Any, *, task: str | None = None, batch: int | None = None,
+                job: str | None = None, skip: int = 0) -> TestRunner:
+        """Call ``action(task, step, batch)`` once, right after commit ``step`` (matched as :meth:`fail_at`
+        matches), then let the commit go on: the task's process is paused there while ``action`` runs (another
+        processor taking over, an input lost). If ``action`` raises, the commit fails with it."""
+        self._faults.append(_Fault(_step(step, "call_at"), task, batch, job, skip, action))
+        return self
+
+    @property
+    def pending_faults(self) -> int:
+        """How many :meth:`fail_at` / :meth:`call_at` points have not been reached yet."""
+        return len(self._faults)
+
+    def clear_faults(self) -> TestRunner:
+        """Forget every fault point not reached yet."""
+        self._faults.clear()
         return self
 
     # --- running -------------------------------------------------------------------------------
@@ -351,8 +443,9 @@ class TestRunner:
         self._start()
         report = BatchReport()
         for job in self._jobs:
+            self._hold_claim(job)
             report.results[job.name] = job.step(self.now_ms)
-        self.now_ms += self.tick_ms
+        self.clock.advance(ms=self.tick_ms)
         return report
 
     def run(self, max_batches: int = 10_000) -> RunReport:
@@ -364,8 +457,9 @@ class TestRunner:
             job.planner.freeze_targets()
             try:
                 for _ in range(max_batches):
+                    self._hold_claim(job)
                     results = job.step(self.now_ms)
-                    self.now_ms += self.tick_ms
+                    self.clock.advance(ms=self.tick_ms)
                     if not results:
                         break
                     report.batches[job.name] = report.batches.get(job.name, 0) + 1
@@ -396,13 +490,14 @@ class TestRunner:
         for _ in range(max_batches):
             ran = False
             for job in pending:
+                self._hold_claim(job)
                 results = job.step(self.now_ms)
                 if results:
                     ran = True
                     report.batches[job.name] = report.batches.get(job.name, 0) + 1
                     report.messages += sum(r.messages for r in results)
                     report.late += sum(r.late for r in results)
-            self.now_ms += self.tick_ms
+            self.clock.advance(ms=self.tick_ms)
             # A job has drained when each of its tasks committed the drain's completion (a job whose tasks
             # completed it before a restart plans nothing more: its checkpoints say so).
             pending = [job for job in pending if not drain_completed(job.config, request, [job.job.job_key])]
@@ -416,19 +511,58 @@ class TestRunner:
                                      "anything left to run (an upstream job writes nothing more?)")
         raise TestInputError(f"jobs {', '.join(j.name for j in pending)} had not drained after {max_batches} batches")
 
-    def restart(self, *, keep_plan: bool = True) -> TestRunner:
+    def restart(self, *, keep_plan: bool = True, replay_last_batch: bool = False, crashed: bool = True,
+                config: Mapping[str, Any] | None = None) -> TestRunner:
         """Stand for a restarted ``sparza run`` process: every in-memory task, store and producer is dropped
         (the next batch restores from task checkpoints and store snapshots). ``keep_plan`` keeps the batch
         that was running when a failure hit, as Spark's checkpoint dir would, so it runs again exactly;
-        ``keep_plan=False`` loses it too, and batches are re-planned from the task checkpoints alone."""
+        ``keep_plan=False`` loses it too, and batches are re-planned from the task checkpoints alone.
+        ``replay_last_batch`` makes the last committed batch run again with its plan (Spark's commit of it
+        lost, its offset log kept). ``crashed`` (the default) leaves a held job claim behind, as a killed
+        process does (the new process is refused until it expires, see :meth:`advance_time`); False releases
+        it first, as a clean stop does. ``config`` changes keys for the new process (a fixed task, a setting)."""
         from sparza.runtime.container.worker import WORKER
 
+        self._start()
         for job in self._jobs:
             WORKER.forget(job.config)
+            if not crashed:
+                job.release_claim()
+            job.claim = None  # a new process has no claim yet (the old one's document may still be live)
+        if config is not None:
+            old = {job.name: job for job in self._jobs}
+            self._values.update({k: str(v) for k, v in config.items()})
+            for job in self._jobs:
+                unregister_fault_hook(self._hook_id(job.name))
+            self._jobs = []
+            self._build_jobs(self._validated())
+            for job in self._jobs:
+                if job.name in old:
+                    job.carry(old[job.name])
+                    job.claim = None
+        for job in self._jobs:
             job.open()
             if not keep_plan:
                 job.replan()
+            elif replay_last_batch:
+                job.replay_last()
         return self
+
+    def new_processor(self, processor_id: str) -> TestRunner:
+        """Another processor of this job (as a second ``sparza run --processor-id``): the same streams, work dir,
+        blob store, checkpoints and clock, its own local state dir and in-memory tasks, holding the job claim
+        like this one (``claim=True``). Closing it leaves the shared streams and work dir alone."""
+        self._start()
+        other = TestRunner(self._values, work_dir=self.work_dir, clock=self.clock, tick_ms=self.tick_ms, claim=True,
+                           processor_id=processor_id)
+        other._owns_dir = False
+        other._owns_namespace = False
+        other.namespace = self.namespace
+        other._state_dir = self.work_dir / f"state-{processor_id}"
+        other._streams = dict(self._streams)
+        other._app_serdes = dict(self._app_serdes)
+        other._app_inputs = dict(self._app_inputs)
+        return other
 
     # --- results -------------------------------------------------------------------------------
     def outputs(self, stream: str, *, key_serde: Serde | str | None = None, msg_serde: Serde | str | None = None,
@@ -513,6 +647,21 @@ class TestRunner:
             out[model.name] = stores.read_committed(name, cp.batch)
         return out
 
+    def checkpoints(self, *, job: str | None = None) -> dict[str, Any]:
+        """The task checkpoints (:class:`~sparza.runtime.checkpoint.TaskCheckpoint`) of ``job`` (an application's
+        stage name; None: the only job) as stored now, by task: offsets, snapshot ids, generation."""
+        self._start()
+        owners = [j for j in self._jobs if job is None or j.name == job]
+        if len(owners) != 1:
+            raise TestInputError(f"checkpoints(job=...): name one of the jobs {', '.join(self.jobs)}"
+                                 if owners else f"no job {job!r}; the jobs are: {', '.join(self.jobs)}")
+        return dict(owners[0].checkpoints.read_all())
+
+    @property
+    def state_dir(self) -> Path:
+        """This processor's local state dir (``job.logged.store.base.dir``): delete it to lose the local state."""
+        return self._state_dir
+
     def stores(self) -> dict[str, dict[str, dict[Any, Any]]]:
         """Every task store of every job: ``{store: {task: {key: value}}}`` (adjunct stores are copies of
         their input streams and are not listed)."""
@@ -541,7 +690,10 @@ class TestRunner:
         for job in self._jobs:
             WORKER.forget(job.config)
             unregister_fault_hook(self._hook_id(job.name))
-        drop_namespace(self.namespace)
+            if job.claim is not None and job.claim.held:
+                job.release_claim()
+        if self._owns_namespace:
+            drop_namespace(self.namespace)
         if self._owns_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
@@ -585,7 +737,7 @@ class TestRunner:
                 values[f"{key[:-len('.samza.factory')]}.inmemory.namespace"] = self.namespace
         # State stays in the work dir, never where the job's production config points.
         values.update({
-            "job.logged.store.base.dir": str(self.work_dir / "state"),
+            "job.logged.store.base.dir": str(self._state_dir),
             "blob.store.manager.factory": "local",
             "blob.store.local.root": str(self.work_dir / "blobstore"),
             "job.checkpoint.factory": "blobstore",
@@ -593,18 +745,34 @@ class TestRunner:
         })
         return values
 
+    def _validated(self) -> Config:
+        from sparza.config.check import validate_for_run
+
+        config = validate_for_run(self._final_values(), warn=self.warnings.append)
+        self._config = config
+        return config
+
     def _start(self) -> None:
         if self._config is not None:
             return
-        from sparza.config.check import validate_for_run
         from sparza.systems import StreamSpec
         from sparza.systems.inmemory import InMemorySystemAdmin
 
-        values = self._final_values()
-        config = validate_for_run(values, warn=self.warnings.append)
-        for ss, (partitions, _) in self._streams.items():
-            InMemorySystemAdmin(ss.system, config).create_stream(StreamSpec(ss.stream, partitions))
-        self._config = config
+        config = self._validated()
+        try:
+            for ss, (partitions, _) in self._streams.items():
+                InMemorySystemAdmin(ss.system, config).create_stream(StreamSpec(ss.stream, partitions))
+            self._build_jobs(config, first=True)
+        except BaseException:
+            # Not started: the next call starts again (and fails again) instead of running no job at all.
+            for job in self._jobs:
+                unregister_fault_hook(self._hook_id(job.name))
+            self._jobs, self._config = [], None
+            raise
+
+    def _build_jobs(self, config: Config, *, first: bool = False) -> None:
+        """Plan the job (an application's stages) and build one :class:`_Job` per stage; on the first start,
+        write the buffered inputs too."""
         if config.get_str("app.class", None) is not None and config.get_str("app.stage", None) is None:
             from sparza.api import OpKind, build_application, plan_application
 
@@ -621,9 +789,10 @@ class TestRunner:
         else:
             stages = [(config.get_str("job.name"), config)]
         # Inputs are written before any planner exists: a bounded stream ends at what it holds now.
-        for ss, items in self._buffered:
-            self._write(ss, items)
-        self._buffered.clear()
+        if first:
+            for ss, items in self._buffered:
+                self._write(ss, items)
+            self._buffered.clear()
         from sparza.runtime.driver.preflight import check_application, check_job
 
         if config.get_str("app.class", None) is not None and config.get_str("app.stage", None) is None:
@@ -635,14 +804,26 @@ class TestRunner:
             register_fault_hook(self._hook_id(name), self._fault_hook(name))
             self._jobs.append(_Job(name, hooked))
 
+    def _hold_claim(self, job: _Job) -> None:
+        if self.claim:
+            job.hold_claim(self.processor_id, self.clock)
+
     def _fault_hook(self, job: str) -> Any:
         def hook(task: str, step: CommitStep, batch: int) -> None:
             for fault in self._faults:
                 if (fault.step is step and fault.task in (None, task) and fault.batch in (None, batch)
                         and fault.job in (None, job)):
+                    if fault.skip > 0:
+                        fault.skip -= 1
+                        return
                     self._faults.remove(fault)
-                    raise InjectedFault(f"injected failure in task '{task}' of {job} {step.value.replace('-', ' ')}"
-                                        f" of batch {batch}")
+                    if fault.action is None:
+                        raise InjectedFault(f"injected failure in task '{task}' of {job} "
+                                            f"{step.value.replace('-', ' ')} of batch {batch}")
+                    if isinstance(fault.action, BaseException):
+                        raise fault.action
+                    fault.action(task, step, batch)
+                    return
 
         return hook
 
@@ -694,6 +875,14 @@ class TestRunner:
                     f"systems.{ss.system}.streams.{ss.stream}.samza.key.serde / samza.msg.serde (e.g. string, json) "
                     "so the runner serializes them as the job reads them") from exc
         producer.flush(_SOURCE)
+
+
+def _step(step: CommitStep | str, what: str) -> CommitStep:
+    try:
+        return step if isinstance(step, CommitStep) else CommitStep(step)
+    except ValueError:
+        raise TestInputError(f"{what}: {step!r} is not a commit step; use one of "
+                             f"{', '.join(s.value for s in CommitStep)}") from None
 
 
 def _reads_control(config: Config) -> bool:

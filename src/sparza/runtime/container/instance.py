@@ -292,6 +292,8 @@ class TaskInstance:
         stored = versioned.checkpoint if versioned else None
         cp = stored if stored is not None and stored.committed else None  # what was committed
         if cp is not None and cp.batch >= split.batch:
+            self._check_replay(split, cp)
+            self.stores.finish_cleanup(dict(cp.stores))  # its first attempt may have failed during cleanup
             result.status = BatchStatus.SKIPPED
             result.ended = cp.ended
             result.drained = split.drain is not None and (cp.drain or {}).get("completed") == split.drain["id"]
@@ -375,6 +377,18 @@ class TaskInstance:
             "its outputs would be repeated or lost. Restart the job so the batch is re-planned from the task "
             "checkpoints; if the input was truncated past those offsets, accept repeated outputs with "
             f"sparza checkpoints drop-intent --task '{self.name}'")
+
+    def _check_replay(self, split: TaskSplit, cp: TaskCheckpoint) -> None:
+        """A batch the task checkpoint already holds is skipped only if it is that very batch again (Spark
+        re-running its last one); any other means Spark's plan is behind the task checkpoints, and skipping it
+        would leave the messages past the checkpoint unread while the run reports success."""
+        if cp.batch == split.batch and cp.offsets == split.end_offsets():
+            return
+        raise RuntimeStateError(
+            f"task '{self.name}' batch {split.batch} ends at {split.end_offsets()} but its checkpoint (batch "
+            f"{cp.batch}) is at {cp.offsets}: the Spark checkpoint dir is stale (another processor ran the job "
+            "since); stop the job, delete job.spark.checkpoint.dir (offsets come from the task checkpoints) "
+            "and restart")
 
     def _check_start(self, split: TaskSplit, cp: TaskCheckpoint | None) -> None:
         """The batch must start where the task checkpoint ends (else Spark's and sparza's state disagree)."""

@@ -350,6 +350,21 @@ class TaskStores:
             replaced[name] = new_id
         return replaced
 
+    def finish_cleanup(self, committed: dict[str, str]) -> None:
+        """Finish the cleanup of the committed snapshots (TTL removed, what they replaced deleted). A batch that
+        failed during its cleanup and then runs again is skipped as a replay, so nothing else would: its
+        snapshot would keep its TTL and gc would delete committed state. A deleted blob is left to the
+        SAMZA-2787 recovery of the task's next restore."""
+        from sparza.blobstore import DeletedError
+        from sparza.state.backup import SnapshotUnavailableError
+
+        for name in self.names:
+            try:
+                self._ensure_cleaned(name, committed.get(name))
+            except (DeletedError, SnapshotUnavailableError) as exc:
+                _log.warning("store '%s' of task '%s': the cleanup of snapshot %s waits for the next restore: %s",
+                             name, self.task, committed.get(name), exc)
+
     def recovery_committed(self, batch: int, ids: dict[str, str]) -> None:
         """The task checkpoint now names the fresh snapshots :meth:`recover_deleted` returned: make
         them permanent (the old deleted blobs are let go) and mark the restored dirs as committed."""

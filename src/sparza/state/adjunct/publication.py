@@ -62,10 +62,12 @@ class PublicationBoard:
                                        task_name=builder_task, store_name=store))
         self.prefix = probe.rsplit("/", 1)[0] + "/"
 
-    def _listing(self) -> list[tuple[int, str]]:
+    def _listing(self, *, deleted: bool = False) -> list[tuple[int, str]]:
+        """``(batch, blob id)`` of the live publications (of the deleted but still readable ones with
+        ``deleted``), oldest first."""
         out: list[tuple[int, str]] = []
         for info in self.blob_store.list_blobs(self.prefix):
-            if info.deleted_at_ms is not None:
+            if (info.deleted_at_ms is not None) != deleted:
                 continue
             head = info.blob_id[len(self.prefix):].split(".", 1)[0]
             if head.isdigit():
@@ -89,15 +91,29 @@ class PublicationBoard:
         return blob_id
 
     def latest_before(self, batch: int | None) -> Publication | None:
-        """The newest publication taken before batch ``batch`` (None: the newest of all), or None."""
-        for found_batch, blob_id in reversed(self._listing()):
+        """The newest publication taken before batch ``batch`` (None: the newest of all), or None.
+
+        When no live publication qualifies, the deleted ones still readable are asked too: a publication
+        :meth:`publish` superseded is still the right one for a task that runs an older batch again, and one
+        deleted by mistake (an operator, a lifecycle rule: SAMZA-2787) must not make the store look empty.
+        """
+        found = self._newest(self._listing(), batch, get_deleted=False)
+        if found is None:
+            found = self._newest(self._listing(deleted=True), batch, get_deleted=True)
+            if found is not None:
+                _log.warning("broadcast store %s: no live publication before batch %s; reading the deleted "
+                             "publication of batch %d (snapshot %s)", self.store, batch, found.batch, found.snapshot)
+        return found
+
+    def _newest(self, listing: list[tuple[int, str]], batch: int | None, *, get_deleted: bool) -> Publication | None:
+        for found_batch, blob_id in reversed(listing):
             if batch is not None and found_batch >= batch:
                 continue
             buf = io.BytesIO()
             try:
-                self.blob_store.get(blob_id, buf, self._meta)
+                self.blob_store.get(blob_id, buf, self._meta, get_deleted=get_deleted)
             except DeletedError:
-                continue  # deleted between listing and reading: an older one will do
+                continue  # deleted (or purged) between listing and reading: an older one will do
             return Publication.from_bytes(buf.getvalue())
         return None
 

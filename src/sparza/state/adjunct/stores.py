@@ -16,7 +16,7 @@ from sparza.blobstore import BlobStoreManager
 from sparza.config import Config
 from sparza.state.adjunct.builder import EnvelopeReader, StoreBuilder
 from sparza.state.adjunct.container import ContainerSnapshotCache, SnapshotLease
-from sparza.state.adjunct.errors import AdjunctError
+from sparza.state.adjunct.errors import AdjunctError, BroadcastSnapshotError
 from sparza.state.adjunct.extractor import load_extractor
 from sparza.state.adjunct.offsets import StreamAccess
 from sparza.state.adjunct.publication import Publication, PublicationBoard
@@ -245,6 +245,7 @@ class BroadcastStoreManager:
         self._wanted_before: int | None = None
         self._stale = True
         self._last_published: str | None = None
+        self._read: dict[str, Any] | None = None  # the publication this task read last (its checkpoint's)
         self._warned_unbootstrapped = False
         self._view = ReadOnlyStore(spec.name, str(spec.stream), self._current, *store_serdes(context.config, spec.name))
 
@@ -264,6 +265,16 @@ class BroadcastStoreManager:
         publication = self.board.latest_before(self._wanted_before)
         self.publication = publication
         if publication is None:
+            read = self._read
+            if read is not None and (self._wanted_before is None or int(read["batch"]) < self._wanted_before):
+                # This task read a publication before: serving an empty table now would drop every join.
+                raise BroadcastSnapshotError(
+                    self.context.spec.name,
+                    f"the publication of batch {read['batch']} (snapshot {read['snapshot']}) that task "
+                    f"'{self.context.task_name}' read before is gone from the blob store ({self.board.prefix}), and "
+                    "no other was published before it: the store would be served empty. Bring the publication "
+                    "blob back (from a backup of the blob store), or let the builder task "
+                    f"'{self.context.spec.builder_task}' commit a batch so it publishes again")
             self._release()
             return
         if self.context.spec.bootstrap and not publication.bootstrapped and not self._warned_unbootstrapped:
@@ -292,6 +303,8 @@ class BroadcastStoreManager:
             self._last_published = body.get("published")
         batch = body.get("batch")
         self._wanted_before = None if batch is None else int(batch) + 1
+        read = body.get("read")
+        self._read = dict(read) if isinstance(read, dict) and "batch" in read else None
         self._stale = True
 
     def process(self, envelope: IncomingMessageEnvelope) -> bool:
@@ -342,6 +355,7 @@ class BroadcastStoreManager:
             entry["published"] = self._last_published
         if self.publication is not None:
             entry["read"] = {"batch": self.publication.batch, "snapshot": self.publication.snapshot}
+            self._read = entry["read"]
         # The next batch reads what was published up to this one (read lazily: the builder may
         # still be committing this batch on another executor). The snapshot is let go until then,
         # so a task that moves to another worker process does not keep an old copy alive.
