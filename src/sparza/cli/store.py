@@ -8,17 +8,21 @@ from typing import Any
 
 import typer
 
+from sparza.cli._help import SparzaTyper
+
 __all__ = ["app", "register"]
 
-app = typer.Typer(help="Read a job's stores as last committed (decoded with the stores' serdes); a running job is "
+app = SparzaTyper(help="Read a job's stores as last committed (decoded with the stores' serdes); a running job is "
                        "not touched.", no_args_is_help=True)
 
-_CONFIG = typer.Option(..., "--config", "-c", help="Job config (YAML or .properties).")
+_CONFIG = typer.Option(..., "--config", "-c", metavar="FILE", help="Job config (YAML or .properties).")
 _STORE = typer.Argument(..., help="Store name (stores.<name>.*; an application's window and table stores too).")
-_TASK = typer.Option(None, "--task", "-t", help="Only this task (e.g. 'Partition 3').")
-_CHECKPOINT = typer.Option(None, "--checkpoint", help="The task's committed batch number or a snapshot id "
-                                                      "(sparza checkpoints show); default: the last committed.")
-_STAGE = typer.Option(None, "--stage", help="The application stage (when several stages have a store of that name).")
+_TASK = typer.Option(None, "--task", "-t", metavar="TASK", help="Only this task (e.g. 'Partition 3').")
+_CHECKPOINT = typer.Option(None, "--checkpoint", metavar="CHECKPOINT",
+                           help="The task's committed batch number or a snapshot id "
+                                "(sparza checkpoints show); default: the last committed.")
+_STAGE = typer.Option(None, "--stage", metavar="STAGE",
+                      help="The application stage (when several stages have a store of that name).")
 _JSON = typer.Option(False, "--json", help="JSON lines instead of tab-separated text.")
 
 
@@ -48,7 +52,7 @@ def _open(config: str, store: str, stage: str | None) -> tuple[Any, Any]:
 
 @app.command()
 def get(store: str = _STORE, config: str = _CONFIG,
-        key: str = typer.Option(..., "--key", "-k", help="The key, as text (JSON for json/avro keys)."),
+        key: str = typer.Option(..., "--key", "-k", metavar="KEY", help="The key, as text (JSON for json/avro keys)."),
         task: str | None = _TASK, checkpoint: str | None = _CHECKPOINT, stage: str | None = _STAGE,
         as_json: bool = _JSON) -> None:
     """Print KEY's committed value in every task that holds it; exit 1 when none does."""
@@ -65,10 +69,11 @@ def get(store: str = _STORE, config: str = _CONFIG,
 
 @app.command()
 def scan(store: str = _STORE, config: str = _CONFIG,
-         prefix: str | None = typer.Option(None, "--prefix", "-p", help="Only keys whose text starts with this."),
-         key: str | None = typer.Option(None, "--key", "-k", help="Only this key."),
+         prefix: str | None = typer.Option(None, "--prefix", "-p", metavar="PREFIX",
+                                           help="Only keys whose text starts with this."),
+         key: str | None = typer.Option(None, "--key", "-k", metavar="KEY", help="Only this key."),
          task: str | None = _TASK, checkpoint: str | None = _CHECKPOINT, stage: str | None = _STAGE,
-         limit: int | None = typer.Option(None, "--limit", min=1, help="Stop after this many entries."),
+         limit: int | None = typer.Option(None, "--limit", min=1, metavar="N", help="Stop after this many entries."),
          as_json: bool = _JSON) -> None:
     """Print every committed entry (task, key, value), task by task in key order."""
     stores, ref = _open(config, store, stage)
@@ -86,7 +91,8 @@ def scan(store: str = _STORE, config: str = _CONFIG,
 
 @app.command()
 def count(store: str = _STORE, config: str = _CONFIG,
-          prefix: str | None = typer.Option(None, "--prefix", "-p", help="Only keys whose text starts with this."),
+          prefix: str | None = typer.Option(None, "--prefix", "-p", metavar="PREFIX",
+                                           help="Only keys whose text starts with this."),
           task: str | None = _TASK, checkpoint: str | None = _CHECKPOINT, stage: str | None = _STAGE,
           as_json: bool = _JSON) -> None:
     """Print the number of committed entries per task and in all."""
