@@ -94,6 +94,19 @@ def _holder_epoch(config: Config, job_key: str, holder: str) -> int:
     return state.record.epoch
 
 
+def _claimed_by(config: Config, job_key: str, holder: str, proc: _Processor, timeout: float = 300) -> None:
+    """Wait until ``holder`` holds the job's claim."""
+    backend = checkpoint_store_from_config(config, job_key).claim_backend()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.alive()
+        state = backend.read()
+        if state is not None and state.record.holder == holder and not state.record.released:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"processor {holder} did not take the claim of {job_key} within {timeout}s")
+
+
 def _age_claim(config: Config, job_key: str, ms: int) -> None:
     """Move the claim store's clock ``ms`` on: the local claim backend measures a claim's age as now minus
     the claim file's modification time, so setting that time back is time passing for the claim."""
@@ -177,6 +190,10 @@ def test_frozen_holder_expires_is_taken_over_and_is_fenced_when_it_wakes(make_jo
         os.killpg(old.pid, signal.SIGSTOP)  # alive but silent: a paused or partitioned host
         _age_claim(config, "kc-1", 4000)  # past the claim timeout, without waiting for it
         new = _start(path, "1")
+        # The old driver's containers run in the Python workers' own process group (not stopped): they end
+        # their epoch once the driver has been silent for job.container.driver.timeout.ms. Input appended
+        # only after the takeover must be the new holder's.
+        _claimed_by(config, "kc-1", "1", new)
         append_messages(config, 300, 9, start=600, commit_size=300)
         _output(config, 900, new)
         generations = {cp.generation for cp in checkpoint_store_from_config(config, "kc-1").read_all().values()}

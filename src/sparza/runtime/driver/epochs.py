@@ -29,6 +29,7 @@ cause.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -106,8 +107,11 @@ class ContainerQuery:
                  on_results: Callable[[list[BatchResult], int], None], on_notice: Callable[[str], None], *,
                  once: bool, epoch_ms: int, affinity: bool, count: int | None, max_restarts: int,
                  channel_host: str | None = None, driver_timeout_ms: int = 10_000,
-                 report_interval_s: float = 1.0) -> None:
+                 report_interval_s: float = 1.0, stopping: Callable[[], bool] = lambda: False) -> None:
         self.pool = pool
+        self.stopping = stopping
+        """The runner is stopping (a signal came) even before it called :meth:`request_stop`: a failed epoch is
+        then not started again (a SIGTERM sent to the process group stops the JVM and its workers too)."""
         self.key = key
         self.tasks = set(tasks)
         self.build_epoch_job = build_epoch_job
@@ -189,8 +193,8 @@ class ContainerQuery:
 
     @property
     def stop_requested(self) -> bool:
-        """True once :meth:`request_stop` was called."""
-        return self._stop_requested
+        """True once :meth:`request_stop` was called, or the runner is stopping."""
+        return self._stop_requested or self.stopping()
 
     def fail(self, error: BaseException) -> None:
         """The job failed: remember why and stop it."""
@@ -242,7 +246,7 @@ class ContainerQuery:
         self.flush(force=True)
         if self._error is not None:
             return self._leave()
-        if error is not None and not self._stop_requested:
+        if error is not None and not self.stop_requested:
             if self._committed_since_failure:
                 self._failed_epochs = 0
             self._committed_since_failure = False
@@ -260,7 +264,7 @@ class ContainerQuery:
         if error is None:
             self._failed_epochs = 0
         whys = [self._done.get(t) for t in self.tasks]
-        if self._stop_requested:
+        if self.stop_requested:
             return self._leave()
         if all(w == "ended" for w in whys):
             return self._leave("all inputs ended")
@@ -451,7 +455,8 @@ class ContainerPool:
         except Exception as exc:
             error = exc
         finally:
-            self.spark.removeTag(tag)
+            with contextlib.suppress(Exception):  # a session stopped under us (SIGTERM to the process group)
+                self.spark.removeTag(tag)
             with self._lock:
                 self._running = None
         for row in rows:  # what a container could not send over the channel

@@ -464,7 +464,7 @@ class JobRunner:
             affinity=cfg.get_bool("job.host-affinity.enabled", True),
             count=cfg.get_int("job.container.count", 0, min_value=0) or None,
             max_restarts=cfg.get_int("job.container.max.restarts", 3, min_value=0),
-            channel_host=cfg.get_str("job.container.channel.host", None),
+            channel_host=cfg.get_str("job.container.channel.host", None), stopping=self._stop.is_set,
             driver_timeout_ms=cfg.get_int("job.container.driver.timeout.ms", min(
                 10_000, cfg.get_int("job.coordinator.standalone.claim.timeout.ms", 30_000) // 2), min_value=100))
         query.drain_request = self.drain.to_json() if self.drain is not None else None  # pending at the start
