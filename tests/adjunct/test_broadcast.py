@@ -214,10 +214,10 @@ def test_a_closed_broadcast_manager_can_be_restored_and_reused(harness: AdjunctH
 
 def test_deleted_publications_are_still_read_and_purged_ones_stop_a_task_that_read_them(
         harness: AdjunctHarness, work_dir: Path, config: Any, local_blob_store: BlobStoreManager) -> None:
-    """Found by the in-process harness (issue 27, seed 312): every publication blob tombstoned (an operator's
-    mistake, SAMZA-2787) and the host's state lost made the readers find no publication and serve an empty
-    store, so a join dropped every message without a word. A deleted publication is read anyway; a purged one
-    stops a task that read it before instead of serving nothing."""
+    """Every publication blob tombstoned (an operator's
+    mistake, SAMZA-2787) and the host's state lost: the readers must not find no publication and serve an
+    empty store, so that a join drops every message without a word. A deleted publication is read anyway; a
+    purged one stops a task that read it before instead of serving nothing."""
     from sparza.blobstore.api import Metadata
     from sparza.state.adjunct import BroadcastSnapshotError
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from sparza.config import Config
 from sparza.streams import OutgoingMessageEnvelope, SystemStream
 from sparza.systems import StreamSpec
 from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer
+from sparza.testing import eventually
 
 pytestmark = pytest.mark.spark
 
@@ -208,14 +208,16 @@ def test_restart_mid_bootstrap_resumes(spark: Any, work_dir: Path) -> None:
     runner = JobRunner(config, spark=spark, once=True, install_signal_handlers=False, status=lambda line: None)
     thread = threading.Thread(target=runner.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+
+    def every_task_applied_some() -> bool:
         entries = [e for e in _adjunct_entries(config).values() if e]
-        if entries and all(e["stores"]["lookup"]["applied"] > 0 for e in entries):
-            break
-        time.sleep(0.2)
-    runner.request_stop("test: stop mid-bootstrap")
-    thread.join(timeout=120)
+        return bool(entries) and all(e["stores"]["lookup"]["applied"] > 0 for e in entries)
+
+    try:
+        eventually(every_task_applied_some, 120, 0.2, "no task applied a bootstrap batch within 120 s")
+    finally:
+        runner.request_stop("test: stop mid-bootstrap")
+        thread.join(timeout=120)
     first = _adjunct_entries(config)
     applied_first = sum(e["stores"]["lookup"]["applied"] for e in first.values() if e)
     assert 0 < applied_first < size

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from sparza.config import Config
 from sparza.runtime.drain import read_drain
 from sparza.systems import StreamSpec
 from sparza.systems.delta import DeltaSystemAdmin
+from sparza.testing import eventually
 from sparza.testing.oracle import read_delta_values
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -65,9 +65,8 @@ def test_sparza_run_drain_and_sparza_drain_fire_every_open_window_and_the_next_r
         proc = subprocess.Popen([sparza, "run", "--config", str(path)], stdout=handle, stderr=subprocess.STDOUT,
                                 text=True)
     try:
-        deadline = time.monotonic() + 300
-        while "batch " not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
+        eventually(lambda: "batch " in log.read_text() or proc.poll() is not None, 300, 0.5,
+                   lambda: "no batch reported within 300 s:\n" + log.read_text()[-3000:])
         requested = subprocess.run([sparza, "drain", "--config", str(path)], capture_output=True, text=True,
                                    timeout=120)
         assert requested.returncode == 0, requested.stderr

@@ -8,12 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from sparza.api import plan_application
+from sparza.testing import eventually
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -42,16 +42,17 @@ def test_kill_9_between_end_of_stream_messages_then_restart_terminates(e2e, expe
     props.write_text("".join(f"{k}={v}\n" for k, v in sorted(slow.items())))
     sparza = str(Path(sys.executable).with_name("sparza"))
     seen: list[int] = []
+
+    def one_ended_or_exited(proc: subprocess.Popen[bytes]) -> bool:
+        seen[:] = _ended_counts(e2e, slow)
+        return 1 in seen or proc.poll() is not None
+
     for _attempt in range(3):
         proc = subprocess.Popen([sparza, "run", "--config", str(props)], start_new_session=True,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            deadline = time.monotonic() + 300
-            while proc.poll() is None and time.monotonic() < deadline:
-                seen = _ended_counts(e2e, slow)
-                if 1 in seen:
-                    break
-                time.sleep(0.05)
+            eventually(lambda: one_ended_or_exited(proc), 300, 0.05,  # noqa: B023 (called before proc changes)
+                       lambda: f"no end-of-stream counted within 300 s (ended counts {seen})")
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)

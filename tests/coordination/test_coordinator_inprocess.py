@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 from sparza.azure import StorageAccount
 from sparza.coordination import AzureJobCoordinator, JobModel, LeaseBlobManager
 from sparza.coordination.store import BarrierState
+from sparza.testing import eventually
 
 TASKS = [f"Partition {i}" for i in range(6)]
 
@@ -33,10 +33,7 @@ class Listener:
 
 
 def wait(cond: Callable[[], object], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    eventually(cond, timeout_s, 0.1, f"timed out waiting for {what}")
 
 
 def test_leader_losing_its_lease_during_a_barrier_is_superseded(coord_config: dict[str, str],

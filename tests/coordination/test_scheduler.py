@@ -7,13 +7,11 @@ import time
 from collections.abc import Callable
 
 from sparza.coordination import Scheduler
+from sparza.testing import eventually
 
 
 def wait(cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    eventually(cond, timeout_s, 0.01, f"the condition did not hold within {timeout_s} s")
 
 
 def test_failing_action_keeps_running_and_reports_errors() -> None:

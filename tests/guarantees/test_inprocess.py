@@ -1,5 +1,5 @@
 """The in-process engine of the fault harness: fixed seeds through TestRunner (every fault kind, each checked
-exactly against the oracle), the seeds it found defects with, and checks that it can fail."""
+exactly against the oracle), seeds whose scenarios once broke the product, and checks that it can fail."""
 
 from __future__ import annotations
 

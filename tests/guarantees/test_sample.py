@@ -2,8 +2,8 @@
 checked exactly against the oracle, plus the scale scenario.
 
 Find them with ``pytest -m guarantees``. A failing seed prints its one-line reproduction. Seeds that
-fail on current code because of a known defect are ``xfail(strict=True)`` naming it, so they flip
-(and must be moved to the passing list) when the defect is fixed. ``make soak MINUTES=N`` runs random
+fail on current code because of a known bug are ``xfail(strict=True)`` describing it, so they flip
+(and must be moved to the passing list) when the bug is fixed. ``make soak MINUTES=N`` runs random
 seeds for longer; docs/guarantees.md records what it found.
 """
 
@@ -78,7 +78,7 @@ def test_fixed_seed_with_extras(azurite, kafka_broker, tmp_path) -> None:
     _verdict(run_spark_scenario(scenario, azurite, tmp_path, kafka=kafka_broker))
 
 
-# The operators of issue 29, drawn with the extras (scenario.OPERATORS_SALT): one scenario of each.
+# The windowing and join operators, drawn with the extras (scenario.OPERATORS_SALT): one scenario of each.
 SAMPLE_OPERATORS = [
     # A left stream-stream join within 3 ms (allowed lateness 200 ms) of the even and odd messages, each side
     # repartitioned into 4 partitions, shuffled event times with late data routed, one message per batch; every

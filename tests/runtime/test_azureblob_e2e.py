@@ -1,10 +1,10 @@
 """Azure blob output through ``sparza run`` is exactly-once, with several tasks writing one stream at once
-and after a batch whose flushed output is abandoned and replayed.
+while one of them is retried after its flushed output was abandoned, and after a batch that failed on a
+poison message and was rerun fixed.
 
 Four tasks copy ~2 KB records into one ``azureblob`` Avro stream with small blocks and rollover by count, so
 blocks are staged before the flush and every task flushes several blobs in the same second. An independent
-reader (Azure SDK + fastavro) must find every input record exactly once: with no failure, with a Spark task
-retry after the producers flushed, and after a batch that failed on a poison message and was rerun fixed.
+reader (Azure SDK + fastavro) must find every input record exactly once.
 """
 
 from __future__ import annotations
@@ -46,35 +46,22 @@ def run_once(config: Config, path: Path, master: str = "local[2]") -> Any:
     return run_sparza("run", "--config", str(write_config(config, path)), "--once", "--master", master, timeout=900)
 
 
-def test_four_tasks_writing_one_blob_stream_keep_every_record_exactly_once(make_job, azure_account, unique_name,
-                                                                           work_dir):
+def test_four_tasks_writing_one_blob_stream_at_once_and_a_retried_one_keep_every_record_exactly_once(
+        make_job, azure_account, unique_name, work_dir):
+    marker = work_dir / "failed-once"
     config = blob_job(make_job, azure_account, unique_name, **{
-        f"systems.{unique_name}.azureblob.maxMessagesPerBlob": "250"})
+        f"systems.{unique_name}.azureblob.maxMessagesPerBlob": "250", "task.testing.fail.once.file": str(marker)})
     load_input(config, 4000, TASKS)
-    # local[4]: the four tasks run at once, in four Python workers, and open their blobs in the same seconds
-    result = run_once(config, work_dir / "job.yaml", master="local[4]")
+    # local[4,2]: the four tasks run at once, in four Python workers, and open their blobs in the same seconds;
+    # one of them fails once after its producers flushed and Spark runs it again, beside the others.
+    result = run_once(config, work_dir / "job.yaml", master="local[4,2]")
     assert result.returncode == 0, result.stderr[-3000:]
+    assert marker.exists()
     names, records = read_container(azure_account, unique_name, "copied/")
     missing, repeated = exactly_once(records, range(4000))
     assert (len(missing), len(repeated)) == (0, 0), (f"{len(missing)} missing, {len(repeated)} repeated "
                                                      f"in {len(names)} blobs: {names[:6]}")
-    assert len(names) == 16  # 1000 records per task, 250 per blob
-
-
-def test_spark_task_retry_after_the_flush_rewrites_its_own_blobs(make_job, azure_account, unique_name, work_dir):
-    marker = work_dir / "failed-once"
-    config = blob_job(make_job, azure_account, unique_name, **{"task.testing.fail.once.file": str(marker),
-                                                               "task.max.batch.messages": "10000"})
-    load_input(config, 3000, TASKS)
-    # local[2,2]: Spark retries the failed task once; it failed after its producers flushed.
-    result = run_once(config, work_dir / "job.yaml", master="local[2,2]")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert marker.exists()
-    names, records = read_container(azure_account, unique_name, "copied/")
-    missing, repeated = exactly_once(records, range(3000))
-    assert (len(missing), len(repeated)) == (0, 0), (f"{len(missing)} missing, {len(repeated)} repeated "
-                                                     f"in {len(names)} blobs: {names[:6]}")
-    assert len(names) == 8  # 750 records per task: 500 + 250
+    assert len(names) == 16  # 1000 records per task, 250 per blob: the retry rewrote its own blobs, no more
 
 
 def test_poison_message_leaves_nothing_visible_and_the_fixed_rerun_writes_everything_once(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from tests.runtime.helpers import (
 
 from sparza.config import Config
 from sparza.runtime import checkpoint_store_from_config
+from sparza.testing import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -119,25 +119,22 @@ def _age_claim(config: Config, job_key: str, ms: int) -> None:
 def _committed(config: Config, job_key: str, at_least: int, proc: _Processor,
                timeout: float = 480) -> None:
     store = checkpoint_store_from_config(config, job_key)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def reached() -> bool:
         assert proc.alive()
         batches = [cp.batch for cp in store.read_all().values()]
-        if len(batches) == 2 and min(batches) >= at_least:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"no batch {at_least} within {timeout}s")
+        return len(batches) == 2 and min(batches) >= at_least
+
+    eventually(reached, timeout, 0.2, f"no batch {at_least} within {timeout}s")
 
 
 def _output(config: Config, rows: int, proc: _Processor, timeout: float = 480) -> None:
     """Wait until the output has ``rows`` rows (every input message counted once)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def written() -> bool:
         assert proc.alive()
-        if final_counts(config)[1] >= rows:
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"no {rows} output rows within {timeout}s")
+        return final_counts(config)[1] >= rows
+
+    eventually(written, timeout, 0.3, f"no {rows} output rows within {timeout}s")
 
 
 def _refused(path: Path, processor_id: str, holder: str) -> None:

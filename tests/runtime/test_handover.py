@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 
 import pytest
@@ -18,7 +17,7 @@ from sparza.config import Config
 from sparza.coordination.status import read_status
 from sparza.runtime import checkpoint_store_from_config
 from sparza.systems.delta import DeltaSystemAdmin
-from sparza.testing import FAST_AZURE_COORDINATION
+from sparza.testing import FAST_AZURE_COORDINATION, eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.azurite]
 
@@ -34,14 +33,12 @@ def _start(config_path: str, processor: str, state_dir: str) -> subprocess.Popen
 
 
 def _wait(what: str, check: Callable[[], bool], procs: list[subprocess.Popen[str]], timeout: float = 150) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def done() -> bool:
         for proc in procs:
             assert proc.poll() is None, f"a processor exited while waiting for {what}: {proc.stderr.read()}"
-        if check():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        return check()
+
+    eventually(done, timeout, 0.5, f"timed out after {timeout}s waiting for {what}")
 
 
 def _caught_up(config: Config, job_key: str) -> bool:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 from examples.keyed_count.load import append_messages
@@ -21,6 +20,7 @@ from tests.runtime.helpers import (
 )
 
 from sparza.runtime import checkpoint_store_from_config
+from sparza.testing import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -38,14 +38,13 @@ def test_bad_config_is_one_line_naming_the_key(make_job, work_dir):
 
 def _wait_for_batch(config, at_least: int, proc: subprocess.Popen, timeout: float = 180) -> int:
     store = checkpoint_store_from_config(config, "kc-1")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def reached() -> int | None:
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else "exited"
         batches = [cp.batch for cp in store.read_all().values()]
-        if batches and min(batches) >= at_least:
-            return min(batches)
-        time.sleep(0.2)
-    raise AssertionError(f"no batch {at_least} within {timeout}s")
+        return min(batches) if batches and min(batches) >= at_least else None
+
+    return eventually(reached, timeout, 0.2, f"no batch {at_least} within {timeout}s")
 
 
 def _start(config_path) -> subprocess.Popen:

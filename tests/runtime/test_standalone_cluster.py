@@ -21,7 +21,6 @@ import re
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from tests.runtime.helpers import counts_per_key, expected_counts, sparza_cmd, s
 from sparza.azure import AZURITE_ACCOUNT_KEY
 from sparza.devservers.spark import executor_python
 from sparza.devservers.sparkcluster import StandaloneCluster
+from sparza.testing import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -86,15 +86,17 @@ class Watch:
 
 
 def _wait(what: str, condition: Callable[[], bool], proc: subprocess.Popen[Any], watch: Watch) -> None:
-    deadline = time.monotonic() + PHASE_TIMEOUT_S
-    while not condition():
+    def holds() -> bool:
+        if condition():
+            return True
         if proc.poll() is not None:
             raise AssertionError(f"sparza run exited ({proc.returncode}) while waiting for {what}:\n"
                                  + "\n".join(watch.lines()[-40:]))
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {PHASE_TIMEOUT_S:.0f}s; checkpoints {watch.latest()}:\n"
-                                 + "\n".join(watch.lines()[-40:]))
-        time.sleep(0.5)
+        return False
+
+    eventually(holds, PHASE_TIMEOUT_S, 0.5,
+               lambda: f"no {what} within {PHASE_TIMEOUT_S:.0f}s; checkpoints {watch.latest()}:\n"
+               + "\n".join(watch.lines()[-40:]))
 
 
 def _worker_of(location: str | None, cluster: StandaloneCluster) -> int | None:

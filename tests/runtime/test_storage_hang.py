@@ -19,6 +19,8 @@ import pytest
 from examples.keyed_count.load import append_messages
 from tests.runtime.helpers import REPO, sparza_cmd, sparza_env, write_config
 
+from sparza.testing import eventually
+
 pytestmark = [pytest.mark.spark, pytest.mark.azurite, pytest.mark.slow]
 
 
@@ -91,16 +93,16 @@ def _reader(stream, lines: queue.Queue) -> None:
 
 
 def _wait_for(lines: queue.Queue, seen: list[str], text: str, timeout_s: float) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    def next_line() -> str | None:
         try:
-            line = lines.get(timeout=0.5)
+            line = lines.get(timeout=0.5)  # blocks up to half a second: the wait's polling interval
         except queue.Empty:
-            continue
+            return None
         seen.append(line)
-        if text in line:
-            return line
-    raise AssertionError(f"no line with {text!r} within {timeout_s} s; stderr so far:\n" + "\n".join(seen[-40:]))
+        return line if text in line else None
+
+    return eventually(next_line, timeout_s, 0,
+                      lambda: f"no line with {text!r} within {timeout_s} s; stderr so far:\n" + "\n".join(seen[-40:]))
 
 
 def test_storage_that_hangs_mid_run_is_reported_within_the_timeout(make_job, work_dir, azurite, unique_name):

@@ -89,7 +89,7 @@ def test_are_same_file_rules(tmp_path: Path) -> None:
     sst.write_bytes(b"x" * 100)
     os.chmod(sst, 0o400)  # owner lost write permission
     assert not are_same_file(sst, remote_sst)
-    os.chmod(sst, 0o644 & ~0o044 | 0o600)  # group/other bits do not matter (Samza #1659)
+    os.chmod(sst, 0o644 & ~0o044 | 0o600)  # only the owner bits are compared: group/other do not matter
     assert are_same_file(sst, remote_sst)
     assert not are_same_file(tmp_path / "missing", remote_sst)
 

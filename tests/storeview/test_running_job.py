@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +26,18 @@ from tests.runtime.helpers import (
 
 from sparza.config import Config
 from sparza.runtime import checkpoint_store_from_config
+from sparza.testing import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def _wait(what: str, ready: Any, proc: subprocess.Popen[str], timeout: float = 420) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def done() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"sparza run exited {proc.returncode} before {what}: {proc.stderr.read()}")
-        if ready():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"no {what} within {timeout}s")
+        return bool(ready())
+
+    eventually(done, timeout, 0.3, f"no {what} within {timeout}s")
 
 
 def _committed_all(config: Config, messages: int) -> bool:

@@ -89,9 +89,9 @@ def test_a_missing_stream_says_the_system_lives_in_one_process(config: Config) -
 
 
 def test_a_range_past_the_partitions_end_is_refused_not_read_short(config: Config) -> None:
-    """Found by the in-process harness (issue 27, seeds 75 and 97): after the input lost its records, a task
-    read its planned range as empty and committed offsets past messages it never saw. A read past the end of
-    what a partition holds raises; ``clear_stream`` is how tests lose a stream's data."""
+    """After the input lost its records, a task must not read its planned range as empty and commit offsets
+    past messages it never saw: a read past the end of what a partition holds raises. ``clear_stream`` is how
+    tests lose a stream's data."""
     from sparza.systems.inmemory import clear_stream
 
     admin, consumer, producer = _parts(config)

@@ -132,10 +132,10 @@ def test_call_at_skips_matches_and_fail_at_raises_the_given_error() -> None:
 
 
 def test_a_processor_back_after_another_ran_the_job_stops_instead_of_skipping_past_its_checkpoint() -> None:
-    """Found with the in-process processors (issue 27): processor 0 ran, stopped cleanly, processor 1 ran the job
-    for a while and stopped, and processor 0 came back with its own (stale) Spark plan. Its first batch was
-    "already committed" by batch number, so it was skipped as a replay: the run ended with exit 0 and the
-    messages past the task checkpoint unread (16 of 20 counted). It must stop and say the plan is stale."""
+    """Processor 0 ran, stopped cleanly, processor 1 ran the job for a while and stopped, and processor 0 comes
+    back with its own (stale) Spark plan. Its first batch is "already committed" by batch number; skipping it
+    as a replay would end the run with exit 0 and the messages past the task checkpoint unread (16 of 20
+    counted). It must stop and say the plan is stale."""
     with _runner() as first:
         first.run()
         first.restart(crashed=False)              # processor 0 stops; its Spark dir (the plan) stays
@@ -152,10 +152,9 @@ def test_a_processor_back_after_another_ran_the_job_stops_instead_of_skipping_pa
 
 
 def test_a_batch_that_failed_during_cleanup_and_is_replayed_leaves_no_ttl_on_its_snapshot() -> None:
-    """Found by the in-process harness's gc check (issue 27, seeds 506 and 912): the commit of a task's last batch
-    failed during cleanup (after its checkpoint), the retry skipped the batch as a replay, and nothing else
-    finished the cleanup: the committed snapshot index kept its TTL, so `sparza gc` would delete it 30 days
-    later and the task's state with it."""
+    """The commit of a task's last batch fails during cleanup (after its checkpoint) and the retry skips the
+    batch as a replay: something must still finish the cleanup, or the committed snapshot index keeps its
+    TTL and `sparza gc` deletes it 30 days later, and the task's state with it."""
     from sparza.blobstore import blob_store_manager_from_config, collect_garbage
     from sparza.clock import system_clock_ms
 

@@ -5,7 +5,8 @@ and the randomized fault harness.
 Used by sparza's own pytest fixtures (``tests/conftest.py``) and usable from a user's tests. The
 harness (``sparza.testing.harness``: scenario generator, fault injection, oracle) runs generated jobs
 in-process through :class:`TestRunner` or through ``sparza run`` on Spark and checks their outputs exactly:
-``python -m sparza.testing.harness [--engine inprocess] --seed N``.
+``python -m sparza.testing.harness [--engine inprocess] --seed N``. :func:`eventually` waits in a test for
+what another process or thread will do, with a deadline and a message.
 ``sparza.devservers.spark`` starts a Spark Connect server from the installed pyspark and makes an
 executor Python that does not see the project (deployment tests and ``bench/connect.py``).
 """
@@ -17,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sparza.testing.waiting import eventually
+
 __all__ = [
     "FAST_AZURE_COORDINATION",
     "BatchReport",
@@ -26,6 +29,7 @@ __all__ = [
     "TestMessage",
     "TestRunner",
     "end_of_stream",
+    "eventually",
     "local_spark_session",
     "watermark",
 ]

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from sparza.runtime import checkpoint_store_from_config
 from sparza.streams import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from sparza.systems import StreamSpec, Transaction
 from sparza.systems.kafka import KafkaSystemAdmin, KafkaSystemConsumer, KafkaSystemProducer
+from sparza.testing import eventually
 
 REPO = Path(__file__).resolve().parents[3]
 if str(REPO) not in sys.path:
@@ -134,15 +134,14 @@ def test_task_retry_after_flush_gives_exact_counts(kafka_job: Callable[..., Conf
 def _wait_for_batch(config: Config, job_key: str, at_least: int, proc: subprocess.Popen[str],
                     timeout: float = 180) -> None:
     store = checkpoint_store_from_config(config, job_key)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def reached() -> bool:
         if proc.poll() is not None:
             raise AssertionError(proc.stderr.read() if proc.stderr else "exited")
         batches = [cp.batch for cp in store.read_all().values()]
-        if batches and min(batches) >= at_least:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"no batch {at_least} within {timeout}s")
+        return bool(batches) and min(batches) >= at_least
+
+    eventually(reached, timeout, 0.2, f"no batch {at_least} within {timeout}s")
 
 
 def test_kill_9_mid_run_then_restart_on_a_new_host_gives_exact_counts(kafka_job: Callable[..., Config],
