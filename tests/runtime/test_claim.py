@@ -97,14 +97,13 @@ def _holder_epoch(config: Config, job_key: str, holder: str) -> int:
 def _claimed_by(config: Config, job_key: str, holder: str, proc: _Processor, timeout: float = 300) -> None:
     """Wait until ``holder`` holds the job's claim."""
     backend = checkpoint_store_from_config(config, job_key).claim_backend()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def held() -> bool:
         assert proc.alive()
         state = backend.read()
-        if state is not None and state.record.holder == holder and not state.record.released:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"processor {holder} did not take the claim of {job_key} within {timeout}s")
+        return state is not None and state.record.holder == holder and not state.record.released
+
+    eventually(held, timeout, 0.2, f"processor {holder} did not take the claim of {job_key} within {timeout}s")
 
 
 def _age_claim(config: Config, job_key: str, ms: int) -> None:
