@@ -419,3 +419,30 @@ def test_sparza_run_subprocesses_import_sparza_from_the_source_dir() -> None:
 
     assert (SRC_DIR / "sparza" / "__init__.py").is_file()
     assert not (SRC_DIR / "azure.py").exists()
+
+
+def test_container_kill_finds_the_processes_under_the_run_connected_to_a_port_it_listens_on() -> None:
+    """The container-kill fault's victims: processes under the run's process (its JVM's Python workers) with a
+    connection to a port the run's process listens on (the container channel); other children are left alone."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from sparza.testing.harness.spark import container_workers
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    connected = subprocess.Popen([sys.executable, "-c", f"import socket, time\n"
+                                  f"s = socket.create_connection(('127.0.0.1', {port}))\ntime.sleep(60)"])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        conn, _ = server.accept()
+        assert container_workers(os.getpid()) == [connected.pid]
+        conn.close()
+    finally:
+        for proc in (connected, idle):
+            proc.kill()
+            proc.wait()
+        server.close()
+    assert container_workers(os.getpid()) == []
