@@ -92,8 +92,8 @@ EXECUTION_SALT = 0xC0_47A1_0026
 with the extras, and left out by ``generate(seed, execution=False)`` (``--execution none``: a seed as recorded
 before it existed, in the default mode). Most scenarios run in ``job.execution.mode: containers`` (sometimes with a
 short ``job.container.epoch.ms`` of 2-10 s, so epochs roll over mid-run), some in ``batches``. A standalone
-container scenario without a drain may have its first fault, when it is one during a run, replaced by one of
-:data:`CONTAINER_FAULTS`."""
+container scenario without a drain may have its first fault, when it is one of :data:`FAULTS` during a run,
+replaced by one of :data:`CONTAINER_FAULTS`."""
 
 EXECUTION_MODES = ("containers", "batches")
 """``job.execution.mode`` values the harness draws: long-running containers (the default), or micro-batches."""
@@ -461,8 +461,9 @@ def _pick_execution(rng: random.Random, scenario: Scenario, *, fault_forced: boo
     # A failure after more commits than a task makes in a run would not fire: at most one fewer than the batches
     # of the fullest partition of the fault's phase.
     scenario.fail_after = min(fail_after, max(0, _batches_per_task(scenario, scenario.fault_phase) - 1))
-    # It replaces a fault during a run (an after-run one may have brought a probe chunk of its own).
-    if (not fault_forced and r_fault < 0.3 and scenario.fault not in AFTER_RUN_FAULTS
+    # It replaces one of the first faults during a run (an after-run one may have brought a probe chunk of its own,
+    # and an extra one is rare).
+    if (not fault_forced and r_fault < 0.3 and scenario.fault in FAULTS and scenario.fault not in AFTER_RUN_FAULTS
             and _fault_fits(container_fault, scenario)):
         scenario.fault = container_fault
 
