@@ -4,6 +4,7 @@ a repeated record in a real Delta output."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 
@@ -14,6 +15,7 @@ from sparza.testing.oracle import compare, expected_records, expected_table_rows
 from sparza.testing.scenario import (
     AFTER_RUN_FAULTS,
     COMMIT_STEPS,
+    CONTAINER_FAULTS,
     EXTRA_FAULTS,
     FAULTS,
     INPUTS,
@@ -48,7 +50,7 @@ def test_a_seed_is_a_complete_reproduction() -> None:
 def test_seeds_cover_every_job_kind_fault_and_commit_step() -> None:
     drawn = [generate(seed) for seed in range(1, 400)]
     assert {s.kind for s in drawn} == {"copy", "count", "filtermap", "pipeline", "window", "join", "session"}
-    assert {s.fault for s in drawn} == set(FAULTS + EXTRA_FAULTS)
+    assert {s.fault for s in drawn} == set(FAULTS + EXTRA_FAULTS + CONTAINER_FAULTS)
     assert {s.fail_step for s in drawn if s.fault == "fail-once"} == set(COMMIT_STEPS)
     assert {s.join for s in drawn if s.api == "app"} == {"none", "broadcast", "partitioned"}
     assert {s.partitions for s in drawn} == set(range(1, 9))
@@ -148,10 +150,10 @@ def test_new_kinds_are_drawn_apart_and_leave_older_draws_alone() -> None:
     assert {s.api for s in drawn if s.input == "kafka"} == {"task", "app"}
     assert generate(669040315, output="delta", input="delta", task_api="stream").describe() == (
         "seed=669040315 task:count(rocksdb) tasks=3 msgs=120 keys=2 unbounded chunks=1 batch=5 sorted "
-        "blobstore=azure out=delta fault=kill9@phase0")
+        "blobstore=azure out=delta fault=kill9@phase0 exec=batches")
     assert generate(365773884, output="delta").describe() == (
         "seed=365773884 app:window(p2=2,join=broadcast,win=1000/1000) tasks=3 msgs=120 keys=3 bounded chunks=1 "
-        "batch=100000 shuffled blobstore=local out=delta fault=lost-spark-checkpoint@phase0")
+        "batch=100000 shuffled blobstore=local out=delta fault=lost-spark-checkpoint@phase0 exec=containers")
     unkeyed = next(seed for seed in range(1, 100) if generate(seed).kind in ("copy", "filtermap", "pipeline"))
     with pytest.raises(ValueError, match="keyed result"):
         generate(unkeyed, output="table-upsert")
@@ -198,7 +200,7 @@ def test_extras_are_drawn_apart_and_leave_older_draws_alone() -> None:
         plain = generate(s.seed, extras=False)
         assert (plain.intermediate, plain.delta_location, plain.processors, plain.fault2) == (
             "default", "local", 1, "none")
-        if s.fault not in EXTRA_FAULTS:
+        if s.fault not in EXTRA_FAULTS + CONTAINER_FAULTS:
             assert plain.fault == s.fault
         probe = [m for m in s.messages if m.chunk >= plain.chunks]
         if _operators_drawn(s):  # one bounded chunk (see test_operators_are_drawn_apart...): chunks merged
@@ -275,6 +277,39 @@ def test_drain_is_drawn_apart_with_the_extras_and_leaves_older_draws_alone() -> 
             before = max(m.timestamp for m in s.messages if m.chunk < chunk)
             assert min(m.timestamp for m in s.messages if m.chunk == chunk) >= before + reach
     assert reproduce_command(7, drain=False).endswith("--seed 7 --drain none")
+
+
+def test_execution_mode_and_container_faults_are_drawn_apart_and_leave_older_draws_alone() -> None:
+    """The execution mode (EXECUTION_SALT) is drawn last, with the extras: containers mostly (some with a short
+    epoch), batches sometimes; a container fault replaces the first fault only of a standalone container scenario
+    without a drain, and fires after fewer commits than its task makes. ``execution=False`` is the seed as it was."""
+    drawn = [generate(seed) for seed in range(1, 800)]
+    assert {s.execution for s in drawn} == {"containers", "batches"}
+    assert sum(s.execution == "containers" for s in drawn) > sum(s.execution == "batches" for s in drawn)
+    assert {s.epoch_ms for s in drawn if s.execution == "containers"} == {0, 2000, 3000, 5000, 10_000}
+    assert {s.fault for s in drawn} >= set(CONTAINER_FAULTS)
+    assert {s.fail_after for s in drawn if s.fault == "container-retry"} >= {0, 1, 2}
+    for s in drawn:
+        plain = generate(s.seed, execution=False)
+        assert (plain.execution, plain.epoch_ms, plain.fail_after) == ("containers", 0, 0)
+        assert plain.fault not in CONTAINER_FAULTS
+        if s.execution == "batches":
+            assert s.epoch_ms == 0 and s.fault not in CONTAINER_FAULTS
+        if s.fault in CONTAINER_FAULTS:
+            assert s.execution == "containers" and s.processors == 1 and s.drain == "none"
+            assert [m.id for m in s.messages] == [m.id for m in plain.messages] and plain.fault_phase == s.fault_phase
+            sizes = Counter(m.partition for m in s.messages if m.chunk == s.fault_phase)
+            assert s.fail_after == 0 or s.fail_after < max(-(-n // s.max_batch) for n in sizes.values())
+            assert "exec=containers" in s.describe() and s.fault in s.describe()
+        else:
+            assert s.fault == plain.fault
+        # Nothing else of the seed changes.
+        assert dataclasses.replace(s, execution="containers", epoch_ms=0, fail_after=0, fault=plain.fault) == plain
+    forced = generate(669040315, output="delta", input="delta", fault="container-kill", extras=False)
+    assert forced.execution == "containers" and forced.fault == "container-kill"
+    several = next(s.seed for s in drawn if s.processors > 1)
+    assert generate(several, fault="container-retry").processors == 1  # a forced container fault keeps one
+    assert reproduce_command(7, execution=False).endswith("--seed 7 --execution none")
 
 
 def test_join_session_and_pane_oracles() -> None:
@@ -384,3 +419,30 @@ def test_sparza_run_subprocesses_import_sparza_from_the_source_dir() -> None:
 
     assert (SRC_DIR / "sparza" / "__init__.py").is_file()
     assert not (SRC_DIR / "azure.py").exists()
+
+
+def test_container_kill_finds_the_processes_under_the_run_connected_to_a_port_it_listens_on() -> None:
+    """The container-kill fault's victims: processes under the run's process (its JVM's Python workers) with a
+    connection to a port the run's process listens on (the container channel); other children are left alone."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from sparza.testing.harness.spark import container_workers
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    connected = subprocess.Popen([sys.executable, "-c", f"import socket, time\n"
+                                  f"s = socket.create_connection(('127.0.0.1', {port}))\ntime.sleep(60)"])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        conn, _ = server.accept()
+        assert container_workers(os.getpid()) == [connected.pid]
+        conn.close()
+    finally:
+        for proc in (connected, idle):
+            proc.kill()
+            proc.wait()
+        server.close()
+    assert container_workers(os.getpid()) == []

@@ -110,6 +110,25 @@ def test_fixed_seed_drain(azurite, kafka_broker, tmp_path) -> None:
     _verdict(run_spark_scenario(scenario, azurite, tmp_path, kafka=kafka_broker))
 
 
+# The container mode's faults (scenario.EXECUTION_SALT), drawn with everything else.
+SAMPLE_CONTAINERS = [
+    # A keyed count (RocksDB, backed up) of 7 tasks, 3 messages per batch, epochs of 2 s, to Avro blobs (one record
+    # each): one Spark Python worker running a container killed with SIGKILL mid-run; the same run restarts the
+    # epoch and finishes exactly.
+    pytest.param(546, "container-kill", id="count-rocksdb-container-kill"),
+    # A keyed count (RocksDB, backed up) of 7 tasks, one message per batch, to gzip JSON-lines blobs: a task fails
+    # after the snapshot upload of its 4th commit in its container; the epoch is started again and is exact.
+    pytest.param(2536, "container-retry", id="count-rocksdb-container-retry-mid-epoch"),
+]
+
+
+@pytest.mark.parametrize(("seed", "fault"), SAMPLE_CONTAINERS)
+def test_fixed_seed_containers(seed: int, fault: str, azurite, tmp_path) -> None:
+    scenario = generate(seed)
+    assert (scenario.fault, scenario.execution, scenario.processors) == (fault, "containers", 1)
+    _verdict(run_spark_scenario(scenario, azurite, tmp_path))
+
+
 def test_scale_two_stages_broadcast_join_windows_to_azure_blobs(azurite, tmp_path) -> None:
     """≥ 100k messages through two stages with a broadcast join, tumbling windows and gzip Avro
     blobs (rolled over by count), no fault: every window exact."""

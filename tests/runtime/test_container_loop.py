@@ -254,3 +254,26 @@ def test_a_container_ends_its_epoch_when_its_driver_is_silent_or_gone():
             assert clock.monotonic() - started < 5, "the silent driver was never noticed"
         assert client.driver_lost
         conn.close()
+
+
+def test_a_failure_injected_after_some_commits_hits_a_container_mid_epoch_and_the_next_epoch_is_exact(work_dir: Path):
+    """``task.testing.fail.once.after.commits`` (the harness's container-retry fault): the failing task committed
+    that many batches in this container first, and the epoch after the failure finishes the job exactly."""
+    marker = work_dir / "failed-once"
+    config = Config(job_values(work_dir, **{"task.max.batch.messages": "50", "task.commit.ms": "0",
+                                            "task.testing.fail.once.file": str(marker),
+                                            "task.testing.fail.once.at": "after-checkpoint",
+                                            "task.testing.fail.once.after.commits": "2"}))
+    create_streams(config, 2)
+    append_messages(config, 400, 5, commit_size=400)
+    reporter = Reporter()
+    with pytest.raises(TaskAttemptError, match="injected one-time failure"):
+        _one_container(config, reporter, once=True).run()
+    failed_task = marker.read_text().strip()
+    before = [r for r in reporter.results if r.task == failed_task and r.status is BatchStatus.COMMITTED]
+    assert len(before) == 2  # two commits went by; the third failed after its checkpoint
+    reporter = Reporter()
+    _one_container(config, reporter, once=True, epoch=2).run()
+    assert set(reporter.finished.values()) == {"caught up"}
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(400, 5) and rows == 400

@@ -11,8 +11,9 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["COMMIT_STEPS", "DRAIN_MODES", "DRAIN_SALT", "EXTRA_FAULTS", "FAULTS", "INPUTS", "OPERATORS_SALT", "OUTPUTS",
-           "InputMessage", "Profile", "Scenario", "generate", "operator_config", "scale_scenario"]
+__all__ = ["COMMIT_STEPS", "CONTAINER_FAULTS", "DRAIN_MODES", "DRAIN_SALT", "EXECUTION_MODES", "EXECUTION_SALT",
+           "EXTRA_FAULTS", "FAULTS", "INPUTS", "OPERATORS_SALT", "OUTPUTS", "InputMessage", "Profile", "Scenario",
+           "generate", "operator_config", "scale_scenario"]
 
 COMMIT_STEPS = ("after-intent", "after-flush", "after-adjunct", "after-snapshot", "after-checkpoint",
                 "during-cleanup")
@@ -27,6 +28,13 @@ EXTRA_FAULTS = ("purged-snapshot", "kafka-restart")
 draws of :data:`FAULTS` stay what they were: committed snapshot blobs *purged* (gone, not tombstoned) with
 the local state, and the Kafka broker restarted mid-run (Tansu keeps topics in memory: everything on it is
 lost, and the harness produces the input again as its producers would)."""
+
+CONTAINER_FAULTS = ("container-kill", "container-retry")
+"""Faults of the container execution mode (issue 26), drawn from :data:`EXECUTION_SALT` for scenarios in that mode:
+``kill -9`` of a Spark Python worker running a container while ``sparza run`` runs (the driver must start the
+epoch again, and the same run finish with the exact output), and a one-time failure injected inside a
+container after some of a task's commits there (``task.testing.fail.once.after.commits``): the epoch fails once and
+is retried."""
 
 AFTER_RUN_FAULTS = frozenset({"lost-state", "lost-spark-checkpoint", "replay-spark-batch", "deleted-snapshot",
                               "purged-snapshot"})
@@ -78,6 +86,17 @@ everything appended so far must be out."""
 DRAIN_MODES = ("run", "request")
 """How a drain scenario drains each phase: ``sparza run --drain``, or ``sparza drain`` while a ``sparza run`` runs
 (after its first batch and a drawn delay)."""
+
+EXECUTION_SALT = 0xC0_47A1_0026
+"""The execution mode (issue 26) comes from ``random.Random(seed ^ EXECUTION_SALT)``, drawn after the drain, only
+with the extras, and left out by ``generate(seed, execution=False)`` (``--execution none``: a seed as recorded
+before it existed, in the default mode). Most scenarios run in ``job.execution.mode: containers`` (sometimes with a
+short ``job.container.epoch.ms`` of 2-10 s, so epochs roll over mid-run), some in ``batches``. A standalone
+container scenario without a drain may have its first fault, when it is one of :data:`FAULTS` during a run,
+replaced by one of :data:`CONTAINER_FAULTS`."""
+
+EXECUTION_MODES = ("containers", "batches")
+"""``job.execution.mode`` values the harness draws: long-running containers (the default), or micro-batches."""
 
 T0 = 1_700_000_000_000
 """Event time of the first message (epoch ms)."""
@@ -156,6 +175,9 @@ class Scenario:
     step_ms: int = 1              # event-time step between consecutive message ids (late ones go further back)
     drain: str = "none"           # none | run (sparza run --drain) | request (sparza drain while it runs)
     drain_delay_s: float = 0.0    # drain=request: seconds after the run's first batch
+    execution: str = "containers"  # job.execution.mode: containers | batches
+    epoch_ms: int = 0             # containers: job.container.epoch.ms (0: the default, longer than any run here)
+    fail_after: int = 0           # container-retry: the task's commits in its container before the failure
     messages: list[InputMessage] = field(default_factory=list)
     profiles: list[Profile] = field(default_factory=list)
 
@@ -181,7 +203,8 @@ class Scenario:
                                 f",late={self.late_trigger}" if self.late_trigger else "",
                                 f",lateness={self.allowed_lateness_ms}" if self.allowed_lateness_ms else ""])
             shape += triggers + ")"
-        fault = self.fault + (f"@{self.fail_step}" if self.fault == "fail-once" else "")
+        fault = self.fault + (f"@{self.fail_step}" if self.fault in ("fail-once", "container-retry") else "")
+        fault += f"+{self.fail_after}" if self.fault == "container-retry" else ""
         source = "" if self.input == "delta" else f" in={self.input}"
         extras = "".join([
             f" intermediate={self.intermediate}" if self.intermediate != "default" else "",
@@ -189,7 +212,8 @@ class Scenario:
             f" processors={self.processors}" if self.processors > 1 else "",
             f" fault2={self.fault2}@phase{self.fault2_phase}" if self.fault2 != "none" else "",
             f" drain={self.drain}" + (f"@{self.drain_delay_s}s" if self.drain == "request" else "")
-            if self.drain != "none" else ""])
+            if self.drain != "none" else "",
+            f" exec={self.execution}" + (f"/epoch={self.epoch_ms / 1000:g}s" if self.epoch_ms else "")])
         return (f"seed={self.seed} {shape}{source} tasks={self.partitions} msgs={len(self.messages)} keys={self.keys} "
                 f"{'bounded' if self.bounded else 'unbounded'} chunks={self.chunks} batch={self.max_batch} "
                 f"{self.event_order}{' late' if self.late else ''} blobstore={self.blob_store} out={out} "
@@ -224,12 +248,13 @@ def _keys(rng: random.Random, count: int, skew: bool) -> tuple[list[str], list[f
 
 def generate(seed: int, *, messages: int | None = None, fault: str | None = None, output: str | None = None,
              input: str | None = None, task_api: str | None = None, extras: bool = True,
-             drain: bool = True) -> Scenario:
+             drain: bool = True, execution: bool = True) -> Scenario:
     """The scenario of ``seed``; ``messages`` / ``fault`` / ``output`` / ``input`` / ``task_api`` override the
     drawn values (CI samples, and forcing a kind by hand); ``extras=False`` leaves out the dimensions drawn from
     :data:`EXTRAS_SALT` (the scenario as generated before they existed), ``drain=False`` the drain of
-    :data:`DRAIN_SALT` (seeds recorded before it existed). A forced ``fault`` also keeps the extras generator
-    from replacing it or adding a second one."""
+    :data:`DRAIN_SALT` (seeds recorded before it existed), ``execution=False`` the execution mode and container faults
+    of :data:`EXECUTION_SALT`. A forced ``fault`` also keeps the extras generator from replacing it or adding a
+    second one; a forced container fault runs in the container mode."""
     forced_output, forced_input = output, input      # ``output`` is reused below for the drawn value
     rng = random.Random(seed)
     api = rng.choice(["task", "task", "app"])
@@ -318,9 +343,14 @@ def generate(seed: int, *, messages: int | None = None, fault: str | None = None
         _pick_operators(random.Random(seed ^ OPERATORS_SALT), scenario, output_forced=forced_output is not None)
         if drain:
             _pick_drain(random.Random(seed ^ DRAIN_SALT), scenario)
+        if execution:
+            _pick_execution(random.Random(seed ^ EXECUTION_SALT), scenario, fault_forced=fault is not None)
+    if scenario.fault in CONTAINER_FAULTS and scenario.execution != "containers":
+        scenario.execution = "containers"   # a forced container fault with the execution dimension left out
     if not _fault_fits(scenario.fault, scenario):
-        raise ValueError(f"fault {scenario.fault!r} does not fit seed {seed}: it needs a Kafka input (--input kafka) "
-                         f"and no Kafka output or intermediate streams ({scenario.describe()})")
+        need = ("one processor and no drain" if scenario.fault in CONTAINER_FAULTS else
+                "a Kafka input (--input kafka) and no Kafka output or intermediate streams")
+        raise ValueError(f"fault {scenario.fault!r} does not fit seed {seed}: it needs {need} ({scenario.describe()})")
     return scenario
 
 
@@ -337,7 +367,7 @@ def _pick_extras(rng: random.Random, scenario: Scenario, *, fault_forced: bool) 
         scenario.intermediate = "kafka" if scenario.input == "delta" else "delta"
     if r_location < 0.25:
         scenario.delta_location = "azure"
-    if r_processors < 0.2 and scenario.fault not in ("second-processor", "kafka-restart"):
+    if r_processors < 0.2 and scenario.fault not in ("second-processor", "kafka-restart", *CONTAINER_FAULTS):
         scenario.processors, scenario.stagger_s = processors, round(stagger, 1)
     if not fault_forced and r_extra_fault < 0.15 and _fault_fits(extra_fault, scenario):
         _apply_fault_needs(extra_fault, scenario)
@@ -390,6 +420,7 @@ def _pick_drain(rng: random.Random, scenario: Scenario) -> None:
     # Drain needs a standalone job; a Kafka broker restart gives the input new offsets, which the drain's
     # observed ends would not know.
     if (r_drain >= 0.2 or scenario.processors > 1 or "kafka-restart" in (scenario.fault, scenario.fault2)
+            or scenario.fault in CONTAINER_FAULTS
             or not scenario.messages):
         return
     scenario.drain, scenario.drain_delay_s = mode, round(delay, 1)
@@ -413,6 +444,37 @@ def _pick_drain(rng: random.Random, scenario: Scenario) -> None:
         newest = max(m.timestamp for m in part)
         shifted.extend(part)
     scenario.messages = sorted(shifted, key=lambda m: m.id)
+
+
+def _pick_execution(rng: random.Random, scenario: Scenario, *, fault_forced: bool) -> None:
+    """The dimension of :data:`EXECUTION_SALT`. Every value is drawn whatever applies, in a fixed order."""
+    r_mode, r_epoch, epoch_s = rng.random(), rng.random(), rng.choice([2, 3, 5, 10])
+    r_fault, container_fault, fail_after = rng.random(), rng.choice(CONTAINER_FAULTS), rng.randrange(4)
+    if scenario.fault in CONTAINER_FAULTS:      # forced: it needs containers
+        r_mode = 0.0
+    if r_mode >= 0.75:
+        scenario.execution = "batches"
+        return
+    scenario.execution = "containers"
+    if r_epoch < 0.35:
+        scenario.epoch_ms = epoch_s * 1000
+    # A failure after more commits than a task makes in a run would not fire: at most one fewer than the batches
+    # of the fullest partition of the fault's phase.
+    scenario.fail_after = min(fail_after, max(0, _batches_per_task(scenario, scenario.fault_phase) - 1))
+    # It replaces one of the first faults during a run (an after-run one may have brought a probe chunk of its own,
+    # and an extra one is rare).
+    if (not fault_forced and r_fault < 0.3 and scenario.fault in FAULTS and scenario.fault not in AFTER_RUN_FAULTS
+            and _fault_fits(container_fault, scenario)):
+        scenario.fault = container_fault
+
+
+def _batches_per_task(scenario: Scenario, chunk: int) -> int:
+    """Batches the fullest task makes of ``chunk``'s input (at ``max_batch`` messages each)."""
+    sizes: dict[int, int] = {}
+    for m in scenario.messages:
+        if m.chunk == chunk:
+            sizes[m.partition] = sizes.get(m.partition, 0) + 1
+    return max((math.ceil(n / max(1, scenario.max_batch)) for n in sizes.values()), default=0)
 
 
 def _one_bounded_chunk(scenario: Scenario) -> None:
@@ -475,6 +537,9 @@ def _fault_fits(fault: str, scenario: Scenario) -> bool:
                 and scenario.intermediate_system != "kafka" and scenario.processors == 1)
     if fault == "second-processor":
         return scenario.processors == 1
+    if fault in CONTAINER_FAULTS:
+        # One `sparza run` at a time, ended by itself (a drain has its own ways of ending the run).
+        return scenario.execution == "containers" and scenario.processors == 1 and scenario.drain == "none"
     return True
 
 
@@ -513,8 +578,8 @@ def _pick_new_kinds(rng: random.Random, scenario: Scenario, output: str | None, 
 def _pick_fault(rng: random.Random, scenario: Scenario, fault: str | None) -> None:
     choices = list(FAULTS)
     chosen = fault if fault is not None else rng.choice(choices)
-    if chosen not in FAULTS + EXTRA_FAULTS:
-        raise ValueError(f"unknown fault {chosen!r}; known: {', '.join(FAULTS + EXTRA_FAULTS)}")
+    if chosen not in FAULTS + EXTRA_FAULTS + CONTAINER_FAULTS:
+        raise ValueError(f"unknown fault {chosen!r}; known: {', '.join(FAULTS + EXTRA_FAULTS + CONTAINER_FAULTS)}")
     scenario.fault = chosen
     scenario.fault_phase = rng.randrange(scenario.chunks)
     scenario.fail_step = rng.choice(COMMIT_STEPS)

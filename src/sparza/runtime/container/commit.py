@@ -63,6 +63,9 @@ define_key("task.testing.fault.hook", None,
            "Testing only: id of an in-process fault hook (sparza.testing.faults.register_fault_hook) called at "
            "every commit step; "
            "sparza.testing.TestRunner uses it to fail a chosen task and batch between two steps.", "runtime")
+define_key("task.testing.fail.once.after.commits", "0",
+           "Testing only: how many of a task's commits in the same process go by before the injected failure (a "
+           "failure in the middle of a container's epoch).", "runtime")
 define_key("task.testing.fail.once.at", "after-flush",
            "Testing only: the commit step after which the injected failure happens: after-intent, after-flush, "
            "after-adjunct, after-snapshot, after-checkpoint or during-cleanup.", "runtime")

@@ -9,7 +9,16 @@ import tempfile
 from pathlib import Path
 
 from sparza.testing.harness.outcome import ENGINES
-from sparza.testing.scenario import EXTRA_FAULTS, FAULTS, INPUTS, OUTPUTS, TASK_APIS, generate, scale_scenario
+from sparza.testing.scenario import (
+    CONTAINER_FAULTS,
+    EXTRA_FAULTS,
+    FAULTS,
+    INPUTS,
+    OUTPUTS,
+    TASK_APIS,
+    generate,
+    scale_scenario,
+)
 
 __all__ = ["main", "parse_seeds"]
 
@@ -44,13 +53,17 @@ def main(argv: list[str] | None = None) -> int:
                              "default spark for --seed, both for --soak")
     parser.add_argument("--seed", type=int, help="run this scenario")
     parser.add_argument("--messages", type=int, help="override the scenario's message count")
-    parser.add_argument("--fault", choices=FAULTS + EXTRA_FAULTS, help="override the scenario's fault")
+    parser.add_argument("--fault", choices=FAULTS + EXTRA_FAULTS + CONTAINER_FAULTS,
+                        help="override the scenario's fault")
     parser.add_argument("--extras", choices=("drawn", "none"), default="drawn",
                         help="none: leave out the dimensions added after the first soaks (Kafka/Delta intermediate "
                              "streams, Delta on az://, several processors, purged snapshots, a Kafka broker "
                              "restart, a second fault): the scenario as generated before them")
     parser.add_argument("--drain", choices=("drawn", "none"), default="drawn",
                         help="none: leave out the drain dimension (scenario.DRAIN_SALT): a seed as recorded before it")
+    parser.add_argument("--execution", choices=("drawn", "none"), default="drawn",
+                        help="none: leave out the execution mode and container faults (scenario.EXECUTION_SALT): "
+                             "a seed as recorded before them, in the default mode")
     parser.add_argument("--output", choices=OUTPUTS, help="override the scenario's output kind")
     parser.add_argument("--input", choices=INPUTS, help="override the scenario's input kind")
     parser.add_argument("--task-api", choices=TASK_APIS, help="override a task job's API (process or process_batch)")
@@ -80,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             scenario = generate(args.seed, messages=args.messages, fault=args.fault, output=args.output,
                                 input=args.input, task_api=args.task_api, extras=args.extras == "drawn",
-                                drain=args.drain == "drawn")
+                                drain=args.drain == "drawn", execution=args.execution == "drawn")
         except ValueError as exc:
             parser.error(str(exc))
     print(scenario.describe(), flush=True)
@@ -88,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     overrides = {"messages_override": args.messages, "fault_override": args.fault, "output_override": args.output,
                  "input_override": args.input, "task_api_override": args.task_api, "extras": args.extras == "drawn",
-                 "drain": args.drain == "drawn"}
+                 "drain": args.drain == "drawn", "execution": args.execution == "drawn"}
     engines = ENGINES if args.engine == "both" else (args.engine or "spark",)
     ok = True
     for engine in engines:

@@ -26,11 +26,17 @@ a restart drops its in-memory tasks, stores and producers):
                         the blobs are put back and the job must then finish exactly
 ``kafka-restart``       the input's records vanish mid-run (a broker that lost its data) and are produced
                         again with the same offsets; a run after must finish exactly
+``container-retry``     as ``fail-once``, after the scenario's ``fail_after`` commits (a failure mid-epoch)
 ======================  =================================================================================
 
+The container faults need Spark's Python workers, so here they run as far as they can: ``container-kill`` (a
+container's worker killed) is a clean run, noted as such; the execution mode (``job.execution.mode``,
+``job.container.epoch.ms``) is in the config but means nothing to :class:`~sparza.testing.TestRunner`, which runs
+every batch in this process either way.
+
 What it leaves to the Spark engine (:mod:`~sparza.testing.harness.spark`): Spark itself (worker reuse,
-retries, the plan in Spark's offset log), the real storage services and their restarts, the azure
-coordinator with several processors at once, Delta on ``az://``.
+retries, the plan in Spark's offset log, containers and their epochs), the real storage services and their
+restarts, the azure coordinator with several processors at once, Delta on ``az://``.
 A drain scenario (``scenario.drain``) ends every run with :meth:`~sparza.testing.TestRunner.drain` instead of
 ``--once`` (both drain modes: the request comes as the run starts, as there is no second process to send it
 while one runs), and the output is checked after every phase's drain. Kafka, Delta, blob and table outputs are
@@ -356,16 +362,17 @@ def _apply_phase(job: InProcessJob, outcome: Outcome, fault: str, phase: int) ->
                                  "killed after it")
         job.restart(crashed=True)
         _expect_clean(outcome, job.run(f"{label}-restart"))
-    elif fault in ("fail-once", "azurite-restart"):
+    elif fault in ("fail-once", "azurite-restart", "container-retry"):
         from sparza.errors import StorageUnavailableError
 
-        step = s.fail_step if fault == "fail-once" else d.storage_step
-        error = None if fault == "fail-once" else StorageUnavailableError(
+        step = d.storage_step if fault == "azurite-restart" else s.fail_step
+        error = None if fault != "azurite-restart" else StorageUnavailableError(
             "injected: the blob store is unreachable (in-process azurite-restart)")
-        job.runner.fail_at(step, skip=d.skip, error=error)
+        skip = s.fail_after if fault == "container-retry" else d.skip
+        job.runner.fail_at(step, skip=skip, error=error)
         record = job.run(f"{label}-{fault}")
         fired = _fired(job.runner)
-        outcome.notes.append(f"{fault} at {step} after {d.skip} commits: {'fired' if fired else 'did not fire'}")
+        outcome.notes.append(f"{fault} at {step} after {skip} commits: {'fired' if fired else 'did not fire'}")
         if record.returncode != 0 and fired:
             _expect_clean(outcome, job.run(f"{label}-retry"))  # Spark's retry: the same process
         else:
@@ -374,6 +381,9 @@ def _apply_phase(job: InProcessJob, outcome: Outcome, fault: str, phase: int) ->
         _second_processor(job, outcome, label)
     elif fault == "kafka-restart":
         _input_lost(job, outcome, label, phase)
+    elif fault == "container-kill":
+        outcome.notes.append("container-kill: no Spark worker here (Spark engine only); a clean run")
+        _expect_clean(outcome, job.run(label))
     else:
         _expect_clean(outcome, job.run(label))
         _damage(job, outcome, fault, label)
@@ -564,7 +574,7 @@ def run_inprocess_scenario(scenario: Scenario, workdir: Path | None = None, *, k
                            messages_override: int | None = None, fault_override: str | None = None,
                            output_override: str | None = None, input_override: str | None = None,
                            task_api_override: str | None = None, extras: bool = True,
-                           drain: bool = True) -> Outcome:
+                           drain: bool = True, execution: bool = True) -> Outcome:
     """Run ``scenario`` in this process: every phase, its faults, a final run, the check. ``workdir`` (default
     a temp dir, removed afterwards unless ``keep`` or the scenario failed) holds its state and blob store."""
     started = time.perf_counter()
@@ -574,7 +584,8 @@ def run_inprocess_scenario(scenario: Scenario, workdir: Path | None = None, *, k
     root.mkdir(parents=True, exist_ok=True)
     outcome = Outcome(scenario, "inprocess", workdir=root, messages_override=messages_override,
                       fault_override=fault_override, output_override=output_override, input_override=input_override,
-                      task_api_override=task_api_override, extras=extras, drain=drain)
+                      task_api_override=task_api_override, extras=extras, drain=drain,
+                      execution=execution)
     draws = draw(scenario)
     job: InProcessJob | None = None
     try:

@@ -31,7 +31,10 @@ def job_config(s: Scenario, *, input_stream: str, output_stream: str) -> dict[st
         "app.harness.poison.ids": "",
         "app.harness.input": input_stream,
         "app.harness.output": output_stream,
+        "job.execution.mode": s.execution,
     }
+    if s.epoch_ms:
+        v["job.container.epoch.ms"] = s.epoch_ms
     in_system, in_name = input_stream.split(".", 1)
     if s.bounded:
         v[f"systems.{in_system}.streams.{in_name}.bounded"] = "true"

@@ -18,14 +18,16 @@ task and commit code in one process, in-memory streams) and ``spark`` (``sparza 
 
 def reproduce_command(seed: int, *, engine: str = "spark", messages: int | None = None, fault: str | None = None,
                       output: str | None = None, input: str | None = None, task_api: str | None = None,
-                      extras: bool = True, drain: bool = True) -> str:
+                      extras: bool = True, drain: bool = True, execution: bool = True) -> str:
     """The one-line command (from the repository root) that runs the scenario of ``seed`` again on ``engine``
-    (``drain=False``: without the drain dimension, ``--drain none``; implied by ``extras=False``)."""
+    (``drain=False``: without the drain dimension, ``--drain none``; ``execution=False``: without the execution
+    mode's, ``--execution none``; both implied by ``extras=False``)."""
     extra = (f" --messages {messages}" if messages is not None else "") + (f" --fault {fault}" if fault else "")
     extra += (f" --output {output}" if output else "") + (f" --input {input}" if input else "")
     extra += f" --task-api {task_api}" if task_api else ""
     extra += "" if extras else " --extras none"
     extra += "" if drain or not extras else " --drain none"
+    extra += "" if execution or not extras else " --execution none"
     engine_arg = "" if engine == "spark" else f" --engine {engine}"
     return f"PYTHONPATH=src:. .venv/bin/python -m sparza.testing.harness{engine_arg} --seed {seed}{extra}"
 
@@ -61,6 +63,7 @@ class Outcome:
     task_api_override: str | None = None
     extras: bool = True
     drain: bool = True
+    execution: bool = True
 
     inconclusive: bool = False
     """Spark itself could not start the job's Python workers, even after restarts (an overloaded
@@ -81,7 +84,7 @@ class Outcome:
         return reproduce_command(self.scenario.seed, engine=engine or self.engine, messages=self.messages_override,
                                  fault=self.fault_override, output=self.output_override, input=self.input_override,
                                  task_api=self.task_api_override, extras=self.extras,
-                                 drain=self.drain)
+                                 drain=self.drain, execution=self.execution)
 
     def report(self) -> str:
         """A few lines for humans: the scenario, the verdict, the problems, how to reproduce on each engine."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -504,9 +505,149 @@ def _apply_phase(job: SparkJob, outcome: Outcome, fault: str, phase: int) -> Non
         _expect_clean(outcome, job.run(f"{label}-after"))
     elif fault == "kafka-restart":
         _kafka_restart(job, outcome, label, phase)
+    elif fault == "container-kill":
+        _container_kill(job, outcome, label)
+    elif fault == "container-retry":
+        _container_retry(job, outcome, label)
     else:
         _expect_clean(outcome, job.run(label))
         _damage(job, outcome, fault, label)
+
+
+RESTART_NOTICE = "containers failed"
+"""The start of the status line of a failed epoch that the driver starts again (:mod:`sparza.runtime.driver.epochs`)."""
+
+
+def _container_kill(job: SparkJob, outcome: Outcome, label: str) -> None:
+    """``kill -9`` of one Spark Python worker that runs a container, while ``sparza run`` runs (0-1.5 s after the
+    first committed batch). The driver starts the epoch again and the very same run must finish by itself (exit 0);
+    whether an epoch was restarted is noted (a container whose tasks were all done may have returned already)."""
+    s = job.s
+    handle = job.spawn(f"{label}-container-kill", None, *job.once_args())
+    started = _wait_for_first_batch(handle, KILL9_START_TIMEOUT_S)
+    delay = round((s.fault_delay_s - 3.0) / 17.0 * 1.5, 2)
+    deadline = time.monotonic() + delay
+    while time.monotonic() < deadline and handle[0].poll() is None:
+        time.sleep(0.05)
+    victim: int | None = None
+    deadline = time.monotonic() + 10.0          # between two epochs there is no container for a moment
+    while victim is None and time.monotonic() < deadline and handle[0].poll() is None:
+        workers = container_workers(handle[0].pid)
+        if workers:
+            victim = random.Random(s.seed).choice(workers)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGKILL)
+        else:
+            time.sleep(0.05)
+    record = job.wait(f"{label}-container-kill", handle)
+    if victim is None:
+        outcome.notes.append("container-kill: no container was running " + (
+            f"{delay}s after the first committed batch (the run had ended)" if started else "(no batch committed)"))
+    else:
+        restarts = _restart_lines(record.log)
+        outcome.notes.append(f"container-kill: killed worker {victim} {delay}s after the first committed batch; "
+                             + (f"the driver said: {restarts[0]}" if restarts else "no epoch was restarted"))
+    _expect_survived(job, outcome, record, label)
+
+
+def _container_retry(job: SparkJob, outcome: Outcome, label: str) -> None:
+    """One injected failure inside a container, at the scenario's commit step after ``fail_after`` of the task's
+    commits in that container (``task.testing.fail.once.*``): the epoch fails once, the driver starts it again, and
+    the very same run must finish by itself (exit 0) and say that it restarted the containers."""
+    s = job.s
+    marker = job.root / "container-retry.marker"
+    path = job.variant("container-retry.yaml", **{"task.testing.fail.once.file": str(marker),
+                                                  "task.testing.fail.once.at": s.fail_step,
+                                                  "task.testing.fail.once.after.commits": str(s.fail_after)})
+    record = job.run(f"{label}-container-retry", path)
+    restarts = _restart_lines(record.log)
+    if not marker.exists():
+        outcome.notes.append(f"container-retry at {s.fail_step} after {s.fail_after} commits: did not fire (no task "
+                             f"made that many commits in one container)")
+    elif restarts:
+        outcome.notes.append(f"container-retry at {s.fail_step} after {s.fail_after} commits: fired; the driver "
+                             f"said: {restarts[0]}")
+    elif record.returncode == 0:
+        outcome.problems.append(f"container-retry: the injected failure at {s.fail_step} fired, yet the run said "
+                                f"nothing of a restarted epoch ('{RESTART_NOTICE} ...')")
+    _expect_survived(job, outcome, record, label)
+
+
+def _expect_survived(job: SparkJob, outcome: Outcome, record: RunRecord, label: str) -> None:
+    """The run hit by a container fault must have finished by itself; when it did not, that is a problem, and one
+    more run (as a user would start) must bring the output to exact for the check."""
+    if record.returncode != 0 and _transient(record.log):
+        job.notes.append(f"run '{record.label}' hit Spark's '{_TRANSIENT}'; run again")
+    else:
+        _expect_clean(outcome, record)
+    if record.returncode != 0:
+        _expect_clean(outcome, job.run(f"{label}-again"))
+
+
+def _restart_lines(log: Path | None) -> list[str]:
+    """The run's status lines of epochs the driver started again."""
+    if log is None:
+        return []
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return []
+    return [line.strip()[:300] for line in text.splitlines() if RESTART_NOTICE in line]
+
+
+def container_workers(driver_pid: int) -> list[int]:
+    """The Spark Python workers running a container of the ``sparza run`` whose process is ``driver_pid``: the
+    processes under it (its JVM's Python workers) with a TCP connection to a port the driver listens on (the
+    container channel, :mod:`sparza.runtime.channel`; every other connection of a worker goes to the JVM). Read
+    from ``/proc`` (Linux)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    below: list[int] = []
+    todo = list(children.get(driver_pid, []))
+    while todo:
+        pid = todo.pop()
+        below.append(pid)
+        todo.extend(children.get(pid, []))
+    table = _tcp_table()
+    listening = {_port(local) for inode in _socket_inodes(driver_pid)
+                 for local, _remote, state in table.get(inode, []) if state == "0A"}
+    return sorted(pid for pid in below if any(
+        state == "01" and _port(remote) in listening
+        for inode in _socket_inodes(pid) for _local, remote, state in table.get(inode, [])))
+
+
+def _port(address: str) -> str:
+    return address.rsplit(":", 1)[1]
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    found: set[str] = set()
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    found.add(target[8:-1])
+    return found
+
+
+def _tcp_table() -> dict[str, list[tuple[str, str, str]]]:
+    """Socket inode → (local address, remote address, state) of every TCP socket (``/proc/net/tcp``, ``tcp6``)."""
+    table: dict[str, list[tuple[str, str, str]]] = {}
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(name).read_text().splitlines()[1:]:
+                fields = line.split()
+                if len(fields) > 9:
+                    table.setdefault(fields[9], []).append((fields[1], fields[2], fields[3]))
+    return table
 
 
 def _damage(job: SparkJob, outcome: Outcome, fault: str, label: str) -> None:
@@ -656,13 +797,14 @@ def check(job: SparkJob, outcome: Outcome, *, upto: int | None = None) -> None:
 def run_spark_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messages_override: int | None = None,
                  fault_override: str | None = None, kafka: Any = None, output_override: str | None = None,
                  input_override: str | None = None, task_api_override: str | None = None,
-                 extras: bool = True, drain: bool = True) -> Outcome:
+                 extras: bool = True, drain: bool = True, execution: bool = True) -> Outcome:
     """Run ``scenario`` in ``workdir`` against ``azurite`` (and ``kafka``, a Tansu broker, started here
     when the scenario uses Kafka and none is given): every phase, its fault, a final run, the check."""
     started = time.monotonic()
     outcome = Outcome(scenario, "spark", workdir=workdir, messages_override=messages_override,
                       fault_override=fault_override, output_override=output_override, input_override=input_override,
-                      task_api_override=task_api_override, extras=extras, drain=drain)
+                      task_api_override=task_api_override, extras=extras, drain=drain,
+                      execution=execution)
     workdir.mkdir(parents=True, exist_ok=True)
     own_kafka = None
     if kafka is None and scenario.uses_kafka:
