@@ -85,6 +85,26 @@ def test_found_a_committed_snapshot_left_with_a_ttl_after_a_failed_cleanup(seed:
     assert outcome.ok, outcome.report()
 
 
+# Found by the in-process soak: TestRunner.drain() requested its drain before taking the job claim, so a second
+# processor refused the claim left a drain request pending at the offsets of its time; the next drain run
+# stopped there and the later chunk never came out. Fixed in TestRunner: the claim first, as sparza run does.
+@pytest.mark.parametrize("seed", [101501, 104549, 243847069])
+def test_found_a_refused_second_processor_left_its_drain_request_behind(seed: int, tmp_path) -> None:
+    scenario = generate(seed)
+    assert scenario.fault == "second-processor" and scenario.drain != "none"
+    outcome = run_inprocess_scenario(scenario, tmp_path)
+    assert outcome.ok, outcome.report()
+
+
+# Found by the in-process soak: a fail-once fault drawn for the run after a purged-snapshot fault may end that run
+# before the purge is noticed; the engine took the injected failure for a purge reported without its name.
+def test_found_a_fail_once_ending_the_run_after_a_purge_first(tmp_path) -> None:
+    scenario = generate(104718)
+    assert scenario.fault == "purged-snapshot" and scenario.fault2 == "fail-once"
+    outcome = run_inprocess_scenario(scenario, tmp_path)
+    assert outcome.ok, outcome.report()
+
+
 def test_the_faults_fire_where_they_are_drawn(tmp_path) -> None:
     """A kill lands after the drawn commit step; a second processor taking over leaves processor 0 fenced."""
     killed = run_inprocess_scenario(generate(10), tmp_path / "kill")

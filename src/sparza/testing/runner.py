@@ -482,6 +482,8 @@ class TestRunner:
         from sparza.runtime.driver.drainmonitor import drain_completed, finish_drain, request_drain
 
         self._start()
+        for job in self._jobs:  # as sparza run: a processor refused the claim requests nothing
+            self._hold_claim(job)
         request, _ = request_drain([job.config for job in self._jobs], now_ms=self.now_ms)
         report = RunReport()
         pending = list(self._jobs)

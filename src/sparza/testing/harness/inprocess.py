@@ -370,7 +370,7 @@ def _apply_phase(job: InProcessJob, outcome: Outcome, fault: str, phase: int) ->
             "injected: the blob store is unreachable (in-process azurite-restart)")
         skip = s.fail_after if fault == "container-retry" else d.skip
         job.runner.fail_at(step, skip=skip, error=error)
-        record = job.run(f"{label}-{fault}")
+        record = job.run(f"{label}-{fault}", meant_to_fail=True)  # the injected failure may end it first
         fired = _fired(job.runner)
         outcome.notes.append(f"{fault} at {step} after {skip} commits: {'fired' if fired else 'did not fire'}")
         if record.returncode != 0 and fired:
