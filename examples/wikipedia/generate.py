@@ -144,14 +144,14 @@ def expected_user_sessions(edits: list[Edit], gap_ms: int = 30 * 60_000) -> dict
     for user, items in by_user.items():
         items.sort(key=lambda e: e.timestamp)
         group = [items[0]]
-        for e in [*items[1:], None]:
-            if e is not None and e.timestamp - group[-1].timestamp < gap_ms:
-                group.append(e)
+        for nxt in [*items[1:], None]:
+            if nxt is not None and nxt.timestamp - group[-1].timestamp < gap_ms:
+                group.append(nxt)
                 continue
             out[(user, group[0].timestamp)] = (group[-1].timestamp + gap_ms, len(group),
                                                sum(x.bytes_changed for x in group))
-            if e is not None:
-                group = [e]
+            if nxt is not None:
+                group = [nxt]
     return out
 
 

@@ -6,8 +6,27 @@ caller can catch everything sparza raises with one ``except`` and still match pr
 
 from __future__ import annotations
 
-__all__ = ["PAYLOAD_PREFIX_KEY", "ConfigError", "SerdeError", "SparzaError", "StartCheckError",
-           "StorageUnavailableError", "payload_preview", "set_payload_prefix_bytes"]
+import enum
+
+__all__ = ["JOB_CONFIG_PLACEHOLDER", "PAYLOAD_PREFIX_KEY", "ConfigError", "DataError", "ErrorKind", "SerdeError",
+           "SparzaError", "StartCheckError", "StorageUnavailableError", "classify", "job_config_ref", "payload_preview",
+           "set_job_config_path", "set_payload_prefix_bytes"]
+
+JOB_CONFIG_PLACEHOLDER = "<job config>"
+"""Stands for the job's config file in a hint (``--config <job config>``); the CLI puts in the path it was given."""
+
+_job_config_path: str | None = None
+
+
+def set_job_config_path(path: str | None) -> None:
+    """The config file this process runs (the CLI's ``--config``): what :func:`job_config_ref` names."""
+    global _job_config_path
+    _job_config_path = path
+
+
+def job_config_ref() -> str:
+    """The job's config file for a hint: the path the CLI was given, else :data:`JOB_CONFIG_PLACEHOLDER`."""
+    return _job_config_path or JOB_CONFIG_PLACEHOLDER
 
 PAYLOAD_PREFIX_KEY = "task.error.payload.prefix.bytes"
 _payload_prefix_bytes = 16
@@ -69,7 +88,18 @@ class StartCheckError(ConfigError):
     """
 
 
-class SerdeError(SparzaError, ValueError):
+class DataError(SparzaError, ValueError):
+    """One record can never be processed as it is: a serde failure, a typed table's not-null or type
+    violation, a record over a size limit. Deterministic (a retry fails the same way), so it is never
+    retried: the job fails naming the record, or routes it to the dead-letter stream
+    (``task.dead.letter.stream``). ``column`` names the offending column when there is one."""
+
+    def __init__(self, message: str, *, column: str | None = None) -> None:
+        self.column = column
+        super().__init__(message)
+
+
+class SerdeError(DataError):
     """A message could not be serialized or deserialized."""
 
 
@@ -78,3 +108,28 @@ class StorageUnavailableError(SparzaError, ConnectionError):
 
     Raised after retries are exhausted; the message says which endpoint and what to check.
     """
+
+
+class ErrorKind(enum.Enum):
+    """What an exception raised while a task handles a message is, which decides what may happen to it."""
+
+    CONFIG = "configuration error"
+    """A config value cannot work (:class:`ConfigError`): exit code 2, never ignorable."""
+    SYSTEM = "system error"
+    """sparza's own machinery under the task failed (a missing stream, a broker, storage): never ignorable."""
+    DATA = "data error"
+    """The record cannot be processed (:class:`DataError`): fail, or route to the dead-letter stream."""
+    TASK = "task exception"
+    """The task's own code raised: fail, or skip when ``task.ignored.exceptions`` names it."""
+
+
+def classify(exc: BaseException) -> ErrorKind:
+    """The :class:`ErrorKind` of ``exc``: config and data errors by type, any other error sparza raises on
+    purpose is a system error, everything else is the task's own exception."""
+    if isinstance(exc, ConfigError):
+        return ErrorKind.CONFIG
+    if isinstance(exc, DataError):
+        return ErrorKind.DATA
+    if isinstance(exc, SparzaError | StorageUnavailableError):
+        return ErrorKind.SYSTEM
+    return ErrorKind.TASK

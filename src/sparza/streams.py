@@ -30,6 +30,8 @@ class MessageType(IntEnum):
     USER = 0
     WATERMARK = 1
     END_OF_STREAM = 2
+    DRAIN = 3
+    """Samza's drain (1.8): the producer wrote everything it will write before the job's drain."""
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -11,7 +11,11 @@ which optional interfaces a task implements. Lifecycle, per task instance (one p
    (``WatermarkListenerTask``);
 5. ``on_end_of_stream(collector, coordinator)`` once, when every input of the task has ended
    (``EndOfStreamListenerTask``);
-6. ``close()`` once, after the commit of the batch in which every input of the task ended
+6. ``on_drain(collector, coordinator)`` once per drain of the job (``sparza run --drain``, ``sparza drain``),
+   when the task has processed its inputs up to the offsets observed at the request and every upstream
+   task drained, after the watermark callback of that batch (``DrainListenerTask``). A drained task is
+   not ended: the job's next run gives it new input again;
+7. ``close()`` once, after the commit of the batch in which every input of the task ended
    (``ClosableTask``). Not guaranteed for a task that never ends (Spark may stop or reuse its
    Python worker at any time) nor after a crash.
 
@@ -45,6 +49,7 @@ __all__ = [
     "BatchCollector",
     "BatchStreamTask",
     "ClosableTask",
+    "DrainListenerTask",
     "EndOfStreamListenerTask",
     "InitableTask",
     "MessageBatch",
@@ -211,6 +216,17 @@ class EndOfStreamListenerTask(Protocol):
 
     def on_end_of_stream(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
         """Called once, after the last message of the last input; may send final results."""
+        ...
+
+
+@runtime_checkable
+class DrainListenerTask(Protocol):
+    """A task told when the job drains (Samza's drain): it emits what it holds (open windows, partial
+    aggregates) so the job's next version starts clean."""
+
+    def on_drain(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
+        """Called once per drain, after the last message before it; may send final results (committed with the
+        batch, before the task's drain goes downstream)."""
         ...
 
 

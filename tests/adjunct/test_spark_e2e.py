@@ -144,7 +144,9 @@ def test_cdc_changes_are_visible_at_the_documented_batch(spark: Any, work_dir: P
 
 
 def test_broadcast_changes_are_visible_from_the_next_batch_in_every_task(spark: Any, work_dir: Path) -> None:
-    config = _job(work_dir, broadcast=True, bootstrap=False, order_partitions=4)
+    # The micro-batch mode's visibility (a common batch number); containers read the newest publication.
+    config = _job(work_dir, broadcast=True, bootstrap=False, order_partitions=4,
+                  **{"job.execution.mode": "batches"})
     _customers(config, {"c1": {"v": 1}, "c2": {"v": 1}})
     _run(spark, config)  # batch: the builder applies and publishes
     _customers(config, {"c1": {"v": 2}, "c2": {"v": 2}})

@@ -1,4 +1,5 @@
-"""Applications of the join, session and trigger tests, importable by dotted path (``app.class``).
+"""Applications of the join, session, trigger and drain tests, importable by dotted path (``app.class``; one
+low-level task, ``task.class``).
 
 Everything is configured by ``app.test.*`` keys so one class covers each generated shape:
 
@@ -49,8 +50,9 @@ def _merge(a: list[int], b: list[int]) -> list[int]:
 
 class OrdersPayments:
     """``mem.orders`` ⋈ ``mem.payments`` on ``order`` within ``app.test.within.ms``: both sides repartitioned by
-    order (``app.test.repartition``, default true) or joined where they are; kind ``app.test.join.kind``. Each
-    result is ``{"order", "l": order id or None, "r": payment id or None}`` in ``mem.joined``."""
+    order (``app.test.repartition``, default true) or joined where they are; kind ``app.test.join.kind``, what a
+    drain does with the buffers ``app.test.on.drain``. Each result is ``{"order", "l": order id or None, "r":
+    payment id or None}`` in ``mem.joined``."""
 
     def describe(self, app: StreamApplication) -> None:
         """Build the graph."""
@@ -66,7 +68,8 @@ class OrdersPayments:
         out = app.output("mem.joined", serde="json")
         (orders.join(payments, lambda o: o["order"], lambda p: p["order"],
                      lambda o, p: {"order": (o or p)["order"], "l": o and o["id"], "r": p and p["id"]},
-                     within=within, kind=kind, name="orders-payments", allowed_lateness_ms=lateness)
+                     within=within, kind=kind, name="orders-payments", allowed_lateness_ms=lateness,
+                     on_drain=str(config.get_str("app.test.on.drain", "emit")))
          .send_to(out))
 
 
@@ -145,3 +148,29 @@ class JoinThenWindow:
          .window(Windows.tumbling(size, lambda m: m["key"], [0, 0], _fold), name="paid")
          .map(pane_record)
          .send_to(app.output("mem.paid", serde="json")))
+
+
+class DrainingCount:
+    """A low-level task (``task.class``): counts messages per key in store ``counts``; ``on_drain`` numbers the
+    drains it saw (kept in the store) and emits every count with that number to ``mem.totals``."""
+
+    def init(self, context: Any) -> None:
+        """Take the store and the task name."""
+        self.store = context.get_store("counts")
+        self.name = context.task_name
+
+    def process(self, envelope: Any, collector: Any, coordinator: Any) -> None:
+        """Count the message under its key."""
+        key = envelope.key.decode() if isinstance(envelope.key, bytes) else str(envelope.key)
+        self.store.put(key, (self.store.get(key) or 0) + 1)
+
+    def on_drain(self, collector: Any, coordinator: Any) -> None:
+        """Emit every count, numbered by drain."""
+        from sparza.streams import OutgoingMessageEnvelope, SystemStream
+
+        drains = (self.store.get("#drains") or 0) + 1
+        self.store.put("#drains", drains)
+        for key, count in self.store.all():
+            if key != "#drains":
+                collector.send(OutgoingMessageEnvelope(SystemStream("mem", "totals"), {
+                    "task": self.name, "drain": drains, "key": key, "count": count}, key=key))

@@ -24,7 +24,8 @@ def _expected(block: str) -> list[str]:
 
 def test_the_doc_has_a_runnable_example_of_each_operator() -> None:
     text = "\n".join(BLOCKS)
-    assert len(BLOCKS) >= 3 and ".join(payments" in text and "Windows.session(" in text and "early=every(" in text
+    assert len(BLOCKS) >= 4 and ".join(payments" in text and "Windows.session(" in text and "early=every(" in text
+    assert "runner.drain()" in text
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"example-{i}" for i in range(len(BLOCKS))])

@@ -30,10 +30,10 @@ from sparza.api.stage_task import table_row
 from sparza.api.window_state import TriggeredWindowState, WindowState, window_state
 from sparza.config import Config
 from sparza.control import TaskControl
-from sparza.control.drain import DrainListenerTask
 from sparza.serde import JsonSerde, StringSerde
 from sparza.state.kv import RocksDbStore
 from sparza.streams import IncomingMessageEnvelope, MessageType, SystemStream, SystemStreamPartition
+from sparza.task import DrainListenerTask
 
 
 def count_sum(m: dict[str, int], acc: list[int]) -> list[int]:
@@ -304,7 +304,7 @@ def test_task_control_writes_the_held_back_watermark_to_an_intermediate_output()
     assert [(e.type, e.timestamp) for e in sent] == [(MessageType.WATERMARK, 750)] * 2
 
 
-# --- drain (the callback; the runtime does not call it yet) ---------------------------------------------
+# --- drain (the callback; tests/api/test_drain_runner.py drains through the runtime) ------------------------
 class DrainApp:
     """A left join of two streams, and a tumbling window of one of them, both in stage ``main``."""
 
@@ -341,7 +341,7 @@ def test_on_drain_fires_open_windows_and_emits_unmatched_join_sides_where_the_jo
     task.process(IncomingMessageEnvelope(a, "1", None, {"k": "y", "id": 3}, 50), collector, coordinator)
     assert DrainApp.sunk == [{"l": 1, "r": 2}]
     task.on_drain(collector, coordinator)
-    task.on_drain(collector, coordinator)  # once
+    task.on_drain(collector, coordinator)  # again: nothing is left to fire
     expected = [{"l": 1, "r": 2}, {"l": 3, "r": None}] if policy == "emit" else [{"l": 1, "r": 2}]
     assert DrainApp.sunk == [*expected, ("x", 0, 1), ("y", 0, 1)]
     left = list(context.get_store("join-ab").range("b|", "b}"))

@@ -44,7 +44,7 @@ def test_bare_end_of_stream_from_a_source_has_no_producer():
     (2, b'{"version":9,"taskName":"P","taskCount":1}', "newer than this reader"),
     (0, b"{}", "user message"),
     (7, b"{}", "unknown message type"),
-    (3, b'{"taskName":"P","version":1,"runId":"r"}', "Samza's drain message, which sparza does not support"),
+    (3, b'{"taskName":"P","version":1,"runId":"r"}', "drain message, whose body has a runId"),
     (1, b"", "empty watermark"),
 ])
 def test_malformed_bodies_raise_with_the_reason(mtype, data, reason):

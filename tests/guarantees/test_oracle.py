@@ -178,7 +178,7 @@ def test_extras_are_drawn_apart_and_leave_older_draws_alone() -> None:
     """The extras (intermediate streams, Delta on az://, several processors, the new faults, a second fault,
     the probe chunk) come from a third generator: each is drawn, only where it fits, and ``extras=False``
     is the scenario as generated before them."""
-    drawn = [generate(seed) for seed in range(1, 600)]
+    drawn = [generate(seed, drain=False) for seed in range(1, 600)]
     assert {s.intermediate for s in drawn if s.api == "app"} == {"default", "kafka", "delta"}
     assert {s.intermediate for s in drawn if s.api == "task"} == {"default"}
     assert {s.delta_location for s in drawn} == {"local", "azure"}
@@ -225,7 +225,7 @@ def test_operators_are_drawn_apart_with_the_extras_and_leave_older_draws_alone()
     """Joins, sessions and triggers come from their own generator (OPERATORS_SALT), only with the extras: every
     shape is drawn, each scenario so drawn is bounded in one chunk, a join has no table join and no upsert
     table, and without the extras a seed is what it was."""
-    drawn = [generate(seed) for seed in range(1, 600)]
+    drawn = [generate(seed, drain=False) for seed in range(1, 600)]
     joins = [s for s in drawn if s.kind == "join"]
     sessions = [s for s in drawn if s.kind == "session"]
     triggered = [s for s in drawn if s.kind == "window" and _operators_drawn(s)]
@@ -248,6 +248,33 @@ def test_operators_are_drawn_apart_with_the_extras_and_leave_older_draws_alone()
         if s.late_trigger:
             assert s.allowed_lateness_ms
     assert "join" in generate(1642).describe() and "window" in generate(1642, extras=False).describe()
+
+
+def test_drain_is_drawn_apart_with_the_extras_and_leaves_older_draws_alone() -> None:
+    """A drain (DRAIN_SALT) is drawn last, only with the extras and a standalone job: both modes, every kind of
+    job; a drained scenario is unbounded in two chunks or more with the same messages, each chunk after the first
+    beyond the reach of the windows, sessions and joins of the ones before; ``drain=False`` is the seed as it was."""
+    drawn = [generate(seed) for seed in range(1, 1000)]
+    drains = [s for s in drawn if s.drain != "none"]
+    assert {s.drain for s in drains} == {"run", "request"}
+    assert {"window", "session", "join"} <= {s.kind for s in drains} and {"copy", "count"} <= {s.kind for s in drains}
+    for s in drawn:
+        plain = generate(s.seed, drain=False)
+        if s.drain == "none":
+            assert s == plain
+            continue
+        assert s.processors == 1 and "kafka-restart" not in (s.fault, s.fault2)
+        assert generate(s.seed, extras=False).drain == "none"
+        assert not s.bounded and s.chunks == max(2, plain.chunks) and {m.chunk for m in s.messages} == set(
+            range(s.chunks))
+        assert [(m.id, m.key, m.n, m.partition) for m in s.messages] == [
+            (m.id, m.key, m.n, m.partition) for m in plain.messages]
+        reach = (max(s.window_size_ms, s.session_gap_ms, s.join_within_ms + 1) + s.allowed_lateness_ms
+                 + 600 * s.step_ms)
+        for chunk in range(1, s.chunks):
+            before = max(m.timestamp for m in s.messages if m.chunk < chunk)
+            assert min(m.timestamp for m in s.messages if m.chunk == chunk) >= before + reach
+    assert reproduce_command(7, drain=False).endswith("--seed 7 --drain none")
 
 
 def test_join_session_and_pane_oracles() -> None:

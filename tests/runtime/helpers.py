@@ -40,6 +40,20 @@ def final_counts(config: Config, stream: str = "counts") -> tuple[dict[str, int]
     return best, rows
 
 
+def counts_per_key(config: Config, stream: str = "counts") -> dict[str, list[int]]:
+    """Every count the output holds per key, in ascending order (exactly-once: ``1 .. n`` for ``n`` messages)."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(Path(config["systems.delta.delta.root"]) / stream)).to_pyarrow_table(
+        columns=["value", "type"])
+    out: dict[str, list[int]] = {}
+    for value, kind in zip(table.column("value").to_pylist(), table.column("type").to_pylist(), strict=True):
+        if kind == 0:
+            body = json.loads(value)
+            out.setdefault(body["key"], []).append(int(body["count"]))
+    return {key: sorted(counts) for key, counts in out.items()}
+
+
 def expected_counts(messages: int, keys: int) -> dict[str, int]:
     """What the keyed count must produce for ``append_messages(messages, keys)``."""
     out: dict[str, int] = {}

@@ -61,3 +61,13 @@ class WindowingTask:
     def window(self, collector: Any, coordinator: Any) -> None:
         for key, count in self.store.all():
             collector.send(OutgoingMessageEnvelope(COUNTS, {"key": key, "count": count}, key=key))
+
+
+class UnreachableLookupTask:
+    """``init`` cannot reach a service it needs: a ``ConnectionError`` a new attempt might cure, every time."""
+
+    def init(self, context: Any) -> None:
+        raise ConnectionError("cannot reach the lookup service at lookup.invalid:443")
+
+    def process(self, envelope: Any, collector: Any, coordinator: Any) -> None:
+        raise AssertionError("never delivered: init failed")

@@ -55,8 +55,10 @@ def test_keyed_count_through_spark_connect_is_exact_across_a_restart(connect_spa
 def test_a_logged_batch_without_its_commit_runs_again_with_the_same_plan(connect_spark, make_job, sparza_package,
                                                                         monkeypatch):
     # The client loop's plan log belongs to the micro-batch mode (containers keep no offset log).
+    # No restart in the run: the client's death must end it, as a crash of the process would.
     config = _on_connect(make_job, sparza_package, **{"task.max.batch.messages": "10000",
-                                                        "job.execution.mode": "batches"})
+                                                        "job.execution.mode": "batches",
+                                                        "job.container.max.restarts": "0"})
     append_messages(config, 600, 5, commit_size=600)
 
     def client_dies(self, n):

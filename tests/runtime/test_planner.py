@@ -149,6 +149,16 @@ def test_plans_round_trip_through_the_json_spark_keeps_in_its_offset_log():
     assert body["tasks"]["Partition 0"]["replay"] == {"ends": {"delta.events#0": "2:5"}, "planned_at": 99,
                                                       "bounded_ends": {"delta.events#0": "3:0"}}
     assert body["tasks"]["Partition 1"]["planned_at"] == 77 and "replay" not in body["tasks"]["Partition 1"]
+    # A plan made under a drain records it, and a replayed intent keeps the drain its split ran under.
+    from sparza.runtime.drain import DrainRequest
+
+    drained = BatchPlan(5, 2_000, {
+        "Partition 0": TaskPlan({"delta.events#0": "2:5"}, planned_at_ms=99, bounded_ends={},
+                                drain={"id": "d1", "unreached": ["delta.events#0"]}),
+        "Partition 1": TaskPlan({"delta.events#1": "1:7"}, replay=Replay({"delta.events#1": "1:9"}, 98, {},
+                                                                        {"id": "d1", "unreached": []}))},
+        DrainRequest("d1", 1_999, {"delta.events#0": "2:9", "delta.events#1": "1:9"}))
+    assert BatchPlan.from_json(json.loads(json.dumps(drained.to_json()))) == drained
 
 
 def test_reset_offset_starts_main_inputs_at_the_default_unless_a_batch_is_half_committed(make_job):

@@ -75,7 +75,7 @@ def test_lost_spark_checkpoint_after_a_half_committed_batch_repeats_exactly_that
     # once (test_process.py::test_injected_spark_task_failure_is_retried_exactly).
     marker = work_dir / "failed-once"
     config = make_job(**{"task.testing.fail.once.file": str(marker), "task.max.batch.messages": "10000",
-                         "job.execution.mode": "batches"})
+                         "job.execution.mode": "batches", "job.container.max.restarts": "0"})
     append_messages(config, 600, 5, commit_size=600)
     failing = JobRunner(config, spark=spark, once=True, install_signal_handlers=False, status=lambda line: None)
     with pytest.raises(JobFailedError):
@@ -144,7 +144,9 @@ def test_window_runs_every_task_window_ms_of_plan_time(spark, make_job):
     assert counts == expected_counts(600, 4)  # the last window saw every message
     assert rows > len(counts)  # and earlier windows ran too
     checkpoints = checkpoint_store_from_config(config, "kc-2").read_all()
-    assert all(cp.window_at_ms > 0 for cp in checkpoints.values())
+    # Every task that ran a batch started its timer (a task whose partition is empty runs none under --once).
+    assert all(cp.window_at_ms > 0 for cp in checkpoints.values() if cp.committed)
+    assert any(cp.committed for cp in checkpoints.values())
 
 
 def test_prometheus_endpoint_serves_the_job_metrics_while_it_runs(spark, make_job):
@@ -214,8 +216,8 @@ def test_task_exception_stops_the_job_unless_ignored(spark, make_job):
     task = "tests.runtime.jobs.FailingOnKeyTask"
     config = make_job(**{"task.class": task})
     _send_raw(config, [(b"a", b"1"), (b"bad", b"2"), (b"a", b"3")])
-    with pytest.raises(JobFailedError, match=r"task exception in task 'Partition 0' at delta.events#0 offset 1:1: "
-                                             r"ValueError: key 'bad' is not allowed"):
+    with pytest.raises(JobFailedError, match=r"task exception in task 'Partition 0' at delta.events#0 offset 1:1 "
+                                             r"key \[payload: 3 bytes: b'bad'\]: ValueError: key 'bad' is not allowed"):
         _run(spark, config)
     ignoring = Config({**dict(config.items()), "task.ignored.exceptions": "ValueError"})
     runner = _run(spark, ignoring)

@@ -1,6 +1,11 @@
-"""A job on a Spark standalone cluster started from the installed pyspark: one master, two workers
-(one core each, loopback only), each executor with its own local state dir. Tasks run on both
-executors; when a task lands on the other executor it restores from the blob store. Exact counts.
+"""A job on a Spark standalone cluster started from the installed pyspark (:class:`StandaloneCluster`: one
+master, two one-core workers on loopback, each executor with its own local state dir, as two hosts have).
+
+In the container mode, with steady input over several short epochs, every task stays on the executor that
+holds its state: its checkpoint's ``location`` never changes and nothing is restored from the blob store.
+When one worker is killed mid-run, each of its tasks moves once to the survivor (one restore each, a status
+line naming it) and the others stay; the output is exact (each key's counts are 1..n, against an oracle
+computed from the messages appended).
 
 The executors do not have the project: their Python sees only the installed dependencies (no PYTHONPATH,
 no editable install of sparza, working dirs outside the repo), so sparza and the task class reach them
@@ -11,119 +16,214 @@ run does not contain it. The Delta streams stay in a temp dir all processes of t
 
 from __future__ import annotations
 
-import os
+import json
+import re
 import signal
-import socket
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from examples.keyed_count.load import append_messages
-from tests.runtime.helpers import expected_counts, final_counts, run_sparza, sparza_env, write_config
+from examples.keyed_count.load import SteadyInput, append_messages
+from tests.runtime.helpers import counts_per_key, expected_counts, sparza_cmd, sparza_env, write_config
 
 from sparza.azure import AZURITE_ACCOUNT_KEY
 from sparza.devservers.spark import executor_python
+from sparza.devservers.sparkcluster import StandaloneCluster
 
 pytestmark = pytest.mark.slow
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+KEYS = 23
+TASKS = [f"Partition {i}" for i in range(4)]
+PHASE_TIMEOUT_S = 300.0
 
 
-def _wait_port(port: int, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.3)
-    raise AssertionError(f"port {port} did not open")
+class Watch:
+    """What the running job shows through its public surfaces: ``sparza checkpoints show`` sampled in a
+    thread (each task's batch and location), and the epochs and notices of its status lines."""
+
+    def __init__(self, config_path: Path, log: Path) -> None:
+        self.config_path, self.log = config_path, log
+        self.samples: list[dict[str, dict[str, Any]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            result = subprocess.run(sparza_cmd("checkpoints", "show", "--config", str(self.config_path), "--json",
+                                               "--no-lag"), capture_output=True, text=True, timeout=120,
+                                    env=sparza_env(), check=False)
+            if result.returncode == 0 and result.stdout.strip().startswith("{"):
+                shown = json.loads(result.stdout)
+                self.samples.append({t: {"batch": cp.get("batch"), "location": cp.get("location")}
+                                     for t, cp in shown.items()})
+            self._stop.wait(1.0)
+
+    def start(self) -> Watch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(150)
+
+    def latest(self) -> dict[str, dict[str, Any]]:
+        return self.samples[-1] if self.samples else {}
+
+    def lines(self) -> list[str]:
+        return self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
+
+    def epoch(self) -> int:
+        """The newest epoch a status line reported a commit of."""
+        found = [int(m.group(1)) for line in self.lines() for m in [re.search(r"\(epoch (\d+):", line)] if m]
+        return max(found, default=0)
+
+    def moves(self) -> list[str]:
+        return [line for line in self.lines() if " moved from " in line]
 
 
-def _spark_class() -> str:
-    import pyspark
+def _wait(what: str, condition: Callable[[], bool], proc: subprocess.Popen[Any], watch: Watch) -> None:
+    deadline = time.monotonic() + PHASE_TIMEOUT_S
+    while not condition():
+        if proc.poll() is not None:
+            raise AssertionError(f"sparza run exited ({proc.returncode}) while waiting for {what}:\n"
+                                 + "\n".join(watch.lines()[-40:]))
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {PHASE_TIMEOUT_S:.0f}s; checkpoints {watch.latest()}:\n"
+                                 + "\n".join(watch.lines()[-40:]))
+        time.sleep(0.5)
 
-    return str(Path(pyspark.__file__).parent / "bin" / "spark-class")
+
+def _worker_of(location: str | None, cluster: StandaloneCluster) -> int | None:
+    """The worker whose state dir a checkpoint's ``location`` (``host:dir#id``) names."""
+    for i, worker in cluster.workers.items():
+        if location and f":{worker.state_dir}#" in location:
+            return i
+    return None
 
 
-def _start(args: list[str], env: dict[str, str], log: Path, cwd: Path) -> subprocess.Popen:
-    cwd.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([_spark_class(), *args], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            start_new_session=True, cwd=cwd)
+def _changes(values: list[str | None]) -> list[str]:
+    """The distinct values in order of change (``a a b b a`` → ``a b a``), Nones left out."""
+    out: list[str] = []
+    for value in values:
+        if value is not None and (not out or out[-1] != value):
+            out.append(value)
+    return out
 
 
-def test_packaged_job_on_a_standalone_cluster_whose_executors_lack_the_project(make_job, work_dir, sparza_package,
-                                                                             azure_connection_string, unique_name):
+def _last_metrics(path: Path) -> dict[str, dict[str, Any]]:
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert lines, "no metrics were reported"
+    return dict(lines[-1]["metrics"])
+
+
+def test_tasks_stay_on_their_executors_and_move_once_when_a_worker_is_killed(
+        make_job, work_dir, sparza_package, azure_connection_string, unique_name):
     python = str(executor_python(work_dir / "executor-python"))
-    base_env = {**{k: v for k, v in os.environ.items()
-                   if k not in ("PYTHONPATH", "AZURE_STORAGE_CONNECTION_STRING") and not k.startswith("SPARZA_")},
-                "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_MASTER_HOST": "127.0.0.1", "PYSPARK_PYTHON": python,
-                "SPARK_NO_DAEMONIZE": "1"}
+    cluster = StandaloneCluster(work_dir / "cluster", workers=2, python=python)
     # The executors' Python, in a worker's environment and dir, cannot import the project by itself.
-    bare = subprocess.run([python, "-c", "import sparza"], env=base_env, cwd=work_dir, capture_output=True,
+    bare = subprocess.run([python, "-c", "import sparza"], env=cluster.env, cwd=work_dir, capture_output=True,
                           text=True, check=False)
     assert "No module named 'sparza'" in bare.stderr
-    master_port = _free_port()
-    procs: list[subprocess.Popen] = []
-    try:
-        procs.append(_start(["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                             str(master_port), "--webui-port", str(_free_port())], base_env, work_dir / "master.log",
-                            work_dir / "master"))
-        _wait_port(master_port)
-        for i in (1, 2):
-            state = work_dir / f"worker{i}-state"
-            env = {**base_env, "SPARZA_EXECUTOR_STATE": str(state),
-                   "SPARK_WORKER_DIR": str(work_dir / f"worker{i}-work"),
-                   "SPARK_LOCAL_DIRS": str(work_dir / f"worker{i}-local")}
-            procs.append(_start(["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "1",
-                                 "--memory", "1g", "--webui-port", str(_free_port()),
-                                 f"spark://127.0.0.1:{master_port}"], env, work_dir / f"worker{i}.log",
-                                work_dir / f"worker{i}"))
-        (work_dir / "events").mkdir()
-        config = make_job(partitions=4, **{
-            "job.logged.store.base.dir": "${SPARZA_EXECUTOR_STATE}",
-            "job.spark.checkpoint.dir": str(work_dir / "spark-checkpoint"),
-            "job.py.files": str(sparza_package),
-            "job.filesystem.shared": "true",
-            "blob.store.manager.factory": "azure",
-            "blob.store.azure.container": unique_name,
-            "azure.storage.connect": azure_connection_string,
-            "task.max.batch.messages": "200",
-            "spark.executor.memory": "512m",
-            "spark.cores.max": "2",
-            "spark.task.maxFailures": "2",
-            "spark.eventLog.enabled": "true",
-            "spark.eventLog.dir": str(work_dir / "events"),
-            "spark.eventLog.compress": "false",
-        })
-        append_messages(config, 1200, 11, commit_size=400)
-        path = write_config(config, work_dir / "job.yaml")
-        # The driver names the executors' Python (PySpark ships PYSPARK_PYTHON with each function).
-        env = {**{k: v for k, v in sparza_env().items() if k != "AZURE_STORAGE_CONNECTION_STRING"},
-               "PYSPARK_PYTHON": python}
-        result = run_sparza("run", "--config", str(path), "--once", "--master", f"spark://127.0.0.1:{master_port}",
-                            env=env, timeout=420)
-        assert result.returncode == 0, result.stderr[-3000:]
-        counts, rows = final_counts(config)
-        assert counts == expected_counts(1200, 11)
-        assert rows == 1200
-        events = "\n".join(p.read_text(errors="replace") for p in (work_dir / "events").rglob("*") if p.is_file())
-        assert "Partition 1" in events and "sparza-secrets-" in events  # the batches and the secrets file are logged
-        assert AZURITE_ACCOUNT_KEY not in events
-        # Both executors ran tasks: each worker's state dir holds task stores.
-        for i in (1, 2):
-            stores = list((work_dir / f"worker{i}-state").glob("*/counts/Partition_*"))
-            assert stores, f"no task ran on worker {i}"
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+    (work_dir / "events").mkdir()
+    config = make_job(partitions=len(TASKS), **{
+        "job.logged.store.base.dir": "${SPARZA_EXECUTOR_STATE}",
+        "job.spark.checkpoint.dir": str(work_dir / "spark-checkpoint"),
+        "job.py.files": str(sparza_package),
+        "job.filesystem.shared": "true",
+        "job.execution.mode": "containers",
+        "job.container.epoch.ms": "4000",
+        "blob.store.manager.factory": "azure",
+        "blob.store.azure.container": unique_name,
+        "azure.storage.connect": azure_connection_string,
+        "task.max.batch.messages": "200",
+        "metrics.reporter.jsonl.path": str(work_dir / "metrics.jsonl"),
+        "spark.executor.memory": "512m",
+        "spark.cores.max": "2",
+        "spark.task.maxFailures": "2",
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": str(work_dir / "events"),
+        "spark.eventLog.compress": "false",
+    })
+    append_messages(config, 400, KEYS, commit_size=400)
+    path = write_config(config, work_dir / "job.yaml")
+    log = work_dir / "run.log"
+    # The driver names the executors' Python (PySpark ships PYSPARK_PYTHON with each function).
+    env = {**{k: v for k, v in sparza_env().items() if k != "AZURE_STORAGE_CONNECTION_STRING"},
+           "PYSPARK_PYTHON": python}
+    feeder = SteadyInput(config, KEYS, 40, start=400)
+    watch = Watch(path, log)
+    proc: subprocess.Popen[bytes] | None = None
+    with cluster:
+        try:
+            with log.open("w") as out:
+                proc = subprocess.Popen(sparza_cmd("run", "--config", str(path), "--master", cluster.url),
+                                        env=env, stdout=out, stderr=subprocess.STDOUT, cwd=work_dir)
+            feeder.start()
+            watch.start()
+
+            # 1. Steady input over several epochs: every task commits >= 20 times where it started.
+            _wait("20 commits per task over 3 epochs", lambda: watch.epoch() >= 3 and len(watch.latest()) == len(TASKS)
+                  and min((cp["batch"] or 0) for cp in watch.latest().values()) >= 20, proc, watch)
+            before = list(watch.samples)
+            first = {t: before[-1][t]["location"] for t in TASKS}
+            for sample in before:
+                for task, cp in sample.items():
+                    assert cp["location"] in (None, first[task]), f"{task} moved without cause: {before}"
+            placed = {t: _worker_of(loc, cluster) for t, loc in first.items()}
+            assert set(placed.values()) == {1, 2}, f"tasks not on both executors: {first}"
+            assert watch.moves() == [], watch.moves()
+            steady = _last_metrics(work_dir / "metrics.jsonl")
+            assert steady["aggregate"]["stores-restored-from-blob-store"] == 0, steady["aggregate"]
+
+            # 2. One worker (host) lost: its tasks move to the survivor, once each; the others stay.
+            cluster.kill_worker(2)
+            killed_at = {t: before[-1][t]["batch"] for t in TASKS}
+            moved = sorted(t for t, w in placed.items() if w == 2)
+            epoch_at_kill = watch.epoch()
+            _wait("every task committing on the survivor", lambda: all(
+                _worker_of(cp["location"], cluster) == 1 and (cp["batch"] or 0) >= killed_at[t] + 5
+                for t, cp in watch.latest().items()) and watch.epoch() >= epoch_at_kill + 3, proc, watch)
+            total = feeder.stop()
+            assert feeder.error is None, feeder.error
+            _wait("all messages counted", lambda: sum(len(c) for c in counts_per_key(config).values()) >= total,
+                  proc, watch)
+            proc.send_signal(signal.SIGTERM)  # Ctrl-C (SIGINT) reaches PySpark's own handler first
+            assert proc.wait(timeout=180) == 0, "\n".join(watch.lines()[-40:])
+        finally:
+            feeder.stop()
+            watch.stop()
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+
+    for task in TASKS:  # where each task's checkpoints say it committed, in order of change
+        seen = _changes([sample[task]["location"] for sample in watch.samples if task in sample])
+        if task in moved:  # worker 2's dir, then worker 1's, never back
+            assert len(seen) == 2 and seen[0] == first[task] and _worker_of(seen[1], cluster) == 1, (task, seen)
+        else:
+            assert seen == [first[task]], f"{task} moved although its executor lived: {seen}"
+    lines = watch.moves()
+    for task in TASKS:
+        named = [line for line in lines if f"task {task} moved from " in line]
+        assert len(named) == (1 if task in moved else 0), (task, lines)
+    assert all("executor is gone" in line for line in lines), lines
+    metrics = _last_metrics(work_dir / "metrics.jsonl")
+    for task in TASKS:
+        restored = metrics.get(f"{task}:stores", {}).get("restored-from-blob-store", 0)
+        assert restored == (1 if task in moved else 0), (task, restored)
+    assert metrics["aggregate"]["stores-restored-from-blob-store"] == len(moved)
+    assert metrics["aggregate"]["tasks-moved"] == len(moved)
+
+    # Exactly once: each key's counts are 1..n for the n messages appended with that key.
+    expected = expected_counts(total, KEYS)
+    assert counts_per_key(config) == {key: list(range(1, n + 1)) for key, n in expected.items()}
+    events = "\n".join(p.read_text(errors="replace") for p in (work_dir / "events").rglob("*") if p.is_file())
+    assert "sparza-epoch-" in events and "sparza-secrets-" in events  # the epochs and the secrets file are logged
+    assert AZURITE_ACCOUNT_KEY not in events
+    # Both executors ran tasks: each worker's state dir holds task stores.
+    for i in (1, 2):
+        assert list(cluster.state_dir(i).glob("*/counts/Partition_*")), f"no task ran on worker {i}"

@@ -110,9 +110,21 @@ def test_input_of_an_undeclared_system(start_check: Callable[..., Any]) -> None:
     _assert_start_check(start_check(**{"task.inputs": "other.events"}), "'systems.other.samza.factory'")
 
 
-def test_input_stream_that_does_not_exist(start_check: Callable[..., Any]) -> None:
+def test_input_stream_that_does_not_exist(start_check: Callable[..., Any], work_dir: Path) -> None:
     _assert_start_check(start_check(**{"task.inputs": "delta.nosuch"}), "task.inputs", "'nosuch' does not exist",
-                        "sparza stream create")
+                        f"sparza stream create nosuch --partitions N --config {work_dir / 'job.yaml'}")
+
+
+def test_output_stream_the_config_names_that_does_not_exist(start_check: Callable[..., Any], work_dir: Path) -> None:
+    """The job's output (the keyed count's own setting keyed_count.output) was never created: before Spark, not
+    as a failed batch (where it was a 'task exception' that task.ignored.exceptions could hide, dropping every
+    message). A stream the config only describes (a serde) may be a leftover: a warning, not a refusal."""
+    result = start_check(**{"keyed_count.output": "delta.totals", "task.ignored.exceptions": "*",
+                            "systems.delta.streams.leftover.samza.msg.serde": "json"})
+    _assert_start_check(result, "'keyed_count.output'", "output stream delta.totals (", "which does not exist",
+                        f"sparza stream create totals --system delta --partitions N --config {work_dir / 'job.yaml'}")
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert any("stream delta.leftover" in line and f"--config {work_dir / 'job.yaml'}" in line for line in warnings)
 
 
 def test_blob_store_root_that_cannot_be_written(start_check: Callable[..., Any], work_dir: Path) -> None:

@@ -12,7 +12,7 @@ from sparza.blobstore import blob_store_manager_from_config, collect_garbage
 from sparza.blobstore.api import INDEX_PAYLOAD_PATH, Metadata
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
-from sparza.runtime import stores as stores_module
+from sparza.runtime.container import stores as stores_module
 from sparza.runtime.container.stores import TaskStores
 from sparza.runtime.errors import RuntimeStateError
 from sparza.runtime.jobconfig import JobConfig

@@ -221,10 +221,11 @@ def test_misuse_is_named() -> None:
             runner.store("count")
         with pytest.raises(TestInputError, match="delta.nope is not a stream of this runner"):
             runner.outputs("delta.nope")
-    # The job writes a stream the test did not declare: the task's error says how to declare it.
+    # The job writes a stream the test did not declare: the error (a system error, not the task's) says how.
     with TestRunner.of(KeyedCountTask, KEYED_COUNT) as runner:
         runner.add_input("delta.events", [TestMessage(b"v", key=b"k")])
-        with pytest.raises(JobFailedError, match="in-memory stream 'delta.counts' does not exist.*add_output"):
+        with pytest.raises(JobFailedError, match="system error.*in-memory stream 'delta.counts' does not exist"
+                                                 ".*add_output"):
             runner.run()
 
 

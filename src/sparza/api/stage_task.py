@@ -24,7 +24,7 @@ from sparza.api.join_state import JoinState
 from sparza.api.session_state import SessionState
 from sparza.api.stage_plan import APP_STAGE_KEY, build_application, intermediate_streams
 from sparza.api.stage_split import StageSpec, split_stages, watermark_holdbacks
-from sparza.api.window_state import WindowState, window_state
+from sparza.api.window_state import TriggeredWindowState, WindowState, window_state
 from sparza.api.windows import SessionSpec, WindowError, WindowPane
 from sparza.control.settings import ControlSettings, LatePolicy
 from sparza.errors import SerdeError, payload_preview
@@ -164,7 +164,6 @@ class StageTask:
         self._late_stream: SystemStream | None = None
         self._context: TaskContext | None = None
         self._ended = False
-        self._drained = False
         self._emitters: dict[int, Emit] = {}
         self._side_emitters: dict[tuple[int, str], Emit] = {}
         self._fanouts: dict[int, Emit] = {}
@@ -384,7 +383,8 @@ class StageTask:
                                   f"timestamps or pass timestamp_fn")
             return ts if ts.__class__ is int else int(ts)
 
-        if isinstance(state, WindowState) and not spec.triggered:
+        if not isinstance(state, (TriggeredWindowState, SessionState)):
+            # The plain one-firing window: no panes to take between messages.
             def emit_window(value: Any, key: Any, timestamp: Any) -> None:
                 ts = timestamp_fn(value) if timestamp_fn is not None else timestamp
                 if ts.__class__ is not int:
@@ -525,13 +525,12 @@ class StageTask:
                 self._emit_panes(op, self._windows[op.id].flush())
 
     def on_drain(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
-        """The job drains (once every input drained; not called by the runtime yet, see
-        :mod:`sparza.control.drain`): fire every open window and session, and emit the unmatched messages of the
+        """The job drains (the runtime calls this once per drain, when every input drained, see
+        :mod:`sparza.runtime.drain`): fire every open window and session, and emit the unmatched messages of the
         joins whose ``on_drain`` is ``emit`` (the others keep their buffers for the next run), upstream
         operators first, so the next version of the job starts clean."""
-        if self._drained or self.stage is None:
+        if self.stage is None:
             return
-        self._drained = True
         if collector is not self._collector:
             self._begin_batch(collector)
         self._coordinator = coordinator

@@ -183,7 +183,7 @@ class TriggeredWindowState(WindowState):
         for start in spec.starts(timestamp):
             end = start + spec.size_ms
             closed = fired is not None and end <= fired
-            if closed and end + self.lateness <= fired:
+            if fired is not None and end + self.lateness <= fired:
                 late = True
                 continue
             skey = self._retained_key(start, key_text) if closed else self._prefix(start) + key_text

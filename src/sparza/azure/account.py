@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparza.config import Config, define_key
+from sparza.config import Config, define_check, define_key
 from sparza.errors import ConfigError
 
 __all__ = [
@@ -46,6 +46,9 @@ def storage_timeout_s(config: Mapping[str, str]) -> float:
     """``azure.storage.timeout.ms`` in seconds (default 30 s)."""
     cfg = Config.of(config)
     return cfg.get_int(TIMEOUT_KEY, 30000, min_value=1) / 1000.0
+
+
+define_check("sparza.azure", storage_timeout_s)
 
 
 _CONTAINER = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}$")

@@ -23,7 +23,7 @@ from sparza.blobstore.api import (
     Metadata,
     RetriableError,
 )
-from sparza.config import Config, define_key
+from sparza.config import Config, define_check, define_key
 
 __all__ = ["RetryPolicy", "RetryingBlobStoreManager"]
 
@@ -164,3 +164,6 @@ class RetryingBlobStoreManager(BlobStoreManager):
 
     def close(self) -> None:
         self.inner.close()
+
+
+define_check(_PKG, RetryPolicy.from_config)

@@ -26,7 +26,7 @@ _COMMAND_MODULES = (
     "sparza.cli.blobs",        # blobs ls|cat                              (systems.azureblob)
     "sparza.cli.snapshots",    # snapshots show|restore|verify, gc          (state.backup, blobstore)
     "sparza.cli.coordinator",  # coordinator status                         (coordination)
-    "sparza.cli.run",          # run, checkpoints show                      (runtime)
+    "sparza.cli.run",          # run, drain, checkpoints show               (runtime)
     "sparza.cli.demo",         # demo
     "sparza.cli.config",       # config check|migrate                       (config.check, config.samza)
 )

@@ -33,6 +33,8 @@ def check(config: str = typer.Option(..., "--config", "-c", metavar="FILE",
             typer.echo(f"      {entry.meaning} (default: {default}; {where}; pattern {entry.pattern})")
         elif entry.status == "free-form":
             typer.echo(f"      free-form {entry.meaning}")
+        elif entry.status == "job-code":
+            typer.echo(f"      the job's own setting: {entry.meaning}")
         elif entry.status == "samza-unused":
             typer.echo(f"      Samza key not used by sparza: {entry.meaning}")
         elif entry.status == "unused":

@@ -314,7 +314,8 @@ def _run_pipeline(conn: str, run_id: str, run_dir: Path, edits: list[Any], profi
     table_path, table_rows = _read_table(config)
     in_table = {(r["page"], _millis(r["window_start"])): (r["edits"], r["bytes_changed"], r["bot_edits"])
                 for r in table_rows}
-    sessions_path, session_rows, users, sessions_exact = "", [], 0, True
+    session_rows: list[dict[str, Any]] = []
+    sessions_path, users, sessions_exact = "", 0, True
     if sessions:
         sessions_path, session_rows = _read_table(config, "app.wikipedia.sessions.table")
         got_sessions = {(r["user"], _millis(r["window_start"])): (_millis(r["window_end"]), r["edits"],

@@ -1,9 +1,11 @@
-"""``sparza run`` (run a job or application on Spark) and ``sparza checkpoints show``."""
+"""``sparza run`` (run a job or application on Spark), ``sparza drain`` and ``sparza checkpoints show``."""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -34,15 +36,22 @@ def run(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="
                                          help="This processor's id (default: processor.id or 0); names its Spark "
                                               "checkpoint dir, so keep it stable across restarts."),
         once: bool = typer.Option(False, "--once", help="Process what is available now, commit and exit."),
+        drain: bool = typer.Option(False, "--drain",
+                                   help="Drain: process what is available now, fire every open window and session, "
+                                        "send the drain downstream, commit and exit (the next run continues)."),
         stage: str = typer.Option(None, "--stage", help="app.class jobs: run only this stage."),
         remote: str = typer.Option(None, "--remote", metavar="URL",
                                    help="Spark Connect URL sc://host:port (default: spark.remote); excludes --master."),
         py_files: str = typer.Option(None, "--py-files", metavar="ZIPS",
                                      help="Comma list of zips (sparza package) executors import the job's code "
                                           "from (default: job.py.files).")) -> None:
-    """Run a job until stopped (SIGINT/SIGTERM finish the batch, commit and exit 0), or until every
-    bounded input ended; with --once, until caught up. Exit codes: 0 clean stop, 1 job failed,
-    2 bad config, 3 another processor holds the job (standalone: refused, or claim lost while running)."""
+    """Run a job until stopped, or until every bounded input ended; with --once, until caught up; with --drain (or after
+    sparza drain), until drained.
+
+    Ctrl-C (SIGINT, to the process or its whole process group) and SIGTERM finish the running batch,
+    commit and exit 0; a second Ctrl-C stops at once without committing that batch (it runs again at
+    the next start) and exits 130. Exit codes: 0 clean stop, 1 job failed, 2 bad config, 3 another
+    processor holds the job (standalone: refused, or claim lost while running), 130 forced stop."""
     from sparza.config import Config
     from sparza.coordination.jobclaim import ClaimError
     from sparza.runtime.driver.app import run_config
@@ -53,11 +62,48 @@ def run(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="
     pid = processor_id or cfg.get_str("processor.id", None) or "0"  # type: ignore[attr-defined]
     try:
         outcome = run_config(cfg, master=master, remote=remote, processor_id=pid,  # type: ignore[arg-type]
-                             once=once, stage=stage)
+                             once=once, stage=stage, drain=drain)
     except ClaimError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_CLAIMED) from None
     raise typer.Exit(outcome.exit_code)
+
+
+def drain(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="Job config (YAML or .properties)."),
+          cancel: bool = typer.Option(False, "--cancel", help="Withdraw the pending drain request instead.")) -> None:
+    """Ask a running job to drain (Samza's drain): every task processes its input up to the offsets observed now,
+    fires every open window and session, sends its drain downstream and commits, then the job exits 0. The job
+    polls for the request every job.drain-monitor.poll.interval.ms; a job started later drains at its start.
+    An application drains as a whole (every stage). Exits 1 when --cancel finds no request."""
+    from sparza.runtime.drain import clear_drain, drain_scope
+    from sparza.runtime.driver.drainmonitor import request_drain
+    from sparza.runtime.driver.preflight import check_storage
+    from sparza.runtime.jobconfig import JobConfig
+
+    cfg = _load(config)
+    job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
+    configs = [cfg]
+    if job.app_class is not None and cfg.get_str("app.stage", None) is None:  # type: ignore[attr-defined]
+        from sparza.api import plan_application
+
+        configs = [stage.config for stage in plan_application(cfg).stages]  # type: ignore[arg-type]
+    for stage_cfg in configs:
+        check_storage(stage_cfg, blob_store=False, local=False)  # type: ignore[arg-type]
+    scope = drain_scope(configs[0])  # type: ignore[arg-type]
+    if cancel:
+        if not clear_drain(configs[0]):  # type: ignore[arg-type]
+            typer.echo(f"no pending drain request for {scope}", err=True)
+            raise typer.Exit(1)
+        typer.echo(f"withdrew the drain request of {scope} (tasks that drained already stay drained)")
+        return
+    request, new = request_drain(configs)  # type: ignore[arg-type]
+    if not cfg.get_bool("job.drain-monitor.enabled", True):  # type: ignore[attr-defined]
+        typer.echo("warning: job.drain-monitor.enabled is false: a running job does not read the request; it "
+                   "drains when started with sparza run --drain", err=True)
+    typer.echo(f"drain {request.id} of {scope}: {'requested' if new else 'already pending'}; it ends "
+               f"{len(request.ends)} source partition(s) of {', '.join(request.jobs)} at the offsets observed then")
+    typer.echo("a running job drains within job.drain-monitor.poll.interval.ms and exits 0 ('drained'); one not "
+               "running drains when it starts")
 
 
 def _lags(cfg: object, offsets: dict[str, str]) -> dict[str, str]:
@@ -86,6 +132,32 @@ def _lags(cfg: object, offsets: dict[str, str]) -> dict[str, str]:
         except Exception:
             out.update({str(ssp): "?" for ssp in ssps})  # an unreachable system: show the offsets anyway
     return out
+
+
+_OFFSET_FORMS = {
+    "delta": "{s}: <Delta table version>:<row>, the next message to read is that row of the partition's rows "
+             "written in that version (3:0 = the first row of version 3, so versions 0-2 are done)",
+    "kafka": "{s}: the Kafka offset of the next message to read",
+    "eventhubs": "{s}: the Kafka offset of the next message to read (Event Hubs' Kafka endpoint)",
+    "inmemory": "{s}: the index of the next message to read",
+}
+
+
+if TYPE_CHECKING:
+    from sparza.runtime.checkpoint import TaskCheckpoint
+
+
+def _offsets_caption(cfg: object, checkpoints: Mapping[str, TaskCheckpoint]) -> str:
+    """What the offsets in the table mean: each is where its task reads next, in its system's own form."""
+    systems = sorted({key.split(".", 1)[0] for cp in checkpoints.values() for key in cp.offsets})
+    forms = []
+    for system in systems:
+        factory = str(cfg.get(f"systems.{system}.samza.factory", "") or "").strip().lower()  # type: ignore[attr-defined]
+        kind = next((k for k in _OFFSET_FORMS if k in factory), None)
+        if kind is not None:
+            forms.append(_OFFSET_FORMS[kind].format(s=system))
+    return ("offsets: where each task reads next, per input partition (system.stream#partition); "
+            + "; ".join(forms) + ". lag: how many messages lie after it now.") if forms else ""
 
 
 @checkpoints_app.command("show")
@@ -121,7 +193,8 @@ def show(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help=
         if not checkpoints:
             typer.echo(f"no task checkpoints for job {stage_job.job_key} at {store.describe()}")
             continue
-        table = Table(title=f"task checkpoints of {stage_job.job_key} ({store.describe()})")
+        table = Table(title=f"task checkpoints of {stage_job.job_key} ({store.describe()})",
+                      caption=_offsets_caption(stage_cfg, checkpoints), caption_justify="left")
         for column in ("task", "batch", "generation", "offsets", "stores", "ended", "uncommitted flush"):
             table.add_column(column)
         for name in sorted(checkpoints, key=lambda n: (len(n), n)):
@@ -201,7 +274,8 @@ def package(config: str = typer.Option(None, "--config", "-c", metavar="FILE",
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``run``, ``package`` and ``checkpoints`` to the root command."""
+    """Add ``run``, ``drain``, ``package`` and ``checkpoints`` to the root command."""
     app.command("run")(run)
+    app.command("drain")(drain)
     app.command("package")(package)
     app.add_typer(checkpoints_app, name="checkpoints")

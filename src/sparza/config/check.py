@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import Literal
 
 from sparza.config import Config, ConfigKey, define_key, defined_checks, defined_keys, is_secret_key
@@ -82,7 +83,7 @@ class KeyReport:
 
     key: str
     value: str
-    status: Literal["ok", "pass-through", "free-form", "samza-unused", "unused", "unknown"]
+    status: Literal["ok", "pass-through", "free-form", "job-code", "samza-unused", "unused", "unknown"]
     pattern: str | None = None
     meaning: str = ""
     default: str | None = None
@@ -175,6 +176,7 @@ def check_config(config: Mapping[str, str]) -> CheckReport:
         elif note.level == "warning":
             report.warnings.append(f"{note.key}: {note.message}")
     translated = translation.config
+    read_by_job = keys_read_by_job_code(translated)
     for key in sorted(translated):
         value = "<redacted>" if is_secret_key(key) else translated[key]
         entry = _match(key, declared)
@@ -192,6 +194,9 @@ def check_config(config: Mapping[str, str]) -> CheckReport:
             report.keys.append(KeyReport(key, value, "free-form", meaning="application or Spark setting"))
             continue
         if key.split(".", 1)[0] not in OWNED_NAMESPACES:
+            if key in read_by_job:
+                report.keys.append(KeyReport(key, value, "job-code", meaning=f"read by {read_by_job[key]}"))
+                continue
             report.keys.append(KeyReport(key, value, "unused", meaning="not a sparza namespace"))
             report.warnings.append(f"{key}: not read by sparza (not one of its namespaces: "
                                    f"{', '.join(n + '.*' for n in OWNED_NAMESPACES)})")
@@ -200,6 +205,42 @@ def check_config(config: Mapping[str, str]) -> CheckReport:
         report.problems.append(UnknownKeyError(key, suggest(key, translated, patterns)))
     _run_checks(translated, report, translated=not translation.errors)
     return report
+
+
+_CONFIG_GETTERS = frozenset(("get", "get_str", "get_int", "get_bool", "get_list", "get_float", "get_bytes",
+                             "get_duration_ms", "get_choice"))
+
+
+def keys_read_by_job_code(config: Mapping[str, str]) -> dict[str, str]:
+    """Config keys the job's own module (``task.class``/``app.class``) reads by name (``config.get("k", ...)``,
+    ``config["k"]``), found in its source without importing it: key → the setting that names the module.
+    Such a key is the job's own setting, not one sparza ignores."""
+    import ast
+    import importlib.util
+
+    found: dict[str, str] = {}
+    for setting in ("task.class", "app.class"):
+        path = str(config.get(setting) or "").replace(":", ".")
+        module = path.rpartition(".")[0]
+        if not module:
+            continue
+        local = Path.cwd() / (module.replace(".", "/") + ".py")  # `sparza run` imports from the working dir too
+        try:
+            spec = None if local.is_file() else importlib.util.find_spec(module)
+            origin = str(local) if local.is_file() else (spec.origin if spec is not None else None)
+            tree = ast.parse(Path(origin).read_text(encoding="utf-8")) if origin and origin.endswith(".py") else None
+        except (ImportError, ValueError, OSError, SyntaxError):
+            continue
+        for node in ast.walk(tree) if tree is not None else ():
+            literal = None
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in _CONFIG_GETTERS and node.args):
+                literal = node.args[0]
+            elif isinstance(node, ast.Subscript):
+                literal = node.slice
+            if isinstance(literal, ast.Constant) and isinstance(literal.value, str) and literal.value in config:
+                found.setdefault(literal.value, f"{setting} {path}")
+    return found
 
 
 def _run_checks(config: Config, report: CheckReport, translated: bool) -> None:

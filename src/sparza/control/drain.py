@@ -1,16 +1,16 @@
-"""Samza's drain control message (type byte 3) and the per-task bookkeeping of a drain, as a library.
-
-**Not wired into the runtime yet** (the runtime refuses type 3 on intermediate streams, see
-:func:`sparza.control.messages.decode_body`): this is the wire format and the reconciliation a drain
-will use, tested on its own.
+"""Samza's drain control message (type byte 3) and the per-task bookkeeping of a drain.
 
 A drain stops a job after it processed what was in flight: every task reads its source inputs up to the
 end offsets observed when the drain was requested, fires everything it holds (windows, sessions, and
 the unmatched sides of joins that say so), commits, and sends a drain message into every partition of
 each intermediate stream it writes, so the downstream tasks drain the same way once every upstream
-producer of each of their partitions drained. Samza (1.8, SAMZA-2741) sends the same message after a
-``Long.MAX_VALUE`` watermark; its body carries the drain's ``runId`` so a message of an older drain is
-told apart.
+producer of each of their partitions drained. The message's ``runId`` is the drain's id, so a message
+of an older drain is told apart. (Samza, 1.8 / SAMZA-2741, also sends a ``Long.MAX_VALUE`` watermark
+first; sparza does not: a drained job continues where it stopped when it runs again, with its watermarks.)
+
+The runtime (:mod:`sparza.runtime.drain`) decides when a task's source partitions reached their ends;
+:class:`DrainTracker` counts the drain messages of its intermediate partitions and remembers the drain
+the task completed.
 
 Bodies (both always read, as for watermarks and end-of-stream):
 
@@ -24,16 +24,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from sparza.control.messages import CONTROL_VERSION, SAMZA_FORMAT, SPARZA_FORMAT, ControlMessageError
-from sparza.streams import SystemStreamPartition
+from sparza.streams import MessageType, SystemStreamPartition
 
-__all__ = ["DRAIN_TYPE", "DrainListenerTask", "DrainMessage", "DrainTracker", "decode_drain", "drain_from_wire",
-           "drain_to_wire", "encode_drain"]
+__all__ = ["DRAIN_TYPE", "DrainMessage", "DrainTracker", "decode_drain", "drain_from_wire", "drain_to_wire",
+           "encode_drain"]
 
-DRAIN_TYPE = 3
-"""Samza's ``MessageType.DRAIN`` ordinal: the type byte (or ``type`` column value) of a drain message."""
+DRAIN_TYPE = int(MessageType.DRAIN)
+"""Samza's ``MessageType.DRAIN`` ordinal, 3: the type byte (or ``type`` column value) of a drain message."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,41 +102,45 @@ def drain_from_wire(data: bytes) -> DrainMessage:
     return decode_drain(data[1:])
 
 
-@runtime_checkable
-class DrainListenerTask(Protocol):
-    """A task told, once, that every one of its inputs drained: it emits what it holds (open windows, a join's
-    unmatched messages) before the commit that ends its run. (To join the task protocols of
-    :mod:`sparza.task` when the runtime calls it.)"""
-
-    def on_drain(self, collector: Any, coordinator: Any) -> None:
-        """Called once, after the last message before the drain; may send final results."""
-        ...
-
-
 @dataclass
 class _SspDrain:
+    configured: int = 0                 # upstream tasks, from the config (0: not configured)
+    run_id: str | None = None           # the drain whose messages were read last on this partition
     producers: set[str] = field(default_factory=set)
     task_count: int = 0
     drained: bool = False
 
 
 class DrainTracker:
-    """Per task: which input partitions drained for run ``run_id`` (every upstream producer of an intermediate
-    partition sent its drain; a source partition reached the offsets observed at the request). Its snapshot
-    goes into the task checkpoint, as the end-of-stream counts do, so a restart never waits for drain messages
-    it already read. Messages of another run are ignored (an older drain's leftovers)."""
+    """Per task: the drain messages read on each intermediate input partition, and the drain the task completed.
 
-    def __init__(self, run_id: str, ssps: Iterable[SystemStreamPartition],
+    An intermediate partition has drained for run ``r`` when every upstream producer sent its drain of ``r`` (or
+    a producer-less message, an aggregator's re-broadcast, said so). Messages are counted whatever drain the task
+    itself knows of yet: a downstream task may read an upstream task's drain before its own driver saw the
+    request. Only the newest drain read per partition is kept (a later drain replaces an older one's count).
+    The snapshot goes into the task checkpoint (``drain``), next to the control state, so a restart never
+    waits for drain messages it already read (Samza kept its ``DrainStates`` in memory only)."""
+
+    def __init__(self, ssps: Iterable[SystemStreamPartition],
                  producer_counts: Mapping[SystemStreamPartition, int] | None = None) -> None:
-        self.run_id = run_id
         counts = dict(producer_counts or {})
-        self._ssps = {ssp: _SspDrain(task_count=counts.get(ssp, 0)) for ssp in ssps}
+        self._ssps = {ssp: _SspDrain(configured=counts.get(ssp, 0), task_count=counts.get(ssp, 0)) for ssp in ssps}
+        self.completed: str | None = None
+        """The drain this task completed (fired ``on_drain``, committed, sent its drain downstream)."""
+        self.sent: str | None = None
+        """The drain whose messages this task wrote into its intermediate outputs."""
+        self.rebroadcast: dict[str, str] = {}
+        """Samza's protocol, as a stream's aggregate-partition reader: stream → the drain re-broadcast."""
 
     def on_message(self, ssp: SystemStreamPartition, message: DrainMessage) -> bool:
-        """Account one drain message read from ``ssp``; True when that partition has now drained."""
+        """Account one drain message read from ``ssp``; True when that partition has now drained for the
+        message's run."""
         state = self._state(ssp)
-        if message.run_id != self.run_id or state.drained:
-            return state.drained
+        if message.run_id != state.run_id:
+            state.run_id, state.producers, state.drained = message.run_id, set(), False
+            state.task_count = state.configured
+        if state.drained:
+            return True
         if message.task_name is None:
             state.drained = True
             return True
@@ -145,18 +149,14 @@ class DrainTracker:
         state.drained = state.task_count > 0 and len(state.producers) >= state.task_count
         return state.drained
 
-    def on_source_drained(self, ssp: SystemStreamPartition) -> None:
-        """A source partition reached the end offset observed when the drain was requested."""
-        self._state(ssp).drained = True
+    def run_of(self, ssp: SystemStreamPartition) -> str | None:
+        """The drain whose messages were read last on ``ssp`` (None: none yet)."""
+        return self._state(ssp).run_id
 
-    def is_drained(self, ssp: SystemStreamPartition) -> bool:
-        """Whether ``ssp`` drained."""
-        return self._state(ssp).drained
-
-    def all_drained(self) -> bool:
-        """True when every input partition of the task drained: the task may fire everything, commit and send
-        its own drain downstream."""
-        return all(s.drained for s in self._ssps.values())
+    def is_drained(self, ssp: SystemStreamPartition, run_id: str) -> bool:
+        """Whether ``ssp`` drained for drain ``run_id``."""
+        state = self._state(ssp)
+        return state.drained and state.run_id == run_id
 
     def _state(self, ssp: SystemStreamPartition) -> _SspDrain:
         try:
@@ -165,23 +165,34 @@ class DrainTracker:
             raise ControlMessageError(f"a drain message of {ssp}, which is not an input of this task") from None
 
     def snapshot(self) -> dict[str, Any]:
-        """JSON-able state for the task checkpoint."""
-        return {"runId": self.run_id, "ssps": {str(ssp): {"producers": sorted(s.producers), "taskCount": s.task_count,
-                                                          "drained": s.drained}
-                                               for ssp, s in sorted(self._ssps.items())}}
+        """JSON-able state for the task checkpoint: what was read per partition (only partitions that read a
+        drain), the drain completed and the drain sent."""
+        ssps = {str(ssp): {"runId": s.run_id, "producers": sorted(s.producers), "taskCount": s.task_count,
+                           "drained": s.drained}
+                for ssp, s in sorted(self._ssps.items()) if s.run_id is not None}
+        return {"completed": self.completed, "sent": self.sent, "rebroadcast": dict(sorted(self.rebroadcast.items())),
+                "ssps": ssps}
 
     @classmethod
-    def restore(cls, snapshot: Mapping[str, Any] | None, run_id: str, ssps: Iterable[SystemStreamPartition],
+    def restore(cls, snapshot: Mapping[str, Any] | None, ssps: Iterable[SystemStreamPartition],
                 producer_counts: Mapping[SystemStreamPartition, int] | None = None) -> DrainTracker:
-        """The tracker of :meth:`snapshot` when it is of run ``run_id`` (else a fresh one: a new drain)."""
-        tracker = cls(run_id, ssps, producer_counts)
-        if not snapshot or snapshot.get("runId") != run_id:
+        """The tracker of :meth:`snapshot` (None: a fresh one); partitions the task no longer reads are dropped."""
+        tracker = cls(ssps, producer_counts)
+        if not snapshot:
             return tracker
-        for text, data in (snapshot.get("ssps") or {}).items():
-            ssp = SystemStreamPartition.parse(text)
-            if ssp in tracker._ssps:
-                state = tracker._ssps[ssp]
-                state.producers = set(data.get("producers", []))
-                state.task_count = max(state.task_count, int(data.get("taskCount", 0)))
+        try:
+            tracker.completed = snapshot.get("completed")
+            tracker.sent = snapshot.get("sent")
+            tracker.rebroadcast = {str(k): str(v) for k, v in (snapshot.get("rebroadcast") or {}).items()}
+            for text, data in (snapshot.get("ssps") or {}).items():
+                ssp = SystemStreamPartition.parse(text)
+                state = tracker._ssps.get(ssp)
+                if state is None:
+                    continue
+                state.run_id = data.get("runId")
+                state.producers = {str(p) for p in data.get("producers", [])}
+                state.task_count = max(state.configured, int(data.get("taskCount", 0)))
                 state.drained = bool(data.get("drained", False))
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ControlMessageError(f"unreadable drain state in the task checkpoint: {exc}") from exc
         return tracker

@@ -1,8 +1,9 @@
 """The control-message wire format of SEP-004: a type byte plus a versioned JSON body.
 
-Stream rows carry the type in their own ``type`` column (0 user, 1 watermark, 2 end-of-stream) and
-the body in ``value``; :func:`encode_body` / :func:`decode_body` handle the body. Systems without a
-type column carry both in one byte string (``[type byte][body]``): :func:`to_wire` / :func:`from_wire`.
+Stream rows carry the type in their own ``type`` column (0 user, 1 watermark, 2 end-of-stream, 3 drain:
+see :mod:`sparza.control.drain`) and the body in ``value``; :func:`encode_body` / :func:`decode_body` handle
+the body. Systems without a type column carry both in one byte string (``[type byte][body]``):
+:func:`to_wire` / :func:`from_wire`.
 
 Two body formats, both always read:
 
@@ -50,8 +51,6 @@ SAMZA_FORMAT = "samza"
 """Samza's body (no ``taskCount``), sent by every upstream task to one aggregate partition only."""
 FORMATS = (SPARZA_FORMAT, SAMZA_FORMAT)
 
-_DRAIN = 3  # Samza's MessageType.DRAIN
-
 
 class ControlMessageError(SparzaError, ValueError):
     """A control message could not be decoded (bad type byte, bad JSON, missing or ill-typed field).
@@ -85,6 +84,8 @@ class ControlMessage:
     def __post_init__(self) -> None:
         if self.type == MessageType.USER:
             raise ControlMessageError("type 0 is a user message, not a control message")
+        if self.type == MessageType.DRAIN:
+            raise ControlMessageError("a drain is a DrainMessage (sparza.control.drain), not a ControlMessage")
         if self.type == MessageType.WATERMARK and self.timestamp is None:
             raise ControlMessageError("a watermark needs a timestamp")
         if self.task_count < 0:
@@ -159,12 +160,12 @@ def _decode(message_type: MessageType | int, data: bytes | str | dict[str, Any] 
     try:
         mtype = MessageType(int(message_type))
     except ValueError as exc:
-        if int(message_type) == _DRAIN:
-            raise ControlMessageError("type 3 is Samza's drain message, which sparza does not support: stop the "
-                                      "upstream Samza job without drain (job.drain-monitor.enabled: false)") from exc
         raise ControlMessageError(f"unknown message type {message_type!r}") from exc
     if mtype == MessageType.USER:
         raise ControlMessageError("type 0 is a user message, not a control message")
+    if mtype == MessageType.DRAIN:
+        raise ControlMessageError("type 3 is a drain message, whose body has a runId: read it with "
+                                  "sparza.control.drain.decode_drain")
     raw: bytes | None = None
     if data is None or data in (b"", ""):
         if mtype == MessageType.END_OF_STREAM:

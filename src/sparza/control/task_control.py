@@ -12,7 +12,11 @@ The runtime owns the batch loop and calls, per task:
    :meth:`TaskControl.all_ended`, for every partition of each intermediate output; see
    :meth:`TaskControl.streams_written` for the partition counts it needs) sent through the
    same producer and idempotent flush as the batch's data, then :meth:`TaskControl.snapshot` into the
-   task checkpoint under ``"control"``.
+   task checkpoint under ``"control"`` (and :attr:`TaskControl.drains`' snapshot under ``"drain"``).
+
+Drain messages (type 3) of intermediate inputs go to :attr:`TaskControl.drains`
+(:class:`~sparza.control.drain.DrainTracker`); once the task completed a drain, :meth:`TaskControl.outgoing`
+given that drain writes the task's watermark and drain message once, then nothing more in that run.
 
 Streams in Samza's protocol (``control.format: samza``): an upstream task sends its messages, in
 Samza's body, to the stream's aggregate partition only; the downstream task reading that partition
@@ -29,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sparza.config import Config
+from sparza.control.drain import DrainMessage, DrainTracker, decode_drain, encode_drain
 from sparza.control.messages import (
     SAMZA_FORMAT,
     SPARZA_FORMAT,
@@ -56,11 +61,22 @@ SNAPSHOT_VERSION = 1
 
 METRICS_GROUP = "control"
 _WATERMARK = MessageType.WATERMARK
+_DRAIN = MessageType.DRAIN
 
 
 class ControlStateError(SparzaError, ValueError):
     """Control state was used inconsistently: an envelope of an SSP the task does not own, a missing
     partition count for an intermediate output, or an unreadable snapshot."""
+
+
+def _check_counted(ssp: SystemStreamPartition, state: SspControlState, task_name: str | None, task_count: int,
+                   what: str) -> None:
+    """A message from a counted producer needs a producer count: from its body, or from the config."""
+    if task_count == 0 and task_name is not None and state.task_count == 0:
+        raise ControlStateError(
+            f"a {what} message from upstream task {task_name!r} on {ssp} says nothing of how many tasks write "
+            f"{ssp.system_stream} (Samza's format has no taskCount): set {producer_count_key(ssp.system_stream)} "
+            "to the number of upstream tasks")
 
 
 class TaskControl:
@@ -81,6 +97,9 @@ class TaskControl:
         self._idle = IdlePolicy(self.settings.idle_timeout_ms, self.settings.quorum)
         self._states: dict[SystemStreamPartition, SspControlState] = {
             ssp: self._fresh_state(ssp) for ssp in self.input_ssps}
+        self.drains = DrainTracker(self.input_ssps, {ssp: state.task_count for ssp, state in self._states.items()
+                                                     if state.intermediate})
+        """The drain messages read on intermediate inputs, and the drain this task completed."""
         self._unsettled: list[SspControlState] = []  # SSPs with control messages not yet reconciled
         self._received_pending = 0  # control messages not yet added to the metric (added when settling)
         self._last_ssp: SystemStreamPartition | None = None
@@ -137,13 +156,11 @@ class TaskControl:
             if state.on_user(envelope.timestamp):
                 self._recompute_task(None)
             return False
+        if envelope.type == _DRAIN:
+            self._on_drain(envelope, state)
+            return True
         message = decode_body(envelope.type, envelope.message)
-        if message.task_count == 0 and message.task_name is not None and state.task_count == 0:
-            ssp = envelope.ssp
-            raise ControlStateError(
-                f"a control message from upstream task {message.task_name!r} on {ssp} says nothing of how many "
-                f"tasks write {ssp.system_stream} (Samza's format has no taskCount): set "
-                f"{producer_count_key(ssp.system_stream)} to the number of upstream tasks")
+        _check_counted(envelope.ssp, state, message.task_name, message.task_count, "control")
         self._received_pending += 1
         # reconciled lazily, once per run of control messages, before anything reads the state; the list
         # holds every state that was unsettled since the last settle (by identity: states compare by value).
@@ -157,6 +174,12 @@ class TaskControl:
         if not was_unsettled:
             self._unsettled.append(state)
         return True
+
+    def _on_drain(self, envelope: IncomingMessageEnvelope, state: SspControlState) -> None:
+        message = decode_drain(envelope.message if envelope.message is not None else b"")
+        _check_counted(envelope.ssp, state, message.task_name, message.task_count, "drain")
+        self._received_pending += 1
+        self.drains.on_message(envelope.ssp, message)
 
     def on_user_run(self, ssp: SystemStreamPartition, max_timestamp: int | None) -> None:
         """A run of user messages of ``ssp`` read one after another (no control message among them) whose
@@ -275,18 +298,21 @@ class TaskControl:
         return tuple(self.settings.intermediate_outputs) + tuple(s for s in samza_inputs
                                                                  if s not in self.settings.intermediate_outputs)
 
-    def outgoing(self, now_ms: int, partitions_by_stream: Mapping[SystemStream, int]) -> list[OutgoingMessageEnvelope]:
+    def outgoing(self, now_ms: int, partitions_by_stream: Mapping[SystemStream, int], *,
+                 drained: str | None = None) -> list[OutgoingMessageEnvelope]:
         """The control messages to write at the end of a batch: the task watermark (when it has one)
         and, once every input ended, end-of-stream, to every partition of each intermediate output (in
         Samza's protocol: to its aggregate partition only); and, as the reader of a Samza-protocol
         input's aggregate partition, what it reconciled there, to the other partitions of that input.
 
         End-of-stream goes out once; after it nothing more does (the snapshot remembers it, so a
-        replayed batch, restored from the checkpoint before it, sends it again)."""
+        replayed batch, restored from the checkpoint before it, sends it again). ``drained``: the drain
+        this task completed, when the batch runs under it: its watermark and drain message go out once
+        (after the watermark), and then nothing more while that drain lasts."""
         if self._unsettled:
             self._settle()
         out = self._rebroadcasts(now_ms, partitions_by_stream)
-        if self._eos_sent:
+        if self._eos_sent or (drained is not None and self.drains.sent == drained):
             self._sent_counter.inc(len(out))
             return out
         ended = self.all_ended()
@@ -304,10 +330,23 @@ class TaskControl:
             if ended:
                 self._emit(out, stream, ControlMessage.end_of_stream(self.task_name, self.task_count, written),
                            body_format, targets, now_ms)
+            elif drained is not None:
+                self._emit_drain(out, stream, DrainMessage(drained, self.task_name, self.task_count), body_format,
+                                 targets, now_ms if written is None else written)
         self._sent_counter.inc(len(out))
         if self.all_ended():
             self._eos_sent = True
+        elif drained is not None:
+            self.drains.sent = drained
         return out
+
+    def _emit_drain(self, out: list[OutgoingMessageEnvelope], stream: SystemStream, message: DrainMessage,
+                    body_format: str, targets: Iterable[int], stamp: int) -> None:
+        body = encode_drain(message, body_format)
+        before = len(out)
+        out.extend([OutgoingMessageEnvelope(stream, body, None, None, partition, stamp, _DRAIN)
+                    for partition in targets])
+        self._sent_bytes.inc(len(body) * (len(out) - before))
 
     def _partitions(self, stream: SystemStream, partitions_by_stream: Mapping[SystemStream, int]) -> int:
         if stream not in partitions_by_stream:
@@ -350,7 +389,21 @@ class TaskControl:
             if state.ended:
                 self._emit(out, stream, ControlMessage.end_of_stream(None, 0), SAMZA_FORMAT, others, now_ms)
                 sent["ended"] = True
+            else:
+                self._rebroadcast_drain(out, ssp, others, now_ms)
         return out
+
+    def _rebroadcast_drain(self, out: list[OutgoingMessageEnvelope], ssp: SystemStreamPartition, others: list[int],
+                           now_ms: int) -> None:
+        """Samza's aggregator for drains: once the aggregate partition drained for a run, that drain (without a
+        producer name) to every other partition of the stream, once per run."""
+        drains = self.drains
+        run_id = drains.run_of(ssp)
+        stream = str(ssp.system_stream)
+        if run_id is None or drains.rebroadcast.get(stream) == run_id or not drains.is_drained(ssp, run_id):
+            return
+        self._emit_drain(out, ssp.system_stream, DrainMessage(run_id, None), SAMZA_FORMAT, others, now_ms)
+        drains.rebroadcast[stream] = run_id
 
     # --- checkpoint ------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -367,10 +420,14 @@ class TaskControl:
     @classmethod
     def restore(cls, snapshot: Mapping[str, Any] | None, task_name: str, task_count: int,
                 input_ssps: Iterable[SystemStreamPartition], config: Config,
-                metrics: MetricsRegistry | None = None) -> TaskControl:
-        """A TaskControl with the state of :meth:`snapshot` (None or {}: a fresh one). SSPs the task no
-        longer owns are dropped; new ones start fresh."""
+                metrics: MetricsRegistry | None = None, *, drains: Mapping[str, Any] | None = None) -> TaskControl:
+        """A TaskControl with the state of :meth:`snapshot` (None or {}: a fresh one) and the drain state
+        ``drains`` (:meth:`DrainTracker.snapshot`). SSPs the task no longer owns are dropped; new ones start
+        fresh."""
         control = cls(task_name, task_count, input_ssps, config, metrics)
+        if drains:
+            control.drains = DrainTracker.restore(drains, control.input_ssps, {
+                ssp: state.task_count for ssp, state in control._states.items() if state.intermediate})
         if not snapshot:
             return control
         version = snapshot.get("version")

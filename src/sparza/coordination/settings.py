@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sparza.config import Config, define_key
+from sparza.config import Config, define_check, define_key
 from sparza.errors import ConfigError
 
 __all__ = [
@@ -132,3 +132,12 @@ class CoordinationConfig:
     def resource_id(self) -> str:
         """``<job.name>-<job.id>`` reduced to lowercase letters and digits."""
         return f"{_clean(self.job_name)}{_clean(self.job_id)}"
+
+
+def _check_coordination(config: Config) -> None:
+    """Azure coordination's timings within Azure's lease limits, when the job is coordinated through Azure."""
+    if config.get_str("job.coordinator.factory", "standalone").strip().lower() == "azure":
+        CoordinationConfig.from_config(config)
+
+
+define_check(_PKG, _check_coordination)

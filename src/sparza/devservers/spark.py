@@ -17,7 +17,7 @@ from pathlib import Path
 from sparza.devservers.processes import LocalServerProcess
 from sparza.host import free_port
 
-__all__ = ["SparkConnectServer", "executor_python", "spark_home"]
+__all__ = ["SparkConnectServer", "executor_python", "spark_env", "spark_home"]
 
 
 def spark_home() -> Path:
@@ -42,10 +42,13 @@ def executor_python(directory: str | os.PathLike[str]) -> Path:
     return script
 
 
-def _clean_env(python: str | None) -> dict[str, str]:
-    """This process's environment without what would leak the project or its secrets into Spark."""
+def spark_env(python: str | None) -> dict[str, str]:
+    """This process's environment without what would leak the project or its secrets into a Spark server it
+    starts (``PYTHONPATH``, the Azure connection string, sparza's config and executor state variables), bound
+    to loopback, with ``python`` (default: this interpreter) as the executors' Python."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "AZURE_STORAGE_CONNECTION_STRING", "SPARK_REMOTE", "PYSPARK_SUBMIT_ARGS")
+           if k not in ("PYTHONPATH", "AZURE_STORAGE_CONNECTION_STRING", "SPARK_REMOTE", "PYSPARK_SUBMIT_ARGS",
+                        "SPARZA_EXECUTOR_STATE")
            and not k.startswith("SPARZA_CONF_")}
     env.update({"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": python or sys.executable})
     return env
@@ -106,6 +109,6 @@ class SparkConnectServer(LocalServerProcess):
         for key, value in conf.items():
             cmd += ["--conf", f"{key}={value}"]
         cmd.append("spark-internal")
-        self._spawn(cmd, env=_clean_env(self.python), cwd=self.data_dir)  # executors' cwd: not the project
+        self._spawn(cmd, env=spark_env(self.python), cwd=self.data_dir)  # executors' cwd: not the project
         # The gRPC port opens as the server's last start step.
         self._wait_until(lambda: None, self.url, timeout_s, poll_s=0.3)

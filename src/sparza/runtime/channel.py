@@ -8,7 +8,12 @@ and every container connects to it (:class:`ContainerChannelClient`). Messages a
 - container → driver: ``hello`` (epoch, container index, its locations, its tasks, the tasks that moved to
   it), ``result`` (one committed, skipped or failed task batch: a :class:`~sparza.runtime.results.BatchResult`),
   ``done`` (a task left the run loop: caught up, ended, stopped), ``error`` (the container is failing);
-- driver → container: ``end`` (finish the running batch, commit, return).
+- driver → container: ``end`` (finish the running batch, commit, return), ``drain`` (a job's drain request, or
+  its cancellation: ``{"job", "drain"}`` with :meth:`~sparza.runtime.drain.DrainRequest.to_json` or null) and
+  ``ping`` (the driver is alive: a
+  container that hears nothing from a driver it was connected to for ``job.container.driver.timeout.ms`` ends its
+  epoch at the batch boundary, so a frozen or partitioned processor's containers stop doing work; the fencing of
+  task checkpoints keeps the output exact either way).
 
 Every connection starts with the epoch's token (random per processor), so nothing else can report into a
 job. Without the channel (the driver cannot be reached from executors) a container still runs its epoch
@@ -24,6 +29,7 @@ import secrets
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -56,8 +62,9 @@ class ContainerChannel:
     ``on_event(event)`` is called for every message, from the connection's thread.
     """
 
-    def __init__(self, host: str, on_event: Callable[[ChannelEvent], None]) -> None:
+    def __init__(self, host: str, on_event: Callable[[ChannelEvent], None], *, ping_s: float = 1.0) -> None:
         self.token = secrets.token_hex(16)
+        self.ping_s = ping_s
         self._on_event = on_event
         self._server = socket.create_server((host, 0))
         self._server.settimeout(0.5)
@@ -66,9 +73,23 @@ class ContainerChannel:
         self._lock = threading.Lock()
         self._peers: dict[tuple[int, int], socket.socket] = {}  # (epoch, container) -> connection
         self._ended: set[int] = set()  # epochs asked to end
+        self._drains: dict[int, dict[str, Any]] = {}  # epoch -> job -> its drain request (None: cancelled)
+        self._send_lock = threading.Lock()  # pings, ends and drains come from different threads: no interleaving
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._accept, name="sparza-container-channel", daemon=True)
         self._thread.start()
+        threading.Thread(target=self._ping, name="sparza-container-ping", daemon=True).start()
+
+    def _ping(self) -> None:
+        while not self._closed.wait(self.ping_s):
+            with self._lock:
+                peers = list(self._peers.values())
+            for conn in peers:
+                self._send_to(conn, {"type": "ping"})
+
+    def _send_to(self, conn: socket.socket, body: dict[str, Any]) -> bool:
+        with self._send_lock:
+            return _send(conn, body)
 
     @property
     def address(self) -> tuple[str, int, str]:
@@ -81,7 +102,18 @@ class ContainerChannel:
             self._ended.add(epoch)
             peers = [conn for (e, _), conn in self._peers.items() if e == epoch]
         for conn in peers:
-            _send(conn, {"type": "end"})
+            self._send_to(conn, {"type": "end"})
+
+    def drain_job(self, epoch: int, job: str, drain: dict[str, Any] | None) -> None:
+        """Tell every container of ``epoch`` (connected now or later) that ``job`` drains (``drain``, a
+        :class:`~sparza.runtime.drain.DrainRequest` as JSON), or no longer does (None)."""
+        with self._lock:
+            self._drains.setdefault(epoch, {})[job] = drain
+            for old in [e for e in self._drains if e < epoch]:
+                del self._drains[old]
+            peers = [conn for (e, _), conn in self._peers.items() if e == epoch]
+        for conn in peers:
+            self._send_to(conn, {"type": "drain", "job": job, "drain": drain})
 
     def close(self) -> None:
         """Stop listening and drop every connection."""
@@ -108,16 +140,21 @@ class ContainerChannel:
     def _serve(self, conn: socket.socket) -> None:
         key: tuple[int, int] | None = None
         try:
+            conn.settimeout(30.0)  # a container says hello at once; anything silent is not one of ours
             reader = conn.makefile("r", encoding="utf-8")
             first = json.loads(reader.readline() or "null")
             if not isinstance(first, dict) or first.get("token") != self.token:
                 return  # not one of ours
+            conn.settimeout(None)
             key = (int(first["epoch"]), int(first["container"]))
             with self._lock:
                 self._peers[key] = conn
                 ended = key[0] in self._ended
+                drains = dict(self._drains.get(key[0], {}))
+            for job, drain in drains.items():
+                self._send_to(conn, {"type": "drain", "job": job, "drain": drain})
             if ended:
-                _send(conn, {"type": "end"})
+                self._send_to(conn, {"type": "end"})
             self._dispatch(first)
             for line in reader:
                 self._dispatch(json.loads(line))
@@ -150,18 +187,24 @@ def _send(conn: socket.socket, body: dict[str, Any]) -> bool:
 class ContainerChannelClient:
     """A container's end of the channel (see the module docstring)."""
 
-    def __init__(self, conn: socket.socket, epoch: int, container: int, token: str) -> None:
+    def __init__(self, conn: socket.socket, epoch: int, container: int, token: str,
+                 driver_timeout_s: float = 10.0) -> None:
         self._conn = conn
+        self.driver_timeout_s = driver_timeout_s
+        self._last_heard = time.monotonic()
+        self.driver_lost = False
         self._epoch = epoch
         self._container = container
         self._token = token
         self._buffer = b""
         self.ended = False
         self.broken = False
+        self.drains: dict[str, dict[str, Any] | None] = {}
+        """Job → the drain request the driver sent (None: cancelled), as it came."""
 
     @classmethod
     def connect(cls, address: tuple[str, int, str] | list[Any], epoch: int, container: int,
-                timeout_s: float = 5.0) -> ContainerChannelClient | None:
+                timeout_s: float = 5.0, driver_timeout_s: float = 10.0) -> ContainerChannelClient | None:
         """Connect to the driver, or None (logged) when it cannot be reached."""
         host, port, token = address
         try:
@@ -172,7 +215,7 @@ class ContainerChannelClient:
             return None
         conn.settimeout(None)
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return cls(conn, epoch, container, str(token))
+        return cls(conn, epoch, container, str(token), driver_timeout_s)
 
     def _send(self, body: dict[str, Any]) -> bool:
         if self.broken:
@@ -201,7 +244,9 @@ class ContainerChannelClient:
         self._send({"type": "error", "error": text})
 
     def poll_end(self, wait_s: float) -> bool:
-        """Wait up to ``wait_s`` for the driver's ``end``; True once it came."""
+        """Wait up to ``wait_s`` for the driver's ``end``; True once it came, or once the driver it was connected
+        to has been silent for ``driver_timeout_s`` or closed the connection (:attr:`driver_lost`). ``drain``
+        messages read meanwhile land in :attr:`drains`."""
         if self.ended or self.broken:
             if wait_s > 0 and not self.ended:
                 select.select([], [], [], wait_s)
@@ -211,15 +256,22 @@ class ContainerChannelClient:
             if readable:
                 chunk = self._conn.recv(65536)
                 if not chunk:
-                    self.broken = True
-                    return self.ended
+                    self.broken = self.ended = self.driver_lost = True  # the driver is gone
+                    return True
+                self._last_heard = time.monotonic()
                 self._buffer += chunk
                 while b"\n" in self._buffer:
                     line, self._buffer = self._buffer.split(b"\n", 1)
-                    if json.loads(line).get("type") == "end":
+                    message = json.loads(line)
+                    if message.get("type") == "end":
                         self.ended = True
+                    elif message.get("type") == "drain":
+                        self.drains[str(message["job"])] = message.get("drain")
         except OSError:
-            self.broken = True
+            self.broken = self.ended = self.driver_lost = True
+            return True
+        if not self.ended and time.monotonic() - self._last_heard > self.driver_timeout_s:
+            self.ended = self.driver_lost = True
         return self.ended
 
     def close(self) -> None:

@@ -43,6 +43,7 @@ __all__ = [
     "Intent",
     "LocalCheckpointStore",
     "SupportsJobClaim",
+    "SupportsJobDocuments",
     "TaskCheckpoint",
     "VersionedCheckpoint",
     "checkpoint_store_from_config",
@@ -75,6 +76,9 @@ class Intent:
     bounded_ends: dict[str, str] = field(default_factory=dict)
     adjunct_reads: dict[str, int] = field(default_factory=dict)
     """Broadcast store → the batch of the publication the first attempt read (a replay reads the same)."""
+    drain: dict[str, Any] | None = None
+    """The drain the batch ran under, as its split said (:attr:`~sparza.runtime.split.TaskSplit.drain`): a replay
+    decides the same, whether a drain was requested since or ended."""
 
     def to_json(self) -> dict[str, Any]:
         """The stored form (a JSON object inside the task checkpoint)."""
@@ -82,6 +86,8 @@ class Intent:
                                 "ends": dict(self.ends), "bounded_ends": dict(self.bounded_ends)}
         if self.adjunct_reads:
             body["adjunct_reads"] = dict(self.adjunct_reads)
+        if self.drain is not None:
+            body["drain"] = dict(self.drain)
         return body
 
     @classmethod
@@ -91,7 +97,8 @@ class Intent:
                    starts={str(k): str(v) for k, v in body["starts"].items()},
                    ends={str(k): str(v) for k, v in body["ends"].items()},
                    bounded_ends={str(k): str(v) for k, v in (body.get("bounded_ends") or {}).items()},
-                   adjunct_reads={str(k): int(v) for k, v in (body.get("adjunct_reads") or {}).items()})
+                   adjunct_reads={str(k): int(v) for k, v in (body.get("adjunct_reads") or {}).items()},
+                   drain=dict(body["drain"]) if body.get("drain") is not None else None)
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,9 @@ class TaskCheckpoint:
     control-message state (watermarks, end-of-stream counts). ``ended``: the task delivered
     end-of-stream to its task code. ``spark_batch_id`` and ``written_at_ms`` are informational.
     ``location``: the state dir (host and dir, :func:`sparza.runtime.container.runloop.location_of`) where the batch
-    ran, so the next epoch can run the task where its local state is (host affinity).
+    ran, so the next epoch can run the task where its local state is (host affinity). ``drain``: the drain
+    messages read on intermediate inputs and the drain the task completed
+    (:meth:`sparza.control.drain.DrainTracker.snapshot`).
 
     ``pending`` is the task's :class:`Intent` for a batch it started to flush but has not committed,
     written before its producers flush. ``batch == 0`` means nothing is committed yet (only an intent).
@@ -122,6 +131,7 @@ class TaskCheckpoint:
     adjunct: dict[str, Any] | None = None
     pending: Intent | None = None
     location: str | None = None
+    drain: dict[str, Any] | None = None
 
     @property
     def committed(self) -> bool:
@@ -155,7 +165,7 @@ class TaskCheckpoint:
                        spark_batch_id=body.get("spark_batch_id"), written_at_ms=body.get("written_at_ms"),
                        window_at_ms=int(body.get("window_at_ms") or 0), adjunct=body.get("adjunct"),
                        pending=Intent.from_json(body["pending"]) if body.get("pending") else None,
-                       location=body.get("location"))
+                       location=body.get("location"), drain=body.get("drain"))
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointConflictError("?", f"unreadable task checkpoint {source}: {exc}") from exc
 
@@ -194,6 +204,24 @@ class SupportsJobClaim(Protocol):
 
     def claim_backend(self) -> ClaimBackend:
         """The claim document of this job, next to its checkpoints."""
+        ...
+
+
+@runtime_checkable
+class SupportsJobDocuments(Protocol):
+    """A checkpoint store that keeps small job-wide documents next to the task checkpoints (names start with
+    ``_``, never ``.json``: not tasks), e.g. a drain request (:mod:`sparza.runtime.drain`)."""
+
+    def read_document(self, name: str) -> bytes | None:
+        """The document's bytes; None when there is none."""
+        ...
+
+    def write_document(self, name: str, data: bytes) -> None:
+        """Create or replace the document (atomically: a reader sees the old or the new bytes)."""
+        ...
+
+    def delete_document(self, name: str) -> None:
+        """Remove the document (nothing when there is none)."""
         ...
 
 
@@ -259,6 +287,41 @@ class LocalCheckpointStore:
 
         return LocalClaimBackend(self.dir / CLAIM_NAME)
 
+    def read_document(self, name: str) -> bytes | None:
+        """The file ``<root>/<job>/<name>``."""
+        try:
+            return (self.dir / name).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write_document(self, name: str, data: bytes) -> None:
+        """Write ``<root>/<job>/<name>`` through a temporary file and a rename."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._replace(self.dir / name, data)
+
+    def _replace(self, path: Path, data: bytes) -> None:
+        """Write ``data`` to ``path`` atomically (a temporary file, fsynced, then renamed over it) and sync the dir."""
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        dir_fd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def delete_document(self, name: str) -> None:
+        """Remove ``<root>/<job>/<name>``."""
+        (self.dir / name).unlink(missing_ok=True)
+
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -288,22 +351,7 @@ class LocalCheckpointStore:
                 _check_generation(checkpoint.task, checkpoint, current.checkpoint if current else None)
                 raise CheckpointConflictError(checkpoint.task, f"expected version {expected_etag}, found {current_tag}")
             _check_generation(checkpoint.task, checkpoint, current.checkpoint if current else None)
-            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tmp-")
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, self._path(checkpoint.task))
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                raise
-            dir_fd = os.open(self.dir, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            self._replace(self._path(checkpoint.task), data)
         return hashlib.sha256(data).hexdigest()
 
     def read_all(self) -> dict[str, TaskCheckpoint]:
@@ -338,6 +386,29 @@ class AzureCheckpointStore:
         from sparza.coordination.jobclaim import AzureClaimBackend
 
         return AzureClaimBackend(self.container, self.prefix + CLAIM_NAME)
+
+    def read_document(self, name: str) -> bytes | None:
+        """The blob ``<prefix><job>/<name>``."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        try:
+            with _azure_errors(self.describe()):
+                return bytes(self.container.get_blob_client(self.prefix + name).download_blob().readall())
+        except ResourceNotFoundError:
+            return None
+
+    def write_document(self, name: str, data: bytes) -> None:
+        """Upload the blob ``<prefix><job>/<name>`` (a blob upload replaces it atomically)."""
+        self._ensure_container()
+        with _azure_errors(self.describe()):
+            self.container.get_blob_client(self.prefix + name).upload_blob(data, overwrite=True)
+
+    def delete_document(self, name: str) -> None:
+        """Delete the blob ``<prefix><job>/<name>``."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        with _azure_errors(self.describe()), contextlib.suppress(ResourceNotFoundError):
+            self.container.get_blob_client(self.prefix + name).delete_blob()
 
     def _ensure_container(self) -> None:
         if self._ensured:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 __all__ = ["EpochJob", "EpochPlan"]
 
@@ -19,7 +20,9 @@ class EpochJob:
     ``config``: the job config without its secrets (they come from the secrets file). ``tasks``: the tasks of
     this processor. ``locations``: task → the location of its last commit (from its checkpoint).
     ``start_positions``: SSP → upcoming offset when the job started (where bounded streams end and bootstrap
-    streams must reach). ``targets``: ``--once`` only, SSP → offset not to plan past.
+    streams must reach). ``targets``: ``--once`` only, SSP → offset not to plan past. ``drain``: the drain
+    requested when the epoch was planned (:meth:`sparza.runtime.drain.DrainRequest.to_json`), or None; a drain
+    requested while the epoch runs reaches the containers over the channel.
     """
 
     config: dict[str, str]
@@ -29,6 +32,7 @@ class EpochJob:
     start_positions: dict[str, str]
     targets: dict[str, str] | None = None
     locations: dict[str, str] = field(default_factory=dict)
+    drain: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -45,6 +49,7 @@ class EpochPlan:
     duration_ms: int
     affinity: bool = True
     channel: tuple[str, int, str] | None = None  # host, port, token
+    driver_timeout_ms: int = 10_000  # a container whose driver was silent this long ends its epoch
 
     def to_json(self) -> str:
         """The plan as JSON."""

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from sparza.errors import SparzaError
+from sparza.errors import ConfigError, ErrorKind, SparzaError
 
 __all__ = [
     "CheckpointConflictError",
     "CheckpointFencedError",
+    "JobConfigurationError",
     "JobFailedError",
     "ProcessingError",
     "RuntimeStateError",
     "TaskCodeError",
+    "tasks_failed",
 ]
 
 
@@ -21,13 +23,19 @@ class ProcessingError(SparzaError):
     retrying. The message names the task, the SSP and the offset of the message.
     """
 
-    def __init__(self, task: str, ssp: str, offset: str, kind: str, cause: str) -> None:
+    def __init__(self, task: str, ssp: str, offset: str, kind: str, cause: str, *, key: object = None,
+                 column: str | None = None) -> None:
+        from sparza.errors import payload_preview
+
         self.task = task
         self.ssp = ssp
         self.offset = offset
         self.kind = kind
         self.cause = cause
-        super().__init__(f"{kind} in task '{task}' at {ssp} offset {offset}: {cause}")
+        self.column = column
+        where = f" key {payload_preview(key)}" if key is not None else ""
+        where += f" column {column!r}" if column else ""
+        super().__init__(f"{kind} in task '{task}' at {ssp} offset {offset}{where}: {cause}")
 
 
 class TaskCodeError(SparzaError):
@@ -45,6 +53,23 @@ class TaskCodeError(SparzaError):
 
 class JobFailedError(SparzaError):
     """The streaming query of a job stopped with an error (the message says which task and why)."""
+
+
+class JobConfigurationError(JobFailedError, ConfigError):
+    """Tasks failed on a configuration error found only on an executor: exit code 2, as for one found at start."""
+
+    def __init__(self, message: str) -> None:
+        ConfigError.__init__(self, "", None, "", message=message)
+
+
+def tasks_failed(errors: list[str | None]) -> JobFailedError:
+    """The error of a batch whose tasks failed with ``errors`` (their one-line reports): a
+    :class:`JobConfigurationError` when each is a configuration error, else a :class:`JobFailedError`."""
+    lines = [e or "failed" for e in errors]
+    message = "; ".join(lines)
+    if lines and all(line.startswith(ErrorKind.CONFIG.value) for line in lines):
+        return JobConfigurationError(message)
+    return JobFailedError(message)
 
 
 class CheckpointConflictError(SparzaError):

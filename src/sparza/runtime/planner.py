@@ -19,9 +19,14 @@ batch is exactly that range, with the intent's ``planned_at`` (see
 :class:`~sparza.runtime.checkpoint.Intent`).
 
 Each SSP's end is its newest offset, capped by ``task.max.batch.messages``, by the end of a
-bounded stream (the upcoming offset seen when the planner started), and by the AvailableNow
-target. Bootstrap gating: a task's other inputs stay put until its bootstrap inputs reached the
-offsets seen at start.
+bounded stream (the upcoming offset seen when the planner started), by the AvailableNow
+target, and, while a drain is requested (:attr:`BatchPlanner.drain`, :mod:`sparza.runtime.drain`), by the
+offset observed at the drain's request. Bootstrap gating: a task's other inputs stay put until its
+bootstrap inputs reached the offsets seen at start.
+
+A plan made under a drain records it (``"drain": {"id", "requested_at", "ends"}``), and each task's split
+says which of its source partitions have not reached their drain end yet; the first plan under a new drain
+is made even when no input moved, so every task gets a batch in which to drain.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparza.runtime.checkpoint import TaskCheckpoint
+from sparza.runtime.drain import DrainRequest, source_ssps
 from sparza.runtime.errors import RuntimeStateError
 from sparza.runtime.jobconfig import InputSpec, JobConfig
 from sparza.runtime.model import TaskModel
@@ -48,15 +54,21 @@ class Replay:
     ends: dict[str, str]
     planned_at_ms: int
     bounded_ends: dict[str, str] = field(default_factory=dict)
+    drain: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """JSON keys ``ends``, ``planned_at``, ``bounded_ends``."""
-        return {"ends": dict(self.ends), "planned_at": self.planned_at_ms, "bounded_ends": dict(self.bounded_ends)}
+        """JSON keys ``ends``, ``planned_at``, ``bounded_ends`` and, when the intent ran under a drain, ``drain``."""
+        body: dict[str, Any] = {"ends": dict(self.ends), "planned_at": self.planned_at_ms,
+                                "bounded_ends": dict(self.bounded_ends)}
+        if self.drain is not None:
+            body["drain"] = dict(self.drain)
+        return body
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> Replay:
         """Inverse of :meth:`to_json`."""
-        return cls(dict(body["ends"]), int(body["planned_at"]), dict(body.get("bounded_ends") or {}))
+        return cls(dict(body["ends"]), int(body["planned_at"]), dict(body.get("bounded_ends") or {}),
+                   body.get("drain"))
 
 
 @dataclass(frozen=True)
@@ -71,10 +83,12 @@ class TaskPlan:
     bounded_ends: dict[str, str] | None = None
     reset: tuple[str, ...] = ()
     """Start plans only: SSPs whose checkpointed offset ``samza.reset.offset`` replaced by the default."""
+    drain: dict[str, Any] | None = None
+    """Replayed intents only: the drain of the intent's split (what the first attempt decided under)."""
 
     def to_json(self) -> dict[str, Any]:
         """JSON keys ``offsets``, ``ended`` and, when set, ``replay``, ``planned_at``, ``bounded_ends``,
-        ``reset``."""
+        ``reset``, ``drain``."""
         body: dict[str, Any] = {"offsets": dict(self.offsets), "ended": self.ended}
         if self.replay is not None:
             body["replay"] = self.replay.to_json()
@@ -84,6 +98,8 @@ class TaskPlan:
             body["planned_at"] = self.planned_at_ms
         if self.bounded_ends is not None:
             body["bounded_ends"] = dict(self.bounded_ends)
+        if self.drain is not None:
+            body["drain"] = dict(self.drain)
         return body
 
     @classmethod
@@ -93,16 +109,18 @@ class TaskPlan:
                    Replay.from_json(body["replay"]) if body.get("replay") else None,
                    int(body["planned_at"]) if body.get("planned_at") is not None else None,
                    dict(body["bounded_ends"]) if body.get("bounded_ends") is not None else None,
-                   tuple(body.get("reset") or ()))
+                   tuple(body.get("reset") or ()), dict(body["drain"]) if body.get("drain") is not None else None)
 
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """A batch plan (see the module docstring): batch ``batch``, its planning time, and every task's plan."""
+    """A batch plan (see the module docstring): batch ``batch``, its planning time, every task's plan, and the
+    drain it was made under (None: none)."""
 
     batch: int
     planned_at_ms: int
     tasks: dict[str, TaskPlan]
+    drain: DrainRequest | None = None
 
     def task(self, name: str) -> TaskPlan:
         """The plan of task ``name`` (empty when the plan does not know it yet)."""
@@ -110,15 +128,19 @@ class BatchPlan:
 
     def to_json(self) -> dict[str, Any]:
         """The form Spark keeps in its offset log."""
-        return {"batch": self.batch, "planned_at": self.planned_at_ms,
-                "tasks": {name: plan.to_json() for name, plan in self.tasks.items()}}
+        body: dict[str, Any] = {"batch": self.batch, "planned_at": self.planned_at_ms,
+                                "tasks": {name: plan.to_json() for name, plan in self.tasks.items()}}
+        if self.drain is not None:
+            body["drain"] = self.drain.to_json()
+        return body
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> BatchPlan:
         """Parse what :meth:`to_json` wrote (from Spark's offset log)."""
         number = body["batch"] if "batch" in body else body["seq"]  # "seq": offset logs of sparza 0.1
         return cls(int(number), int(body.get("planned_at", 0)),
-                   {str(name): TaskPlan.from_json(plan) for name, plan in body.get("tasks", {}).items()})
+                   {str(name): TaskPlan.from_json(plan) for name, plan in body.get("tasks", {}).items()},
+                   DrainRequest.from_json(body["drain"]) if body.get("drain") else None)
 
 
 class SspPosition:
@@ -232,6 +254,8 @@ class BatchPlanner:
         self.start_positions = (dict(start_positions) if start_positions is not None
                                 else {ssp: pos.upcoming for ssp, pos in metadata().items()})
         self.targets: dict[SystemStreamPartition, str] | None = None
+        self._sources = frozenset(source_ssps(job, {ssp for task in tasks for ssp in task.ssps}))
+        self._drain: DrainRequest | None = None
         # Tasks that commit on their own schedule (containers): main input waits for the builder's bootstrapped
         # publication of a broadcast store itself, since no common batch number says the builder is done.
         self._broadcast_ready = broadcast_ready
@@ -247,6 +271,23 @@ class BatchPlanner:
     def freeze_targets(self) -> None:
         """AvailableNow: never plan past the offsets that exist now."""
         self.targets = {ssp: pos.upcoming for ssp, pos in self._metadata().items()}
+
+    @property
+    def drain(self) -> DrainRequest | None:
+        """The drain requested (None: none): no source SSP is planned past its end offset in it."""
+        return self._drain
+
+    @drain.setter
+    def drain(self, request: DrainRequest | None) -> None:
+        if request is not None and self._drain is not None and request.id == self._drain.id:
+            return  # the same drain read again: keep the ends completed below
+        missing = [ssp for ssp in sorted(self._sources) if str(ssp) not in (request.ends if request else {})]
+        if request is not None and missing:
+            # A source SSP the request does not know (a partition added since): it ends where it is now.
+            positions = self._metadata()
+            request = DrainRequest(request.id, request.requested_at_ms,
+                                   {**request.ends, **{str(s): positions[s].upcoming for s in missing}})
+        self._drain = request
 
     def initial(self, checkpoints: Mapping[str, TaskCheckpoint]) -> BatchPlan:
         """The start plan: offsets from task checkpoints, else ``samza.offset.default`` (oldest/upcoming);
@@ -287,7 +328,7 @@ class BatchPlanner:
                     # SSPs the intent does not know (added since) stay put in the replayed batch;
                     # an SSP the task no longer reads makes the task refuse the batch (instance.py).
                     replay = Replay({k: intent.ends.get(k, v) for k, v in offsets.items()}, intent.planned_at_ms,
-                                    dict(intent.bounded_ends))
+                                    dict(intent.bounded_ends), intent.drain)
             ended = bool(cp.ended) if cp is not None and not reset else False
             tasks[task.name] = TaskPlan(offsets, ended, replay, reset=reset)
         return BatchPlan(batch, 0, tasks)
@@ -300,7 +341,9 @@ class BatchPlanner:
         """The plan of the next batch, or ``start`` itself when there is nothing to do."""
         positions = self._metadata()
         tasks: dict[str, TaskPlan] = {}
-        changed = force
+        drain = self._drain
+        # A new drain is worth a batch of its own: every task must get one in which to drain.
+        changed = force or (drain is not None and (start.drain is None or start.drain.id != drain.id))
         for task in self.tasks:
             before = start.task(task.name)
             replay = before.replay
@@ -314,16 +357,17 @@ class BatchPlanner:
                 changed = True
             if replay:
                 tasks[task.name] = TaskPlan(ends, ended, planned_at_ms=replay.planned_at_ms,
-                                            bounded_ends=dict(replay.bounded_ends))
+                                            bounded_ends=dict(replay.bounded_ends), drain=replay.drain)
             else:
                 tasks[task.name] = TaskPlan(ends, ended)
         window_ms = self.job.window_ms
-        # A due window is worth a batch of its own, except under AvailableNow: that would never end.
-        if not changed and window_ms > 0 and self.targets is None and now_ms - start.planned_at_ms >= window_ms:
+        # A due window is worth a batch of its own, except under AvailableNow or a drain: that would never end.
+        if (not changed and window_ms > 0 and self.targets is None and drain is None
+                and now_ms - start.planned_at_ms >= window_ms):
             changed = True
         if not changed:
             return start
-        return BatchPlan(start.batch + 1, now_ms, tasks)
+        return BatchPlan(start.batch + 1, now_ms, tasks, drain)
 
     def _task_ends(self, task: TaskModel, starts: Mapping[str, str],
                    positions: Mapping[SystemStreamPartition, SspPosition]) -> dict[str, str]:
@@ -343,6 +387,9 @@ class BatchPlanner:
                 limit = bound
             if self.targets is not None and ssp in self.targets and self._cmp(ssp, self.targets[ssp], limit) < 0:
                 limit = self.targets[ssp]
+            frozen = self._drain.ends.get(key) if self._drain is not None else None
+            if frozen is not None and self._cmp(ssp, frozen, limit) < 0:
+                limit = frozen
             if self._cmp(ssp, begin, limit) >= 0:
                 end = begin
             else:
@@ -388,13 +435,34 @@ class BatchPlanner:
             bounded = {str(s): end for s in task.ssps if (end := self.bounded_end(s)) is not None}
             if now.bounded_ends is not None:  # a replayed intent decides end-of-stream as its first attempt did
                 bounded = {k: v for k, v in now.bounded_ends.items() if k in bounded}
+            if now.planned_at_ms is not None:  # a replayed intent drains (or not) as its first attempt did
+                drain = now.drain
+            elif after.drain is not None:
+                drain = {"id": after.drain.id, "unreached": self._unreached(task, now.offsets, after.drain)}
+            else:
+                drain = None
             splits.append(TaskSplit(
                 index=i, task=task.name, batch=after.batch,
                 planned_at=now.planned_at_ms if now.planned_at_ms is not None else after.planned_at_ms, ssps=names,
                 starts=[was.get(n, now.offsets[n]) for n in names],
                 ends=[now.offsets[n] for n in names], ended=now.ended, bounded_ends=bounded,
-                reset=list(before.task(task.name).reset)))
+                reset=list(before.task(task.name).reset), drain=drain))
         return splits
+
+    def _unreached(self, task: TaskModel, ends: Mapping[str, str], drain: DrainRequest) -> list[str]:
+        """The source SSPs of ``task`` that have not reached their drain end (nor the end of a bounded stream)
+        at ``ends``."""
+        out = []
+        for ssp in task.ssps:
+            key = str(ssp)
+            frozen = drain.ends.get(key)
+            if ssp not in self._sources or frozen is None or self._cmp(ssp, ends[key], frozen) >= 0:
+                continue
+            bound = self.bounded_end(ssp)
+            if bound is not None and self._cmp(ssp, ends[key], bound) >= 0:
+                continue
+            out.append(key)
+        return out
 
     def lag(self, plan: BatchPlan) -> int | None:
         """Messages not yet planned across every task's SSPs (None when a system cannot count)."""

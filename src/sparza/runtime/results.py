@@ -39,6 +39,7 @@ class BatchResult:
     late: int = 0  # messages event-time operators found late (their windows had fired): dropped or routed
     late_routed: int = 0  # of those, routed to task.late.messages.stream
     ended: bool = False
+    drained: bool = False  # the task completed the drain its batch ran under (see sparza.runtime.drain)
     shutdown: bool = False
     process_ms: float = 0.0
     commit_ms: float = 0.0
@@ -49,7 +50,8 @@ class BatchResult:
 
 
 RESULT_SCHEMA = ("task string, batch bigint, status string, messages bigint, processed bigint, dropped bigint, "
-                 "ignored bigint, late bigint, late_routed bigint, ended boolean, shutdown boolean, process_ms double, "
+                 "ignored bigint, late bigint, late_routed bigint, ended boolean, drained boolean, shutdown boolean, "
+                 "process_ms double, "
                  "commit_ms double, "
                  "error string, metrics string, offsets string, system_metrics string")
 """What each task returns to the driver (one row per task per batch)."""
@@ -57,7 +59,7 @@ RESULT_SCHEMA = ("task string, batch bigint, status string, messages bigint, pro
 RESULT_ARROW_SCHEMA = pa.schema([
     ("task", pa.string()), ("batch", pa.int64()), ("status", pa.string()), ("messages", pa.int64()),
     ("processed", pa.int64()), ("dropped", pa.int64()), ("ignored", pa.int64()), ("late", pa.int64()),
-    ("late_routed", pa.int64()), ("ended", pa.bool_()),
+    ("late_routed", pa.int64()), ("ended", pa.bool_()), ("drained", pa.bool_()),
     ("shutdown", pa.bool_()), ("process_ms", pa.float64()), ("commit_ms", pa.float64()), ("error", pa.string()),
     ("metrics", pa.string()), ("offsets", pa.string()), ("system_metrics", pa.string()),
 ])
@@ -69,7 +71,7 @@ def to_arrow(result: BatchResult) -> pa.RecordBatch:
         "task": result.task, "batch": result.batch, "status": result.status.value, "messages": result.messages,
         "processed": result.processed, "dropped": result.dropped, "ignored": result.ignored,
         "late": result.late, "late_routed": result.late_routed,
-        "ended": result.ended, "shutdown": result.shutdown, "process_ms": result.process_ms,
+        "ended": result.ended, "drained": result.drained, "shutdown": result.shutdown, "process_ms": result.process_ms,
         "commit_ms": result.commit_ms, "error": result.error, "metrics": json.dumps(result.metrics, default=str),
         "offsets": json.dumps(result.offsets), "system_metrics": json.dumps(result.system_metrics, default=str),
     }], schema=RESULT_ARROW_SCHEMA)
@@ -81,7 +83,7 @@ def result_from_row(row: Any) -> BatchResult:
                        messages=int(row["messages"]),
                        processed=int(row["processed"]), dropped=int(row["dropped"]), ignored=int(row["ignored"]),
                        late=int(row["late"]), late_routed=int(row["late_routed"]),
-                       ended=bool(row["ended"]), shutdown=bool(row["shutdown"]),
+                       ended=bool(row["ended"]), drained=bool(row["drained"]), shutdown=bool(row["shutdown"]),
                        process_ms=float(row["process_ms"]), commit_ms=float(row["commit_ms"]), error=row["error"],
                        metrics=json.loads(row["metrics"] or "{}"), offsets=json.loads(row["offsets"] or "{}"),
                        system_metrics=json.loads(row["system_metrics"] or "{}"))

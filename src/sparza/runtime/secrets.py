@@ -23,23 +23,16 @@ application or attach to its processes can read the file, as with any credential
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import hashlib
 import json
 import os
-import shutil
-import tempfile
 import threading
-import uuid
-import weakref
 from collections.abc import Mapping
-from typing import Any
 
 from sparza.config import Config, define_key, is_secret_key
 from sparza.errors import ConfigError
 
-__all__ = ["SECRETS_REF_KEY", "ShippedSecrets", "resolve_secrets", "ship_secrets", "split_secrets"]
+__all__ = ["SECRETS_REF_KEY", "remember_secrets", "resolve_secrets", "split_secrets"]
 
 SECRETS_REF_KEY = "job.secrets.ref"
 define_key(SECRETS_REF_KEY, None, "Set by sparza in the config it ships to Spark: the name of the per-run secrets file "
@@ -50,10 +43,6 @@ _ENV_CONNECTION = "AZURE_STORAGE_CONNECTION_STRING"
 _KNOWN: dict[str, dict[str, str]] = {}
 """Secrets by file name in this process: shipped from here, or read once from the distributed file."""
 _LOCK = threading.Lock()
-_SHIPPED: weakref.WeakKeyDictionary[Any, dict[str, ShippedSecrets]] = weakref.WeakKeyDictionary()
-"""Files added to each live session, by digest of their secrets: a session outlives one runner (a coordinated
-processor's next model, ``sparza.run(spark=...)`` called again), and Spark serves an added file from the
-driver's copy for as long as the session lives, so the file is reused, never removed while it may be fetched."""
 
 
 def split_secrets(config: Mapping[str, str], environ: Mapping[str, str] | None = None
@@ -68,63 +57,11 @@ def split_secrets(config: Mapping[str, str], environ: Mapping[str, str] | None =
     return public, secrets
 
 
-class ShippedSecrets:
-    """The secrets file of one run: its name (what the shipped config carries) and the driver's copy,
-    removed by :meth:`close` (executors' copies go with the Spark application or Connect session)."""
-
-    def __init__(self, name: str, directory: str) -> None:
-        self.name = name
-        self._directory = directory
-
-    def close(self) -> None:
-        """Remove the driver's copy of the file: only once its session is stopped (executors fetch it from
-        there, also new ones), else at interpreter exit."""
-        shutil.rmtree(self._directory, ignore_errors=True)
-
-
-def ship_secrets(spark: Any, config: Config) -> tuple[dict[str, str], ShippedSecrets | None]:
-    """Split ``config`` and add the secrets file to ``spark``; the config to ship and the file's handle
-    (None when there is no secret: nothing is added)."""
-    public, secrets = split_secrets(config)
-    if not secrets:
-        return public, None
-    from sparza.runtime.driver.session import is_connect
-
-    digest = hashlib.sha256(json.dumps(secrets, sort_keys=True).encode("utf-8")).hexdigest()
+def remember_secrets(name: str, secrets: Mapping[str, str]) -> None:
+    """The driver shipped ``secrets`` as file ``name``: :func:`resolve_secrets` in this process reads them from
+    here, not from Spark's copy of the file."""
     with _LOCK:
-        per_session = _session_files(spark)
-        shipped = per_session.get(digest)
-    if shipped is not None:
-        public[SECRETS_REF_KEY] = shipped.name
-        return public, shipped
-    name = f"sparza-secrets-{uuid.uuid4().hex}.json"
-    directory = tempfile.mkdtemp(prefix="sparza-secrets-")
-    path = os.path.join(directory, name)
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        json.dump(secrets, out)
-    shipped = ShippedSecrets(name, directory)
-    try:
-        if is_connect(spark):
-            spark.addArtifacts(path, file=True)
-        else:
-            spark.sparkContext.addFile(path)
-    except BaseException:
-        shipped.close()
-        raise
-    atexit.register(shipped.close)
-    with _LOCK:
-        _KNOWN[name] = secrets
-        per_session[digest] = shipped
-    public[SECRETS_REF_KEY] = name
-    return public, shipped
-
-
-def _session_files(spark: Any) -> dict[str, ShippedSecrets]:
-    try:
-        return _SHIPPED.setdefault(spark, {})
-    except TypeError:  # a session type that takes no weak reference: no reuse, the file stays until exit
-        return {}
+        _KNOWN[name] = dict(secrets)
 
 
 def _load(name: str) -> dict[str, str]:

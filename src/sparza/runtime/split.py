@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -48,6 +49,9 @@ class TaskSplit(InputPartition):  # type: ignore[misc]
     bounded_ends: dict[str, str] = field(default_factory=dict)
     reset: list[str] = field(default_factory=list)
     """SSPs that start at ``samza.offset.default`` instead of the task checkpoint (``samza.reset.offset``)."""
+    drain: dict[str, Any] | None = None
+    """The drain this batch runs under: ``{"id": <drain id>, "unreached": [source SSPs not yet at the end offset
+    observed at the drain's request]}``; None: no drain (:mod:`sparza.runtime.drain`)."""
 
     def start_offsets(self) -> dict[str, str]:
         """``{ssp: start offset}`` of this batch."""
@@ -61,7 +65,8 @@ class TaskSplit(InputPartition):  # type: ignore[misc]
         """The marker row's payload."""
         return json.dumps({"index": self.index, "task": self.task, "batch": self.batch, "planned_at": self.planned_at,
                            "ssps": self.ssps, "starts": self.starts, "ends": self.ends, "ended": self.ended,
-                           "bounded_ends": self.bounded_ends, "reset": self.reset}, sort_keys=True).encode()
+                           "bounded_ends": self.bounded_ends, "reset": self.reset, "drain": self.drain},
+                          sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> TaskSplit:

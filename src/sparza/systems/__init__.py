@@ -8,7 +8,8 @@ factory: a short name (``delta``, ``azureblob``) or a dotted Python path ``modul
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -25,9 +26,11 @@ __all__ = [
     "StreamSpec",
     "SupportsArrowRead",
     "SupportsArrowSend",
+    "SupportsConfigCheck",
     "SupportsOffsetArithmetic",
     "SupportsOffsetKey",
     "SupportsPartitionCount",
+    "SupportsProcessingTime",
     "SupportsStreamLocation",
     "SystemAdmin",
     "SystemConsumer",
@@ -36,6 +39,7 @@ __all__ = [
     "SystemStreamMetadata",
     "SystemStreamPartitionMetadata",
     "Transaction",
+    "check_configured_streams",
     "get_system_factory",
     "load_object",
 ]
@@ -207,6 +211,30 @@ class SupportsOffsetArithmetic(Protocol):
 
 
 @runtime_checkable
+class SupportsProcessingTime(Protocol):
+    """A producer that needs a time where a message carries none (the Azure blob producer's blob paths).
+
+    The runtime calls it after ``begin`` with the batch's processing time: the time the batch was planned,
+    recorded in the plan, so a replay of the batch gets the very same time (wall-clock time would rename
+    its outputs)."""
+
+    def set_processing_time(self, source: str, epoch_ms: int) -> None:
+        """The processing time of ``source``'s running batch, in epoch milliseconds."""
+        ...
+
+
+@runtime_checkable
+class SupportsConfigCheck(Protocol):
+    """A system factory that can check its system's settings without touching the system: ``sparza config
+    check`` and ``sparza run`` call it before Spark starts, so a value outside its documented range is one
+    line naming the key and the limit, not a failed batch."""
+
+    def check_config(self, system_name: str, config: Config) -> None:
+        """Raise :class:`~sparza.errors.ConfigError` for the first setting of ``system_name`` that cannot work."""
+        ...
+
+
+@runtime_checkable
 class SupportsOffsetKey(Protocol):
     """An admin whose offsets have a sort key: keys compare as ``offset_comparator`` compares the offsets,
     at a fraction of its cost where many offsets are compared (one per adjunct message)."""
@@ -285,6 +313,20 @@ def _check_factories(config: Config) -> list[ConfigError]:
 define_check("sparza.systems", _check_factories, order=0, needs_translation=False)
 
 
+def _check_system_settings(config: Config) -> None:
+    """Every system's settings, by its factory when it :class:`SupportsConfigCheck` (Azure's block and blob
+    limits, librdkafka's names and ranges, typed-table schemas): found before anything runs."""
+    for key in sorted(config):
+        if key.startswith("systems.") and key.endswith(".samza.factory") and key.count(".") == 3:
+            name = key.split(".")[1]
+            factory = get_system_factory(config, name)
+            if isinstance(factory, SupportsConfigCheck):
+                factory.check_config(name, config)
+
+
+define_check("sparza.systems", _check_system_settings, order=50)
+
+
 def load_object(path: str, key: str = "factory") -> Any:
     """Import ``package.module:Name`` or ``package.module.Name``; errors name the config ``key``."""
     module_name, sep, attr = path.partition(":")
@@ -314,3 +356,84 @@ def get_system_factory(config: Config, system_name: str) -> SystemFactory:
     return factory() if isinstance(factory, type) else factory  # type: ignore[no-any-return]
 
 
+
+
+_NOT_STREAMS_TO_CHECK = (".delta.table.", ".avro.schema")  # typed tables are created on first write; blobs
+
+
+def check_configured_streams(config: Config, known: set[tuple[str, str]] = frozenset(),  # type: ignore[assignment]
+                             warn: Callable[[str], None] | None = None) -> None:
+    """The streams a job writes exist before it starts, except ``known`` (system, stream) pairs checked
+    elsewhere (inputs), intermediate streams (created by the planner) and typed tables (created on first
+    write); otherwise the first message sent there fails the job after Spark started.
+
+    A stream the config names as an output (``task.dead.letter.stream``, ``task.late.messages.stream``, or
+    the ``system.stream`` value of a setting the job's own code reads, such as the keyed count's
+    ``keyed_count.output``) that does not exist raises :class:`~sparza.errors.StartCheckError` naming the
+    key and the command that creates it. A stream the config only describes (a serde, a physical name
+    under ``systems.<s>.streams.<x>``) may be a leftover the job never writes: its absence is a warning
+    (``warn``, default stderr)."""
+    from sparza.config.check import keys_read_by_job_code
+    from sparza.errors import StartCheckError, job_config_ref
+
+    systems = {k.split(".")[1] for k in config if k.startswith("systems.") and k.endswith(".samza.factory")}
+    declared: dict[tuple[str, str], str] = {}
+    for key in ("task.dead.letter.stream", "task.late.messages.stream", *keys_read_by_job_code(config)):
+        value = str(config.get(key) or "").strip()
+        system, dot, stream = value.partition(".")
+        if dot and system in systems and stream and " " not in value:
+            declared.setdefault((system, stream), key)
+    described: dict[tuple[str, str], str] = {}
+    created_later: set[tuple[str, str]] = set()
+    for key in sorted(config):
+        parts = key.split(".")
+        if len(parts) < 5 or parts[0] != "systems" or parts[2] != "streams":
+            continue
+        system = parts[1]
+        rest = key[len(f"systems.{system}.streams."):]
+        if any(mark in key for mark in _NOT_STREAMS_TO_CHECK):
+            created_later.add((system, rest.split(".delta.table.")[0].split(".avro.schema")[0]))
+            continue
+        # A stream id may hold dots: the setting is the longest known suffix; the stream is what precedes it.
+        found = next((rest[: -len(suffix) - 1] for suffix in _STREAM_SETTING_SUFFIXES
+                      if rest.endswith("." + suffix)), None)
+        if found is None:
+            continue
+        stream = found
+        if stream and not config.get_bool(f"systems.{system}.streams.{stream}.samza.intermediate", False):
+            described.setdefault((system, stream), key)
+    admins: dict[str, Any] = {}
+    for pair in sorted(set(declared) | set(described)):
+        if pair in known or pair in created_later:
+            continue
+        system, stream = pair
+        if system not in admins:
+            try:
+                admins[system] = get_system_factory(config, system).get_admin(system, config)
+            except Exception:
+                admins[system] = None  # a write-only system (azureblob) or one the factory check reports
+        admin = admins[system]
+        if not isinstance(admin, SupportsPartitionCount):
+            continue
+        try:
+            admin.partition_count(stream)
+        except LookupError as exc:
+            where = f" ({admin.stream_location(stream)})" if isinstance(admin, SupportsStreamLocation) else ""
+            # Each system's not-found error says how to create its streams (in-memory ones are declared).
+            hint = (str(exc) if "sparza stream create" not in str(exc) else
+                    f"create it first: sparza stream create {stream} --system {system} --partitions N --config "
+                    f"{job_config_ref()}")
+            if pair in declared:
+                key = declared[pair]
+                raise StartCheckError(key, None, "", message=(
+                    f"config key '{key}' names output stream {system}.{stream}{where}, which does not exist: "
+                    f"{hint}")) from exc
+            line = (f"config key '{described[pair]}' describes stream {system}.{stream}{where}, which does not "
+                    f"exist; if the job writes to it, {hint}")
+            (warn or (lambda text: print(f"warning: {text}", file=sys.stderr, flush=True)))(line)
+
+
+_STREAM_SETTING_SUFFIXES = ("samza.key.serde", "samza.msg.serde", "samza.key.schema", "samza.msg.schema",
+                            "samza.physical.name", "samza.offset.default", "samza.reset.offset", "samza.bootstrap",
+                            "samza.intermediate", "samza.broadcast", "samza.priority", "bounded", "delta.location",
+                            "watermark.lateness.ms", "control.format", "control.producer.count")

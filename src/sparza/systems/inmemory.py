@@ -93,8 +93,12 @@ def drop_namespace(namespace: str) -> None:
         _NAMESPACES.pop(namespace, None)
 
 
+class InMemoryStreamNotFoundError(InMemoryStreamError, LookupError):
+    """The in-memory stream does not exist in this process (a LookupError, as every system's missing stream)."""
+
+
 def _missing(system: str, stream: str) -> InMemoryStreamError:
-    return InMemoryStreamError(
+    return InMemoryStreamNotFoundError(
         f"in-memory stream '{system}.{stream}' does not exist in this process. The inmemory system keeps its "
         "streams inside one Python process (sparza.testing.TestRunner): create the stream first (TestRunner's "
         "add_input / add_output), or use a delta or kafka system to run the job on Spark")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -26,6 +27,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,12 +89,13 @@ a loaded 2-core machine (a liveness timeout of a few seconds would rebalance all
 
 def reproduce_command(seed: int, *, messages: int | None = None, fault: str | None = None,
                       output: str | None = None, input: str | None = None, task_api: str | None = None,
-                      extras: bool = True) -> str:
+                      extras: bool = True, drain: bool = True) -> str:
     """The one-line command (from the repository root) that runs the scenario of ``seed`` again."""
     extra = (f" --messages {messages}" if messages is not None else "") + (f" --fault {fault}" if fault else "")
     extra += (f" --output {output}" if output else "") + (f" --input {input}" if input else "")
     extra += f" --task-api {task_api}" if task_api else ""
     extra += "" if extras else " --extras none"
+    extra += "" if drain or not extras else " --drain none"
     return f"PYTHONPATH=src:. .venv/bin/python -m sparza.testing.harness --seed {seed}{extra}"
 
 
@@ -123,6 +126,7 @@ class Outcome:
     input_override: str | None = None
     task_api_override: str | None = None
     extras: bool = True
+    drain: bool = True
 
     inconclusive: bool = False
     """Spark itself could not start the job's Python workers, even after restarts (an overloaded
@@ -148,7 +152,8 @@ class Outcome:
             lines.append("  reproduce: " + reproduce_command(self.scenario.seed, messages=self.messages_override,
                                                              fault=self.fault_override, output=self.output_override,
                                                              input=self.input_override,
-                                                             task_api=self.task_api_override, extras=self.extras))
+                                                             task_api=self.task_api_override, extras=self.extras,
+                                                             drain=self.drain))
         return "\n".join(lines)
 
 
@@ -442,6 +447,8 @@ class _Job:
         """One run: a single ``sparza run``, or with ``processors`` > 1 that many processors of the job
         (``--processor-id 0..N-1``, started ``stagger_s`` apart) under the azure coordinator. The record
         of a group is its first failing processor's (exit codes of all are noted)."""
+        if self.s.drain == "request" and "--drain" in args:
+            return self._run_drained_by_request(label, config_path, *[a for a in args if a != "--drain"])
         if self.s.processors <= 1:
             return self.wait(label, self.spawn(label, config_path, *args))
         handles = []
@@ -455,10 +462,41 @@ class _Job:
                           f"{', '.join(str(r.returncode) for r in records)}")
         return next((r for r in records if r.returncode != 0), records[-1])
 
+    def _run_drained_by_request(self, label: str, config_path: Path | None, *args: str) -> RunRecord:
+        """``drain=request``: a plain ``sparza run``, and ``sparza drain`` once it committed its first batch and
+        the drawn delay passed; the run must then drain and exit 0. A request that came after the run had
+        drained by itself (a request left pending by an earlier failed run) would stay pending for the next
+        phase, whose input it does not know: it is withdrawn."""
+        handle = self.spawn(label, config_path, *args)
+        # After its first batch, or, when it has nothing new to process (no batch comes), soon after its start.
+        if _wait_for_line(handle, KILL9_START_TIMEOUT_S, lambda line: line.startswith("sparza: job ")):
+            _wait_for_first_batch(handle, 30.0)
+        deadline = time.monotonic() + self.s.drain_delay_s
+        while time.monotonic() < deadline and handle[0].poll() is None:
+            time.sleep(0.05)
+        if handle[0].poll() is None:
+            self._drain_command(label, config_path)
+        record = self.wait(label, handle)
+        if record.returncode == 0 and self._drain_command(f"{label}-cleanup", config_path, "--cancel") == 0:
+            self.notes.append(f"run '{label}' had drained before its drain request: the request was withdrawn")
+        return record
+
+    def _drain_command(self, label: str, config_path: Path | None, *extra: str) -> int:
+        """``sparza drain`` for this job (output appended to the logs); its exit code."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [str(_SRC), env.get("PYTHONPATH", "")] if p)
+        with open(self.logs / f"{self.spawned:02d}-{label}-drain.log", "ab") as out:
+            return subprocess.run([sys.executable, "-m", "sparza.cli", "drain", "--config",
+                                   str(config_path or self.config_path), *extra], stdout=out,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, timeout=300).returncode
+
     def once_args(self) -> tuple[str, ...]:
         """``--once`` except for a bounded job's first run, which must end by itself. A bounded job
         started again after it ended has nothing to plan and does not stop by itself (see
-        docs/guarantees.md), so later runs use ``--once``."""
+        docs/guarantees.md), so later runs use ``--once``. A drain scenario drains every run instead
+        (``--drain``; ``drain=request`` turns it into ``sparza drain`` while the run runs)."""
+        if self.s.drain != "none":
+            return ("--drain",)
         return () if self.s.bounded and not self.runs and not self.s.once_always else ("--once",)
 
     def variant(self, name: str, **overrides: str) -> Path:
@@ -502,8 +540,15 @@ KILL9_START_TIMEOUT_S = 300.0
 
 
 def _wait_for_first_batch(handle: tuple[subprocess.Popen[bytes], Path, float], timeout: float) -> bool:
-    """Wait until the run's log shows its first committed batch (a ``batch N (spark M)`` status line);
-    False when the run ended or ``timeout`` passed first."""
+    """Wait until the run's log shows its first committed batch (a ``batch N (spark M)`` or, in the container
+    mode, ``batch N (epoch E: ...)`` status line); False when the run ended or ``timeout`` passed first."""
+    return _wait_for_line(handle, timeout,
+                          lambda line: line.startswith("batch ") and ("(spark " in line or "(epoch " in line))
+
+
+def _wait_for_line(handle: tuple[subprocess.Popen[bytes], Path, float], timeout: float,
+                   wanted: Callable[[str], bool]) -> bool:
+    """Wait until a line of the run's log is ``wanted``; False when the run ended or ``timeout`` passed first."""
     proc, log, _ = handle
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
@@ -511,7 +556,7 @@ def _wait_for_first_batch(handle: tuple[subprocess.Popen[bytes], Path, float], t
             text = log.read_text(errors="replace")
         except OSError:
             text = ""
-        if any(line.startswith("batch ") and "(spark " in line for line in text.splitlines()):
+        if any(wanted(line) for line in text.splitlines()):
             return True
         time.sleep(0.1)
     return False
@@ -764,8 +809,17 @@ def _routed_late(job: _Job) -> Counter[int]:
     return Counter(int(json.loads(v)["id"]) for v in read_delta_values(_stream_dir(job, "late")))
 
 
-def _check(job: _Job, outcome: Outcome) -> None:
-    s = job.s
+def _check(job: _Job, outcome: Outcome, *, upto: int | None = None) -> None:
+    """Compare the outputs with the oracle: of the whole input, or (``upto``, a drain scenario after a phase) of
+    the chunks up to that phase, which the phase's drain must have brought out completely."""
+    s = job.s if upto is None else dataclasses.replace(job.s, messages=[m for m in job.s.messages if m.chunk <= upto])
+    problems = outcome.problems if upto is None else []
+    _compare_outputs(job, s, outcome, problems)
+    if upto is not None:
+        outcome.problems.extend(f"after the drain of phase {upto}: {p}" for p in problems)
+
+
+def _compare_outputs(job: _Job, s: Scenario, outcome: Outcome, problems: list[str]) -> None:
     routed = _routed_late(job)
     if s.output == "delta":
         actual = read_delta_records(_stream_dir(job, "out"))
@@ -774,48 +828,49 @@ def _check(job: _Job, outcome: Outcome) -> None:
         actual = readers["deltalake"]
         for name, rows in readers.items():
             if rows != actual:
-                outcome.problems.append(f"table readers disagree: {name} read {sum(rows.values())} rows, deltalake "
-                                        f"{sum(actual.values())}")
+                problems.append(f"table readers disagree: {name} read {sum(rows.values())} rows, deltalake "
+                                f"{sum(actual.values())}")
         outcome.notes.append(f"table read by {', '.join(sorted(readers))}")
     elif s.output == "kafka":
         actual, control = read_kafka_records(job.kafka.bootstrap_servers, job.output_stream.split(".", 1)[1])
         if control:
-            outcome.problems.append(f"{control} control records in the output topic (only intermediate streams "
-                                    f"carry watermarks and end-of-stream)")
+            problems.append(f"{control} control records in the output topic (only intermediate streams "
+                            f"carry watermarks and end-of-stream)")
     else:
         actual, names = read_blob_records(job.azurite.connection_string, job.output_container, "out/")
         outcome.notes.append(f"{len(names)} blobs")
     if routed:
         repeated = [i for i, n in routed.items() if n > 1]
         if repeated:
-            outcome.problems.append(f"{len(repeated)} late messages routed more than once (e.g. ids {repeated[:5]})")
+            problems.append(f"{len(repeated)} late messages routed more than once (e.g. ids {repeated[:5]})")
         if s.kind not in EVENT_TIME_KINDS:
-            outcome.problems.append(f"{sum(routed.values())} messages routed as late by a job without a window "
-                                    f"(e.g. ids {sorted(routed)[:5]}): only event-time operators may call data late")
+            problems.append(f"{sum(routed.values())} messages routed as late by a job without a window "
+                            f"(e.g. ids {sorted(routed)[:5]}): only event-time operators may call data late")
         elif not s.late:
-            outcome.problems.append(f"{len(routed)} messages routed as late although the lateness spans all event "
-                                    f"times (e.g. ids {sorted(routed)[:5]})")
+            problems.append(f"{len(routed)} messages routed as late although the lateness spans all event "
+                            f"times (e.g. ids {sorted(routed)[:5]})")
     excluded = routed if s.kind in EVENT_TIME_KINDS else Counter()
     actual, pane_problems = reduce_panes(s, actual, upserted=s.output == "table-upsert")
-    outcome.problems.extend(pane_problems)
+    problems.extend(pane_problems)
     expected = (expected_table_rows(s, excluded_ids=excluded) if s.output.startswith("table-")
                 else expected_records(s, excluded_ids=excluded))
     comparison = compare(expected, actual)
-    outcome.comparison = comparison
+    if problems is outcome.problems:
+        outcome.comparison = comparison
     if not comparison.ok:
-        outcome.problems.append("output: " + comparison.summary())
+        problems.append("output: " + comparison.summary())
 
 
 def run_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messages_override: int | None = None,
                  fault_override: str | None = None, kafka: Any = None, output_override: str | None = None,
                  input_override: str | None = None, task_api_override: str | None = None,
-                 extras: bool = True) -> Outcome:
+                 extras: bool = True, drain: bool = True) -> Outcome:
     """Run ``scenario`` in ``workdir`` against ``azurite`` (and ``kafka``, a Tansu broker, started here
     when the scenario uses Kafka and none is given): every phase, its fault, a final run, the check."""
     started = time.monotonic()
     outcome = Outcome(scenario, workdir=workdir, messages_override=messages_override, fault_override=fault_override,
                       output_override=output_override, input_override=input_override,
-                      task_api_override=task_api_override, extras=extras)
+                      task_api_override=task_api_override, extras=extras, drain=drain)
     workdir.mkdir(parents=True, exist_ok=True)
     own_kafka = None
     if kafka is None and scenario.uses_kafka:
@@ -830,6 +885,8 @@ def run_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messages_ov
             _apply_phase(job, outcome, faults[0] if faults else "none", phase)
             for second in faults[1:]:   # the generator makes a second fault in the same phase an after-run one
                 _damage(job, outcome, second, f"phase{phase}-second")
+            if scenario.drain != "none" and phase < scenario.chunks - 1:
+                _check(job, outcome, upto=phase)   # the phase's drain brought out everything appended so far
         if scenario.fault in _AFTER_RUN_FAULTS or scenario.fault2 in _AFTER_RUN_FAULTS:
             # The damage was done after the last run: one more run must repair it.
             _expect_clean(outcome, job.run("final"))
@@ -921,6 +978,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="none: leave out the dimensions added after the first soaks (Kafka/Delta intermediate "
                              "streams, Delta on az://, several processors, purged snapshots, a Kafka broker "
                              "restart, a second fault): the scenario as generated before them")
+    parser.add_argument("--drain", choices=("drawn", "none"), default="drawn",
+                        help="none: leave out the drain dimension (scenario.DRAIN_SALT): a seed as recorded before it")
     parser.add_argument("--output", choices=OUTPUTS, help="override the scenario's output kind")
     parser.add_argument("--input", choices=INPUTS, help="override the scenario's input kind")
     parser.add_argument("--task-api", choices=TASK_APIS, help="override a task job's API (process or process_batch)")
@@ -943,7 +1002,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         try:
             scenario = generate(args.seed, messages=args.messages, fault=args.fault, output=args.output,
-                                input=args.input, task_api=args.task_api, extras=args.extras == "drawn")
+                                input=args.input, task_api=args.task_api, extras=args.extras == "drawn",
+                                drain=args.drain == "drawn")
         except ValueError as exc:
             parser.error(str(exc))
     print(scenario.describe(), flush=True)
@@ -953,7 +1013,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         outcome = run_scenario(scenario, azurite, base / f"seed-{scenario.seed}", messages_override=args.messages,
                                fault_override=args.fault, output_override=args.output, input_override=args.input,
-                               task_api_override=args.task_api, extras=args.extras == "drawn")
+                               task_api_override=args.task_api, extras=args.extras == "drawn",
+                               drain=args.drain == "drawn")
     finally:
         azurite.stop()
     print(outcome.report())

@@ -285,22 +285,25 @@ class HarnessApp:
             stream.map(lambda m: {"id": int(m["id"]), "key": str(m["key"]), "val": int(m["val"]),
                                   "aux": int(m["aux"]), "tag": str(m["tag"])}).send_to(out)
         elif kind in ("window", "session"):
-            triggers = {"early": _trigger(str(config.get_str("app.harness.early", "") or "")),
-                        "late": _trigger(str(config.get_str("app.harness.late", "") or "")),
-                        "allowed_lateness_ms": int(config.get_str("app.harness.lateness.ms", "0"))}
+            early = _trigger(str(config.get_str("app.harness.early", "") or ""))
+            late = _trigger(str(config.get_str("app.harness.late", "") or ""))
+            lateness = int(config.get_str("app.harness.lateness.ms", "0"))
             stream = stream.partition_by(lambda m: m["key"], "by-key", partitions=partitions)
             if join:
                 stream = stream.join(app.table("profiles"), lambda m: m["key"], lambda m, p: {**m, "c": p["c"]})
             if kind == "session":
                 merge = _merge if str(config.get_str("app.harness.session.merge", "false")) == "true" else None
                 session = Windows.session(int(config.get_str("app.harness.session.gap.ms")), lambda m: m["key"],
-                                          [0, 0], _fold, merge, **triggers)
+                                          [0, 0], _fold, merge, early=early, late=late,
+                                          allowed_lateness_ms=lateness)
                 stream.window(session, name="s").map(_pane_records("s")).send_to(out)
                 return
             size = int(config.get_str("app.harness.window.size.ms"))
             slide = int(config.get_str("app.harness.window.slide.ms", str(size)))
-            spec = (Windows.tumbling(size, lambda m: m["key"], [0, 0], _fold, **triggers) if slide == size
-                    else Windows.sliding(size, slide, lambda m: m["key"], [0, 0], _fold, **triggers))
+            spec = (Windows.tumbling(size, lambda m: m["key"], [0, 0], _fold, early=early, late=late,
+                                     allowed_lateness_ms=lateness) if slide == size
+                    else Windows.sliding(size, slide, lambda m: m["key"], [0, 0], _fold, early=early, late=late,
+                                         allowed_lateness_ms=lateness))
             stream.window(spec, name="w").map(_pane_records("w") if spec.triggered else _pane_record).send_to(out)
         elif kind == "join":
             within = int(config.get_str("app.harness.join.within.ms"))

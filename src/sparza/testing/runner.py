@@ -131,13 +131,15 @@ class BatchReport:
 
 @dataclass
 class RunReport:
-    """What :meth:`TestRunner.run` did: batches per job, messages read, late messages, and whether every
-    task of every job saw all its inputs end."""
+    """What :meth:`TestRunner.run` (or :meth:`TestRunner.drain`) did: batches per job, messages read, late
+    messages, whether every task of every job saw all its inputs end, and (drain) the drain's id once every
+    task of every job drained."""
 
     batches: dict[str, int] = field(default_factory=dict)
     messages: int = 0
     late: int = 0
     ended: bool = False
+    drained: str | None = None
 
 
 @dataclass
@@ -161,12 +163,14 @@ class _Job:
         self.spark_batch_id = 0
         self.batches = 0
         self.ended = False
+        self.drained = False
         self.open()
         self.replan()
 
     def open(self) -> None:
         """A fresh planner over fresh admins, as a (re)started processor's Spark source builds."""
         from sparza.runtime.checkpoint import checkpoint_store_from_config
+        from sparza.runtime.driver.drainmonitor import DrainMonitor
         from sparza.runtime.inputs import InputSystems
         from sparza.runtime.planner import BatchPlanner
 
@@ -174,6 +178,7 @@ class _Job:
         self.tasks = inputs.task_models()
         self.planner = BatchPlanner(self.job, self.tasks, inputs.ops, inputs.positions)
         self.checkpoints = checkpoint_store_from_config(self.config, self.job.job_key)
+        self.monitor = DrainMonitor(self.config)
 
     def replan(self) -> None:
         """The start plan from the task checkpoints (Spark's checkpoint dir lost or new)."""
@@ -184,11 +189,13 @@ class _Job:
         """Plan and run one batch of every task; empty when there is nothing to plan. A batch that raises
         stays pending and runs again, with the same plan, on the next step (as Spark retries it)."""
         from sparza.runtime.container.executor import TaskAttemptError, make_task_runner
-        from sparza.runtime.errors import JobFailedError
+        from sparza.runtime.errors import tasks_failed
         from sparza.runtime.results import BatchStatus, result_from_row
         from sparza.runtime.split import marker_batch
 
         if self.pending is None:
+            # The driver's drain monitor, read before every plan (a processor reads it every poll interval).
+            self.planner.drain = self.monitor.poll(force=True)
             planned = self.planner.next(self.plan, now_ms)
             if planned is self.plan:
                 return []
@@ -208,10 +215,16 @@ class _Job:
                 raise
         failed = [r for r in results if r.status is BatchStatus.FAILED]
         if failed:
-            raise JobFailedError("; ".join(r.error or "failed" for r in failed))
+            raise tasks_failed([r.error for r in failed])  # as sparza run reports them
         self.plan, self.pending = self.pending, None
         self.batches += 1
         self.ended = bool(results) and all(r.ended for r in results)
+        self.drained = bool(results) and all(r.drained for r in results)
+        if self.drained and self.plan.drain is not None:
+            # What a processor does when it stops drained: the request goes once every task of every job drained.
+            from sparza.runtime.driver.drainmonitor import finish_drain
+
+            finish_drain(self.config)
         return results
 
 
@@ -365,6 +378,43 @@ class TestRunner:
                 job.planner.targets = None
         report.ended = all(job.ended for job in self._jobs)
         return report
+
+    def drain(self, max_batches: int = 10_000) -> RunReport:
+        """What ``sparza run --drain`` does: request a drain of every job now (each source partition ends at the
+        offset it has now), then run batches until every task of every job drained: it processed its input up
+        to there, fired ``on_drain`` (open windows and sessions fire, joins emit their unmatched messages where
+        they say so) and sent its drain downstream. The jobs may run again afterwards, with the input that came
+        since: a drain is not end-of-stream."""
+        from sparza.runtime.driver.drainmonitor import drain_completed, finish_drain, request_drain
+
+        self._start()
+        request, _ = request_drain([job.config for job in self._jobs], now_ms=self.now_ms)
+        report = RunReport()
+        pending = list(self._jobs)
+        for job in pending:
+            job.monitor.enabled = True  # as `sparza run --drain`, whatever job.drain-monitor.enabled says
+        for _ in range(max_batches):
+            ran = False
+            for job in pending:
+                results = job.step(self.now_ms)
+                if results:
+                    ran = True
+                    report.batches[job.name] = report.batches.get(job.name, 0) + 1
+                    report.messages += sum(r.messages for r in results)
+                    report.late += sum(r.late for r in results)
+            self.now_ms += self.tick_ms
+            # A job has drained when each of its tasks committed the drain's completion (a job whose tasks
+            # completed it before a restart plans nothing more: its checkpoints say so).
+            pending = [job for job in pending if not drain_completed(job.config, request, [job.job.job_key])]
+            if not pending:
+                finish_drain(self._jobs[0].config)
+                report.drained = request.id
+                report.ended = all(job.ended for job in self._jobs)
+                return report
+            if not ran:
+                raise TestInputError(f"the drain of {', '.join(j.name for j in pending)} cannot complete: no job has "
+                                     "anything left to run (an upstream job writes nothing more?)")
+        raise TestInputError(f"jobs {', '.join(j.name for j in pending)} had not drained after {max_batches} batches")
 
     def restart(self, *, keep_plan: bool = True) -> TestRunner:
         """Stand for a restarted ``sparza run`` process: every in-memory task, store and producer is dropped

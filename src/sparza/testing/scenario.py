@@ -11,8 +11,8 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["COMMIT_STEPS", "EXTRA_FAULTS", "FAULTS", "INPUTS", "OPERATORS_SALT", "OUTPUTS", "InputMessage", "Profile",
-           "Scenario", "generate", "operator_config", "scale_scenario"]
+__all__ = ["COMMIT_STEPS", "DRAIN_MODES", "DRAIN_SALT", "EXTRA_FAULTS", "FAULTS", "INPUTS", "OPERATORS_SALT", "OUTPUTS",
+           "InputMessage", "Profile", "Scenario", "generate", "operator_config", "scale_scenario"]
 
 COMMIT_STEPS = ("after-intent", "after-flush", "after-adjunct", "after-snapshot", "after-checkpoint",
                 "during-cleanup")
@@ -64,6 +64,20 @@ by the parity of ``n`` into a left and a right stream, each repartitioned by key
 inner/left/outer) or a ``session`` window (a gap, accumulators merged or not), and a window or session may
 get early/late triggers and an allowed lateness. Such a scenario is bounded and has one chunk (the last
 panes and unmatched messages come at end-of-stream). ``extras=False`` leaves them out, as before."""
+
+DRAIN_SALT = 0xD4A1_0029
+"""Drain (issue 29) comes from ``random.Random(seed ^ DRAIN_SALT)``, drawn after the operators, only with the
+extras, and left out by ``generate(seed, drain=False)`` (``--drain none``: a seed as recorded before it existed).
+A scenario may end every phase with a drain instead of ``--once`` (:data:`DRAIN_MODES`). It then runs unbounded
+in at least two chunks (one bounded chunk is cut in two at a random message: the drain's moment), and each chunk
+after the first starts later in event time than every window, session and join bound of the chunks before it can
+reach, so the oracle of the whole input is the sum of the chunks' (a drain fires what is open and empties the
+operators, so nothing of one chunk may meet the next). The harness checks the output after every phase:
+everything appended so far must be out."""
+
+DRAIN_MODES = ("run", "request")
+"""How a drain scenario drains each phase: ``sparza run --drain``, or ``sparza drain`` while a ``sparza run`` runs
+(after its first batch and a drawn delay)."""
 
 T0 = 1_700_000_000_000
 """Event time of the first message (epoch ms)."""
@@ -140,6 +154,8 @@ class Scenario:
     late_trigger: str = ""        # window/session late trigger (with an allowed lateness)
     allowed_lateness_ms: int = 0  # window/session/join: how far behind the watermark data still counts
     step_ms: int = 1              # event-time step between consecutive message ids (late ones go further back)
+    drain: str = "none"           # none | run (sparza run --drain) | request (sparza drain while it runs)
+    drain_delay_s: float = 0.0    # drain=request: seconds after the run's first batch
     messages: list[InputMessage] = field(default_factory=list)
     profiles: list[Profile] = field(default_factory=list)
 
@@ -171,7 +187,9 @@ class Scenario:
             f" intermediate={self.intermediate}" if self.intermediate != "default" else "",
             " delta=az" if self.delta_location == "azure" else "",
             f" processors={self.processors}" if self.processors > 1 else "",
-            f" fault2={self.fault2}@phase{self.fault2_phase}" if self.fault2 != "none" else ""])
+            f" fault2={self.fault2}@phase{self.fault2_phase}" if self.fault2 != "none" else "",
+            f" drain={self.drain}" + (f"@{self.drain_delay_s}s" if self.drain == "request" else "")
+            if self.drain != "none" else ""])
         return (f"seed={self.seed} {shape}{source} tasks={self.partitions} msgs={len(self.messages)} keys={self.keys} "
                 f"{'bounded' if self.bounded else 'unbounded'} chunks={self.chunks} batch={self.max_batch} "
                 f"{self.event_order}{' late' if self.late else ''} blobstore={self.blob_store} out={out} "
@@ -205,11 +223,13 @@ def _keys(rng: random.Random, count: int, skew: bool) -> tuple[list[str], list[f
 
 
 def generate(seed: int, *, messages: int | None = None, fault: str | None = None, output: str | None = None,
-             input: str | None = None, task_api: str | None = None, extras: bool = True) -> Scenario:
+             input: str | None = None, task_api: str | None = None, extras: bool = True,
+             drain: bool = True) -> Scenario:
     """The scenario of ``seed``; ``messages`` / ``fault`` / ``output`` / ``input`` / ``task_api`` override the
     drawn values (CI samples, and forcing a kind by hand); ``extras=False`` leaves out the dimensions drawn from
-    :data:`EXTRAS_SALT` (the scenario as generated before they existed). A forced ``fault`` also keeps the
-    extras generator from replacing it or adding a second one."""
+    :data:`EXTRAS_SALT` (the scenario as generated before they existed), ``drain=False`` the drain of
+    :data:`DRAIN_SALT` (seeds recorded before it existed). A forced ``fault`` also keeps the extras generator
+    from replacing it or adding a second one."""
     forced_output, forced_input = output, input      # ``output`` is reused below for the drawn value
     rng = random.Random(seed)
     api = rng.choice(["task", "task", "app"])
@@ -296,6 +316,8 @@ def generate(seed: int, *, messages: int | None = None, fault: str | None = None
     if extras:
         _pick_extras(random.Random(seed ^ EXTRAS_SALT), scenario, fault_forced=fault is not None)
         _pick_operators(random.Random(seed ^ OPERATORS_SALT), scenario, output_forced=forced_output is not None)
+        if drain:
+            _pick_drain(random.Random(seed ^ DRAIN_SALT), scenario)
     if not _fault_fits(scenario.fault, scenario):
         raise ValueError(f"fault {scenario.fault!r} does not fit seed {seed}: it needs a Kafka input (--input kafka) "
                          f"and no Kafka output or intermediate streams ({scenario.describe()})")
@@ -360,6 +382,37 @@ def _pick_operators(rng: random.Random, scenario: Scenario, *, output_forced: bo
         scenario.allowed_lateness_ms = lateness
         scenario.late_trigger = late_trigger if lateness else ""
     _one_bounded_chunk(scenario)
+
+
+def _pick_drain(rng: random.Random, scenario: Scenario) -> None:
+    """The dimension of :data:`DRAIN_SALT`. Every value is drawn whatever applies, in a fixed order."""
+    r_drain, mode, cut, delay = rng.random(), rng.choice(DRAIN_MODES), rng.uniform(0.25, 0.75), rng.uniform(0.0, 3.0)
+    # Drain needs a standalone job; a Kafka broker restart gives the input new offsets, which the drain's
+    # observed ends would not know.
+    if (r_drain >= 0.2 or scenario.processors > 1 or "kafka-restart" in (scenario.fault, scenario.fault2)
+            or not scenario.messages):
+        return
+    scenario.drain, scenario.drain_delay_s = mode, round(delay, 1)
+    scenario.bounded = False
+    if scenario.chunks == 1 and len(scenario.messages) > 1:
+        at = max(1, min(len(scenario.messages) - 1, int(len(scenario.messages) * cut)))
+        scenario.messages = [InputMessage(m.id, m.key, m.n, m.timestamp, m.partition, int(m.id >= at))
+                             for m in scenario.messages]
+        scenario.chunks = 2
+    # Later chunks start beyond every window, session, join bound and late shift of the chunks before.
+    reach = (max(scenario.window_size_ms, scenario.session_gap_ms, scenario.join_within_ms + 1)
+             + scenario.allowed_lateness_ms + 600 * scenario.step_ms)
+    shifted: list[InputMessage] = []
+    newest: int | None = None
+    for chunk in range(scenario.chunks):
+        part = [m for m in scenario.messages if m.chunk == chunk]
+        if not part:
+            continue
+        shift = 0 if newest is None else max(0, newest + reach - min(m.timestamp for m in part))
+        part = [InputMessage(m.id, m.key, m.n, m.timestamp + shift, m.partition, m.chunk) for m in part]
+        newest = max(m.timestamp for m in part)
+        shifted.extend(part)
+    scenario.messages = sorted(shifted, key=lambda m: m.id)
 
 
 def _one_bounded_chunk(scenario: Scenario) -> None:

@@ -217,3 +217,19 @@ def test_request_errors_are_not_mistaken_for_ownership(azure_account, unique_nam
     storage.create_container()
     with pytest.raises(AzureBlobRequestError):  # no such block: a plain request error, not BlobOwnedError
         storage.commit_block_list("s/none.bin", ["YWFh"], None, owner="txn-a")
+
+
+def test_a_message_without_event_time_is_named_by_the_batch_processing_time(make_producer, azure_account,
+                                                                             unique_name):
+    """Samza names such blobs by the time they are written; here that is the batch's planned time, which a
+    replay of the batch sees again, so the replay still rewrites the very same blob (not 1970/01/01)."""
+    planned_ms = 1_795_000_000_000   # 2026-11-18T11:06:40Z
+    for _ in range(2):   # the batch and its replay: one blob, the same name
+        producer = make_producer(unique_name)
+        producer.begin("Partition 0", ("job-1/Partition 0", 3))
+        producer.set_processing_time("Partition 0", planned_ms)
+        producer.send("Partition 0", OutgoingMessageEnvelope(SystemStream(unique_name, "s"),
+                                                             AvroRecord(SCHEMA, {"id": 1, "body": "untimed"})))
+        producer.flush("Partition 0", transaction=("job-1/Partition 0", 3))
+    names = [b.name for b in list_blobs(azure_account, unique_name)]
+    assert len(names) == 1 and names[0].startswith("s/2026/11/18/11/06-40-"), names

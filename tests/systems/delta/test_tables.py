@@ -14,11 +14,11 @@ import pyarrow as pa
 import pytest
 
 from sparza.config import Config
-from sparza.errors import ConfigError
+from sparza.errors import ConfigError, DataError
 from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream
 from sparza.systems import Transaction
 from sparza.systems.delta import DeltaSystemProducer
-from sparza.systems.delta.tables import TableError, parse_schema
+from sparza.systems.delta.tables import TableError, TableRowError, parse_schema
 
 OUT = SystemStream("d", "results")
 
@@ -87,15 +87,16 @@ def test_json_bytes_with_a_json_serde_and_partition_by(work_dir: Path) -> None:
 
 
 def test_bad_rows_are_refused_naming_the_column(work_dir: Path) -> None:
+    """At send, so the runtime can name the input message: a data error (deterministic, never retried)."""
     producer = _producer(_config(work_dir, schema="page string not null, views long"))
-    _send(producer, {"page": "a", "views": "many"})
-    with pytest.raises(TableError, match="column 'views'.*'many'"):
-        producer.flush("task-0", transaction=Transaction("j/t", 1))
-    producer.abandon("task-0")
-    _send(producer, {"views": 1})
-    with pytest.raises(TableError, match="'page' is NOT NULL"):
-        producer.flush("task-0", transaction=Transaction("j/t", 1))
-    producer.abandon("task-0")
+    with pytest.raises(TableRowError, match="column 'views'.*'many'") as wrong_type:
+        _send(producer, {"page": "a", "views": "many"})
+    assert isinstance(wrong_type.value, DataError) and wrong_type.value.column == "views"
+    with pytest.raises(TableRowError, match="'page' is NOT NULL") as missing:
+        _send(producer, {"views": 1})
+    assert missing.value.column == "page"
+    _send(producer, {"page": "a", "views": 1})   # the refused rows were not buffered
+    producer.flush("task-0", transaction=Transaction("j/t", 1))
     with pytest.raises(TableError, match="append-only"):
         _send(producer, None, key="a")
     with pytest.raises(TableError, match="control"):
@@ -151,7 +152,7 @@ def test_schema_evolution_adds_a_nullable_column_and_refuses_incompatible_change
                             ("page string not null, views long, lang string, n long not null",
                              "new column 'n' is declared NOT NULL")]:
         producer = _producer(_config(work_dir, schema=schema))
-        _send(producer, {"page": "x"})
+        _send(producer, {"page": "x", "n": 1} if "n long" in schema else {"page": "x"})
         with pytest.raises(TableError, match=message):
             producer.flush("task-0", transaction=Transaction("j/t", 3))
 

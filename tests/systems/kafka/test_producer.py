@@ -6,12 +6,14 @@ version; a replay of a committed version writes nothing; abandon aborts; a zombi
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from sparza.config import Config
+from sparza.metrics import MetricsRegistry
 from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from sparza.systems import SystemProducer, Transaction
 from sparza.systems.kafka import KafkaSystemAdmin, KafkaSystemConsumer, KafkaSystemProducer, partition_for
@@ -217,4 +219,81 @@ def test_library_use_without_transaction(kafka_config: Config, topic: Callable[.
     # The three records went in one record batch: Tansu's reported end lags (test_conformance.py), so
     # read them up to the offset Kafka would report.
     assert [v for _, _, v in _read(kafka_config, name, end="3")] == [b"m0", b"m1", b"m2"]
+    producer.stop()
+
+
+def test_a_fencing_reported_as_fatal_takes_the_fencing_path(kafka_config: Config, topic: Callable[..., str],
+                                                             unique_name: str, capfd: pytest.CaptureFixture[str],
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """A producer fenced while its flush produces fails the remaining produce calls with librdkafka's
+    generic ``_FATAL`` (not a fencing code): it must still be re-created and the recorded version
+    checked, as for ``_FENCED``, instead of failing the flush (a Spark retry). The fencing is expected
+    within one processor, so nothing of it is logged above debug (librdkafka's own lines included)."""
+    name = topic(1)
+    app = f"{unique_name}-job/{TASK}"
+    zombie = KafkaSystemProducer("k", kafka_config, metrics=(metrics := MetricsRegistry()))
+    zombie.register(TASK)
+    zombie.begin(TASK, Transaction(app, 1))
+    values = [b"%d" % i for i in range(150_000)]  # the produce loop outlasts the broker's fencing answer
+    for v in values:
+        zombie.send(TASK, OutgoingMessageEnvelope(SystemStream("k", name), v, partition=0))
+    moved = KafkaSystemProducer("k", kafka_config)
+    moved.register(TASK)
+    moved.begin(TASK, Transaction(app, 1))   # fences the zombie's producer; the zombie learns it mid-flush
+    with caplog.at_level("INFO"):
+        zombie.flush(TASK, transaction=Transaction(app, 1))
+    counted = metrics.snapshot()["k"]
+    assert counted["producer-reinitialised-after-fencing"] == 1
+    assert counted["commits"] == 1
+    assert zombie.committed_version(app) == 1
+    moved.flush(TASK, transaction=Transaction(app, 1))   # nothing sent there, and version 1 is recorded
+    got = _read(kafka_config, name, end=str(len(values) + 1))  # the records, then the commit marker
+    assert [v for _, _, v in got] == values
+    noisy = [r for r in caplog.records if r.levelno >= logging.INFO and "fenc" in r.getMessage().lower()]
+    assert not noisy, [r.getMessage() for r in noisy]
+    assert "fenced" not in capfd.readouterr().err.lower()
+    zombie.stop()
+    moved.stop()
+
+
+def test_is_fencing_error_sees_through_fatal(kafka_config: Config, topic: Callable[..., str],
+                                             unique_name: str) -> None:
+    """The classification itself, on a real producer in librdkafka's fatal state after fencing."""
+    from confluent_kafka import KafkaError as RdKafkaError
+    from confluent_kafka import KafkaException, Producer
+
+    from sparza.systems.kafka import is_fencing_error
+
+    name = topic(1)
+    servers = kafka_config.get_str("systems.k.consumer.bootstrap.servers")
+    old = Producer({"bootstrap.servers": servers, "transactional.id": f"{unique_name}-tx", "log_level": 0})
+    old.init_transactions(10)
+    Producer({"bootstrap.servers": servers, "transactional.id": f"{unique_name}-tx"}).init_transactions(10)
+    old.begin_transaction()
+    old.produce(name, b"x", partition=0)
+    with pytest.raises(KafkaException):
+        old.flush(10)                              # the fencing itself: a fencing code
+    with pytest.raises(KafkaException) as later:
+        old.produce(name, b"y", partition=0)       # afterwards: the generic _FATAL
+    error = later.value.args[0]
+    assert error.code() == RdKafkaError._FATAL
+    assert not is_fencing_error(error)            # without the producer it cannot be told
+    assert is_fencing_error(error, old)
+    other = RdKafkaError(RdKafkaError._MSG_TIMED_OUT, "timed out")
+    assert not is_fencing_error(other, old)
+
+
+def test_a_message_over_message_max_bytes_is_a_data_error_at_send(kafka_config: Config,
+                                                                   topic: Callable[..., str]) -> None:
+    """Refused when sent (naming the message), not by the broker when the batch commits, where every retry of
+    the batch would fail the same way."""
+    from sparza.errors import DataError
+
+    name = topic(1)
+    producer = KafkaSystemProducer("k", Config({**kafka_config, "systems.k.producer.message.max.bytes": "1000"}))
+    producer.register(TASK)
+    with pytest.raises(DataError, match="over the producer's message.max.bytes"):
+        producer.send(TASK, OutgoingMessageEnvelope(SystemStream("k", name), b"x" * 2000, partition=0))
+    producer.send(TASK, OutgoingMessageEnvelope(SystemStream("k", name), b"x" * 500, partition=0))
+    producer.flush(TASK)
     producer.stop()

@@ -172,6 +172,9 @@ def test_kill_9_mid_run_then_restart_on_a_new_host_gives_exact_counts(kafka_job:
            "SPARZA_CONF_job__logged__store__base__dir": str(work_dir / "new-host-state")}
     result = _run(path, "--master", "local[2]", env=env)
     assert result.returncode == 0, result.stderr[-3000:]
+    # One processor: producers fencing each other as tasks move between Spark's Python workers is routine,
+    # not a line in the output (librdkafka's FENCED lines and the re-creation are at debug level).
+    assert "fenced" not in result.stderr.lower(), result.stderr[-3000:]
     counts, rows = final_counts(config)
     assert counts == expected_counts(3000, 9)
     assert rows == 3000

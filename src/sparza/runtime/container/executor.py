@@ -27,7 +27,8 @@ from typing import Any
 import pyarrow as pa
 
 from sparza.config import Config, define_key
-from sparza.errors import ConfigError, SerdeError, SparzaError
+from sparza.errors import ConfigError, DataError, SparzaError
+from sparza.interrupts import ignore_interrupts
 from sparza.runtime.container.instance import get_instance
 from sparza.runtime.container.worker import WORKER, read_split
 from sparza.runtime.errors import ProcessingError, TaskCodeError
@@ -43,12 +44,17 @@ TRACE_DIR_KEY = "task.error.trace.dir"
 define_key(TRACE_DIR_KEY, None, "Directory (on the executor's host) where the full trace of a failed task is written; "
            "the one-line error names the file. Default: <system temp dir>/sparza-errors.", "sparza.runtime")
 
-DETERMINISTIC: tuple[type[BaseException], ...] = (ProcessingError, TaskCodeError, ConfigError, SerdeError,
+DETERMINISTIC: tuple[type[BaseException], ...] = (ProcessingError, TaskCodeError, ConfigError, DataError,
                                                    ImportError)
 """Failures a retry repeats: the task's batch fails at once (no Spark retry) and the job stops."""
 
 _NEXT_STEP = {
-    "deserialization error": "fix the message's producer, or set task.drop.deserialization.errors: true",
+    "deserialization error": ("fix the message's producer, or route such records to a dead-letter stream with "
+                              "task.dead.letter.stream (Samza's task.drop.deserialization.errors: true skips them)"),
+    "data error": ("fix the data or the task, or route such records to a dead-letter stream with "
+                   "task.dead.letter.stream (Samza's task.drop.serialization.errors: true skips them)"),
+    "configuration error": "fix the config key named above (sparza config check --config <job config>)",
+    "system error": "fix what the error names (a stream to create, a system to reach); not a task exception",
     "task exception": "fix the task code, or list the exception in task.ignored.exceptions",
 }
 
@@ -63,6 +69,7 @@ def run_task_batch(config: Config, split: TaskSplit, *, generation: int, task_co
     """Run one task's batch in this process (see the module docstring): its result, with the worker's metric
     changes. ``resident``: the task stays in this process after the batch (a container), so its stores stay
     open; ``location``: where the batch ran (recorded in the task checkpoint for host affinity)."""
+    ignore_interrupts()  # a terminal's Ctrl-C reaches this worker too: the driver decides when to stop
     try:
         config = resolve_secrets(config)  # shipped as a Spark file, never in the plan (runtime/secrets.py)
         rows = read_split(config, split)
@@ -133,8 +140,9 @@ def _describe(exc: BaseException, task: str) -> str:
     if isinstance(exc, TaskCodeError):
         return f"{exc}; next: fix the task's {exc.method}()"
     if isinstance(exc, ConfigError | ImportError):
-        return f"task '{task}': {_first_line(exc)}; next: fix the config (sparza config check)"
-    return f"task '{task}': {_first_line(exc)}; next: fix the serde or the data"
+        return (f"configuration error in task '{task}': {_first_line(exc)}; next: fix the config "
+                "(sparza config check --config <job config>)")
+    return f"data error in task '{task}': {_first_line(exc)}; next: {_NEXT_STEP['data error']}"
 
 
 def _write_trace(config: Config, task: str, batch: int, exc: BaseException) -> str:

@@ -5,7 +5,7 @@
 1. read the task checkpoint; a checkpoint already at this batch means a replay: skip it;
 2. bring the stores to the checkpoint's snapshots (reuse the local dir when it matches);
 3. deliver every message in order (control messages go to :class:`~sparza.control.TaskControl`);
-4. end-of-stream, watermark and window callbacks, decided from the plan (never the local clock);
+4. watermark, window, end-of-stream and drain callbacks, decided from the plan (never the local clock);
 5. commit with :class:`~sparza.runtime.container.commit.TaskCommit`: intent, flush, adjunct, snapshot, task
    checkpoint, cleanup — numbered steps, each a fault point of the guarantees harness.
 
@@ -28,6 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparza.config import Config
+from sparza.deadletters import DataErrorPolicy, dead_letter_value
+from sparza.errors import DataError, ErrorKind, SerdeError, StorageUnavailableError, classify
 from sparza.metrics import MetricsRegistry
 from sparza.runtime.checkpoint import CheckpointStore, Intent, TaskCheckpoint, checkpoint_store_from_config
 from sparza.runtime.container.commit import TaskCommit, commit_listeners
@@ -45,10 +47,18 @@ from sparza.streams import (
     SystemStream,
     SystemStreamPartition,
 )
-from sparza.systems import SupportsArrowSend, SupportsPartitionCount, Transaction, get_system_factory, load_object
+from sparza.systems import (
+    SupportsArrowSend,
+    SupportsPartitionCount,
+    SupportsProcessingTime,
+    Transaction,
+    get_system_factory,
+    load_object,
+)
 from sparza.task import (
     BatchStreamTask,
     ClosableTask,
+    DrainListenerTask,
     EndOfStreamListenerTask,
     InitableTask,
     MessageBatch,
@@ -190,6 +200,7 @@ class TaskInstance:
         self.committed_batch: int | None = None
         self.task: Any = None
         self.control: Any = None
+        self.drains: Any = None  # DrainTracker: the drain messages read and the drain completed (with TaskControl's)
         self._producers: dict[str, Any] = {}
         self._key_serdes = [_serde(job.config, s, "key") for s in ssps]
         self._msg_serdes = [_serde(job.config, s, "msg") for s in ssps]
@@ -201,8 +212,11 @@ class TaskInstance:
         self._uses_control = self._needs_control()
         self._window_at = 0
         self._output_batch = 0  # the batch whose outputs the running batch writes (its transactions' version)
+        self._planned_at = 0  # its processing time (epoch ms, from the plan)
         self._listeners: list[Any] | None = None  # the job's commit listeners (task.commit.listeners)
         self._replayed: Intent | None = None  # the open intent the running batch replays, if it does
+        self._data_errors = DataErrorPolicy.from_config(job.config)
+        self._dead_lettered = 0
         self.location: str | None = None  # where this process keeps the task's state (host affinity)
 
     # --- setup ---------------------------------------------------------------------------------
@@ -244,6 +258,8 @@ class TaskInstance:
             producer = WORKER.producer(self.job.config, system)
             producer.register(self.name)
             producer.begin(self.name, Transaction(self.app_id, self._output_batch))
+            if isinstance(producer, SupportsProcessingTime):
+                producer.set_processing_time(self.name, self._planned_at)
             self._producers[system] = producer
         return producer
 
@@ -278,6 +294,7 @@ class TaskInstance:
         if cp is not None and cp.batch >= split.batch:
             result.status = BatchStatus.SKIPPED
             result.ended = cp.ended
+            result.drained = split.drain is not None and (cp.drain or {}).get("completed") == split.drain["id"]
             self.metrics.counter("task", "batches-skipped").inc()
             result.metrics = self.metrics.changes()
             return result
@@ -285,6 +302,8 @@ class TaskInstance:
         output_batch = self._output_batch = self._output_batch_of(split, stored)
         intent = stored.open_intent() if stored is not None else None
         self._replayed = intent if intent is not None and intent.batch == output_batch else None
+        # The batch's processing time, as its first attempt saw it (an open intent's replay keeps its time).
+        self._planned_at = self._replayed.planned_at_ms if self._replayed is not None else split.planned_at
         etag = versioned.etag if versioned else None
         started = time.perf_counter()
         try:
@@ -381,7 +400,13 @@ class TaskInstance:
                 from sparza.control import TaskControl
 
                 self.control = TaskControl.restore(cp.control if cp else None, self.name, self.task_count,
-                                                   self._control_ssps, self.job.config, self.metrics)
+                                                   self._control_ssps, self.job.config, self.metrics,
+                                                   drains=cp.drain if cp else None)
+                self.drains = self.control.drains
+            else:
+                from sparza.control.drain import DrainTracker
+
+                self.drains = DrainTracker.restore(cp.drain if cp else None, self._control_ssps)
             if isinstance(self.task, InitableTask):
                 self._task_call("init", self.task.init, _Context(self))
         if self.control is not None:
@@ -390,15 +415,15 @@ class TaskInstance:
     def _task_call(self, method: str, fn: Any, *args: Any) -> None:
         """Call task code outside ``process``: what it raises is deterministic (:class:`TaskCodeError`:
         the job stops, Spark does not retry), except storage trouble, which a retry may cure."""
-        from sparza.errors import ConfigError, SparzaError, StorageUnavailableError
+        from sparza.errors import SparzaError
 
         try:
             fn(*args)
         except (StorageUnavailableError, ConnectionError, TimeoutError):
             raise
         except Exception as exc:
-            if isinstance(exc, SparzaError) and not isinstance(exc, RuntimeStateError | ConfigError):
-                raise  # sparza's own failure under the task (e.g. a store or producer): judged by the executor
+            if isinstance(exc, SparzaError) and not isinstance(exc, RuntimeStateError):
+                raise  # sparza's own failure under the task (config, a store, a producer): judged by the executor
             raise TaskCodeError(self.name, method, f"{type(exc).__name__}: {exc}") from exc
 
     def _prepare_adjunct(self, split: TaskSplit, cp: TaskCheckpoint | None) -> None:
@@ -444,8 +469,6 @@ class TaskInstance:
         ssps = [SystemStreamPartition.parse(s) for s in split.ssps]
         key_serdes = [None if isinstance(s, BytesSerde) else s for s in self._serdes_for(ssps, "key")]
         msg_serdes = [None if isinstance(s, BytesSerde) else s for s in self._serdes_for(ssps, "msg")]
-        drop_bad = self.job.drop_deserialization_errors
-        ignored = self.job.ignored_exceptions
         user = MessageType.USER
         envelope_cls = IncomingMessageEnvelope
         messages = processed = dropped = ignored_count = 0
@@ -494,12 +517,12 @@ class TaskInstance:
                         try:
                             process(envelope, collector, coordinator)
                         except Exception as exc:
-                            if ignored and ("*" in ignored or _exception_names(exc) & ignored):
+                            outcome = self._on_message_error(exc, ssp, offset, key, value, ts, collector)
+                            processed -= 1
+                            if outcome == "ignored":
                                 ignored_count += 1
-                                processed -= 1
-                                continue
-                            raise ProcessingError(self.name, str(ssp), offset, "task exception",
-                                                  f"{type(exc).__name__}: {exc}") from exc
+                            elif outcome == "dropped":
+                                dropped += 1
                     processed += n
                     continue
                 for offset, raw_key, raw_value, ts, kind, size in zip(offsets, raw_keys, raw_values, tss, kinds, sizes,
@@ -516,22 +539,24 @@ class TaskInstance:
                             value = (mser.from_bytes(raw_value) if mser is not None and raw_value is not None
                                      else raw_value)
                         except Exception as exc:
-                            if drop_bad:
+                            if not isinstance(exc, DataError):  # a serde that raised anything: still the data
+                                exc = SerdeError(f"{type(exc).__name__}: {exc}")
+                            if self._on_message_error(exc, ssp, offset, raw_key, raw_value, ts, collector,
+                                                      deserializing=True) == "dropped":
                                 dropped += 1
-                                continue
-                            raise ProcessingError(self.name, str(ssp), offset, "deserialization error",
-                                                  f"{type(exc).__name__}: {exc}") from exc
+                            continue
                     envelope = envelope_cls(ssp, offset, key, value, ts, size)
                     if on_control is not None:
                         on_control(envelope)
                     try:
                         process(envelope, collector, coordinator)
                     except Exception as exc:
-                        if ignored and ("*" in ignored or _exception_names(exc) & ignored):
+                        outcome = self._on_message_error(exc, ssp, offset, raw_key, raw_value, ts, collector)
+                        if outcome == "ignored":
                             ignored_count += 1
-                            continue
-                        raise ProcessingError(self.name, str(ssp), offset, "task exception",
-                                              f"{type(exc).__name__}: {exc}") from exc
+                        elif outcome == "dropped":
+                            dropped += 1
+                        continue
                     processed += 1
         if adjunct_idx:
             adjunct.read_through({ssps[i]: split.ends[i] for i in adjunct_idx})
@@ -539,12 +564,43 @@ class TaskInstance:
         self.metrics.timer("task", "read-ms").update(read_s * 1000.0)
         self.metrics.counter("task", "messages-dropped").inc(dropped)
         self.metrics.counter("task", "exceptions-ignored").inc(ignored_count)
+        self.metrics.counter("task", "messages-dead-lettered").inc(self._dead_lettered)
+        self._dead_lettered = 0
         # Windows count late messages in the task's registry, which is fresh every batch.
         result.late = self.metrics.counter("control", "late-messages").count
         result.late_routed = self.metrics.counter("control", "late-messages-routed").count
         self._boundary_callbacks(split, cp, collector, coordinator, result)
         result.shutdown = coordinator.shutdown_requested
         return result
+
+    def _on_message_error(self, exc: Exception, ssp: SystemStreamPartition, offset: str, key: Any, value: Any,
+                          ts: int | None, collector: _Collector, *, deserializing: bool = False) -> str:
+        """A message's handling raised ``exc``: ``"ignored"`` (a task exception task.ignored.exceptions
+        names), ``"dropped"`` (a data error Samza's task.drop.*.errors skips) or ``"dead-lettered"``
+        (routed to task.dead.letter.stream); anything else raises :class:`ProcessingError`, naming what
+        kind of error it is (see :mod:`sparza.errors`): config and system errors are never ignorable."""
+        if isinstance(exc, StorageUnavailableError | ConnectionError | TimeoutError):
+            raise exc  # a retry may cure it: Spark retries the task (exact: outputs are idempotent per batch)
+        kind = classify(exc)
+        ignored = self.job.ignored_exceptions
+        if kind is ErrorKind.TASK and ignored and ("*" in ignored or _exception_names(exc) & ignored):
+            return "ignored"
+        if kind is ErrorKind.DATA:
+            policy = self._data_errors
+            if policy.dead_letter is not None:
+                raw_key = key if key is None or isinstance(key, bytes) else None
+                raw_value = value if value is None or isinstance(value, bytes) else None
+                collector.send(OutgoingMessageEnvelope(
+                    policy.dead_letter, dead_letter_value(exc, task=self.name, ssp=str(ssp), offset=offset,
+                                                          key=raw_key, value=raw_value, timestamp=ts),
+                    key=raw_key if raw_key is not None else self.name.encode("utf-8"), timestamp=ts))
+                self._dead_lettered += 1
+                return "dead-lettered"
+            if policy.drops(deserializing):
+                return "dropped"
+        label = "deserialization error" if deserializing else kind.value
+        raise ProcessingError(self.name, str(ssp), offset, label, f"{type(exc).__name__}: {exc}", key=key,
+                              column=getattr(exc, "column", None)) from exc
 
     def _deliver_batches(self, ssp: SystemStreamPartition, run: pa.RecordBatch, kinds: list[int], process_batch: Any,
                          collector: _Collector, coordinator: _Coordinator) -> tuple[int, int]:
@@ -566,12 +622,14 @@ class TaskInstance:
                     process_batch(MessageBatch(ssp, rows), collector, coordinator)
                     processed += rows.num_rows
                 except Exception as exc:
-                    if ignored and ("*" in ignored or _exception_names(exc) & ignored):
+                    if classify(exc) is ErrorKind.TASK and ignored and (
+                            "*" in ignored or _exception_names(exc) & ignored):
                         skipped += rows.num_rows
                     else:
                         offsets = rows.column("offset")
                         raise ProcessingError(self.name, str(ssp), f"{offsets[0].as_py()} to {offsets[-1].as_py()}",
-                                              "task exception", f"{type(exc).__name__}: {exc}") from exc
+                                              classify(exc).value, f"{type(exc).__name__}: {exc}",
+                                              column=getattr(exc, "column", None)) from exc
             if i < n:
                 if control is not None:
                     row = run.slice(i, 1).to_pylist()[0]
@@ -627,12 +685,46 @@ class TaskInstance:
         if ended and not already and isinstance(task, EndOfStreamListenerTask):
             self._task_call("on_end_of_stream", task.on_end_of_stream, collector, coordinator)
         result.ended = ended or already
+        drained = self._drain(split, own, exhausted, collector, coordinator) if not result.ended else None
+        result.drained = result.ended or drained is not None
         if control is not None:
             outputs = control.streams_written()
             if outputs:
                 counts = {stream: self._partition_count(stream) for stream in outputs}
-                for envelope in control.outgoing(split.planned_at, counts):
+                for envelope in control.outgoing(split.planned_at, counts, drained=drained):
                     collector.send(envelope)
+
+    def _drain(self, split: TaskSplit, own: list[str], exhausted: list[str], collector: _Collector,
+               coordinator: _Coordinator) -> str | None:
+        """The drain this batch runs under, once the task completed it (None: no drain, or not drained yet).
+
+        The task completes it in the first batch in which each of its source SSPs reached the end offset
+        observed at the request (the split's ``unreached`` is empty of it), each intermediate SSP got the drain
+        of every upstream producer, or the SSP ended: then ``on_drain`` runs, once per drain."""
+        drain = split.drain
+        drains = self.drains
+        if drain is None or drains is None:
+            return None
+        run_id = str(drain["id"])
+        if drains.completed == run_id:
+            return run_id
+        control = self.control
+        unreached = set(drain.get("unreached") or ())
+        for key in own:
+            ssp = SystemStreamPartition.parse(key)
+            if key in exhausted or (control is not None and control.is_ended(ssp)):
+                continue
+            if control is not None and control.settings.is_intermediate(ssp.system_stream):
+                if not drains.is_drained(ssp, run_id):
+                    return None
+            elif key in unreached:
+                return None
+        task = self.task
+        if isinstance(task, DrainListenerTask):
+            self._task_call("on_drain", task.on_drain, collector, coordinator)
+        drains.completed = run_id
+        self.metrics.counter("task", "drains").inc()
+        return run_id
 
     def _close_task(self) -> None:
         """``ClosableTask.close`` once the task's inputs have all ended and that state is committed.
@@ -664,7 +756,7 @@ class TaskInstance:
                 task=self.name, batch=split.batch, generation=generation, offsets=split.end_offsets(), stores=stores,
                 control=self.control.snapshot() if self.control is not None else None, ended=result.ended,
                 spark_batch_id=spark_batch_id, window_at_ms=self._window_at, adjunct=adjunct,
-                location=self.location)
+                location=self.location, drain=self.drains.snapshot() if self.drains is not None else None)
 
         def committed() -> None:
             # From here the batch is committed: an in-memory task that fails cleanup stays consistent with it.
@@ -678,7 +770,8 @@ class TaskInstance:
                    generation=generation, checkpoint=checkpoint, listeners=self._listeners,
                    intent=Intent(batch=output_batch, planned_at_ms=split.planned_at, starts=split.start_offsets(),
                                  ends=split.end_offsets(), bounded_ends=dict(split.bounded_ends),
-                                 adjunct_reads=self.adjunct.reads() if self.adjunct is not None else {}),
+                                 adjunct_reads=self.adjunct.reads() if self.adjunct is not None else {},
+                                 drain=split.drain),
                    ).run(committed)
 
 

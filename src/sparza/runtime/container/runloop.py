@@ -20,7 +20,11 @@ each of which is a container. Every container runs :func:`run_container`:
    read, process, commit through the same :class:`~sparza.runtime.container.commit.TaskCommit` as a micro-batch
    (intent, producer transactions, snapshots, checkpoint). Stores stay open between batches: the task
    does not leave this process until the epoch ends.
-4. **Reporting.** Each batch's result goes to the driver over the container channel
+4. **Drain.** A drain (the epoch plan's, or one the driver sends over the channel while the epoch runs) goes
+   to the planner of each task of its job, which caps the task's source partitions at the offsets observed at
+   the request, exactly as ``--once`` caps them at its targets; a task whose batch says it drained leaves
+   the loop (``drained``).
+5. **Reporting.** Each batch's result goes to the driver over the container channel
    (:mod:`sparza.runtime.channel`) as it commits, for the status line, metrics and stop decisions; the
    driver's stop request (a signal, a rebalance, a failed stage) is read between batches, so a stop
    waits for at most one batch. Without a channel (the driver cannot be reached) the results come back
@@ -50,6 +54,7 @@ import pyarrow as pa
 from sparza.config import Config, define_key
 from sparza.errors import ConfigError
 from sparza.runtime.container.executor import run_task_batch
+from sparza.runtime.drain import DrainRequest
 from sparza.runtime.epoch import EpochJob, EpochPlan
 from sparza.runtime.errors import RuntimeStateError
 from sparza.runtime.jobconfig import JobConfig
@@ -160,15 +165,24 @@ class TaskLoop:
                                     broadcast_ready=_broadcast_ready(job))
         if epoch_job.targets is not None:
             self.planner.targets = {SystemStreamPartition.parse(k): v for k, v in epoch_job.targets.items()}
+        self.drain_request: dict[str, Any] | None = None
         self.plan: BatchPlan | None = None
         self._pending: BatchPlan | None = None
         self.last_started = float("-inf")
-        self.done: str | None = None  # why the task left the loop: "ended", "caught up", "stopped", "failed"
+        self.done: str | None = None  # why it left the loop: "ended", "caught up", "drained", "stopped", "failed"
         self.error: Exception | None = None  # a planning failure at start, reported when the loop first runs
 
     def start(self, checkpoints: Mapping[str, Any]) -> None:
         """The start plan from the task's checkpoint (an open intent is replayed first)."""
         self.plan = self.planner.initial(checkpoints)
+        self.set_drain(self.epoch_job.drain)
+
+    def set_drain(self, request: dict[str, Any] | None) -> None:
+        """The job's drain request as the driver sent it (None: none, or cancelled): the planner caps the task's
+        source partitions at its offsets."""
+        if request != self.drain_request:
+            self.drain_request = request
+            self.planner.drain = DrainRequest.from_json(request) if request is not None else None
 
     def next_split(self, now_ms: int) -> Any:
         """The task's next batch as a split, or None when it has nothing to do now."""
@@ -226,10 +240,14 @@ class ContainerReporter(Protocol):
         """One task batch committed, was skipped as a replay, or failed deterministically."""
 
     def done(self, job: str, task: str, why: str) -> None:
-        """A task left the run loop: ``caught up`` (--once), ``ended`` (every input ended), ``stopped``."""
+        """A task left the run loop: ``caught up`` (--once), ``ended`` (every input ended), ``drained``,
+        ``stopped``."""
 
     def wait_end(self, wait_s: float) -> bool:
         """Wait up to ``wait_s`` seconds for the driver's request to end the epoch; True once it came."""
+
+    def drains(self) -> Mapping[str, dict[str, Any] | None]:
+        """Job → the drain request the driver sent while the epoch runs (None: cancelled); empty: none sent."""
 
 
 @dataclass
@@ -256,6 +274,7 @@ class Container:
         self.wall_ms = wall_ms
         self.location = dict(location or {})
         self.loops: dict[tuple[str, str], TaskLoop] = {}
+        self.stopped = False  # a deterministic failure stopped every task
         self._jobs: dict[str, _JobParts] = {}
         for epoch_job in plan.jobs:
             mine = [t for t in epoch_job.tasks if assignment.get((epoch_job.key, t)) == index]
@@ -301,51 +320,72 @@ class Container:
             active = [(k, loop) for k, loop in self.loops.items() if loop.done is None]
             if not active:
                 return
-            if self.reporter.wait_end(0.0) or self.clock() >= deadline:
+            now = self.clock()
+            if self.reporter.wait_end(0.0) or now >= deadline:
                 for key, loop in active:
                     self._finish(key, loop, "stopped")
                 return
-            for parts in self._jobs.values():
-                parts.refresh()
-            ran = False
+            drains = self.reporter.drains()
             for key, loop in active:
-                parts = self._jobs[key[0]]
-                now = self.clock()
-                if now - loop.last_started < parts.job.commit_ms / 1000.0:
-                    continue
-                try:
-                    if loop.error is not None:
-                        raise loop.error
-                    split = loop.next_split(self.wall_ms())
-                except PLANNING_ERRORS as exc:
-                    # What the driver's planner raises in the micro-batch mode (an input re-created behind
-                    # the checkpoint, input after an ended task's end): deterministic, so the job stops.
-                    self._fail(key, loop, BatchResult(key[1], loop.plan.batch if loop.plan else 0, BatchStatus.FAILED,
-                                                      error=f"task '{key[1]}': {type(exc).__name__}: {exc}"))
+                if key[0] in drains:
+                    loop.set_drain(drains[key[0]])
+            # A task is due when its last batch started at least task.commit.ms ago; the others wait for it.
+            due = [(key, loop) for key, loop in active if now - loop.last_started >= self._commit_s(key[0])]
+            if not due:
+                next_due = min(loop.last_started + self._commit_s(key[0]) for key, loop in active)
+                self.reporter.wait_end(max(0.0, min(next_due, deadline) - now))
+                continue
+            for job_key in {key[0] for key, _loop in due}:
+                self._jobs[job_key].refresh()  # one metadata read per job and poll
+            ran = False
+            for key, loop in due:
+                if self._step(key, loop):
+                    ran = True
+                if self.stopped:
                     return
-                if split is None:
-                    if loop.ended():
-                        self._finish(key, loop, "ended")
-                    elif parts.epoch_job.targets is not None and not loop.planner.waits_for_broadcast(loop.model):
-                        self._finish(key, loop, "caught up")
-                    continue
-                loop.last_started = now
-                ran = True
-                result = run_task_batch(parts.job.config, split, generation=parts.epoch_job.generation,
-                                        task_count=parts.epoch_job.task_count, resident=True,
-                                        location=self.location.get(key[0]))
-                if result.status is BatchStatus.FAILED:
-                    self._fail(key, loop, result)
-                    return
-                self.reporter.result(key[0], result)
-                loop.committed()
-                if result.ended:
-                    self._finish(key, loop, "ended")
             if not ran:
                 self.reporter.wait_end(min(poll_s, max(deadline - self.clock(), 0.0)))
 
+    def _commit_s(self, job_key: str) -> float:
+        return self._jobs[job_key].job.commit_ms / 1000.0
+
+    def _step(self, key: tuple[str, str], loop: TaskLoop) -> bool:
+        """Run the task's next batch if it has one; True when a batch ran."""
+        parts = self._jobs[key[0]]
+        try:
+            if loop.error is not None:
+                raise loop.error
+            split = loop.next_split(self.wall_ms())
+        except PLANNING_ERRORS as exc:
+            # What the driver's planner raises in the micro-batch mode (an input re-created behind the
+            # checkpoint, input after an ended task's end): deterministic, so the job stops.
+            self._fail(key, loop, BatchResult(key[1], loop.plan.batch if loop.plan else 0, BatchStatus.FAILED,
+                                              error=f"task '{key[1]}': {type(exc).__name__}: {exc}"))
+            return False
+        if split is None:
+            if loop.ended():
+                self._finish(key, loop, "ended")
+            elif parts.epoch_job.targets is not None and not loop.planner.waits_for_broadcast(loop.model):
+                self._finish(key, loop, "caught up")
+            return False
+        loop.last_started = self.clock()
+        result = run_task_batch(parts.job.config, split, generation=parts.epoch_job.generation,
+                                task_count=parts.epoch_job.task_count, resident=True,
+                                location=self.location.get(key[0]))
+        if result.status is BatchStatus.FAILED:
+            self._fail(key, loop, result)
+            return True
+        self.reporter.result(key[0], result)
+        loop.committed()
+        if result.ended:
+            self._finish(key, loop, "ended")
+        elif result.drained:
+            self._finish(key, loop, "drained")
+        return True
+
     def _fail(self, key: tuple[str, str], loop: TaskLoop, result: BatchResult) -> None:
         """A deterministic failure: report it and stop every task of this container (the job stops)."""
+        self.stopped = True
         self.reporter.result(key[0], result)
         self._finish(key, loop, "failed")
         for other, other_loop in self.loops.items():
@@ -371,9 +411,11 @@ def run_container(plan_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator
     """The barrier ``mapInArrow`` function of an epoch: this Spark task is one container (module docstring)."""
     from pyspark import BarrierTaskContext
 
+    from sparza.interrupts import ignore_interrupts
     from sparza.runtime.channel import ContainerChannelClient, result_to_json
     from sparza.runtime.secrets import resolve_secrets
 
+    ignore_interrupts()  # a terminal's Ctrl-C reaches this worker too: the driver decides when to stop
     for _ in batches:  # the one input row of this partition
         pass
     plan = EpochPlan.from_json(plan_json)
@@ -384,7 +426,9 @@ def run_container(plan_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator
     previous = {(j.key, t): loc for j in plan.jobs for t, loc in j.locations.items()}
     assignment = assign_tasks([(j.key, t) for j in plan.jobs for t in j.tasks], locations, previous,
                               affinity=plan.affinity)
-    channel = ContainerChannelClient.connect(plan.channel, plan.epoch, index) if plan.channel else None
+    channel = (ContainerChannelClient.connect(plan.channel, plan.epoch, index,
+                                              driver_timeout_s=plan.driver_timeout_ms / 1000.0)
+               if plan.channel else None)
     undelivered: list[tuple[str, str, str]] = []
     if channel is not None:
         moves = [{"job": key, "task": task, "from": previous.get((key, task)), "to": mine[key]}
@@ -409,8 +453,15 @@ def run_container(plan_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator
                 return False
             return channel.poll_end(wait_s)
 
+        def drains(self) -> Mapping[str, dict[str, Any] | None]:
+            return channel.drains if channel is not None else {}
+
     try:
         Container(plan, index, assignment, _Reporter(), location=mine).run()
+        if channel is not None and channel.driver_lost:
+            _log.warning("container %s of epoch %s: the driver was silent for %.1f s or went away: ended the epoch at "
+                         "a batch boundary (its tasks continue from their commits wherever the driver runs them "
+                         "next)", index, plan.epoch, plan.driver_timeout_ms / 1000.0)
     except BaseException as exc:
         if channel is not None:
             channel.send_error(f"{type(exc).__name__}: {exc}")

@@ -34,8 +34,10 @@ def _importable_cwd() -> None:
 
 
 def run_config(config: Config, *, master: str | None = None, remote: str | None = None, spark: Any = None,
-               processor_id: str = "0", once: bool = False, stage: str | None = None) -> RunOutcome:
-    """Validate the config and run it until it stops; raises ConfigError / JobFailedError / ClaimError.
+               processor_id: str = "0", once: bool = False, stage: str | None = None,
+               drain: bool = False) -> RunOutcome:
+    """Validate the config and run it until it stops (``drain``: request a drain at the start and stop once every
+    task drained, see :mod:`sparza.runtime.drain`); raises ConfigError / JobFailedError / ClaimError.
 
     Every key is checked first (:func:`sparza.configcheck.validate_for_run`): an unknown key in a
     namespace sparza owns stops the run; a Samza key sparza does not use is warned about once. Then
@@ -51,6 +53,15 @@ def run_config(config: Config, *, master: str | None = None, remote: str | None 
     job = JobConfig.from_config(config)
     from sparza.runtime.driver.preflight import check_application, check_deployment, check_job
 
+    if once and drain:
+        raise ConfigError("--drain", True, "", message=(
+            "--once and --drain exclude each other: --once processes what exists and stops with windows still "
+            "open; --drain processes what exists, fires every open window and stops drained"))
+    if drain:
+        from sparza.runtime.drain import check_standalone
+
+        check_standalone(config)
+        config = config.with_overrides({"job.drain-monitor.enabled": "true"})  # --drain reads its own request
     if spark is not None and (master or remote):
         raise ConfigError("--master" if master else "--remote", master or remote,
                           "nothing when a session is given (the session decides where the job runs)")
@@ -66,26 +77,27 @@ def run_config(config: Config, *, master: str | None = None, remote: str | None 
 
         check_application(config)  # each planned stage is checked by run_application, before Spark
         return run_application(config, master=master, remote=remote, spark=spark, processor_id=processor_id,
-                               once=once, stage=stage)
+                               once=once, stage=stage, drain=drain)
     check_job(config)  # before a SparkSession exists: one line naming the key, exit 2
     if job.coordinator_factory == "azure":
         from sparza.runtime.driver.coordinated import run_coordinated
 
         return run_coordinated(config, master=master, remote=remote, spark=spark, processor_id=processor_id,
                                once=once)
-    return JobRunner(config, spark=spark, master=master, remote=remote, processor_id=processor_id, once=once).run()
+    return JobRunner(config, spark=spark, master=master, remote=remote, processor_id=processor_id, once=once,
+                     drain=drain).run()
 
 
 def run(config: Config | Mapping[str, Any] | str | os.PathLike[str], spark: Any = None, *,
         master: str | None = None, remote: str | None = None, once: bool = False, processor_id: str | None = None,
-        stage: str | None = None, raise_on_error: bool = True) -> RunOutcome:
+        stage: str | None = None, raise_on_error: bool = True, drain: bool = False) -> RunOutcome:
     """Run a job or application as ``sparza run`` does, and return its summary.
 
     ``config``: a path (YAML or ``.properties``), a mapping or a :class:`~sparza.config.Config`. ``spark``:
     a session the caller owns (classic or Spark Connect; a notebook's ``spark``, a ``spark-submit`` script's):
     the job runs on it and it is never stopped; without it sparza builds one from ``master``/``remote`` and
     the config's ``spark.*`` keys, and stops it at the end. Stops like ``sparza run``: SIGINT/SIGTERM (when
-    called from the main thread), ``once``, every input ended, a task's shutdown.
+    called from the main thread), ``once``, ``drain`` (drained), every input ended, a task's shutdown.
 
     Returns a :class:`~sparza.runtime.RunOutcome` (``reason``, ``batches``, ``discards``, ``exit_code``).
     A failure raises (ConfigError/StartCheckError: exit code 2; JobFailedError: 1; ClaimError: 3), or, with
@@ -99,7 +111,8 @@ def run(config: Config | Mapping[str, Any] | str | os.PathLike[str], spark: Any 
         else:
             cfg = Config.load(config)
         pid = processor_id or cfg.get_str("processor.id", None) or "0"
-        return run_config(cfg, master=master, remote=remote, spark=spark, processor_id=pid, once=once, stage=stage)
+        return run_config(cfg, master=master, remote=remote, spark=spark, processor_id=pid, once=once, stage=stage,
+                          drain=drain)
     except Exception as exc:
         if raise_on_error:
             raise

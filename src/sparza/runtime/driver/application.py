@@ -4,17 +4,17 @@
 each an ordinary job config whose task is :class:`sparza.api.StageTask`. The intermediate streams
 between stages are created first (idempotent). All stages share one SparkSession; a signal stops
 every stage at a batch boundary; a failed stage stops the others; a bounded pipeline ends when
-every stage saw end-of-stream on all its inputs.
+every stage saw end-of-stream on all its inputs; a drain (``drain=True``, ``sparza drain``) is one request
+for every stage (one id), and the application stops when every stage drained.
 """
 
 from __future__ import annotations
 
-import signal
-import threading
 from typing import Any
 
 from sparza.config import Config
 from sparza.errors import ConfigError
+from sparza.interrupts import StopOnSignals
 from sparza.runtime.driver.report import Discards, RunOutcome
 from sparza.runtime.driver.runner import JobRunner, build_spark_session
 from sparza.runtime.jobconfig import JobConfig
@@ -24,8 +24,9 @@ __all__ = ["run_application", "run_together"]
 
 def run_application(config: Config, *, master: str | None = None, processor_id: str = "0", once: bool = False,
                     stage: str | None = None, spark: Any = None,
-                    install_signal_handlers: bool = True, remote: str | None = None) -> RunOutcome:
-    """Plan ``app.class`` and run its stages (or only ``stage``) until they stop."""
+                    install_signal_handlers: bool = True, remote: str | None = None, drain: bool = False) -> RunOutcome:
+    """Plan ``app.class`` and run its stages (or only ``stage``) until they stop; ``drain``: request a drain of
+    every stage first (one drain of the whole application, even with ``stage``) and stop once drained."""
     from sparza.api import plan_application
 
     plan = plan_application(config)
@@ -45,18 +46,18 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
                                     f"sparza-{config.get_str('job.name')}", remote)
     runners = [JobRunner(s.config, spark=spark, processor_id=processor_id, once=once,
                          install_signal_handlers=False) for s in stages]
-    previous: dict[int, Any] = {}
-    def stop_all(signum: int, _frame: Any) -> None:
+    def stop_all(reason: str) -> None:
         for r in runners:
-            r.request_stop(f"stopped by {signal.Signals(signum).name}")
+            r.request_stop(reason)
 
-    if install_signal_handlers and threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.getsignal(sig)
-            signal.signal(sig, stop_all)
+    signals = StopOnSignals(stop_all, runners[0].status).install() if install_signal_handlers else None
     try:
         for runner in runners:  # every stage's claim before any stage runs: refuse as a whole
             runner.acquire_claim()
+        if drain:
+            from sparza.runtime.driver.drainmonitor import request_drain
+
+            request_drain([s.config for s in plan.stages])
         if once:
             # AvailableNow freezes each query's end at its start: run the stages one after the other
             # (writers first), so every stage sees all its upstream stage wrote.
@@ -71,8 +72,8 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
         reasons = sorted({o.reason for o in outcomes})
         return RunOutcome("; ".join(reasons), sum(o.batches for o in outcomes), 0, discards=_discards(outcomes))
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        if signals is not None:
+            signals.restore()
         for runner in runners:
             runner.close()
         if owns_spark:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import queue
-import signal
+import sys
 import threading
 from typing import Any
 
 from sparza.config import Config
+from sparza.interrupts import StopOnSignals
 from sparza.metrics import MetricsRegistry, attach_prometheus
 from sparza.runtime.checkpoint import checkpoint_store_from_config
 from sparza.runtime.driver.report import RunOutcome
@@ -174,13 +175,10 @@ def run_coordinated(config: Config, *, master: str | None = None, processor_id: 
     """Run this processor's share of the job under ``job.coordinator.factory`` until stopped."""
     processor = CoordinatedProcessor(config, master=master, processor_id=processor_id, once=once, spark=spark,
                                      remote=remote)
-    previous: dict[int, Any] = {}
-    if install_signal_handlers and threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.getsignal(sig)
-            signal.signal(sig, lambda signum, _f: processor.request_stop(f"stopped by {signal.Signals(signum).name}"))
+    signals = (StopOnSignals(processor.request_stop, lambda line: print(line, file=sys.stderr, flush=True)).install()
+               if install_signal_handlers else None)
     try:
         return processor.run()
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        if signals is not None:
+            signals.restore()

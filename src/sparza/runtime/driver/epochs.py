@@ -16,7 +16,10 @@ is in it:
    while the epoch runs.
 3. **End.** After ``job.container.epoch.ms``, or when a job asks to stop (a signal, a failed task, a
    rebalance, a job joining) the pool asks the containers to end: each finishes its running batch,
-   commits and returns. A job whose tasks all ended (or caught up, under ``--once``) leaves the pool.
+   commits and returns. A job whose tasks all ended (or caught up, under ``--once``, or drained) leaves the
+   pool. A drain requested while an epoch runs reaches its containers over the channel (:meth:`ContainerQuery.drain`):
+   each task's planner caps its source partitions at the request's offsets, and a task that drained leaves
+   its container's run loop.
 
 An epoch that fails (an executor lost, a container's error that a retry may cure) is started again, with
 the executors that are left: the tasks restore from their last commit. After
@@ -39,10 +42,10 @@ from sparza.errors import ConfigError
 from sparza.runtime.channel import ChannelEvent, ContainerChannel, result_from_json
 from sparza.runtime.container.runloop import CONTAINER_SCHEMA, run_container
 from sparza.runtime.epoch import EpochJob, EpochPlan
-from sparza.runtime.errors import JobFailedError
+from sparza.runtime.errors import JobFailedError, tasks_failed
 from sparza.runtime.results import BatchResult, BatchStatus
 
-__all__ = ["EXECUTION_MODES", "ContainerPool", "ContainerQuery", "execution_mode"]
+__all__ = ["EXECUTION_MODES", "ContainerPool", "ContainerQuery", "check_container_session", "execution_mode"]
 
 _log = logging.getLogger(__name__)
 
@@ -62,8 +65,13 @@ define_key("job.host-affinity.enabled", "true",
            "Container mode: keep each task on the executor whose state dir holds its state (Samza's key); "
            "false spreads tasks evenly at every epoch.", _PKG)
 define_key("job.container.max.restarts", "3",
-           "Container mode: failed epochs in a row (executor lost, a retryable container error) before the job "
-           "fails; any committed batch resets the count.", _PKG)
+           "Failed epochs (containers) or streaming-query deaths (batches) in a row before the job fails: an executor "
+           "lost, Spark's retries of a task exhausted, a worker that did not connect back; a committed batch resets "
+           "the count.", _PKG)
+define_key("job.container.driver.timeout.ms", None,
+           "Container mode: a container whose driver has been silent this long ends its epoch at the next batch "
+           "boundary (a frozen or cut-off processor stops doing work); default: half of "
+           "job.coordinator.standalone.claim.timeout.ms, at most 10 s.", _PKG)
 define_key("job.container.channel.host", None,
            "Container mode: the address executors reach the driver's container channel at (default "
            "spark.driver.host).", _PKG)
@@ -72,6 +80,18 @@ define_key("job.container.channel.host", None,
 def execution_mode(config: Any) -> str:
     """``containers`` or ``batches`` (``job.execution.mode``)."""
     return str(config.get_choice("job.execution.mode", EXECUTION_MODES, "containers"))
+
+
+def check_container_session(spark: Any) -> None:
+    """Refuse a session the container mode cannot run on, naming the setting: Spark refuses barrier stages when
+    executors come and go with the load (dynamic allocation)."""
+    value = str(spark.conf.get("spark.dynamicAllocation.enabled", "false") or "false").strip().lower()
+    if value == "true":
+        raise ConfigError("job.execution.mode", "containers", "", message=(
+            "job.execution.mode is containers, but the Spark session has spark.dynamicAllocation.enabled: true, and "
+            "Spark refuses the barrier stage an epoch runs its containers in when executors come and go. Set "
+            "job.execution.mode: batches (one micro-batch per batch, any executors), or turn dynamic allocation off "
+            "and size the executors for the job"))
 
 
 class ContainerQuery:
@@ -85,7 +105,8 @@ class ContainerQuery:
     def __init__(self, pool: ContainerPool, key: str, tasks: list[str], build_epoch_job: Callable[[], EpochJob],
                  on_results: Callable[[list[BatchResult], int], None], on_notice: Callable[[str], None], *,
                  once: bool, epoch_ms: int, affinity: bool, count: int | None, max_restarts: int,
-                 channel_host: str | None = None, report_interval_s: float = 1.0) -> None:
+                 channel_host: str | None = None, driver_timeout_ms: int = 10_000,
+                 report_interval_s: float = 1.0) -> None:
         self.pool = pool
         self.key = key
         self.tasks = set(tasks)
@@ -99,6 +120,7 @@ class ContainerQuery:
         self.max_restarts = max_restarts
         self.report_interval_s = report_interval_s
         self.channel_host = channel_host
+        self.driver_timeout_ms = driver_timeout_ms
         self.name = key
         self._lock = threading.Lock()
         self._pending: list[BatchResult] = []
@@ -112,6 +134,9 @@ class ContainerQuery:
         # Not "Initializing sources": a runner waits on that, and a container job has no source to start.
         self._message = "Waiting for the next epoch"
         self._committed_since_failure = False
+        self.drain_request: dict[str, Any] | None = None
+        """The job's drain request as JSON (:meth:`sparza.runtime.drain.DrainRequest.to_json`), or None: every
+        epoch's plan carries it."""
 
     # --- StreamingQuery-like interface ---------------------------------------------------------
     def start(self) -> ContainerQuery:
@@ -156,6 +181,12 @@ class ContainerQuery:
             self._stop_requested = True
         self.pool.end_epoch()
 
+    def drain(self, request: dict[str, Any] | None) -> None:
+        """The job drains (``request``), or no longer does (None): the running epoch's containers hear it over
+        the channel, the next epochs from their plan (the runner's ``build_epoch_job``)."""
+        self.drain_request = request
+        self.pool.send_drain(self.key, request)
+
     @property
     def stop_requested(self) -> bool:
         """True once :meth:`request_stop` was called."""
@@ -190,7 +221,7 @@ class ContainerQuery:
                 self._committed_since_failure = True
         if result.status is BatchStatus.FAILED:
             self.flush(force=True)
-            self.fail(JobFailedError(result.error or f"task '{result.task}' failed"))
+            self.fail(tasks_failed([result.error or f"task '{result.task}' failed"]))
             return
         if result.shutdown:
             self.request_stop()
@@ -233,6 +264,8 @@ class ContainerQuery:
             return self._leave()
         if all(w == "ended" for w in whys):
             return self._leave("all inputs ended")
+        if all(w in ("ended", "drained") for w in whys):
+            return self._leave("drained")
         if self.once and all(w in ("ended", "caught up") for w in whys):
             return self._leave("caught up")
         return False
@@ -244,16 +277,26 @@ class ContainerQuery:
         return True
 
     ended_because: str | None = None
-    """Why the job left the pool by itself (``all inputs ended``, ``caught up``), else None."""
+    """Why the job left the pool by itself (``all inputs ended``, ``caught up``, ``drained``), else None."""
+
+
+_CAUSES = (("ExecutorLostFailure", "an executor was lost"),
+           ("Python worker exited unexpectedly", "a container's Python worker died"),
+           ("TaskAttemptError", None), ("StorageUnavailableError", None))
 
 
 def _short(error: BaseException) -> str:
-    text = str(error).strip()
-    for line in text.splitlines():
-        line = line.strip()
+    """The cause of a failed epoch in one line: Spark's barrier-stage message says only that a task failed."""
+    text = str(error)
+    lines = [line.strip().lstrip(": ") for line in text.splitlines() if line.strip()]
+    for marker, words in _CAUSES:
+        for line in lines:
+            if marker in line:
+                return (words or line)[:400]
+    for line in lines:
         if "Error" in line or "Exception" in line or "Failure" in line:
             return line[:400]
-    return (text.splitlines()[0] if text else type(error).__name__)[:400]
+    return (lines[0] if lines else type(error).__name__)[:400]
 
 
 class ContainerPool:
@@ -293,6 +336,13 @@ class ContainerPool:
                 self._thread.start()
                 return
         self.end_epoch()
+
+    def send_drain(self, job: str, request: dict[str, Any] | None) -> None:
+        """Tell the running epoch's containers that ``job`` drains (or no longer does)."""
+        with self._lock:
+            epoch, channel = self._running, self._channel
+        if epoch is not None and channel is not None:
+            channel.drain_job(epoch, job, request)
 
     def end_epoch(self) -> None:
         """Ask the running epoch's containers to finish their batches, commit and return."""
@@ -346,7 +396,8 @@ class ContainerPool:
     def _ensure_channel(self, members: list[ContainerQuery]) -> ContainerChannel:
         if self._channel is None:
             host = next((m.channel_host for m in members if m.channel_host), None)
-            self._channel = ContainerChannel(host or _driver_host(self.spark), self._dispatch)
+            ping_s = max(0.1, min(m.driver_timeout_ms for m in members) / 4000.0)
+            self._channel = ContainerChannel(host or _driver_host(self.spark), self._dispatch, ping_s=ping_s)
         return self._channel
 
     def _run_epoch(self, members: list[ContainerQuery]) -> None:
@@ -358,7 +409,9 @@ class ContainerPool:
                 member.epoch_ended(None)
                 continue
             try:
-                jobs.append(member.build_epoch_job())
+                job = member.build_epoch_job()
+                job.drain = member.drain_request
+                jobs.append(job)
                 live.append(member)
             except Exception as exc:  # its checkpoints cannot be read: that job fails, the others go on
                 member.fail(exc)
@@ -375,12 +428,16 @@ class ContainerPool:
                               f"at most the {slots} executor slot(s) this Spark session has (all containers of an "
                               "epoch run at once)")
         plan = EpochPlan(epoch=epoch, jobs=jobs, duration_ms=min(m.epoch_ms for m in live),
-                         affinity=all(m.affinity for m in live), channel=channel.address)
+                         affinity=all(m.affinity for m in live), channel=channel.address,
+                         driver_timeout_ms=min(m.driver_timeout_ms for m in live))
         for member in live:
             member.epoch_started(epoch)
         with self._lock:
             self._running = epoch
             self._last_error = None
+        for member, job in zip(live, jobs, strict=True):
+            if member.drain_request != job.drain:  # a drain requested while this epoch was being planned
+                channel.drain_job(epoch, member.key, member.drain_request)
         if any(m.stop_requested for m in live):
             channel.end_epoch(epoch)
         error: BaseException | None = None

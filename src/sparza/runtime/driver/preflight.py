@@ -109,7 +109,7 @@ def _check_task_class(job: JobConfig) -> None:
 
 def _check_systems(job: JobConfig) -> None:
     from sparza.runtime.inputs import InputSystems
-    from sparza.systems import get_system_factory
+    from sparza.systems import check_configured_streams, get_system_factory
 
     config = job.config
     systems = sorted({k.split(".")[1] for k in config if k.startswith("systems.") and k.endswith(".samza.factory")
@@ -128,15 +128,15 @@ def _check_systems(job: JobConfig) -> None:
             raise StartCheckError(f"systems.{spec.stream.system}.samza.factory", None, "", message=(
                 f"input {spec.stream} names system {spec.stream.system!r}, but config key "
                 f"'systems.{spec.stream.system}.samza.factory' is not set: declare the system or fix task.inputs"))
-    if not job.inputs:
-        return
-    try:
-        inputs = InputSystems(job)
-        _ = inputs.partition_counts  # asks each admin about each input stream
-    except ConfigError:
-        raise
-    except SparzaError as exc:
-        raise StartCheckError("task.inputs", None, "", message=f"task.inputs: {exc}") from exc
+    if job.inputs:
+        try:
+            inputs = InputSystems(job)
+            _ = inputs.partition_counts  # asks each admin about each input stream
+        except ConfigError:
+            raise
+        except SparzaError as exc:
+            raise StartCheckError("task.inputs", None, "", message=f"task.inputs: {exc}") from exc
+    check_configured_streams(config, {(spec.stream.system, spec.stream.stream) for spec in job.inputs})
 
 
 def _check_dir(path: Path, key: str) -> None:

@@ -18,10 +18,12 @@ from sparza.runtime.results import BatchResult, BatchStatus
 __all__ = ["EXIT_CODES", "BootstrapProgress", "Discards", "RunNotices", "RunOutcome", "short_error"]
 
 
-EXIT_CODES = {0: "stopped cleanly (signal, --once done, all inputs ended, or a task asked to shut down)",
+EXIT_CODES = {0: "stopped cleanly (signal, --once done, drained, all inputs ended, or a task asked to shut down)",
               1: "the job failed (a task error names SSP and offset; or Spark failed)",
               2: "bad config (one line names the key)",
-              3: "another processor holds the job (standalone): refused to start, or lost the claim while running"}
+              3: "another processor holds the job (standalone): refused to start, or lost the claim while running",
+              130: "a second Ctrl-C stopped the job without committing the running batch (it runs again at the next "
+                   "start)"}
 """Exit codes of ``sparza run``."""
 
 
@@ -32,14 +34,16 @@ class Discards:
 
     late: int = 0
     late_routed: int = 0
-    undeserializable: int = 0
+    undeserializable: int = 0  # every data-error drop (Samza's task.drop.*.errors), not only deserialization
     ignored: int = 0
+    dead_lettered: int = 0
 
     @classmethod
     def of(cls, results: list[BatchResult]) -> Discards:
         """The sum over one batch's task results."""
         return cls(sum(r.late for r in results), sum(r.late_routed for r in results),
-                   sum(r.dropped for r in results), sum(r.ignored for r in results))
+                   sum(r.dropped for r in results), sum(r.ignored for r in results),
+                   sum(_counted(r.metrics, "messages-dead-lettered") for r in results))
 
     def add(self, other: Discards) -> None:
         """Accumulate another batch."""
@@ -47,9 +51,10 @@ class Discards:
         self.late_routed += other.late_routed
         self.undeserializable += other.undeserializable
         self.ignored += other.ignored
+        self.dead_lettered += other.dead_lettered
 
     def __bool__(self) -> bool:
-        return bool(self.late or self.undeserializable or self.ignored)
+        return bool(self.late or self.undeserializable or self.ignored or self.dead_lettered)
 
     def describe(self) -> str:
         """``"3 late message(s) dropped, 1 undeserializable message(s) dropped"`` (only the non-zero ones)."""
@@ -60,7 +65,9 @@ class Discards:
         if self.late_routed:
             parts.append(f"{self.late_routed} late message(s) routed")
         if self.undeserializable:
-            parts.append(f"{self.undeserializable} undeserializable message(s) dropped")
+            parts.append(f"{self.undeserializable} message(s) with data errors dropped")
+        if self.dead_lettered:
+            parts.append(f"{self.dead_lettered} message(s) with data errors sent to the dead-letter stream")
         if self.ignored:
             parts.append(f"{self.ignored} message(s) whose processing raised an ignored exception")
         return ", ".join(parts)
@@ -70,12 +77,17 @@ class Discards:
         inputs = ", ".join(str(spec.stream) for spec in job.inputs)
         lines = [f"{self.describe()} (inputs {inputs})."]
         if self.late:
-            lines.append("Late messages arrived after every window they belong to had fired; allow more "
+            lines.append("Late messages arrived after every window or join they belong to had closed; allow more "
                          "out-of-orderness with systems.<system>.streams.<stream>.watermark.lateness.ms on the "
                          "application's input streams, or keep them with task.late.messages.policy: route and "
                          "task.late.messages.stream.")
         if self.undeserializable:
-            lines.append("Undeserializable messages are dropped because task.drop.deserialization.errors is true.")
+            lines.append("Messages with data errors (undeserializable input, output that cannot be written) are "
+                         "dropped because task.drop.deserialization.errors or task.drop.serialization.errors is "
+                         "true; set task.dead.letter.stream to keep them.")
+        if self.dead_lettered:
+            lines.append(f"Messages with data errors went to task.dead.letter.stream "
+                         f"({job.config.get_str('task.dead.letter.stream', '') or 'unset'}), each with its error.")
         if self.ignored:
             lines.append("Exceptions were ignored because task.ignored.exceptions names them.")
         return " ".join(lines)
@@ -97,7 +109,8 @@ class RunNotices:
     flushes_skipped: int = 0
     restores: int = 0
     snapshot_recoveries: int = 0
-    fenced: int = 0
+    fenced: int = 0  # producers re-created after fencing: a metric only (see written_elsewhere)
+    written_elsewhere: int = 0
 
     @classmethod
     def of(cls, results: list[BatchResult]) -> RunNotices:
@@ -107,7 +120,9 @@ class RunNotices:
             flushes_skipped=sum(_counted(r.system_metrics, "flushes-skipped-replay") for r in results),
             restores=sum(_counted(r.metrics, "restored-from-blob-store") for r in results),
             snapshot_recoveries=sum(_counted(r.metrics, "deleted-snapshot-recoveries") for r in results),
-            fenced=sum(_counted(r.system_metrics, "producer-reinitialised-after-fencing") for r in results))
+            fenced=sum(_counted(r.system_metrics, "producer-reinitialised-after-fencing") for r in results),
+            written_elsewhere=sum(_counted(r.system_metrics, "producer-fenced-batch-written-elsewhere")
+                                  for r in results))
 
     def add(self, other: RunNotices) -> None:
         """Accumulate another batch."""
@@ -115,13 +130,16 @@ class RunNotices:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def __bool__(self) -> bool:
-        return any(getattr(self, name) for name in self.__dataclass_fields__)
+        return any(getattr(self, name) for name, _ in self._WORDS)
 
+    # Not ``fenced``: within one processor a task's batches move between Spark's Python workers, whose
+    # producers then fence each other; that means nothing to a user (the metric keeps the count).
     _WORDS = (("tasks_skipped", "{} task batch(es) skipped (already committed: a replay)"),
               ("flushes_skipped", "{} output flush(es) skipped (already written: a replay)"),
               ("restores", "{} store(s) restored from the blob store"),
               ("snapshot_recoveries", "{} snapshot(s) with deleted blobs replaced"),
-              ("fenced", "{} fenced producer(s) re-created (another instance wrote the same task)"))
+              ("written_elsewhere", "{} output batch(es) another instance of the same task had already "
+                                    "written to Kafka (its producer was fenced; written once)"))
 
     def describe(self) -> str:
         """``"2 task batch(es) skipped (already committed: a replay), 1 store(s) restored from the blob

@@ -5,10 +5,12 @@ task of the batch on an executor (see :mod:`sparza.runtime.container.executor`);
 which collects the one result row per task, merges their metrics and prints a status line. A failed
 task row stops the job with its message (SSP, offset, cause).
 
-Stopping (SIGINT/SIGTERM, every input ended, a task's ``coordinator.shutdown()``) is clean: a stop
+Stopping (SIGINT/SIGTERM, see :mod:`sparza.interrupts`; every input ended; a task's
+``coordinator.shutdown()``) is clean: a stop
 file tells the source to plan no further batch, the runner waits for the running batch to commit,
 then stops the query. ``--once`` uses Spark's AvailableNow trigger: what exists at start is
-processed in capped batches, then the query ends by itself.
+processed in capped batches, then the query ends by itself. A drain (``--drain``, ``sparza drain``; see
+:mod:`sparza.runtime.drain`) stops the job once every task drained, with reason ``drained``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import contextlib
 import json
 import logging
 import shutil
-import signal
 import sys
 import threading
 import time
@@ -27,11 +28,12 @@ from typing import Any
 
 from sparza.config import Config
 from sparza.errors import ConfigError, SparzaError
+from sparza.interrupts import StopOnSignals
 from sparza.metrics import JsonLinesReporter, MetricsRegistry, attach_prometheus
 from sparza.runtime.driver.preflight import check_executor_imports
 from sparza.runtime.driver.report import BootstrapProgress, Discards, RunNotices, RunOutcome, short_error
 from sparza.runtime.driver.session import add_py_files, build_spark_session, is_connect, py_files
-from sparza.runtime.errors import JobFailedError
+from sparza.runtime.errors import JobFailedError, tasks_failed
 from sparza.runtime.inputs import InputSystems
 from sparza.runtime.jobconfig import JobConfig
 from sparza.runtime.model import TaskModel
@@ -48,13 +50,15 @@ class JobRunner:
                  processor_id: str = "0", once: bool = False, tasks: list[str] | None = None,
                  generation: int = 0, status: Callable[[str], None] | None = None,
                  install_signal_handlers: bool = True, claim: bool | None = None,
-                 metrics: MetricsRegistry | None = None) -> None:
+                 metrics: MetricsRegistry | None = None, drain: bool = False) -> None:
         self.job = JobConfig.from_config(config)
         self.config = self.job.config  # in sparza's spelling (Samza class names and aliases translated)
         self.master = master
         self.remote = remote
         self.processor_id = processor_id
         self.once = once
+        self.drain_at_start = drain
+        """``--drain``: request a drain when the run starts (unless one is pending), and stop once drained."""
         self.task_filter = tasks
         self.generation = generation
         self._dir_generation = generation  # a coordinator's generation names the Spark dir; a claim epoch does not
@@ -84,11 +88,17 @@ class JobRunner:
         self._watch: Any = None  # StorageWatch while running
         self._inputs: InputSystems | None = None
         self.last_results: list[BatchResult] = []
-        self._task_offsets: dict[str, dict[str, str]] = {}  # task -> its newest reported offsets (for lag)
+        self._task_offsets: dict[str, dict[str, str]] = {}
+        self._restart_query: Callable[[], Any] | None = None  # micro-batch mode: start the query again
+        self._query_restarts = 0
+        self._batches_at_restart = 0  # task -> its newest reported offsets (for lag)
         self.discards = Discards()
         """Messages this run did not deliver or write as sent (late at windows, undeserializable, ignored)."""
         self.notices = RunNotices()
         """Replays skipped, restores from the blob store, fenced producers: in the status line and the summary."""
+        self._drain_monitor: Any = None
+        self.drain: Any = None
+        """The drain request this run works under (a :class:`~sparza.runtime.drain.DrainRequest`), or None."""
 
     # --- setup ---------------------------------------------------------------------------------
     @property
@@ -195,9 +205,8 @@ class JobRunner:
             self.last_results = results
             failed = [r for r in results if r.status is BatchStatus.FAILED]
             if failed:
-                message = "; ".join(r.error or "failed" for r in failed)
                 self._check_claim()  # a fenced write usually means the claim is gone: say that, not the symptom
-                self._failure = self._claim_lost or JobFailedError(message)
+                self._failure = self._claim_lost or tasks_failed([r.error for r in failed])
                 self.request_stop("failed")
                 raise self._failure
             elapsed = (time.perf_counter() - started) * 1000.0
@@ -205,6 +214,8 @@ class JobRunner:
             self._batches += 1
             if results and all(r.ended for r in results):
                 self.request_stop("all inputs ended")
+            elif results and all(r.drained for r in results):
+                self.request_stop("drained")
             if any(r.shutdown for r in results):
                 self.request_stop("a task asked to shut down")
 
@@ -224,9 +235,8 @@ class JobRunner:
                                    f"{messages} msgs in")
                 self._batches += committed
             if failed and self._failure is None:
-                message = "; ".join(r.error or "failed" for r in failed)
                 self._check_claim()
-                self._failure = self._claim_lost or JobFailedError(message)
+                self._failure = self._claim_lost or tasks_failed([r.error for r in failed])
                 self.request_stop("failed")
             if any(r.shutdown for r in results):
                 self.request_stop("a task asked to shut down")
@@ -246,6 +256,7 @@ class JobRunner:
         self.notices.add(notices)
         self.metrics.counter(agg, "messages-dropped").inc(discards.undeserializable)
         self.metrics.counter(agg, "exceptions-ignored").inc(discards.ignored)
+        self.metrics.counter(agg, "messages-dead-lettered").inc(discards.dead_lettered)
         self.metrics.counter(agg, "late-messages").inc(discards.late)
         self.metrics.counter(agg, "late-messages-routed").inc(discards.late_routed)
         self.metrics.counter(agg, "batches").inc(batches)
@@ -253,6 +264,7 @@ class JobRunner:
         self.metrics.counter(agg, "flushes-skipped").inc(notices.flushes_skipped)
         self.metrics.counter(agg, "stores-restored-from-blob-store").inc(notices.restores)
         self.metrics.counter(agg, "producers-fenced").inc(notices.fenced)
+        self.metrics.counter(agg, "batches-written-elsewhere").inc(notices.written_elsewhere)
         self.metrics.timer(agg, "batch-ms").update(elapsed_ms)
         commit_ms = max((r.commit_ms for r in results), default=0.0)
         self.metrics.timer(agg, "commit-ms").update(commit_ms)
@@ -338,6 +350,12 @@ class JobRunner:
 
         self.acquire_claim()  # before anything touches the job's shared files
         self._started = True
+        from sparza.runtime.driver.drainmonitor import DrainMonitor, request_drain
+
+        if self.drain_at_start:
+            request_drain([self.config])
+        self._drain_monitor = DrainMonitor(self.config)
+        self._poll_drain(force=True)  # the first epoch (containers) or plan already knows a pending drain
         self._inputs = inputs = InputSystems(self.job)
         self._bootstrap = BootstrapProgress(self.job, inputs)
         tasks = self._tasks(inputs)
@@ -380,17 +398,21 @@ class JobRunner:
 
         if execution_mode(self.config) == "containers":
             self._query = self._container_query(spark, tasks)
-        elif is_connect(spark):
-            self._query = self._client_query(spark, options, name)
         else:
-            self._query = self._streaming_query(spark, options, name)
+            def start_query() -> Any:
+                if is_connect(spark):
+                    return self._client_query(spark, options, name)
+                return self._streaming_query(spark, options, name)
+
+            self._restart_query = start_query
+            self._query = start_query()
         if all_ended:
             # Nothing will be planned, so no batch would ever notice that every input ended: stop now.
             self.request_stop("all inputs ended")
 
     def _ship_secrets(self, spark: Any) -> None:
         """Secrets go to Spark as a distributed file, never as an option or in a function (runtime/secrets.py)."""
-        from sparza.runtime.secrets import ship_secrets
+        from sparza.runtime.driver.shipping import ship_secrets
 
         if self._secrets is None:
             self._shipped, self._secrets = ship_secrets(spark, self.config)
@@ -410,10 +432,11 @@ class JobRunner:
     def _container_query(self, spark: Any, tasks: list[TaskModel]) -> Any:
         """Container mode: the job joins the session's container pool (see :mod:`sparza.runtime.driver.epochs`)."""
         from sparza.runtime.checkpoint import checkpoint_store_from_config
-        from sparza.runtime.driver.epochs import ContainerPool, ContainerQuery
+        from sparza.runtime.driver.epochs import ContainerPool, ContainerQuery, check_container_session
         from sparza.runtime.epoch import EpochJob
 
         assert self._inputs is not None
+        check_container_session(spark)
         start = {str(ssp): pos.upcoming for ssp, pos in self._inputs.positions().items()}
         names = [t.name for t in tasks]
         store = checkpoint_store_from_config(self.config, self.job.job_key)
@@ -439,7 +462,10 @@ class JobRunner:
             affinity=cfg.get_bool("job.host-affinity.enabled", True),
             count=cfg.get_int("job.container.count", 0, min_value=0) or None,
             max_restarts=cfg.get_int("job.container.max.restarts", 3, min_value=0),
-            channel_host=cfg.get_str("job.container.channel.host", None))
+            channel_host=cfg.get_str("job.container.channel.host", None),
+            driver_timeout_ms=cfg.get_int("job.container.driver.timeout.ms", min(
+                10_000, cfg.get_int("job.coordinator.standalone.claim.timeout.ms", 30_000) // 2), min_value=100))
+        query.drain_request = self.drain.to_json() if self.drain is not None else None  # pending at the start
         return query.start()
 
     def _client_query(self, spark: Any, options: dict[str, str], name: str) -> Any:
@@ -516,21 +542,93 @@ class JobRunner:
 
     @property
     def failed(self) -> bool:
-        """True once a batch failed (the query stops)."""
-        return self._failure is not None
+        """True once a batch failed, or the query ended for any reason but a clean stop: the other stages of
+        an application then stop too, and the run ends saying why."""
+        if self._failure is not None:
+            return True
+        query = self._query
+        if query is None or query.isActive or self._stop.is_set():
+            return False
+        try:
+            return query.exception() is not None
+        except Exception:
+            return True
+
+    def _poll_drain(self, *, force: bool = False) -> None:
+        """Samza's DrainMonitor: read the job's drain request (every ``job.drain-monitor.poll.interval.ms``), say
+        when it appears or goes, and hand it to the containers (the micro-batch source reads it itself)."""
+        monitor = self._drain_monitor
+        if monitor is None:
+            return
+        before = monitor.reads
+        request = monitor.poll(force=force)
+        if (request.id if request else None) == (self.drain.id if self.drain is not None else None):
+            if request is not None and monitor.reads != before:
+                self._check_drained(request)
+            return
+        self.drain = request
+        if request is not None:
+            self.metrics.counter("job", "drains-requested").inc()
+            self.status(f"sparza: {self.job.job_key}: drain {request.id} requested: every task processes its input "
+                        f"up to the offsets observed then ({len(request.ends)} source partition(s)), fires what it "
+                        "holds, sends its drain downstream and stops")
+        else:
+            self.status(f"sparza: {self.job.job_key}: the drain request is gone (cancelled, or completed elsewhere)")
+        from sparza.runtime.driver.epochs import ContainerQuery
+
+        if isinstance(self._query, ContainerQuery):
+            self._query.drain(request.to_json() if request is not None else None)
+        if request is not None:
+            self._check_drained(request)
+
+    def _check_drained(self, request: Any) -> None:
+        """Stop when every task of this job already committed the drain's completion: a restarted run whose
+        Spark offset log holds a plan made under the drain plans nothing more, so no batch would say so."""
+        from sparza.runtime.driver.drainmonitor import drain_completed
+
+        if self.job.job_key in request.jobs and drain_completed(self.config, request, [self.job.job_key]):
+            self.request_stop("drained")
 
     def poll(self, timeout_s: float = 0.25) -> bool:
         """Wait up to ``timeout_s``; True while the query runs and no stop was requested."""
+        self._poll_drain()
         query = self._query
         if query is None or not query.isActive or self._stop.is_set():
-            return self._noticed_end(query)
+            return self._restarted(query) or self._noticed_end(query)
         try:
             query.awaitTermination(timeout_s)
-        except Exception:  # the query failed: finish() reports it
-            return False
+        except Exception:  # the query failed: restart it if that may cure it, else finish() reports it
+            return self._restarted(query)
         if query.isActive and not self._stop.is_set():
             return True
-        return self._noticed_end(query)
+        return self._restarted(query) or self._noticed_end(query)
+
+    def _restarted(self, query: Any) -> bool:
+        """Micro-batch mode: a query that died of something a new attempt may cure (Spark's retries of a task
+        exhausted, a Python worker that did not connect back in time) is started again, at most
+        ``job.container.max.restarts`` times in a row without a committed batch, saying so. True when
+        restarted. A failed task result (a poison message, a task exception) is never restarted."""
+        if self._restart_query is None or query is None or query.isActive or self._stop.is_set() \
+                or self._failure is not None:
+            return False
+        try:
+            error = query.exception()
+        except Exception as exc:
+            error = exc
+        if error is None:
+            return False
+        if self._batches > self._batches_at_restart:
+            self._query_restarts = 0
+        limit = self.config.get_int("job.container.max.restarts", 3, min_value=0)
+        if self._query_restarts >= limit:
+            return False
+        self._query_restarts += 1
+        self._batches_at_restart = self._batches
+        self.metrics.counter("aggregate", "query-restarts").inc()
+        self.status(f"sparza: {self.job.job_key}: the streaming query failed ({short_error(str(error))}); "
+                    f"starting it again from the last commits (restart {self._query_restarts} of {limit})")
+        self._query = self._restart_query()
+        return True
 
     def _noticed_end(self, query: Any) -> bool:
         """A container query that left its pool by itself says why (all inputs ended, caught up)."""
@@ -564,7 +662,9 @@ class JobRunner:
             raise JobFailedError(f"the streaming query of {self.job.job_key} failed: {short_error(str(exc))}; "
                                  f"full trace: {trace}")
         reason = self._stop_reason or ("caught up (--once)" if self.once else "stopped")
-        self.status(f"sparza: {self.job.job_key}: {reason}; {self._batches} batch(es) committed"
+        detail = self._drained() if reason == "drained" or (self.drain is not None and reason == "all inputs ended") \
+            else ""
+        self.status(f"sparza: {self.job.job_key}: {reason}{detail}; {self._batches} batch(es) committed"
                     + (f"; {self.notices.describe()}" if self.notices else "")
                     + (f"; {self.discards.describe()}" if self.discards else ""))
         if self.discards:
@@ -572,6 +672,21 @@ class JobRunner:
             _log.warning("%s: %s", self.job.job_key, advice)
             self.status(f"sparza: {self.job.job_key}: warning: {advice}")
         return RunOutcome(reason, self._batches, 0, discards=self.discards)
+
+    def _drained(self) -> str:
+        """What the summary says of a completed drain. The request goes once every task of every job it covers
+        completed it (another stage of the application may still be draining)."""
+        from sparza.runtime.drain import read_drain
+        from sparza.runtime.driver.drainmonitor import finish_drain
+
+        request = self.drain
+        if request is None:
+            return ""
+        if finish_drain(self.config) is not None or read_drain(self.config) is None:  # (or another stage did)
+            self.metrics.counter("job", "drains-completed").inc()
+            return (f" (drain {request.id}: every task processed its input up to the offsets observed at the request "
+                    "and fired what it held; the next run continues from there)")
+        return f" (drain {request.id}; the request stays until the other stages drained too)"
 
     def close(self) -> None:
         """Release the stop file, the metrics endpoint, (if built here) the SparkSession, and the job claim."""
@@ -610,18 +725,14 @@ class JobRunner:
                 return
             time.sleep(0.1)
 
-    def _install_signals(self) -> dict[int, Any]:
-        previous: dict[int, Any] = {}
-        if not self.install_signal_handlers or threading.current_thread() is not threading.main_thread():
-            return previous
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.getsignal(sig)
-            signal.signal(sig, lambda signum, _frame: self.request_stop(f"stopped by {signal.Signals(signum).name}"))
-        return previous
+    def _install_signals(self) -> StopOnSignals | None:
+        if not self.install_signal_handlers:
+            return None
+        return StopOnSignals(self.request_stop, self.status).install()
 
     @staticmethod
-    def _restore_signals(previous: dict[int, Any]) -> None:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    def _restore_signals(previous: StopOnSignals | None) -> None:
+        if previous is not None:
+            previous.restore()
 
 

@@ -159,7 +159,10 @@ def build_spark_session(job: Any, master: str | None, app_name: str, remote: str
         # Python on a cluster), the JVM started here must carry job.py.files on its PYTHONPATH.
         current = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         os.environ["PYTHONPATH"] = os.pathsep.join([*(p for p in packaged if p not in current), *current])
-    spark = builder.getOrCreate()
+    from sparza.interrupts import sigint_kept
+
+    with sigint_kept():  # the caller decides what Ctrl-C does (sparza.interrupts), not PySpark
+        spark = builder.getOrCreate()
     level = config.get_str("spark.log.level", "ERROR")
     spark.sparkContext.setLogLevel(level)
     if level.upper() in ("ERROR", "FATAL", "OFF"):

@@ -48,6 +48,7 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         self.generation = int(options.get("generation", "0"))
         self.task_count = int(options["task_count"]) if options.get("task_count") else None
         self._planner: Any = None
+        self._monitor: Any = None
         self._config: Config | None = None
 
     @property
@@ -64,6 +65,7 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_planner"] = None
+        state["_monitor"] = None
         state["_config"] = None
         return state
 
@@ -92,13 +94,24 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         return self.planner().initial(checkpoints).to_json()  # type: ignore[no-any-return]
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """The next batch's plan (``start`` when there is nothing new, or a stop was requested)."""
+        """The next batch's plan (``start`` when there is nothing new, or a stop was requested), under the job's
+        drain request if there is one (read every ``job.drain-monitor.poll.interval.ms``)."""
         if self.stop_file and os.path.exists(self.stop_file):
             return start
         from sparza.runtime.planner import BatchPlan
 
-        planned = self.planner().next(BatchPlan.from_json(start), int(time.time() * 1000))
+        planner = self.planner()
+        planner.drain = self.drain_monitor().poll()
+        planned = planner.next(BatchPlan.from_json(start), int(time.time() * 1000))
         return planned.to_json()  # type: ignore[no-any-return]
+
+    def drain_monitor(self) -> Any:
+        """The job's :class:`~sparza.runtime.driver.drainmonitor.DrainMonitor` (built on first use)."""
+        if self._monitor is None:
+            from sparza.runtime.driver.drainmonitor import DrainMonitor
+
+            self._monitor = DrainMonitor(self.config)
+        return self._monitor
 
     def prepareForTriggerAvailableNow(self) -> None:
         """``--once``: plan only up to what exists now."""

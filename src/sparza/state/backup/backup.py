@@ -39,7 +39,7 @@ from sparza.blobstore.api import (
     Metadata,
     system_clock_ms,
 )
-from sparza.config import Config, define_key
+from sparza.config import Config, define_check, define_key
 from sparza.metrics import MetricsRegistry
 from sparza.state.backup.diff import SNAPSHOT_MARKER, are_same_dir, dir_diff
 from sparza.state.backup.errors import SnapshotUnavailableError
@@ -52,6 +52,7 @@ __all__ = [
     "RestoreResult",
     "StateBackup",
     "VerifyResult",
+    "check_backup_config",
     "materialize_store_dir",
     "read_snapshot_marker",
     "write_snapshot_marker",
@@ -175,9 +176,7 @@ class StateBackup:
         ``blob.store.file.chunk.size`` from ``config``."""
         cfg = Config.of(config)
         return cls(blob_store, cfg.get_str("job.name", "job"), cfg.get_str("job.id", "1"), task_name,
-                   threads=cfg.get_int("blob.store.transfer.threads", 4, min_value=1),
-                   chunk_size=cfg.get_bytes("blob.store.file.chunk.size", 128 << 20, min_value=1 << 20),
-                   metrics=metrics, progress=progress)
+                   threads=_threads(cfg), chunk_size=_chunk_size(cfg), metrics=metrics, progress=progress)
 
     def _meta(self, store_name: str, path: str, size: int = -1) -> Metadata:
         return Metadata(path, size, self.job_name, self.job_id, self.task_name, store_name)
@@ -486,3 +485,20 @@ class StateBackup:
         self.close()
 
 
+def _threads(cfg: Config) -> int:
+    return int(cfg.get_int("blob.store.transfer.threads", 4, min_value=1))
+
+
+def _chunk_size(cfg: Config) -> int:
+    return int(cfg.get_bytes("blob.store.file.chunk.size", 128 << 20, min_value=1 << 20))
+
+
+def check_backup_config(config: Mapping[str, str]) -> None:
+    """Raise :class:`~sparza.errors.ConfigError` when ``blob.store.transfer.threads`` or
+    ``blob.store.file.chunk.size`` is out of range (checked before anything runs)."""
+    cfg = config if isinstance(config, Config) else Config(config)
+    _threads(cfg)
+    _chunk_size(cfg)
+
+
+define_check(_PKG, check_backup_config)

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from sparza.config import Config, define_key
+from sparza.config import Config, define_check, define_key
 from sparza.errors import ConfigError
 from sparza.serde import serde_from_name
 from sparza.state.kv.api import KeyValueStore
@@ -48,6 +48,29 @@ def safe_dir_name(name: str) -> str:
 def store_dir(base_dir: str | Path, store_name: str, task_name: str) -> Path:
     """Where the store ``store_name`` of ``task_name`` lives: ``<base_dir>/<store>/<task>``."""
     return Path(base_dir) / safe_dir_name(store_name) / safe_dir_name(task_name)
+
+
+def check_store_config(store_name: str, config: Mapping[str, str]) -> None:
+    """Raise :class:`ConfigError` for the first setting of ``stores.<store_name>`` that cannot work (engine,
+    serdes and their schemas, every RocksDB option's name and range), without opening anything: what
+    ``sparza config check`` and the start checks of ``sparza run`` ask before Spark starts."""
+    cfg = config if isinstance(config, Config) else Config(config)
+    prefix = f"stores.{store_name}."
+    cfg.get_choice(prefix + "factory", STORE_FACTORIES, "rocksdb")
+    for which in ("key", "msg"):
+        serde_from_name(cfg.get_str(prefix + f"{which}.serde", None), key=prefix + f"{which}.serde",
+                        schema=cfg.get_str(prefix + f"{which}.schema", None), config=cfg)
+    from sparza.state.kv.rocksdb import rocksdb_options
+
+    rocksdb_options(dict(cfg.subset(prefix + "rocksdb")), key_prefix=prefix + "rocksdb.")
+
+
+def _check_stores(config: Config) -> None:
+    for name in sorted({k.split(".")[1] for k in config if k.startswith("stores.") and k.count(".") >= 2}):
+        check_store_config(name, config)
+
+
+define_check(_PKG, _check_stores)
 
 
 def open_store(store_name: str, config: Mapping[str, str], task_name: str, base_dir: str | Path,

@@ -51,6 +51,13 @@ ROCKSDB_OPTION_KEYS: dict[str, tuple[Callable[[str], Any], str]] = {
     "disable.auto.compactions": (_bool, "true to compact only on demand"),
 }
 
+# The smallest value RocksDB can work with, per option (a smaller one is refused at config check, not
+# silently sanitized or failing when the store opens on an executor).
+_MINIMUM: dict[str, int] = {
+    "block.size.bytes": 1, "cache.size.bytes": 0, "write.buffer.size.bytes": 1, "num.write.buffers": 1,
+    "max.background.jobs": 1, "target.file.size.bytes": 1, "max.log.file.size.bytes": 0, "keep.log.file.num": 1,
+}
+
 for _opt, (_parse, _doc) in ROCKSDB_OPTION_KEYS.items():
     define_key(f"stores.<store>.rocksdb.{_opt}", None, _doc, _PKG)
 
@@ -71,6 +78,10 @@ def rocksdb_options(options: Mapping[str, Any] | None, *, key_prefix: str = "roc
         parse, doc = ROCKSDB_OPTION_KEYS[name]
         try:
             value = parse(str(raw))
+            if name in _MINIMUM and value < _MINIMUM[name]:
+                raise ValueError(f"below {_MINIMUM[name]}")
+            if name == "max.open.files" and (value == 0 or value < -1):
+                raise ValueError("-1 or at least 1")
             if name == "compression":
                 opts.set_compression_type(getattr(rd.DBCompressionType, value.strip().lower())())
             elif name == "compaction.style":
@@ -94,7 +105,8 @@ def rocksdb_options(options: Mapping[str, Any] | None, *, key_prefix: str = "roc
                 }[name]
                 setter(value)
         except (ValueError, TypeError, AttributeError, OverflowError) as exc:
-            raise ConfigError(key, raw, doc) from exc
+            floor = f"; at least {_MINIMUM[name]}" if name in _MINIMUM else ""
+            raise ConfigError(key, raw, doc + floor) from exc
     if table is not None:
         opts.set_block_based_table_factory(table)
     return opts

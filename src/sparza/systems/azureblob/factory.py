@@ -10,6 +10,7 @@ from sparza.metrics import MetricsRegistry
 from sparza.systems import SystemAdmin, SystemConsumer
 from sparza.systems.azureblob.errors import WriteOnlySystemError
 from sparza.systems.azureblob.producer import AzureBlobSystemProducer
+from sparza.systems.azureblob.settings import AzureBlobSettings
 
 __all__ = ["AzureBlobSystemFactory"]
 
@@ -24,6 +25,10 @@ class AzureBlobSystemFactory:
     def get_consumer(self, system_name: str, config: Config, metrics: MetricsRegistry | None = None) -> SystemConsumer:
         """Always raises: azureblob cannot be read as a stream."""
         raise WriteOnlySystemError(system_name, "consumer")
+
+    def check_config(self, system_name: str, config: Config) -> None:
+        """Every ``systems.<container>.azureblob.*`` value within Azure's and the seed's limits."""
+        AzureBlobSettings.from_config(system_name, config)
 
     def get_producer(self, system_name: str, config: Config,
                      metrics: MetricsRegistry | None = None) -> AzureBlobSystemProducer:

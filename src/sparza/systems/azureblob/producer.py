@@ -18,7 +18,8 @@ source sends becomes visible before its flush: rolled-over blobs are staged earl
 
 Exactly-once with the task runtime: after ``begin(source, (app_id, version))`` blob names, block ids and
 Avro sync markers derive from the transaction, the source, the stream, the partition and the blob's
-sequence, and the time in the name is the first message's event timestamp. A replay of the same batch
+sequence, and the time in the name is the first message's event timestamp (or, for a message without
+one, the batch's processing time: :meth:`AzureBlobSystemProducer.set_processing_time`). A replay of the same batch
 that sends the same messages in the same order writes byte-identical blobs under the same names. Every
 commit is stamped with its writer (the transaction, or this producer instance outside one) and replaces
 an existing blob only when that blob carries the same writer, so a replay rewrites its own blobs and a
@@ -98,6 +99,7 @@ class _Source:
         self.writers: dict[BlobKey, BlobWriter] = {}
         self.transaction: Transaction | None = None
         self.sequences: dict[BlobKey, int] = {}  # blobs opened per key since the transaction began
+        self.processing_time_ms: int | None = None  # the batch's (set_processing_time): names untimed messages
 
     def next_sequence(self, key: BlobKey) -> int:
         """The number of the next blob of ``key`` in the running transaction (0, 1, ... per key)."""
@@ -240,6 +242,12 @@ class AzureBlobSystemProducer:
             state.transaction = txn
             state.sequences = {}
 
+    def set_processing_time(self, source: str, epoch_ms: int) -> None:
+        """The batch's processing time: the time in the name of a blob whose first message has no event
+        timestamp (Samza names blobs by the time they are written; the batch's planned time is that time,
+        and the same when the batch is replayed). Without it such blobs are named 1970/01/01."""
+        self._source(source).processing_time_ms = int(epoch_ms)
+
     def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
         """Buffer one message into the blob of its (source, stream, partition); may upload a block in this
         thread when the upload queue is full (backpressure); never drops the message."""
@@ -257,7 +265,8 @@ class AzureBlobSystemProducer:
                         if writer is None:
                             writer = BlobWriter(ctx, state.metrics, self.identity, source, key[0], key[1],
                                                 lambda: state.transaction,
-                                                functools.partial(state.next_sequence, key))
+                                                functools.partial(state.next_sequence, key),
+                                                lambda: state.processing_time_ms)
                             state.writers[key] = writer
                 if writer.write(envelope):
                     return

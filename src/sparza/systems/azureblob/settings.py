@@ -14,6 +14,7 @@ from sparza.config import Config, define_key
 from sparza.errors import ConfigError
 
 __all__ = [
+    "AZURE_MAX_BLOB_SIZE",
     "AZURE_MAX_BLOCKS",
     "AZURE_MAX_BLOCK_SIZE",
     "UNLIMITED",
@@ -31,6 +32,9 @@ AZURE_MAX_BLOCKS = 50_000
 
 AZURE_MAX_BLOCK_SIZE = 4000 * 1024 * 1024
 """Azure's largest block (service version 2019-12-12 and later)."""
+
+AZURE_MAX_BLOB_SIZE = AZURE_MAX_BLOCKS * AZURE_MAX_BLOCK_SIZE
+"""Azure's largest block blob: 50,000 committed blocks of at most 4000 MiB."""
 
 define_key(_P + "account.name", None, "Storage account name (or use azure.storage.connect / dev storage)", _PKG)
 define_key(_P + "account.key", None, "Storage account key; also read from sensitive.account.key and from Samza's "
@@ -114,7 +118,12 @@ class AzureBlobSettings:
         threshold = cfg.get_bytes(p + "maxFlushThresholdSize", 10 * 1024 * 1024, min_value=1)
         if threshold > AZURE_MAX_BLOCK_SIZE:
             raise ConfigError(p + "maxFlushThresholdSize", str(threshold),
-                              f"at most {AZURE_MAX_BLOCK_SIZE} bytes (Azure's largest block)")
+                              f"at most {AZURE_MAX_BLOCK_SIZE} bytes (4000 MiB, Azure's largest block)")
+        max_blob = cfg.get_bytes(p + "maxBlobSize", UNLIMITED, min_value=1)
+        if max_blob != UNLIMITED and max_blob > AZURE_MAX_BLOB_SIZE:
+            raise ConfigError(p + "maxBlobSize", str(max_blob),
+                              f"at most {AZURE_MAX_BLOB_SIZE} bytes (50,000 blocks of 4000 MiB, Azure's largest "
+                              "block blob)")
         schemas: dict[str, str] = {}
         streams_prefix = f"systems.{system}.streams."
         for key, value in cfg.items():
@@ -124,7 +133,7 @@ class AzureBlobSettings:
             system=system,
             compression=cfg.get_choice(p + "compression.type", ("none", "gzip"), "none"),
             max_flush_threshold_size=threshold,
-            max_blob_size=cfg.get_bytes(p + "maxBlobSize", UNLIMITED, min_value=1),
+            max_blob_size=max_blob,
             max_messages_per_blob=cfg.get_int(p + "maxMessagesPerBlob", UNLIMITED, min_value=1),
             thread_pool_count=threads,
             blocking_queue_size=cfg.get_int(p + "blockingQueueSize", 2 * threads, min_value=0),

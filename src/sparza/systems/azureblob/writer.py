@@ -60,7 +60,7 @@ class BlobWriter:
 
     def __init__(self, ctx: UploadContext, metrics: AzureBlobMetrics, identity: ProducerIdentity, source: str,
                  stream: str, partition: str | None, transaction: Callable[[], Transaction | None],
-                 next_sequence: Callable[[], int]) -> None:
+                 next_sequence: Callable[[], int], processing_time: Callable[[], int | None] = lambda: None) -> None:
         self.ctx = ctx
         self.metrics = metrics
         self.identity = identity
@@ -70,6 +70,7 @@ class BlobWriter:
         self.stream = stream
         self.partition = partition
         self._transaction = transaction
+        self._processing_time = processing_time
         settings = ctx.settings
         self._format: RecordFormat = make_format(settings.writer_format, stream, settings.stream_schemas.get(stream))
         self._lock = threading.Lock()
@@ -105,7 +106,8 @@ class BlobWriter:
                 self._roll()
                 current = None
             if current is None:
-                self._open(envelope.timestamp, record)
+                stamp = envelope.timestamp
+                self._open(stamp if stamp is not None else self._processing_time(), record)
                 current = self._current
                 assert current is not None
             self._chunk.append(record)

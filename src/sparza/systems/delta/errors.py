@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparza.errors import SparzaError
+from sparza.errors import JOB_CONFIG_PLACEHOLDER, DataError, SparzaError
 
 __all__ = [
     "DeltaStreamError",
@@ -11,6 +11,7 @@ __all__ = [
     "PartitionCountMismatchError",
     "StreamNotFoundError",
     "TableError",
+    "TableRowError",
 ]
 
 
@@ -35,7 +36,8 @@ class StreamNotFoundError(DeltaStreamError, LookupError):
         self.stream = stream
         self.location = location
         super().__init__(f"stream {stream!r} does not exist at {location} "
-                         f"(create it with 'sparza stream create {stream} --partitions N')")
+                         f"(create it with 'sparza stream create {stream} --partitions N --config "
+                         f"{JOB_CONFIG_PLACEHOLDER}')")
 
 
 class PartitionCountMismatchError(DeltaStreamError):
@@ -64,3 +66,8 @@ class OffsetRemovedError(DeltaStreamError, LookupError):
 
 class TableError(SparzaError, ValueError):
     """A message does not fit its typed table, or the table cannot take the declared schema."""
+
+
+class TableRowError(TableError, DataError):
+    """One message does not fit its typed table (a NOT NULL column without a value, a value of another
+    type, an unknown column): a data error, deterministic, naming the ``column``."""

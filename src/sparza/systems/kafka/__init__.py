@@ -12,7 +12,7 @@ from sparza.systems.kafka.consumer import KafkaSystemConsumer, OffsetOutOfRangeE
 from sparza.systems.kafka.eventhubs import EventHubsSystemFactory, eventhubs_kafka_config
 from sparza.systems.kafka.factory import KafkaSystemFactory
 from sparza.systems.kafka.partitioner import murmur2, partition_for
-from sparza.systems.kafka.producer import KafkaSystemProducer, transactional_id
+from sparza.systems.kafka.producer import KafkaSystemProducer, is_fencing_error, transactional_id
 from sparza.systems.kafka.settings import KafkaSystemSettings
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "PartitionCountMismatchError",
     "TopicNotFoundError",
     "eventhubs_kafka_config",
+    "is_fencing_error",
     "murmur2",
     "partition_for",
     "transactional_id",

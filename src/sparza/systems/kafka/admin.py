@@ -5,15 +5,22 @@ end as a ``read_committed`` consumer sees it (the last stable offset: the high w
 transaction is open), so a planned batch never waits for an open transaction. Offsets are not
 dense: transaction markers, aborted records and compaction leave gaps, so the arithmetic below
 gives bounds (a batch of *at most* n messages, a lag of *at most* n), never a reason to skip.
+
+A Tansu broker (the dev broker) reports as end the base offset of the last record batch + 1, which
+hides every other record of that batch: one producer request of 100 records would show as 1. On
+such a broker (``kafka.end.offsets.verify``: auto detects it by its cluster id) the end is read,
+not trusted: a fetch from the reported end - 1 returns that whole batch, and the real end is one
+past its last record. Only partitions whose reported end changed since the last look are fetched.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 from sparza.config import Config
-from sparza.errors import SparzaError
+from sparza.errors import JOB_CONFIG_PLACEHOLDER, SparzaError
 from sparza.streams import SystemStreamPartition
 from sparza.systems import StreamSpec, SystemStreamMetadata, SystemStreamPartitionMetadata
 from sparza.systems.kafka.settings import KafkaSystemSettings, redact_conf
@@ -41,7 +48,8 @@ class TopicNotFoundError(KafkaError, LookupError):
     def __init__(self, topic: str, servers: str) -> None:
         self.topic = topic
         super().__init__(f"Kafka topic {topic!r} does not exist on {servers}: create it with "
-                         f"'sparza stream create --system <s> {topic} --partitions N' or your Kafka tools")
+                         f"'sparza stream create --system <s> {topic} --partitions N --config "
+                         f"{JOB_CONFIG_PLACEHOLDER}' or your Kafka tools")
 
 
 class PartitionCountMismatchError(KafkaError, ValueError):
@@ -60,9 +68,13 @@ class KafkaSystemAdmin:
         self.settings = KafkaSystemSettings(system_name, config)
         self._client: Any = None
         self._partitions: dict[str, int] = {}
+        self._verify: bool | None = None      # read the real end (see the module docstring); None: not decided yet
+        self._probe: Any = None               # the consumer that reads it
+        self._real_ends: dict[tuple[str, int], tuple[int, int]] = {}  # (topic, p) -> (reported, real)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"system_name": self.system_name, "settings": self.settings, "_client": None, "_partitions": {}}
+        return {"system_name": self.system_name, "settings": self.settings, "_client": None, "_partitions": {},
+                "_verify": None, "_probe": None, "_real_ends": {}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -172,7 +184,76 @@ class KafkaSystemAdmin:
             except Exception as exc:
                 raise KafkaError(f"cannot list the offsets of Kafka topics "
                                  f"{sorted({t for t, _ in partitions})}: {exc}") from exc
+        if self._verifies_end_offsets():
+            self._read_real_ends(out)
         return {tp: (lo, hi) for tp, (lo, hi) in out.items()}
+
+    def _verifies_end_offsets(self) -> bool:
+        """Whether reported ends are checked by reading (``kafka.end.offsets.verify``; auto: a Tansu broker)."""
+        if self._verify is None:
+            setting = self.settings.verify_end_offsets
+            if setting is None:
+                try:
+                    cluster_id = self.client.list_topics(timeout=self._timeout).cluster_id or ""
+                except Exception as exc:
+                    raise KafkaError(f"cannot read the metadata of Kafka system {self.system_name!r}: {exc}") from exc
+                setting = cluster_id.lower().startswith("tansu")
+            self._verify = setting
+        return self._verify
+
+    def _read_real_ends(self, marks: dict[tuple[str, int], list[int]]) -> None:
+        """Replace each non-empty partition's reported end by one past the last record of the batch it
+        points into (see the module docstring); partitions whose reported end did not change keep the
+        end read last time."""
+        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import KafkaError as RdKafkaError
+
+        todo: dict[tuple[str, int], int] = {}
+        for tp, bounds in marks.items():
+            lo, hi = bounds
+            known = self._real_ends.get(tp)
+            if known is not None and known[0] == hi:
+                bounds[1] = known[1]
+            elif hi > lo:
+                todo[tp] = hi
+        if not todo:
+            return
+        if self._probe is None:
+            conf = self.settings.consumer_conf()
+            conf["group.id"] = f"{conf['group.id']}-end-offsets"
+            self._probe = Consumer(conf)
+        probe = self._probe
+        ends = dict(todo)
+        probe.assign([TopicPartition(t, p, hi - 1) for (t, p), hi in todo.items()])
+        waiting = set(todo)
+        received: set[tuple[str, int]] = set()
+        deadline = time.monotonic() + self._timeout
+        try:
+            while waiting and time.monotonic() < deadline:
+                fresh: set[tuple[str, int]] = set()
+                for msg in probe.consume(10_000, timeout=0.02):  # short polls: consume waits out its timeout
+                    tp = (msg.topic(), msg.partition())
+                    error = msg.error()
+                    if error is not None:
+                        if error.code() == RdKafkaError._PARTITION_EOF and tp in waiting:
+                            ends[tp] = max(ends[tp], msg.offset())
+                            waiting.discard(tp)
+                        continue
+                    if tp in ends and msg.offset() >= todo[tp] - 1:
+                        ends[tp] = max(ends[tp], msg.offset() + 1)
+                        received.add(tp)
+                        fresh.add(tp)
+                # A fetch returns the batch at the reported end - 1 whole (Kafka never splits a record batch):
+                # a partition that got records and then nothing more has its real end.
+                waiting -= received - fresh
+        finally:
+            probe.unassign()
+        if waiting:
+            raise KafkaError(f"cannot read the real end of Kafka partitions {sorted(waiting)} within "
+                             f"{self._timeout:.0f}s (systems.{self.system_name}.kafka.end.offsets.verify)")
+        for tp, hi in todo.items():
+            self._real_ends[tp] = (hi, ends[tp])
+            marks[tp][1] = ends[tp]
 
     def get_system_stream_metadata(self, streams: set[str] | list[str]) -> dict[str, SystemStreamMetadata]:
         """Per topic and partition: ``oldest`` (None when empty), ``newest`` (the offset before
@@ -193,5 +274,8 @@ class KafkaSystemAdmin:
         return out
 
     def close(self) -> None:
-        """Drop the admin client."""
+        """Drop the admin client (and the consumer that reads real ends)."""
         self._client = None
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None

@@ -8,6 +8,7 @@ from sparza.metrics import MetricsRegistry
 from sparza.systems.kafka.admin import KafkaSystemAdmin
 from sparza.systems.kafka.consumer import KafkaSystemConsumer
 from sparza.systems.kafka.producer import KafkaSystemProducer
+from sparza.systems.kafka.settings import KafkaSystemSettings
 
 __all__ = ["KafkaSystemFactory"]
 
@@ -23,6 +24,10 @@ class KafkaSystemFactory:
                      metrics: MetricsRegistry | None = None) -> KafkaSystemConsumer:
         """A consumer (cheap; safe to build on executors from a pickled config)."""
         return KafkaSystemConsumer(system_name, config, metrics)
+
+    def check_config(self, system_name: str, config: Config) -> None:
+        """sparza's ``kafka.*`` keys and every librdkafka setting (name and range) of the system."""
+        KafkaSystemSettings(system_name, config).check()
 
     def get_producer(self, system_name: str, config: Config,
                      metrics: MetricsRegistry | None = None) -> KafkaSystemProducer:

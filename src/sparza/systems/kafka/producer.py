@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparza.config import Config
+from sparza.errors import DataError
 from sparza.metrics import MetricsRegistry
 from sparza.serde import Serde, partition_key_bytes
 from sparza.streams import OutgoingMessageEnvelope
@@ -49,7 +50,7 @@ from sparza.systems.kafka.settings import (
     KafkaSystemSettings,
 )
 
-__all__ = ["KafkaSystemProducer", "transactional_id"]
+__all__ = ["KafkaSystemProducer", "is_fencing_error", "transactional_id"]
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,62 @@ class _Topic:
 
 class _FencedError(KafkaError):
     """A commit failed because a newer producer instance with the same ``transactional.id`` exists."""
+
+
+def _fencing_codes() -> frozenset[int]:
+    from confluent_kafka import KafkaError as RdKafkaError
+
+    return frozenset((RdKafkaError._FENCED, RdKafkaError.PRODUCER_FENCED, RdKafkaError.INVALID_PRODUCER_EPOCH))
+
+
+def is_fencing_error(error: Any, producer: Any = None) -> bool:
+    """True when ``error`` (a librdkafka ``KafkaError``) means a newer instance with the same
+    ``transactional.id`` fenced ``producer``.
+
+    librdkafka reports fencing with a fencing code the first time, but once the producer is in its
+    fatal state other calls (``produce``) fail with the generic ``_FATAL``; the underlying fatal error
+    is what the transactional API then raises at once, so for ``_FATAL`` (or any fatal error) the
+    producer is asked with a zero-timeout ``abort_transaction``.
+    """
+    from confluent_kafka import KafkaError as RdKafkaError
+    from confluent_kafka import KafkaException
+
+    code = getattr(error, "code", lambda: None)()
+    codes = _fencing_codes()
+    if code in codes:
+        return True
+    if producer is None or not (code == RdKafkaError._FATAL or getattr(error, "fatal", lambda: False)()):
+        return False
+    try:
+        producer.abort_transaction(0)
+    except KafkaException as exc:
+        cause = exc.args[0] if exc.args else None
+        return getattr(cause, "code", lambda: None)() in codes
+    except Exception:
+        return False
+    return False
+
+
+class _LibrdkafkaLog:
+    """librdkafka's log lines through Python logging (the ``logger`` setting of a transactional producer).
+
+    A fenced transactional producer logs its fencing at error and critical level (``ADDPARTS``, ``TXNERR``,
+    ``FATAL``), although sparza expects it whenever a task's batches move between Spark Python workers
+    and handles it (a new producer, the recorded version decides): those lines go to debug, every
+    other line keeps its level.
+    """
+
+    _FENCING_WORDS = ("fenced", "fences the current one", "producer_fenced", "invalid_producer_epoch")
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._logger = logger
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        """What confluent-kafka calls for each librdkafka log line."""
+        text = (msg % args if args else msg).lower()
+        if any(word in text for word in self._FENCING_WORDS):
+            level = logging.DEBUG
+        self._logger.log(level, msg, *args)
 
 
 @dataclass
@@ -128,6 +185,7 @@ class KafkaSystemProducer:
         self._plain_errors: list[str] = []
         self._plain_delivery: Any = None
         self._bookkeeping_ready = False
+        self._max_message_bytes = int(self.settings.producer_conf().get("message.max.bytes", 1_000_000))
 
     # --- lifecycle -------------------------------------------------------------------------
     def register(self, source: str) -> None:
@@ -170,6 +228,8 @@ class KafkaSystemProducer:
                 errors.append(err.str())
 
         conf["error_cb"] = on_error
+        if "transactional.id" in conf:
+            conf.setdefault("logger", _LibrdkafkaLog(logging.getLogger(f"{__name__}.librdkafka")))
         return open_client("producer", Producer, conf, self.system_name)
 
     def _ensure_bookkeeping(self) -> None:
@@ -277,6 +337,13 @@ class KafkaSystemProducer:
             # (or before 1970) travels in a header instead, and the consumer restores it.
             headers = [*(headers or []), (TIMESTAMP_HEADER, str(ts).encode())]
             ts = 0
+        size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        if size > self._max_message_bytes:
+            # Refused now, naming the message, rather than by the broker at the batch's commit (a failure
+            # every retry of the batch would repeat).
+            raise DataError(f"a message of {size} bytes to Kafka topic {info.name!r} is over the producer's "
+                            f"message.max.bytes ({self._max_message_bytes}; systems.{self.system_name}."
+                            "producer.message.max.bytes, and the topic's max.message.bytes on the broker)")
         self._count("messages-sent")
         if src is not None and src.state == "ready":
             src.pending.append((info.name, value, key, partition, ts, headers))
@@ -322,9 +389,14 @@ class KafkaSystemProducer:
             # runtime's intent already fenced zombie processors before this flush, and every instance
             # writes the same batch for the same version, so: a new producer (which fences the other
             # instance), and the version read again decides whether this batch is still to be written.
-            log.warning("%s; re-initialising the transactional producer and retrying once", fenced)
+            # Expected within one processor (debug); worth a line only when another instance had
+            # written this very batch (counted in producer-fenced-batch-written-elsewhere).
+            log.debug("%s; re-initialising the transactional producer and retrying once", fenced)
             self._count("producer-reinitialised-after-fencing")
             if not self._reopen(source, src):
+                log.info("%s: another instance of the task had already written batch %s; not written again",
+                         source, src.transaction)
+                self._count("producer-fenced-batch-written-elsewhere")
                 return
             self._commit(source, src)
 
@@ -378,10 +450,11 @@ class KafkaSystemProducer:
 
             errors, txn_id = list(src.errors), src.txn_id
             error = exc.args[0] if exc.args else None
-            fenced = getattr(error, "code", lambda: None)() in (RdKafkaError._FENCED,
-                                                              RdKafkaError.PRODUCER_FENCED,
-                                                              RdKafkaError.INVALID_PRODUCER_EPOCH)
-            if fenced or getattr(error, "fatal", lambda: False)():
+            # A fencing may surface as librdkafka's generic _FATAL (a produce after the producer turned
+            # fatal): is_fencing_error asks the producer for the underlying cause.
+            fenced = isinstance(error, RdKafkaError) and is_fencing_error(error, producer)
+            if fenced or getattr(error, "fatal", lambda: False)() or getattr(error, "code", lambda: None)() == \
+                    RdKafkaError._FATAL:
                 # Fenced by a newer instance of the task (or another fatal error): this producer can do
                 # nothing more, not even abort; the newer instance's init_transactions aborted for us.
                 self._drop(src)   # the buffer stays, for flush's retry or until abandon

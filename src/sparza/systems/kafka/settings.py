@@ -43,6 +43,10 @@ define_key("systems.<system>.streams.<stream>.samza.physical.name", None,
 define_key("streams.<stream>.samza.physical.name", None,
            "Samza's spelling of the Kafka topic of stream <stream> (systems.<s>.streams.<stream>.samza.physical.name "
            "wins when both are set).", _PKG)
+define_key("systems.<system>.kafka.end.offsets.verify", "auto",
+           "Read past each partition's reported end to find its real end: true, false, or auto (only on a Tansu "
+           "broker, cluster id tansu*, whose high watermark after a multi-record batch is that batch's base offset "
+           "+ 1, which would hide the batch's other records).", _PKG)
 define_key("systems.<system>.default.stream.replication.factor", "-1",
            "Replication factor of topics sparza creates (-1: the broker's default).", _PKG)
 
@@ -54,8 +58,9 @@ or negative), in decimal ms."""
 CONTROL_PRODUCER_HEADER = "sparza.producer"
 """Header naming the task that wrote a control message (control messages are reconciled per producer)."""
 
-# Keys under consumer.*/producer.* that are Samza's or sparza's own, not librdkafka's.
-_NOT_LIBRDKAFKA = {"factory"}
+# Keys under consumer.*/producer.* that are Samza's or sparza's own, not librdkafka's (zookeeper.connect:
+# Samza's old consumer found brokers through ZooKeeper; librdkafka uses bootstrap.servers and refuses it).
+_NOT_LIBRDKAFKA = {"factory", "zookeeper.connect"}
 
 
 def redact_conf(conf: dict[str, Any]) -> dict[str, Any]:
@@ -155,6 +160,43 @@ class KafkaSystemSettings(SystemSettings):
     def request_timeout_s(self) -> float:
         """``systems.<s>.kafka.request.timeout.ms`` in seconds."""
         return int(self.config.get_duration_ms(self._prefix + "kafka.request.timeout.ms", 30_000)) / 1000.0
+
+    def check(self) -> None:
+        """Raise :class:`ConfigError` for the first setting that cannot work: sparza's own keys, then every
+        librdkafka setting under ``consumer.*``/``producer.*`` as librdkafka itself judges it (name and range;
+        building a client object validates its config without waiting for a broker)."""
+        from confluent_kafka import Consumer, KafkaException, Producer
+
+        _ = (self.read_timeout_s, self.request_timeout_s, self.replication_factor, self.verify_end_offsets,
+             self.transactions_topic)
+        for role, make, conf in (("producer", Producer, self.producer_conf()),
+                                 ("consumer", Consumer, self.consumer_conf())):
+            try:
+                client = make({**conf, "log_level": 0})
+            except (KafkaException, ValueError, TypeError) as exc:
+                error = exc.args[0] if exc.args else exc
+                text = error.str() if hasattr(error, "str") else str(error)
+                name = next((k for k in self._passthrough(role) if f'"{k}"' in text or f"'{k}'" in text
+                             or f" {k}" in text), None)
+                key = f"{self._prefix}{role}.{name}" if name else f"{self._prefix}{role}.*"
+                raise ConfigError(key, self._passthrough(role).get(name) if name else None, "",
+                                  message=f"config key '{key}': librdkafka refuses the {role} settings: {text}"
+                                  ) from exc
+            if role == "consumer":
+                client.close()
+            else:
+                del client
+
+    @property
+    def verify_end_offsets(self) -> bool | None:
+        """``systems.<s>.kafka.end.offsets.verify``: True, False, or None for auto (decided by the broker)."""
+        key = self._prefix + "kafka.end.offsets.verify"
+        value = str(self.config.get_str(key, "auto")).strip().lower()
+        if value == "auto":
+            return None
+        if value in ("true", "false"):
+            return value == "true"
+        raise ConfigError(key, value, "true, false or auto")
 
     @property
     def replication_factor(self) -> int:

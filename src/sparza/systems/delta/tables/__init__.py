@@ -25,7 +25,7 @@ Arrow schema), :mod:`~sparza.systems.delta.tables.spec` (:class:`TableSpec` from
 
 from __future__ import annotations
 
-from sparza.systems.delta.errors import TableError
+from sparza.systems.delta.errors import TableError, TableRowError
 from sparza.systems.delta.tables.columns import arrow_schema_to_text, avro_to_arrow, parse_schema
 from sparza.systems.delta.tables.create import ensure_table
 from sparza.systems.delta.tables.optimize import MIN_VACUUM_RETENTION_HOURS, OptimizeResult, optimize_table
@@ -37,6 +37,7 @@ __all__ = [
     "MODES",
     "OptimizeResult",
     "TableError",
+    "TableRowError",
     "TableSpec",
     "TypedTable",
     "arrow_schema_to_text",

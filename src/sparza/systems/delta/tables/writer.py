@@ -15,7 +15,7 @@ from sparza.errors import SerdeError, payload_preview
 from sparza.serde import AvroRecord, BytesSerde, Serde
 from sparza.streams import MessageType, OutgoingMessageEnvelope
 from sparza.systems import Transaction
-from sparza.systems.delta.errors import TableError
+from sparza.systems.delta.errors import TableError, TableRowError
 from sparza.systems.delta.settings import StreamLocation
 from sparza.systems.delta.storage import storage_errors
 from sparza.systems.delta.tables.create import ensure_table
@@ -99,9 +99,10 @@ class TypedTable:
                              f"{self.msg_serde.name} bytes; got {type(message).__name__}")
         unknown = [name for name in row if name not in self._names]
         if unknown:
-            raise TableError(f"typed table {self.spec.stream!r} has no column {unknown[0]!r} (columns: "
+            raise TableRowError(f"typed table {self.spec.stream!r} has no column {unknown[0]!r} (columns: "
                              f"{', '.join(self.spec.schema.names)}); declare it in delta.table.schema "
-                             f"(a new nullable column is added to the table without rewriting it)")
+                             f"(a new nullable column is added to the table without rewriting it)",
+                                column=unknown[0])
         return dict(row)
 
     def _key_value(self, key: Any) -> Any:
@@ -158,9 +159,30 @@ class TypedTable:
             row[spec.message_key_column] = self._key_value(envelope.key)
         if spec.mode == "upsert":
             self._fill_from_key(row, envelope.key)
+            self._check_row(row)
             buffer.latest[self._key_of(row)] = row
         else:
+            self._check_row(row)
             buffer.rows.append(row)
+
+    def _check_row(self, row: dict[str, Any]) -> None:
+        """Refuse a row that cannot be written (when it is sent, so the error names the input message):
+        a NOT NULL column without a value, or a value its column's type cannot hold."""
+        for f in self._input_schema:
+            value = row.get(f.name)
+            if value is None:
+                if not f.nullable:
+                    raise TableRowError(f"typed table {self.spec.stream!r}: column {f.name!r} is NOT NULL but the "
+                                        "message has no value for it", column=f.name)
+                continue
+            fast = _FITS_AS_IS.get(f.type)
+            if fast is not None and isinstance(value, fast) and not (isinstance(value, bool) and bool not in fast):
+                continue
+            if isinstance(value, str) and (pa.types.is_timestamp(f.type) or pa.types.is_date(f.type)):
+                value = _parse_time(value, f)
+            if not _fits(value, f.type):
+                raise TableRowError(f"typed table {self.spec.stream!r}: column {f.name!r} ({f.type}) cannot hold "
+                                    f"a {type(value).__name__} {payload_preview(value)}", column=f.name)
 
     def _key_of(self, row: dict[str, Any]) -> tuple[Any, ...]:
         values = []
@@ -197,14 +219,15 @@ class TypedTable:
                 array = pa.array(values, type=f.type)
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
                 bad = next((v for v in values if not _fits(v, f.type)), None)
-                raise TableError(f"typed table {self.spec.stream!r}: column {f.name!r} ({f.type}) cannot hold "
-                                 f"a {type(bad).__name__} {payload_preview(bad)} ({type(exc).__name__})") from exc
+                raise TableRowError(f"typed table {self.spec.stream!r}: column {f.name!r} ({f.type}) cannot hold "
+                                    f"a {type(bad).__name__} {payload_preview(bad)} ({type(exc).__name__})",
+                                    column=f.name) from exc
             if not f.nullable and array.null_count:
                 missing = array.null_count if deleted is None else sum(
                     1 for v, d in zip(values, deleted, strict=True) if v is None and not d)
                 if missing:
-                    raise TableError(f"typed table {self.spec.stream!r}: column {f.name!r} is NOT NULL but "
-                                     f"{missing} of {len(values)} rows have no value for it")
+                    raise TableRowError(f"typed table {self.spec.stream!r}: column {f.name!r} is NOT NULL but "
+                                        f"{missing} of {len(values)} rows have no value for it", column=f.name)
             columns.append(array)
         if deleted is None:
             return pa.Table.from_arrays(columns, schema=self._input_schema).cast(self.spec.schema)
@@ -316,6 +339,13 @@ def _parse_time(text: str, f: pa.Field) -> Any:
     if f.type.tz is not None and parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.UTC)
     return parsed
+
+
+# Python types that always fit a column of these Arrow types (anything else is checked by converting it).
+_FITS_AS_IS: dict[pa.DataType, tuple[type, ...]] = {
+    pa.string(): (str,), pa.int64(): (int,), pa.float64(): (float, int), pa.float32(): (float, int),
+    pa.bool_(): (bool,), pa.binary(): (bytes,),
+}
 
 
 def _fits(value: Any, arrow_type: pa.DataType) -> bool:
