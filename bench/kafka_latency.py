@@ -118,7 +118,7 @@ class OutputReader:
         self._consumer.close()
 
 
-def job_config(work: Path, servers: str, name: str, mode: str) -> Any:
+def job_config(work: Path, servers: str, name: str, mode: str, poll_ms: int | None = None) -> Any:
     from examples.keyed_count.config import job_values
 
     from sparza.config import Config
@@ -129,10 +129,12 @@ def job_config(work: Path, servers: str, name: str, mode: str) -> Any:
         "systems.kafka.samza.factory": "kafka", "systems.kafka.consumer.bootstrap.servers": servers,
         "systems.kafka.samza.offset.default": "oldest",
         f"systems.kafka.streams.{name}-counts.samza.key.serde": "string",
-        f"systems.kafka.streams.{name}-counts.samza.msg.serde": "json"}))
+        f"systems.kafka.streams.{name}-counts.samza.msg.serde": "json",
+        **({"task.poll.interval.ms": poll_ms} if poll_ms is not None else {})}))
 
 
-def run(spark: Any, work: Path, servers: str, name: str, mode: str, scale: dict[str, int]) -> dict[str, Any]:
+def run(spark: Any, work: Path, servers: str, name: str, mode: str, scale: dict[str, int],
+        poll_ms: int | None = None) -> dict[str, Any]:
     """One job in ``mode``: warm-up, single messages, bursts; latencies (ms) and the batches' results."""
     from confluent_kafka import Producer
 
@@ -140,7 +142,7 @@ def run(spark: Any, work: Path, servers: str, name: str, mode: str, scale: dict[
     from sparza.systems import StreamSpec
     from sparza.systems.kafka import KafkaSystemAdmin
 
-    config = job_config(work, servers, name, mode)
+    config = job_config(work, servers, name, mode, poll_ms)
     admin = KafkaSystemAdmin("kafka", config)
     events, counts = f"{name}-events", f"{name}-counts"
     for topic in (events, counts):
@@ -232,6 +234,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="the execution mode(s) to measure (default both: containers, batches as baseline)")
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default: 1 small, 2 full)")
     parser.add_argument("--messages", type=int, default=None, help="single messages per run")
+    parser.add_argument("--poll-ms", dest="poll_ms", type=int, default=None,
+                        help="task.poll.interval.ms (default: the runtime's default)")
     args = parser.parse_args(argv)
     scale = dict(SCALES[args.scale])
     if args.messages:
@@ -254,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
             for mode in (modes if r % 2 == 0 else tuple(reversed(modes))):
                 name = f"lat-{mode[0]}{r}"
                 print(f"-- round {r + 1}: {mode} (load {loadavg()})", flush=True)
-                res = run(spark, work / name, broker.bootstrap_servers, name, mode, scale)
+                res = run(spark, work / name, broker.bootstrap_servers, name, mode, scale, args.poll_ms)
                 results[mode].append(res)
                 print(f"   single p50 {pct(res['single'], 0.5):.0f} ms, p99 {pct(res['single'], 0.99):.0f} ms; "
                       f"burst p50 {pct(res['burst'], 0.5):.0f} ms, p99 {pct(res['burst'], 0.99):.0f} ms", flush=True)
@@ -262,16 +266,18 @@ def main(argv: list[str] | None = None) -> None:
         spark.stop()
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
-    body = render(results, scale, rounds, time.monotonic() - took)
+    body = render(results, scale, rounds, time.monotonic() - took, args.poll_ms)
     cmd = (f"python bench/kafka_latency.py --scale {args.scale}" + (f" --mode {args.mode}" if args.mode != "both"
                                                                     else "")
            + (f" --rounds {args.rounds}" if args.rounds else "") + (f" --messages {args.messages}" if args.messages
-                                                                    else ""))
+                                                                    else "")
+           + (f" --poll-ms {args.poll_ms}" if args.poll_ms is not None else ""))
     record("kafka_latency", "Latency Kafka → stateful task → Kafka (read_committed): containers vs micro-batches",
            cmd, body, measures=MEASURES)
 
 
-def render(results: dict[str, list[dict[str, Any]]], scale: dict[str, int], rounds: int, took: float) -> str:
+def render(results: dict[str, list[dict[str, Any]]], scale: dict[str, int], rounds: int, took: float,
+           poll_ms: int | None = None) -> str:
     """The report section."""
     rows = []
     for mode, runs in results.items():
@@ -282,7 +288,8 @@ def render(results: dict[str, list[dict[str, Any]]], scale: dict[str, int], roun
                          f"{max(lat):.0f}" if lat else "-", GOALS[mode] if variant == "single" else "-"])
     body = (f"{rounds} round(s), modes alternating; per run {scale['messages']} single messages and "
             f"{scale['bursts']} bursts of {scale['burst']}, after a warm-up. Keyed count, 2 partitions (2 tasks), "
-            f"local[2], Tansu broker on loopback, task.commit.ms {COMMIT_MS}, task.poll.interval.ms at its default; "
+            f"local[2], Tansu broker on loopback, task.commit.ms {COMMIT_MS}, task.poll.interval.ms "
+            f"{'at its default' if poll_ms is None else poll_ms}; "
             f"{took:.0f} s in all.\n\n"
             + table(["mode, messages", "n", "p50 ms", "p95 ms", "p99 ms", "max ms", "goal"], rows))
     if "containers" in results and "batches" in results:
