@@ -5,7 +5,8 @@ Input (generated once, the same for both): ``--events`` Wikipedia-like edits (JS
 updates, deletes) — ``examples/wikipedia``'s generator and loaders, as ``sparza demo`` writes them.
 
 - **sparza**: ``examples.wikipedia.app.WikipediaPageStats`` as ``sparza demo`` runs it (two stages in
-  one SparkSession): parse → ``partition_by(page)`` → join the profile from a broadcast adjunct store
+  one SparkSession), in each execution mode ``--mode`` names (``containers``, the default mode, and
+  ``batches``, the micro-batch mode): parse → ``partition_by(page)`` → join the profile from a broadcast adjunct store
   bootstrapped from the CDC stream → 1-minute event-time tumbling windows in RocksDB (backed up to
   the blob store) → Avro gzip blobs through the Azure blob producer. Task checkpoints and snapshots go
   to Azurite, the intermediate stream is a Delta stream. The typed page_stats table of the demo is
@@ -56,12 +57,15 @@ ROWS_PER_FILE = 25_000  # the loader commits 50k edits at a time: one file per p
 # --- shared ----------------------------------------------------------------------------------------
 
 MEASURES = ('The demo application (two stages, a broadcast adjunct join, RocksDB windows, Avro blobs) on '
-            '1,000,000 events, against the same pipeline written in native Spark Structured Streaming, in '
-            'alternating rounds of fresh processes.')
+            '1,000,000 events in the container mode and in the micro-batch mode, against the same pipeline written '
+            'in native Spark Structured Streaming, in alternating rounds of fresh processes.')
 """What this benchmark measures (the first paragraph of its section in docs/benchmarks.md)."""
+MODES = ("containers", "batches")
+"""sparza's execution modes: the container mode and its baseline, the micro-batch mode."""
+RUN_IDS = {"sparza-containers": "sc", "sparza-batches": "sb"}  # short: a run id is the job's job.id
 
 
-def _config(work: Path, run_id: str, conn: str, batch: int) -> Any:
+def _config(work: Path, run_id: str, conn: str, batch: int, mode: str = "containers") -> Any:
     from examples.wikipedia.config import demo_config
 
     config = demo_config(work / "runs" / run_id, run_id, conn, partitions=PARTITIONS, max_batch=batch,
@@ -70,6 +74,7 @@ def _config(work: Path, run_id: str, conn: str, batch: int) -> Any:
     values.pop("app.wikipedia.table")  # the demo's extra SQL table: the native pipeline has none
     values["systems.delta.delta.root"] = str(work / "input")
     values["spark.master"] = "local[2]"
+    values["job.execution.mode"] = mode
     return type(config)(values)
 
 
@@ -123,15 +128,16 @@ TIMERS = [("read", "read-ms"), ("restore", "prepare-ms"), ("process", "process-m
           ("cleanup", "cleanup-ms"), ("commit", "commit-ms")]
 
 
-def run_sparza(work: Path, conn: str, run_id: str, batch: int, profile: Path | None) -> dict[str, Any]:
-    """One sparza run (in this process); returns the timings."""
+def run_sparza(work: Path, conn: str, run_id: str, batch: int, profile: Path | None,
+               mode: str = "containers") -> dict[str, Any]:
+    """One sparza run in execution ``mode`` (in this process); returns the timings."""
     import contextlib
 
     from sparza.api import plan_application
     from sparza.runtime import JobRunner
     from sparza.runtime.driver.application import run_together
 
-    config = _config(work, run_id, conn, batch)
+    config = _config(work, run_id, conn, batch, mode)
     spark = _spark("sparza-bench-pipeline")
     started = time.perf_counter()
     plan = plan_application(config)
@@ -139,22 +145,20 @@ def run_sparza(work: Path, conn: str, run_id: str, batch: int, profile: Path | N
     runners = [JobRunner(s.config, spark=spark, install_signal_handlers=False, status=lambda line: None)
                for s in plan.stages]
     per_stage: dict[str, list[tuple[float, list[Any]]]] = {}
-    first_start: dict[str, float] = {}  # when the stage's first batch began (foreachBatch), from ``started``
+    first_start: dict[str, float] = {}  # when the stage's first batch began, from ``started``
     for stage, runner in zip(plan.stages, runners, strict=True):
         batches = per_stage[stage.name] = []
         original = runner._record
-        on_batch = runner._on_batch
-
-        def starting(df: Any, batch_id: int, _n: str = stage.name, _o: Any = on_batch) -> None:
-            first_start.setdefault(_n, time.perf_counter() - started)
-            _o(df, batch_id)
-
-        runner._on_batch = starting
 
         def recording(results: list[Any], elapsed_ms: float, batch_id: int, _b: Any = batches,
-                      _o: Any = original) -> None:
+                      _o: Any = original, _n: str = stage.name, **kwargs: Any) -> None:
+            # Both modes report here (a micro-batch at its end, a container about once a second): the
+            # first batch began about its slowest task's time before its result arrived.
+            if results and _n not in first_start:
+                first_start[_n] = (time.perf_counter() - started
+                                   - max(r.process_ms + r.commit_ms for r in results) / 1000)
             _b.append((elapsed_ms, list(results)))
-            _o(results, elapsed_ms, batch_id)
+            _o(results, elapsed_ms, batch_id, **kwargs)
 
         runner._record = recording
     spy = SpyProfile(profile) if profile is not None else contextlib.nullcontext()
@@ -189,9 +193,10 @@ def _stage_split(batches: list[tuple[float, list[Any]]], runner: Any) -> dict[st
                 if timer.startswith("flush-") and timer != "flush-ms" and total is not None:
                     sums[timer[:-3]] = sums.get(timer[:-3], 0.0) + total / 1000
     sums["process"] = sums.get("process", 0.0) - sums.get("read", 0.0) - sums.get("restore", 0.0)
-    spark = spark_durations(runner._query.recentProgress if runner._query is not None else [])
+    spark = spark_durations(getattr(runner._query, "recentProgress", None) or [])  # none in container mode
     sums["foreachBatch"] = sum(ms for ms, _ in batches) / 1000
-    return {"messages": messages, "batches": len(batches), "tasks": sums, "per_task": per_task,
+    task_batches = sum(1 for _, results in batches for r in results if r.messages)
+    return {"messages": messages, "batches": task_batches, "tasks": sums, "per_task": per_task,
             "first_batch": batches[0][0] / 1000 if batches else 0.0,
             "spark": {k: v / 1000 if k != "batches" else v for k, v in spark.items()}}
 
@@ -275,9 +280,9 @@ def child(args: argparse.Namespace) -> None:
 
     _importable_cwd()
     work = Path(args.work)
-    if args.child == "sparza":
+    if args.child.startswith("sparza"):
         result = run_sparza(work, args.conn, args.run_id, args.batch,
-                            Path(args.profile) if args.profile else None)
+                            Path(args.profile) if args.profile else None, args.child.partition("-")[2] or "containers")
     else:
         result = run_native(work, args.conn, args.run_id, args.batch)
     Path(args.out).write_text(json.dumps(result))
@@ -327,8 +332,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=None, help="override the scale's round count")
     parser.add_argument("--batch", type=int, default=None, help="task.max.batch.messages (events per partition "
                         "and batch; the native run reads as many per batch)")
-    parser.add_argument("--profile", action="store_true", help="one extra py-spy-profiled sparza run")
-    parser.add_argument("--child", choices=("sparza", "native"), help=argparse.SUPPRESS)
+    parser.add_argument("--profile", action="store_true", help="one extra py-spy-profiled sparza run (first mode)")
+    parser.add_argument("--mode", choices=(*MODES, "both"), default="both",
+                        help="sparza's execution mode(s) (default both: containers, and batches as its baseline)")
+    parser.add_argument("--child", choices=(*(f"sparza-{m}" for m in MODES), "native"), help=argparse.SUPPRESS)
     for hidden in ("--work", "--conn", "--run-id", "--out"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     parser.add_argument("--profile-out", dest="profile_out", help=argparse.SUPPRESS)
@@ -347,15 +354,16 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(tempfile.mkdtemp(prefix="sparza-bench-pipeline-"))
     azurite = AzuriteProcess(work / "azurite")
     azurite.start()
-    results: dict[str, list[dict[str, Any]]] = {"sparza": [], "native": []}
+    runs = [*(f"sparza-{m}" for m in (MODES if args.mode == "both" else (args.mode,))), "native"]
+    results: dict[str, list[dict[str, Any]]] = {m: [] for m in runs}
     took = time.monotonic()
     profile_summary = None
     try:
         conn = azurite.connection_string
         expected = prepare(work, conn, events)
         for r in range(rounds):
-            for mode in (("sparza", "native") if r % 2 == 0 else ("native", "sparza")):
-                run_id = f"{mode}{r}"
+            for mode in (runs if r % 2 == 0 else list(reversed(runs))):
+                run_id = f"{RUN_IDS.get(mode, mode)}{r}"
                 print(f"-- round {r + 1}: {mode} (load {loadavg()})", flush=True)
                 res = spawn(mode, work, conn, run_id, batch, storage_pid=azurite.pid)
                 res["load"] = loadavg()
@@ -368,7 +376,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.profile:
             spy_out = work / "spy.txt"
             print("-- profiled sparza run", flush=True)
-            spawn("sparza", work, conn, "profiled", batch, profile=spy_out)
+            spawn(runs[0], work, conn, "profiled", batch, profile=spy_out)
             profile_summary = SpyProfile(spy_out).summary(has("TaskInstance.run_batch"), CATEGORIES)
             if os.environ.get("SPARZA_BENCH_KEEP_PROFILE"):
                 shutil.copy(spy_out, os.environ["SPARZA_BENCH_KEEP_PROFILE"])
@@ -378,7 +386,7 @@ def main(argv: list[str] | None = None) -> None:
     body = render(results, events, batch, rounds, time.monotonic() - took, profile_summary)
     cmd = (f"python bench/pipeline.py --scale {args.scale}" + (f" --events {args.events}" if args.events else "")
            + (f" --rounds {args.rounds}" if args.rounds else "") + (f" --batch {args.batch}" if args.batch else "")
-           + (" --profile" if args.profile else ""))
+           + (f" --mode {args.mode}" if args.mode != "both" else "") + (" --profile" if args.profile else ""))
     record("pipeline", "Real pipeline: the demo application on sparza vs native Spark Structured Streaming", cmd, body,
            measures=MEASURES)
 
@@ -386,12 +394,13 @@ def main(argv: list[str] | None = None) -> None:
 def _check(conn: str, mode: str, run_id: str, res: dict[str, Any], expected: dict[str, list[int]]) -> str:
     from examples.wikipedia.config import OUTPUT_CONTAINER, output_stream
 
-    got = read_windows(conn, OUTPUT_CONTAINER, output_stream(run_id) if mode == "sparza" else res["prefix"])
+    sparza = mode.startswith("sparza")
+    got = read_windows(conn, OUTPUT_CONTAINER, output_stream(run_id) if sparza else res["prefix"])
     wrong = [k for k, v in got.items() if expected.get(k) != v]
     if wrong:
         raise AssertionError(f"{mode} run {run_id}: {len(wrong)} window(s) differ from the input, e.g. {wrong[:3]}")
     missing = len(expected) - len(got)
-    if mode == "sparza" and missing:
+    if sparza and missing:
         raise AssertionError(f"sparza run {run_id}: {missing} window(s) missing")
     res["windows"] = len(got)
     # Spark's append mode keeps the windows the watermark has not passed at the end of the input open.
@@ -403,52 +412,63 @@ def render(results: dict[str, list[dict[str, Any]]], events: int, batch: int, ro
     """The report section."""
     med = {m: statistics.median(r["seconds"] for r in rs) for m, rs in results.items()}
     mem = {m: statistics.median(r["peak_mib"] for r in rs) for m, rs in results.items()}
-    ratio = [n["seconds"] / s["seconds"] for s, n in zip(results["sparza"], results["native"], strict=True)]
     cpu = {m: statistics.median(r["cpu_s"] + r.get("storage_cpu_s", 0.0) for r in rs) for m, rs in results.items()}
-    names = {"sparza": f"sparza: {PARTITIONS}-stage demo app (adjunct join, RocksDB windows, Avro gzip blobs)",
+    sparza = [m for m in results if m != "native"]
+    ratios = {m: [n["seconds"] / s["seconds"] for s, n in zip(results[m], results["native"], strict=True)]
+              for m in sparza}
+    names = {"sparza-containers": f"sparza, containers: {PARTITIONS}-stage demo app (adjunct join, RocksDB windows, "
+                                  "Avro gzip blobs)",
+             "sparza-batches": "sparza, micro-batches: the same app",
              "native": "native Spark Structured Streaming (from_json, broadcast join, window agg, foreachBatch Avro)"}
     rows = [[names[m], f"{med[m]:.1f}", f"{events / med[m]:,.0f}", f"{mem[m]:,.0f}",
              f"{cpu[m]:.0f} ({statistics.median(r.get('storage_cpu_s', 0.0) for r in results[m]):.0f})",
-             ", ".join(f"{r['seconds']:.1f}" for r in results[m]), f"{med['sparza'] / med[m]:.2f}"]
-            for m in ("sparza", "native")]
+             ", ".join(f"{r['seconds']:.1f}" for r in results[m]), f"{med['native'] / med[m]:.2f}"]
+            for m in results]
     body = (f"{events:,} edits (2 partitions), {batch:,} events per partition and batch (native: "
             f"maxFilesPerTrigger {max(1, PARTITIONS * batch // ROWS_PER_FILE)} of {ROWS_PER_FILE:,} rows), "
             f"local[2], Azurite on the same host. {rounds} round(s), each run in a fresh process, order alternating. "
             f"{took:.0f} s in all.\n\n"
             + table(["pipeline", "median s", "events/s", "peak MiB (process tree)",
-                     "CPU s: process tree + Azurite (of it Azurite)", "runs (s)", "rate vs sparza"], rows)
-            + f"\n\nsparza vs native: **{statistics.median(ratio):.2f}x** (median of the per-round ratios "
-              + ", ".join(f"{x:.2f}x" for x in ratio)
-              + f"; ratio of the median times {med['native'] / med['sparza']:.2f}x; goal ≥ 1x); "
-              f"CPU seconds per event, native / sparza: {cpu['native'] / cpu['sparza']:.2f}x "
-              "(less sensitive to the machine's other load). Checks: "
-              + "; ".join(f"{m} {rs[0]['check']}" for m, rs in results.items()) + ".\n")
-    # time split of the median sparza run
-    runs = sorted(results["sparza"], key=lambda r: r["seconds"])
-    run = runs[len(runs) // 2]
+                     "CPU s: process tree + Azurite (of it Azurite)", "runs (s)", "rate vs native"], rows) + "\n\n")
+    lines = []
+    for m in sparza:
+        mode = m.partition("-")[2]
+        lines.append(f"sparza ({mode}) vs native: **{statistics.median(ratios[m]):.2f}x** (median of the per-round "
+                     "ratios " + ", ".join(f"{x:.2f}x" for x in ratios[m])
+                     + f"; ratio of the median times {med['native'] / med[m]:.2f}x"
+                     + ("; goal ≥ 1.2x" if mode == "containers" else "")
+                     + f"); CPU seconds per event, native / sparza: {cpu['native'] / cpu[m]:.2f}x.")
+    if "sparza-containers" in ratios and "sparza-batches" in ratios:
+        lines.append(f"Containers vs micro-batches: {med['sparza-batches'] / med['sparza-containers']:.2f}x "
+                     "(ratio of the median times).")
+    body += ("  \n".join(lines) + " Checks: " + "; ".join(f"{m} {rs[0]['check']}" for m, rs in results.items())
+             + ".\n")
     steps = ["read", "restore", "process", "intent", "flush-delta", "flush-sparza-demo", "adjunct", "snapshot",
              "checkpoint", "cleanup"]
     rows = []
-    for name, st in run["stages"].items():
-        t, sp = st["tasks"], st["spark"]
-        task_total = sum(t.get(s, 0.0) for s in steps)
-        rows.append([name, st["messages"], st["batches"]] + [f"{t.get(s, 0.0):.1f}" for s in steps]
-                    + [f"{task_total:.1f}", f"{sp.get('latestOffset', 0) + sp.get('walCommit', 0):.1f}",
-                       f"{sp.get('queryPlanning', 0):.1f}",
-                       f"{max(0.0, sp.get('addBatch', 0) - t['foreachBatch']):.1f}",
-                       f"{t['foreachBatch']:.1f}", f"{sp.get('commitOffsets', 0):.1f}"])
-    body += ("\n**Where sparza's time goes** (median run; task steps in task-seconds summed over the stage's tasks "
-             "and batches — stages and tasks run in parallel on 2 cores; Spark's parts in seconds of its query): "
-             "read = Delta → Arrow; restore = open/restore stores, adjunct catch-up; process = the per-message loop "
-             "(deserialize, operators, serialize, window state); flush-delta = intermediate stream write; "
-             "flush-sparza-demo = Avro blob upload.\n\n"
-             + table(["stage", "messages", "batches", *steps, "task total", "Spark: plan + offset log",
-                      "query planning", "Spark job (addBatch - foreachBatch)", "foreachBatch", "commit log"], rows))
-    body += ("\n\nStart-up and balance (same run): "
-             + "; ".join(f"{name}: first batch began {st['first_start']:.1f} s after the timer started and took "
-                         f"{st['first_batch']:.1f} s, messages per task "
-                         + "/".join(f"{n:,}" for _, n in sorted(st["per_task"].items()))
-                         for name, st in run["stages"].items()) + ".")
+    starts = []
+    for m in sparza:
+        ordered = sorted(results[m], key=lambda r: r["seconds"])
+        run = ordered[len(ordered) // 2]  # the median run of this mode
+        mode = m.partition("-")[2]
+        for name, st in run["stages"].items():
+            t, sp = st["tasks"], st["spark"]
+            task_total = sum(t.get(s, 0.0) for s in steps)
+            rows.append([f"{mode}: {name}", st["messages"], st["batches"]] + [f"{t.get(s, 0.0):.1f}" for s in steps]
+                        + [f"{task_total:.1f}", f"{sp.get('latestOffset', 0) + sp.get('walCommit', 0):.1f}",
+                           f"{sp.get('queryPlanning', 0):.1f}", f"{sp.get('commitOffsets', 0):.1f}"])
+        starts.append(f"{mode}: " + "; ".join(
+            f"{name}: first batch began {st['first_start']:.1f} s after the timer started, messages per task "
+            + "/".join(f"{n:,}" for _, n in sorted(st["per_task"].items()))
+            for name, st in run["stages"].items()))
+    body += ("\n**Where sparza's time goes** (median run of each mode; task steps in task-seconds summed over the "
+             "stage's tasks and batches — stages and tasks run in parallel on 2 cores; Spark's parts, micro-batch "
+             "mode only, in seconds of its query): read = Delta → Arrow; restore = open/restore stores, adjunct "
+             "catch-up; process = the per-message loop (deserialize, operators, serialize, window state); "
+             "flush-delta = intermediate stream write; flush-sparza-demo = Avro blob upload.\n\n"
+             + table(["mode: stage", "messages", "task batches", *steps, "task total", "Spark: plan + offset log",
+                      "query planning", "commit log"], rows))
+    body += "\n\nStart-up and balance (same runs): " + ". ".join(starts) + "."
     nat = statistics.median(r["spark"].get("addBatch", 0) for r in results["native"])
     table_s = statistics.median(r.get("profile_table_s", 0.0) for r in results["native"])
     query_s = statistics.median(r["seconds"] - r.get("profile_table_s", 0.0) for r in results["native"])
@@ -457,8 +477,8 @@ def render(results: dict[str, list[dict[str, Any]]], events: int, batch: int, ro
              f"took {table_s:.1f} s of the native time, its query {query_s:.1f} s (medians).\n")
     if profile is not None and profile["samples"]:
         total = profile["samples"]
-        body += (f"\n**py-spy profile** of one extra sparza run ({total} samples in the Python workers' task code, "
-                 "100 Hz): share by category\n\n"
+        body += (f"\n**py-spy profile** of one extra sparza run ({sparza[0].partition('-')[2]}; {total} samples in "
+                 "the Python workers' task code, 100 Hz): share by category\n\n"
                  + table(["category", "share"], [[c, f"{100 * n / total:.0f}%"]
                                                  for c, n in profile["categories"].most_common()])
                  + "\n\nTop functions by own time:\n\n"
