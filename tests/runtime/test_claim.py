@@ -229,7 +229,7 @@ def test_on_azure_a_second_processor_is_refused_and_a_killed_holder_is_replaced(
         _committed(config, job_key, 1, holder)
         _refused(path, "1", "0")
         killed_epoch = _holder_epoch(config, job_key, "0")
-        os.killpg(holder.pid, signal.SIGKILL)  # driver, JVM and Python workers
+        os.killpg(holder.pid, signal.SIGKILL)  # driver and JVM (the Python workers end with their daemon)
         holder.proc.wait(timeout=60)
     finally:
         _kill(holder)

@@ -73,7 +73,8 @@ def test_ctrl_c_then_kill_9_then_restart_gives_exact_counts(make_job, work_dir):
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     stopped_at = {t: cp.batch for t, cp in checkpoint_store_from_config(config, "kc-1").read_all().items()}
 
-    # 2. kill -9 of the whole driver (JVM and Python workers included) in the middle of the run. More input
+    # 2. kill -9 of the driver's process group (driver and JVM; the Python workers, in a group of their own, end
+    # when their daemon sees the JVM gone) in the middle of the run. More input
     # first: containers run batches back to back, so step 1 may have caught up before its stop took effect.
     append_messages(config, 3000, 9, start=3000, commit_size=1000)
     proc = _start(path)

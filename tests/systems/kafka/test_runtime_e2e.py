@@ -24,6 +24,7 @@ from sparza.streams import OutgoingMessageEnvelope, SystemStream, SystemStreamPa
 from sparza.systems import StreamSpec, Transaction
 from sparza.systems.kafka import KafkaSystemAdmin, KafkaSystemConsumer, KafkaSystemProducer
 from sparza.testing import eventually
+from sparza.testing.harness.spark import kill_tree
 
 REPO = Path(__file__).resolve().parents[3]
 if str(REPO) not in sys.path:
@@ -155,7 +156,7 @@ def test_kill_9_mid_run_then_restart_on_a_new_host_gives_exact_counts(kafka_job:
                                 start_new_session=True)
         try:
             _wait_for_batch(config, f"{unique_name}-1", 3, proc, timeout=400)
-            os.killpg(proc.pid, signal.SIGKILL)   # the whole driver: JVM and Python workers
+            kill_tree(proc.pid)   # the whole host: driver, JVM and the Python workers (their own process group)
             proc.wait(timeout=60)
             break
         except AssertionError as exc:

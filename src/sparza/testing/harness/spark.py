@@ -595,11 +595,9 @@ def _restart_lines(log: Path | None) -> list[str]:
     return [line.strip()[:300] for line in text.splitlines() if RESTART_NOTICE in line]
 
 
-def container_workers(driver_pid: int) -> list[int]:
-    """The Spark Python workers running a container of the ``sparza run`` whose process is ``driver_pid``: the
-    processes under it (its JVM's Python workers) with a TCP connection to a port the driver listens on (the
-    container channel, :mod:`sparza.runtime.channel`; every other connection of a worker goes to the JVM). Read
-    from ``/proc`` (Linux)."""
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children, ...), whatever their process group: PySpark's
+    Python workers run in a group of their own. Read from ``/proc`` (Linux)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -610,11 +608,28 @@ def container_workers(driver_pid: int) -> list[int]:
             ppid = int(stat.rsplit(")", 1)[1].split()[1])
             children.setdefault(ppid, []).append(int(entry.name))
     below: list[int] = []
-    todo = list(children.get(driver_pid, []))
+    todo = list(children.get(pid, []))
     while todo:
-        pid = todo.pop()
-        below.append(pid)
-        todo.extend(children.get(pid, []))
+        child = todo.pop()
+        below.append(child)
+        todo.extend(children.get(child, []))
+    return below
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and everything below it at once, as a host that dies: ``os.killpg`` of a ``sparza run``
+    leaves PySpark's Python workers (their own process group) running until their daemon notices the JVM gone."""
+    for target in [pid, *descendants(pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target, signal.SIGKILL)
+
+
+def container_workers(driver_pid: int) -> list[int]:
+    """The Spark Python workers running a container of the ``sparza run`` whose process is ``driver_pid``: the
+    processes under it (its JVM's Python workers) with a TCP connection to a port the driver listens on (the
+    container channel, :mod:`sparza.runtime.channel`; every other connection of a worker goes to the JVM). Read
+    from ``/proc`` (Linux)."""
+    below = descendants(driver_pid)
     table = _tcp_table()
     listening = {_port(local) for inode in _socket_inodes(driver_pid)
                  for local, _remote, state in table.get(inode, []) if state == "0A"}
