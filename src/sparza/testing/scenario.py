@@ -181,6 +181,12 @@ class Scenario:
     messages: list[InputMessage] = field(default_factory=list)
     profiles: list[Profile] = field(default_factory=list)
 
+    def faults_at(self, phase: int) -> list[str]:
+        """The faults drawn for ``phase``, the one that happens during its run first (a second fault in the same
+        phase is an after-run one)."""
+        return [f for f, at in ((self.fault, self.fault_phase), (self.fault2, self.fault2_phase))
+                if at == phase and f != "none"]
+
     def describe(self) -> str:
         """One line naming the job shape and the fault."""
         out = self.output if self.output != "blob" else (

@@ -601,8 +601,7 @@ def run_inprocess_scenario(scenario: Scenario, workdir: Path | None = None, *, k
                 job.move()
             elif phase and draws.new_process_per_run:
                 job.restart()
-            faults = [f for f, at in ((scenario.fault, scenario.fault_phase), (scenario.fault2, scenario.fault2_phase))
-                      if at == phase and f != "none"]
+            faults = scenario.faults_at(phase)
             _apply_phase(job, outcome, faults[0] if faults else "none", phase)
             for second in faults[1:]:   # the generator makes a second fault in the same phase an after-run one
                 _damage(job, outcome, second, f"phase{phase}-second")

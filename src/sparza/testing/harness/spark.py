@@ -829,8 +829,7 @@ def run_spark_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messa
         job.create_streams()
         for phase in range(scenario.chunks):
             job.append_chunk(phase)
-            faults = [f for f, at in ((scenario.fault, scenario.fault_phase), (scenario.fault2, scenario.fault2_phase))
-                      if at == phase and f != "none"]
+            faults = scenario.faults_at(phase)
             _apply_phase(job, outcome, faults[0] if faults else "none", phase)
             for second in faults[1:]:   # the generator makes a second fault in the same phase an after-run one
                 _damage(job, outcome, second, f"phase{phase}-second")
