@@ -3,8 +3,10 @@ and the readers that fetch what the job really wrote.
 
 Deliberately independent of sparza: nothing here imports it. Expectations follow the documented
 rules (the job definitions in ``sparza.testing.jobs``, window starts at multiples of the slide,
-partition = CRC-32 of the JSON key), and outputs are read with deltalake, the Azure SDK and
-fastavro directly. Comparisons are exact multisets, so a lost or a duplicated record both show.
+partition = CRC-32 of the JSON key), and outputs are read with deltalake, the Azure SDK,
+fastavro and confluent-kafka directly (with Kafka's transaction markers read off the log by
+:mod:`sparza.testing.kafkalog`, which imports nothing of sparza either). Comparisons are exact
+multisets, so a lost or a duplicated record both show.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Comparison", "Record", "compare", "download_prefix", "expected_records", "expected_table_rows",
-           "fires_panes", "read_blob_records", "read_delta_records", "read_delta_values", "read_kafka_records",
-           "read_table_rows", "reduce_panes"]
+__all__ = ["Comparison", "KafkaRead", "Record", "compare", "download_prefix", "expected_records",
+           "expected_table_rows", "fires_panes", "read_blob_records", "read_delta_records", "read_delta_values",
+           "read_kafka_records", "read_table_rows", "reduce_panes"]
 
 Record = tuple[int, str, int, int, str]
 """An output record as ``(id, key, val, aux, tag)``."""
@@ -254,22 +256,39 @@ def read_table_rows(table_path: Path) -> dict[str, Counter[Record]]:
     return readers
 
 
-def read_kafka_records(bootstrap_servers: str, topic: str, *, timeout_s: float = 60.0) -> tuple[Counter[Record], int]:
+@dataclass
+class KafkaRead:
+    """What :func:`read_kafka_records` found in a topic."""
+
+    records: Counter[Record]
+    control: int = 0      # control records (header ``sparza.type`` not 0)
+    aborted: int = 0      # records of aborted transactions: Kafka hides them, Tansu does not
+
+
+def read_kafka_records(bootstrap_servers: str, topic: str, *, timeout_s: float = 60.0) -> KafkaRead:
     """Every committed record of a Kafka topic, read ``read_committed`` with confluent-kafka directly
     from the beginning of each partition to its end; control records (header ``sparza.type`` ≠ 0, the
-    documented in-band format) are counted apart. Returns the records and the number of control records."""
+    documented in-band format) are counted apart. Records of aborted transactions, which Kafka hides
+    from such a reader and the Tansu test broker does not, are found by the log's own transaction
+    markers (:mod:`sparza.testing.kafkalog`) and counted apart, not read. The end is the broker's
+    ``read_committed`` end (the last stable offset): a transaction still open is not read, as on Kafka."""
     from confluent_kafka import Consumer, TopicPartition
+
+    from sparza.testing.kafkalog import TransactionOffsets, transaction_offsets
 
     consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"oracle-{topic}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
                          "auto.offset.reset": "earliest"})
-    records: Counter[Record] = Counter()
-    control = 0
+    out = KafkaRead(Counter())
     try:
         metadata = consumer.list_topics(topic, timeout=30)
         partitions = sorted(metadata.topics[topic].partitions)
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
         pending = {p for p in partitions if ends[p] > 0}
+        txns: dict[int, TransactionOffsets] = {}
+        for p in pending:
+            leader = metadata.brokers[metadata.topics[topic].partitions[p].leader]
+            txns[p] = transaction_offsets(leader.host, leader.port, topic, p, ends[p], timeout_s=timeout_s)
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
         deadline = time.monotonic() + timeout_s
         while pending and time.monotonic() < deadline:
@@ -283,23 +302,26 @@ def read_kafka_records(bootstrap_servers: str, topic: str, *, timeout_s: float =
                 continue
             if msg.error():
                 raise RuntimeError(f"reading {topic}: {msg.error()}")
+            offset = msg.offset()
+            partition = msg.partition()
+            assert offset is not None and partition is not None  # a consumed record has both
             headers = dict(msg.headers() or [])
-            if headers.get("sparza.type", b"\x00") not in (b"\x00", b"0"):
-                control += 1
+            if offset in txns[partition].aborted:
+                out.aborted += 1
+            elif headers.get("sparza.type", b"\x00") not in (b"\x00", b"0"):
+                out.control += 1
             else:
                 value = msg.value()
                 assert value is not None, f"{topic}: a record without a value"
-                records[_record(json.loads(value))] += 1
-            offset = msg.offset()
-            assert offset is not None  # a consumed record has one
-            if offset + 1 >= ends[msg.partition()]:
-                pending.discard(msg.partition())
+                out.records[_record(json.loads(value))] += 1
+            if offset + 1 >= ends[partition]:
+                pending.discard(partition)
         if pending:
             raise RuntimeError(f"reading {topic}: partitions {sorted(pending)} did not reach their end offsets "
                                f"{ {p: ends[p] for p in pending} } within {timeout_s}s")
     finally:
         consumer.close()
-    return records, control
+    return out
 
 
 def read_blob_records(connection_string: str, container: str, prefix: str) -> tuple[Counter[Record], list[str]]:
