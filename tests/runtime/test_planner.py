@@ -197,3 +197,52 @@ def _round_trip(plan):
     from sparza.runtime.planner import TaskPlan
 
     return TaskPlan.from_json(json.loads(json.dumps(plan.to_json())))
+
+
+def test_a_task_held_back_for_a_broadcast_publication_waits_for_it_even_when_it_appears_after_the_plan(make_job):
+    """Containers: a task whose main input the plan held back for the broadcast store's bootstrapped publication
+    is not caught up, even when the builder publishes between that plan and the question; the next plan reads.
+
+    Found by the scale scenario under load (--once, two stages, broadcast join): the container asked the blob
+    store again after a gated plan, saw the new publication, called the reader task caught up without its main
+    input ever planned, and the job ended with exit 0 and none of that task's windows."""
+    from sparza.blobstore import blob_store_manager_from_config
+    from sparza.state.adjunct import broadcast_bootstrap_published
+    from sparza.state.adjunct.publication import Publication, PublicationBoard
+
+    config = make_job(partitions=2, **{"task.broadcast.inputs": "delta.profiles#0",
+                                       "systems.delta.streams.profiles.samza.bootstrap": "true",
+                                       "systems.delta.streams.events.bounded": "true",
+                                       "stores.profiles.adstore.input": "delta.profiles",
+                                       "stores.profiles.key.serde": "string",
+                                       "stores.profiles.msg.serde": "json"})
+    DeltaSystemAdmin("delta", config).create_stream(StreamSpec("profiles", 1))
+    producer = DeltaSystemProducer("delta", config)
+    producer.register("t")
+    for i in range(5):
+        producer.send("t", OutgoingMessageEnvelope(SystemStream("delta", "profiles"), b'{"c": 1}', key=f"k{i}".encode(),
+                                                   partition=0, timestamp=i))
+    producer.flush("t")
+    append_messages(config, 40, 3, commit_size=40)
+    job = JobConfig.from_config(config)
+    inputs = InputSystems(job)
+    blobs = blob_store_manager_from_config(config)
+
+    def ready(stream: SystemStream) -> bool:  # what the container asks: the real publication board
+        return broadcast_bootstrap_published(config, stream, blobs, job.name, job.job_id)
+
+    reader = next(t for t in inputs.task_models() if t.name == "Partition 1")
+    planner = BatchPlanner(job, [reader], inputs.ops, inputs.positions, broadcast_ready=ready)
+    first = planner.next(planner.initial({}), 1)
+    events = "delta.events#1"
+    assert first.tasks["Partition 1"].offsets["delta.profiles#0"] == "2:0"  # the broadcast partition, read whole
+    assert first.tasks["Partition 1"].offsets[events] == "1:0"              # main input held back meanwhile
+    held = planner.next(first, 2)
+    assert held is first  # nothing to do: the builder has not published its bootstrapped snapshot yet
+    # The builder (another container) publishes now, after that plan.
+    PublicationBoard(blobs, job.name, job.job_id, "Partition 0", "profiles").publish(
+        Publication(store="profiles", batch=1, snapshot="s1", bootstrapped=True, applied=5))
+    assert planner.waits_for_broadcast(reader), "the plan held main input back: the task is not caught up"
+    flowing = planner.next(first, 3)
+    assert flowing.tasks["Partition 1"].offsets[events] != "1:0"  # the next plan reads the main input
+    assert planner.next(flowing, 4) is flowing and not planner.waits_for_broadcast(reader)  # now caught up

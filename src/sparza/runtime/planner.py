@@ -260,6 +260,8 @@ class BatchPlanner:
         # publication of a broadcast store itself, since no common batch number says the builder is done.
         self._broadcast_ready = broadcast_ready
         self._ready: set[Any] = set()
+        # Tasks whose main input the last plan held back for an unpublished broadcast store (what that plan saw).
+        self._held: set[str] = set()
 
     def spec(self, ssp: SystemStreamPartition) -> InputSpec:
         """The input spec of ``ssp``'s stream."""
@@ -373,6 +375,7 @@ class BatchPlanner:
                    positions: Mapping[SystemStreamPartition, SspPosition]) -> dict[str, str]:
         ends: dict[str, str] = {}
         gated = False
+        self._held.discard(task.name)
         for ssp in task.ssps:  # bootstrap SSPs come first in a task's read order
             key = str(ssp)
             begin = starts.get(key, positions[ssp].upcoming)
@@ -398,16 +401,21 @@ class BatchPlanner:
             # A broadcast bootstrap store is read by other tasks from the snapshot published before
             # their batch: main input flows from the batch after the one that completed it.
             reached = begin if spec.broadcast else end
-            if spec.bootstrap and (self._cmp(ssp, reached, self.start_positions[ssp]) < 0
-                                   or (spec.broadcast and not self._published(ssp))):
+            if spec.bootstrap and self._cmp(ssp, reached, self.start_positions[ssp]) < 0:
                 gated = True
+            elif spec.bootstrap and spec.broadcast and not self._published(ssp):
+                gated = True
+                self._held.add(task.name)
         return ends
 
     def waits_for_broadcast(self, task: TaskModel) -> bool:
-        """True while ``task``'s main input waits for a broadcast store's bootstrapped publication (it has
-        nothing to do now, but is not caught up)."""
-        return any(self.spec(ssp).bootstrap and self.spec(ssp).broadcast and not self._published(ssp)
-                   for ssp in task.ssps)
+        """True when the last plan held ``task``'s main input back for a broadcast store's bootstrapped
+        publication (it has nothing to do now, but is not caught up).
+
+        What that plan saw, not the publications now: one that appeared since is read by the next plan. Asking
+        the blob store again here would call a task caught up whose main input no plan ever let through (the
+        builder published between the plan and the question), and ``--once`` would end without its output."""
+        return task.name in self._held
 
     def _published(self, ssp: SystemStreamPartition) -> bool:
         if self._broadcast_ready is None or ssp.system_stream in self._ready:
