@@ -246,33 +246,46 @@ class ContainerChannelClient:
     def poll_end(self, wait_s: float) -> bool:
         """Wait up to ``wait_s`` for the driver's ``end``; True once it came, or once the driver it was connected
         to has been silent for ``driver_timeout_s`` or closed the connection (:attr:`driver_lost`). ``drain``
-        messages read meanwhile land in :attr:`drains`."""
+        messages read meanwhile land in :attr:`drains` and end the wait early (False), so the caller sees them;
+        pings only keep the driver alive."""
         if self.ended or self.broken:
             if wait_s > 0 and not self.ended:
                 select.select([], [], [], wait_s)
             return self.ended
-        try:
-            readable, _, _ = select.select([self._conn], [], [], max(wait_s, 0.0))
-            if readable:
-                chunk = self._conn.recv(65536)
-                if not chunk:
-                    self.broken = self.ended = self.driver_lost = True  # the driver is gone
-                    return True
-                self._last_heard = time.monotonic()
-                self._buffer += chunk
-                while b"\n" in self._buffer:
-                    line, self._buffer = self._buffer.split(b"\n", 1)
-                    message = json.loads(line)
-                    if message.get("type") == "end":
-                        self.ended = True
-                    elif message.get("type") == "drain":
-                        self.drains[str(message["job"])] = message.get("drain")
-        except OSError:
-            self.broken = self.ended = self.driver_lost = True
-            return True
-        if not self.ended and time.monotonic() - self._last_heard > self.driver_timeout_s:
-            self.ended = self.driver_lost = True
-        return self.ended
+        deadline = time.monotonic() + max(wait_s, 0.0)
+        while True:
+            try:
+                readable, _, _ = select.select([self._conn], [], [], max(deadline - time.monotonic(), 0.0))
+                if readable:
+                    chunk = self._conn.recv(65536)
+                    if not chunk:
+                        self.broken = self.ended = self.driver_lost = True  # the driver is gone
+                        return True
+                    self._last_heard = time.monotonic()
+                    if self._read(chunk):
+                        return self.ended
+            except OSError:
+                self.broken = self.ended = self.driver_lost = True
+                return True
+            if time.monotonic() - self._last_heard > self.driver_timeout_s:
+                self.ended = self.driver_lost = True
+                return True
+            if time.monotonic() >= deadline:
+                return False
+
+    def _read(self, chunk: bytes) -> bool:
+        """Take the driver's messages in ``chunk``; True when one of them is for the caller (end, drain)."""
+        self._buffer += chunk
+        news = False
+        while b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            message = json.loads(line)
+            if message.get("type") == "end":
+                self.ended = news = True
+            elif message.get("type") == "drain":
+                self.drains[str(message["job"])] = message.get("drain")
+                news = True
+        return news
 
     def close(self) -> None:
         """Say goodbye and close."""
