@@ -77,6 +77,9 @@ def test_table_join_flat_map_merge_filter_send_to_and_sink(make_context, collect
                    ({"user": "u1", "name": "Ann", "copy": True}, b"u1", 5, "delta.out"),
                    ({"user": "u9", "name": "?"}, None, None, "delta.out")]
     assert JoinApp.sunk == [{"user": "u1"}, {"user": "nobody"}]  # the sink sees clicks before the join
+    # The click without a profile: no output, counted (nothing dropped without a trace).
+    unmatched = {k: v for k, v in ctx.metrics.snapshot().get("api", {}).items() if k.endswith("-unmatched")}
+    assert list(unmatched.values()) == [1], unmatched
 
 
 def test_partition_by_writes_key_and_stable_partition(make_context, collector, coordinator):

@@ -302,7 +302,7 @@ class MessageStream:
         """Join with a table or with another stream.
 
         - ``join(table, key_fn, join_fn)``: stream-table join, ``join_fn(m, table[key_fn(m)])``; messages
-          without a table entry are dropped.
+          without a table entry are dropped (counted in the metric ``api/join-<name or op id>-unmatched``).
         - ``join(other, key_fn, other_key_fn, join_fn, within=..., kind="inner")``: stream-stream join of
           messages whose keys are equal and whose event times are at most ``within`` (ms or timedelta) apart;
           ``kind`` ``left``/``outer`` also emits unmatched messages (the other side None) when their bound

@@ -281,11 +281,14 @@ class StageTask:
         if kind == OpKind.JOIN:
             store = params["table"].store
             get, key_fn, fn, nxt = self._stores[store].get, params["key_fn"], params["fn"], self._fanout(op)
+            unmatched = f"join-{params.get('name') or op.id}-unmatched"
             if store not in self._fixed_tables:
                 def emit_join(value: Any, key: Any, timestamp: Any) -> None:
                     row = get(key_fn(value))
                     if row is not None:
                         nxt(fn(value, row), key, timestamp)
+                    else:  # an inner join's own result, counted so a table missing rows shows
+                        self._count_unmatched(unmatched)
                 return emit_join
             # A broadcast table only changes between batches: look each key up once per batch.
             rows = self._batch_memos.setdefault(store, {})
@@ -302,6 +305,8 @@ class StageTask:
                     row = get(table_key)
                 if row is not None:
                     nxt(fn(value, row), key, timestamp)
+                else:
+                    self._count_unmatched(unmatched)
             return emit_join_memo
         if kind == OpKind.WINDOW:
             return self._compile_window(op)
@@ -420,6 +425,11 @@ class StageTask:
             for result, join_key, result_ts in out:
                 nxt(result, join_key, result_ts)
         return emit_join
+
+    def _count_unmatched(self, metric: str) -> None:
+        """A stream-table join found no table row for a message (the metric ``api/join-<name>-unmatched``)."""
+        if self._context is not None:
+            self._context.metrics.counter("api", metric).inc()
 
     def _late(self, value: Any, key: Any, ts: Any) -> None:
         """A message an event-time operator dropped as late (every window of it had fired, or it was too far
