@@ -453,8 +453,9 @@ class KafkaSystemProducer:
             # A fencing may surface as librdkafka's generic _FATAL (a produce after the producer turned
             # fatal): is_fencing_error asks the producer for the underlying cause.
             fenced = isinstance(error, RdKafkaError) and is_fencing_error(error, producer)
-            if fenced or getattr(error, "fatal", lambda: False)() or getattr(error, "code", lambda: None)() == \
-                    RdKafkaError._FATAL:
+            fatal = getattr(error, "fatal", lambda: False)() or getattr(error, "code", lambda: None)() == \
+                RdKafkaError._FATAL
+            if fenced or fatal:
                 # Fenced by a newer instance of the task (or another fatal error): this producer can do
                 # nothing more, not even abort; the newer instance's init_transactions aborted for us.
                 self._drop(src)   # the buffer stays, for flush's retry or until abandon
@@ -463,7 +464,10 @@ class KafkaSystemProducer:
                 if opened:
                     self._abort(source, src)
                 outcome = "it was aborted; the messages stay buffered until abandon"
-            kind = _FencedError if fenced else KafkaError
+            # A fatal producer whose cause librdkafka does not name as a fencing (Tansu answers a fenced
+            # producer's produce with other codes at times) takes the same path: a new producer, and the
+            # version read again decides; the new producer fails the same way if it is really broken.
+            kind = _FencedError if fenced or fatal else KafkaError
             raise kind(f"{source}: committing Kafka transaction {txn_id!r} version {version} failed "
                        f"({exc}); {outcome}{'; ' + '; '.join(errors[:3]) if errors else ''}") from exc
         self._count("messages-written", len(src.pending))
