@@ -348,8 +348,6 @@ class JobRunner:
 
     def start(self) -> None:
         """Build the SparkSession if needed and start the query (returns at once)."""
-        from sparza.runtime.driver.source import SparzaDataSource
-
         self.acquire_claim()  # before anything touches the job's shared files
         self._started = True
         from sparza.runtime.driver.drainmonitor import DrainMonitor, request_drain
@@ -385,7 +383,6 @@ class JobRunner:
         add_py_files(spark, py_files(self.config))
         check_executor_imports(spark, self.config)  # cluster/Connect executors: one line now, not a failed batch
         self._ship_secrets(spark)
-        spark.dataSource.register(SparzaDataSource)
         self._stop_file().unlink(missing_ok=True)
         resets = self._apply_resets(tasks)
         all_ended = bool(tasks) and not resets and self._all_ended_before(tasks)  # raises before starting
@@ -401,6 +398,12 @@ class JobRunner:
         if execution_mode(self.config) == "containers":
             self._query = self._container_query(spark, tasks)
         else:
+            from sparza.runtime.driver.source import SparzaDataSource
+
+            # Only the micro-batch mode reads through the data source: registering it costs the container mode
+            # seconds of start-up (the JVM side of a Python data source), for nothing.
+            spark.dataSource.register(SparzaDataSource)
+
             def start_query() -> Any:
                 if is_connect(spark):
                     return self._client_query(spark, options, name)
