@@ -49,12 +49,15 @@ def java_options(base: str) -> str:
     if shutil.which("java") is None:
         return base
     cache = REPO / ".sparza" / "jvm-archive"
-    cache.mkdir(parents=True, exist_ok=True)
     archive = cache / f"{_key()}.jsa"
-    with open(cache / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # the xdist workers and a second test run wait for the first maker
-        if not archive.exists() and not (cache / f"{archive.stem}.failed").exists():
-            _make(archive, base)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with open(cache / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the xdist workers and a second test run wait for the first maker
+            if not archive.exists() and not (cache / f"{archive.stem}.failed").exists():
+                _make(archive, base)
+    except (OSError, subprocess.SubprocessError):  # a read-only checkout, a hung warm-up: start without it
+        return base
     if not archive.exists():
         return base
     return f"{base} -XX:SharedArchiveFile={archive} {_QUIET}"
