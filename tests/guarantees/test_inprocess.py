@@ -105,13 +105,16 @@ def test_found_a_fail_once_ending_the_run_after_a_purge_first(tmp_path) -> None:
     assert outcome.ok, outcome.report()
 
 
-# Found by the in-process soak: a broadcast store's builder published its snapshot before its task checkpoint;
-# paused there past the claim timeout, it was fenced by the processor that took over, but its publication replaced
-# the new holder's and named a snapshot never committed, which gc purged: every reader then failed. Fixed in the
-# adjunct stores: publications come after the checkpoint and a fenced generation does not replace a newer one.
-def test_found_a_fenced_builder_published_a_snapshot_gc_then_purged(tmp_path) -> None:
-    scenario = generate(107586)
-    assert scenario.fault == "second-processor"
+# Found by the in-process soak: a broadcast store's builder, paused past the claim timeout, woke after the processor
+# that took its task over had published, replaced that publication with its own (naming a snapshot its fenced
+# commit never made permanent), and gc purged that snapshot under every reader (107586). Fixed in the adjunct
+# stores: a publication names its generation; an older one never replaces a newer one's, and a newer one's first
+# publication removes the older ones. Publishing after the task checkpoint instead lost the publication when
+# storage failed right after the checkpoint (110736): publications stay before it.
+@pytest.mark.parametrize("seed", [107586, 110736])
+def test_found_a_fenced_builder_published_a_snapshot_gc_then_purged(seed: int, tmp_path) -> None:
+    scenario = generate(seed)
+    assert scenario.fault in ("second-processor", "azurite-restart")
     outcome = run_inprocess_scenario(scenario, tmp_path)
     assert outcome.ok, outcome.report()
 

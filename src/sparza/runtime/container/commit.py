@@ -219,7 +219,8 @@ class TaskCommit:
     def _commit_adjunct(self) -> None:
         """Commit adjunct stores; their entry goes into the task checkpoint."""
         with self.metrics.timer("task", "adjunct-commit-ms").time():
-            self.adjunct_entry = self.adjunct.commit(self.batch) if self.adjunct is not None else None
+            self.adjunct_entry = (self.adjunct.commit(self.batch, self.generation) if self.adjunct is not None
+                                  else None)
         self._done(CommitStep.AFTER_ADJUNCT)
 
     # 4. snapshot
@@ -277,7 +278,6 @@ class TaskCommit:
         with self.metrics.timer("task", "cleanup-ms").time():
             self.stores.committed(self.batch, self.snapshot_ids, fault=fault)
             if self.adjunct is not None:
-                # Committed means permanent (no TTL left on its snapshots), and broadcast stores publish now.
-                self.adjunct.committed(self.batch, self.generation)
+                self.adjunct.committed(self.batch)  # committed means permanent: no TTL left on its snapshots
         if not fired:  # a task without stores still has the point
             fault()

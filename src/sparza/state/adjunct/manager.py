@@ -196,24 +196,25 @@ class TaskAdjunctManager:
             raise UnknownAdjunctStoreError(name, list(self._managers))
         return manager.view()
 
-    def commit(self, batch_id: int) -> dict[str, Any]:
-        """Commit every adjunct store for batch ``batch_id``; returns the JSON-able checkpoint entry."""
+    def commit(self, batch_id: int, generation: int = 0) -> dict[str, Any]:
+        """Commit every adjunct store for batch ``batch_id`` as coordinator generation ``generation``; returns
+        the JSON-able checkpoint entry."""
         if not self._restored:
             self.restore(None)
         self._publish_counts()
-        stores = {name: manager.commit(batch_id) for name, manager in self._managers.items()}
+        stores = {name: manager.commit(batch_id, generation) for name, manager in self._managers.items()}
         for name, manager in self._managers.items():
             status = manager.status()
             self.metrics.gauge(f"adjunct-{name}", "bootstrapped").set(bool(status.get("bootstrapped", True)))
         return {"version": ENTRY_VERSION, "batch": batch_id, "stores": stores}
 
-    def committed(self, batch_id: int, generation: int = 0) -> None:
+    def committed(self, batch_id: int) -> None:
         """The task checkpoint holding :meth:`commit`'s entry for ``batch_id`` is durable: the
         snapshots of that commit become permanent now, not at the next commit (which may come after
         ``blob.store.ttl.days``, or never, while gc runs)."""
         for manager in self._managers.values():
             if isinstance(manager, SupportsCommitted):
-                manager.committed(batch_id, generation)
+                manager.committed(batch_id)
 
     def close(self) -> None:
         """Close every store (idempotent)."""

@@ -6,9 +6,10 @@ number, zero-padded, so a reader lists the publications of a store and takes the
 *before* its current batch: every task of the job reads the same snapshot during a batch, whichever
 host it runs on, and never one the builder is publishing during that same batch.
 
-The builder publishes only after its task checkpoint is written (so every publication names a committed
-snapshot), and the name carries the coordinator generation that committed it: a builder that lost its task
-to a newer processor while it was paused leaves the newer holder's publications alone.
+A publication's name carries the coordinator generation of the builder that made it. A builder that lost its
+task to a newer processor while paused (it is fenced at its task checkpoint, after publishing) leaves the newer
+generation's publications alone, and the newer generation's first publication removes the older ones: they may
+name a snapshot that was never committed, which gc purges.
 """
 
 from __future__ import annotations
@@ -86,8 +87,8 @@ class PublicationBoard:
         return sorted(out)
 
     def publish(self, publication: Publication) -> str | None:
-        """Store ``publication`` (replacing any of the same or a later batch from this or an older
-        generation: a rerun after the job's state was reset) and keep only the previous one besides it.
+        """Store ``publication``, replacing any left by an uncommitted attempt at the same or a later batch and
+        every one of an older generation, and keep only the previous one of its generation besides it.
 
         Returns the publication's blob id, or None when a publication of a newer generation exists: this
         builder has lost its task to a newer processor and must not hide what that one published."""
@@ -98,15 +99,16 @@ class PublicationBoard:
                          "published since (this processor lost the builder task)", self.store, publication.batch,
                          publication.generation, max(newer))
             return None
-        for batch, _, blob_id in entries:
-            if batch >= publication.batch:
+        for batch, gen, blob_id in entries:
+            if batch >= publication.batch or gen < publication.generation:
                 self._delete(blob_id)
         name = f"{publication.batch:012d}.g{publication.generation}.json"
         meta = Metadata(payload_path=f"{_DIR}/{name}", job_name=self._meta.job_name,
                         job_id=self._meta.job_id, task_name=self._meta.task_name, store_name=self.store)
         blob_id = self.blob_store.put(io.BytesIO(publication.to_bytes()), meta)
         self.blob_store.remove_ttl(blob_id, meta)
-        older = [(batch, blob_id) for batch, _, blob_id in entries if batch < publication.batch]
+        older = [(batch, blob_id) for batch, gen, blob_id in entries
+                 if batch < publication.batch and gen == publication.generation]
         for _, old_id in older[:-1]:  # keep the one before: readers of this batch use it
             self._delete(old_id)
         return blob_id
