@@ -505,15 +505,20 @@ class StageTask:
         assert self.stage is not None
         return [op for op in self.stage.ops if op.id in self._windows or op.id in self._joins]
 
+    def _stateful_ops_for(self, collector: MessageCollector, coordinator: TaskCoordinator) -> list[OpSpec]:
+        """:meth:`_stateful_ops`, once what they emit goes to ``collector`` and ``coordinator`` (a new collector
+        begins a new batch): what every control call (watermark, end-of-stream, drain) starts with."""
+        if collector is not self._collector:
+            self._begin_batch(collector)
+        self._coordinator = coordinator
+        return self._stateful_ops()
+
     def on_watermark(self, watermark_ms: int, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
         """Fire every window whose end its watermark reached and drop what joins can no longer match, upstream
         operators first; each sees the task watermark less its holdback (see the module docstring)."""
         if self.stage is None:
             return
-        if collector is not self._collector:
-            self._begin_batch(collector)
-        self._coordinator = coordinator
-        for op in self._stateful_ops():
+        for op in self._stateful_ops_for(collector, coordinator):
             watermark = watermark_ms - self._holdbacks.get(op.id, 0)
             if op.id in self._joins:
                 self._emit_outputs(op, self._joins[op.id].expire(watermark))
@@ -525,10 +530,7 @@ class StageTask:
         if self._ended or self.stage is None:
             return
         self._ended = True
-        if collector is not self._collector:
-            self._begin_batch(collector)
-        self._coordinator = coordinator
-        for op in self._stateful_ops():
+        for op in self._stateful_ops_for(collector, coordinator):
             if op.id in self._joins:
                 self._emit_outputs(op, self._joins[op.id].flush())
             else:
@@ -541,10 +543,7 @@ class StageTask:
         operators first, so the next version of the job starts clean."""
         if self.stage is None:
             return
-        if collector is not self._collector:
-            self._begin_batch(collector)
-        self._coordinator = coordinator
-        for op in self._stateful_ops():
+        for op in self._stateful_ops_for(collector, coordinator):
             if op.id in self._joins:
                 join = self._joins[op.id]
                 if join.spec.on_drain == "emit":
