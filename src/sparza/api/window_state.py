@@ -119,11 +119,16 @@ class WindowState:
             entry = store.get(skey)
             acc = self._fresh() if entry is None else entry["a"]
             puts[skey] = {"a": spec.fold(message, acc)}
+        return self._write_add(puts, late)
+
+    def _write_add(self, puts: dict[str, Any], late: bool) -> bool:
+        """Write what :meth:`add` changed in one store call, with the late count when the message was late;
+        returns ``late``."""
         if late:
             self.late += 1
             puts[_LATE] = self.late
         if puts:
-            store.put_all(puts)
+            self.store.put_all(puts)
         return late
 
     def _key_of(self, text: str) -> Any:
@@ -194,12 +199,7 @@ class TriggeredWindowState(WindowState):
             if kind is not None:
                 self._pane(key, start, entry, kind)
             puts[skey] = entry
-        if late:
-            self.late += 1
-            puts[_LATE] = self.late
-        if puts:
-            store.put_all(puts)
-        return late
+        return self._write_add(puts, late)
 
     def _pane(self, key: Any, start: int, entry: dict[str, Any], kind: str) -> None:
         index = record_pane(entry, kind)
