@@ -69,7 +69,7 @@ from sparza.testing.harness.damage import (
     save_local_blob,
     tombstone_committed_snapshots,
 )
-from sparza.testing.harness.jobconfig import LATE_STREAM, PROFILES_STREAM, job_config, poison_id, profile_partition
+from sparza.testing.harness.jobconfig import LATE_STREAM, PROFILES_STREAM, job_config, plan_phase, profile_partition
 from sparza.testing.harness.outcome import Outcome, RunRecord
 from sparza.testing.oracle import Record
 from sparza.testing.scenario import AFTER_RUN_FAULTS, COMMIT_STEPS, Scenario
@@ -327,13 +327,8 @@ class _Crash(BaseException):
 def _apply_phase(job: InProcessJob, outcome: Outcome, fault: str, phase: int) -> None:
     """Run one phase with ``fault`` (``none``: a clean run)."""
     s, d = job.s, job.draws
-    label = f"phase{phase}"
-    if fault == "poison":
-        poison = poison_id(s, phase)
-        if poison is None:
-            outcome.notes.append("poison: the phase has no input; nothing to poison")
-            _expect_clean(outcome, job.run(label))
-            return
+    label, fault, poison = plan_phase(s, phase, fault, outcome)
+    if poison is not None:  # the poison fault
         job.restart(config={"app.harness.poison.ids": str(poison)})
         record = job.run(f"{label}-poison", meant_to_fail=True)
         if record.returncode == 0:

@@ -38,7 +38,7 @@ from sparza.testing.harness.damage import (
     save_local_blob,
     tombstone_committed_snapshots,
 )
-from sparza.testing.harness.jobconfig import job_config, poison_id, profile_partition
+from sparza.testing.harness.jobconfig import job_config, plan_phase, profile_partition
 from sparza.testing.harness.outcome import Outcome, RunRecord
 from sparza.testing.jobs import RECORD_SCHEMA
 from sparza.testing.oracle import (
@@ -438,13 +438,8 @@ def _spark_dirs(state: Path) -> list[Path]:
 def _apply_phase(job: SparkJob, outcome: Outcome, fault: str, phase: int) -> None:
     """Run one phase with ``fault`` (``none``: a clean run)."""
     s = job.s
-    label = f"phase{phase}"
-    if fault == "poison":
-        poison = poison_id(s, phase)
-        if poison is None:
-            outcome.notes.append("poison: the phase has no input; nothing to poison")
-            _expect_clean(outcome, job.run(label))
-            return
+    label, fault, poison = plan_phase(s, phase, fault, outcome)
+    if poison is not None:  # the poison fault
         record = job.run(f"{label}-poison", job.variant("poison.yaml", **{"app.harness.poison.ids": str(poison)}),
                          meant_to_fail=True)
         if record.returncode == 0:
