@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import zlib
-from typing import Any, NamedTuple
+from typing import Any
 
-from sparza.testing.harness.outcome import Outcome
 from sparza.testing.jobs import TABLE_SCHEMA
 from sparza.testing.scenario import Profile, Scenario, operator_config
 
-__all__ = ["LATE_STREAM", "PROFILES_STREAM", "Phase", "job_config", "plan_phase", "poison_id", "profile_partition"]
+__all__ = ["LATE_STREAM", "PROFILES_STREAM", "job_config", "poison_id", "profile_partition"]
 
 LATE_STREAM = "delta.late"
 """Where windows route late messages (``task.late.messages.stream``)."""
@@ -117,22 +116,3 @@ def poison_id(s: Scenario, phase: int) -> int | None:
     one of the phase's input; None when the phase has no input."""
     ids = [m.id for m in s.messages if m.chunk == phase]
     return ids[len(ids) // 2] if ids else None
-
-
-class Phase(NamedTuple):
-    """One phase as every engine runs it: its run label, its fault and, for ``poison``, the message id."""
-
-    label: str
-    fault: str
-    poison: int | None
-
-
-def plan_phase(s: Scenario, phase: int, fault: str, outcome: Outcome) -> Phase:
-    """Phase ``phase`` of ``s`` with ``fault``; a poison fault of a phase without input becomes a clean run
-    (``none``), noted in ``outcome``, on every engine alike."""
-    label = f"phase{phase}"
-    poison = poison_id(s, phase) if fault == "poison" else None
-    if fault == "poison" and poison is None:
-        outcome.notes.append("poison: the phase has no input; nothing to poison")
-        return Phase(label, "none", None)
-    return Phase(label, fault, poison)

@@ -25,6 +25,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,9 @@ from sparza.testing.harness.damage import (
     save_local_blob,
     tombstone_committed_snapshots,
 )
-from sparza.testing.harness.jobconfig import job_config, plan_phase, profile_partition
+from sparza.testing.harness.jobconfig import job_config, profile_partition
 from sparza.testing.harness.outcome import Outcome, RunRecord
+from sparza.testing.harness.phases import plan_phase, run_phase
 from sparza.testing.jobs import RECORD_SCHEMA
 from sparza.testing.oracle import (
     download_prefix,
@@ -827,14 +829,11 @@ def run_spark_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messa
     job = SparkJob(scenario, workdir, azurite, kafka)
     try:
         job.create_streams()
+        apply, damage, check_upto = (partial(_apply_phase, job, outcome), partial(_damage, job, outcome),
+                                     partial(check, job, outcome))
         for phase in range(scenario.chunks):
             job.append_chunk(phase)
-            faults = scenario.faults_at(phase)
-            _apply_phase(job, outcome, faults[0] if faults else "none", phase)
-            for second in faults[1:]:   # the generator makes a second fault in the same phase an after-run one
-                _damage(job, outcome, second, f"phase{phase}-second")
-            if scenario.drain != "none" and phase < scenario.chunks - 1:
-                check(job, outcome, upto=phase)   # the phase's drain brought out everything appended so far
+            run_phase(scenario, phase, apply, damage, check_upto)
         if scenario.fault in _AFTER_RUN_FAULTS or scenario.fault2 in _AFTER_RUN_FAULTS:
             # The damage was done after the last run: one more run must repair it.
             _expect_clean(outcome, job.run("final"))
