@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sparza.api.panes import count_pane, interval_pane, record_pane
+from sparza.api.panes import FIRED_KEY, FiresPanes, count_pane, interval_pane, record_pane
 from sparza.api.triggers import PaneKind
 from sparza.api.window_state import window_key_text
 from sparza.api.windows import SessionSpec, WindowPane
@@ -40,7 +40,7 @@ from sparza.api.windows import SessionSpec, WindowPane
 __all__ = ["SessionState"]
 
 _OFFSET = 1 << 62
-_FIRED = "m|fired"
+_FIRED = FIRED_KEY
 _LATE = "m|late"
 _SEQ = "m|seq"
 _CACHE_LIMIT = 65_536  # keys whose sessions are kept in memory; past it the cache starts over
@@ -54,7 +54,7 @@ def _ms(text: str) -> int:
     return int(text) - _OFFSET
 
 
-class SessionState:
+class SessionState(FiresPanes):
     """The sessions of one session-window operator, kept in ``store`` (string keys, JSON values). The panes a
     message fires (retractions, trigger firings) are in :attr:`panes` after :meth:`add`."""
 
@@ -149,11 +149,6 @@ class SessionState:
         index = record_pane(entry, kind)
         self.panes.append(WindowPane(key, start, entry["end"], value, kind, index))
 
-    def take_panes(self) -> list[WindowPane]:
-        """The panes fired since the last call (emptied)."""
-        panes, self.panes = self.panes, []
-        return panes
-
     # --- time -------------------------------------------------------------------------------------------
     @staticmethod
     def _parse_index(skey: str) -> tuple[int, str, int]:
@@ -214,9 +209,7 @@ class SessionState:
             if kind is not None:
                 self._pane(self._key(key_text), start, entry, kind)
                 puts[skey] = entry
-        self.fired = watermark
-        store.put_all({**puts, _FIRED: watermark})
-        return self.take_panes()
+        return self._fired_at(watermark, puts)
 
     def flush(self) -> list[WindowPane]:
         """At end-of-stream: the on-time pane of every open session and the late pane of kept sessions with

@@ -21,10 +21,11 @@ from typing import Any
 
 from sparza.api.graph import ApiError, OpKind, OpSpec
 from sparza.api.join_state import JoinState
+from sparza.api.panes import FiresPanes
 from sparza.api.session_state import SessionState
 from sparza.api.stage_plan import APP_STAGE_KEY, build_application, intermediate_streams
 from sparza.api.stage_split import StageSpec, split_stages, watermark_holdbacks
-from sparza.api.window_state import TriggeredWindowState, WindowState, window_state
+from sparza.api.window_state import WindowState, window_state
 from sparza.api.windows import SessionSpec, WindowError, WindowPane
 from sparza.control.settings import ControlSettings, LatePolicy
 from sparza.errors import SerdeError, payload_preview
@@ -388,7 +389,7 @@ class StageTask:
                                   f"timestamps or pass timestamp_fn")
             return ts if ts.__class__ is int else int(ts)
 
-        if not isinstance(state, (TriggeredWindowState, SessionState)):
+        if not isinstance(state, FiresPanes):
             # The plain one-firing window: no panes to take between messages.
             def emit_window(value: Any, key: Any, timestamp: Any) -> None:
                 ts = timestamp_fn(value) if timestamp_fn is not None else timestamp

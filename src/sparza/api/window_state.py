@@ -16,14 +16,14 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from sparza.api.panes import count_pane, interval_pane, record_pane
+from sparza.api.panes import FIRED_KEY, FiresPanes, count_pane, interval_pane, record_pane
 from sparza.api.triggers import PaneKind
 from sparza.api.windows import WindowPane, WindowSpec
 
 __all__ = ["TriggeredWindowState", "WindowState", "window_key_text", "window_state"]
 
 _OFFSET = 1 << 62  # shifts negative epoch-ms into the padded range, so ordering holds for them too
-_FIRED = "m|fired"
+_FIRED = FIRED_KEY
 _LATE = "m|late"
 
 
@@ -164,7 +164,7 @@ class WindowState:
         return [pane for _, pane in fired]
 
 
-class TriggeredWindowState(WindowState):
+class TriggeredWindowState(WindowState, FiresPanes):
     """Windows with early/late triggers or an allowed lateness (see the module docstring and
     :mod:`sparza.api.triggers`). :meth:`add` returns, as the plain state does, whether the message was
     dropped from one of its windows as too late; the panes its triggers fired meanwhile are in
@@ -204,11 +204,6 @@ class TriggeredWindowState(WindowState):
     def _pane(self, key: Any, start: int, entry: dict[str, Any], kind: str) -> None:
         index = record_pane(entry, kind)
         self.panes.append(WindowPane(key, start, start + self.spec.size_ms, entry["a"], kind, index))
-
-    def take_panes(self) -> list[WindowPane]:
-        """The panes triggers fired since the last call (emptied)."""
-        panes, self.panes = self.panes, []
-        return panes
 
     def fire(self, watermark: int) -> list[WindowPane]:
         """Early panes of open windows whose interval the watermark crossed, on-time panes of windows it
@@ -254,9 +249,7 @@ class TriggeredWindowState(WindowState):
             if kind is not None:
                 self._pane(self._key_of(key_json), start, entry, kind)
                 puts[skey] = entry
-        self.fired = watermark
-        store.put_all({**puts, _FIRED: watermark})
-        return self.take_panes()
+        return self._fired_at(watermark, puts)
 
     def flush(self) -> list[WindowPane]:
         """At end-of-stream: the on-time panes of every open window and the late panes of kept windows with
