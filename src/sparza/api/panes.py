@@ -13,10 +13,19 @@ from typing import Any
 from sparza.api.triggers import PaneKind, Trigger
 from sparza.api.windows import WindowPane
 
-__all__ = ["FIRED_KEY", "FiresPanes", "count_pane", "interval_pane", "record_pane"]
+__all__ = ["FIRED_KEY", "LATE_KEY", "FiresPanes", "count_pane", "interval_pane", "record_pane", "stored_progress"]
 
 FIRED_KEY = "m|fired"
 """The store key of the watermark a window or session state last fired at."""
+LATE_KEY = "m|late"
+"""The store key of the count of late messages a window or session state dropped."""
+
+
+def stored_progress(store: Any) -> tuple[int | None, int]:
+    """``(fired, late)`` of a window or session state kept in ``store``: the watermark it last fired at (None
+    before the first) and the late messages it counted."""
+    fired = store.get(FIRED_KEY)
+    return (None if fired is None else int(fired)), int(store.get(LATE_KEY) or 0)
 
 
 def count_pane(entry: dict[str, Any], closed: bool, early: Trigger | None, late: Trigger | None) -> str | None:

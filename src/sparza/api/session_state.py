@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sparza.api.panes import FIRED_KEY, FiresPanes, count_pane, interval_pane, record_pane
+from sparza.api.panes import FIRED_KEY, LATE_KEY, FiresPanes, count_pane, interval_pane, record_pane, stored_progress
 from sparza.api.triggers import PaneKind
 from sparza.api.window_state import window_key_text
 from sparza.api.windows import SessionSpec, WindowPane
@@ -41,7 +41,7 @@ __all__ = ["SessionState"]
 
 _OFFSET = 1 << 62
 _FIRED = FIRED_KEY
-_LATE = "m|late"
+_LATE = LATE_KEY
 _SEQ = "m|seq"
 _CACHE_LIMIT = 65_536  # keys whose sessions are kept in memory; past it the cache starts over
 
@@ -61,9 +61,7 @@ class SessionState(FiresPanes):
     def __init__(self, spec: SessionSpec, store: Any) -> None:
         self.spec = spec
         self.store = store
-        fired = store.get(_FIRED)
-        self.fired: int | None = None if fired is None else int(fired)
-        self.late = int(store.get(_LATE) or 0)
+        self.fired, self.late = stored_progress(store)
         self.seq = int(store.get(_SEQ) or 0)
         self.gap = spec.gap_ms
         self.lateness = spec.allowed_lateness_ms

@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from sparza.api.panes import FIRED_KEY, FiresPanes, count_pane, interval_pane, record_pane
+from sparza.api.panes import FIRED_KEY, LATE_KEY, FiresPanes, count_pane, interval_pane, record_pane, stored_progress
 from sparza.api.triggers import PaneKind
 from sparza.api.windows import WindowPane, WindowSpec
 
@@ -24,7 +24,7 @@ __all__ = ["TriggeredWindowState", "WindowState", "window_key_text", "window_sta
 
 _OFFSET = 1 << 62  # shifts negative epoch-ms into the padded range, so ordering holds for them too
 _FIRED = FIRED_KEY
-_LATE = "m|late"
+_LATE = LATE_KEY
 
 
 def _t(ms: int) -> str:
@@ -62,9 +62,7 @@ class WindowState:
     def __init__(self, spec: WindowSpec, store: Any) -> None:
         self.spec = spec
         self.store = store
-        fired = store.get(_FIRED)
-        self.fired: int | None = None if fired is None else int(fired)
-        self.late = int(store.get(_LATE) or 0)
+        self.fired, self.late = stored_progress(store)
         self._fresh = _fresh_accumulator(spec)
         self._tumbling = spec.slide_ms == spec.size_ms
         # Memos of the store key's parts (the same few keys and windows recur message after message).
