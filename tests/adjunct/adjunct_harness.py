@@ -144,3 +144,11 @@ def read_broadcast_in_process(config: dict[str, str], task: str, base_dir: str, 
     barrier.wait(timeout=300)  # keep the snapshot open until every process has read it
     manager.close()
     blob_store.close()
+
+
+def commit(manager: TaskAdjunctManager, batch: int) -> dict[str, Any]:
+    """What the runtime does at a batch's end: ``commit`` (the entry goes into the task checkpoint), then,
+    the checkpoint being written, ``committed`` (snapshots made permanent, broadcast snapshots published)."""
+    entry = manager.commit(batch)
+    manager.committed(batch)
+    return entry

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adjunct_harness import AdjunctHarness, BatchFeeder, read_broadcast_in_process
+from adjunct_harness import AdjunctHarness, BatchFeeder, commit, read_broadcast_in_process
 
 from sparza.blobstore import BlobStoreManager
 from sparza.blobstore.azure import AzureBlobStoreManager
@@ -47,7 +47,7 @@ def _batch(harness: AdjunctHarness, feeders: dict[str, BatchFeeder], managers: d
         feeders[task].feed(manager, RATES)
         seen[task] = _contents(manager)
     for manager in managers.values():
-        manager.commit(batch)
+        commit(manager, batch)
     return seen
 
 
@@ -104,8 +104,8 @@ def test_builder_moves_to_a_new_host_and_restores_its_store(harness: AdjunctHarn
     feeders = {"Partition 0": BatchFeeder(harness), "Partition 1": BatchFeeder(harness)}
     harness.write("rates", 0, [(f"k{i}", i) for i in range(20)])
     _batch(harness, feeders, {"Partition 0": builder, "Partition 1": reader}, 1)
-    entry = builder.commit(2)
-    reader.commit(2)
+    entry = commit(builder, 2)
+    commit(reader, 2)
     builder.close()
     shutil.rmtree(work_dir / "host-a")
 
@@ -113,7 +113,7 @@ def test_builder_moves_to_a_new_host_and_restores_its_store(harness: AdjunctHarn
     assert moved.status()["rates"]["recovery"] == RecoveryAction.RESTORE_SNAPSHOT.value
     harness.write("rates", 1, [("k0", 999)])
     feeders["Partition 0"].feed(moved, RATES)
-    moved.commit(3)
+    commit(moved, 3)
     reader.begin_batch(4)
     moved.begin_batch(4)
     expected = {f"k{i}": i for i in range(20)} | {"k0": 999}
@@ -131,7 +131,7 @@ def test_old_publications_and_snapshots_are_cleaned_up(harness: AdjunctHarness, 
         builder.begin_batch(batch)
         feeder.feed(builder, RATES)
         assert _contents(builder) == {f"k{i}": i for i in range(1, batch)}
-        builder.commit(batch)
+        commit(builder, batch)
     live = [b.blob_id for b in local_blob_store.list_blobs() if b.deleted_at_ms is None]
     publications = [b for b in live if "adjunct-publication" in b]
     indexes = [b for b in live if "snapshot-index" in b]
@@ -147,7 +147,7 @@ def test_four_processes_on_one_host_download_one_copy(harness: AdjunctHarness, w
     builder = harness.manager("Partition 0", config, work_dir / "builder-host")
     harness.write("rates", 0, [(f"k{i}", i) for i in range(200)])
     BatchFeeder(harness).feed(builder, RATES)
-    builder.commit(1)
+    commit(builder, 1)
     builder.close()
 
     ctx = multiprocessing.get_context("spawn")
@@ -199,14 +199,14 @@ def test_a_closed_broadcast_manager_can_be_restored_and_reused(harness: AdjunctH
     feeder = BatchFeeder(harness)
     harness.write("rates", 0, [("usd", 1.0)])
     feeder.feed(builder, RATES)
-    entry = builder.commit(1)
+    entry = commit(builder, 1)
     builder.close()
     builder.restore(entry)
     builder.begin_batch(2)
     assert _contents(builder) == {"usd": 1.0}
     harness.write("rates", 1, [("chf", 0.9)])
     feeder.feed(builder, RATES)
-    builder.commit(2)
+    commit(builder, 2)
     builder.begin_batch(3)
     assert _contents(builder) == {"usd": 1.0, "chf": 0.9}
     builder.close()
@@ -230,7 +230,7 @@ def test_deleted_publications_are_still_read_and_purged_ones_stop_a_task_that_re
     for task, manager in managers.items():                   # batch 2 reads batch 1's publication
         manager.begin_batch(2)
         assert _contents(manager) == {"usd": 1.0}
-        entries[task] = manager.commit(2)
+        entries[task] = commit(manager, 2)
     for manager in managers.values():
         manager.close()
     publications = [i.blob_id for i in local_blob_store.list_blobs() if "adjunct-publication" in i.blob_id
@@ -252,3 +252,68 @@ def test_deleted_publications_are_still_read_and_purged_ones_stop_a_task_that_re
     with pytest.raises(BroadcastSnapshotError, match="that task 'Partition 1' read before is gone from the blob"):
         _contents(reader)
     reader.close()
+
+
+def _publications(blob_store: BlobStoreManager) -> list[str]:
+    return sorted(b.blob_id.rsplit("/", 1)[1].rsplit(".", 1)[0] for b in blob_store.list_blobs()
+                  if "adjunct-publication" in b.blob_id and b.deleted_at_ms is None)
+
+
+def test_a_snapshot_is_published_only_once_its_task_checkpoint_is_written(
+        harness: AdjunctHarness, work_dir: Path, config: Any, local_blob_store: BlobStoreManager) -> None:
+    """A commit whose task checkpoint is never written (the commit failed, or another processor fenced this
+    one) publishes nothing: its snapshot may never become permanent, and gc would purge it under readers."""
+    builder = harness.manager("Partition 0", config, work_dir / "host-a")
+    harness.write("rates", 0, [("usd", 1.0)])
+    BatchFeeder(harness).feed(builder, RATES)
+    builder.commit(1)
+    assert _publications(local_blob_store) == []
+    builder.committed(1, 3)
+    assert _publications(local_blob_store) == ["000000000001.g3.json"]
+    builder.close()
+
+
+def test_a_fenced_builder_does_not_replace_what_a_newer_generation_published(
+        harness: AdjunctHarness, work_dir: Path, config: Any, local_blob_store: BlobStoreManager) -> None:
+    """Processor A (generation 1) commits batch 1 and pauses before publishing; processor B (generation 2)
+    takes the task over from that checkpoint and publishes batch 2; A wakes and must leave B's publication."""
+    feeder = BatchFeeder(harness)
+    a = harness.manager("Partition 0", config, work_dir / "host-a")
+    harness.write("rates", 0, [("usd", 1.0)])
+    feeder.feed(a, RATES)
+    entry = a.commit(1)                                      # A's checkpoint of batch 1 is written ...
+    b = harness.manager("Partition 0", config, work_dir / "host-b", entry=entry)
+    harness.write("rates", 1, [("chf", 0.9)])
+    feeder.feed(b, RATES)
+    b.commit(2)
+    b.committed(2, 2)
+    a.committed(1, 1)                                        # ... and A publishes only now
+    assert _publications(local_blob_store) == ["000000000002.g2.json"]
+    reader = harness.manager("Partition 1", config, work_dir / "host-c")
+    reader.restore(None)
+    reader.begin_batch(3)
+    assert _contents(reader) == {"usd": 1.0, "chf": 0.9}
+    for manager in (a, b, reader):
+        manager.close()
+
+
+def test_a_builder_stopped_between_checkpoint_and_publication_publishes_at_its_next_commit(
+        harness: AdjunctHarness, work_dir: Path, config: Any, local_blob_store: BlobStoreManager) -> None:
+    feeder = BatchFeeder(harness)
+    first = harness.manager("Partition 0", config, work_dir / "host-a")
+    harness.write("rates", 0, [("usd", 1.0)])
+    feeder.feed(first, RATES)
+    entry = first.commit(1)                                  # checkpoint written, then the process died
+    first.close()
+    assert _publications(local_blob_store) == []
+    again = harness.manager("Partition 0", config, work_dir / "host-a", entry=entry)
+    again.begin_batch(2)
+    feeder.feed(again, RATES)                                # nothing new arrived
+    commit(again, 2)
+    assert _publications(local_blob_store) == ["000000000002.g0.json"]
+    reader = harness.manager("Partition 1", config, work_dir / "host-c")
+    reader.restore(None)
+    reader.begin_batch(3)
+    assert _contents(reader) == {"usd": 1.0}
+    for manager in (again, reader):
+        manager.close()

@@ -105,6 +105,17 @@ def test_found_a_fail_once_ending_the_run_after_a_purge_first(tmp_path) -> None:
     assert outcome.ok, outcome.report()
 
 
+# Found by the in-process soak: a broadcast store's builder published its snapshot before its task checkpoint;
+# paused there past the claim timeout, it was fenced by the processor that took over, but its publication replaced
+# the new holder's and named a snapshot never committed, which gc purged: every reader then failed. Fixed in the
+# adjunct stores: publications come after the checkpoint and a fenced generation does not replace a newer one.
+def test_found_a_fenced_builder_published_a_snapshot_gc_then_purged(tmp_path) -> None:
+    scenario = generate(107586)
+    assert scenario.fault == "second-processor"
+    outcome = run_inprocess_scenario(scenario, tmp_path)
+    assert outcome.ok, outcome.report()
+
+
 def test_the_faults_fire_where_they_are_drawn(tmp_path) -> None:
     """A kill lands after the drawn commit step; a second processor taking over leaves processor 0 fenced."""
     killed = run_inprocess_scenario(generate(10), tmp_path / "kill")

@@ -277,6 +277,7 @@ class TaskCommit:
         with self.metrics.timer("task", "cleanup-ms").time():
             self.stores.committed(self.batch, self.snapshot_ids, fault=fault)
             if self.adjunct is not None:
-                self.adjunct.committed(self.batch)  # committed means permanent: no TTL left on its snapshots
+                # Committed means permanent (no TTL left on its snapshots), and broadcast stores publish now.
+                self.adjunct.committed(self.batch, self.generation)
         if not fired:  # a task without stores still has the point
             fault()

@@ -207,13 +207,13 @@ class TaskAdjunctManager:
             self.metrics.gauge(f"adjunct-{name}", "bootstrapped").set(bool(status.get("bootstrapped", True)))
         return {"version": ENTRY_VERSION, "batch": batch_id, "stores": stores}
 
-    def committed(self, batch_id: int) -> None:
+    def committed(self, batch_id: int, generation: int = 0) -> None:
         """The task checkpoint holding :meth:`commit`'s entry for ``batch_id`` is durable: the
         snapshots of that commit become permanent now, not at the next commit (which may come after
         ``blob.store.ttl.days``, or never, while gc runs)."""
         for manager in self._managers.values():
             if isinstance(manager, SupportsCommitted):
-                manager.committed(batch_id)
+                manager.committed(batch_id, generation)
 
     def close(self) -> None:
         """Close every store (idempotent)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -105,8 +105,8 @@ class SupportsCommitted(Protocol):
     """Optional capability of an :class:`AdjunctStoreManager`: told when the task checkpoint holding
     its last ``commit`` entry is durable (to make the snapshots of that commit permanent)."""
 
-    def committed(self, batch_id: int) -> None:
-        """The checkpoint of batch ``batch_id`` is durable."""
+    def committed(self, batch_id: int, generation: int = 0) -> None:
+        """The checkpoint of batch ``batch_id``, written by coordinator generation ``generation``, is durable."""
         ...
 
 
@@ -208,7 +208,7 @@ class PartitionedStoreManager:
     def commit(self, batch_id: int) -> dict[str, Any]:
         return self.builder.commit(batch_id)
 
-    def committed(self, batch_id: int) -> None:
+    def committed(self, batch_id: int, generation: int = 0) -> None:
         self.builder.committed()
 
     def status(self) -> dict[str, Any]:
@@ -245,6 +245,8 @@ class BroadcastStoreManager:
         self._wanted_before: int | None = None
         self._stale = True
         self._last_published: str | None = None
+        self._pending: Publication | None = None  # what commit() decided to publish once the checkpoint is durable
+        self._board_checked = False
         self._read: dict[str, Any] | None = None  # the publication this task read last (its checkpoint's)
         self._warned_unbootstrapped = False
         self._view = ReadOnlyStore(spec.name, str(spec.stream), self._current, *store_serdes(context.config, spec.name))
@@ -298,9 +300,17 @@ class BroadcastStoreManager:
     def restore(self, entry: dict[str, Any] | None) -> None:
         self._release()
         body = entry or {}
+        self._pending = None
         if self.builder is not None:
             self.builder.restore(body.get("builder"))
             self._last_published = body.get("published")
+            if not self._board_checked:
+                # Once per life of this task here: a builder that stopped between its checkpoint and its
+                # publication published nothing; its next commit publishes the snapshot again.
+                self._board_checked = True
+                newest = self.board.latest_before(None) if self._last_published is not None else None
+                if newest is None or newest.snapshot != self._last_published:
+                    self._last_published = None
         batch = body.get("batch")
         self._wanted_before = None if batch is None else int(batch) + 1
         read = body.get("read")
@@ -345,14 +355,17 @@ class BroadcastStoreManager:
         if self.builder is not None:
             builder_entry = self.builder.commit(batch_id)
             snapshot = self.builder.serving_snapshot()
+            # Published by committed(), after the task checkpoint: a publication made before it could name a
+            # snapshot that is never committed (the commit fails, or a newer processor fences this one) and
+            # that gc purges, while readers keep opening it.
+            self._pending = None
             if snapshot is not None and snapshot != self._last_published:
-                self.board.publish(Publication(
+                self._pending = Publication(
                     store=self.context.spec.name, batch=batch_id, snapshot=snapshot, version=self.builder.serving,
                     bootstrapped=self.builder.bootstrap.done, applied=self.builder.applied,
-                    offsets=dict(self.builder.offsets)))
-                self._last_published = snapshot
+                    offsets=dict(self.builder.offsets))
             entry["builder"] = builder_entry
-            entry["published"] = self._last_published
+            entry["published"] = snapshot if self._pending is not None else self._last_published
         if self.publication is not None:
             entry["read"] = {"batch": self.publication.batch, "snapshot": self.publication.snapshot}
             self._read = entry["read"]
@@ -364,9 +377,13 @@ class BroadcastStoreManager:
         self._release()
         return entry
 
-    def committed(self, batch_id: int) -> None:
+    def committed(self, batch_id: int, generation: int = 0) -> None:
         if self.builder is not None:
-            self.builder.committed()
+            self.builder.committed()  # its snapshot is permanent now: only then is it published
+            pending, self._pending = self._pending, None
+            if pending is not None and pending.batch == batch_id:
+                self.board.publish(replace(pending, generation=generation))
+                self._last_published = pending.snapshot
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = _builder_status(self.builder) if self.builder is not None else {}
