@@ -250,23 +250,27 @@ class JobRunner:
         for r in results:
             self.metrics.merge_changes(r.metrics, f"{r.task}:")
             self.metrics.merge_changes(r.system_metrics)  # the workers' producers, consumers and backups
-        self.metrics.counter(agg, "messages-in").inc(messages)
-        self.metrics.counter(agg, "messages-processed").inc(sum(r.processed for r in results))
         discards = Discards.of(results)
         self.discards.add(discards)
         notices = RunNotices.of(results)
         self.notices.add(notices)
-        self.metrics.counter(agg, "messages-dropped").inc(discards.undeserializable)
-        self.metrics.counter(agg, "exceptions-ignored").inc(discards.ignored)
-        self.metrics.counter(agg, "messages-dead-lettered").inc(discards.dead_lettered)
-        self.metrics.counter(agg, "late-messages").inc(discards.late)
-        self.metrics.counter(agg, "late-messages-routed").inc(discards.late_routed)
-        self.metrics.counter(agg, "batches").inc(batches)
-        self.metrics.counter(agg, "tasks-skipped").inc(notices.tasks_skipped)
-        self.metrics.counter(agg, "flushes-skipped").inc(notices.flushes_skipped)
-        self.metrics.counter(agg, "stores-restored-from-blob-store").inc(notices.restores)
-        self.metrics.counter(agg, "producers-fenced").inc(notices.fenced)
-        self.metrics.counter(agg, "batches-written-elsewhere").inc(notices.written_elsewhere)
+        counts = {  # the job's aggregate counters, by name
+            "messages-in": messages,
+            "messages-processed": sum(r.processed for r in results),
+            "messages-dropped": discards.undeserializable,
+            "exceptions-ignored": discards.ignored,
+            "messages-dead-lettered": discards.dead_lettered,
+            "late-messages": discards.late,
+            "late-messages-routed": discards.late_routed,
+            "batches": batches,
+            "tasks-skipped": notices.tasks_skipped,
+            "flushes-skipped": notices.flushes_skipped,
+            "stores-restored-from-blob-store": notices.restores,
+            "producers-fenced": notices.fenced,
+            "batches-written-elsewhere": notices.written_elsewhere,
+        }
+        for name, count in counts.items():
+            self.metrics.counter(agg, name).inc(count)
         self.metrics.timer(agg, "batch-ms").update(elapsed_ms)
         commit_ms = max((r.commit_ms for r in results), default=0.0)
         self.metrics.timer(agg, "commit-ms").update(commit_ms)
