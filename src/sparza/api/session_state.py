@@ -30,9 +30,10 @@ it updates after its on-time firing fires a ``late`` pane (per the late trigger)
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
-from sparza.api.panes import FIRED_KEY, LATE_KEY, FiresPanes, count_pane, interval_pane, record_pane, stored_progress
+from sparza.api.panes import FIRED_KEY, LATE_KEY, FiresPanes, FiringEntry, count_pane, record_pane, stored_progress
 from sparza.api.triggers import PaneKind
 from sparza.api.window_state import window_key_text
 from sparza.api.windows import SessionSpec, WindowPane
@@ -54,7 +55,7 @@ def _ms(text: str) -> int:
     return int(text) - _OFFSET
 
 
-class SessionState(FiresPanes):
+class SessionState(FiresPanes[SessionSpec]):
     """The sessions of one session-window operator, kept in ``store`` (string keys, JSON values). The panes a
     message fires (retractions, trigger firings) are in :attr:`panes` after :meth:`add`."""
 
@@ -155,59 +156,31 @@ class SessionState(FiresPanes):
         key_text, start_text = rest.rsplit("|", 1)
         return _ms(time_text), key_text, _ms(start_text)
 
-    def fire(self, watermark: int) -> list[WindowPane]:
-        """Early panes of open sessions whose interval the watermark crossed, on-time panes of sessions whose
-        end it reached, late panes of kept sessions, and the last late pane of sessions dropped now."""
-        before = self.fired
-        if before is not None and watermark <= before:
-            return []
-        spec, store, lateness = self.spec, self.store, self.lateness
-        # Index entries before the last watermark were moved or dropped when it fired: start after them (their
-        # tombstones would cost a step each).
-        since = "" if before is None else _t(before + 1)
-        puts: dict[str, Any] = {}
-        if spec.early is not None and spec.early.interval_ms is not None:
-            for ikey, _ in list(store.range(f"t|{_t(watermark + 1)}", "t}")):
-                _end, key_text, start = self._parse_index(ikey)
-                skey = f"s|{key_text}|{_t(start)}"
-                entry = store.get(skey)
-                kind = interval_pane(entry, False, start, before, watermark, spec.early, spec.late)
-                if kind is not None:
-                    self._pane(self._key(key_text), start, entry, kind)
-                    puts[skey] = entry
-        for ikey, _ in list(store.range(f"t|{since}", f"t|{_t(watermark + 1)}")):
-            end, key_text, start = self._parse_index(ikey)
+    def _open_entries(self, since: int | None, until: int | None) -> Iterator[FiringEntry]:
+        return self._indexed("t|", since, until)
+
+    def _kept_entries(self, since: int | None, until: int | None) -> Iterator[FiringEntry]:
+        return self._indexed("g|", since, until)
+
+    def _indexed(self, prefix: str, since: int | None, until: int | None) -> Iterator[FiringEntry]:
+        """The sessions of the ``t|`` or ``g|`` index with ``since <= time < until`` (None: unbounded)."""
+        lo = prefix + ("" if since is None else _t(since))
+        hi = prefix[:-1] + "}" if until is None else prefix + _t(until)
+        for ikey, _ in list(self.store.range(lo, hi)):
+            time, key_text, start = self._parse_index(ikey)
             skey = f"s|{key_text}|{_t(start)}"
-            entry = store.get(skey)
-            self._pane(self._key(key_text), start, entry, PaneKind.ON_TIME)
-            puts[ikey] = None
-            if end + lateness > watermark:
-                puts[skey] = entry
-                puts[f"g|{_t(end + lateness)}|{key_text}|{_t(start)}"] = 1
-            else:
-                puts[skey] = None
-                self._forget(key_text, start)
-        if puts:
-            store.put_all(puts)
-            puts = {}
-        upto = f"g|{_t(watermark + 1)}"
-        scan = "g}" if spec.late is not None and spec.late.interval_ms is not None else upto
-        for ikey, _ in list(store.range(f"g|{since}", scan)):
-            _until, key_text, start = self._parse_index(ikey)
-            skey = f"s|{key_text}|{_t(start)}"
-            entry = store.get(skey)
-            if ikey < upto:
-                if entry.get("n", 0):
-                    self._pane(self._key(key_text), start, entry, PaneKind.LATE)
-                puts[ikey] = None
-                puts[skey] = None
-                self._forget(key_text, start)
-                continue
-            kind = interval_pane(entry, True, entry["end"], before, watermark, spec.early, spec.late)
-            if kind is not None:
-                self._pane(self._key(key_text), start, entry, kind)
-                puts[skey] = entry
-        return self._fired_at(watermark, puts)
+            entry = self.store.get(skey)
+            yield FiringEntry(ikey, skey, key_text, start, entry["end"], time, entry)
+
+    def _keep(self, found: FiringEntry, puts: dict[str, Any]) -> None:
+        puts[found.row] = None
+        puts[found.skey] = found.entry
+        puts[f"g|{_t(found.time + self.lateness)}|{found.key_text}|{_t(found.start)}"] = 1
+
+    def _drop(self, found: FiringEntry, puts: dict[str, Any]) -> None:
+        puts[found.row] = None
+        puts[found.skey] = None
+        self._forget(found.key_text, found.start)
 
     def flush(self) -> list[WindowPane]:
         """At end-of-stream: the on-time pane of every open session and the late pane of kept sessions with
@@ -219,7 +192,7 @@ class SessionState(FiresPanes):
                 skey = f"s|{key_text}|{_t(start)}"
                 entry = self.store.get(skey)
                 if kind == PaneKind.ON_TIME or entry.get("n", 0):
-                    self._pane(self._key(key_text), start, entry, kind)
+                    self._pane(self._key_of(key_text), start, entry, kind)
                 deletes += [ikey, skey]
         if deletes:
             self.store.delete_all(deletes)
@@ -231,6 +204,5 @@ class SessionState(FiresPanes):
         if spans is not None:
             spans[:] = [span for span in spans if span[0] != start]
 
-    @staticmethod
-    def _key(key_text: str) -> Any:
+    def _key_of(self, key_text: str) -> Any:
         return json.loads(key_text)

@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from sparza.api.panes import FIRED_KEY, LATE_KEY, FiresPanes, count_pane, interval_pane, record_pane, stored_progress
+from sparza.api.panes import FIRED_KEY, LATE_KEY, FiresPanes, FiringEntry, count_pane, record_pane, stored_progress
 from sparza.api.triggers import PaneKind
 from sparza.api.windows import WindowPane, WindowSpec
 
@@ -29,6 +29,11 @@ _LATE = LATE_KEY
 
 def _t(ms: int) -> str:
     return f"{ms + _OFFSET:020d}"
+
+
+def _time_range(prefix: str, since: int | None, until: int | None) -> tuple[str, str]:
+    """The store range of the keys ``<prefix><time>|…`` with ``since <= time < until`` (None: unbounded)."""
+    return prefix + ("" if since is None else _t(since)), (prefix[:-1] + "}" if until is None else prefix + _t(until))
 
 
 def window_key_text(key: Any) -> str:
@@ -162,7 +167,7 @@ class WindowState:
         return [pane for _, pane in fired]
 
 
-class TriggeredWindowState(WindowState, FiresPanes):
+class TriggeredWindowState(WindowState, FiresPanes[WindowSpec]):
     """Windows with early/late triggers or an allowed lateness (see the module docstring and
     :mod:`sparza.api.triggers`). :meth:`add` returns, as the plain state does, whether the message was
     dropped from one of its windows as too late; the panes its triggers fired meanwhile are in
@@ -203,51 +208,28 @@ class TriggeredWindowState(WindowState, FiresPanes):
         index = record_pane(entry, kind)
         self.panes.append(WindowPane(key, start, start + self.spec.size_ms, entry["a"], kind, index))
 
-    def fire(self, watermark: int) -> list[WindowPane]:
-        """Early panes of open windows whose interval the watermark crossed, on-time panes of windows it
-        reached (kept for the allowed lateness), late panes of kept windows, and the final late pane of kept
-        windows it drops now (if they took late messages since their last pane)."""
-        before = self.fired
-        if before is not None and watermark <= before:
-            return []
-        spec, store, size, lateness = self.spec, self.store, self.spec.size_ms, self.lateness
-        # Entries that ended (or were dropped) by the last watermark were moved when it fired: start after them
-        # (their tombstones would cost a step each).
-        since = "" if before is None else _t(before + 1)
-        puts: dict[str, Any] = {}
-        if spec.early is not None and spec.early.interval_ms is not None:
-            for skey, entry in list(store.range(f"w|{_t(watermark + 1)}", "w}")):
-                _, _end, start_text, key_json = skey.split("|", 3)
-                start = int(start_text) - _OFFSET
-                kind = interval_pane(entry, False, start, before, watermark, spec.early, spec.late)
-                if kind is not None:
-                    self._pane(self._key_of(key_json), start, entry, kind)
-                    puts[skey] = entry
-        for skey, entry in list(store.range(f"w|{since}", f"w|{_t(watermark + 1)}")):
+    # The trigger algorithm is FiresPanes.fire; WindowState's one-firing fire comes first in the bases.
+    fire = FiresPanes.fire
+
+    def _open_entries(self, since: int | None, until: int | None) -> Iterator[FiringEntry]:
+        for skey, entry in list(self.store.range(*_time_range("w|", since, until))):
             _, end_text, start_text, key_json = skey.split("|", 3)
-            start, end = int(start_text) - _OFFSET, int(end_text) - _OFFSET
-            self._pane(self._key_of(key_json), start, entry, PaneKind.ON_TIME)
-            puts[skey] = None
-            if end + lateness > watermark:
-                puts[self._retained_key(start, key_json)] = entry
-        if puts:
-            store.put_all(puts)
-            puts = {}
-        upto = f"r|{_t(watermark + 1)}"
-        scan = "r}" if spec.late is not None and spec.late.interval_ms is not None else upto
-        for skey, entry in list(store.range(f"r|{since}", scan)):
-            _, _until, start_text, key_json = skey.split("|", 3)
+            end = int(end_text) - _OFFSET
+            yield FiringEntry(skey, skey, key_json, int(start_text) - _OFFSET, end, end, entry)
+
+    def _kept_entries(self, since: int | None, until: int | None) -> Iterator[FiringEntry]:
+        for skey, entry in list(self.store.range(*_time_range("r|", since, until))):
+            _, until_text, start_text, key_json = skey.split("|", 3)
             start = int(start_text) - _OFFSET
-            if skey < upto:  # end + lateness <= watermark: dropped now, with what it took since its last pane
-                if entry.get("n", 0):
-                    self._pane(self._key_of(key_json), start, entry, PaneKind.LATE)
-                puts[skey] = None
-                continue
-            kind = interval_pane(entry, True, start + size, before, watermark, spec.early, spec.late)
-            if kind is not None:
-                self._pane(self._key_of(key_json), start, entry, kind)
-                puts[skey] = entry
-        return self._fired_at(watermark, puts)
+            yield FiringEntry(skey, skey, key_json, start, start + self.spec.size_ms, int(until_text) - _OFFSET,
+                              entry)
+
+    def _keep(self, found: FiringEntry, puts: dict[str, Any]) -> None:
+        puts[found.row] = None
+        puts[self._retained_key(found.start, found.key_text)] = found.entry
+
+    def _drop(self, found: FiringEntry, puts: dict[str, Any]) -> None:
+        puts[found.row] = None
 
     def flush(self) -> list[WindowPane]:
         """At end-of-stream: the on-time panes of every open window and the late panes of kept windows with
