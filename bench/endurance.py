@@ -473,6 +473,9 @@ class Sampler:
         self.gc_removed = Gauge("endurance_gc_removed", "blobs removed by the last gc", ["app"], registry=r)
         self.fed = Gauge("endurance_fed_messages", "messages the feeder appended", ["app"], registry=r)
         self.up = Gauge("endurance_job_up", "1 while the job's process runs", ["app"], registry=r)
+        self.servers: dict[str, int] = {}
+        """Pids of the servers the jobs use (Azurite, Tansu, Prometheus): sampled as app ``servers`` for context
+        (Tansu keeps topics in memory, so its RSS grows with the input)."""
         self.samples = 0
         self.removed: dict[str, int] = {}
         """Blobs the last gc of each job removed (-1: its output said nothing)."""
@@ -500,6 +503,10 @@ class Sampler:
             for container, kinds in self.count_blobs(job).items():
                 for kind, n in kinds.items():
                     self.blobs.labels(job.name, container, kind).set(n)
+        for name, pid in self.servers.items():
+            stats = process_stats(pid)
+            for what, value in (stats or {}).items():
+                self.proc.labels("servers", name, what).set(value)
         self.samples += 1
 
     def _processes(self, job: Job, pid: int) -> None:
@@ -528,13 +535,16 @@ class Sampler:
         if not state.exists():
             return
         parts: dict[str, tuple[int, int]] = {}
+        snapshots = 0
         for current in state.rglob("CURRENT"):
             # a RocksDB directory holds CURRENT and OPTIONS-*; everything else (Spark checkpoints, plan logs)
-            # is "other"
-            if any(current.parent.glob("OPTIONS-*")):
+            # is "other". <store>/<task>-<n> directories are the local checkpoints of committed snapshots.
+            if any(current.parent.glob("OPTIONS-*")) or current.parent.name.rpartition("-")[2].isdigit():
                 size, files = dir_stats(current.parent)
                 b, f = parts.get("rocksdb", (0, 0))
                 parts["rocksdb"] = (b + size, f + files)
+                snapshots += current.parent.name.rpartition("-")[2].isdigit()
+        self.state.labels(job.name, "rocksdb", "snapshot_dirs").set(snapshots)
         total = dir_stats(state)
         rocks = parts.get("rocksdb", (0, 0))
         parts["other"] = (total[0] - rocks[0], total[1] - rocks[1])
@@ -684,14 +694,18 @@ class Prometheus:
 
 # (plot, title, unit divisor, unit, PromQL, legend label keys, judge tolerance, absolute slack)
 SERIES: list[tuple[str, str, float, str, str, tuple[str, ...], float, float]] = [
-    ("memory", "RSS", 2**20, "MiB", 'endurance_process{what="rss"}', ("app", "role"), 0.1, 16 * 2**20),
+    ("memory", "RSS", 2**20, "MiB", 'endurance_process{what="rss",app!="servers"}', ("app", "role"), 0.1, 16 * 2**20),
     ("memory", "JVM heap", 2**20, "MiB", "endurance_jvm_heap_bytes", ("app", "what"), 0.1, 32 * 2**20),
-    ("handles", "open fds", 1, "", 'endurance_process{what="fds"}', ("app", "role"), 0.1, 8),
-    ("handles", "threads", 1, "", 'endurance_process{what="threads"}', ("app", "role"), 0.1, 4),
+    ("handles", "open fds", 1, "", 'endurance_process{what="fds",app!="servers"}', ("app", "role"), 0.1, 8),
+    ("handles", "threads", 1, "", 'endurance_process{what="threads",app!="servers"}', ("app", "role"), 0.1, 4),
     ("handles", "python workers", 1, "", 'endurance_process{what="processes",role="python_workers"}', ("app",),
      0.0, 1),
     ("state", "state dir MiB", 2**20, "MiB", 'endurance_state_dir{what="bytes"}', ("app", "part"), 0.1, 2**20),
     ("state", "state dir files", 1, "", 'endurance_state_dir{what="files"}', ("app", "part"), 0.1, 8),
+    ("state", "local RocksDB checkpoints (retained snapshots)", 1, "", 'endurance_state_dir{what="snapshot_dirs"}',
+     ("app",), 0.0, 2),
+    ("servers", "servers' RSS (context: not the jobs')", 2**20, "MiB", 'endurance_process{app="servers",what="rss"}',
+     ("role",), 0.1, 16 * 2**20),
     ("delta", "Delta log files", 1, "", 'endurance_delta{what="log_files"}', ("app", "table"), 0.1, 2),
     ("delta", "Delta data files", 1, "", 'endurance_delta{what="data_files"}', ("app", "table"), 0.1, 2),
     ("blobs", "state blobs", 1, "", "endurance_blobs{container=\"state\"}", ("app", "kind"), 0.1, 4),
@@ -851,10 +865,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             jobs.append(count_job(work, conn, broker.bootstrap_servers, args.count_rate, args.feed_seconds,
                                   retention_ms))
         sampler = Sampler(jobs, conn)
+        for name, server in (("azurite", azurite), ("tansu", broker)):
+            if server is not None and server.pid is not None:
+                sampler.servers[name] = server.pid
         sampler_port = sampler.serve()
         scrape_s = max(5, min(15, int(args.sample_seconds // 4)))
         prom = Prometheus(work, {"sampler": sampler_port, **{j.name: j.metrics_port for j in jobs}}, scrape_s)
         prom.start()
+        if prom.proc is not None:
+            sampler.servers["prometheus"] = prom.proc.pid
         print(f"prometheus {prom.version()} on {prom.url} (scrape every {scrape_s}s), sampler on :{sampler_port}",
               flush=True)
         for job in jobs:
