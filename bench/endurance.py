@@ -708,6 +708,7 @@ SERIES: list[tuple[str, str, float, str, str, tuple[str, ...], float, float]] = 
      ("role",), 0.1, 16 * 2**20),
     ("delta", "Delta log files", 1, "", 'endurance_delta{what="log_files"}', ("app", "table"), 0.1, 2),
     ("delta", "Delta data files", 1, "", 'endurance_delta{what="data_files"}', ("app", "table"), 0.1, 2),
+    ("delta", "Delta log checkpoints", 1, "", 'endurance_delta{what="checkpoints"}', ("app", "table"), 0.0, 1),
     ("blobs", "state blobs", 1, "", "endurance_blobs{container=\"state\"}", ("app", "kind"), 0.1, 4),
     ("blobs", "output blobs", 1, "", "endurance_blobs{container=\"output\"}", ("app",), 0.1, 4),
     ("blobs", "state blobs around gc", 1, "", "endurance_gc_blobs", ("app", "when"), 0.1, 4),
