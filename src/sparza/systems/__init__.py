@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -27,6 +27,7 @@ __all__ = [
     "SupportsArrowRead",
     "SupportsArrowSend",
     "SupportsConfigCheck",
+    "SupportsDeleteMessages",
     "SupportsOffsetArithmetic",
     "SupportsOffsetKey",
     "SupportsPartitionCount",
@@ -250,6 +251,17 @@ class SupportsPartitionCount(Protocol):
 
     def partition_count(self, stream: str) -> int:
         """How many partitions ``stream`` has (raises if it does not exist)."""
+        ...
+
+
+@runtime_checkable
+class SupportsDeleteMessages(Protocol):
+    """An admin that can remove messages every reader has committed past (Samza's ``SystemAdmin.deleteMessages``):
+    the runtime calls it for intermediate streams, whose only reader is the next stage of the application."""
+
+    def delete_messages(self, offsets: Mapping[SystemStreamPartition, str]) -> None:
+        """Remove the messages before each SSP's offset (the next offset to read, as a checkpoint holds it). A
+        system may keep more than asked (whole files, a whole table's horizon), never less."""
         ...
 
 
