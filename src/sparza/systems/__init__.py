@@ -447,5 +447,6 @@ def check_configured_streams(config: Config, known: set[tuple[str, str]] = froze
 
 _STREAM_SETTING_SUFFIXES = ("samza.key.serde", "samza.msg.serde", "samza.key.schema", "samza.msg.schema",
                             "samza.physical.name", "samza.offset.default", "samza.reset.offset", "samza.bootstrap",
-                            "samza.intermediate", "samza.broadcast", "samza.priority", "bounded", "delta.location",
-                            "watermark.lateness.ms", "control.format", "control.producer.count")
+                            "samza.intermediate", "samza.delete.committed.messages", "samza.broadcast",
+                            "samza.priority", "bounded", "delta.location", "watermark.lateness.ms", "control.format",
+                            "control.producer.count")
