@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -204,3 +205,34 @@ def test_repeated_truncations_read_the_log_from_the_last_horizon(delta_config: C
     assert table.to_pyarrow_table().num_rows == len(everything)
     live = {a["path"] for a in pa.table(table.get_add_actions(flatten=True)).to_pylist()}
     assert _files_on_disk(admin, "s") == live
+
+
+def test_truncate_deletes_the_commit_files_a_checkpoint_covers(delta_config: Config,
+                                                               read_all: Callable[..., list]) -> None:
+    """A stream truncated every minute would keep a commit file per batch for delta.logRetentionDuration (30 days):
+    truncation deletes those before the horizon that a Delta checkpoint (every 100 commits) covers, keeps
+    version 0 (the table's identity), and the table stays readable and writable for Delta and for offsets."""
+    from pathlib import Path
+
+    admin = DeltaSystemAdmin("d", delta_config)
+    admin.create_stream(StreamSpec("s", 2))
+    _write(delta_config, 110, 2)                                 # versions 1..110; delta-rs checkpoints at 100
+    log_dir = Path(admin.stream_location("s")) / "_delta_log"
+    checkpoint = json.loads((log_dir / "_last_checkpoint").read_text())["version"]
+    assert 90 <= checkpoint < 105 and (log_dir / f"{checkpoint:020d}.checkpoint.parquet").exists()
+    later = read_all(delta_config, "s", 0, "105:0", include_control=False)
+    identity = DeltaSystemConsumer("d", delta_config)
+    result = truncate(admin.location("s"), 105)
+    commits = sorted(int(p.name.split(".")[0]) for p in log_dir.glob("*.json"))
+    assert commits == [0, *range(checkpoint, 112)]    # 1 .. checkpoint - 1 are gone; 111 is the truncation's commit
+    assert result.commits_deleted == checkpoint - 1
+    assert [(e.offset, e.message) for e in read_all(delta_config, "s", 0, "105:0", include_control=False)] == [
+        (e.offset, e.message) for e in later]
+    with pytest.raises(OffsetRemovedError):
+        read_all(delta_config, "s", 0, "50:0")
+    assert DeltaTable(admin.stream_location("s")).version() == 111
+    _write(delta_config, 1, 2, first=1000)                       # a writer goes on
+    rows = [e.message for e in identity.read(SystemStreamPartition("d", "s", 0), "105:0", include_control=False)]
+    assert rows[-1] == b"m1000" and len(rows) == len(later) + 1   # a long-lived reader sees the same table
+    # a second truncation with no newer checkpoint deletes no more commit files
+    assert truncate(admin.location("s"), 112).commits_deleted == 0

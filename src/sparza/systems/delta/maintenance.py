@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparza.systems.delta.log import DeltaLog
+from sparza.systems.delta.log import DeltaLog, log_path
 from sparza.systems.delta.retention import read_horizon, write_horizon
 from sparza.systems.delta.schema import PARTITION_COLUMN, TABLE_SCHEMA
 from sparza.systems.delta.settings import StreamLocation
@@ -43,6 +43,8 @@ class TruncateResult:
     horizon: int
     files_removed: int
     files_deleted: int
+    commits_deleted: int = 0
+    """Commit files (``_delta_log/<v>.json``) deleted: versions before the horizon that a checkpoint covers."""
 
 
 def compact(location: StreamLocation, *, target_size: int = 128 << 20) -> CompactionResult:
@@ -77,7 +79,8 @@ def truncate(location: StreamLocation, before_version: int) -> TruncateResult:
 
     Steps: 1. record the horizon (readers reject older offsets from then on); 2. commit the removal
     of live files whose rows are all older; 3. delete from storage the files of older versions that
-    no live snapshot references (truncated here or compacted earlier).
+    no live snapshot references (truncated here or compacted earlier); 4. delete the commit files
+    before the horizon that a Delta checkpoint covers (:func:`_delete_commits`).
     """
     from deltalake import Schema
     from deltalake.transaction import CommitProperties, RemoveAction
@@ -125,4 +128,27 @@ def truncate(location: StreamLocation, before_version: int) -> TruncateResult:
                 deleted += 1
             except (FileNotFoundError, OSError):
                 pass  # already gone (an earlier truncation or a vacuum)
-    return TruncateResult(horizon, len(removes), deleted)
+    return TruncateResult(horizon, len(removes), deleted, _delete_commits(log, horizon))
+
+
+def _delete_commits(log: DeltaLog, horizon: int) -> int:
+    """Step 4. Delete the commit files of versions before both the horizon (no offset of theirs is readable) and
+    the newest Delta checkpoint (which holds the table's state, so no Delta reader needs them): the log of a
+    stream truncated every minute stays short instead of growing for ``delta.logRetentionDuration``. Version 0
+    stays: its file names the table's incarnation (:meth:`DeltaLog.identity`)."""
+    checkpoint = log.last_checkpoint()
+    if checkpoint is None:
+        return 0
+    fs = log.location.filesystem()
+    deleted = 0
+    for version in log.present_versions():
+        if version >= min(horizon, checkpoint):
+            break
+        if version == 0:
+            continue
+        try:
+            fs.delete_file(log_path(version))
+            deleted += 1
+        except (FileNotFoundError, OSError):
+            pass  # already gone (another truncation, or delta-rs's own log cleanup)
+    return deleted
