@@ -106,12 +106,13 @@ def _slope(points: Sequence[tuple[float, float]]) -> float:
 def judge(points: Sequence[tuple[float, float]], *, tolerance: float = 0.1, absolute: float = 0.0) -> Verdict:
     """Judge a series of ``(time_s, value)``.
 
-    ``flat``: the spread of all values is within ``tolerance`` of the series' median level (or ``absolute``).
-    ``bounded``: not flat, but the maximum of the last third exceeds the maximum of the middle third by no more
-    than ``tolerance`` of the whole spread (or ``absolute``): the series rises and falls within a cycle
-    (compaction, retention, gc, GC) or levelled off, instead of climbing. ``growing``: otherwise (a steady
-    climb puts a third of its spread between the two maxima). The first third is warm-up (JIT, caches
-    filling, first snapshots) and only counts towards ``flat``.
+    ``growing``: the whole last third lies above the middle third's maximum and the series rose by more than
+    ``absolute`` (a slow leak that stays within the tolerances below is still a leak). Otherwise ``flat``: the
+    spread of all values is within ``tolerance`` of the series' median level (or ``absolute``); ``bounded``:
+    the maximum of the last third exceeds the maximum of the middle third by no more than ``tolerance`` of the
+    whole spread (or ``absolute``): the series rises and falls within a cycle (compaction, retention, gc, GC)
+    or levelled off; else ``growing`` (a steady climb puts a third of its spread between the two maxima). The
+    first third is warm-up (JIT, caches filling, first snapshots) and only counts towards ``flat``.
     """
     pts = sorted((float(t), float(v)) for t, v in points)
     if not pts:
@@ -124,7 +125,9 @@ def judge(points: Sequence[tuple[float, float]], *, tolerance: float = 0.1, abso
                   slope_per_hour=_slope(pts[n // 3:]) * 3600, n=n)
     level = sorted(values)[n // 2]
     spread = max(values) - min(values)
-    if spread <= max(tolerance * abs(level), absolute):
+    if n >= 3 and min(last) > out.mid_max and out.last_max - min(values) > absolute:
+        out.verdict = "growing"
+    elif spread <= max(tolerance * abs(level), absolute):
         out.verdict = "flat"
     elif out.last_max <= out.mid_max + max(tolerance * spread, absolute):
         out.verdict = "bounded"
@@ -946,6 +949,12 @@ def report(data: dict[str, Any], images: Path) -> int:
     images.mkdir(parents=True, exist_ok=True)
     (images / "endurance.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
     rows, dash, args = data["series"], data["dashboard"], data["args"]
+    params = {title: (tol, absolute) for _p, title, _d, _u, _e, _k, tol, absolute in SERIES}
+    for row in rows:
+        if row.get("points") and row["title"] in params:
+            tol, absolute = params[row["title"]]
+            judged = [(t, v) for t, v in row["points"] if t >= data["started"] + 180] or row["points"]
+            row.update(judge(judged, tolerance=tol, absolute=absolute).__dict__)
     names = draw(rows, images, data["started"])
     headers = ["series", "what", "first", "middle-third max", "last-third max", "slope / h", "verdict"]
     table_rows = []

@@ -41,7 +41,7 @@ def test_flat_bounded_and_growing_series_are_told_apart(endurance: ModuleType, s
     n = rng.randrange(12, 120)
     # noise within 4% of the level: flat
     flat = _series(lambda i: level * (1 + rng.uniform(-0.02, 0.02)), n)
-    assert endurance.judge(flat).verdict == "flat"
+    assert endurance.judge(flat, absolute=level * 0.05).verdict == "flat"
     # a sawtooth: climbs for `period` samples, then compaction/gc takes it back down; every cycle peaks alike
     period = rng.randrange(3, max(4, n // 4))
     saw = _series(lambda i: level + level * (i % period) / period, n)
@@ -52,6 +52,10 @@ def test_flat_bounded_and_growing_series_are_told_apart(endurance: ModuleType, s
     assert verdict.verdict == "growing"
     assert verdict.slope_per_hour == pytest.approx(level * 0.01 * 60, rel=1e-6)
     assert verdict.first == climb[0][1] and verdict.last == climb[-1][1] and verdict.n == n
+    # a slow leak within the tolerances (5% of the level over the run) is still growing, beyond the slack
+    leak = _series(lambda i: level * (1 + 0.05 * i / n), n)
+    assert endurance.judge(leak, absolute=level * 0.01).verdict == "growing"
+    assert endurance.judge(leak, absolute=level * 0.2).verdict == "flat"
     # a climb that stops (a cache that filled in the middle third) is bounded, not growing
     fill = _series(lambda i: level * min(i, n // 2) / n + level, n)
     assert endurance.judge(fill).verdict in ("bounded", "flat")
