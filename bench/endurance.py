@@ -106,8 +106,8 @@ def _slope(points: Sequence[tuple[float, float]]) -> float:
 def judge(points: Sequence[tuple[float, float]], *, tolerance: float = 0.1, absolute: float = 0.0) -> Verdict:
     """Judge a series of ``(time_s, value)``.
 
-    ``growing``: the whole last third lies above the middle third's maximum and the series rose by more than
-    ``absolute`` (a slow leak that stays within the tolerances below is still a leak). Otherwise ``flat``: the
+    ``growing``: the median of the last third lies above the middle third's maximum and the series rose by more
+    than ``absolute`` (a slow leak that stays within the tolerances below is still a leak). Otherwise ``flat``: the
     spread of all values is within ``tolerance`` of the series' median level (or ``absolute``); ``bounded``:
     the maximum of the last third exceeds the maximum of the middle third by no more than ``tolerance`` of the
     whole spread (or ``absolute``): the series rises and falls within a cycle (compaction, retention, gc, GC)
@@ -125,7 +125,7 @@ def judge(points: Sequence[tuple[float, float]], *, tolerance: float = 0.1, abso
                   slope_per_hour=_slope(pts[n // 3:]) * 3600, n=n)
     level = sorted(values)[n // 2]
     spread = max(values) - min(values)
-    if n >= 3 and min(last) > out.mid_max and out.last_max - min(values) > absolute:
+    if n >= 3 and sorted(last)[len(last) // 2] > out.mid_max and out.last_max - min(values) > absolute:
         out.verdict = "growing"
     elif spread <= max(tolerance * abs(level), absolute):
         out.verdict = "flat"
