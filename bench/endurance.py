@@ -946,8 +946,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def report(data: dict[str, Any], images: Path) -> int:
     """Write the run's data as JSON (first: nothing measured is lost to a drawing error), draw the plots, print
     the verdict table and the dashboard results and record the section of docs/benchmarks.md."""
-    images.mkdir(parents=True, exist_ok=True)
-    (images / "endurance.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
     rows, dash, args = data["series"], data["dashboard"], data["args"]
     params = {title: (tol, absolute) for _p, title, _d, _u, _e, _k, tol, absolute in SERIES}
     for row in rows:
@@ -955,6 +953,8 @@ def report(data: dict[str, Any], images: Path) -> int:
             tol, absolute = params[row["title"]]
             judged = [(t, v) for t, v in row["points"] if t >= data["started"] + 180] or row["points"]
             row.update(judge(judged, tolerance=tol, absolute=absolute).__dict__)
+    images.mkdir(parents=True, exist_ok=True)
+    (images / "endurance.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
     names = draw(rows, images, data["started"])
     headers = ["series", "what", "first", "middle-third max", "last-third max", "slope / h", "verdict"]
     table_rows = []
