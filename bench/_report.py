@@ -38,6 +38,12 @@ def machine() -> str:
             + ", ".join(versions))
 
 
+def pct(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (nearest rank) of ``values``; NaN when there are none."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))] if ordered else float("nan")
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """A Markdown table."""
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]

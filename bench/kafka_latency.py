@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 from _procs import loadavg, timer_total_ms  # noqa: E402
-from _report import record, table  # noqa: E402
+from _report import pct, record, table  # noqa: E402
 
 SCALES = {"small": {"messages": 20, "bursts": 2, "burst": 20, "rounds": 1},
           "full": {"messages": 150, "bursts": 8, "burst": 50, "rounds": 2}}
@@ -50,12 +50,6 @@ MEASURES = ("The time from producing one message to a Kafka topic to reading its
             "another, through the keyed count (RocksDB state, exactly-once Kafka transactions) at "
             "`task.commit.ms: 50`, in the container mode against the micro-batch mode in the same run.")
 """What this benchmark measures (the first paragraph of its section in docs/benchmarks.md)."""
-
-
-def pct(values: list[float], q: float) -> float:
-    """The ``q`` quantile (nearest rank) of ``values``."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))] if ordered else float("nan")
 
 
 class Recorder:

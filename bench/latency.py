@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 from _procs import spark_durations, timer_total_ms  # noqa: E402
-from _report import record, table  # noqa: E402
+from _report import pct, record, table  # noqa: E402
 
 SCALES = {"small": {"messages": 6, "window_seconds": 15}, "full": {"messages": 40, "window_seconds": 45}}
 WINDOW_MS = 2000
@@ -50,12 +50,6 @@ MEASURES = ("The time from writing one message to its output committed (one stag
             "result (two stages), and the fixed cost of a 1-message batch, against Spark's own 1-row micro-batch "
             'in the same session.')
 """What this benchmark measures (the first paragraph of its section in docs/benchmarks.md)."""
-
-
-def pct(values: list[float], q: float) -> float:
-    """The ``q`` quantile (nearest rank) of ``values``."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))] if ordered else float("nan")
 
 
 class _Recorder:

@@ -252,3 +252,55 @@ def test_deleted_publications_are_still_read_and_purged_ones_stop_a_task_that_re
     with pytest.raises(BroadcastSnapshotError, match="that task 'Partition 1' read before is gone from the blob"):
         _contents(reader)
     reader.close()
+
+
+def _publications(blob_store: BlobStoreManager) -> list[str]:
+    return sorted(b.blob_id.rsplit("/", 1)[1].rsplit(".", 1)[0] for b in blob_store.list_blobs()
+                  if "adjunct-publication" in b.blob_id and b.deleted_at_ms is None)
+
+
+def test_a_fenced_builder_does_not_replace_what_a_newer_generation_published(
+        harness: AdjunctHarness, work_dir: Path, config: Any, local_blob_store: BlobStoreManager) -> None:
+    """Processor A (generation 1) pauses before its batch-1 commit; processor B (generation 2) takes the task
+    over and commits batch 1; A wakes and commits (publishing before the checkpoint that fences it): B's
+    publication stays, and every task reads B's snapshot."""
+    feeder_a, feeder_b = BatchFeeder(harness), BatchFeeder(harness)
+    a = harness.manager("Partition 0", config, work_dir / "host-a")
+    b = harness.manager("Partition 0", config, work_dir / "host-b")
+    harness.write("rates", 0, [("usd", 1.0)])
+    feeder_a.feed(a, RATES)
+    feeder_b.feed(b, RATES)
+    b.commit(1, 2)
+    a.commit(1, 1)
+    assert _publications(local_blob_store) == ["000000000001.g2.json"]
+    reader = harness.manager("Partition 1", config, work_dir / "host-c")
+    reader.restore(None)
+    reader.begin_batch(2)
+    assert _contents(reader) == {"usd": 1.0}
+    for manager in (a, b, reader):
+        manager.close()
+
+
+def test_a_new_generation_removes_what_a_fenced_builder_published(
+        harness: AdjunctHarness, work_dir: Path, config: Any, local_blob_store: BlobStoreManager) -> None:
+    """A (generation 1) published batches 1 and 2, then was fenced at batch 2's checkpoint: its batch-2
+    snapshot is never committed and gc would purge it. B (generation 2) resumes from batch 1's checkpoint:
+    its first publication removes A's, so no reader opens the uncommitted snapshot."""
+    feeder = BatchFeeder(harness)
+    a = harness.manager("Partition 0", config, work_dir / "host-a")
+    harness.write("rates", 0, [("usd", 1.0)])
+    feeder.feed(a, RATES)
+    entry = a.commit(1, 1)                                     # committed
+    harness.write("rates", 1, [("chf", 0.9)])
+    a.begin_batch(2)
+    feeder.feed(a, RATES)
+    a.commit(3, 1)                                             # published, then fenced: never committed
+    assert _publications(local_blob_store) == ["000000000001.g1.json", "000000000003.g1.json"]
+    b = harness.manager("Partition 0", config, work_dir / "host-b", entry=entry)
+    harness.write("rates", 0, [("gbp", 0.8)])
+    b.begin_batch(2)
+    BatchFeeder(harness).feed(b, RATES)
+    b.commit(2, 2)
+    assert _publications(local_blob_store) == ["000000000002.g2.json"]
+    for manager in (a, b):
+        manager.close()

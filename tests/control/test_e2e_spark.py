@@ -102,8 +102,10 @@ def test_idle_upstream_task_with_quorum_advances_without_holds(e2e, expect_windo
 
     def no_quorum_heard_watermarks() -> bool:
         cps = e2e.checkpoints(no_quorum)
-        return bool(cps) and all(any(p["watermark"] is not None for ssp in cp.control["ssps"].values()
-                                     for p in ssp["producers"].values()) for cp in cps.values())
+        # A checkpoint committed before the first control message carries no control section yet.
+        return bool(cps) and all(cp.control is not None and any(
+            p["watermark"] is not None for ssp in cp.control["ssps"].values() for p in ssp["producers"].values())
+            for cp in cps.values())
 
     def feed_until_panes() -> bool:
         # Keep partition 0 alive (new events, later event times) so its producer stays active, until the

@@ -105,6 +105,20 @@ def test_found_a_fail_once_ending_the_run_after_a_purge_first(tmp_path) -> None:
     assert outcome.ok, outcome.report()
 
 
+# Found by the in-process soak: a broadcast store's builder, paused past the claim timeout, woke after the processor
+# that took its task over had published, replaced that publication with its own (naming a snapshot its fenced
+# commit never made permanent), and gc purged that snapshot under every reader (107586). Fixed in the adjunct
+# stores: a publication names its generation; an older one never replaces a newer one's, and a newer one's first
+# publication removes the older ones. Publishing after the task checkpoint instead lost the publication when
+# storage failed right after the checkpoint (110736): publications stay before it.
+@pytest.mark.parametrize("seed", [107586, 110736])
+def test_found_a_fenced_builder_published_a_snapshot_gc_then_purged(seed: int, tmp_path) -> None:
+    scenario = generate(seed)
+    assert scenario.fault in ("second-processor", "azurite-restart")
+    outcome = run_inprocess_scenario(scenario, tmp_path)
+    assert outcome.ok, outcome.report()
+
+
 def test_the_faults_fire_where_they_are_drawn(tmp_path) -> None:
     """A kill lands after the drawn commit step; a second processor taking over leaves processor 0 fenced."""
     killed = run_inprocess_scenario(generate(10), tmp_path / "kill")

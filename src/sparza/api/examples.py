@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparza.api.graph import StreamApplication
+from sparza.api.graph import MessageStream, OutputDescriptor, StreamApplication
 from sparza.api.triggers import every
 from sparza.api.windows import WindowPane, Windows
 
@@ -36,6 +36,22 @@ def _cfg(app: StreamApplication, key: str, default: str) -> str:
 def _partitions(app: StreamApplication) -> int | None:
     value = app.config.get_int("app.example.partitions", None)
     return None if value is None else int(value)
+
+
+def _keyed_events(app: StreamApplication) -> MessageStream:
+    """``app.example.input`` (JSON, default ``delta.events``) repartitioned by ``key``: most examples' first stage."""
+    return (app.input(_cfg(app, "input", "delta.events"), serde="json")
+            .partition_by(lambda m: m["key"], "by-key", _partitions(app)))
+
+
+def _json_output(app: StreamApplication) -> OutputDescriptor:
+    """``app.example.output`` (default ``delta.out``) with JSON messages."""
+    return app.output(_cfg(app, "output", "delta.out"), serde="json")
+
+
+def _window_ms(app: StreamApplication) -> int:
+    """``app.example.window.ms`` (default 1000)."""
+    return int(_cfg(app, "window.ms", "1000"))
 
 
 def pane_to_json(pane: WindowPane) -> dict[str, Any]:
@@ -53,11 +69,10 @@ class RepartitionCount:
     def describe(self, app: StreamApplication) -> None:
         """Build the graph (``app.example.input`` / ``app.example.output``)."""
         events = app.input(_cfg(app, "input", "delta.events"), serde="json")
-        out = app.output(_cfg(app, "output", "delta.out"), serde="json")
         (events.filter(lambda m: int(m.get("n", 0)) >= 0)
          .partition_by(lambda m: m["key"], "by-key", _partitions(app))
          .map(lambda m: {**m, "seen": "stage2"})
-         .send_to(out))
+         .send_to(_json_output(app)))
 
 
 class WindowedCount:
@@ -65,13 +80,10 @@ class WindowedCount:
 
     def describe(self, app: StreamApplication) -> None:
         """Build the graph."""
-        size = int(_cfg(app, "window.ms", "1000"))
-        events = app.input(_cfg(app, "input", "delta.events"), serde="json")
-        out = app.output(_cfg(app, "output", "delta.out"), serde="json")
-        (events.partition_by(lambda m: m["key"], "by-key", _partitions(app))
-         .window(Windows.tumbling(size, lambda m: m["key"], [0, 0], _fold), name="counts")
+        (_keyed_events(app)
+         .window(Windows.tumbling(_window_ms(app), lambda m: m["key"], [0, 0], _fold), name="counts")
          .map(pane_to_json)
-         .send_to(out))
+         .send_to(_json_output(app)))
 
 
 class ThreeStageCount:
@@ -79,15 +91,12 @@ class ThreeStageCount:
 
     def describe(self, app: StreamApplication) -> None:
         """Build the graph."""
-        size = int(_cfg(app, "window.ms", "1000"))
-        events = app.input(_cfg(app, "input", "delta.events"), serde="json")
-        out = app.output(_cfg(app, "output", "delta.out"), serde="json")
-        (events.partition_by(lambda m: m["key"], "by-key", _partitions(app))
+        (_keyed_events(app)
          .map(lambda m: {**m, "bucket": f"b{sum(map(ord, m['key'])) % 3}"})
          .partition_by(lambda m: m["bucket"], "by-bucket", _partitions(app))
-         .window(Windows.tumbling(size, lambda m: m["bucket"], [0, 0], _fold), name="buckets")
+         .window(Windows.tumbling(_window_ms(app), lambda m: m["bucket"], [0, 0], _fold), name="buckets")
          .map(pane_to_json)
-         .send_to(out))
+         .send_to(_json_output(app)))
 
 
 def _fold_fields(message: dict[str, Any], acc: dict[str, int]) -> dict[str, int]:
@@ -105,16 +114,14 @@ class WindowedCountTable:
         """Build the graph."""
         import pyarrow as pa
 
-        size = int(_cfg(app, "window.ms", "1000"))
-        events = app.input(_cfg(app, "input", "delta.events"), serde="json")
         schema = pa.schema([pa.field("key", pa.string(), nullable=False),
                             pa.field("window_start", pa.timestamp("ms", tz="UTC"), nullable=False),
                             pa.field("window_end", pa.timestamp("ms", tz="UTC")),
                             pa.field("count", pa.int64()), pa.field("sum", pa.int64())])
         out = app.output(_cfg(app, "output", "delta.window_stats"), schema=schema, mode="upsert",
                          key=["key", "window_start"])
-        (events.partition_by(lambda m: m["key"], "by-key", _partitions(app))
-         .window(Windows.tumbling(size, lambda m: {"key": m["key"]}, {"count": 0, "sum": 0}, _fold_fields),
+        (_keyed_events(app)
+         .window(Windows.tumbling(_window_ms(app), lambda m: {"key": m["key"]}, {"count": 0, "sum": 0}, _fold_fields),
                  name="stats")
          .send_to(out))
 
@@ -129,13 +136,12 @@ class PaidOrders:
         """Build the graph."""
         orders = app.input(_cfg(app, "orders", "delta.orders"), serde="json")
         payments = app.input(_cfg(app, "payments", "delta.payments"), serde="json")
-        out = app.output(_cfg(app, "output", "delta.out"), serde="json")
         (orders.partition_by(lambda o: o["order"], "orders", _partitions(app))
          .join(payments.partition_by(lambda p: p["order"], "payments", _partitions(app)),
                lambda o: o["order"], lambda p: p["order"],
                lambda o, p: {"order": (o or p)["order"], "amount": o and o["amount"], "paid": p and p["paid"]},
                within=int(_cfg(app, "within.ms", "1000")), kind=_cfg(app, "join.kind", "inner"), name="paid")
-         .send_to(out))
+         .send_to(_json_output(app)))
 
 
 class KeySessions:
@@ -148,7 +154,6 @@ class KeySessions:
         """Build the graph."""
         import pyarrow as pa
 
-        events = app.input(_cfg(app, "input", "delta.events"), serde="json")
         schema = pa.schema([pa.field("key", pa.string(), nullable=False),
                             pa.field("window_start", pa.int64(), nullable=False), pa.field("window_end", pa.int64()),
                             pa.field("pane", pa.string()), pa.field("pane_index", pa.int64()),
@@ -159,7 +164,7 @@ class KeySessions:
                                   {"count": 0, "sum": 0}, _fold_fields,
                                   merge=lambda a, b: {"count": a["count"] + b["count"], "sum": a["sum"] + b["sum"]},
                                   allowed_lateness_ms=int(_cfg(app, "lateness.ms", "0")))
-        (events.partition_by(lambda m: m["key"], "by-key", _partitions(app))
+        (_keyed_events(app)
          .window(session, name="sessions")
          .send_to(out))
 
@@ -172,11 +177,10 @@ class EarlyCounts:
 
     def describe(self, app: StreamApplication) -> None:
         """Build the graph."""
-        spec = Windows.tumbling(int(_cfg(app, "window.ms", "1000")), lambda m: m["key"], [0, 0], _fold,
+        spec = Windows.tumbling(_window_ms(app), lambda m: m["key"], [0, 0], _fold,
                                 early=every(int(_cfg(app, "early.messages", "2"))),
                                 allowed_lateness_ms=int(_cfg(app, "lateness.ms", "0")))
-        events = app.input(_cfg(app, "input", "delta.events"), serde="json")
-        (events.partition_by(lambda m: m["key"], "by-key", _partitions(app))
+        (_keyed_events(app)
          .window(spec, name="early")
          .map(lambda pane: {**pane_to_json(pane), "pane": str(pane.pane), "index": pane.index})
-         .send_to(app.output(_cfg(app, "output", "delta.out"), serde="json")))
+         .send_to(_json_output(app)))

@@ -11,8 +11,21 @@ from __future__ import annotations
 from typing import Any
 
 from sparza.api.triggers import PaneKind, Trigger
+from sparza.api.windows import WindowPane
 
-__all__ = ["count_pane", "interval_pane", "record_pane"]
+__all__ = ["FIRED_KEY", "LATE_KEY", "FiresPanes", "count_pane", "interval_pane", "record_pane", "stored_progress"]
+
+FIRED_KEY = "m|fired"
+"""The store key of the watermark a window or session state last fired at."""
+LATE_KEY = "m|late"
+"""The store key of the count of late messages a window or session state dropped."""
+
+
+def stored_progress(store: Any) -> tuple[int | None, int]:
+    """``(fired, late)`` of a window or session state kept in ``store``: the watermark it last fired at (None
+    before the first) and the late messages it counted."""
+    fired = store.get(FIRED_KEY)
+    return (None if fired is None else int(fired)), int(store.get(LATE_KEY) or 0)
 
 
 def count_pane(entry: dict[str, Any], closed: bool, early: Trigger | None, late: Trigger | None) -> str | None:
@@ -52,6 +65,27 @@ def record_pane(entry: dict[str, Any], kind: str) -> int:
     elif kind == PaneKind.LATE:
         entry["l"] = entry.get("l", 0) + 1
     return index
+
+
+class FiresPanes:
+    """A window or session state whose triggers also fire panes between watermarks (on a message): they wait in
+    :attr:`panes` until :meth:`take_panes`, and its ``fire`` hands them out with :meth:`_fired_at`."""
+
+    store: Any
+    fired: int | None
+    panes: list[WindowPane]
+
+    def take_panes(self) -> list[WindowPane]:
+        """The panes fired since the last call (emptied)."""
+        panes, self.panes = self.panes, []
+        return panes
+
+    def _fired_at(self, watermark: int, puts: dict[str, Any]) -> list[WindowPane]:
+        """Write ``puts`` and ``watermark`` as the last one fired in one store call; the panes fired since the
+        last take."""
+        self.fired = watermark
+        self.store.put_all({**puts, FIRED_KEY: watermark})
+        return self.take_panes()
 
 
 _EVERY_LATE = Trigger(messages=1)

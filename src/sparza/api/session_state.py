@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sparza.api.panes import count_pane, interval_pane, record_pane
+from sparza.api.panes import FIRED_KEY, LATE_KEY, FiresPanes, count_pane, interval_pane, record_pane, stored_progress
 from sparza.api.triggers import PaneKind
 from sparza.api.window_state import window_key_text
 from sparza.api.windows import SessionSpec, WindowPane
@@ -40,8 +40,8 @@ from sparza.api.windows import SessionSpec, WindowPane
 __all__ = ["SessionState"]
 
 _OFFSET = 1 << 62
-_FIRED = "m|fired"
-_LATE = "m|late"
+_FIRED = FIRED_KEY
+_LATE = LATE_KEY
 _SEQ = "m|seq"
 _CACHE_LIMIT = 65_536  # keys whose sessions are kept in memory; past it the cache starts over
 
@@ -54,16 +54,14 @@ def _ms(text: str) -> int:
     return int(text) - _OFFSET
 
 
-class SessionState:
+class SessionState(FiresPanes):
     """The sessions of one session-window operator, kept in ``store`` (string keys, JSON values). The panes a
     message fires (retractions, trigger firings) are in :attr:`panes` after :meth:`add`."""
 
     def __init__(self, spec: SessionSpec, store: Any) -> None:
         self.spec = spec
         self.store = store
-        fired = store.get(_FIRED)
-        self.fired: int | None = None if fired is None else int(fired)
-        self.late = int(store.get(_LATE) or 0)
+        self.fired, self.late = stored_progress(store)
         self.seq = int(store.get(_SEQ) or 0)
         self.gap = spec.gap_ms
         self.lateness = spec.allowed_lateness_ms
@@ -149,11 +147,6 @@ class SessionState:
         index = record_pane(entry, kind)
         self.panes.append(WindowPane(key, start, entry["end"], value, kind, index))
 
-    def take_panes(self) -> list[WindowPane]:
-        """The panes fired since the last call (emptied)."""
-        panes, self.panes = self.panes, []
-        return panes
-
     # --- time -------------------------------------------------------------------------------------------
     @staticmethod
     def _parse_index(skey: str) -> tuple[int, str, int]:
@@ -214,9 +207,7 @@ class SessionState:
             if kind is not None:
                 self._pane(self._key(key_text), start, entry, kind)
                 puts[skey] = entry
-        self.fired = watermark
-        store.put_all({**puts, _FIRED: watermark})
-        return self.take_panes()
+        return self._fired_at(watermark, puts)
 
     def flush(self) -> list[WindowPane]:
         """At end-of-stream: the on-time pane of every open session and the late pane of kept sessions with

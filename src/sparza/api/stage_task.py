@@ -21,10 +21,11 @@ from typing import Any
 
 from sparza.api.graph import ApiError, OpKind, OpSpec
 from sparza.api.join_state import JoinState
+from sparza.api.panes import FiresPanes
 from sparza.api.session_state import SessionState
 from sparza.api.stage_plan import APP_STAGE_KEY, build_application, intermediate_streams
 from sparza.api.stage_split import StageSpec, split_stages, watermark_holdbacks
-from sparza.api.window_state import TriggeredWindowState, WindowState, window_state
+from sparza.api.window_state import WindowState, window_state
 from sparza.api.windows import SessionSpec, WindowError, WindowPane
 from sparza.control.settings import ControlSettings, LatePolicy
 from sparza.errors import SerdeError, payload_preview
@@ -388,7 +389,7 @@ class StageTask:
                                   f"timestamps or pass timestamp_fn")
             return ts if ts.__class__ is int else int(ts)
 
-        if not isinstance(state, (TriggeredWindowState, SessionState)):
+        if not isinstance(state, FiresPanes):
             # The plain one-firing window: no panes to take between messages.
             def emit_window(value: Any, key: Any, timestamp: Any) -> None:
                 ts = timestamp_fn(value) if timestamp_fn is not None else timestamp
@@ -505,15 +506,20 @@ class StageTask:
         assert self.stage is not None
         return [op for op in self.stage.ops if op.id in self._windows or op.id in self._joins]
 
+    def _stateful_ops_for(self, collector: MessageCollector, coordinator: TaskCoordinator) -> list[OpSpec]:
+        """:meth:`_stateful_ops`, once what they emit goes to ``collector`` and ``coordinator`` (a new collector
+        begins a new batch): what every control call (watermark, end-of-stream, drain) starts with."""
+        if collector is not self._collector:
+            self._begin_batch(collector)
+        self._coordinator = coordinator
+        return self._stateful_ops()
+
     def on_watermark(self, watermark_ms: int, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
         """Fire every window whose end its watermark reached and drop what joins can no longer match, upstream
         operators first; each sees the task watermark less its holdback (see the module docstring)."""
         if self.stage is None:
             return
-        if collector is not self._collector:
-            self._begin_batch(collector)
-        self._coordinator = coordinator
-        for op in self._stateful_ops():
+        for op in self._stateful_ops_for(collector, coordinator):
             watermark = watermark_ms - self._holdbacks.get(op.id, 0)
             if op.id in self._joins:
                 self._emit_outputs(op, self._joins[op.id].expire(watermark))
@@ -525,10 +531,7 @@ class StageTask:
         if self._ended or self.stage is None:
             return
         self._ended = True
-        if collector is not self._collector:
-            self._begin_batch(collector)
-        self._coordinator = coordinator
-        for op in self._stateful_ops():
+        for op in self._stateful_ops_for(collector, coordinator):
             if op.id in self._joins:
                 self._emit_outputs(op, self._joins[op.id].flush())
             else:
@@ -541,10 +544,7 @@ class StageTask:
         operators first, so the next version of the job starts clean."""
         if self.stage is None:
             return
-        if collector is not self._collector:
-            self._begin_batch(collector)
-        self._coordinator = coordinator
-        for op in self._stateful_ops():
+        for op in self._stateful_ops_for(collector, coordinator):
             if op.id in self._joins:
                 join = self._joins[op.id]
                 if join.spec.on_drain == "emit":

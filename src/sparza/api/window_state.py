@@ -16,15 +16,15 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from sparza.api.panes import count_pane, interval_pane, record_pane
+from sparza.api.panes import FIRED_KEY, LATE_KEY, FiresPanes, count_pane, interval_pane, record_pane, stored_progress
 from sparza.api.triggers import PaneKind
 from sparza.api.windows import WindowPane, WindowSpec
 
 __all__ = ["TriggeredWindowState", "WindowState", "window_key_text", "window_state"]
 
 _OFFSET = 1 << 62  # shifts negative epoch-ms into the padded range, so ordering holds for them too
-_FIRED = "m|fired"
-_LATE = "m|late"
+_FIRED = FIRED_KEY
+_LATE = LATE_KEY
 
 
 def _t(ms: int) -> str:
@@ -62,9 +62,7 @@ class WindowState:
     def __init__(self, spec: WindowSpec, store: Any) -> None:
         self.spec = spec
         self.store = store
-        fired = store.get(_FIRED)
-        self.fired: int | None = None if fired is None else int(fired)
-        self.late = int(store.get(_LATE) or 0)
+        self.fired, self.late = stored_progress(store)
         self._fresh = _fresh_accumulator(spec)
         self._tumbling = spec.slide_ms == spec.size_ms
         # Memos of the store key's parts (the same few keys and windows recur message after message).
@@ -119,11 +117,16 @@ class WindowState:
             entry = store.get(skey)
             acc = self._fresh() if entry is None else entry["a"]
             puts[skey] = {"a": spec.fold(message, acc)}
+        return self._write_add(puts, late)
+
+    def _write_add(self, puts: dict[str, Any], late: bool) -> bool:
+        """Write what :meth:`add` changed in one store call, with the late count when the message was late;
+        returns ``late``."""
         if late:
             self.late += 1
             puts[_LATE] = self.late
         if puts:
-            store.put_all(puts)
+            self.store.put_all(puts)
         return late
 
     def _key_of(self, text: str) -> Any:
@@ -159,7 +162,7 @@ class WindowState:
         return [pane for _, pane in fired]
 
 
-class TriggeredWindowState(WindowState):
+class TriggeredWindowState(WindowState, FiresPanes):
     """Windows with early/late triggers or an allowed lateness (see the module docstring and
     :mod:`sparza.api.triggers`). :meth:`add` returns, as the plain state does, whether the message was
     dropped from one of its windows as too late; the panes its triggers fired meanwhile are in
@@ -194,21 +197,11 @@ class TriggeredWindowState(WindowState):
             if kind is not None:
                 self._pane(key, start, entry, kind)
             puts[skey] = entry
-        if late:
-            self.late += 1
-            puts[_LATE] = self.late
-        if puts:
-            store.put_all(puts)
-        return late
+        return self._write_add(puts, late)
 
     def _pane(self, key: Any, start: int, entry: dict[str, Any], kind: str) -> None:
         index = record_pane(entry, kind)
         self.panes.append(WindowPane(key, start, start + self.spec.size_ms, entry["a"], kind, index))
-
-    def take_panes(self) -> list[WindowPane]:
-        """The panes triggers fired since the last call (emptied)."""
-        panes, self.panes = self.panes, []
-        return panes
 
     def fire(self, watermark: int) -> list[WindowPane]:
         """Early panes of open windows whose interval the watermark crossed, on-time panes of windows it
@@ -254,9 +247,7 @@ class TriggeredWindowState(WindowState):
             if kind is not None:
                 self._pane(self._key_of(key_json), start, entry, kind)
                 puts[skey] = entry
-        self.fired = watermark
-        store.put_all({**puts, _FIRED: watermark})
-        return self.take_panes()
+        return self._fired_at(watermark, puts)
 
     def flush(self) -> list[WindowPane]:
         """At end-of-stream: the on-time panes of every open window and the late panes of kept windows with

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -77,10 +77,16 @@ def _triggers(early: Any, late: Any, allowed_lateness_ms: Any, what: str) -> tup
     return early_trigger, late_trigger, lateness
 
 
+@dataclass(frozen=True, slots=True)
 class _Triggered:
-    """Samza's trigger setters, shared by both spec kinds (each returns a new spec)."""
+    """What both spec kinds share: the event time of a message (``timestamp_fn``, default the message's
+    timestamp), the triggers and the allowed lateness (keyword-only fields, after each kind's own), and
+    Samza's trigger setters (each returns a new spec)."""
 
-    __slots__ = ()
+    timestamp_fn: Callable[[Any], int] | None = field(default=None, kw_only=True)
+    early: Trigger | None = field(default=None, kw_only=True)
+    late: Trigger | None = field(default=None, kw_only=True)
+    allowed_lateness_ms: int = field(default=0, kw_only=True)
 
     def setEarlyTrigger(self, trigger: Trigger) -> Any:
         """This window with early firings ``trigger`` (Samza's ``Window.setEarlyTrigger``)."""
@@ -92,18 +98,16 @@ class _Triggered:
 
     def with_triggers(self, *, early: Any = ..., late: Any = ..., allowed_lateness_ms: Any = ...) -> Any:
         """A copy with some of ``early``, ``late`` and ``allowed_lateness_ms`` replaced."""
-        current: Any = self
-        early_value = current.early if early is ... else early
-        late_value = current.late if late is ... else late
-        lateness = current.allowed_lateness_ms if allowed_lateness_ms is ... else allowed_lateness_ms
+        early_value = self.early if early is ... else early
+        late_value = self.late if late is ... else late
+        lateness = self.allowed_lateness_ms if allowed_lateness_ms is ... else allowed_lateness_ms
         e, lt, ms = _triggers(early_value, late_value, lateness, type(self).__name__)
-        return replace(current, early=e, late=lt, allowed_lateness_ms=ms)
+        return replace(self, early=e, late=lt, allowed_lateness_ms=ms)
 
     @property
     def triggered(self) -> bool:
         """True when the window may fire more than once (a trigger or an allowed lateness)."""
-        current: Any = self
-        return current.early is not None or current.late is not None or current.allowed_lateness_ms > 0
+        return self.early is not None or self.late is not None or self.allowed_lateness_ms > 0
 
     def initial(self) -> Any:
         """A fresh accumulator: ``init()`` when callable, else a deep copy of ``init``."""
@@ -120,10 +124,6 @@ class WindowSpec(_Triggered):
     key_fn: Callable[[Any], Any]
     init: Any
     fold: Callable[[Any, Any], Any]
-    timestamp_fn: Callable[[Any], int] | None = None
-    early: Trigger | None = None
-    late: Trigger | None = None
-    allowed_lateness_ms: int = 0
 
     @property
     def kind(self) -> str:
@@ -153,10 +153,6 @@ class SessionSpec(_Triggered):
     init: Any
     fold: Callable[[Any, Any], Any]
     merge: Callable[[Any, Any], Any] | None = None
-    timestamp_fn: Callable[[Any], int] | None = None
-    early: Trigger | None = None
-    late: Trigger | None = None
-    allowed_lateness_ms: int = 0
 
     @property
     def kind(self) -> str:
@@ -178,7 +174,8 @@ class Windows:
         """Back-to-back windows of ``size_ms``; each message is in exactly one."""
         size = _ms(size_ms, "window size", 1)
         e, lt, ms = _triggers(early, late, allowed_lateness_ms, "Windows.tumbling")
-        return WindowSpec(size, size, key_fn, init, fold, timestamp_fn, e, lt, ms)
+        return WindowSpec(size, size, key_fn, init, fold, timestamp_fn=timestamp_fn, early=e, late=lt,
+                          allowed_lateness_ms=ms)
 
     @staticmethod
     def sliding(size_ms: int | timedelta, slide_ms: int | timedelta, key_fn: Callable[[Any], Any], init: Any,
@@ -190,7 +187,8 @@ class Windows:
         if slide > size:
             raise WindowError(f"slide ({slide} ms) larger than size ({size} ms) would skip messages")
         e, lt, ms = _triggers(early, late, allowed_lateness_ms, "Windows.sliding")
-        return WindowSpec(size, slide, key_fn, init, fold, timestamp_fn, e, lt, ms)
+        return WindowSpec(size, slide, key_fn, init, fold, timestamp_fn=timestamp_fn, early=e, late=lt,
+                          allowed_lateness_ms=ms)
 
     @staticmethod
     def session(gap_ms: int | timedelta, key_fn: Callable[[Any], Any], init: Any, fold: Callable[[Any, Any], Any],
@@ -208,7 +206,8 @@ class Windows:
             raise WindowError(f"Windows.session: gap must be > 0 ms, got {gap_ms!r}; give the event-time pause "
                               f"after which a key's session ends (e.g. timedelta(minutes=30))")
         e, lt, ms = _triggers(early, late, allowed_lateness_ms, "Windows.session")
-        return SessionSpec(gap, key_fn, init, fold, merge, timestamp_fn, e, lt, ms)
+        return SessionSpec(gap, key_fn, init, fold, merge, timestamp_fn=timestamp_fn, early=e, late=lt,
+                           allowed_lateness_ms=ms)
 
     # --- Samza's spellings -------------------------------------------------------------------------
     @staticmethod

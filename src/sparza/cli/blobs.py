@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from sparza.azure import StorageAccount, resolve_storage_account
 from sparza.cli._help import SparzaTyper
-from sparza.config import Config
-from sparza.systems.azureblob.client import BlobStorage
-from sparza.systems.azureblob.errors import AzureBlobError
-from sparza.systems.azureblob.naming import MANIFEST_PREFIX
-from sparza.systems.azureblob.reading import decode_blob, to_json_line
+
+if TYPE_CHECKING:
+    from sparza.azure import StorageAccount
+
+# The Azure SDK and the blob readers are imported by the commands that use them: every `sparza` command loads
+# this module, and most never touch a blob.
 
 __all__ = ["app", "register"]
 
@@ -32,6 +33,9 @@ _CONN = typer.Option(None, "--connection-string", envvar="AZURE_STORAGE_CONNECTI
 
 
 def _account(container: str, config: Path | None, connection_string: str | None) -> StorageAccount:
+    from sparza.azure import StorageAccount, resolve_storage_account
+    from sparza.config import Config
+
     if connection_string:
         return StorageAccount.from_connection_string(connection_string, source="--connection-string")
     cfg = Config.load(config) if config is not None else Config()
@@ -44,6 +48,9 @@ def ls(container: str = typer.Argument(..., help="The container (the system name
        config: Path | None = _CONFIG, connection_string: str | None = _CONN,
        show_all: bool = typer.Option(False, "--all", help="Include the Spark sink's commit manifests.")) -> None:
     """One line per committed blob: name, size in bytes, records (from its metadata)."""
+    from sparza.systems.azureblob.errors import AzureBlobError
+    from sparza.systems.azureblob.naming import MANIFEST_PREFIX
+
     account = _account(container, config, connection_string)
     client = account.blob_service_client().get_container_client(container)
     try:
@@ -68,6 +75,10 @@ def cat(container: str = typer.Argument(..., help="The container (the system nam
         name: str = typer.Argument(..., help="The blob name, as 'sparza blobs ls' prints it."),
         config: Path | None = _CONFIG, connection_string: str | None = _CONN) -> None:
     """Print a blob's records as JSON lines (Avro and JSON-lines blobs, gzip or not); raw blobs as is."""
+    from sparza.systems.azureblob.client import BlobStorage
+    from sparza.systems.azureblob.errors import AzureBlobError
+    from sparza.systems.azureblob.reading import decode_blob, to_json_line
+
     account = _account(container, config, connection_string)
     data = BlobStorage(account.blob_service_client(), container).download(name)
     if data is None:

@@ -5,12 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from sparza.cli._help import SparzaTyper
-from sparza.config import Config
-from sparza.coordination.status import read_status
 
 __all__ = ["app", "register"]
 
@@ -23,6 +19,14 @@ def status(config: Path = typer.Option(..., "--config", "-c", metavar="FILE",
                                        help="The job's config file (YAML or .properties)."),
            ) -> None:
     """Show the leader, each processor's last heartbeat, the job-model version, barrier and assignment."""
+    # Imported here, not with the module: every `sparza` command loads this module, and the coordination
+    # package brings the Azure SDK with it.
+    from rich.console import Console
+    from rich.table import Table
+
+    from sparza.config import Config
+    from sparza.coordination.status import read_status
+
     cfg = Config.load(config)
     st = read_status(cfg)
     out = Console(highlight=False, width=None if Console().is_terminal else 200)

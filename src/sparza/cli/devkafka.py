@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from sparza.cli._devserver import add_stop_and_status
 from sparza.cli._help import SparzaTyper
-from sparza.devservers.kafka import DevKafka
+from sparza.devservers.kafka import DevKafka, TansuProcess
 
 __all__ = ["app", "register"]
 
@@ -18,26 +19,18 @@ def start(port: int = typer.Option(0, metavar="PORT", help="Listener port (0: a 
     """Start the broker (or report the running one) and print its bootstrap servers."""
     proc, started = DevKafka.default().start(port=port)
     state = "started" if started else "already running"
-    typer.echo(f"dev kafka {state}: pid {proc.pid}, bootstrap servers {proc.bootstrap_servers}")
+    typer.echo(f"dev kafka {state}: {_where(proc)}")
     typer.echo(f"config: systems.<s>.samza.factory: kafka, systems.<s>.consumer.bootstrap.servers: "
                f"{proc.bootstrap_servers}  (topics live in memory until 'sparza dev-kafka stop')")
 
 
-@app.command()
-def stop() -> None:
-    """Stop the running broker (its topics are lost: it keeps them in memory)."""
-    stopped = DevKafka.default().stop()
-    typer.echo("dev kafka stopped" if stopped else "dev kafka was not running")
+def _where(proc: TansuProcess) -> str:
+    return f"pid {proc.pid}, bootstrap servers {proc.bootstrap_servers}"
 
 
-@app.command()
-def status() -> None:
-    """Say whether the broker runs, and where. Exit code 1 when it does not."""
-    proc = DevKafka.default().status()
-    if proc is None:
-        typer.echo("dev kafka is not running (start it with 'sparza dev-kafka start')")
-        raise typer.Exit(1)
-    typer.echo(f"dev kafka running: pid {proc.pid}, bootstrap servers {proc.bootstrap_servers}")
+add_stop_and_status(app, name="dev kafka", command="dev-kafka", server=DevKafka.default, where=_where,
+                    stop_help="Stop the running broker (its topics are lost: it keeps them in memory).",
+                    status_help="Say whether the broker runs, and where. Exit code 1 when it does not.")
 
 
 def register(root: typer.Typer) -> None:

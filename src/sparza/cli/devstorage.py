@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from sparza.cli._devserver import add_stop_and_status
 from sparza.cli._help import SparzaTyper
-from sparza.devservers.storage import DevStorage
+from sparza.devservers.storage import AzuriteProcess, DevStorage
 
 __all__ = ["app", "register"]
 
@@ -19,29 +20,19 @@ def start(blob_port: int = typer.Option(0, metavar="PORT", help="Blob port (0: a
     """Start Azurite (or report the running one) and print its connection string."""
     proc, started = DevStorage.default().start(blob_port=blob_port, table_port=table_port)
     state = "started" if started else "already running"
-    typer.echo(f"dev storage {state}: pid {proc.pid}, blob 127.0.0.1:{proc.blob_port}, "
-               f"table 127.0.0.1:{proc.table_port}")
+    typer.echo(f"dev storage {state}: {_where(proc)}")
     typer.echo("connection string (Azurite's public development key):")
     typer.echo(proc.connection_string)
 
 
-@app.command()
-def stop() -> None:
-    """Stop the running Azurite and free its ports."""
-    stopped = DevStorage.default().stop()
-    typer.echo("dev storage stopped" if stopped else "dev storage was not running")
+def _where(proc: AzuriteProcess) -> str:
+    return f"pid {proc.pid}, blob 127.0.0.1:{proc.blob_port}, table 127.0.0.1:{proc.table_port}"
 
 
-@app.command()
-def status() -> None:
-    """Say whether Azurite runs, and where. Exit code 1 when it does not."""
-    proc = DevStorage.default().status()
-    if proc is None:
-        typer.echo("dev storage is not running (start it with 'sparza dev-storage start')")
-        raise typer.Exit(1)
-    typer.echo(f"dev storage running: pid {proc.pid}, blob 127.0.0.1:{proc.blob_port}, "
-               f"table 127.0.0.1:{proc.table_port}")
-    typer.echo(proc.connection_string)
+add_stop_and_status(app, name="dev storage", command="dev-storage", server=DevStorage.default,
+                    where=lambda proc: f"{_where(proc)}\n{proc.connection_string}",
+                    stop_help="Stop the running Azurite and free its ports.",
+                    status_help="Say whether Azurite runs, and where. Exit code 1 when it does not.")
 
 
 def register(root: typer.Typer) -> None:

@@ -17,6 +17,7 @@ from sparza.config.core import (
     defined_checks,
     defined_keys,
     is_secret_key,
+    parse_bool,
     parse_byte_size,
     parse_duration_ms,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "defined_checks",
     "defined_keys",
     "is_secret_key",
+    "parse_bool",
     "parse_byte_size",
     "parse_duration_ms",
 ]

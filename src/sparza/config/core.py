@@ -28,6 +28,7 @@ __all__ = [
     "defined_checks",
     "defined_keys",
     "is_secret_key",
+    "parse_bool",
     "parse_byte_size",
     "parse_duration_ms",
 ]
@@ -67,6 +68,19 @@ def parse_byte_size(text: str) -> int:
     if not match or match.group(2).lower() not in _SIZE_UNITS:
         raise ValueError(f"not a byte size: {text!r}")
     return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+
+
+def parse_bool(text: str) -> bool:
+    """Parse ``true``/``false`` (also yes/no, 1/0, on/off, any case, surrounding blanks ignored).
+
+    Raises ``ValueError`` for anything else.
+    """
+    lowered = text.strip().lower()
+    if lowered in ("true", "yes", "1", "on"):
+        return True
+    if lowered in ("false", "no", "0", "off"):
+        return False
+    raise ValueError(text)
 
 
 def parse_duration_ms(text: str) -> int:
@@ -252,17 +266,8 @@ class Config(Mapping[str, str]):
         return self._parse(key, default, "a number", lambda raw: float(raw.strip()))
 
     def get_bool(self, key: str, default: Any = _MISSING) -> Any:
-        """``true``/``false`` (also yes/no, 1/0, on/off, any case)."""
-
-        def parse(raw: str) -> bool:
-            lowered = raw.strip().lower()
-            if lowered in ("true", "yes", "1", "on"):
-                return True
-            if lowered in ("false", "no", "0", "off"):
-                return False
-            raise ValueError(raw)
-
-        return self._parse(key, default, "true or false", parse)
+        """``true``/``false`` (also yes/no, 1/0, on/off, any case): :func:`parse_bool`."""
+        return self._parse(key, default, "true or false", parse_bool)
 
     def get_list(self, key: str, default: Any = _MISSING) -> Any:
         """A comma-separated list, items stripped and empty items dropped."""

@@ -7,17 +7,29 @@ and callers match them with :func:`sparza.azure.error_code` instead of parsing m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+from azure.core.exceptions import ResourceExistsError
+
 from sparza.azure import StorageAccount, storage_unavailable
 
-__all__ = ["blob_service", "storage_call", "table_service"]
+__all__ = ["blob_service", "create_if_missing", "storage_call", "table_service"]
 
 
 def storage_call(what: str) -> AbstractContextManager[None]:
     """Run one storage request; a transport failure becomes :class:`StorageUnavailableError` naming ``what``."""
     return storage_unavailable(lambda exc: f"storage unreachable during {what}: {type(exc).__name__}: {exc}")
+
+
+def create_if_missing(what: str, create: Callable[[], object]) -> None:
+    """``create()`` a container or table (``what`` names it in errors); one that exists already is fine."""
+    with storage_call(f"create {what}"):
+        try:
+            create()
+        except ResourceExistsError:
+            pass
 
 
 def blob_service(account: StorageAccount, timeout_ms: int) -> Any:

@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from azure.core.exceptions import ResourceExistsError
-
 from sparza.azure import StorageAccount
-from sparza.coordination._azure import blob_service, storage_call, table_service
+from sparza.coordination._azure import blob_service, create_if_missing, table_service
 from sparza.coordination.naming import CoordinationResources
 from sparza.coordination.settings import CoordinationConfig
 from sparza.coordination.store import JobModelStore
@@ -37,11 +35,7 @@ class CoordinationClients:
 
     def ensure(self) -> None:
         """Create the container and the table if missing (idempotent)."""
-        with storage_call(f"create container {self.resources.container}"):
-            try:
-                self.container.create_container()
-            except ResourceExistsError:
-                pass
+        create_if_missing(f"container {self.resources.container}", self.container.create_container)
         self.table.ensure()
 
     def blob(self, name: str) -> Any:

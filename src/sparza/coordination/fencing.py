@@ -18,7 +18,7 @@ comparison is ours, so it does not depend on emulator lease behaviour.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from azure.core import MatchConditions
@@ -96,27 +96,19 @@ def write_fenced(blob_client: Any, data: bytes, generation: int, processor_id: s
     generation is newer, else writes conditional on that ETag (or on absence). A concurrent write
     makes the condition fail and the check runs again.
     """
-    name = str(blob_client.blob_name)
     metadata = {GENERATION_KEY: str(generation), OWNER_KEY: processor_id}
-    for _ in range(_ATTEMPTS):
-        stored, etag = stored_generation(blob_client)
-        if stored > generation:
-            raise FencedError(name, processor_id, generation, stored, "the stored object has a newer generation")
-        try:
-            with storage_call(f"write {name}"):
-                if etag is None:
-                    result = blob_client.upload_blob(data, overwrite=False, metadata=metadata)
-                else:
-                    result = blob_client.upload_blob(data, overwrite=True, metadata=metadata, etag=etag,
-                                                     match_condition=MatchConditions.IfNotModified)
-            return str(result["etag"])
-        except ResourceExistsError:
-            continue
-        except HttpResponseError as exc:
-            if exc.status_code in (409, 412):
-                continue
-            raise
-    raise StoreConflictError(name, _ATTEMPTS)
+
+    def upload(etag: str | None) -> str:
+        if etag is None:
+            result = blob_client.upload_blob(data, overwrite=False, metadata=metadata)
+        else:
+            result = blob_client.upload_blob(data, overwrite=True, metadata=metadata, etag=etag,
+                                             match_condition=MatchConditions.IfNotModified)
+        return str(result["etag"])
+
+    etag = _unless_newer(blob_client, generation, processor_id, "write", upload, missing_ok=True)
+    assert etag is not None  # upload() returns one
+    return etag
 
 
 def claim(blob_client: Any, generation: int, processor_id: str) -> None:
@@ -126,18 +118,31 @@ def claim(blob_client: Any, generation: int, processor_id: str) -> None:
     is refused. A missing blob is left missing (the first :func:`write_fenced` creates it). Raises
     :class:`FencedError` when the object already carries a newer generation.
     """
+    def stamp(etag: str | None) -> None:
+        blob_client.set_blob_metadata({GENERATION_KEY: str(generation), OWNER_KEY: processor_id},
+                                      etag=etag, match_condition=MatchConditions.IfNotModified)
+
+    _unless_newer(blob_client, generation, processor_id, "claim", stamp, missing_ok=False)
+
+
+def _unless_newer(blob_client: Any, generation: int, processor_id: str, verb: str,
+                  change: Callable[[str | None], str | None], *, missing_ok: bool) -> str | None:
+    """``change(etag)`` of the stored object, conditional on the ``etag`` just read, unless that object carries
+    a newer generation (:class:`FencedError`); read and try again when a concurrent writer got in between
+    (:class:`StoreConflictError` after ``_ATTEMPTS`` tries). A missing object (``etag`` None) is changed only
+    when ``missing_ok``, else left missing (None)."""
     name = str(blob_client.blob_name)
     for _ in range(_ATTEMPTS):
         stored, etag = stored_generation(blob_client)
-        if etag is None:
-            return
+        if etag is None and not missing_ok:
+            return None
         if stored > generation:
             raise FencedError(name, processor_id, generation, stored, "the stored object has a newer generation")
         try:
-            with storage_call(f"claim {name}"):
-                blob_client.set_blob_metadata({GENERATION_KEY: str(generation), OWNER_KEY: processor_id},
-                                              etag=etag, match_condition=MatchConditions.IfNotModified)
-            return
+            with storage_call(f"{verb} {name}"):
+                return change(etag)
+        except ResourceExistsError:
+            continue
         except HttpResponseError as exc:
             if exc.status_code in (409, 412):
                 continue

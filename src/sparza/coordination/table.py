@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
+from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
-from sparza.coordination._azure import storage_call
+from sparza.coordination._azure import create_if_missing, storage_call
 
 __all__ = ["UNASSIGNED", "ProcessorEntity", "ProcessorTable", "live_processors", "version_key"]
 
@@ -65,11 +65,7 @@ class ProcessorTable:
 
     def ensure(self) -> None:
         """Create the table if missing."""
-        with storage_call(f"create table {self.name}"):
-            try:
-                self._table.create_table()
-            except ResourceExistsError:
-                pass
+        create_if_missing(f"table {self.name}", self._table.create_table)
 
     def heartbeat(self, partition: str, processor_id: str, is_leader: bool) -> None:
         """Write the row (creating it if needed) so the service stamps a new ``Timestamp``."""

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sparza.devservers.processes import LocalServerProcess, PersistentServer
 from sparza.errors import SparzaError
-from sparza.host import free_port
 
 __all__ = ["DevKafka", "TansuNotInstalledError", "TansuProcess", "find_tansu"]
 
@@ -58,15 +56,9 @@ class TansuProcess(LocalServerProcess):
 
     LOG_NAME = "tansu.log"
     PROGRAM = "Tansu"
+    PORT_FIELDS = ("port",)
 
-    data_dir: Path
     port: int = 0
-    pid: int | None = None
-    _proc: subprocess.Popen[bytes] | None = None
-
-    def __post_init__(self) -> None:
-        self.data_dir = Path(self.data_dir)
-        self.port = self.port or free_port()
 
     @property
     def bootstrap_servers(self) -> str:

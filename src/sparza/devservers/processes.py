@@ -17,11 +17,12 @@ import subprocess
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
 from sparza.errors import StorageUnavailableError
-from sparza.host import pid_alive, port_open, sparza_home
+from sparza.host import free_port, pid_alive, port_open, sparza_home
 
 __all__ = ["LocalServerProcess", "PersistentServer"]
 
@@ -45,18 +46,26 @@ def _terminate(pid: int, timeout_s: float) -> None:
             time.sleep(0.05)
 
 
+@dataclass
 class LocalServerProcess:
-    """Start, probe, check and stop one local server (mixed into the dataclasses that describe one).
+    """Start, probe, check and stop one local server (the base of the dataclasses that describe one).
 
-    The class using it has ``data_dir``, ``pid`` and ``_proc`` attributes, names its log file in
-    ``LOG_NAME`` and its program in ``PROGRAM``, and lists its ports in :meth:`ports`.
+    A subclass names its log file in ``LOG_NAME``, its program in ``PROGRAM`` and its port fields in
+    ``PORT_FIELDS`` (each 0 at construction is given a free port), and lists the ports to wait for in
+    :meth:`ports`. ``pid`` is keyword-only: it names a server started earlier (by another process).
     """
 
-    LOG_NAME = "server.log"
-    PROGRAM = "the server"
+    LOG_NAME: ClassVar[str] = "server.log"
+    PROGRAM: ClassVar[str] = "the server"
+    PORT_FIELDS: ClassVar[tuple[str, ...]] = ()
     data_dir: Path
-    pid: int | None
-    _proc: subprocess.Popen[bytes] | None
+    pid: int | None = field(default=None, kw_only=True)
+    _proc: subprocess.Popen[bytes] | None = field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        for name in self.PORT_FIELDS:
+            setattr(self, name, getattr(self, name) or free_port())
 
     def ports(self) -> tuple[int, ...]:
         """The ports the server listens on (stop waits until they are free)."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import sys
 import sysconfig
 from collections.abc import Mapping
@@ -15,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparza.devservers.processes import LocalServerProcess
-from sparza.host import free_port
 
 __all__ = ["SparkConnectServer", "executor_python", "spark_env", "spark_home"]
 
@@ -63,19 +61,13 @@ class SparkConnectServer(LocalServerProcess):
 
     LOG_NAME = "connect-server.log"
     PROGRAM = "the Spark Connect server"
+    PORT_FIELDS = ("port",)
 
-    data_dir: Path
     port: int = 0
     master: str = "local[2,4]"
     python: str | None = None
     event_log: bool = False
     conf: Mapping[str, str] = field(default_factory=dict)
-    pid: int | None = None
-    _proc: subprocess.Popen[bytes] | None = None
-
-    def __post_init__(self) -> None:
-        self.data_dir = Path(self.data_dir)
-        self.port = self.port or free_port()
 
     @property
     def url(self) -> str:

@@ -54,17 +54,11 @@ def _spark_class() -> str:
 class _SparkDaemon(LocalServerProcess):
     """What the master and a worker share: a dir, an environment, an RPC port and a web UI port."""
 
-    data_dir: Path
+    PORT_FIELDS = ("port", "webui_port")
+
     env: Mapping[str, str] = field(default_factory=dict, repr=False)  # the environment may hold secrets
     port: int = 0
     webui_port: int = 0
-    pid: int | None = None
-    _proc: subprocess.Popen[bytes] | None = None
-
-    def __post_init__(self) -> None:
-        self.data_dir = Path(self.data_dir)
-        self.port = self.port or free_port()
-        self.webui_port = self.webui_port or free_port()
 
     def ports(self) -> tuple[int, ...]:
         """The RPC and web UI ports."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ from sparza.azure.account import AZURITE_ACCOUNT_NAME, StorageAccount
 from sparza.azure.local import DEV_STORAGE_DIR, EmulatorRecord
 from sparza.devservers.processes import LocalServerProcess, PersistentServer
 from sparza.errors import SparzaError
-from sparza.host import free_port
 
 __all__ = ["AzuriteNotInstalledError", "AzuriteProcess", "DevStorage", "find_azurite"]
 
@@ -59,19 +57,11 @@ class AzuriteProcess(LocalServerProcess):
 
     LOG_NAME = "azurite.log"
     PROGRAM = "Azurite"
+    PORT_FIELDS = ("blob_port", "table_port", "queue_port")
 
-    data_dir: Path
     blob_port: int = 0
     table_port: int = 0
     queue_port: int = 0
-    pid: int | None = None
-    _proc: subprocess.Popen[bytes] | None = None
-
-    def __post_init__(self) -> None:
-        self.data_dir = Path(self.data_dir)
-        self.blob_port = self.blob_port or free_port()
-        self.table_port = self.table_port or free_port()
-        self.queue_port = self.queue_port or free_port()
 
     @property
     def account(self) -> StorageAccount:

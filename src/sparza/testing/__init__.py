@@ -83,6 +83,10 @@ def local_spark_session(master: str = "local[2]", app_name: str = "sparza-test",
                .config("spark.sql.streaming.stopTimeout", "60s")
                .config("spark.driver.extraJavaOptions", java_opts)
                .config("spark.executor.extraJavaOptions", java_opts))
+    if os.environ.get("PYSPARK_PYTHON") == sys.executable:  # workers import pyspark installed (sparza.sparkdaemon)
+        from sparza.sparkdaemon import DAEMON_MODULE
+
+        builder = builder.config("spark.python.daemon.module", DAEMON_MODULE)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

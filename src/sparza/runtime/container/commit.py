@@ -219,7 +219,8 @@ class TaskCommit:
     def _commit_adjunct(self) -> None:
         """Commit adjunct stores; their entry goes into the task checkpoint."""
         with self.metrics.timer("task", "adjunct-commit-ms").time():
-            self.adjunct_entry = self.adjunct.commit(self.batch) if self.adjunct is not None else None
+            self.adjunct_entry = (self.adjunct.commit(self.batch, self.generation) if self.adjunct is not None
+                                  else None)
         self._done(CommitStep.AFTER_ADJUNCT)
 
     # 4. snapshot

@@ -422,7 +422,11 @@ def run_container(plan_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator
     context = BarrierTaskContext.get()
     index = context.partitionId()
     mine = {j.key: location_of(JobConfig.from_config(resolve_secrets(Config(j.config)))) for j in plan.jobs}
-    locations = [json.loads(m) for m in context.allGather(json.dumps(mine, sort_keys=True))]
+    message = json.dumps(mine, sort_keys=True)
+    # A lone container gathers only its own locations: Spark's barrier sync costs at least a second (the task
+    # checks the sync's reply once a second), for nothing.
+    gathered = [message] if len(context.getTaskInfos()) == 1 else context.allGather(message)
+    locations = [json.loads(m) for m in gathered]
     previous = {(j.key, t): loc for j in plan.jobs for t, loc in j.locations.items()}
     assignment = assign_tasks([(j.key, t) for j in plan.jobs for t in j.tasks], locations, previous,
                               affinity=plan.affinity)

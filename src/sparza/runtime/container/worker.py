@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -99,12 +99,8 @@ class WorkerCaches:
     def producer(self, config: Config, system: str) -> SystemProducer:
         """The started producer of ``system`` shared by this worker's tasks of the job."""
         job = self._job(config)
-        producer = job.producers.get(system)
-        if producer is None:
-            producer = get_system_factory(config, system).get_producer(system, config, job.metrics)
-            producer.start()
-            job.producers[system] = producer
-        return producer
+        return _started(job.producers, system,
+                        lambda: get_system_factory(config, system).get_producer(system, config, job.metrics))
 
     def drop_producer(self, config: Config, system: str, producer: SystemProducer) -> None:
         """Forget ``producer`` (after a failure it may be in a bad state); the caller stops it."""
@@ -115,12 +111,21 @@ class WorkerCaches:
     def consumer(self, config: Config, system: str) -> SystemConsumer:
         """The started consumer of ``system`` for the job (consumers cache Delta logs)."""
         job = self._job(config)
-        consumer = job.consumers.get(system)
-        if consumer is None:
-            consumer = get_system_factory(config, system).get_consumer(system, config, job.metrics)
-            consumer.start()
-            job.consumers[system] = consumer
-        return consumer
+        return _started(job.consumers, system,
+                        lambda: get_system_factory(config, system).get_consumer(system, config, job.metrics))
+
+
+_Client = TypeVar("_Client", SystemProducer, SystemConsumer)
+
+
+def _started(cache: dict[str, _Client], system: str, build: Callable[[], _Client]) -> _Client:
+    """The client of ``system`` kept in ``cache``; else ``build()``, started, and kept there."""
+    client = cache.get(system)
+    if client is None:
+        client = build()
+        client.start()
+        cache[system] = client
+    return client
 
 
 WORKER = WorkerCaches()

@@ -253,23 +253,27 @@ class JobRunner:
         for r in results:
             self.metrics.merge_changes(r.metrics, f"{r.task}:")
             self.metrics.merge_changes(r.system_metrics)  # the workers' producers, consumers and backups
-        self.metrics.counter(agg, "messages-in").inc(messages)
-        self.metrics.counter(agg, "messages-processed").inc(sum(r.processed for r in results))
         discards = Discards.of(results)
         self.discards.add(discards)
         notices = RunNotices.of(results)
         self.notices.add(notices)
-        self.metrics.counter(agg, "messages-dropped").inc(discards.undeserializable)
-        self.metrics.counter(agg, "exceptions-ignored").inc(discards.ignored)
-        self.metrics.counter(agg, "messages-dead-lettered").inc(discards.dead_lettered)
-        self.metrics.counter(agg, "late-messages").inc(discards.late)
-        self.metrics.counter(agg, "late-messages-routed").inc(discards.late_routed)
-        self.metrics.counter(agg, "batches").inc(batches)
-        self.metrics.counter(agg, "tasks-skipped").inc(notices.tasks_skipped)
-        self.metrics.counter(agg, "flushes-skipped").inc(notices.flushes_skipped)
-        self.metrics.counter(agg, "stores-restored-from-blob-store").inc(notices.restores)
-        self.metrics.counter(agg, "producers-fenced").inc(notices.fenced)
-        self.metrics.counter(agg, "batches-written-elsewhere").inc(notices.written_elsewhere)
+        counts = {  # the job's aggregate counters, by name
+            "messages-in": messages,
+            "messages-processed": sum(r.processed for r in results),
+            "messages-dropped": discards.undeserializable,
+            "exceptions-ignored": discards.ignored,
+            "messages-dead-lettered": discards.dead_lettered,
+            "late-messages": discards.late,
+            "late-messages-routed": discards.late_routed,
+            "batches": batches,
+            "tasks-skipped": notices.tasks_skipped,
+            "flushes-skipped": notices.flushes_skipped,
+            "stores-restored-from-blob-store": notices.restores,
+            "producers-fenced": notices.fenced,
+            "batches-written-elsewhere": notices.written_elsewhere,
+        }
+        for name, count in counts.items():
+            self.metrics.counter(agg, name).inc(count)
         self.metrics.timer(agg, "batch-ms").update(elapsed_ms)
         commit_ms = max((r.commit_ms for r in results), default=0.0)
         self.metrics.timer(agg, "commit-ms").update(commit_ms)
@@ -369,8 +373,6 @@ class JobRunner:
 
     def start(self) -> None:
         """Build the SparkSession if needed and start the query (returns at once)."""
-        from sparza.runtime.driver.source import SparzaDataSource
-
         self.acquire_claim()  # before anything touches the job's shared files
         self._started = True
         from sparza.runtime.driver.drainmonitor import DrainMonitor, request_drain
@@ -407,7 +409,6 @@ class JobRunner:
         add_py_files(spark, py_files(self.config))
         check_executor_imports(spark, self.config)  # cluster/Connect executors: one line now, not a failed batch
         self._ship_secrets(spark)
-        spark.dataSource.register(SparzaDataSource)
         self._stop_file().unlink(missing_ok=True)
         resets = self._apply_resets(tasks)
         all_ended = bool(tasks) and not resets and self._all_ended_before(tasks)  # raises before starting
@@ -423,6 +424,12 @@ class JobRunner:
         if execution_mode(self.config) == "containers":
             self._query = self._container_query(spark, tasks)
         else:
+            from sparza.runtime.driver.source import SparzaDataSource
+
+            # Only the micro-batch mode reads through the data source: registering it costs the container mode
+            # seconds of start-up (the JVM side of a Python data source), for nothing.
+            spark.dataSource.register(SparzaDataSource)
+
             def start_query() -> Any:
                 if is_connect(spark):
                     return self._client_query(spark, options, name)

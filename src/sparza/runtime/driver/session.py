@@ -143,6 +143,12 @@ def build_spark_session(job: Any, master: str | None, app_name: str, remote: str
                # Spark's default 40 checks 15 s apart (executors lost since the count was taken).
                .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "2s")
                .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "5"))
+    if _is_local_master(chosen) and os.environ.get("PYSPARK_PYTHON") == sys.executable:
+        # The workers run this interpreter, which imports sparza: its daemon imports pyspark from the installed
+        # package rather than compiling it again from Spark's source zip in every worker (sparza.sparkdaemon).
+        from sparza.sparkdaemon import DAEMON_MODULE
+
+        builder = builder.config("spark.python.daemon.module", DAEMON_MODULE)
     if (not _is_local_master(chosen) and config.get_bool(SHARED_FS_KEY, False) and not py_files(config)
             and "spark.executorEnv.PYTHONPATH" not in job.spark_conf):
         # A file system every host shares (job.filesystem.shared) holds the project at the driver's path too:

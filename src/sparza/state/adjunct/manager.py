@@ -196,12 +196,13 @@ class TaskAdjunctManager:
             raise UnknownAdjunctStoreError(name, list(self._managers))
         return manager.view()
 
-    def commit(self, batch_id: int) -> dict[str, Any]:
-        """Commit every adjunct store for batch ``batch_id``; returns the JSON-able checkpoint entry."""
+    def commit(self, batch_id: int, generation: int = 0) -> dict[str, Any]:
+        """Commit every adjunct store for batch ``batch_id`` as coordinator generation ``generation``; returns
+        the JSON-able checkpoint entry."""
         if not self._restored:
             self.restore(None)
         self._publish_counts()
-        stores = {name: manager.commit(batch_id) for name, manager in self._managers.items()}
+        stores = {name: manager.commit(batch_id, generation) for name, manager in self._managers.items()}
         for name, manager in self._managers.items():
             status = manager.status()
             self.metrics.gauge(f"adjunct-{name}", "bootstrapped").set(bool(status.get("bootstrapped", True)))

@@ -5,6 +5,11 @@ snapshot-index id, the dataset version and bootstrap state. Its blob name starts
 number, zero-padded, so a reader lists the publications of a store and takes the newest one taken
 *before* its current batch: every task of the job reads the same snapshot during a batch, whichever
 host it runs on, and never one the builder is publishing during that same batch.
+
+A publication's name carries the coordinator generation of the builder that made it. A builder that lost its
+task to a newer processor while paused (it is fenced at its task checkpoint, after publishing) leaves the newer
+generation's publications alone, and the newer generation's first publication removes the older ones: they may
+name a snapshot that was never committed, which gc purges.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class Publication:
     bootstrapped: bool = True
     applied: int = 0
     offsets: dict[str, str] = field(default_factory=dict)
+    generation: int = 0
 
     def to_bytes(self) -> bytes:
         """The stored JSON form."""
@@ -46,7 +52,7 @@ class Publication:
         body: dict[str, Any] = json.loads(data.decode("utf-8"))
         return cls(str(body["store"]), int(body["batch"]), str(body["snapshot"]), body.get("version"),
                    bool(body.get("bootstrapped", True)), int(body.get("applied", 0)),
-                   {str(k): str(v) for k, v in body.get("offsets", {}).items()})
+                   {str(k): str(v) for k, v in body.get("offsets", {}).items()}, int(body.get("generation", 0)))
 
 
 class PublicationBoard:
@@ -65,27 +71,44 @@ class PublicationBoard:
     def _listing(self, *, deleted: bool = False) -> list[tuple[int, str]]:
         """``(batch, blob id)`` of the live publications (of the deleted but still readable ones with
         ``deleted``), oldest first."""
-        out: list[tuple[int, str]] = []
+        return [(batch, blob_id) for batch, _, blob_id in self._entries(deleted=deleted)]
+
+    def _entries(self, *, deleted: bool = False) -> list[tuple[int, int, str]]:
+        """``(batch, generation, blob id)`` parsed from the names (``<batch>[.g<generation>].json``)."""
+        out: list[tuple[int, int, str]] = []
         for info in self.blob_store.list_blobs(self.prefix):
             if (info.deleted_at_ms is not None) != deleted:
                 continue
-            head = info.blob_id[len(self.prefix):].split(".", 1)[0]
-            if head.isdigit():
-                out.append((int(head), info.blob_id))
+            parts = info.blob_id[len(self.prefix):].split(".")
+            if not parts[0].isdigit():
+                continue
+            generation = int(parts[1][1:]) if len(parts) > 2 and parts[1][:1] == "g" and parts[1][1:].isdigit() else 0
+            out.append((int(parts[0]), generation, info.blob_id))
         return sorted(out)
 
-    def publish(self, publication: Publication) -> str:
-        """Store ``publication`` (replacing any left by an uncommitted attempt at the same or a later
-        batch) and keep only the previous one besides it. Returns the publication's blob id."""
-        listing = self._listing()
-        for batch, blob_id in listing:
-            if batch >= publication.batch:
+    def publish(self, publication: Publication) -> str | None:
+        """Store ``publication``, replacing any left by an uncommitted attempt at the same or a later batch and
+        every one of an older generation, and keep only the previous one of its generation besides it.
+
+        Returns the publication's blob id, or None when a publication of a newer generation exists: this
+        builder has lost its task to a newer processor and must not hide what that one published."""
+        entries = self._entries()
+        newer = [gen for _, gen, _ in entries if gen > publication.generation]
+        if newer:
+            _log.warning("broadcast store %s: not publishing batch %d of generation %d: generation %d has "
+                         "published since (this processor lost the builder task)", self.store, publication.batch,
+                         publication.generation, max(newer))
+            return None
+        for batch, gen, blob_id in entries:
+            if batch >= publication.batch or gen < publication.generation:
                 self._delete(blob_id)
-        meta = Metadata(payload_path=f"{_DIR}/{publication.batch:012d}.json", job_name=self._meta.job_name,
+        name = f"{publication.batch:012d}.g{publication.generation}.json"
+        meta = Metadata(payload_path=f"{_DIR}/{name}", job_name=self._meta.job_name,
                         job_id=self._meta.job_id, task_name=self._meta.task_name, store_name=self.store)
         blob_id = self.blob_store.put(io.BytesIO(publication.to_bytes()), meta)
         self.blob_store.remove_ttl(blob_id, meta)
-        older = [b for b in listing if b[0] < publication.batch]
+        older = [(batch, blob_id) for batch, gen, blob_id in entries
+                 if batch < publication.batch and gen == publication.generation]
         for _, old_id in older[:-1]:  # keep the one before: readers of this batch use it
             self._delete(old_id)
         return blob_id

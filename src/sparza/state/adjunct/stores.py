@@ -87,8 +87,9 @@ class AdjunctStoreManager(Protocol):
         a task that commits on its own schedule reads, see :class:`SupportsPinnedReads`)."""
         ...
 
-    def commit(self, batch_id: int) -> dict[str, Any]:
-        """Make the batch's changes durable; returns the JSON-able checkpoint entry."""
+    def commit(self, batch_id: int, generation: int = 0) -> dict[str, Any]:
+        """Make the batch's changes durable; returns the JSON-able checkpoint entry. ``generation`` is the
+        coordinator generation committing it (a broadcast store names it in its publication)."""
         ...
 
     def status(self) -> dict[str, Any]:
@@ -205,7 +206,7 @@ class PartitionedStoreManager:
     def begin_batch(self, batch_id: int | None) -> None:
         """Nothing to do: the task reads its own store."""
 
-    def commit(self, batch_id: int) -> dict[str, Any]:
+    def commit(self, batch_id: int, generation: int = 0) -> dict[str, Any]:
         return self.builder.commit(batch_id)
 
     def committed(self, batch_id: int) -> None:
@@ -340,7 +341,7 @@ class BroadcastStoreManager:
         self._wanted_before = batch + 1
         self._stale = True
 
-    def commit(self, batch_id: int) -> dict[str, Any]:
+    def commit(self, batch_id: int, generation: int = 0) -> dict[str, Any]:
         entry: dict[str, Any] = {"batch": batch_id}
         if self.builder is not None:
             builder_entry = self.builder.commit(batch_id)
@@ -349,7 +350,7 @@ class BroadcastStoreManager:
                 self.board.publish(Publication(
                     store=self.context.spec.name, batch=batch_id, snapshot=snapshot, version=self.builder.serving,
                     bootstrapped=self.builder.bootstrap.done, applied=self.builder.applied,
-                    offsets=dict(self.builder.offsets)))
+                    offsets=dict(self.builder.offsets), generation=generation))
                 self._last_published = snapshot
             entry["builder"] = builder_entry
             entry["published"] = self._last_published

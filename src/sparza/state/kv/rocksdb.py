@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from sparza.config import define_key, parse_byte_size
+from sparza.config import define_key, parse_bool, parse_byte_size
 from sparza.errors import ConfigError
 from sparza.serde import Serde
 from sparza.state.kv.api import SerdeStore, StoreClosedError, StoreError
@@ -24,15 +24,6 @@ _PKG = "sparza.state.kv"
 
 def _size(text: str) -> int:
     return parse_byte_size(text)
-
-
-def _bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("true", "1", "yes", "on"):
-        return True
-    if lowered in ("false", "0", "no", "off"):
-        return False
-    raise ValueError(text)
 
 
 # option (after ``stores.<store>.rocksdb.``) -> (parser, description). Applied by ``rocksdb_options``.
@@ -50,7 +41,7 @@ ROCKSDB_OPTION_KEYS: dict[str, tuple[Callable[[str], Any], str]] = {
     "keep.log.file.num": (int, "how many info LOG files to keep, the current one included: every open of a "
                                "store starts a new one (Samza's default 2; RocksDB's own, 1000, let a store "
                                "reopened per batch pile up LOG.old files)"),
-    "disable.auto.compactions": (_bool, "true to compact only on demand"),
+    "disable.auto.compactions": (parse_bool, "true to compact only on demand"),
 }
 
 # The smallest value RocksDB can work with, per option (a smaller one is refused at config check, not

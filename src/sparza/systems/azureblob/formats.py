@@ -166,20 +166,36 @@ class AvroFormat:
         return b"".join((_zigzag_varint(len(records)), _zigzag_varint(size), *records, sync))
 
 
-class JsonLinesFormat:
-    """One JSON document per line. Bytes and str are taken as already-encoded JSON text."""
+def _bytes_or_text(message: Any) -> bytes | None:
+    """Bytes-likes as bytes and str as UTF-8 (both taken as already encoded); None for anything else."""
+    if isinstance(message, bytes | bytearray | memoryview):
+        return bytes(message)
+    if isinstance(message, str):
+        return message.encode("utf-8")
+    return None
 
-    content_type = "application/x-ndjson"
+
+class _Unframed:
+    """Records one after the other, with no header and no block framing (JSON lines, raw)."""
 
     def __init__(self, stream: str) -> None:
         self.stream = stream
 
+    def header(self, sync: bytes) -> bytes:
+        return b""
+
+    def frame(self, records: Sequence[bytes], size: int, sync: bytes) -> bytes:
+        return b"".join(records)
+
+
+class JsonLinesFormat(_Unframed):
+    """One JSON document per line. Bytes and str are taken as already-encoded JSON text."""
+
+    content_type = "application/x-ndjson"
+
     def encode(self, message: Any) -> bytes:
-        if isinstance(message, bytes | bytearray | memoryview):
-            data = bytes(message)
-        elif isinstance(message, str):
-            data = message.encode("utf-8")
-        else:
+        data = _bytes_or_text(message)
+        if data is None:
             payload = message.datum if isinstance(message, AvroRecord) else message
             try:
                 data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
@@ -188,34 +204,18 @@ class JsonLinesFormat:
                                               f"{type(payload).__name__} as JSON: {exc}") from exc
         return data if data.endswith(b"\n") else data + b"\n"
 
-    def header(self, sync: bytes) -> bytes:
-        return b""
 
-    def frame(self, records: Sequence[bytes], size: int, sync: bytes) -> bytes:
-        return b"".join(records)
-
-
-class RawFormat:
+class RawFormat(_Unframed):
     """The message bytes exactly as sent, concatenated (str is UTF-8 encoded)."""
 
     content_type = "application/octet-stream"
 
-    def __init__(self, stream: str) -> None:
-        self.stream = stream
-
     def encode(self, message: Any) -> bytes:
-        if isinstance(message, bytes | bytearray | memoryview):
-            return bytes(message)
-        if isinstance(message, str):
-            return message.encode("utf-8")
-        raise UnsupportedMessageError(f"stream {self.stream!r}: raw writer takes bytes or str, "
-                                      f"not {type(message).__name__}")
-
-    def header(self, sync: bytes) -> bytes:
-        return b""
-
-    def frame(self, records: Sequence[bytes], size: int, sync: bytes) -> bytes:
-        return b"".join(records)
+        data = _bytes_or_text(message)
+        if data is None:
+            raise UnsupportedMessageError(f"stream {self.stream!r}: raw writer takes bytes or str, "
+                                          f"not {type(message).__name__}")
+        return data
 
 
 def make_format(kind: str, stream: str, configured_schema: str | None) -> RecordFormat:

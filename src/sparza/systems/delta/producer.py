@@ -17,6 +17,7 @@ import io
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from zlib import crc32
@@ -103,6 +104,15 @@ class _StreamInfo:
 _BYTES_LIKE = (bytes, bytearray, memoryview)  # bytes: its subclasses (numpy.bytes_)
 
 
+def _to_bytes(obj: Any, utf8: bool, to_bytes: Callable[[Any], bytes]) -> bytes:
+    """A key or value that is not plain bytes, as the stream stores it: a str by ``str.encode`` when the serde
+    is ``utf8`` strings (no serde call), bytes-likes and bytes subclasses as plain bytes, the rest through
+    ``to_bytes`` (the serde's)."""
+    if obj.__class__ is str and utf8:
+        return obj.encode()  # type: ignore[no-any-return]
+    return bytes(obj) if isinstance(obj, _BYTES_LIKE) else to_bytes(obj)
+
+
 def _is_utf8(serde: Serde) -> bool:
     """True for a string serde in UTF-8: ``str.encode()`` is then its ``to_bytes``."""
     return type(serde) is StringSerde and serde.encoding.replace("-", "").lower() == "utf8"
@@ -179,20 +189,13 @@ class DeltaSystemProducer:
         if info.typed is not None:
             info.typed.send(source, envelope)
             return
-        # Hot path (once per message): partitioner.serialize() inlined, plus str -> UTF-8 without a
-        # serde call; bytes pass straight through.
+        # Hot path (once per message): bytes pass straight through without a call.
         key = envelope.key
         if key is not None and key.__class__ is not bytes:
-            if key.__class__ is str and info.key_utf8:
-                key = key.encode()
-            else:
-                key = bytes(key) if isinstance(key, _BYTES_LIKE) else info.key_to_bytes(key)
+            key = _to_bytes(key, info.key_utf8, info.key_to_bytes)
         value = envelope.message
         if value is not None and value.__class__ is not bytes:
-            if value.__class__ is str and info.msg_utf8:
-                value = value.encode()
-            else:
-                value = bytes(value) if isinstance(value, _BYTES_LIKE) else info.msg_to_bytes(value)
+            value = _to_bytes(value, info.msg_utf8, info.msg_to_bytes)
         partition = envelope.partition
         if partition is not None:
             if not 0 <= partition < info.partitions:

@@ -57,6 +57,7 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +70,9 @@ from sparza.testing.harness.damage import (
     save_local_blob,
     tombstone_committed_snapshots,
 )
-from sparza.testing.harness.jobconfig import LATE_STREAM, PROFILES_STREAM, job_config, poison_id, profile_partition
+from sparza.testing.harness.jobconfig import LATE_STREAM, PROFILES_STREAM, job_config, profile_partition
 from sparza.testing.harness.outcome import Outcome, RunRecord
+from sparza.testing.harness.phases import plan_phase, run_phase
 from sparza.testing.oracle import Record
 from sparza.testing.scenario import AFTER_RUN_FAULTS, COMMIT_STEPS, Scenario
 
@@ -327,13 +329,8 @@ class _Crash(BaseException):
 def _apply_phase(job: InProcessJob, outcome: Outcome, fault: str, phase: int) -> None:
     """Run one phase with ``fault`` (``none``: a clean run)."""
     s, d = job.s, job.draws
-    label = f"phase{phase}"
-    if fault == "poison":
-        poison = poison_id(s, phase)
-        if poison is None:
-            outcome.notes.append("poison: the phase has no input; nothing to poison")
-            _expect_clean(outcome, job.run(label))
-            return
+    label, fault, poison = plan_phase(s, phase, fault, outcome)
+    if poison is not None:  # the poison fault
         job.restart(config={"app.harness.poison.ids": str(poison)})
         record = job.run(f"{label}-poison", meant_to_fail=True)
         if record.returncode == 0:
@@ -595,18 +592,15 @@ def run_inprocess_scenario(scenario: Scenario, workdir: Path | None = None, *, k
             outcome.notes.append(f"{scenario.processors} processors: " + (
                 "the job moves to a new processor before every phase after the first" if moves else
                 "some state is kept locally only, so one processor runs it (several at once: Spark engine only)"))
+        apply, damage, check_upto = (partial(_apply_phase, job, outcome), partial(_damage, job, outcome),
+                                     partial(check, job, outcome))
         for phase in range(scenario.chunks):
             job.append_chunk(phase)
             if phase and moves:
                 job.move()
             elif phase and draws.new_process_per_run:
                 job.restart()
-            faults = scenario.faults_at(phase)
-            _apply_phase(job, outcome, faults[0] if faults else "none", phase)
-            for second in faults[1:]:   # the generator makes a second fault in the same phase an after-run one
-                _damage(job, outcome, second, f"phase{phase}-second")
-            if scenario.drain != "none" and phase < scenario.chunks - 1:
-                check(job, outcome, upto=phase)   # the phase's drain brought out everything appended so far
+            run_phase(scenario, phase, apply, damage, check_upto)
         if scenario.fault in AFTER_RUN_FAULTS or scenario.fault2 in AFTER_RUN_FAULTS:
             _expect_clean(outcome, job.run("final"))   # the damage was done after the last run: one more repairs it
         check(job, outcome)

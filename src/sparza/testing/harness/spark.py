@@ -25,6 +25,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,9 @@ from sparza.testing.harness.damage import (
     save_local_blob,
     tombstone_committed_snapshots,
 )
-from sparza.testing.harness.jobconfig import job_config, poison_id, profile_partition
+from sparza.testing.harness.jobconfig import job_config, profile_partition
 from sparza.testing.harness.outcome import Outcome, RunRecord
+from sparza.testing.harness.phases import plan_phase, run_phase
 from sparza.testing.jobs import RECORD_SCHEMA
 from sparza.testing.oracle import (
     download_prefix,
@@ -438,13 +440,8 @@ def _spark_dirs(state: Path) -> list[Path]:
 def _apply_phase(job: SparkJob, outcome: Outcome, fault: str, phase: int) -> None:
     """Run one phase with ``fault`` (``none``: a clean run)."""
     s = job.s
-    label = f"phase{phase}"
-    if fault == "poison":
-        poison = poison_id(s, phase)
-        if poison is None:
-            outcome.notes.append("poison: the phase has no input; nothing to poison")
-            _expect_clean(outcome, job.run(label))
-            return
+    label, fault, poison = plan_phase(s, phase, fault, outcome)
+    if poison is not None:  # the poison fault
         record = job.run(f"{label}-poison", job.variant("poison.yaml", **{"app.harness.poison.ids": str(poison)}),
                          meant_to_fail=True)
         if record.returncode == 0:
@@ -832,14 +829,11 @@ def run_spark_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messa
     job = SparkJob(scenario, workdir, azurite, kafka)
     try:
         job.create_streams()
+        apply, damage, check_upto = (partial(_apply_phase, job, outcome), partial(_damage, job, outcome),
+                                     partial(check, job, outcome))
         for phase in range(scenario.chunks):
             job.append_chunk(phase)
-            faults = scenario.faults_at(phase)
-            _apply_phase(job, outcome, faults[0] if faults else "none", phase)
-            for second in faults[1:]:   # the generator makes a second fault in the same phase an after-run one
-                _damage(job, outcome, second, f"phase{phase}-second")
-            if scenario.drain != "none" and phase < scenario.chunks - 1:
-                check(job, outcome, upto=phase)   # the phase's drain brought out everything appended so far
+            run_phase(scenario, phase, apply, damage, check_upto)
         if scenario.fault in _AFTER_RUN_FAULTS or scenario.fault2 in _AFTER_RUN_FAULTS:
             # The damage was done after the last run: one more run must repair it.
             _expect_clean(outcome, job.run("final"))
