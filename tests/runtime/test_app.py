@@ -17,11 +17,12 @@ from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer
 pytestmark = pytest.mark.spark
 
 
-def test_two_stage_application_ends_with_exact_output(spark, work_dir):
+def _shop(work_dir, events, *, flush_every=None, **extra):
+    """The RepartitionCount application on Delta under ``work_dir``, its input holding ``events`` (key, n) in
+    one commit or one per ``flush_every`` messages."""
     config = Config({
         "job.name": "shop",
         "app.class": "sparza.api.examples.RepartitionCount",
-        "app.example.partitions": "3",
         "job.logged.store.base.dir": str(work_dir / "state"),
         "task.commit.ms": "0",
         "systems.delta.samza.factory": "delta",
@@ -29,25 +30,37 @@ def test_two_stage_application_ends_with_exact_output(spark, work_dir):
         "systems.delta.delta.root": str(work_dir / "streams"),
         "systems.delta.streams.events.bounded": "true",
         "blob.store.local.root": str(work_dir / "blobstore"),
+        **extra,
     })
     admin = DeltaSystemAdmin("delta", config)
     admin.create_stream(StreamSpec("events", 2))
     admin.create_stream(StreamSpec("out", 2))
     producer = DeltaSystemProducer("delta", config)
     producer.register("test")
-    events = [(f"k{i % 7}", i if i % 10 else -i) for i in range(1, 121)]
     for i, (key, n) in enumerate(events):
         producer.send("test", OutgoingMessageEnvelope(SystemStream("delta", "events"),
                                                       json.dumps({"key": key, "n": n}).encode(), key=key.encode(),
                                                       partition=i % 2, timestamp=1000 + i))
+        if flush_every and i % flush_every == flush_every - 1:
+            producer.flush("test")
     producer.flush("test")
-    outcome = run_application(config, spark=spark, install_signal_handlers=False)
-    assert outcome.reason == "all inputs ended"
+    return config
+
+
+def _output(work_dir):
     from deltalake import DeltaTable
 
     table = DeltaTable(str(work_dir / "streams" / "out")).to_pyarrow_table(columns=["value", "type"])
-    rows = [json.loads(v) for v, t in zip(table.column("value").to_pylist(), table.column("type").to_pylist(),
+    return [json.loads(v) for v, t in zip(table.column("value").to_pylist(), table.column("type").to_pylist(),
                                           strict=True) if t == 0]
+
+
+def test_two_stage_application_ends_with_exact_output(spark, work_dir):
+    events = [(f"k{i % 7}", i if i % 10 else -i) for i in range(1, 121)]
+    config = _shop(work_dir, events, **{"app.example.partitions": "3"})
+    outcome = run_application(config, spark=spark, install_signal_handlers=False)
+    assert outcome.reason == "all inputs ended"
+    rows = _output(work_dir)
     assert Counter(r["key"] for r in rows) == Counter(k for k, n in events if n >= 0)
     assert all(r["seen"] == "stage2" for r in rows)
 
@@ -62,43 +75,17 @@ def test_intermediate_stream_loses_what_the_next_stage_committed(spark, work_dir
     from sparza.systems.delta.log import DeltaLog
     from sparza.systems.delta.retention import read_horizon
 
-    config = Config({
-        "job.name": "shop",
-        "app.class": "sparza.api.examples.RepartitionCount",
-        "app.example.partitions": "2",
-        "job.logged.store.base.dir": str(work_dir / "state"),
-        "task.commit.ms": "0",
-        "task.max.batch.messages": "10",
-        "job.delete.committed.messages.interval.ms": "0",
-        "systems.delta.samza.factory": "delta",
-        "systems.delta.samza.offset.default": "oldest",
-        "systems.delta.delta.root": str(work_dir / "streams"),
-        "systems.delta.streams.events.bounded": "true",
-        "blob.store.local.root": str(work_dir / "blobstore"),
-    })
-    admin = DeltaSystemAdmin("delta", config)
-    admin.create_stream(StreamSpec("events", 2))
-    admin.create_stream(StreamSpec("out", 2))
-    producer = DeltaSystemProducer("delta", config)
-    producer.register("test")
     events = [(f"k{i % 5}", i) for i in range(1, 101)]
-    for i, (key, n) in enumerate(events):
-        producer.send("test", OutgoingMessageEnvelope(SystemStream("delta", "events"),
-                                                      json.dumps({"key": key, "n": n}).encode(), key=key.encode(),
-                                                      partition=i % 2, timestamp=1000 + i))
-        if i % 20 == 19:
-            producer.flush("test")  # several input commits: several batches in each stage
-    producer.flush("test")
+    config = _shop(work_dir, events, flush_every=20, **{  # several input commits: several batches per stage
+        "app.example.partitions": "2", "task.max.batch.messages": "10",
+        "job.delete.committed.messages.interval.ms": "0"})
     plan = plan_application(config)
     intermediate = SystemStream.parse(plan.stages[-1].config.get_str("task.inputs").split(",")[0])
     assert plan.stages[-1].config.get_bool(
         f"systems.delta.streams.{intermediate.stream}.samza.delete.committed.messages")
     outcome = run_application(config, spark=spark, install_signal_handlers=False)
     assert outcome.reason == "all inputs ended"
-    table = DeltaTable(str(work_dir / "streams" / "out")).to_pyarrow_table(columns=["value", "type"])
-    rows = [json.loads(v) for v, t in zip(table.column("value").to_pylist(), table.column("type").to_pylist(),
-                                          strict=True) if t == 0]
-    assert Counter(r["key"] for r in rows) == Counter(k for k, _ in events)
+    assert Counter(r["key"] for r in _output(work_dir)) == Counter(k for k, _ in events)
     location = DeltaSystemAdmin("delta", plan.stages[-1].config).location(intermediate.stream)
     horizon = read_horizon(DeltaLog(location))
     latest = DeltaTable(location.uri).version()
