@@ -421,7 +421,7 @@ def test_sparza_run_subprocesses_import_sparza_from_the_source_dir() -> None:
     assert not (SRC_DIR / "azure.py").exists()
 
 
-def test_container_kill_finds_the_processes_under_the_run_connected_to_a_port_it_listens_on() -> None:
+def test_container_kill_finds_the_processes_under_the_run_connected_to_a_port_it_listens_on(tmp_path) -> None:
     """The container-kill fault's victims: processes under the run's process (its JVM's Python workers) with a
     connection to a port the run's process listens on (the container channel); other children are left alone."""
     import os
@@ -433,15 +433,19 @@ def test_container_kill_finds_the_processes_under_the_run_connected_to_a_port_it
 
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
-    connected = subprocess.Popen([sys.executable, "-c", f"import socket, time\n"
-                                  f"s = socket.create_connection(('127.0.0.1', {port}))\ntime.sleep(60)"])
+    connect = f"import socket, time\ns = socket.create_connection(('127.0.0.1', {port}))\ntime.sleep(60)"
+    connected = subprocess.Popen([sys.executable, "-c", connect])
     idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    java = tmp_path / "java"  # the JVM connects to the driver too (PySpark's accumulator server): never a victim
+    java.symlink_to(sys.executable)
+    jvm = subprocess.Popen([str(java), "-c", connect])
     try:
-        conn, _ = server.accept()
+        conns = [server.accept()[0] for _ in range(2)]
         assert container_workers(os.getpid()) == [connected.pid]
-        conn.close()
+        for conn in conns:
+            conn.close()
     finally:
-        for proc in (connected, idle):
+        for proc in (connected, idle, jvm):
             proc.kill()
             proc.wait()
         server.close()

@@ -403,3 +403,36 @@ def test_a_checkpoint_dir_of_another_attempt_is_not_reused(backup: StateBackup, 
     assert (tmp_path / "store" / "000001.sst").read_bytes() == b"attempt B"
     assert (cp / SNAPSHOT_MARKER).read_text() == attempt_b
     assert backup.restore(attempt_b, tmp_path / "store", cp).reused_local
+
+
+def test_a_long_life_of_commits_keeps_a_bounded_index_cache(backup: StateBackup, blob_store: BlobStoreManager,
+                                                            tmp_path: Path) -> None:
+    """Every commit writes a new snapshot index; a task's StateBackup lives as long as its worker, so the cache
+    of indexes must not keep them all (bench/endurance.py: ~0.5 MiB a minute). Commits stay incremental, old
+    indexes are still readable from the blob store, and the last snapshot restores exactly (oracle: the puts)."""
+    from sparza.state.backup.backup import INDEX_CACHE_ENTRIES
+
+    mgr = _manager(backup, tmp_path / "host1")
+    store = helpers.open_rocks(mgr.store_dir)
+    expected = helpers.fill(store, 0, 3000)
+    ids: list[str] = []
+    prev = None
+    full = 0
+    for n in range(1, 3 * INDEX_CACHE_ENTRIES + 2):
+        expected.update(helpers.fill(store, 3000 + n * 7, 7, seed=n))
+        before = backup.backup_metrics.bytes_uploaded.count
+        prev = mgr.commit(store, str(n), prev)
+        mgr.cleanup(prev, str(n))
+        ids.append(prev)
+        sent = backup.backup_metrics.bytes_uploaded.count - before
+        if n == 1:
+            full = sent
+        else:  # incremental: each commit sends what changed, far less than the whole store
+            assert sent < full / 2
+        assert len(backup._index_cache) <= INDEX_CACHE_ENTRIES
+    store.close()
+    first = backup.read_index(ids[0], get_deleted=True)      # long evicted: read from the blob store again
+    assert first.metadata.checkpoint_id == "1"
+    new_host = _manager(backup, tmp_path / "host2")
+    new_host.restore(ids[-1])
+    assert helpers.contents(new_host.store_dir) == expected

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from sparza.api.graph import ApiError, Application, OpKind, OpSpec, StreamApplication
 from sparza.api.stage_split import StageSpec, split_stages, watermark_holdbacks
 from sparza.config import Config, define_key
-from sparza.control.settings import INTERMEDIATE_OUTPUTS_KEY, holdback_key, intermediate_key
+from sparza.control.settings import INTERMEDIATE_OUTPUTS_KEY, delete_committed_key, holdback_key, intermediate_key
 from sparza.streams import SystemStream
 from sparza.systems import StreamSpec, get_system_factory, load_object
 
@@ -268,6 +268,8 @@ def plan_application(config: Config, partition_counts: Mapping[SystemStream, int
         extra[f"app.intermediate.{name}"] = str(stream)
         extra[f"app.intermediate.{name}.partitions"] = str(inter_partitions[stream])
         extra[intermediate_key(stream)] = "true"
+        # Its only reader is the next stage: what that stage committed goes (Samza's planner sets the same key).
+        extra[delete_committed_key(stream)] = config.get_str(delete_committed_key(stream), "true")
         extra[f"systems.{stream.system}.streams.{stream.stream}.samza.offset.default"] = "oldest"
         # StageTask (de)serializes what crosses an intermediate stream itself: the runtime must pass bytes.
         extra[f"systems.{stream.system}.streams.{stream.stream}.samza.key.serde"] = "bytes"

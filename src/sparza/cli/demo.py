@@ -287,7 +287,10 @@ def _run_pipeline(conn: str, run_id: str, run_dir: Path, edits: list[Any], profi
     # Quiet Spark's JVM (its log4j config must be given before the JVM starts) and bind it to loopback.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     log4j = Path(__file__).resolve().parents[1] / "resources" / "log4j2.properties"
-    config = config.with_overrides({"spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{log4j}"})
+    config = config.with_overrides({"spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{log4j}",
+                                    # The summary counts what went through the intermediate stream, so this bounded
+                                    # run keeps it whole (a long-running application lets it go: docs/operations.md).
+                                    "job.delete.committed.messages.interval.ms": str(7 * 86_400_000)})
     create_streams(config, partitions)
     load_edits(config, edits)
     load_profiles(config, profiles, timestamp=min((e.timestamp for e in edits), default=START_MS))

@@ -425,7 +425,8 @@ def truncate(stream: str = typer.Argument(..., help="Stream name or location."),
     cfg, name, stream_name = _resolve(stream, config, system, root)
     result = run_truncate(_admin(cfg, name).location(stream_name), before)
     typer.echo(f"stream {stream_name}: oldest kept version {result.horizon}; removed {result.files_removed} "
-               f"files from the table, deleted {result.files_deleted} from storage")
+               f"files from the table, deleted {result.files_deleted} from storage and {result.commits_deleted} "
+               "commit files a checkpoint covers")
 
 
 def register(root: typer.Typer) -> None:

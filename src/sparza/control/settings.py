@@ -20,6 +20,7 @@ __all__ = [
     "QUORUM_KEY",
     "ControlSettings",
     "LatePolicy",
+    "delete_committed_key",
     "format_key",
     "holdback_key",
     "intermediate_key",
@@ -79,6 +80,17 @@ def holdback_key(stream: SystemStream) -> str:
 def producer_count_key(stream: SystemStream) -> str:
     """``systems.<s>.streams.<x>.control.producer.count`` for ``stream``."""
     return f"systems.{stream.system}.streams.{stream.stream}.control.producer.count"
+
+
+define_key("systems.<system>.streams.<stream>.samza.delete.committed.messages", "false",
+           "Delete the stream's messages once every task of the job reading it committed past them (Samza's "
+           "streams.<id>.samza.delete.committed.messages); an application's plan sets it for the intermediate streams "
+           "it creates, whose only reader is the next stage.", _PKG)
+
+
+def delete_committed_key(stream: SystemStream) -> str:
+    """``systems.<s>.streams.<x>.samza.delete.committed.messages`` for ``stream``."""
+    return f"systems.{stream.system}.streams.{stream.stream}.samza.delete.committed.messages"
 
 
 def intermediate_key(stream: SystemStream) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
@@ -27,6 +27,7 @@ __all__ = [
     "SupportsArrowRead",
     "SupportsArrowSend",
     "SupportsConfigCheck",
+    "SupportsDeleteMessages",
     "SupportsOffsetArithmetic",
     "SupportsOffsetKey",
     "SupportsPartitionCount",
@@ -254,6 +255,17 @@ class SupportsPartitionCount(Protocol):
 
 
 @runtime_checkable
+class SupportsDeleteMessages(Protocol):
+    """An admin that can remove messages every reader has committed past (Samza's ``SystemAdmin.deleteMessages``):
+    the runtime calls it for intermediate streams, whose only reader is the next stage of the application."""
+
+    def delete_messages(self, offsets: Mapping[SystemStreamPartition, str]) -> None:
+        """Remove the messages before each SSP's offset (the next offset to read, as a checkpoint holds it). A
+        system may keep more than asked (whole files, a whole table's horizon), never less."""
+        ...
+
+
+@runtime_checkable
 class SupportsStreamLocation(Protocol):
     """An admin that can say where a stream's data lives, for messages and tools."""
 
@@ -435,5 +447,6 @@ def check_configured_streams(config: Config, known: set[tuple[str, str]] = froze
 
 _STREAM_SETTING_SUFFIXES = ("samza.key.serde", "samza.msg.serde", "samza.key.schema", "samza.msg.schema",
                             "samza.physical.name", "samza.offset.default", "samza.reset.offset", "samza.bootstrap",
-                            "samza.intermediate", "samza.broadcast", "samza.priority", "bounded", "delta.location",
-                            "watermark.lateness.ms", "control.format", "control.producer.count")
+                            "samza.intermediate", "samza.delete.committed.messages", "samza.broadcast",
+                            "samza.priority", "bounded", "delta.location", "watermark.lateness.ms", "control.format",
+                            "control.producer.count")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pyarrow as pa
@@ -108,3 +109,130 @@ def test_log_cleanup_makes_offsets_removed(delta_config: Config, read_all: Calla
     with pytest.raises(OffsetRemovedError) as info:
         read_all(delta_config, "s", 0, "1:0")
     assert info.value.oldest == "2:0"
+
+
+def _files_on_disk(admin: DeltaSystemAdmin, stream: str) -> set[str]:
+    from pathlib import Path
+
+    root = Path(admin.stream_location(stream))
+    return {str(p.relative_to(root)) for p in root.rglob("*.parquet") if "_delta_log" not in p.parts}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_delete_messages_removes_what_every_partition_committed_past(delta_config: Config,
+                                                                      read_all: Callable[..., list],
+                                                                      seed: int) -> None:
+    """Samza's deleteMessages on an intermediate stream: generated commits (sizes, skew, empty commits for a
+    partition), random committed offsets per partition; the oracle is what each partition held at each offset
+    when it was written."""
+    import random
+
+    from sparza.systems import SupportsDeleteMessages
+
+    rng = random.Random(seed)
+    partitions = rng.randrange(1, 5)
+    admin = DeltaSystemAdmin("d", delta_config)
+    admin.create_stream(StreamSpec("s", partitions))
+    assert isinstance(admin, SupportsDeleteMessages)
+    producer = DeltaSystemProducer("d", delta_config)
+    producer.register("t")
+    n = 0
+    for _ in range(rng.randrange(4, 12)):                      # one commit per flush; partitions skewed
+        for _ in range(rng.randrange(1, 15)):
+            partition = min(int(rng.expovariate(1.0)), partitions - 1)
+            producer.send("t", OutgoingMessageEnvelope(S, f"m{n}".encode(), partition=partition))
+            n += 1
+        producer.flush("t")
+    written = {p: [(e.offset, e.message) for e in read_all(delta_config, "s", p, include_control=False)]
+               for p in range(partitions)}
+    files_before = _files_on_disk(admin, "s")
+    latest = DeltaTable(admin.stream_location("s")).version()
+
+    def committed() -> dict[SystemStreamPartition, str]:
+        out = {}
+        for p in range(partitions):
+            offsets = [o for o, _ in written[p]] + [f"{latest + 1}:0"]     # the end: everything read
+            out[SystemStreamPartition("d", "s", p)] = rng.choice(offsets)
+        return out
+
+    # A partition no reader has committed on keeps the whole stream.
+    offsets = committed()
+    if partitions > 1:
+        admin.delete_messages({ssp: o for ssp, o in offsets.items() if ssp.partition != partitions - 1})
+        assert _files_on_disk(admin, "s") == files_before
+    admin.delete_messages(offsets)
+    horizon = min(int(o.split(":")[0]) for o in offsets.values())
+    for p in range(partitions):
+        start = offsets[SystemStreamPartition("d", "s", p)]
+        expected = [(o, m) for o, m in written[p] if admin.offset_comparator(o, start) >= 0]
+        got = [(e.offset, e.message) for e in read_all(delta_config, "s", p, start, include_control=False)]
+        assert got == expected                                 # nothing a reader still needs is gone
+        older = [o for o, _ in written[p] if int(o.split(":")[0]) < horizon]
+        if older:
+            with pytest.raises(OffsetRemovedError):
+                read_all(delta_config, "s", p, older[0])
+    # Every file whose rows all precede the horizon is gone from storage; the others are all still there.
+    table = DeltaTable(admin.stream_location("s"))
+    kept = {a["path"] for a in pa.table(table.get_add_actions(flatten=True)).to_pylist()}
+    assert kept <= _files_on_disk(admin, "s")
+    assert len(_files_on_disk(admin, "s")) == len(kept)
+    assert table.to_pyarrow_table().num_rows == sum(
+        1 for p in range(partitions) for o, _ in written[p] if int(o.split(":")[0]) >= horizon)
+    # Deleting again with the same or older offsets changes nothing.
+    files = _files_on_disk(admin, "s")
+    admin.delete_messages(offsets)
+    admin.delete_messages({ssp: "0:0" for ssp in offsets})
+    assert _files_on_disk(admin, "s") == files
+
+
+def test_repeated_truncations_read_the_log_from_the_last_horizon(delta_config: Config,
+                                                                  read_all: Callable[..., list]) -> None:
+    """Truncating every few commits (as the runtime does on intermediate streams) keeps exactly the rows at or
+    after each horizon, with compactions in between (their outputs inherit the newest rows they hold)."""
+    admin = DeltaSystemAdmin("d", delta_config)
+    admin.create_stream(StreamSpec("s", 2))
+    everything = []
+    for round_ in range(5):
+        _write(delta_config, 3, 4, first=100 * round_)
+        if round_ == 2:
+            compact(admin.location("s"))
+        latest = DeltaTable(admin.stream_location("s")).version()
+        truncate(admin.location("s"), latest - 1)
+        everything = [(e.offset, e.message) for p in range(2) for e in read_all(delta_config, "s", p,
+                                                                               include_control=False)]
+        assert everything and all(int(o.split(":")[0]) >= latest - 1 for o, _ in everything)
+    table = DeltaTable(admin.stream_location("s"))
+    assert table.to_pyarrow_table().num_rows == len(everything)
+    live = {a["path"] for a in pa.table(table.get_add_actions(flatten=True)).to_pylist()}
+    assert _files_on_disk(admin, "s") == live
+
+
+def test_truncate_deletes_the_commit_files_a_checkpoint_covers(delta_config: Config,
+                                                               read_all: Callable[..., list]) -> None:
+    """A stream truncated every minute would keep a commit file per batch for delta.logRetentionDuration (30 days):
+    truncation deletes those before the horizon that a Delta checkpoint (every 100 commits) covers, keeps
+    version 0 (the table's identity), and the table stays readable and writable for Delta and for offsets."""
+    from pathlib import Path
+
+    admin = DeltaSystemAdmin("d", delta_config)
+    admin.create_stream(StreamSpec("s", 2))
+    _write(delta_config, 110, 2)                                 # versions 1..110; delta-rs checkpoints at 100
+    log_dir = Path(admin.stream_location("s")) / "_delta_log"
+    checkpoint = json.loads((log_dir / "_last_checkpoint").read_text())["version"]
+    assert 90 <= checkpoint < 105 and (log_dir / f"{checkpoint:020d}.checkpoint.parquet").exists()
+    later = read_all(delta_config, "s", 0, "105:0", include_control=False)
+    identity = DeltaSystemConsumer("d", delta_config)
+    result = truncate(admin.location("s"), 105)
+    commits = sorted(int(p.name.split(".")[0]) for p in log_dir.glob("*.json"))
+    assert commits == [0, *range(checkpoint, 112)]    # 1 .. checkpoint - 1 are gone; 111 is the truncation's commit
+    assert result.commits_deleted == checkpoint - 1
+    assert [(e.offset, e.message) for e in read_all(delta_config, "s", 0, "105:0", include_control=False)] == [
+        (e.offset, e.message) for e in later]
+    with pytest.raises(OffsetRemovedError):
+        read_all(delta_config, "s", 0, "50:0")
+    assert DeltaTable(admin.stream_location("s")).version() == 111
+    _write(delta_config, 1, 2, first=1000)                       # a writer goes on
+    rows = [e.message for e in identity.read(SystemStreamPartition("d", "s", 0), "105:0", include_control=False)]
+    assert rows[-1] == b"m1000" and len(rows) == len(later) + 1   # a long-lived reader sees the same table
+    # a second truncation with no newer checkpoint deletes no more commit files
+    assert truncate(admin.location("s"), 112).commits_deleted == 0

@@ -32,6 +32,7 @@ from sparza.interrupts import StopOnSignals
 from sparza.metrics import JsonLinesReporter, MetricsRegistry, attach_prometheus
 from sparza.runtime.driver.preflight import check_executor_imports
 from sparza.runtime.driver.report import BootstrapProgress, Discards, RunNotices, RunOutcome, short_error
+from sparza.runtime.driver.retention import CommittedMessages
 from sparza.runtime.driver.session import add_py_files, build_spark_session, is_connect, py_files
 from sparza.runtime.errors import JobFailedError, tasks_failed
 from sparza.runtime.inputs import InputSystems
@@ -87,6 +88,8 @@ class JobRunner:
         self._adjunct_stores: dict[str, Any] = {}
         self._watch: Any = None  # StorageWatch while running
         self._inputs: InputSystems | None = None
+        self._committed_messages: CommittedMessages | None = None
+        self._delete_errors_said: set[str] = set()
         self.last_results: list[BatchResult] = []
         self._task_offsets: dict[str, dict[str, str]] = {}
         self._restart_query: Callable[[], Any] | None = None  # micro-batch mode: start the query again
@@ -289,6 +292,24 @@ class JobRunner:
                     + (f", {BootstrapProgress.render(*bootstrap)}" if bootstrap is not None else ""))
         if self._jsonl is not None:
             self._jsonl.report()
+        self._delete_committed_messages()
+
+    def _delete_committed_messages(self) -> None:
+        """Intermediate streams lose what every task committed past (:mod:`sparza.runtime.driver.retention`). A
+        failure costs nothing but the space: it is said once per kind, counted, and tried again next time."""
+        deleter = self._committed_messages
+        if deleter is None or not deleter.due():
+            return
+        try:
+            deleter.delete()
+        except Exception as exc:
+            self.metrics.counter("job", "delete-committed-errors").inc()
+            kind = type(exc).__name__
+            if kind not in self._delete_errors_said:
+                self._delete_errors_said.add(kind)
+                self.status(f"sparza: {self.job.job_key}: warning: cannot delete the committed messages of "
+                            f"intermediate streams ({short_error(str(exc))}); they stay until the next try "
+                            f"(job.delete.committed.messages.interval.ms)")
 
     def _lag(self, results: list[BatchResult]) -> int | None:
         """Messages not yet planned, in total (None when unknown); per input stream in the gauge
@@ -361,6 +382,7 @@ class JobRunner:
         self._drain_monitor = DrainMonitor(self.config)
         self._poll_drain(force=True)  # the first epoch (containers) or plan already knows a pending drain
         self._inputs = inputs = InputSystems(self.job)
+        self._committed_messages = CommittedMessages(self.job, inputs.admins)
         self._bootstrap = BootstrapProgress(self.job, inputs)
         tasks = self._tasks(inputs)
         self._task_count = len(inputs.task_models())

@@ -25,6 +25,7 @@ import shutil
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from sparza.state.backup.metrics import BackupMetrics, RestoreMetrics
 from sparza.state.backup.transfer import SnapshotTransfer, fsync_dir
 
 __all__ = [
+    "INDEX_CACHE_ENTRIES",
     "CleanupResult",
     "RestoreResult",
     "StateBackup",
@@ -66,6 +68,9 @@ define_key("stores.<store>.backup.factories", None, "blobstore: back the store u
 log = logging.getLogger(__name__)
 PROGRESS_MIN_FILES = 8
 """Restores of more files than this show a progress bar when stderr is a terminal."""
+INDEX_CACHE_ENTRIES = 32
+"""Snapshot indexes a :class:`StateBackup` keeps in memory (the most recently used): a task's stores need the
+previous index of each, so a few per store; an index not kept is read from the blob store again."""
 
 
 @dataclass(frozen=True)
@@ -166,7 +171,10 @@ class StateBackup:
         self.restore_metrics = RestoreMetrics(self.registry)
         self._executor = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="sparza-backup")
         self._transfer = SnapshotTransfer(blob_store, self._executor, chunk_size=chunk_size)
-        self._index_cache: dict[str, SnapshotIndex] = {}
+        # Indexes never change, but every commit writes a new one: a plain dict kept every index of the task's
+        # life (bench/endurance.py: ~0.5 MiB a minute per worker). Only the newest few are read again (the
+        # previous snapshot of each store, at its next upload and cleanup), so the oldest are dropped.
+        self._index_cache: OrderedDict[str, SnapshotIndex] = OrderedDict()
         self._lock = threading.Lock()
 
     @classmethod
@@ -190,6 +198,8 @@ class StateBackup:
         """
         with self._lock:
             cached = self._index_cache.get(index_blob_id)
+            if cached is not None:
+                self._index_cache.move_to_end(index_blob_id)
         if cached is not None and get_deleted:
             return cached
         buf = io.BytesIO()
@@ -199,9 +209,16 @@ class StateBackup:
             except BlobNotFoundError as exc:
                 raise SnapshotUnavailableError(index_blob_id, "snapshot index") from exc
         index = SnapshotIndex.from_bytes(buf.getvalue())
+        self._cache_index(index_blob_id, index)
+        return index
+
+    def _cache_index(self, index_blob_id: str, index: SnapshotIndex) -> None:
+        """Keep ``index`` among the :data:`INDEX_CACHE_ENTRIES` most recently used."""
         with self._lock:
             self._index_cache[index_blob_id] = index
-        return index
+            self._index_cache.move_to_end(index_blob_id)
+            while len(self._index_cache) > INDEX_CACHE_ENTRIES:
+                self._index_cache.popitem(last=False)
 
     def _read_index_lenient(self, index_blob_id: str) -> tuple[SnapshotIndex, bool]:
         try:
@@ -259,8 +276,7 @@ class StateBackup:
                                                              store_name), dir_index, prev_index_id)
         data = index.to_bytes()
         index_id = self.blob_store.put(io.BytesIO(data), self._meta(store_name, INDEX_PAYLOAD_PATH, len(data)))
-        with self._lock:
-            self._index_cache[index_id] = index
+        self._cache_index(index_id, index)
         write_snapshot_marker(cp_dir, index_id)
         elapsed = time.perf_counter() - start
         m.upload_ms.update(elapsed * 1000)

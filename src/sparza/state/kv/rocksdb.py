@@ -17,7 +17,7 @@ from sparza.errors import ConfigError
 from sparza.serde import Serde
 from sparza.state.kv.api import SerdeStore, StoreClosedError, StoreError
 
-__all__ = ["ROCKSDB_OPTION_KEYS", "RocksDbStore", "rocksdb_options"]
+__all__ = ["ROCKSDB_OPTION_KEYS", "SAMZA_DEFAULTS", "RocksDbStore", "rocksdb_options"]
 
 _PKG = "sparza.state.kv"
 
@@ -37,8 +37,10 @@ ROCKSDB_OPTION_KEYS: dict[str, tuple[Callable[[str], Any], str]] = {
     "max.background.jobs": (int, "background flush and compaction threads"),
     "target.file.size.bytes": (_size, "target SST file size at level 1"),
     "compaction.style": (str, "level, universal or fifo"),
-    "max.log.file.size.bytes": (_size, "max size of RocksDB's info LOG file"),
-    "keep.log.file.num": (int, "how many info LOG files to keep"),
+    "max.log.file.size.bytes": (_size, "max size of RocksDB's info LOG file (Samza's default 64MB)"),
+    "keep.log.file.num": (int, "how many info LOG files to keep, the current one included: every open of a "
+                               "store starts a new one (Samza's default 2; RocksDB's own, 1000, let a store "
+                               "reopened per batch pile up LOG.old files)"),
     "disable.auto.compactions": (parse_bool, "true to compact only on demand"),
 }
 
@@ -49,8 +51,12 @@ _MINIMUM: dict[str, int] = {
     "max.background.jobs": 1, "target.file.size.bytes": 1, "max.log.file.size.bytes": 0, "keep.log.file.num": 1,
 }
 
+SAMZA_DEFAULTS: dict[str, str] = {"keep.log.file.num": "2", "max.log.file.size.bytes": "64MB"}
+"""Options sparza sets as Samza's RocksDB stores do (``RocksDbOptionsHelper``) unless a store's config sets them:
+bench/endurance.py found a broadcast store, opened once per batch, keeping a 24 KB ``LOG.old`` file per open."""
+
 for _opt, (_parse, _doc) in ROCKSDB_OPTION_KEYS.items():
-    define_key(f"stores.<store>.rocksdb.{_opt}", None, _doc, _PKG)
+    define_key(f"stores.<store>.rocksdb.{_opt}", SAMZA_DEFAULTS.get(_opt), _doc, _PKG)
 
 
 def rocksdb_options(options: Mapping[str, Any] | None, *, key_prefix: str = "rocksdb.") -> Any:
@@ -62,7 +68,7 @@ def rocksdb_options(options: Mapping[str, Any] | None, *, key_prefix: str = "roc
     opts.create_if_missing(True)
     opts.set_compression_type(rd.DBCompressionType.lz4())
     table: Any = None
-    for name, raw in (options or {}).items():
+    for name, raw in {**SAMZA_DEFAULTS, **(options or {})}.items():
         key = key_prefix + name
         if name not in ROCKSDB_OPTION_KEYS:
             raise ConfigError(key, raw, "one of the RocksDB options " + ", ".join(sorted(ROCKSDB_OPTION_KEYS)))

@@ -6,7 +6,7 @@ import getpass
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,21 +19,9 @@ from sparza.systems.delta.offsets import DeltaOffset, offset_key
 from sparza.systems.delta.retention import read_horizon
 from sparza.systems.delta.schema import PARTITION_COLUMN, PARTITION_COUNT_PROPERTY, TABLE_SCHEMA
 from sparza.systems.delta.settings import DeltaSystemSettings, StreamLocation
-from sparza.systems.delta.storage import ensure_container, storage_errors
+from sparza.systems.delta.storage import ensure_container, open_table, storage_errors
 
 __all__ = ["DeltaSystemAdmin", "open_table"]
-
-
-def open_table(location: StreamLocation) -> object:
-    """The ``deltalake.DeltaTable`` at ``location``; raises :class:`StreamNotFoundError` if there is none."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    try:
-        with storage_errors(location.uri):
-            return DeltaTable(location.uri, storage_options=location.storage_options)
-    except TableNotFoundError as exc:
-        raise StreamNotFoundError(location.stream, location.uri) from exc
 
 
 @dataclass
@@ -158,6 +146,25 @@ class DeltaSystemAdmin:
     def properties(self, stream: str) -> dict[str, str]:
         """The stream table's properties (partition count, creation info, Delta settings)."""
         return dict(open_table(self.settings.location(stream)).metadata().configuration)  # type: ignore[attr-defined]
+
+    def delete_messages(self, offsets: Mapping[SystemStreamPartition, str]) -> None:
+        """Samza's ``deleteMessages`` (:class:`~sparza.systems.SupportsDeleteMessages`): a Delta stream keeps one
+        retention horizon for all its partitions, so a stream is truncated before the oldest version any of its
+        partitions still needs, and only when ``offsets`` names every partition (a partition no reader has
+        committed on yet keeps the whole stream). Files are deleted only when all their rows precede the horizon
+        (:func:`~sparza.systems.delta.maintenance.truncate`)."""
+        from sparza.systems.delta.maintenance import truncate
+
+        by_stream: dict[str, dict[int, DeltaOffset]] = {}
+        for ssp, offset in offsets.items():
+            if ssp.system == self.system_name:
+                by_stream.setdefault(ssp.stream, {})[ssp.partition] = DeltaOffset.parse(offset)
+        for stream, positions in by_stream.items():
+            if set(positions) != set(range(self.partition_count(stream))):
+                continue
+            horizon = min(offset.version for offset in positions.values())
+            if horizon > read_horizon(self._log(stream)):
+                truncate(self.location(stream), horizon)
 
     # --- offsets -----------------------------------------------------------------------------
     def offset_comparator(self, a: str, b: str) -> int:

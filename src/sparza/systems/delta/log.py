@@ -209,6 +209,10 @@ class DeltaLog:
             known += 1
         return known
 
+    def last_checkpoint(self) -> int | None:
+        """The version of the newest Delta checkpoint (None: none written yet)."""
+        return self._last_checkpoint()
+
     def _last_checkpoint(self) -> int | None:
         """The version of the newest checkpoint (``_delta_log/_last_checkpoint``), a cheap lower bound."""
         try:

@@ -18,11 +18,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from sparza.systems.delta.admin import open_table
-from sparza.systems.delta.log import DeltaLog
+from sparza.systems.delta.log import DeltaLog, log_path
 from sparza.systems.delta.retention import read_horizon, write_horizon
 from sparza.systems.delta.schema import PARTITION_COLUMN, TABLE_SCHEMA
 from sparza.systems.delta.settings import StreamLocation
+from sparza.systems.delta.storage import open_table
 
 __all__ = ["CompactionResult", "TruncateResult", "compact", "truncate"]
 
@@ -43,6 +43,8 @@ class TruncateResult:
     horizon: int
     files_removed: int
     files_deleted: int
+    commits_deleted: int = 0
+    """Commit files (``_delta_log/<v>.json``) deleted: versions before the horizon that a checkpoint covers."""
 
 
 def compact(location: StreamLocation, *, target_size: int = 128 << 20) -> CompactionResult:
@@ -56,12 +58,13 @@ def compact(location: StreamLocation, *, target_size: int = 128 << 20) -> Compac
     return CompactionResult(removed, added, table.version())
 
 
-def _source_versions(log: DeltaLog, latest: int) -> dict[str, int]:
-    """For every file ever added: the newest version whose rows it holds (compaction outputs inherit
-    the newest version among the files they replaced)."""
+def _source_versions(log: DeltaLog, latest: int, since: int = 0) -> dict[str, int]:
+    """For every file added from version ``since`` on (or the oldest commit kept): the newest version whose rows
+    it holds (compaction outputs inherit the newest version among the files they replaced; a replaced file
+    older than ``since`` counts as new as the compaction, which keeps its output longer, never shorter)."""
     present = log.present_versions()
     newest: dict[str, int] = {}
-    for commit in log.commits(present[0] if present else 0, latest):
+    for commit in log.commits(max(present[0] if present else 0, since), latest):
         for entry in commit.files:
             newest[entry.path] = commit.version
         for _partition, added, removed in commit.rewritten:
@@ -76,7 +79,8 @@ def truncate(location: StreamLocation, before_version: int) -> TruncateResult:
 
     Steps: 1. record the horizon (readers reject older offsets from then on); 2. commit the removal
     of live files whose rows are all older; 3. delete from storage the files of older versions that
-    no live snapshot references (truncated here or compacted earlier).
+    no live snapshot references (truncated here or compacted earlier); 4. delete the commit files
+    before the horizon that a Delta checkpoint covers (:func:`_delete_commits`).
     """
     from deltalake import Schema
     from deltalake.transaction import CommitProperties, RemoveAction
@@ -86,13 +90,19 @@ def truncate(location: StreamLocation, before_version: int) -> TruncateResult:
     if latest is None:
         raise FileNotFoundError(location.uri)
     horizon = min(before_version, latest + 1)
+    previous = read_horizon(log)
     # Step 1. Record the horizon first, so no reader starts inside what is being removed.
     write_horizon(log, horizon)
     horizon = read_horizon(log)
-    newest = _source_versions(log, latest)
     table: Any = open_table(location)
     live = pa.table(table.get_add_actions(flatten=True))
     live_paths = live.column("path").to_pylist()
+    # Files before the previous horizon were removed by the truncation that set it, so the log is read from
+    # there on (a truncation runs every minute on intermediate streams; the log keeps 30 days of commits).
+    # A live file the shorter scan does not know (a truncation that stopped after step 1) takes the full scan.
+    newest = _source_versions(log, latest, since=previous)
+    if previous and any(path not in newest for path in live_paths):
+        newest = _source_versions(log, latest)
     sizes = live.column("size_bytes").to_pylist()
     now = int(time.time() * 1000)
     removes = []
@@ -118,4 +128,27 @@ def truncate(location: StreamLocation, before_version: int) -> TruncateResult:
                 deleted += 1
             except (FileNotFoundError, OSError):
                 pass  # already gone (an earlier truncation or a vacuum)
-    return TruncateResult(horizon, len(removes), deleted)
+    return TruncateResult(horizon, len(removes), deleted, _delete_commits(log, horizon))
+
+
+def _delete_commits(log: DeltaLog, horizon: int) -> int:
+    """Step 4. Delete the commit files of versions before both the horizon (no offset of theirs is readable) and
+    the newest Delta checkpoint (which holds the table's state, so no Delta reader needs them): the log of a
+    stream truncated every minute stays short instead of growing for ``delta.logRetentionDuration``. Version 0
+    stays: its file names the table's incarnation (:meth:`DeltaLog.identity`)."""
+    checkpoint = log.last_checkpoint()
+    if checkpoint is None:
+        return 0
+    fs = log.location.filesystem()
+    deleted = 0
+    for version in log.present_versions():
+        if version >= min(horizon, checkpoint):
+            break
+        if version == 0:
+            continue
+        try:
+            fs.delete_file(log_path(version))
+            deleted += 1
+        except (FileNotFoundError, OSError):
+            pass  # already gone (another truncation, or delta-rs's own log cleanup)
+    return deleted

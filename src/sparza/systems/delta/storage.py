@@ -6,8 +6,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from sparza.errors import StorageUnavailableError
+from sparza.systems.delta.errors import StreamNotFoundError
+from sparza.systems.delta.settings import StreamLocation
 
-__all__ = ["ensure_container", "storage_errors"]
+__all__ = ["ensure_container", "open_table", "storage_errors"]
 
 _UNREACHABLE = ("error sending request", "connection refused", "tcp connect error", "timed out",
                 "dns error", "connection reset")
@@ -49,3 +51,15 @@ def ensure_container(config: object, prefix: str, uri: str) -> None:
     except ServiceRequestError as exc:
         raise StorageUnavailableError(f"cannot reach {account.blob_endpoint} to create container {container!r}: "
                                       f"{exc}") from exc
+
+
+def open_table(location: StreamLocation) -> object:
+    """The ``deltalake.DeltaTable`` at ``location``; raises :class:`StreamNotFoundError` if there is none."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        with storage_errors(location.uri):
+            return DeltaTable(location.uri, storage_options=location.storage_options)
+    except TableNotFoundError as exc:
+        raise StreamNotFoundError(location.stream, location.uri) from exc

@@ -624,15 +624,22 @@ def kill_tree(pid: int) -> None:
 def container_workers(driver_pid: int) -> list[int]:
     """The Spark Python workers running a container of the ``sparza run`` whose process is ``driver_pid``: the
     processes under it (its JVM's Python workers) with a TCP connection to a port the driver listens on (the
-    container channel, :mod:`sparza.runtime.channel`; every other connection of a worker goes to the JVM). Read
-    from ``/proc`` (Linux)."""
-    below = descendants(driver_pid)
+    container channel, :mod:`sparza.runtime.channel`; every other connection of a worker goes to the JVM). The JVM
+    itself is left out: it connects to the driver too (PySpark's accumulator server). Read from ``/proc`` (Linux)."""
+    below = [pid for pid in descendants(driver_pid) if not _is_jvm(pid)]
     table = _tcp_table()
     listening = {_port(local) for inode in _socket_inodes(driver_pid)
                  for local, _remote, state in table.get(inode, []) if state == "0A"}
     return sorted(pid for pid in below if any(
         state == "01" and _port(remote) in listening
         for inode in _socket_inodes(pid) for _local, remote, state in table.get(inode, [])))
+
+
+def _is_jvm(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "java"
+    except OSError:
+        return False
 
 
 def _port(address: str) -> str:
