@@ -6,11 +6,15 @@ returns once it has); on ``on_new_job_model`` the processor claims its tasks' ch
 the model's version (the fencing generation: a late write by the previous owner is refused) and
 starts a new query, with its own Spark checkpoint dir per generation, that starts from the task
 checkpoints. All queries of the processor share one SparkSession.
+
+An application's stages are jobs of their own (``job.name`` ``<app>-<stage>``): under the coordinator
+each stage has its own job model, and one processor of the application takes part in every stage's
+(:class:`CoordinatedStages`), as ``sparza run --stage`` takes part in one.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import queue
 import sys
 import threading
@@ -19,36 +23,30 @@ from typing import Any
 from sparza.config import Config
 from sparza.interrupts import StopOnSignals
 from sparza.metrics import MetricsRegistry, attach_prometheus
-from sparza.runtime.checkpoint import checkpoint_store_from_config
-from sparza.runtime.driver.report import RunOutcome
+from sparza.runtime.checkpoint import checkpoint_store_from_config, stamp_generation
+from sparza.runtime.driver.report import Discards, RunOutcome
 from sparza.runtime.driver.runner import JobRunner, build_spark_session
-from sparza.runtime.errors import CheckpointConflictError
+from sparza.runtime.errors import CheckpointFencedError
 from sparza.runtime.inputs import InputSystems
 from sparza.runtime.jobconfig import JobConfig
 
-__all__ = ["CoordinatedProcessor", "claim_tasks", "run_coordinated"]
+__all__ = ["CoordinatedProcessor", "CoordinatedStages", "claim_tasks", "run_coordinated"]
 
 
 def claim_tasks(config: Config, job_key: str, tasks: list[str], generation: int) -> None:
-    """Stamp each task's checkpoint with ``generation`` (conditional write) before taking it over."""
-    store = checkpoint_store_from_config(config, job_key)
-    for task in tasks:
-        for _ in range(5):
-            current = store.read(task)
-            if current is None or current.checkpoint.generation >= generation:
-                break
-            try:
-                store.write(dataclasses.replace(current.checkpoint, generation=generation), current.etag)
-                break
-            except CheckpointConflictError:
-                continue  # the previous owner committed meanwhile: read again and claim that
+    """Stamp each task's checkpoint with ``generation`` (conditional write) before taking it over; a task
+    with no checkpoint yet gets one holding only the generation, so a previous owner's first commit is
+    refused too. A newer generation already there means a newer model took the task: this one is expiring."""
+    with contextlib.suppress(CheckpointFencedError):
+        stamp_generation(checkpoint_store_from_config(config, job_key), tasks, generation)
 
 
 class CoordinatedProcessor:
     """The :class:`~sparza.coordination.JobCoordinatorListener` of one processor, and its run loop."""
 
     def __init__(self, config: Config, *, master: str | None, processor_id: str, once: bool,
-                 spark: Any = None, status: Any = None, remote: str | None = None) -> None:
+                 spark: Any = None, status: Any = None, remote: str | None = None,
+                 start_lock: threading.Lock | None = None) -> None:
         self.config = config
         self.job = JobConfig.from_config(config)
         self.master = master
@@ -64,7 +62,10 @@ class CoordinatedProcessor:
         self._stopped = threading.Event()
         self._done = threading.Event()
         self._stop_reason = ""
+        # The stages of one application start their queries one at a time (see run_together).
+        self._start_lock = start_lock or threading.Lock()
         self.batches = 0
+        self.discards = Discards()
         self.generations: list[int] = []
         self.metrics = MetricsRegistry()
         """The processor's metrics: its coordinator's and every run's (kept across job models)."""
@@ -128,7 +129,7 @@ class CoordinatedProcessor:
                 # stopped the query: then the next model's tasks are its share, still to process.
                 if self.once and not expired:
                     break
-            return RunOutcome(self._stop_reason or "stopped", self.batches, 0)
+            return RunOutcome(self._stop_reason or "stopped", self.batches, 0, discards=self.discards)
         finally:
             coordinator.stop()
             if detach is not None:
@@ -151,11 +152,14 @@ class CoordinatedProcessor:
         with self._runner_lock:
             self._runner = runner
         try:
-            runner.start()
+            with self._start_lock:
+                runner.start()
+                runner.wait_initialized()
             while runner.poll():
                 pass
             outcome = runner.finish()
             self.batches += outcome.batches
+            self.discards.add(outcome.discards)
             if outcome.reason != "job model expired":
                 self._stop_reason = self._stop_reason or outcome.reason
                 if outcome.reason in ("all inputs ended", "a task asked to shut down") or self.once:
@@ -168,6 +172,70 @@ class CoordinatedProcessor:
                 self._runner = None
             runner.close()
             self._stopped.set()
+
+
+class CoordinatedStages:
+    """The stages of an application in one processor under the coordinator: a :class:`CoordinatedProcessor`
+    per stage on one SparkSession, so every processor of the application shares each stage's tasks (each
+    task runs in one processor at a time, under its stage's model version as fencing generation).
+
+    ``run`` runs the stages side by side (a failed stage stops the others), or with ``once`` one after the
+    other, writers first, so each stage sees what its upstream stage wrote in this processor.
+    """
+
+    def __init__(self, configs: list[Config], *, spark: Any, processor_id: str, once: bool,
+                 status: Any = None) -> None:
+        start_lock = threading.Lock()
+        self.processors = [CoordinatedProcessor(c, master=None, processor_id=processor_id, once=once, spark=spark,
+                                                status=status, start_lock=start_lock) for c in configs]
+        self.once = once
+        self._stopping = threading.Event()
+
+    def request_stop(self, reason: str) -> None:
+        """Stop every stage after its running batch (thread- and signal-safe)."""
+        self._stopping.set()
+        for processor in self.processors:
+            processor.request_stop(reason)
+
+    def run(self) -> RunOutcome:
+        """Run every stage's share until stopped; raises the first stage's failure once all have stopped."""
+        if self.once:
+            outcomes = []
+            for processor in self.processors:
+                if self._stopping.is_set():
+                    break
+                outcomes.append(processor.run())
+        else:
+            outcomes = self._run_together()
+        discards = Discards()
+        for outcome in outcomes:
+            discards.add(outcome.discards)
+        return RunOutcome("; ".join(sorted({o.reason for o in outcomes})) or "stopped",
+                          sum(o.batches for o in outcomes), 0, discards=discards)
+
+    def _run_together(self) -> list[RunOutcome]:
+        results: list[RunOutcome | BaseException | None] = [None] * len(self.processors)
+
+        def work(index: int, processor: CoordinatedProcessor) -> None:
+            try:
+                results[index] = processor.run()
+            except BaseException as exc:
+                results[index] = exc
+                for other in self.processors:
+                    if other is not processor:
+                        other.request_stop("another stage failed")
+
+        threads = [threading.Thread(target=work, args=(i, p), name=f"sparza-stage-{p.job.job_key}", daemon=True)
+                   for i, p in enumerate(self.processors)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.25)  # short waits: the main thread stays free to handle a signal
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is not None:
+            raise failure
+        return [r for r in results if isinstance(r, RunOutcome)]
 
 
 def run_coordinated(config: Config, *, master: str | None = None, processor_id: str = "0", once: bool = False,
