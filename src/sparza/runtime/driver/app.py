@@ -3,7 +3,7 @@ application, on a session sparza builds (``local[N]``, a cluster master, Spark C
 caller owns (a notebook, a ``spark-submit`` script).
 
 Standalone (``job.coordinator.factory: standalone``, the default) runs every task in this
-processor.
+processor; ``azure`` runs the share the job model gives it, of a job or of each stage of an application.
 """
 
 from __future__ import annotations

@@ -6,10 +6,14 @@ between stages are created first (idempotent). All stages share one SparkSession
 every stage at a batch boundary; a failed stage stops the others; a bounded pipeline ends when
 every stage saw end-of-stream on all its inputs; a drain (``drain=True``, ``sparza drain``) is one request
 for every stage (one id), and the application stops when every stage drained.
+
+Under ``job.coordinator.factory: azure`` each stage is coordinated as a job of its own: the processors of
+the application share every stage's tasks (:class:`~sparza.runtime.driver.coordinated.CoordinatedStages`).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from sparza.config import Config
@@ -44,8 +48,39 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
     if spark is None:
         spark = build_spark_session(JobConfig.from_config(stages[0].config), master,
                                     f"sparza-{config.get_str('job.name')}", remote)
-    runners = [JobRunner(s.config, spark=spark, processor_id=processor_id, once=once,
-                         install_signal_handlers=False) for s in stages]
+    try:
+        if JobConfig.from_config(stages[0].config).coordinator_factory == "azure":
+            return _run_coordinated([s.config for s in stages], spark, processor_id=processor_id, once=once,
+                                    install_signal_handlers=install_signal_handlers)
+        return _run_standalone([s.config for s in stages], [s.config for s in plan.stages], spark,
+                               processor_id=processor_id, once=once, drain=drain,
+                               install_signal_handlers=install_signal_handlers)
+    finally:
+        if owns_spark:
+            spark.stop()
+
+
+def _run_coordinated(configs: list[Config], spark: Any, *, processor_id: str, once: bool,
+                     install_signal_handlers: bool) -> RunOutcome:
+    """``job.coordinator.factory: azure``: this processor's share of every stage (see CoordinatedStages)."""
+    from sparza.runtime.driver.coordinated import CoordinatedStages
+
+    stages = CoordinatedStages(configs, spark=spark, processor_id=processor_id, once=once)
+    signals = (StopOnSignals(stages.request_stop, lambda line: print(line, file=sys.stderr, flush=True)).install()
+               if install_signal_handlers else None)
+    try:
+        return stages.run()
+    finally:
+        if signals is not None:
+            signals.restore()
+
+
+def _run_standalone(configs: list[Config], all_configs: list[Config], spark: Any, *, processor_id: str, once: bool,
+                    drain: bool, install_signal_handlers: bool) -> RunOutcome:
+    """Every task of every stage in this processor, under each stage's job claim."""
+    runners = [JobRunner(c, spark=spark, processor_id=processor_id, once=once, install_signal_handlers=False)
+               for c in configs]
+
     def stop_all(reason: str) -> None:
         for r in runners:
             r.request_stop(reason)
@@ -57,7 +92,7 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
         if drain:
             from sparza.runtime.driver.drainmonitor import request_drain
 
-            request_drain([s.config for s in plan.stages])
+            request_drain(all_configs)
         if once:
             # AvailableNow freezes each query's end at its start: run the stages one after the other
             # (writers first), so every stage sees all its upstream stage wrote.
@@ -76,8 +111,6 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
             signals.restore()
         for runner in runners:
             runner.close()
-        if owns_spark:
-            spark.stop()
 
 
 def _discards(outcomes: list[RunOutcome]) -> Discards:
