@@ -1,0 +1,175 @@
+"""Two processors of a two-stage application under the Azure coordinator (Azurite): they share every stage's
+tasks (each stage has its own job model; a task runs in one processor at a time under its model's version as
+fencing generation), and the windows they write together are exactly what a plain-Python oracle computes."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import traceback
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from sparza.api import plan_application
+from sparza.config import Config
+from sparza.coordination.status import read_status
+from sparza.runtime import checkpoint_store_from_config
+from sparza.runtime.driver.application import run_application
+from sparza.runtime.inputs import InputSystems
+from sparza.runtime.jobconfig import JobConfig
+from sparza.streams import OutgoingMessageEnvelope, SystemStream
+from sparza.systems import StreamSpec
+from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer
+from sparza.testing import FAST_AZURE_COORDINATION
+
+pytestmark = [pytest.mark.spark, pytest.mark.azurite]
+
+WINDOW_MS = 1000
+
+
+def _events(count: int) -> list[tuple[str, int, int, int]]:
+    """(key, n, partition, timestamp): skewed keys (k0 gets a third), partition 3 empty; times rise in each
+    partition (no message is late: what is tested here is who runs which task, not lateness)."""
+    out = []
+    for i in range(count):
+        key = "k0" if i % 3 == 0 else f"k{1 + (i * 7) % 6}"
+        out.append((key, i, i % 3, 1000 + i * 17))
+    return out
+
+
+def _oracle(events: list[tuple[str, int, int, int]]) -> Counter[tuple[str, int, int, int]]:
+    """One final pane per key and tumbling window: (key, start, count, sum)."""
+    panes: dict[tuple[str, int], list[int]] = {}
+    for key, n, _partition, ts in events:
+        acc = panes.setdefault((key, ts - ts % WINDOW_MS), [0, 0])
+        acc[0] += 1
+        acc[1] += n
+    return Counter((key, start, c, s) for (key, start), (c, s) in panes.items())
+
+
+def _application(work_dir: Any, connection: str, name: str, events: list[tuple[str, int, int, int]]) -> Config:
+    config = Config({
+        **FAST_AZURE_COORDINATION,
+        # Two processors and four coordinators in one loaded test process: slow heartbeats must not count as
+        # deaths (a processor judged dead while it still runs is fenced, which is not what is tested here).
+        "job.coordinator.azure.liveness.timeout.ms": "15000",
+        "job.coordinator.azure.barrier.timeout.ms": "60000",
+        "job.name": name,
+        "app.class": "sparza.api.examples.WindowedCount",
+        "app.example.partitions": "3",
+        "app.example.window.ms": str(WINDOW_MS),
+        "job.execution.mode": "batches",  # two processors in one SparkSession: one container pool each is not
+        "task.max.batch.messages": "10",
+        "task.commit.ms": "0",
+        "azure.storage.connect": connection,
+        "job.checkpoint.factory": "azure",
+        "job.checkpoint.azure.container": name,
+        "app.window.store.backup.factories": "blobstore",  # a task moving to the other processor restores it
+        "blob.store.manager.factory": "local",
+        "blob.store.local.root": str(work_dir / "blobstore"),
+        "systems.delta.samza.factory": "delta",
+        "systems.delta.samza.offset.default": "oldest",
+        "systems.delta.delta.root": str(work_dir / "streams"),
+        "systems.delta.streams.events.bounded": "true",
+    })
+    admin = DeltaSystemAdmin("delta", config)
+    admin.create_stream(StreamSpec("events", 4))
+    admin.create_stream(StreamSpec("out", 2))
+    producer = DeltaSystemProducer("delta", config)
+    producer.register("test")
+    for i, (key, n, partition, ts) in enumerate(events):
+        producer.send("test", OutgoingMessageEnvelope(SystemStream("delta", "events"),
+                                                      json.dumps({"key": key, "n": n}).encode(), key=key.encode(),
+                                                      partition=partition, timestamp=ts))
+        if i % 30 == 29:
+            producer.flush("test")  # several input commits: several batches per task
+    producer.flush("test")
+    return config
+
+
+def _output(work_dir: Any) -> Counter[tuple[str, int, int, int]]:
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(work_dir / "streams" / "out")).to_pyarrow_table(columns=["value", "type"])
+    rows = [json.loads(v) for v, t in zip(table.column("value").to_pylist(), table.column("type").to_pylist(),
+                                          strict=True) if t == 0]
+    return Counter((r["key"], r["start"], r["count"], r["sum"]) for r in rows)
+
+
+def test_two_processors_share_each_stage_of_an_application(spark, work_dir, azure_connection_string, unique_name):
+    events = _events(600)
+    config = _application(work_dir, azure_connection_string, unique_name, events)
+    stages = [s.config for s in plan_application(config).stages]
+    assert len(stages) == 2
+    models: dict[str, dict[int, dict[str, list[str]]]] = {JobConfig.from_config(c).job_key: {} for c in stages}
+    outcomes: dict[str, Any] = {}
+
+    def processor(pid: str) -> None:
+        own = config.with_overrides({"job.logged.store.base.dir": str(work_dir / f"state-{pid}")})  # own host
+        try:
+            outcomes[pid] = run_application(own, spark=spark, processor_id=pid, install_signal_handlers=False)
+        except BaseException as exc:
+            outcomes[pid] = exc
+
+    def record_models() -> None:
+        for stage in stages:  # every job model each stage's coordinator published
+            model = read_status(stage).state.effective
+            if model is not None:
+                key = JobConfig.from_config(stage).job_key
+                models[key][int(model.version)] = {p: sorted(t) for p, t in model.assignments.items()}
+
+    threads = [threading.Thread(target=processor, args=(pid,), daemon=True) for pid in ("p1", "p2")]
+    threads[0].start()
+    # p2 starts once p1 has begun processing (as a second `sparza run` would); also, the start checks of two
+    # runs at once in one Python 3.11.7 process can trip CPython's ast.parse thread-safety bug (gh-106905).
+    deadline = time.monotonic() + 300
+    while threads[0].is_alive() and not outcomes and time.monotonic() < deadline:
+        record_models()
+        if any(models.values()):
+            break
+        time.sleep(0.2)
+    threads[1].start()
+    deadline = time.monotonic() + 600
+    while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+        record_models()
+        time.sleep(0.2)
+    assert not any(t.is_alive() for t in threads), "the processors did not end"
+    for pid in ("p1", "p2"):
+        assert not isinstance(outcomes[pid], BaseException), \
+            f"{pid} failed: {''.join(traceback.format_exception(outcomes[pid]))}"
+        assert outcomes[pid].reason == "all inputs ended"
+
+    for stage in stages:
+        key = JobConfig.from_config(stage).job_key
+        seen = models[key]
+        tasks = sorted(t.name for t in InputSystems(JobConfig.from_config(stage)).task_models())
+        assert seen, f"stage {key} was never coordinated: no job model"
+        for version, assignments in seen.items():  # one processor per task in every model
+            owned = [t for ts in assignments.values() for t in ts]
+            assert sorted(owned) == tasks, f"stage {key} model {version}: {assignments}"
+        assert any(all(assignments.get(p) for p in ("p1", "p2")) for assignments in seen.values()), \
+            f"stage {key}: no model shared the tasks between the processors: {seen}"
+        for task, checkpoint in checkpoint_store_from_config(stage, key).read_all().items():
+            assert 1 <= checkpoint.generation <= max(seen), f"{key} {task}: generation {checkpoint.generation}"
+            assert checkpoint.ended and checkpoint.open_intent() is None
+
+    assert _output(work_dir) == _oracle(events)
+
+
+def test_once_runs_a_coordinated_application_writers_first(spark, work_dir, azure_connection_string, unique_name):
+    """``--once`` under the coordinator: the stages run one after the other, each under its own job model, so
+    the second stage sees all the first wrote, and the bounded input's windows all fire."""
+    events = _events(90)
+    config = _application(work_dir, azure_connection_string, unique_name, events)
+    outcome = run_application(config, spark=spark, processor_id="p1", once=True, install_signal_handlers=False)
+    assert outcome.batches > 0
+    for stage in plan_application(config).stages:
+        key = JobConfig.from_config(stage.config).job_key
+        model = read_status(stage.config).state.current
+        assert model is not None, f"stage {key} was never coordinated"
+        checkpoints = checkpoint_store_from_config(stage.config, key).read_all()
+        assert checkpoints and all(1 <= cp.generation <= model.version and cp.ended for cp in checkpoints.values())
+    assert _output(work_dir) == _oracle(events)
