@@ -64,6 +64,7 @@ def _application(work_dir: Any, connection: str, name: str, events: list[tuple[s
         "job.execution.mode": "batches",  # two processors in one SparkSession: one container pool each is not
         "task.max.batch.messages": "10",
         "task.commit.ms": "0",
+        "job.logged.store.base.dir": str(work_dir / "state"),
         "azure.storage.connect": connection,
         "job.checkpoint.factory": "azure",
         "job.checkpoint.azure.container": name,
@@ -173,3 +174,17 @@ def test_once_runs_a_coordinated_application_writers_first(spark, work_dir, azur
         checkpoints = checkpoint_store_from_config(stage.config, key).read_all()
         assert checkpoints and all(1 <= cp.generation <= model.version and cp.ended for cp in checkpoints.values())
     assert _output(work_dir) == _oracle(events)
+    # `sparza coordinator status` of the application shows each stage's coordination.
+    import yaml
+    from typer.testing import CliRunner
+
+    from sparza.cli import app
+
+    path = work_dir / "app.yaml"
+    path.write_text(yaml.safe_dump(dict(config.items())))
+    result = CliRunner().invoke(app, ["coordinator", "status", "--config", str(path)])
+    assert result.exit_code == 0, result.output
+    for stage in plan_application(config).stages:
+        version = read_status(stage.config).state.version
+        assert f"stage {stage.name}:\njob {unique_name}-{stage.name}-1:" in result.output
+        assert version >= 1 and f"job model: version {version}," in result.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -18,18 +19,30 @@ app = SparzaTyper(help="Inspect how the processors of a job share its tasks (job
 def status(config: Path = typer.Option(..., "--config", "-c", metavar="FILE",
                                        help="The job's config file (YAML or .properties)."),
            ) -> None:
-    """Show the leader, each processor's last heartbeat, the job-model version, barrier and assignment."""
+    """Show the leader, each processor's last heartbeat, the job-model version, barrier and assignment (of each
+    stage, for an application)."""
     # Imported here, not with the module: every `sparza` command loads this module, and the coordination
     # package brings the Azure SDK with it.
     from rich.console import Console
-    from rich.table import Table
 
     from sparza.config import Config
     from sparza.coordination.status import read_status
 
     cfg = Config.load(config)
-    st = read_status(cfg)
     out = Console(highlight=False, width=None if Console().is_terminal else 200)
+    if cfg.get_str("app.class", None) and cfg.get_str("app.stage", None) is None:
+        from sparza.api import plan_application
+
+        for stage in plan_application(cfg).stages:  # each stage of an application is coordinated as its own job
+            out.print(f"stage {stage.name}:")
+            _show(out, stage.config, read_status(stage.config))
+        return
+    _show(out, cfg, read_status(cfg))
+
+
+def _show(out: Any, cfg: Any, st: Any) -> None:
+    from rich.table import Table
+
     state = st.state
     out.print(f"job {cfg.get_str('job.name')}-{cfg.get_str('job.id', '1')}: container {st.container}, "
               f"table {st.table}")
