@@ -277,3 +277,38 @@ def test_a_failure_injected_after_some_commits_hits_a_container_mid_epoch_and_th
     assert set(reporter.finished.values()) == {"caught up"}
     counts, rows = final_counts(config)
     assert counts == expected_counts(400, 5) and rows == 400
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("broadcast", [True, False], ids=["broadcast", "partitioned"])
+def test_a_bootstrap_store_whose_stream_is_empty_does_not_hold_the_job(work_dir: Path, broadcast: bool):
+    """An empty bootstrap stream counts as bootstrapped: every task processes its whole input under ``--once`` and
+    catches up. A broadcast store's builder publishes an empty bootstrapped snapshot, which the readers wait for.
+
+    Found by the Spark soak (seed 279784511, no profiles drawn): no task ever committed a batch, the builder
+    included (it had nothing to read and its main input was held for its own publication), so every epoch ended
+    with nothing done and ``--once`` never ended. A short epoch bounds the test where the defect would hang it."""
+    from sparza.blobstore import blob_store_manager_from_config
+    from sparza.state.adjunct.publication import PublicationBoard
+    from sparza.systems import StreamSpec
+    from sparza.systems.delta import DeltaSystemAdmin
+
+    store = {"systems.delta.streams.profiles.samza.bootstrap": "true",
+             "stores.profiles.adstore.input": "delta.profiles",
+             "stores.profiles.key.serde": "string", "stores.profiles.msg.serde": "json"}
+    inputs = ({"task.broadcast.inputs": "delta.profiles#0"} if broadcast
+              else {"task.inputs": "delta.events,delta.profiles"})
+    config = Config(job_values(work_dir, **{"task.max.batch.messages": "100", "task.commit.ms": "0", **store,
+                                            **inputs}))
+    create_streams(config, 3)
+    DeltaSystemAdmin("delta", config).create_stream(StreamSpec("profiles", 1 if broadcast else 3))
+    append_messages(config, 450, 7, commit_size=150)
+    reporter = Reporter()
+    _one_container(config, reporter, once=True, duration_ms=20_000).run()
+    assert reporter.finished == {f"Partition {i}": "caught up" for i in range(3)}
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(450, 7) and rows == 450
+    if broadcast:
+        board = PublicationBoard(blob_store_manager_from_config(config), "kc", "1", "Partition 0", "profiles")
+        published = board.latest_before(None)
+        assert published is not None and published.bootstrapped and published.applied == 0

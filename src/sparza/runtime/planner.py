@@ -247,7 +247,8 @@ class BatchPlanner:
         self._specs: dict[tuple[str, str], InputSpec] = {(s.stream.system, s.stream.stream): s for s in job.inputs}
         from sparza.state.adjunct import AdjunctConfig
 
-        self._adjunct = AdjunctConfig.from_config(job.config).input_streams()
+        adjunct = AdjunctConfig.from_config(job.config)
+        self._adjunct = adjunct.input_streams()
         # What "the offsets seen at start" means for bounded and bootstrap streams: now, or when the job
         # started (a container plans with the driver's start positions, so every epoch ends bounded
         # streams at the same offsets).
@@ -262,6 +263,14 @@ class BatchPlanner:
         self._ready: set[Any] = set()
         # Tasks whose main input the last plan held back for an unpublished broadcast store (what that plan saw).
         self._held: set[str] = set()
+        # The builder tasks of each broadcast bootstrap stream's stores, and those of them this planner gave a batch
+        # to publish in (see _needs_publishing_batch).
+        self._builders: dict[Any, set[str]] = {}
+        for store in adjunct.stores:
+            if store.broadcast and store.bootstrap:
+                self._builders.setdefault(store.stream, set()).add(store.builder_task)
+        self._awaits_own: set[str] = set()
+        self._given_publishing_batch: set[str] = set()
 
     def spec(self, ssp: SystemStreamPartition) -> InputSpec:
         """The input spec of ``ssp``'s stream."""
@@ -355,7 +364,8 @@ class BatchPlanner:
                 if found:
                     raise input_after_end_error(task.name, found)
             ended = before.ended or self._all_ended(task, ends)
-            if replay or ends != before.offsets or ended != before.ended:
+            if replay or ends != before.offsets or ended != before.ended or self._needs_publishing_batch(task, ends,
+                                                                                                          before):
                 changed = True
             if replay:
                 tasks[task.name] = TaskPlan(ends, ended, planned_at_ms=replay.planned_at_ms,
@@ -376,6 +386,7 @@ class BatchPlanner:
         ends: dict[str, str] = {}
         gated = False
         self._held.discard(task.name)
+        self._awaits_own.discard(task.name)
         for ssp in task.ssps:  # bootstrap SSPs come first in a task's read order
             key = str(ssp)
             begin = starts.get(key, positions[ssp].upcoming)
@@ -406,7 +417,24 @@ class BatchPlanner:
             elif spec.bootstrap and spec.broadcast and not self._published(ssp):
                 gated = True
                 self._held.add(task.name)
+                if task.name in self._builders.get(ssp.system_stream, ()):
+                    self._awaits_own.add(task.name)
         return ends
+
+    def _needs_publishing_batch(self, task: TaskModel, ends: Mapping[str, str], before: TaskPlan) -> bool:
+        """True when ``task`` builds a broadcast bootstrap store whose bootstrapped publication its main input (like
+        every task's) waits for, and has nothing to read: give it one batch that reads nothing, in which it commits
+        and publishes. Without it a builder whose bootstrap stream is empty (or read to its end in a batch that
+        published no bootstrapped snapshot) never commits again, never publishes, and every task waits for ever.
+
+        One such batch per planner: the builder publishes in it, so the next plan lets main input flow; if no
+        publication comes of it (a versioned store has no complete version yet), the tasks wait for the builder's
+        input instead of committing empty batches in a loop. A publication stays subject to the builder's
+        generation fencing like every other (an older generation never replaces a newer one's)."""
+        if task.name not in self._awaits_own or task.name in self._given_publishing_batch or ends != before.offsets:
+            return False
+        self._given_publishing_batch.add(task.name)
+        return True
 
     def waits_for_broadcast(self, task: TaskModel) -> bool:
         """True when the last plan held ``task``'s main input back for a broadcast store's bootstrapped
