@@ -261,14 +261,16 @@ class BatchPlanner:
         # publication of a broadcast store itself, since no common batch number says the builder is done.
         self._broadcast_ready = broadcast_ready
         self._ready: set[Any] = set()
-        # Tasks whose main input the last plan held back for an unpublished broadcast store (what that plan saw).
-        self._held: set[str] = set()
-        # The builder tasks of each broadcast bootstrap stream's stores, and those of them this planner gave a batch
-        # to publish in (see _needs_publishing_batch).
-        self._builders: dict[Any, set[str]] = {}
+        # Tasks whose main input the last plan held back for an unpublished broadcast store, and the store's stream
+        # (what that plan saw).
+        self._held: dict[str, Any] = {}
+        # The broadcast bootstrap stores of each stream; their builder tasks, and those of them this planner gave a
+        # batch to publish in (see _needs_publishing_batch).
+        self._broadcast_stores: dict[Any, list[Any]] = {}
         for store in adjunct.stores:
             if store.broadcast and store.bootstrap:
-                self._builders.setdefault(store.stream, set()).add(store.builder_task)
+                self._broadcast_stores.setdefault(store.stream, []).append(store)
+        self._builders = {stream: {s.builder_task for s in stores} for stream, stores in self._broadcast_stores.items()}
         self._awaits_own: set[str] = set()
         self._given_publishing_batch: set[str] = set()
 
@@ -385,7 +387,7 @@ class BatchPlanner:
                    positions: Mapping[SystemStreamPartition, SspPosition]) -> dict[str, str]:
         ends: dict[str, str] = {}
         gated = False
-        self._held.discard(task.name)
+        self._held.pop(task.name, None)
         self._awaits_own.discard(task.name)
         for ssp in task.ssps:  # bootstrap SSPs come first in a task's read order
             key = str(ssp)
@@ -416,7 +418,7 @@ class BatchPlanner:
                 gated = True
             elif spec.bootstrap and spec.broadcast and not self._published(ssp):
                 gated = True
-                self._held.add(task.name)
+                self._held[task.name] = ssp.system_stream
                 if task.name in self._builders.get(ssp.system_stream, ()):
                     self._awaits_own.add(task.name)
         return ends
@@ -444,6 +446,23 @@ class BatchPlanner:
         the blob store again here would call a task caught up whose main input no plan ever let through (the
         builder published between the plan and the question), and ``--once`` would end without its output."""
         return task.name in self._held
+
+    def broadcast_waits(self) -> list[str]:
+        """What the last plan held main input back for, one line per broadcast stream: the tasks that wait, the
+        stores whose bootstrapped publication they wait for and the task that builds them (the status line says it
+        while a job waits; a run that cannot get past it says it when it stops)."""
+        by_stream: dict[Any, list[str]] = {}
+        for task, stream in self._held.items():
+            by_stream.setdefault(stream, []).append(task)
+        lines = []
+        for stream, tasks in sorted(by_stream.items(), key=lambda item: str(item[0])):
+            stores = self._broadcast_stores.get(stream, [])
+            names = ", ".join(f"'{s.name}'" for s in stores) or "?"
+            builders = ", ".join(sorted({f"'{s.builder_task}'" for s in stores})) or "?"
+            waiting = ", ".join(f"'{t}'" for t in sorted(tasks))
+            lines.append(f"task(s) {waiting} wait for the bootstrapped publication of broadcast store {names} "
+                         f"(stream {stream}), which task {builders} builds and has not published yet")
+        return lines
 
     def _published(self, ssp: SystemStreamPartition) -> bool:
         if self._broadcast_ready is None or ssp.system_stream in self._ready:

@@ -69,6 +69,7 @@ __all__ = [
     "ContainerReporter",
     "TaskLoop",
     "assign_tasks",
+    "broadcast_ready",
     "location_of",
     "run_container",
 ]
@@ -162,7 +163,7 @@ class TaskLoop:
         self.planner = BatchPlanner(job, [model], ops, positions,
                                     start_positions={SystemStreamPartition.parse(k): v
                                                      for k, v in epoch_job.start_positions.items()},
-                                    broadcast_ready=_broadcast_ready(job))
+                                    broadcast_ready=broadcast_ready(job))
         if epoch_job.targets is not None:
             self.planner.targets = {SystemStreamPartition.parse(k): v for k, v in epoch_job.targets.items()}
         self.drain_request: dict[str, Any] | None = None
@@ -202,9 +203,9 @@ class TaskLoop:
         return self.plan is not None and self.plan.task(self.model.name).ended
 
 
-def _broadcast_ready(job: JobConfig) -> Callable[[Any], bool]:
-    """Whether a broadcast bootstrap store has published its bootstrapped snapshot (asked only for jobs with
-    one, until it has)."""
+def broadcast_ready(job: JobConfig) -> Callable[[Any], bool]:
+    """The gate of a container's planner: whether the broadcast bootstrap stores of a stream have published their
+    bootstrapped snapshots (asked only for jobs with one, until they have); a task's main input waits for it."""
 
     def ready(stream: Any) -> bool:
         from sparza.blobstore import blob_store_manager_from_config
