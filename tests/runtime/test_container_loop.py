@@ -75,6 +75,7 @@ class Reporter:
                  drain_after: int = 0) -> None:
         self.results: list[BatchResult] = []
         self.finished: dict[str, str] = {}
+        self.waits: list[tuple[str, str]] = []
         self.end_after = end_after
         self.drain = drain or {}
         self.drain_after = drain_after
@@ -84,6 +85,9 @@ class Reporter:
 
     def done(self, job: str, task: str, why: str) -> None:
         self.finished[task] = why
+
+    def waiting(self, job: str, task: str, why: str) -> None:
+        self.waits.append((task, why))
 
     def wait_end(self, wait_s: float) -> bool:
         return self.end_after is not None and len(self.results) >= self.end_after
@@ -312,3 +316,35 @@ def test_a_bootstrap_store_whose_stream_is_empty_does_not_hold_the_job(work_dir:
         board = PublicationBoard(blob_store_manager_from_config(config), "kc", "1", "Partition 0", "profiles")
         published = board.latest_before(None)
         assert published is not None and published.bootstrapped and published.applied == 0
+
+
+@pytest.mark.timeout(180)
+def test_tasks_held_for_a_broadcast_publication_that_does_not_come_say_what_they_wait_for(work_dir: Path):
+    """A versioned broadcast store publishes once a version is complete; with no end-of-dataset marker every task's
+    main input waits for it. The tasks are not caught up (``--once`` must not end as if they were) and each says
+    once what it waits for: the store and the task that builds it (the driver's status line shows it)."""
+    from sparza.streams import OutgoingMessageEnvelope, SystemStream
+    from sparza.systems import StreamSpec
+    from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer
+
+    config = Config(job_values(work_dir, **{
+        "task.max.batch.messages": "100", "task.commit.ms": "0", "task.broadcast.inputs": "delta.profiles#0",
+        "systems.delta.streams.profiles.samza.bootstrap": "true", "stores.profiles.adstore.input": "delta.profiles",
+        "stores.profiles.adstore.versioned": "true", "stores.profiles.key.serde": "string",
+        "stores.profiles.msg.serde": "json"}))
+    create_streams(config, 2)
+    DeltaSystemAdmin("delta", config).create_stream(StreamSpec("profiles", 1))
+    producer = DeltaSystemProducer("delta", config)
+    producer.register("t")
+    producer.send("t", OutgoingMessageEnvelope(SystemStream("delta", "profiles"), b'{"c": 1}', key=b"k", partition=0))
+    producer.flush("t")
+    append_messages(config, 100, 5, commit_size=100)
+    reporter = Reporter()
+    _one_container(config, reporter, once=True, duration_ms=3_000).run()
+    assert reporter.finished == {"Partition 0": "stopped", "Partition 1": "stopped"}   # not caught up
+    assert sorted(task for task, _ in reporter.waits) == ["Partition 0", "Partition 1"]   # once each
+    assert all("broadcast store 'profiles'" in why and "task 'Partition 0' builds" in why for _, why in reporter.waits)
+    # Each task read the broadcast partition (one profile) and no main input; the builder then got one batch that
+    # read nothing, to publish in: no publication came of it, so no more batches.
+    read = {t: [r.messages for r in reporter.results if r.task == t] for t in reporter.finished}
+    assert read == {"Partition 0": [1, 0], "Partition 1": [1]}

@@ -44,7 +44,7 @@ from sparza.runtime.offsets import OffsetOps
 from sparza.runtime.split import TaskSplit
 from sparza.streams import SystemStreamPartition
 
-__all__ = ["BatchPlan", "BatchPlanner", "Replay", "SspPosition", "TaskPlan", "input_after_end"]
+__all__ = ["BatchPlan", "BatchPlanner", "Replay", "SspPosition", "TaskPlan", "describe_waits", "input_after_end"]
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,18 @@ class SspPosition:
 
 
 MetadataFn = Callable[[], Mapping[SystemStreamPartition, SspPosition]]
+
+
+def describe_waits(waits: Mapping[str, list[str]], *, most: int = 6) -> list[str]:
+    """One line per reason of :meth:`BatchPlanner.broadcast_waits`: ``task(s) 'A', 'B' wait for <reason>`` (at most
+    ``most`` task names, then how many more)."""
+    lines = []
+    for reason, tasks in sorted(waits.items()):
+        names = sorted(set(tasks), key=lambda t: (len(t), t))
+        shown = ", ".join(f"'{t}'" for t in names[:most]) + (f" and {len(names) - most} more" if len(names) > most
+                                                             else "")
+        lines.append(f"task(s) {shown} wait for {reason}")
+    return lines
 
 
 def check_not_past_end(task: str, ssp: SystemStreamPartition, offset: str, position: SspPosition,
@@ -447,22 +459,19 @@ class BatchPlanner:
         builder published between the plan and the question), and ``--once`` would end without its output."""
         return task.name in self._held
 
-    def broadcast_waits(self) -> list[str]:
-        """What the last plan held main input back for, one line per broadcast stream: the tasks that wait, the
-        stores whose bootstrapped publication they wait for and the task that builds them (the status line says it
-        while a job waits; a run that cannot get past it says it when it stops)."""
-        by_stream: dict[Any, list[str]] = {}
-        for task, stream in self._held.items():
-            by_stream.setdefault(stream, []).append(task)
-        lines = []
-        for stream, tasks in sorted(by_stream.items(), key=lambda item: str(item[0])):
+    def broadcast_waits(self) -> dict[str, list[str]]:
+        """What the last plan held main input back for: per reason (a broadcast stream's stores, whose bootstrapped
+        publication is missing, and the task that builds them) the tasks that wait for it. The status line says it
+        while a job waits (:func:`describe_waits`); a run that cannot get past it says it when it stops."""
+        out: dict[str, list[str]] = {}
+        for task, stream in sorted(self._held.items()):
             stores = self._broadcast_stores.get(stream, [])
             names = ", ".join(f"'{s.name}'" for s in stores) or "?"
             builders = ", ".join(sorted({f"'{s.builder_task}'" for s in stores})) or "?"
-            waiting = ", ".join(f"'{t}'" for t in sorted(tasks))
-            lines.append(f"task(s) {waiting} wait for the bootstrapped publication of broadcast store {names} "
-                         f"(stream {stream}), which task {builders} builds and has not published yet")
-        return lines
+            reason = (f"the bootstrapped publication of broadcast store {names} (stream {stream}), which task "
+                      f"{builders} builds and has not published yet")
+            out.setdefault(reason, []).append(task)
+        return out
 
     def _published(self, ssp: SystemStreamPartition) -> bool:
         if self._broadcast_ready is None or ssp.system_stream in self._ready:

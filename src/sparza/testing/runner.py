@@ -474,8 +474,9 @@ class TestRunner:
                         waits = job.planner.broadcast_waits()
                         if waits:  # held, not caught up: `sparza run --once` would wait for ever
                             from sparza.runtime.errors import broadcast_stall
+                            from sparza.runtime.planner import describe_waits
 
-                            raise broadcast_stall(f"job {job.name}", waits)
+                            raise broadcast_stall(f"job {job.name}", describe_waits(waits))
                         break
                     report.batches[job.name] = report.batches.get(job.name, 0) + 1
                     report.messages += sum(r.messages for r in results)

@@ -171,6 +171,7 @@ class TaskLoop:
         self._pending: BatchPlan | None = None
         self.last_started = float("-inf")
         self.done: str | None = None  # why it left the loop: "ended", "caught up", "drained", "stopped", "failed"
+        self.waiting: str | None = None  # what its main input waits for, as last reported (None: nothing)
         self.error: Exception | None = None  # a planning failure at start, reported when the loop first runs
 
     def start(self, checkpoints: Mapping[str, Any]) -> None:
@@ -243,6 +244,10 @@ class ContainerReporter(Protocol):
     def done(self, job: str, task: str, why: str) -> None:
         """A task left the run loop: ``caught up`` (--once), ``ended`` (every input ended), ``drained``,
         ``stopped``."""
+
+    def waiting(self, job: str, task: str, why: str) -> None:
+        """A task has nothing to do now but is not caught up: its main input waits for ``why`` (a broadcast store's
+        bootstrapped publication). Said once per wait; the task's next result ends it."""
 
     def wait_end(self, wait_s: float) -> bool:
         """Wait up to ``wait_s`` seconds for the driver's request to end the epoch; True once it came."""
@@ -364,11 +369,17 @@ class Container:
                                               error=f"task '{key[1]}': {type(exc).__name__}: {exc}"))
             return False
         if split is None:
+            waits = loop.planner.broadcast_waits()
             if loop.ended():
                 self._finish(key, loop, "ended")
-            elif parts.epoch_job.targets is not None and not loop.planner.waits_for_broadcast(loop.model):
-                self._finish(key, loop, "caught up")
+            elif not waits:
+                if parts.epoch_job.targets is not None:
+                    self._finish(key, loop, "caught up")
+            elif next(iter(waits)) != loop.waiting:
+                loop.waiting = next(iter(waits))
+                self.reporter.waiting(key[0], key[1], loop.waiting)
             return False
+        loop.waiting = None
         loop.last_started = self.clock()
         result = run_task_batch(parts.job.config, split, generation=parts.epoch_job.generation,
                                 task_count=parts.epoch_job.task_count, resident=True,
@@ -450,6 +461,10 @@ def run_container(plan_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator
         def done(self, job: str, task: str, why: str) -> None:
             if channel is None or not channel.send_done(job, task, why):
                 undelivered.append((job, "done", json.dumps({"task": task, "why": why})))
+
+        def waiting(self, job: str, task: str, why: str) -> None:
+            if channel is None or not channel.send_waiting(job, task, why):
+                undelivered.append((job, "waiting", json.dumps({"task": task, "why": why})))
 
         def wait_end(self, wait_s: float) -> bool:
             if channel is None:
