@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from examples.keyed_count.load import append_messages, create_streams
-from tests.runtime.helpers import expected_counts, final_counts, job_values
+from tests.runtime.helpers import PROFILES_STORE, create_profiles, expected_counts, final_counts, job_values
 
 from sparza.config import Config
 from sparza.runtime.checkpoint import checkpoint_store_from_config
@@ -294,18 +294,13 @@ def test_a_bootstrap_store_whose_stream_is_empty_does_not_hold_the_job(work_dir:
     with nothing done and ``--once`` never ended. A short epoch bounds the test where the defect would hang it."""
     from sparza.blobstore import blob_store_manager_from_config
     from sparza.state.adjunct.publication import PublicationBoard
-    from sparza.systems import StreamSpec
-    from sparza.systems.delta import DeltaSystemAdmin
 
-    store = {"systems.delta.streams.profiles.samza.bootstrap": "true",
-             "stores.profiles.adstore.input": "delta.profiles",
-             "stores.profiles.key.serde": "string", "stores.profiles.msg.serde": "json"}
     inputs = ({"task.broadcast.inputs": "delta.profiles#0"} if broadcast
               else {"task.inputs": "delta.events,delta.profiles"})
-    config = Config(job_values(work_dir, **{"task.max.batch.messages": "100", "task.commit.ms": "0", **store,
-                                            **inputs}))
+    config = Config(job_values(work_dir, **{"task.max.batch.messages": "100", "task.commit.ms": "0",
+                                            **PROFILES_STORE, **inputs}))
     create_streams(config, 3)
-    DeltaSystemAdmin("delta", config).create_stream(StreamSpec("profiles", 1 if broadcast else 3))
+    create_profiles(config, partitions=1 if broadcast else 3)
     append_messages(config, 450, 7, commit_size=150)
     reporter = Reporter()
     _one_container(config, reporter, once=True, duration_ms=20_000).run()
@@ -323,21 +318,11 @@ def test_tasks_held_for_a_broadcast_publication_that_does_not_come_say_what_they
     """A versioned broadcast store publishes once a version is complete; with no end-of-dataset marker every task's
     main input waits for it. The tasks are not caught up (``--once`` must not end as if they were) and each says
     once what it waits for: the store and the task that builds it (the driver's status line shows it)."""
-    from sparza.streams import OutgoingMessageEnvelope, SystemStream
-    from sparza.systems import StreamSpec
-    from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer
-
     config = Config(job_values(work_dir, **{
         "task.max.batch.messages": "100", "task.commit.ms": "0", "task.broadcast.inputs": "delta.profiles#0",
-        "systems.delta.streams.profiles.samza.bootstrap": "true", "stores.profiles.adstore.input": "delta.profiles",
-        "stores.profiles.adstore.versioned": "true", "stores.profiles.key.serde": "string",
-        "stores.profiles.msg.serde": "json"}))
+        **PROFILES_STORE, "stores.profiles.adstore.versioned": "true"}))
     create_streams(config, 2)
-    DeltaSystemAdmin("delta", config).create_stream(StreamSpec("profiles", 1))
-    producer = DeltaSystemProducer("delta", config)
-    producer.register("t")
-    producer.send("t", OutgoingMessageEnvelope(SystemStream("delta", "profiles"), b'{"c": 1}', key=b"k", partition=0))
-    producer.flush("t")
+    create_profiles(config, 1)
     append_messages(config, 100, 5, commit_size=100)
     reporter = Reporter()
     _one_container(config, reporter, once=True, duration_ms=3_000).run()

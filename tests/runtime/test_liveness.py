@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from examples.keyed_count.load import append_messages
+from tests.runtime.helpers import PROFILES_STORE, create_profiles
 
 from sparza.runtime import JobFailedError, JobRunner
 
@@ -32,20 +33,11 @@ def test_a_once_run_held_for_a_broadcast_publication_that_cannot_come_ends_sayin
     the tasks wait for while they do; once two epochs read nothing, the run fails naming the store and its builder
     (it waited for ever before: no task was ever caught up)."""
     from sparza.runtime.errors import JobStalledError
-    from sparza.streams import OutgoingMessageEnvelope, SystemStream
-    from sparza.systems import StreamSpec
-    from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer
 
     config = make_job(**{"job.execution.mode": "containers", "job.container.epoch.ms": "3000",
-                         "task.broadcast.inputs": "delta.profiles#0",
-                         "systems.delta.streams.profiles.samza.bootstrap": "true",
-                         "stores.profiles.adstore.input": "delta.profiles", "stores.profiles.adstore.versioned": "true",
-                         "stores.profiles.key.serde": "string", "stores.profiles.msg.serde": "json"})
-    DeltaSystemAdmin("delta", config).create_stream(StreamSpec("profiles", 1))
-    producer = DeltaSystemProducer("delta", config)
-    producer.register("t")
-    producer.send("t", OutgoingMessageEnvelope(SystemStream("delta", "profiles"), b'{"c": 1}', key=b"k", partition=0))
-    producer.flush("t")
+                         "task.broadcast.inputs": "delta.profiles#0", **PROFILES_STORE,
+                         "stores.profiles.adstore.versioned": "true"})
+    create_profiles(config, 1)
     append_messages(config, 40, 3, commit_size=40)
     lines: list[str] = []
     runner = JobRunner(config, spark=spark, once=True, install_signal_handlers=False, status=lines.append)

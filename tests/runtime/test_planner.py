@@ -8,6 +8,7 @@ import json
 
 import pytest
 from examples.keyed_count.load import append_messages
+from tests.runtime.helpers import PROFILES_STORE, create_profiles
 
 from sparza.config import Config
 from sparza.runtime import Intent, JobConfig, TaskCheckpoint
@@ -207,33 +208,11 @@ def test_a_task_held_back_for_a_broadcast_publication_waits_for_it_even_when_it_
     Found by the scale scenario under load (--once, two stages, broadcast join): the container asked the blob
     store again after a gated plan, saw the new publication, called the reader task caught up without its main
     input ever planned, and the job ended with exit 0 and none of that task's windows."""
-    from sparza.blobstore import blob_store_manager_from_config
-    from sparza.state.adjunct import broadcast_bootstrap_published
-    from sparza.state.adjunct.publication import Publication, PublicationBoard
+    from sparza.state.adjunct.publication import Publication
 
-    config = make_job(partitions=2, **{"task.broadcast.inputs": "delta.profiles#0",
-                                       "systems.delta.streams.profiles.samza.bootstrap": "true",
-                                       "systems.delta.streams.events.bounded": "true",
-                                       "stores.profiles.adstore.input": "delta.profiles",
-                                       "stores.profiles.key.serde": "string",
-                                       "stores.profiles.msg.serde": "json"})
-    DeltaSystemAdmin("delta", config).create_stream(StreamSpec("profiles", 1))
-    producer = DeltaSystemProducer("delta", config)
-    producer.register("t")
-    for i in range(5):
-        producer.send("t", OutgoingMessageEnvelope(SystemStream("delta", "profiles"), b'{"c": 1}', key=f"k{i}".encode(),
-                                                   partition=0, timestamp=i))
-    producer.flush("t")
-    append_messages(config, 40, 3, commit_size=40)
-    job = JobConfig.from_config(config)
-    inputs = InputSystems(job)
-    blobs = blob_store_manager_from_config(config)
-
-    def ready(stream: SystemStream) -> bool:  # what the container asks: the real publication board
-        return broadcast_bootstrap_published(config, stream, blobs, job.name, job.job_id)
-
-    reader = next(t for t in inputs.task_models() if t.name == "Partition 1")
-    planner = BatchPlanner(job, [reader], inputs.ops, inputs.positions, broadcast_ready=ready)
+    planners, board = _broadcast_job(make_job, profiles=5, events=(40, 3))
+    planner = planners["Partition 1"]
+    reader = planner.tasks[0]
     first = planner.next(planner.initial({}), 1)
     events = "delta.events#1"
     assert first.tasks["Partition 1"].offsets["delta.profiles#0"] == "2:0"  # the broadcast partition, read whole
@@ -241,36 +220,25 @@ def test_a_task_held_back_for_a_broadcast_publication_waits_for_it_even_when_it_
     held = planner.next(first, 2)
     assert held is first  # nothing to do: the builder has not published its bootstrapped snapshot yet
     # The builder (another container) publishes now, after that plan.
-    PublicationBoard(blobs, job.name, job.job_id, "Partition 0", "profiles").publish(
-        Publication(store="profiles", batch=1, snapshot="s1", bootstrapped=True, applied=5))
+    board.publish(Publication(store="profiles", batch=1, snapshot="s1", bootstrapped=True, applied=5))
     assert planner.waits_for_broadcast(reader), "the plan held main input back: the task is not caught up"
     flowing = planner.next(first, 3)
     assert flowing.tasks["Partition 1"].offsets[events] != "1:0"  # the next plan reads the main input
     assert planner.next(flowing, 4) is flowing and not planner.waits_for_broadcast(reader)  # now caught up
 
 
-def _broadcast_job(make_job, *, profiles: int = 0):
-    """The keyed count with a broadcast bootstrap store ``profiles`` (built by Partition 0) of ``profiles`` records,
-    the tasks' planners as containers make them (one per task, gated by the real publication board), the board."""
+def _broadcast_job(make_job, *, profiles: int = 0, events: tuple[int, int] = (60, 7)):
+    """The keyed count with a broadcast bootstrap store ``profiles`` (built by Partition 0) of ``profiles`` records
+    and ``events`` (messages, keys) of bounded input; the tasks' planners as containers make them (one per task,
+    gated by the real publication board: what a container asks), and that board."""
     from sparza.blobstore import blob_store_manager_from_config
     from sparza.state.adjunct import broadcast_bootstrap_published
     from sparza.state.adjunct.publication import PublicationBoard
 
-    config = make_job(partitions=2, **{"task.broadcast.inputs": "delta.profiles#0",
-                                       "systems.delta.streams.profiles.samza.bootstrap": "true",
-                                       "systems.delta.streams.events.bounded": "true",
-                                       "stores.profiles.adstore.input": "delta.profiles",
-                                       "stores.profiles.key.serde": "string",
-                                       "stores.profiles.msg.serde": "json"})
-    DeltaSystemAdmin("delta", config).create_stream(StreamSpec("profiles", 1))
-    if profiles:
-        producer = DeltaSystemProducer("delta", config)
-        producer.register("t")
-        for i in range(profiles):
-            producer.send("t", OutgoingMessageEnvelope(SystemStream("delta", "profiles"), b'{"c": 1}',
-                                                       key=f"k{i}".encode(), partition=0, timestamp=i))
-        producer.flush("t")
-    append_messages(config, 60, 7, commit_size=60)  # both partitions get some
+    config = make_job(partitions=2, **{"task.broadcast.inputs": "delta.profiles#0", **PROFILES_STORE,
+                                       "systems.delta.streams.events.bounded": "true"})
+    create_profiles(config, profiles)
+    append_messages(config, *events, commit_size=events[0])
     job = JobConfig.from_config(config)
     inputs = InputSystems(job)
     blobs = blob_store_manager_from_config(config)
@@ -332,12 +300,8 @@ def test_a_builder_that_read_its_bootstrap_stream_goes_on_with_main_input_or_get
 
 
 def test_an_empty_partitioned_bootstrap_stream_holds_nothing(make_job):
-    config = make_job(partitions=2, **{"task.inputs": "delta.events,delta.profiles",
-                                       "systems.delta.streams.profiles.samza.bootstrap": "true",
-                                       "stores.profiles.adstore.input": "delta.profiles",
-                                       "stores.profiles.key.serde": "string",
-                                       "stores.profiles.msg.serde": "json"})
-    DeltaSystemAdmin("delta", config).create_stream(StreamSpec("profiles", 2))
+    config = make_job(partitions=2, **{"task.inputs": "delta.events,delta.profiles", **PROFILES_STORE})
+    create_profiles(config, partitions=2)
     append_messages(config, 40, 3, commit_size=40)
     job = JobConfig.from_config(config)
     inputs = InputSystems(job)
