@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparza.streams import SystemStreamPartition
-from sparza.systems import SupportsOffsetArithmetic
+from sparza.systems import SupportsMessageCount, SupportsOffsetArithmetic
 
 __all__ = ["OffsetOps"]
 
@@ -45,3 +45,12 @@ class OffsetOps:
         if isinstance(self.admin, SupportsOffsetArithmetic):
             return int(self.admin.count_between(ssp, start, end))
         return None
+
+    def count_messages(self, ssp: SystemStreamPartition, start: str, end: str) -> int | None:
+        """How many messages lie in ``[start, end)``, exactly where the system can count them by reading
+        (:class:`~sparza.systems.SupportsMessageCount`; else as :meth:`count_between`). For decisions, not lag."""
+        if self.compare(start, end) >= 0:
+            return 0
+        if isinstance(self.admin, SupportsMessageCount):
+            return int(self.admin.count_messages(ssp, start, end))
+        return self.count_between(ssp, start, end)

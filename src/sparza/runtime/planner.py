@@ -200,7 +200,7 @@ def input_after_end(task: TaskModel, offsets: Mapping[str, str], positions: Mapp
         upcoming = positions[ssp].upcoming
         if op.compare(offsets[key], upcoming) >= 0:
             continue
-        n = op.count_between(ssp, offsets[key], upcoming)
+        n = op.count_messages(ssp, offsets[key], upcoming)  # offsets past a task's end may be markers
         if n is None or n > 0:
             found.append(f"{key}: {'some' if n is None else n} message(s) after offset {offsets[key]}")
     return found

@@ -28,6 +28,7 @@ __all__ = [
     "SupportsArrowSend",
     "SupportsConfigCheck",
     "SupportsDeleteMessages",
+    "SupportsMessageCount",
     "SupportsOffsetArithmetic",
     "SupportsOffsetKey",
     "SupportsPartitionCount",
@@ -208,6 +209,17 @@ class SupportsOffsetArithmetic(Protocol):
 
     def count_between(self, ssp: SystemStreamPartition, start: str, end: str) -> int:
         """How many messages lie in ``[start, end)``."""
+        ...
+
+
+@runtime_checkable
+class SupportsMessageCount(Protocol):
+    """An admin whose offsets are not dense (Kafka: transaction markers and aborted records take offsets, so
+    ``count_between`` is only a bound) that can count the messages of a range exactly by reading them. Used where
+    a count decides an error (an ended task's input grew), never for lag."""
+
+    def count_messages(self, ssp: SystemStreamPartition, start: str, end: str) -> int:
+        """How many messages a consumer reads in ``[start, end)``."""
         ...
 
 

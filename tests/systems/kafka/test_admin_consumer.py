@@ -9,11 +9,13 @@ from confluent_kafka import Producer
 
 from sparza.config import Config
 from sparza.errors import ConfigError
+from sparza.runtime.offsets import OffsetOps
 from sparza.streams import MessageType, SystemStreamPartition
 from sparza.systems import (
     SYSTEM_FACTORIES,
     StreamSpec,
     SupportsArrowRead,
+    SupportsMessageCount,
     SupportsOffsetArithmetic,
     SupportsPartitionCount,
     get_system_factory,
@@ -170,3 +172,32 @@ def test_reads_commit_their_start_to_the_job_group_for_monitoring(kafka_config: 
     committed = group.committed([TopicPartition(name, 0)], timeout=10)[0].offset
     group.close()
     assert committed == 3
+
+
+def test_count_messages_reads_past_transaction_markers(kafka_config: Config, kafka_bootstrap: str,
+                                                       topic: Callable[..., str]) -> None:
+    """``count_between`` is a bound (markers take offsets); ``count_messages`` counts what a consumer reads, so a
+    commit marker after an ended task's last message is not input after its end (seed 13334183)."""
+    name = topic(1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{name}-tx"})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(name, value=b"%d" % i, partition=0)
+    producer.commit_transaction(10)           # records 0-2, marker 3
+    admin = KafkaSystemAdmin("k", kafka_config)
+    assert isinstance(admin, SupportsMessageCount)
+    ssp = SystemStreamPartition("k", name, 0)
+    end = admin.get_system_stream_metadata({name})[name].partitions[0].upcoming
+    assert end == "4"
+    assert admin.count_between(ssp, "3", end) == 1
+    assert admin.count_messages(ssp, "3", end) == 0
+    assert admin.count_messages(ssp, "0", end) == 3
+    assert admin.count_messages(ssp, "1", "2") == 1
+    producer.begin_transaction()
+    producer.produce(name, value=b"late", partition=0)
+    producer.commit_transaction(10)           # record 4, marker 5
+    assert admin.count_messages(ssp, "3", "6") == 1
+    assert OffsetOps(admin).count_messages(ssp, "3", "6") == 1
+    assert OffsetOps(admin).count_messages(ssp, "6", "3") == 0
+    admin.close()

@@ -11,11 +11,20 @@ hides every other record of that batch: one producer request of 100 records woul
 such a broker (``kafka.end.offsets.verify``: auto detects it by its cluster id) the end is read,
 not trusted: a fetch from the reported end - 1 returns that whole batch, and the real end is one
 past its last record. Only partitions whose reported end changed since the last look are fetched.
+While a transaction is open, Tansu also reports a ``read_committed`` end of 0 (Kafka reports the last
+stable offset); there the end is read too: a ``read_committed`` fetch stops at the real last stable
+offset, so the probe reads from the end known last (never past the real one: it only grows) to its
+end-of-partition event.
+
+Because offsets are not dense, ``count_between`` is only a bound; where a count decides an error (an
+ended task's input grew) :meth:`KafkaSystemAdmin.count_messages` reads the range and counts what a
+consumer would get.
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -71,10 +80,12 @@ class KafkaSystemAdmin:
         self._verify: bool | None = None      # read the real end (see the module docstring); None: not decided yet
         self._probe: Any = None               # the consumer that reads it
         self._real_ends: dict[tuple[str, int], tuple[int, int]] = {}  # (topic, p) -> (reported, real)
+        self._stable_ends: dict[tuple[str, int], int] = {}  # (topic, p) -> the read_committed end returned last
+        self._counts: OrderedDict[tuple[str, int, int, int], int] = OrderedDict()  # see count_messages
 
     def __getstate__(self) -> dict[str, Any]:
         return {"system_name": self.system_name, "settings": self.settings, "_client": None, "_partitions": {},
-                "_verify": None, "_probe": None, "_real_ends": {}}
+                "_verify": None, "_probe": None, "_real_ends": {}, "_stable_ends": {}, "_counts": OrderedDict()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -166,27 +177,79 @@ class KafkaSystemAdmin:
         """``end - start``: at most that many messages lie in ``[start, end)`` (markers count too)."""
         return max(0, int(end) - int(start))
 
+    def count_messages(self, ssp: SystemStreamPartition, start: str, end: str) -> int:
+        """How many messages a ``read_committed`` consumer reads in ``[start, end)``, counted by reading them:
+        a transaction's commit marker after a task's last message is not a message after its end. Counts are
+        kept for the last ranges asked (a range's records do not change), so asking again costs nothing."""
+        s, e = int(start), int(end)
+        if s >= e:
+            return 0
+        topic = self.settings.topic(ssp.stream)
+        key = (topic, ssp.partition, s, e)
+        if key in self._counts:
+            self._counts.move_to_end(key)
+            return self._counts[key]
+        count, whole = self._read(topic, ssp.partition, s, e)
+        if whole:  # a range past the last stable offset may still get its open transaction's records
+            self._counts[key] = count
+            if len(self._counts) > 256:
+                self._counts.popitem(last=False)
+        return count
+
+    def _read(self, topic: str, partition: int, start: int, end: int) -> tuple[int, bool]:
+        """The records the probe reads in ``[start, end)``, up to the partition's end-of-partition event, and
+        whether the read covered the whole range (else it stopped at the last stable offset)."""
+        from confluent_kafka import KafkaError as RdKafkaError
+        from confluent_kafka import TopicPartition
+
+        probe = self._probe_consumer()
+        probe.assign([TopicPartition(topic, partition, start)])
+        count = 0
+        deadline = time.monotonic() + self._timeout
+        try:
+            while time.monotonic() < deadline:
+                for msg in probe.consume(10_000, timeout=0.05):
+                    if (msg.topic(), msg.partition()) != (topic, partition):
+                        continue  # a prefetched record of an earlier assignment
+                    error = msg.error()
+                    if error is not None and error.code() != RdKafkaError._PARTITION_EOF:
+                        continue  # librdkafka retries transient errors itself; the deadline bounds it
+                    if msg.offset() >= end or error is not None:
+                        return count, msg.offset() >= end  # past the range, or the end of what is stable now
+                    if msg.offset() >= start:
+                        count += 1
+        finally:
+            probe.unassign()
+        raise KafkaError(f"cannot count the messages of Kafka partition {topic}[{partition}] in [{start}, {end}) "
+                         f"within {self._timeout:.0f}s: is the broker reachable?")
+
     def watermarks(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
         """Per (topic, partition): (earliest offset, read_committed end offset), in one round trip each."""
         from confluent_kafka import IsolationLevel, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
-        isolation = (IsolationLevel.READ_UNCOMMITTED
-                     if str(self.settings.consumer_conf().get("isolation.level")) == "read_uncommitted"
-                     else IsolationLevel.READ_COMMITTED)
-        out: dict[tuple[str, int], list[int]] = {tp: [0, 0] for tp in partitions}
-        for slot, spec in ((0, OffsetSpec.earliest()), (1, OffsetSpec.latest())):
+        committed = str(self.settings.consumer_conf().get("isolation.level")) != "read_uncommitted"
+        isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+        verify = self._verifies_end_offsets()
+        asks = [(OffsetSpec.earliest(), isolation), (OffsetSpec.latest(), isolation)]
+        if verify and committed:  # the high watermark: above the end, a transaction is open (see the docstring)
+            asks.append((OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED))
+        out: dict[tuple[str, int], list[int]] = {tp: [0] * len(asks) for tp in partitions}
+        for slot, (spec, level) in enumerate(asks):
             request = {TopicPartition(t, p): spec for t, p in partitions}
             try:
-                futures = self.client.list_offsets(request, isolation_level=isolation, request_timeout=self._timeout)
+                futures = self.client.list_offsets(request, isolation_level=level, request_timeout=self._timeout)
                 for tp, future in futures.items():
                     out[(tp.topic, tp.partition)][slot] = int(future.result(timeout=self._timeout).offset)
             except Exception as exc:
                 raise KafkaError(f"cannot list the offsets of Kafka topics "
                                  f"{sorted({t for t, _ in partitions})}: {exc}") from exc
-        if self._verifies_end_offsets():
-            self._read_real_ends(out)
-        return {tp: (lo, hi) for tp, (lo, hi) in out.items()}
+        if verify:
+            open_txn = {tp: b for tp, b in out.items() if len(b) > 2 and b[1] < b[2]}
+            self._read_real_ends({tp: b for tp, b in out.items() if tp not in open_txn})
+            self._read_stable_ends(open_txn)
+            self._stable_ends.update({tp: b[1] for tp, b in out.items()})
+        return {tp: (b[0], b[1]) for tp, b in out.items()}
 
     def _verifies_end_offsets(self) -> bool:
         """Whether reported ends are checked by reading (``kafka.end.offsets.verify``; auto: a Tansu broker)."""
@@ -201,16 +264,25 @@ class KafkaSystemAdmin:
             self._verify = setting
         return self._verify
 
+    def _probe_consumer(self) -> Any:
+        """The ``read_committed`` consumer that reads ends and counts (opened on first use)."""
+        if self._probe is None:
+            from confluent_kafka import Consumer
+
+            conf = self.settings.consumer_conf()
+            conf["group.id"] = f"{conf['group.id']}-end-offsets"
+            # The EOF that ends a partition's probe comes one broker-side fetch wait after its records.
+            conf["fetch.wait.max.ms"] = 2
+            self._probe = Consumer(conf)
+        return self._probe
+
     def _read_real_ends(self, marks: dict[tuple[str, int], list[int]]) -> None:
         """Replace each non-empty partition's reported end by one past the last record of the batch it
         points into (see the module docstring); partitions whose reported end did not change keep the
         end read last time."""
-        from confluent_kafka import Consumer, TopicPartition
-        from confluent_kafka import KafkaError as RdKafkaError
-
         todo: dict[tuple[str, int], int] = {}
         for tp, bounds in marks.items():
-            lo, hi = bounds
+            lo, hi = bounds[0], bounds[1]
             known = self._real_ends.get(tp)
             if known is not None and known[0] == hi:
                 bounds[1] = known[1]
@@ -218,16 +290,39 @@ class KafkaSystemAdmin:
                 todo[tp] = hi
         if not todo:
             return
-        if self._probe is None:
-            conf = self.settings.consumer_conf()
-            conf["group.id"] = f"{conf['group.id']}-end-offsets"
-            # The EOF that ends a partition's probe comes one broker-side fetch wait after its records.
-            conf["fetch.wait.max.ms"] = 2
-            self._probe = Consumer(conf)
-        probe = self._probe
-        ends = dict(todo)
-        probe.assign([TopicPartition(t, p, hi - 1) for (t, p), hi in todo.items()])
-        waiting = set(todo)
+        # A fetch returns the batch at the reported end - 1 whole (Kafka never splits a record batch), so a
+        # partition that got records has its real end after one quiet poll.
+        ends = self._read_ends({tp: hi - 1 for tp, hi in todo.items()}, dict(todo), whole_batch=True)
+        for tp, hi in todo.items():
+            self._real_ends[tp] = (hi, ends[tp])
+            marks[tp][1] = ends[tp]
+
+    def _read_stable_ends(self, marks: dict[tuple[str, int], list[int]]) -> None:
+        """Replace the ``read_committed`` end of partitions with an open transaction by the real last stable
+        offset: a ``read_committed`` fetch from at most that offset stops there with its end-of-partition
+        event. The read starts at the end returned last (the stable end only grows) unless the high watermark
+        fell below it (the topic lost its data: read from its start)."""
+        if not marks:
+            return
+        starts: dict[tuple[str, int], int] = {}
+        for tp, (lo, _, high) in marks.items():
+            known = self._stable_ends.get(tp, lo)
+            starts[tp] = max(lo, known) if known <= high else lo
+        ends = self._read_ends(starts, dict(starts), whole_batch=False)
+        for tp, end in ends.items():
+            marks[tp][1] = end
+
+    def _read_ends(self, starts: dict[tuple[str, int], int], ends: dict[tuple[str, int], int], *,
+                   whole_batch: bool) -> dict[tuple[str, int], int]:
+        """``ends`` raised to one past the last record the probe reads from ``starts`` or to the offset of the
+        end-of-partition event; with ``whole_batch`` a partition that got records is done at the first quiet
+        poll, else only at its end-of-partition event."""
+        from confluent_kafka import KafkaError as RdKafkaError
+        from confluent_kafka import TopicPartition
+
+        probe = self._probe_consumer()
+        probe.assign([TopicPartition(t, p, start) for (t, p), start in starts.items()])
+        waiting = set(starts)
         received: set[tuple[str, int]] = set()
         deadline = time.monotonic() + self._timeout
         try:
@@ -237,9 +332,8 @@ class KafkaSystemAdmin:
                 # buffered. Most partitions end with their EOF event, a fetch wait after their records.
                 first = probe.poll(0.02)
                 if first is None:
-                    # A whole quiet poll: a fetch returns the batch at the reported end - 1 whole (Kafka
-                    # never splits a record batch), so a partition that got records has its real end.
-                    waiting -= received
+                    if whole_batch:
+                        waiting -= received
                     continue
                 for msg in [first, *probe.consume(10_000, timeout=0)]:
                     tp = (msg.topic(), msg.partition())
@@ -249,7 +343,7 @@ class KafkaSystemAdmin:
                             ends[tp] = max(ends[tp], msg.offset())
                             waiting.discard(tp)
                         continue
-                    if tp in ends and msg.offset() >= todo[tp] - 1:
+                    if tp in ends and msg.offset() >= starts[tp]:
                         ends[tp] = max(ends[tp], msg.offset() + 1)
                         received.add(tp)
         finally:
@@ -257,9 +351,7 @@ class KafkaSystemAdmin:
         if waiting:
             raise KafkaError(f"cannot read the real end of Kafka partitions {sorted(waiting)} within "
                              f"{self._timeout:.0f}s (systems.{self.system_name}.kafka.end.offsets.verify)")
-        for tp, hi in todo.items():
-            self._real_ends[tp] = (hi, ends[tp])
-            marks[tp][1] = ends[tp]
+        return ends
 
     def get_system_stream_metadata(self, streams: set[str] | list[str]) -> dict[str, SystemStreamMetadata]:
         """Per topic and partition: ``oldest`` (None when empty), ``newest`` (the offset before
