@@ -304,3 +304,56 @@ def test_a_new_generation_removes_what_a_fenced_builder_published(
     assert _publications(local_blob_store) == ["000000000002.g2.json"]
     for manager in (a, b):
         manager.close()
+
+
+class _LastOffsetNeverDelivered:
+    """Real offsets and comparisons, but each partition's newest offset is one never delivered (as a Kafka
+    transaction's commit marker): a bootstrap completes only once a batch reads past it."""
+
+    def __init__(self, real: Any, hidden: dict[int, str]) -> None:
+        self._real = real
+        self._hidden = hidden
+
+    def compare(self, system: str, a: str, b: str) -> int:
+        return self._real.compare(system, a, b)
+
+    def offset_key(self, system: str, offset: str) -> Any:
+        return self._real.offset_key(system, offset)
+
+    def newest_offsets(self, stream: Any) -> dict[int, str]:
+        return dict(self._hidden)
+
+
+def test_a_bootstrap_that_completes_in_a_batch_that_changes_nothing_is_published_bootstrapped(
+        harness: AdjunctHarness, work_dir: Path, config: Any, local_blob_store: BlobStoreManager) -> None:
+    """The builder applied every delivered message in batch 1 (published, not bootstrapped: the newest offset is a
+    marker never delivered); batch 2 only reads past the marker. Nothing changed in the store, but the bootstrap
+    completed: the builder publishes again, bootstrapped, or a container-mode job's tasks wait for ever (their main
+    input waits for a bootstrapped publication). A restart of the builder does not publish a third time."""
+    from sparza.state.adjunct import AdminStreamAccess, broadcast_bootstrap_published
+
+    boot = config.with_overrides({"systems.d.streams.rates.samza.bootstrap": "true"})
+    harness.write("rates", 0, [("usd", 1.0), ("eur", 0.9)])
+    delivered = harness.read(RATES[0])[:-1]        # the last record plays the marker: never delivered
+    marker = harness.read(RATES[0])[-1].offset
+    access = _LastOffsetNeverDelivered(AdminStreamAccess(boot), {0: marker, 1: None})
+    builder = TaskAdjunctManager("Partition 0", boot, work_dir / "host-a", local_blob_store, "adj", "1", access=access)
+    builder.restore(None)
+    builder.begin_batch(1)
+    for envelope in delivered:
+        assert builder.on_envelope(envelope)
+    builder.commit(1)
+    assert not broadcast_bootstrap_published(boot, RATES[0].system_stream, local_blob_store, "adj", "1")
+    builder.begin_batch(2)
+    builder.read_through({RATES[0]: harness.upcoming("rates")[0]})
+    entry = builder.commit(2)
+    assert entry["stores"]["rates"]["builder"]["bootstrap"]["done"] is True
+    assert broadcast_bootstrap_published(boot, RATES[0].system_stream, local_blob_store, "adj", "1")
+    assert _publications(local_blob_store) == ["000000000001.g0.json", "000000000002.g0.json"]
+    builder.close()
+    again = TaskAdjunctManager("Partition 0", boot, work_dir / "host-a", local_blob_store, "adj", "1", access=access)
+    again.restore(entry)
+    again.begin_batch(3)
+    again.commit(3)
+    assert _publications(local_blob_store) == ["000000000001.g0.json", "000000000002.g0.json"]
+    again.close()

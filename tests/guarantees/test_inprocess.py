@@ -225,3 +225,18 @@ def test_a_soak_prints_each_engines_count_and_each_failures_reproduction_on_both
     assert f"inprocess: {reproduce_command(16, engine='inprocess')}" in text
     assert f"spark: {reproduce_command(16)}" in text
     assert "FAIL [inprocess] seed=16" in text and "made to fail by the test" in text
+
+
+# Found by the Spark soak: a broadcast join whose table stream is empty (no profiles drawn) in container mode. Every
+# task's main input waits for the table's bootstrapped publication; the builder task had nothing to read, so it
+# never committed a batch nor published, and `--once` never ended (no task of the joining stage committed one
+# batch). The in-process engine ran every task in batches of one common number, which needs no publication, and
+# ended its run when nothing was planned. Fixed in the planner (the builder gets one batch that reads nothing, to
+# publish in) and in TestRunner (container mode plans as containers do; a run held for a publication that cannot
+# come stops saying so instead of passing as caught up).
+@pytest.mark.timeout(300)
+def test_found_an_empty_broadcast_table_held_every_task_of_a_container_job(tmp_path) -> None:
+    scenario = generate(279784511)
+    assert scenario.join == "broadcast" and not scenario.profiles and scenario.execution == "containers"
+    outcome = run_inprocess_scenario(scenario, tmp_path)
+    assert outcome.ok, outcome.report()

@@ -85,3 +85,30 @@ def run_sparza(*args: str, timeout: float = 240, **kwargs: Any) -> subprocess.Co
     kwargs.setdefault("env", sparza_env())
     return subprocess.run(sparza_cmd(*args), cwd=REPO, capture_output=True, text=True, timeout=timeout,
                           check=False, **kwargs)
+
+
+PROFILES_STORE: dict[str, str] = {
+    "systems.delta.streams.profiles.samza.bootstrap": "true",
+    "stores.profiles.adstore.input": "delta.profiles",
+    "stores.profiles.key.serde": "string",
+    "stores.profiles.msg.serde": "json",
+}
+"""A bootstrap adjunct store ``profiles`` filled from ``delta.profiles`` (a job adds the stream to
+``task.broadcast.inputs`` or ``task.inputs``)."""
+
+
+def create_profiles(config: Config, records: int = 0, partitions: int = 1) -> None:
+    """Create the Delta stream ``profiles`` and write ``records`` profile records (keys ``k0``…) to partition 0."""
+    from sparza.streams import OutgoingMessageEnvelope, SystemStream
+    from sparza.systems import StreamSpec
+    from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer
+
+    DeltaSystemAdmin("delta", config).create_stream(StreamSpec("profiles", partitions))
+    if not records:
+        return
+    producer = DeltaSystemProducer("delta", config)
+    producer.register("t")
+    for i in range(records):
+        producer.send("t", OutgoingMessageEnvelope(SystemStream("delta", "profiles"), b'{"c": 1}', key=f"k{i}".encode(),
+                                                   partition=0, timestamp=i))
+    producer.flush("t")

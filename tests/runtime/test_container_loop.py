@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from examples.keyed_count.load import append_messages, create_streams
-from tests.runtime.helpers import expected_counts, final_counts, job_values
+from tests.runtime.helpers import PROFILES_STORE, create_profiles, expected_counts, final_counts, job_values
 
 from sparza.config import Config
 from sparza.runtime.checkpoint import checkpoint_store_from_config
@@ -75,6 +75,7 @@ class Reporter:
                  drain_after: int = 0) -> None:
         self.results: list[BatchResult] = []
         self.finished: dict[str, str] = {}
+        self.waits: list[tuple[str, str]] = []
         self.end_after = end_after
         self.drain = drain or {}
         self.drain_after = drain_after
@@ -84,6 +85,9 @@ class Reporter:
 
     def done(self, job: str, task: str, why: str) -> None:
         self.finished[task] = why
+
+    def waiting(self, job: str, task: str, why: str) -> None:
+        self.waits.append((task, why))
 
     def wait_end(self, wait_s: float) -> bool:
         return self.end_after is not None and len(self.results) >= self.end_after
@@ -277,3 +281,55 @@ def test_a_failure_injected_after_some_commits_hits_a_container_mid_epoch_and_th
     assert set(reporter.finished.values()) == {"caught up"}
     counts, rows = final_counts(config)
     assert counts == expected_counts(400, 5) and rows == 400
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("broadcast", [True, False], ids=["broadcast", "partitioned"])
+def test_a_bootstrap_store_whose_stream_is_empty_does_not_hold_the_job(work_dir: Path, broadcast: bool):
+    """An empty bootstrap stream counts as bootstrapped: every task processes its whole input under ``--once`` and
+    catches up. A broadcast store's builder publishes an empty bootstrapped snapshot, which the readers wait for.
+
+    Found by the Spark soak (seed 279784511, no profiles drawn): no task ever committed a batch, the builder
+    included (it had nothing to read and its main input was held for its own publication), so every epoch ended
+    with nothing done and ``--once`` never ended. A short epoch bounds the test where the defect would hang it."""
+    from sparza.blobstore import blob_store_manager_from_config
+    from sparza.state.adjunct.publication import PublicationBoard
+
+    inputs = ({"task.broadcast.inputs": "delta.profiles#0"} if broadcast
+              else {"task.inputs": "delta.events,delta.profiles"})
+    config = Config(job_values(work_dir, **{"task.max.batch.messages": "100", "task.commit.ms": "0",
+                                            **PROFILES_STORE, **inputs}))
+    create_streams(config, 3)
+    create_profiles(config, partitions=1 if broadcast else 3)
+    append_messages(config, 450, 7, commit_size=150)
+    reporter = Reporter()
+    _one_container(config, reporter, once=True, duration_ms=20_000).run()
+    assert reporter.finished == {f"Partition {i}": "caught up" for i in range(3)}
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(450, 7) and rows == 450
+    if broadcast:
+        board = PublicationBoard(blob_store_manager_from_config(config), "kc", "1", "Partition 0", "profiles")
+        published = board.latest_before(None)
+        assert published is not None and published.bootstrapped and published.applied == 0
+
+
+@pytest.mark.timeout(180)
+def test_tasks_held_for_a_broadcast_publication_that_does_not_come_say_what_they_wait_for(work_dir: Path):
+    """A versioned broadcast store publishes once a version is complete; with no end-of-dataset marker every task's
+    main input waits for it. The tasks are not caught up (``--once`` must not end as if they were) and each says
+    once what it waits for: the store and the task that builds it (the driver's status line shows it)."""
+    config = Config(job_values(work_dir, **{
+        "task.max.batch.messages": "100", "task.commit.ms": "0", "task.broadcast.inputs": "delta.profiles#0",
+        **PROFILES_STORE, "stores.profiles.adstore.versioned": "true"}))
+    create_streams(config, 2)
+    create_profiles(config, 1)
+    append_messages(config, 100, 5, commit_size=100)
+    reporter = Reporter()
+    _one_container(config, reporter, once=True, duration_ms=3_000).run()
+    assert reporter.finished == {"Partition 0": "stopped", "Partition 1": "stopped"}   # not caught up
+    assert sorted(task for task, _ in reporter.waits) == ["Partition 0", "Partition 1"]   # once each
+    assert all("broadcast store 'profiles'" in why and "task 'Partition 0' builds" in why for _, why in reporter.waits)
+    # Each task read the broadcast partition (one profile) and no main input; the builder then got one batch that
+    # read nothing, to publish in: no publication came of it, so no more batches.
+    read = {t: [r.messages for r in reporter.results if r.task == t] for t in reporter.finished}
+    assert read == {"Partition 0": [1, 0], "Partition 1": [1]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from examples.keyed_count.load import append_messages
+from tests.runtime.helpers import PROFILES_STORE, create_profiles
 
 from sparza.runtime import JobFailedError, JobRunner
 
@@ -23,3 +24,26 @@ def test_a_task_that_can_never_start_ends_the_run_after_bounded_restarts(spark, 
     assert len(restarts) == 1, lines  # one restart (job.container.max.restarts), said in the status line
     metric = "container-restarts" if mode == "containers" else "query-restarts"
     assert runner.metrics.snapshot()["aggregate"][metric] == 1
+
+
+@pytest.mark.timeout(600)
+def test_a_once_run_held_for_a_broadcast_publication_that_cannot_come_ends_saying_what_it_waits_for(spark, make_job):
+    """Container mode, ``--once``: every task's main input waits for a versioned broadcast store's publication, which
+    comes only with a complete version (an end-of-dataset marker the stream does not have). The status line says what
+    the tasks wait for while they do; once two epochs read nothing, the run fails naming the store and its builder
+    (it waited for ever before: no task was ever caught up)."""
+    from sparza.runtime.errors import JobStalledError
+
+    config = make_job(**{"job.execution.mode": "containers", "job.container.epoch.ms": "3000",
+                         "task.broadcast.inputs": "delta.profiles#0", **PROFILES_STORE,
+                         "stores.profiles.adstore.versioned": "true"})
+    create_profiles(config, 1)
+    append_messages(config, 40, 3, commit_size=40)
+    lines: list[str] = []
+    runner = JobRunner(config, spark=spark, once=True, install_signal_handlers=False, status=lines.append)
+    with pytest.raises(JobStalledError, match=r"cannot make progress: task\(s\) 'Partition 0', 'Partition 1' wait for "
+                                              r"the bootstrapped publication of broadcast store 'profiles'"):
+        runner.run()
+    said = [line for line in lines if "wait for the bootstrapped publication of broadcast store 'profiles'" in line]
+    assert said and "task 'Partition 0' builds" in said[0], lines
+    assert len(said) <= 3, lines   # once per epoch, not once per poll

@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
 from examples.keyed_count.load import append_messages
+from tests.runtime.helpers import PROFILES_STORE, create_profiles
 
 from sparza.config import Config
 from sparza.runtime import Intent, JobConfig, TaskCheckpoint
@@ -206,33 +208,11 @@ def test_a_task_held_back_for_a_broadcast_publication_waits_for_it_even_when_it_
     Found by the scale scenario under load (--once, two stages, broadcast join): the container asked the blob
     store again after a gated plan, saw the new publication, called the reader task caught up without its main
     input ever planned, and the job ended with exit 0 and none of that task's windows."""
-    from sparza.blobstore import blob_store_manager_from_config
-    from sparza.state.adjunct import broadcast_bootstrap_published
-    from sparza.state.adjunct.publication import Publication, PublicationBoard
+    from sparza.state.adjunct.publication import Publication
 
-    config = make_job(partitions=2, **{"task.broadcast.inputs": "delta.profiles#0",
-                                       "systems.delta.streams.profiles.samza.bootstrap": "true",
-                                       "systems.delta.streams.events.bounded": "true",
-                                       "stores.profiles.adstore.input": "delta.profiles",
-                                       "stores.profiles.key.serde": "string",
-                                       "stores.profiles.msg.serde": "json"})
-    DeltaSystemAdmin("delta", config).create_stream(StreamSpec("profiles", 1))
-    producer = DeltaSystemProducer("delta", config)
-    producer.register("t")
-    for i in range(5):
-        producer.send("t", OutgoingMessageEnvelope(SystemStream("delta", "profiles"), b'{"c": 1}', key=f"k{i}".encode(),
-                                                   partition=0, timestamp=i))
-    producer.flush("t")
-    append_messages(config, 40, 3, commit_size=40)
-    job = JobConfig.from_config(config)
-    inputs = InputSystems(job)
-    blobs = blob_store_manager_from_config(config)
-
-    def ready(stream: SystemStream) -> bool:  # what the container asks: the real publication board
-        return broadcast_bootstrap_published(config, stream, blobs, job.name, job.job_id)
-
-    reader = next(t for t in inputs.task_models() if t.name == "Partition 1")
-    planner = BatchPlanner(job, [reader], inputs.ops, inputs.positions, broadcast_ready=ready)
+    planners, board = _broadcast_job(make_job, profiles=5, events=(40, 3))
+    planner = planners["Partition 1"]
+    reader = planner.tasks[0]
     first = planner.next(planner.initial({}), 1)
     events = "delta.events#1"
     assert first.tasks["Partition 1"].offsets["delta.profiles#0"] == "2:0"  # the broadcast partition, read whole
@@ -240,9 +220,93 @@ def test_a_task_held_back_for_a_broadcast_publication_waits_for_it_even_when_it_
     held = planner.next(first, 2)
     assert held is first  # nothing to do: the builder has not published its bootstrapped snapshot yet
     # The builder (another container) publishes now, after that plan.
-    PublicationBoard(blobs, job.name, job.job_id, "Partition 0", "profiles").publish(
-        Publication(store="profiles", batch=1, snapshot="s1", bootstrapped=True, applied=5))
+    board.publish(Publication(store="profiles", batch=1, snapshot="s1", bootstrapped=True, applied=5))
     assert planner.waits_for_broadcast(reader), "the plan held main input back: the task is not caught up"
     flowing = planner.next(first, 3)
     assert flowing.tasks["Partition 1"].offsets[events] != "1:0"  # the next plan reads the main input
     assert planner.next(flowing, 4) is flowing and not planner.waits_for_broadcast(reader)  # now caught up
+
+
+def _broadcast_job(make_job, *, profiles: int = 0, events: tuple[int, int] = (60, 7)):
+    """The keyed count with a broadcast bootstrap store ``profiles`` (built by Partition 0) of ``profiles`` records
+    and ``events`` (messages, keys) of bounded input; the tasks' planners as containers make them (one per task,
+    gated by the real publication board: what a container asks), and that board."""
+    from sparza.blobstore import blob_store_manager_from_config
+    from sparza.state.adjunct import broadcast_bootstrap_published
+    from sparza.state.adjunct.publication import PublicationBoard
+
+    config = make_job(partitions=2, **{"task.broadcast.inputs": "delta.profiles#0", **PROFILES_STORE,
+                                       "systems.delta.streams.events.bounded": "true"})
+    create_profiles(config, profiles)
+    append_messages(config, *events, commit_size=events[0])
+    job = JobConfig.from_config(config)
+    inputs = InputSystems(job)
+    blobs = blob_store_manager_from_config(config)
+
+    def ready(stream: SystemStream) -> bool:
+        return broadcast_bootstrap_published(config, stream, blobs, job.name, job.job_id)
+
+    planners = {t.name: BatchPlanner(job, [t], inputs.ops, inputs.positions, broadcast_ready=ready)
+                for t in inputs.task_models()}
+    return planners, PublicationBoard(blobs, job.name, job.job_id, "Partition 0", "profiles")
+
+
+def test_an_empty_broadcast_bootstrap_stream_gives_its_builder_one_batch_to_publish_in(make_job):
+    """Containers: the builder of a broadcast bootstrap store whose stream is empty has nothing to read, and its main
+    input is held for the store's bootstrapped publication like every task's: the planner gives it one batch that
+    reads nothing, in which it publishes (an empty bootstrapped snapshot); readers wait for that publication.
+
+    Found by the Spark soak (seed 279784511, no profiles drawn): no task of the joining stage ever planned a batch,
+    so the builder never published and every task waited for ever."""
+    from sparza.state.adjunct.publication import Publication
+
+    planners, board = _broadcast_job(make_job)
+    builder, reader = planners["Partition 0"], planners["Partition 1"]
+    b0, r0 = builder.initial({}), reader.initial({})
+    r_held = reader.next(r0, 1)
+    assert r_held is r0 and reader.waits_for_broadcast(reader.tasks[0])  # a reader waits, without a batch
+    nudge = builder.next(b0, 1)
+    assert nudge is not b0, "the builder must get a batch in which to publish"
+    assert nudge.tasks["Partition 0"].offsets == b0.tasks["Partition 0"].offsets  # it reads nothing: main input held
+    assert builder.waits_for_broadcast(builder.tasks[0])
+    # Until its publication appears, no more empty batches: one is enough to publish in.
+    assert builder.next(nudge, 2) is nudge and reader.next(r0, 2) is r0
+    board.publish(Publication(store="profiles", batch=1, snapshot="s1", bootstrapped=True))  # what that batch does
+    flowing = builder.next(nudge, 3)
+    assert flowing.tasks["Partition 0"].offsets["delta.events#0"] != "1:0"
+    assert reader.next(r0, 3).tasks["Partition 1"].offsets["delta.events#1"] != "1:0"
+
+
+@pytest.mark.parametrize("published", [True, False], ids=["bootstrapped-publication", "none-bootstrapped"])
+def test_a_builder_that_read_its_bootstrap_stream_goes_on_with_main_input_or_gets_one_batch_to_publish_in(
+        make_job, published: bool):
+    """A builder reads its bootstrap stream with main input held. When that batch published the bootstrapped snapshot,
+    main input flows in the next plan (no empty batch); when it did not (its bootstrap completed only as the next
+    batch read past a never-delivered offset), the next plan is one batch that reads nothing, to publish in."""
+    from sparza.state.adjunct.publication import Publication
+
+    planners, board = _broadcast_job(make_job, profiles=5)
+    builder = planners["Partition 0"]
+    first = builder.next(builder.initial({}), 1)
+    assert first.tasks["Partition 0"].offsets["delta.profiles#0"] == "2:0"   # the bootstrap stream, read whole
+    assert first.tasks["Partition 0"].offsets["delta.events#0"] == "1:0"     # main input held
+    board.publish(Publication(store="profiles", batch=1, snapshot="s1", bootstrapped=published))
+    second = builder.next(first, 2)
+    assert second is not first
+    assert (second.tasks["Partition 0"].offsets["delta.events#0"] != "1:0") is published
+    if not published:
+        assert second.tasks["Partition 0"].offsets == first.tasks["Partition 0"].offsets
+        assert builder.next(second, 3) is second   # one such batch, not a loop of them
+
+
+def test_an_empty_partitioned_bootstrap_stream_holds_nothing(make_job):
+    config = make_job(partitions=2, **{"task.inputs": "delta.events,delta.profiles", **PROFILES_STORE})
+    create_profiles(config, partitions=2)
+    append_messages(config, 40, 3, commit_size=40)
+    job = JobConfig.from_config(config)
+    inputs = InputSystems(job)
+    for task in inputs.task_models():
+        planner = BatchPlanner(job, [task], inputs.ops, inputs.positions, broadcast_ready=lambda stream: False)
+        first = planner.next(planner.initial({}), 1)
+        events = f"delta.events#{task.ssps[0].partition}"
+        assert first.tasks[task.name].offsets[events] != "1:0" and not planner.waits_for_broadcast(task)

@@ -252,3 +252,45 @@ def test_an_application_stage_failing_mid_commit_restarts_to_the_same_windows(st
     clean = _windowed_count(None, job)
     assert sum(count for *_, count, _ in clean) == 60
     assert _windowed_count(step, job) == clean
+
+
+def _with_broadcast_table(mode: str, profiles: list[TestMessage], *, versioned: bool = False) -> TestRunner:
+    """The keyed count with a broadcast bootstrap store ``profiles`` (built by Partition 0) in execution ``mode``."""
+    runner = TestRunner.of(KeyedCountTask, {
+        **KEYED_COUNT, "job.execution.mode": mode, "task.inputs": "delta.events",
+        "task.broadcast.inputs": "delta.profiles#0", "stores.profiles.adstore.input": "delta.profiles",
+        "stores.profiles.adstore.versioned": str(versioned).lower(),
+        "systems.delta.streams.profiles.samza.bootstrap": "true"})
+    runner.add_input("delta.events", _events(12), partitions=2).add_output("delta.counts", partitions=2)
+    runner.add_input("delta.profiles", profiles)
+    return runner
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["containers", "batches"])
+def test_an_empty_broadcast_bootstrap_stream_holds_no_task(mode: str) -> None:
+    """In container mode main input waits for the broadcast store's bootstrapped publication, as containers plan;
+    with an empty stream the builder publishes an empty one in a batch that reads nothing, and every task goes on."""
+    with _with_broadcast_table(mode, []) as runner:
+        runner.run()
+        per_task = Counter((i % 2, f"k{i % 3}") for i in range(12))   # each task counts its partition's keys
+        assert sorted((v["key"], v["count"]) for v in runner.values("delta.counts")) == sorted(
+            (key, c) for (_, key), n in per_task.items() for c in range(1, n + 1))
+
+
+@pytest.mark.timeout(120)
+def test_a_run_held_for_a_broadcast_publication_that_cannot_come_says_so_instead_of_passing_as_caught_up() -> None:
+    """A versioned broadcast store publishes only once a version is complete (every partition sent its
+    end-of-dataset marker); in container mode main input waits for that publication. With no marker, ``run()``
+    (``--once``) cannot make progress: it stops naming the waiting tasks, the store and its builder."""
+    from sparza.runtime.errors import JobStalledError
+
+    profiles = [TestMessage(b'{"c": 1}', key=b"k0")]
+    with _with_broadcast_table("containers", profiles, versioned=True) as runner:
+        with pytest.raises(JobStalledError, match=r"'Partition 0', 'Partition 1' wait for the bootstrapped "
+                                                  r"publication of broadcast store 'profiles'.*task 'Partition 0'"):
+            runner.run()
+        assert runner.values("delta.counts") == []
+    with _with_broadcast_table("batches", profiles, versioned=True) as runner:  # batches wait for no publication
+        runner.run()
+        assert len(runner.values("delta.counts")) == 12

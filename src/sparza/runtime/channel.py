@@ -239,6 +239,10 @@ class ContainerChannelClient:
         """A task left the run loop (``caught up``, ``ended``, ``stopped``)."""
         return self._send({"type": "done", "job": job, "task": task, "why": why})
 
+    def send_waiting(self, job: str, task: str, why: str) -> bool:
+        """A task has nothing to do but is not caught up: its main input waits for ``why``."""
+        return self._send({"type": "waiting", "job": job, "task": task, "why": why})
+
     def send_error(self, text: str) -> None:
         """The container is failing with ``text`` (Spark retries it; the driver says so)."""
         self._send({"type": "error", "error": text})

@@ -9,9 +9,11 @@ __all__ = [
     "CheckpointFencedError",
     "JobConfigurationError",
     "JobFailedError",
+    "JobStalledError",
     "ProcessingError",
     "RuntimeStateError",
     "TaskCodeError",
+    "broadcast_stall",
     "tasks_failed",
 ]
 
@@ -53,6 +55,21 @@ class TaskCodeError(SparzaError):
 
 class JobFailedError(SparzaError):
     """The streaming query of a job stopped with an error (the message says which task and why)."""
+
+
+class JobStalledError(JobFailedError):
+    """A run that cannot make progress: its tasks wait for something nothing left to read will bring (the message
+    says what, and what to do)."""
+
+
+def broadcast_stall(job: str, waits: list[str]) -> JobStalledError:
+    """The error of a ``--once`` run of ``job`` whose tasks wait for broadcast publications that will not come
+    (``waits``: :meth:`~sparza.runtime.planner.BatchPlanner.broadcast_waits`)."""
+    return JobStalledError(
+        f"{job} cannot make progress: {'; '.join(waits)}, and nothing left to read would make it publish. A "
+        "versioned store is published once every partition of its stream sent an end-of-dataset marker (write "
+        "the markers); else check that stores.<store>.adstore.builder.task names a task of this job and what the "
+        "builder task's log says, then run again")
 
 
 class JobConfigurationError(JobFailedError, ConfigError):

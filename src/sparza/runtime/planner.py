@@ -44,7 +44,7 @@ from sparza.runtime.offsets import OffsetOps
 from sparza.runtime.split import TaskSplit
 from sparza.streams import SystemStreamPartition
 
-__all__ = ["BatchPlan", "BatchPlanner", "Replay", "SspPosition", "TaskPlan", "input_after_end"]
+__all__ = ["BatchPlan", "BatchPlanner", "Replay", "SspPosition", "TaskPlan", "describe_waits", "input_after_end"]
 
 
 @dataclass(frozen=True)
@@ -156,6 +156,18 @@ class SspPosition:
 MetadataFn = Callable[[], Mapping[SystemStreamPartition, SspPosition]]
 
 
+def describe_waits(waits: Mapping[str, list[str]], *, most: int = 6) -> list[str]:
+    """One line per reason of :meth:`BatchPlanner.broadcast_waits`: ``task(s) 'A', 'B' wait for <reason>`` (at most
+    ``most`` task names, then how many more)."""
+    lines = []
+    for reason, tasks in sorted(waits.items()):
+        names = sorted(set(tasks), key=lambda t: (len(t), t))
+        shown = ", ".join(f"'{t}'" for t in names[:most]) + (f" and {len(names) - most} more" if len(names) > most
+                                                             else "")
+        lines.append(f"task(s) {shown} wait for {reason}")
+    return lines
+
+
 def check_not_past_end(task: str, ssp: SystemStreamPartition, offset: str, position: SspPosition,
                        ops: OffsetOps) -> None:
     """Refuse to plan from ``offset`` when it lies past the partition's end: the stream was re-created or
@@ -247,7 +259,8 @@ class BatchPlanner:
         self._specs: dict[tuple[str, str], InputSpec] = {(s.stream.system, s.stream.stream): s for s in job.inputs}
         from sparza.state.adjunct import AdjunctConfig
 
-        self._adjunct = AdjunctConfig.from_config(job.config).input_streams()
+        adjunct = AdjunctConfig.from_config(job.config)
+        self._adjunct = adjunct.input_streams()
         # What "the offsets seen at start" means for bounded and bootstrap streams: now, or when the job
         # started (a container plans with the driver's start positions, so every epoch ends bounded
         # streams at the same offsets).
@@ -260,8 +273,18 @@ class BatchPlanner:
         # publication of a broadcast store itself, since no common batch number says the builder is done.
         self._broadcast_ready = broadcast_ready
         self._ready: set[Any] = set()
-        # Tasks whose main input the last plan held back for an unpublished broadcast store (what that plan saw).
-        self._held: set[str] = set()
+        # Tasks whose main input the last plan held back for an unpublished broadcast store, and the store's stream
+        # (what that plan saw).
+        self._held: dict[str, Any] = {}
+        # The broadcast bootstrap stores of each stream; their builder tasks, and those of them this planner gave a
+        # batch to publish in (see _needs_publishing_batch).
+        self._broadcast_stores: dict[Any, list[Any]] = {}
+        for store in adjunct.stores:
+            if store.broadcast and store.bootstrap:
+                self._broadcast_stores.setdefault(store.stream, []).append(store)
+        self._builders = {stream: {s.builder_task for s in stores} for stream, stores in self._broadcast_stores.items()}
+        self._awaits_own: set[str] = set()
+        self._given_publishing_batch: set[str] = set()
 
     def spec(self, ssp: SystemStreamPartition) -> InputSpec:
         """The input spec of ``ssp``'s stream."""
@@ -355,7 +378,8 @@ class BatchPlanner:
                 if found:
                     raise input_after_end_error(task.name, found)
             ended = before.ended or self._all_ended(task, ends)
-            if replay or ends != before.offsets or ended != before.ended:
+            if replay or ends != before.offsets or ended != before.ended or self._needs_publishing_batch(task, ends,
+                                                                                                          before):
                 changed = True
             if replay:
                 tasks[task.name] = TaskPlan(ends, ended, planned_at_ms=replay.planned_at_ms,
@@ -375,7 +399,8 @@ class BatchPlanner:
                    positions: Mapping[SystemStreamPartition, SspPosition]) -> dict[str, str]:
         ends: dict[str, str] = {}
         gated = False
-        self._held.discard(task.name)
+        self._held.pop(task.name, None)
+        self._awaits_own.discard(task.name)
         for ssp in task.ssps:  # bootstrap SSPs come first in a task's read order
             key = str(ssp)
             begin = starts.get(key, positions[ssp].upcoming)
@@ -405,8 +430,25 @@ class BatchPlanner:
                 gated = True
             elif spec.bootstrap and spec.broadcast and not self._published(ssp):
                 gated = True
-                self._held.add(task.name)
+                self._held[task.name] = ssp.system_stream
+                if task.name in self._builders.get(ssp.system_stream, ()):
+                    self._awaits_own.add(task.name)
         return ends
+
+    def _needs_publishing_batch(self, task: TaskModel, ends: Mapping[str, str], before: TaskPlan) -> bool:
+        """True when ``task`` builds a broadcast bootstrap store whose bootstrapped publication its main input (like
+        every task's) waits for, and has nothing to read: give it one batch that reads nothing, in which it commits
+        and publishes. Without it a builder whose bootstrap stream is empty (or read to its end in a batch that
+        published no bootstrapped snapshot) never commits again, never publishes, and every task waits for ever.
+
+        One such batch per planner: the builder publishes in it, so the next plan lets main input flow; if no
+        publication comes of it (a versioned store has no complete version yet), the tasks wait for the builder's
+        input instead of committing empty batches in a loop. A publication stays subject to the builder's
+        generation fencing like every other (an older generation never replaces a newer one's)."""
+        if task.name not in self._awaits_own or task.name in self._given_publishing_batch or ends != before.offsets:
+            return False
+        self._given_publishing_batch.add(task.name)
+        return True
 
     def waits_for_broadcast(self, task: TaskModel) -> bool:
         """True when the last plan held ``task``'s main input back for a broadcast store's bootstrapped
@@ -416,6 +458,20 @@ class BatchPlanner:
         the blob store again here would call a task caught up whose main input no plan ever let through (the
         builder published between the plan and the question), and ``--once`` would end without its output."""
         return task.name in self._held
+
+    def broadcast_waits(self) -> dict[str, list[str]]:
+        """What the last plan held main input back for: per reason (a broadcast stream's stores, whose bootstrapped
+        publication is missing, and the task that builds them) the tasks that wait for it. The status line says it
+        while a job waits (:func:`describe_waits`); a run that cannot get past it says it when it stops."""
+        out: dict[str, list[str]] = {}
+        for task, stream in sorted(self._held.items()):
+            stores = self._broadcast_stores.get(stream, [])
+            names = ", ".join(f"'{s.name}'" for s in stores) or "?"
+            builders = ", ".join(sorted({f"'{s.builder_task}'" for s in stores})) or "?"
+            reason = (f"the bootstrapped publication of broadcast store {names} (stream {stream}), which task "
+                      f"{builders} builds and has not published yet")
+            out.setdefault(reason, []).append(task)
+        return out
 
     def _published(self, ssp: SystemStreamPartition) -> bool:
         if self._broadcast_ready is None or ssp.system_stream in self._ready:

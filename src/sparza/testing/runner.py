@@ -9,7 +9,10 @@ split through :class:`~sparza.runtime.container.instance.TaskInstance`, which re
 :class:`~sparza.runtime.container.commit.TaskCommit`; an application is planned into stages by
 :func:`sparza.api.plan_application` and each stage runs :class:`~sparza.api.StageTask`. Only Spark is left
 out: batches run one task after another in this process, and the streams the test adds live in the
-``inmemory`` system (:mod:`sparza.systems.inmemory`). Stores are real (RocksDB or memory) and, like task
+``inmemory`` system (:mod:`sparza.systems.inmemory`). In the container execution mode (``job.execution.mode``, the
+default) main input waits for a broadcast bootstrap store's bootstrapped publication, as a container plans it;
+:meth:`TestRunner.run` raises :class:`~sparza.runtime.errors.JobStalledError` when tasks wait for one that nothing
+left to read will bring (``sparza run --once`` would wait for ever). Stores are real (RocksDB or memory) and, like task
 checkpoints and the blob store, live in the runner's work dir.
 
 A failure can be injected right after any commit step (:class:`~sparza.runtime.container.commit.CommitStep`) of a
@@ -230,13 +233,18 @@ class _Job:
     def open(self) -> None:
         """A fresh planner over fresh admins, as a (re)started processor's Spark source builds."""
         from sparza.runtime.checkpoint import checkpoint_store_from_config
+        from sparza.runtime.container.runloop import broadcast_ready
         from sparza.runtime.driver.drainmonitor import DrainMonitor
+        from sparza.runtime.driver.epochs import execution_mode
         from sparza.runtime.inputs import InputSystems
         from sparza.runtime.planner import BatchPlanner
 
         inputs = InputSystems(self.job)
         self.tasks = inputs.task_models()
-        self.planner = BatchPlanner(self.job, self.tasks, inputs.ops, inputs.positions)
+        # Containers commit each task on its own schedule, so main input waits for a broadcast bootstrap store's
+        # bootstrapped publication itself (no common batch number says the builder is done): plan as they do.
+        gate = broadcast_ready(self.job) if execution_mode(self.config) == "containers" else None
+        self.planner = BatchPlanner(self.job, self.tasks, inputs.ops, inputs.positions, broadcast_ready=gate)
         self.checkpoints = checkpoint_store_from_config(self.config, self.job.job_key)
         self.monitor = DrainMonitor(self.config)
 
@@ -450,7 +458,9 @@ class TestRunner:
 
     def run(self, max_batches: int = 10_000) -> RunReport:
         """What ``sparza run --once`` does: every job (stage after stage) processes everything its inputs hold
-        now, in batches of at most ``task.max.batch.messages`` per partition, then stops."""
+        now, in batches of at most ``task.max.batch.messages`` per partition, then stops. Raises
+        :class:`~sparza.runtime.errors.JobStalledError` when tasks wait for a broadcast publication that cannot come
+        (where ``--once`` would wait for ever)."""
         self._start()
         report = RunReport()
         for job in self._jobs:
@@ -461,6 +471,12 @@ class TestRunner:
                     results = job.step(self.now_ms)
                     self.clock.advance(ms=self.tick_ms)
                     if not results:
+                        waits = job.planner.broadcast_waits()
+                        if waits:  # held, not caught up: `sparza run --once` would wait for ever
+                            from sparza.runtime.errors import broadcast_stall
+                            from sparza.runtime.planner import describe_waits
+
+                            raise broadcast_stall(f"job {job.name}", describe_waits(waits))
                         break
                     report.batches[job.name] = report.batches.get(job.name, 0) + 1
                     report.messages += sum(r.messages for r in results)

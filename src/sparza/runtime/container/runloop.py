@@ -69,6 +69,7 @@ __all__ = [
     "ContainerReporter",
     "TaskLoop",
     "assign_tasks",
+    "broadcast_ready",
     "location_of",
     "run_container",
 ]
@@ -162,7 +163,7 @@ class TaskLoop:
         self.planner = BatchPlanner(job, [model], ops, positions,
                                     start_positions={SystemStreamPartition.parse(k): v
                                                      for k, v in epoch_job.start_positions.items()},
-                                    broadcast_ready=_broadcast_ready(job))
+                                    broadcast_ready=broadcast_ready(job))
         if epoch_job.targets is not None:
             self.planner.targets = {SystemStreamPartition.parse(k): v for k, v in epoch_job.targets.items()}
         self.drain_request: dict[str, Any] | None = None
@@ -170,6 +171,7 @@ class TaskLoop:
         self._pending: BatchPlan | None = None
         self.last_started = float("-inf")
         self.done: str | None = None  # why it left the loop: "ended", "caught up", "drained", "stopped", "failed"
+        self.waiting: str | None = None  # what its main input waits for, as last reported (None: nothing)
         self.error: Exception | None = None  # a planning failure at start, reported when the loop first runs
 
     def start(self, checkpoints: Mapping[str, Any]) -> None:
@@ -202,9 +204,9 @@ class TaskLoop:
         return self.plan is not None and self.plan.task(self.model.name).ended
 
 
-def _broadcast_ready(job: JobConfig) -> Callable[[Any], bool]:
-    """Whether a broadcast bootstrap store has published its bootstrapped snapshot (asked only for jobs with
-    one, until it has)."""
+def broadcast_ready(job: JobConfig) -> Callable[[Any], bool]:
+    """The gate of a container's planner: whether the broadcast bootstrap stores of a stream have published their
+    bootstrapped snapshots (asked only for jobs with one, until they have); a task's main input waits for it."""
 
     def ready(stream: Any) -> bool:
         from sparza.blobstore import blob_store_manager_from_config
@@ -242,6 +244,10 @@ class ContainerReporter(Protocol):
     def done(self, job: str, task: str, why: str) -> None:
         """A task left the run loop: ``caught up`` (--once), ``ended`` (every input ended), ``drained``,
         ``stopped``."""
+
+    def waiting(self, job: str, task: str, why: str) -> None:
+        """A task has nothing to do now but is not caught up: its main input waits for ``why`` (a broadcast store's
+        bootstrapped publication). Said once per wait; the task's next result ends it."""
 
     def wait_end(self, wait_s: float) -> bool:
         """Wait up to ``wait_s`` seconds for the driver's request to end the epoch; True once it came."""
@@ -363,11 +369,17 @@ class Container:
                                               error=f"task '{key[1]}': {type(exc).__name__}: {exc}"))
             return False
         if split is None:
+            waits = loop.planner.broadcast_waits()
             if loop.ended():
                 self._finish(key, loop, "ended")
-            elif parts.epoch_job.targets is not None and not loop.planner.waits_for_broadcast(loop.model):
-                self._finish(key, loop, "caught up")
+            elif not waits:
+                if parts.epoch_job.targets is not None:
+                    self._finish(key, loop, "caught up")
+            elif next(iter(waits)) != loop.waiting:
+                loop.waiting = next(iter(waits))
+                self.reporter.waiting(key[0], key[1], loop.waiting)
             return False
+        loop.waiting = None
         loop.last_started = self.clock()
         result = run_task_batch(parts.job.config, split, generation=parts.epoch_job.generation,
                                 task_count=parts.epoch_job.task_count, resident=True,
@@ -449,6 +461,10 @@ def run_container(plan_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator
         def done(self, job: str, task: str, why: str) -> None:
             if channel is None or not channel.send_done(job, task, why):
                 undelivered.append((job, "done", json.dumps({"task": task, "why": why})))
+
+        def waiting(self, job: str, task: str, why: str) -> None:
+            if channel is None or not channel.send_waiting(job, task, why):
+                undelivered.append((job, "waiting", json.dumps({"task": task, "why": why})))
 
         def wait_end(self, wait_s: float) -> bool:
             if channel is None:

@@ -138,6 +138,13 @@ class ContainerQuery:
         # Not "Initializing sources": a runner waits on that, and a container job has no source to start.
         self._message = "Waiting for the next epoch"
         self._committed_since_failure = False
+        # Tasks whose main input waits (for a broadcast store's bootstrapped publication), as containers said this
+        # epoch; when each reason was first said, and whether the status line said it yet; messages read.
+        self._waiting: dict[str, str] = {}
+        self._waiting_since: dict[str, float] = {}
+        self._waits_noticed: set[str] = set()
+        self._read_in_epoch = 0
+        self._stalled_epochs = 0
         self.drain_request: dict[str, Any] | None = None
         """The job's drain request as JSON (:meth:`sparza.runtime.drain.DrainRequest.to_json`), or None: every
         epoch's plan carries it."""
@@ -207,6 +214,11 @@ class ContainerQuery:
         self._epoch = epoch
         self._message = "Processing new data"
         self._done = {t: why for t, why in self._done.items() if why in ("ended",)}
+        with self._lock:  # each epoch's containers plan afresh, and say again what they wait for
+            self._waiting.clear()
+            self._waiting_since.clear()
+            self._waits_noticed.clear()
+            self._read_in_epoch = 0
 
     def on_event(self, event: ChannelEvent) -> None:
         """A container's report about this job."""
@@ -217,12 +229,19 @@ class ContainerQuery:
         elif kind == "done":
             with self._lock:
                 self._done[str(event["task"])] = str(event["why"])
+        elif kind == "waiting":
+            with self._lock:
+                why = str(event["why"])
+                self._waiting[str(event["task"])] = why
+                self._waiting_since.setdefault(why, time.monotonic())
 
     def _add_result(self, result: BatchResult) -> None:
         with self._lock:
             self._pending.append(result)
+            self._waiting.pop(result.task, None)  # it ran a batch: it waits no more
             if result.status is BatchStatus.COMMITTED:
                 self._committed_since_failure = True
+                self._read_in_epoch += result.messages
         if result.status is BatchStatus.FAILED:
             self.flush(force=True)
             self.fail(tasks_failed([result.error or f"task '{result.task}' failed"]))
@@ -232,13 +251,54 @@ class ContainerQuery:
         self.flush(force=False)
 
     def flush(self, *, force: bool) -> None:
-        """Hand the results gathered so far to the runner (at most once per report interval unless forced)."""
+        """Hand the results gathered so far to the runner (at most once per report interval unless forced), and say
+        what tasks wait for once they have for a report interval (once per epoch)."""
+        self._notice_waits(force=force)
         with self._lock:
             if not self._pending or (not force and time.monotonic() - self._last_report < self.report_interval_s):
                 return
             results, self._pending = self._pending, []
             self._last_report = time.monotonic()
         self.on_results(results, self._epoch)
+
+    def _waits(self) -> dict[str, list[str]]:
+        """Reason → the tasks that wait for it now (the lock held)."""
+        out: dict[str, list[str]] = {}
+        for task, why in self._waiting.items():
+            if self._done.get(task) not in ("ended", "caught up", "drained"):
+                out.setdefault(why, []).append(task)
+        return out
+
+    def _notice_waits(self, *, force: bool) -> None:
+        from sparza.runtime.planner import describe_waits
+
+        now = time.monotonic()
+        with self._lock:
+            due = {why: tasks for why, tasks in self._waits().items() if why not in self._waits_noticed
+                   and (force or now - self._waiting_since.get(why, now) >= self.report_interval_s)}
+            self._waits_noticed.update(due)
+        for line in describe_waits(due):
+            self.on_notice(line)
+
+    def _stalled(self) -> BaseException | None:
+        """Under ``--once``: the error of a job whose last two epochs read no message while some of its tasks waited
+        to their end for a broadcast publication, and every other task was done. Nothing can bring that publication
+        any more (the builder is given a batch to publish in at the start of every epoch); two epochs, not one, as
+        an epoch cut short (a job joining the pool) may end just as a publication appears."""
+        from sparza.runtime.errors import broadcast_stall
+        from sparza.runtime.planner import describe_waits
+
+        with self._lock:
+            waits = self._waits()
+            waiting = {t for tasks in waits.values() for t in tasks}
+            done = all(t in waiting or self._done.get(t) in ("ended", "caught up") for t in self.tasks)
+            if not self.once or not waits or self._read_in_epoch or not done:
+                self._stalled_epochs = 0
+                return None
+            self._stalled_epochs += 1
+            if self._stalled_epochs < 2:
+                return None
+        return broadcast_stall(self.key, describe_waits(waits))
 
     def epoch_ended(self, error: BaseException | None, detail: str | None = None) -> bool:
         """The epoch ended (``error``: it failed; ``detail``: what the failing container said). Returns True
@@ -265,6 +325,10 @@ class ContainerQuery:
             self._failed_epochs = 0
         whys = [self._done.get(t) for t in self.tasks]
         if self.stop_requested:
+            return self._leave()
+        stalled = self._stalled()
+        if stalled is not None:
+            self._error = stalled
             return self._leave()
         if all(w == "ended" for w in whys):
             return self._leave("all inputs ended")
@@ -467,7 +531,7 @@ class ContainerPool:
             if row["kind"] == "result":
                 owner.on_event({"type": "result", "result": body})
             else:
-                owner.on_event({"type": "done", **body})
+                owner.on_event({"type": row["kind"], **body})   # done, waiting
         for member in live:
             member.epoch_ended(error, self._last_error if error is not None else None)
 

@@ -246,6 +246,7 @@ class BroadcastStoreManager:
         self._wanted_before: int | None = None
         self._stale = True
         self._last_published: str | None = None
+        self._published_bootstrapped = False  # whether the last publication said the bootstrap was complete
         self._read: dict[str, Any] | None = None  # the publication this task read last (its checkpoint's)
         self._warned_unbootstrapped = False
         self._view = ReadOnlyStore(spec.name, str(spec.stream), self._current, *store_serdes(context.config, spec.name))
@@ -302,6 +303,8 @@ class BroadcastStoreManager:
         if self.builder is not None:
             self.builder.restore(body.get("builder"))
             self._last_published = body.get("published")
+            # Absent in checkpoints of older versions: publishing once more, bootstrapped, costs one small blob.
+            self._published_bootstrapped = bool(body.get("published_bootstrapped", False))
         batch = body.get("batch")
         self._wanted_before = None if batch is None else int(batch) + 1
         read = body.get("read")
@@ -346,14 +349,21 @@ class BroadcastStoreManager:
         if self.builder is not None:
             builder_entry = self.builder.commit(batch_id)
             snapshot = self.builder.serving_snapshot()
-            if snapshot is not None and snapshot != self._last_published:
+            bootstrapped = self.builder.bootstrap.done
+            # Publish a changed snapshot, and the same one again when the bootstrap completed in a batch that
+            # changed nothing (it read past a never-delivered offset, or an empty stream): tasks that commit on
+            # their own schedule wait for a bootstrapped publication before they read main input.
+            if snapshot is not None and (snapshot != self._last_published
+                                         or (bootstrapped and not self._published_bootstrapped)):
                 self.board.publish(Publication(
                     store=self.context.spec.name, batch=batch_id, snapshot=snapshot, version=self.builder.serving,
-                    bootstrapped=self.builder.bootstrap.done, applied=self.builder.applied,
+                    bootstrapped=bootstrapped, applied=self.builder.applied,
                     offsets=dict(self.builder.offsets), generation=generation))
                 self._last_published = snapshot
+                self._published_bootstrapped = bootstrapped
             entry["builder"] = builder_entry
             entry["published"] = self._last_published
+            entry["published_bootstrapped"] = self._published_bootstrapped
         if self.publication is not None:
             entry["read"] = {"batch": self.publication.batch, "snapshot": self.publication.snapshot}
             self._read = entry["read"]

@@ -30,9 +30,10 @@ a restart drops its in-memory tasks, stores and producers):
 ======================  =================================================================================
 
 The container faults need Spark's Python workers, so here they run as far as they can: ``container-kill`` (a
-container's worker killed) is a clean run, noted as such; the execution mode (``job.execution.mode``,
-``job.container.epoch.ms``) is in the config but means nothing to :class:`~sparza.testing.TestRunner`, which runs
-every batch in this process either way.
+container's worker killed) is a clean run, noted as such. Of the execution mode (``job.execution.mode``,
+``job.container.epoch.ms``) :class:`~sparza.testing.TestRunner` plays one part: in container mode main input
+waits for a broadcast bootstrap store's bootstrapped publication, as a container's planner makes it wait; every
+task still runs in batches of one common number, in this process, and epochs mean nothing here.
 
 What it leaves to the Spark engine (:mod:`~sparza.testing.harness.spark`): Spark itself (worker reuse,
 retries, the plan in Spark's offset log, containers and their epochs), the real storage services and their
