@@ -125,7 +125,8 @@ def test_two_processors_share_each_stage_of_an_application(spark, work_dir, azur
     threads = [threading.Thread(target=processor, args=(pid,), daemon=True) for pid in ("p1", "p2")]
     threads[0].start()
     # p2 starts once p1 has begun processing (as a second `sparza run` would); also, the start checks of two
-    # runs at once in one Python 3.11.7 process can trip CPython's ast.parse thread-safety bug (gh-106905).
+    # runs at once in one Python 3.11.7 process can trip an ast.parse thread-safety bug of that CPython
+    # ("SystemError: AST constructor recursion depth mismatch"; sparza run checks on its main thread only).
     deadline = time.monotonic() + 300
     while threads[0].is_alive() and not outcomes and time.monotonic() < deadline:
         record_models()
