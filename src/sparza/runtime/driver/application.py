@@ -13,7 +13,6 @@ the application share every stage's tasks (:class:`~sparza.runtime.driver.coordi
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from sparza.config import Config
@@ -50,29 +49,16 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
                                     f"sparza-{config.get_str('job.name')}", remote)
     try:
         if JobConfig.from_config(stages[0].config).coordinator_factory == "azure":
-            return _run_coordinated([s.config for s in stages], spark, processor_id=processor_id, once=once,
-                                    install_signal_handlers=install_signal_handlers)
+            from sparza.runtime.driver.coordinated import run_coordinated_stages
+
+            return run_coordinated_stages([s.config for s in stages], spark=spark, processor_id=processor_id,
+                                          once=once, install_signal_handlers=install_signal_handlers)
         return _run_standalone([s.config for s in stages], [s.config for s in plan.stages], spark,
                                processor_id=processor_id, once=once, drain=drain,
                                install_signal_handlers=install_signal_handlers)
     finally:
         if owns_spark:
             spark.stop()
-
-
-def _run_coordinated(configs: list[Config], spark: Any, *, processor_id: str, once: bool,
-                     install_signal_handlers: bool) -> RunOutcome:
-    """``job.coordinator.factory: azure``: this processor's share of every stage (see CoordinatedStages)."""
-    from sparza.runtime.driver.coordinated import CoordinatedStages
-
-    stages = CoordinatedStages(configs, spark=spark, processor_id=processor_id, once=once)
-    signals = (StopOnSignals(stages.request_stop, lambda line: print(line, file=sys.stderr, flush=True)).install()
-               if install_signal_handlers else None)
-    try:
-        return stages.run()
-    finally:
-        if signals is not None:
-            signals.restore()
 
 
 def _run_standalone(configs: list[Config], all_configs: list[Config], spark: Any, *, processor_id: str, once: bool,

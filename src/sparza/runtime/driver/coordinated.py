@@ -30,7 +30,7 @@ from sparza.runtime.errors import CheckpointFencedError
 from sparza.runtime.inputs import InputSystems
 from sparza.runtime.jobconfig import JobConfig
 
-__all__ = ["CoordinatedProcessor", "CoordinatedStages", "claim_tasks", "run_coordinated"]
+__all__ = ["CoordinatedProcessor", "CoordinatedStages", "claim_tasks", "run_coordinated", "run_coordinated_stages"]
 
 
 def claim_tasks(config: Config, job_key: str, tasks: list[str], generation: int) -> None:
@@ -241,8 +241,19 @@ class CoordinatedStages:
 def run_coordinated(config: Config, *, master: str | None = None, processor_id: str = "0", once: bool = False,
                     spark: Any = None, install_signal_handlers: bool = True, remote: str | None = None) -> RunOutcome:
     """Run this processor's share of the job under ``job.coordinator.factory`` until stopped."""
-    processor = CoordinatedProcessor(config, master=master, processor_id=processor_id, once=once, spark=spark,
-                                     remote=remote)
+    return _until_stopped(CoordinatedProcessor(config, master=master, processor_id=processor_id, once=once,
+                                               spark=spark, remote=remote), install_signal_handlers)
+
+
+def run_coordinated_stages(configs: list[Config], *, spark: Any, processor_id: str = "0", once: bool = False,
+                           install_signal_handlers: bool = True) -> RunOutcome:
+    """Run this processor's share of every stage of an application (``configs``: the planned stages, writers
+    first) under ``job.coordinator.factory`` until stopped."""
+    return _until_stopped(CoordinatedStages(configs, spark=spark, processor_id=processor_id, once=once),
+                          install_signal_handlers)
+
+
+def _until_stopped(processor: CoordinatedProcessor | CoordinatedStages, install_signal_handlers: bool) -> RunOutcome:
     signals = (StopOnSignals(processor.request_stop, lambda line: print(line, file=sys.stderr, flush=True)).install()
                if install_signal_handlers else None)
     try:
