@@ -236,3 +236,13 @@ def test_truncate_deletes_the_commit_files_a_checkpoint_covers(delta_config: Con
     assert rows[-1] == b"m1000" and len(rows) == len(later) + 1   # a long-lived reader sees the same table
     # a second truncation with no newer checkpoint deletes no more commit files
     assert truncate(admin.location("s"), 112).commits_deleted == 0
+    # once a newer checkpoint exists, a truncation past it deletes the older checkpoint with the commits it covers
+    _write(delta_config, 100, 2, first=2000)
+    newest = json.loads((log_dir / "_last_checkpoint").read_text())["version"]
+    assert newest > checkpoint and (log_dir / f"{checkpoint:020d}.checkpoint.parquet").exists()
+    assert truncate(admin.location("s"), newest + 1).commits_deleted > 0
+    assert sorted(int(p.name.split(".")[0]) for p in log_dir.glob("*.checkpoint*.parquet")) == [newest]
+    assert DeltaTable(admin.stream_location("s")).version() >= newest
+    start = f"{newest + 1}:0"
+    rows = [e.message for e in identity.read(SystemStreamPartition("d", "s", 0), start, include_control=False)]
+    assert rows == [e.message for e in read_all(delta_config, "s", 0, start, include_control=False)]

@@ -192,6 +192,24 @@ class DeltaLog:
                 versions.append(int(stem))
         return sorted(versions)
 
+    def checkpoint_files(self) -> dict[int, list[str]]:
+        """Version → the checkpoint files of that version in ``_delta_log`` (single or multi-part), relative to the
+        table root (one listing)."""
+        import pyarrow.fs as pa_fs
+
+        try:
+            with storage_errors(self.location.uri):
+                infos = self._fs.get_file_info(pa_fs.FileSelector(_LOG_DIR, allow_not_found=True))
+        except FileNotFoundError:
+            return {}
+        out: dict[int, list[str]] = {}
+        for info in infos:
+            name = info.path.rsplit("/", 1)[-1]
+            stem, _, rest = name.partition(".")
+            if stem.isdigit() and len(stem) == 20 and rest.startswith("checkpoint.") and rest.endswith(".parquet"):
+                out.setdefault(int(stem), []).append(f"{_LOG_DIR}/{name}")
+        return out
+
     def latest_version(self, known: int | None = None) -> int | None:
         """The newest committed version (None: no table). Probes forward from ``known`` when given."""
         identity = self._table_identity()

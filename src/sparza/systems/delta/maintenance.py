@@ -12,6 +12,7 @@ precede the retention horizon.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -134,15 +135,17 @@ def truncate(location: StreamLocation, before_version: int) -> TruncateResult:
 def _delete_commits(log: DeltaLog, horizon: int) -> int:
     """Step 4. Delete the commit files of versions before both the horizon (no offset of theirs is readable) and
     the newest Delta checkpoint (which holds the table's state, so no Delta reader needs them): the log of a
-    stream truncated every minute stays short instead of growing for ``delta.logRetentionDuration``. Version 0
+    stream truncated every minute stays short instead of growing for ``delta.logRetentionDuration``. Older
+    checkpoints go too: the newest holds the whole state (an hour of a busy intermediate stream wrote 15). Version 0
     stays: its file names the table's incarnation (:meth:`DeltaLog.identity`)."""
     checkpoint = log.last_checkpoint()
     if checkpoint is None:
         return 0
     fs = log.location.filesystem()
+    limit = min(horizon, checkpoint)
     deleted = 0
     for version in log.present_versions():
-        if version >= min(horizon, checkpoint):
+        if version >= limit:
             break
         if version == 0:
             continue
@@ -151,4 +154,9 @@ def _delete_commits(log: DeltaLog, horizon: int) -> int:
             deleted += 1
         except (FileNotFoundError, OSError):
             pass  # already gone (another truncation, or delta-rs's own log cleanup)
+    for version, paths in log.checkpoint_files().items():
+        if version < limit:
+            for path in paths:
+                with contextlib.suppress(FileNotFoundError, OSError):
+                    fs.delete_file(path)
     return deleted
