@@ -189,39 +189,16 @@ class KafkaSystemAdmin:
         if key in self._counts:
             self._counts.move_to_end(key)
             return self._counts[key]
-        count, whole = self._read(topic, ssp.partition, s, e)
-        if whole:  # a range past the last stable offset may still get its open transaction's records
+        tp = (topic, ssp.partition)
+        counted = {tp: 0}
+        # A range past the last stable offset may still get its open transaction's records: not kept.
+        whole = self._read_ends({tp: s}, {tp: s}, whole_batch=False, until={tp: e}, counted=counted)[tp] >= e
+        count = counted[tp]
+        if whole:
             self._counts[key] = count
             if len(self._counts) > 256:
                 self._counts.popitem(last=False)
         return count
-
-    def _read(self, topic: str, partition: int, start: int, end: int) -> tuple[int, bool]:
-        """The records the probe reads in ``[start, end)``, up to the partition's end-of-partition event, and
-        whether the read covered the whole range (else it stopped at the last stable offset)."""
-        from confluent_kafka import KafkaError as RdKafkaError
-        from confluent_kafka import TopicPartition
-
-        probe = self._probe_consumer()
-        probe.assign([TopicPartition(topic, partition, start)])
-        count = 0
-        deadline = time.monotonic() + self._timeout
-        try:
-            while time.monotonic() < deadline:
-                for msg in probe.consume(10_000, timeout=0.05):
-                    if (msg.topic(), msg.partition()) != (topic, partition):
-                        continue  # a prefetched record of an earlier assignment
-                    error = msg.error()
-                    if error is not None and error.code() != RdKafkaError._PARTITION_EOF:
-                        continue  # librdkafka retries transient errors itself; the deadline bounds it
-                    if msg.offset() >= end or error is not None:
-                        return count, msg.offset() >= end  # past the range, or the end of what is stable now
-                    if msg.offset() >= start:
-                        count += 1
-        finally:
-            probe.unassign()
-        raise KafkaError(f"cannot count the messages of Kafka partition {topic}[{partition}] in [{start}, {end}) "
-                         f"within {self._timeout:.0f}s: is the broker reachable?")
 
     def watermarks(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
         """Per (topic, partition): (earliest offset, read_committed end offset), in one round trip each."""
@@ -313,10 +290,12 @@ class KafkaSystemAdmin:
             marks[tp][1] = end
 
     def _read_ends(self, starts: dict[tuple[str, int], int], ends: dict[tuple[str, int], int], *,
-                   whole_batch: bool) -> dict[tuple[str, int], int]:
+                   whole_batch: bool, until: dict[tuple[str, int], int] | None = None,
+                   counted: dict[tuple[str, int], int] | None = None) -> dict[tuple[str, int], int]:
         """``ends`` raised to one past the last record the probe reads from ``starts`` or to the offset of the
         end-of-partition event; with ``whole_batch`` a partition that got records is done at the first quiet
-        poll, else only at its end-of-partition event."""
+        poll, else only at its end-of-partition event or, with ``until``, at its first record at or past
+        ``until``. ``counted`` gets the records read before that."""
         from confluent_kafka import KafkaError as RdKafkaError
         from confluent_kafka import TopicPartition
 
@@ -346,10 +325,15 @@ class KafkaSystemAdmin:
                     if tp in ends and msg.offset() >= starts[tp]:
                         ends[tp] = max(ends[tp], msg.offset() + 1)
                         received.add(tp)
+                        if until is not None and tp in waiting:
+                            if msg.offset() >= until[tp]:
+                                waiting.discard(tp)
+                            elif counted is not None:
+                                counted[tp] += 1
         finally:
             probe.unassign()
         if waiting:
-            raise KafkaError(f"cannot read the real end of Kafka partitions {sorted(waiting)} within "
+            raise KafkaError(f"cannot read Kafka partitions {sorted(waiting)} to their end within "
                              f"{self._timeout:.0f}s (systems.{self.system_name}.kafka.end.offsets.verify)")
         return ends
 
