@@ -195,6 +195,11 @@ def test_reset_offset_starts_main_inputs_at_the_default_unless_a_batch_is_half_c
     assert resets == {} and len(warnings) == 1 and "uncommitted batch 6" in warnings[0]
 
 
+def _waits(planner, task):
+    """Whether the last plan held ``task``'s main input back for a broadcast publication."""
+    return any(task.name in tasks for tasks in planner.broadcast_waits().values())
+
+
 def _round_trip(plan):
     from sparza.runtime.planner import TaskPlan
 
@@ -221,10 +226,10 @@ def test_a_task_held_back_for_a_broadcast_publication_waits_for_it_even_when_it_
     assert held is first  # nothing to do: the builder has not published its bootstrapped snapshot yet
     # The builder (another container) publishes now, after that plan.
     board.publish(Publication(store="profiles", batch=1, snapshot="s1", bootstrapped=True, applied=5))
-    assert planner.waits_for_broadcast(reader), "the plan held main input back: the task is not caught up"
+    assert _waits(planner, reader), "the plan held main input back: the task is not caught up"
     flowing = planner.next(first, 3)
     assert flowing.tasks["Partition 1"].offsets[events] != "1:0"  # the next plan reads the main input
-    assert planner.next(flowing, 4) is flowing and not planner.waits_for_broadcast(reader)  # now caught up
+    assert planner.next(flowing, 4) is flowing and not _waits(planner, reader)  # now caught up
 
 
 def _broadcast_job(make_job, *, profiles: int = 0, events: tuple[int, int] = (60, 7)):
@@ -264,11 +269,11 @@ def test_an_empty_broadcast_bootstrap_stream_gives_its_builder_one_batch_to_publ
     builder, reader = planners["Partition 0"], planners["Partition 1"]
     b0, r0 = builder.initial({}), reader.initial({})
     r_held = reader.next(r0, 1)
-    assert r_held is r0 and reader.waits_for_broadcast(reader.tasks[0])  # a reader waits, without a batch
+    assert r_held is r0 and _waits(reader, reader.tasks[0])  # a reader waits, without a batch
     nudge = builder.next(b0, 1)
     assert nudge is not b0, "the builder must get a batch in which to publish"
     assert nudge.tasks["Partition 0"].offsets == b0.tasks["Partition 0"].offsets  # it reads nothing: main input held
-    assert builder.waits_for_broadcast(builder.tasks[0])
+    assert _waits(builder, builder.tasks[0])
     # Until its publication appears, no more empty batches: one is enough to publish in.
     assert builder.next(nudge, 2) is nudge and reader.next(r0, 2) is r0
     board.publish(Publication(store="profiles", batch=1, snapshot="s1", bootstrapped=True))  # what that batch does
@@ -309,4 +314,4 @@ def test_an_empty_partitioned_bootstrap_stream_holds_nothing(make_job):
         planner = BatchPlanner(job, [task], inputs.ops, inputs.positions, broadcast_ready=lambda stream: False)
         first = planner.next(planner.initial({}), 1)
         events = f"delta.events#{task.ssps[0].partition}"
-        assert first.tasks[task.name].offsets[events] != "1:0" and not planner.waits_for_broadcast(task)
+        assert first.tasks[task.name].offsets[events] != "1:0" and not _waits(planner, task)

@@ -450,19 +450,15 @@ class BatchPlanner:
         self._given_publishing_batch.add(task.name)
         return True
 
-    def waits_for_broadcast(self, task: TaskModel) -> bool:
-        """True when the last plan held ``task``'s main input back for a broadcast store's bootstrapped
-        publication (it has nothing to do now, but is not caught up).
+    def broadcast_waits(self) -> dict[str, list[str]]:
+        """What the last plan held main input back for: per reason (a broadcast stream's stores, whose bootstrapped
+        publication is missing, and the task that builds them) the tasks that wait for it: they have nothing to do
+        now, but are not caught up. The status line says it while a job waits (:func:`describe_waits`); a run that
+        cannot get past it says it when it stops.
 
         What that plan saw, not the publications now: one that appeared since is read by the next plan. Asking
         the blob store again here would call a task caught up whose main input no plan ever let through (the
         builder published between the plan and the question), and ``--once`` would end without its output."""
-        return task.name in self._held
-
-    def broadcast_waits(self) -> dict[str, list[str]]:
-        """What the last plan held main input back for: per reason (a broadcast stream's stores, whose bootstrapped
-        publication is missing, and the task that builds them) the tasks that wait for it. The status line says it
-        while a job waits (:func:`describe_waits`); a run that cannot get past it says it when it stops."""
         out: dict[str, list[str]] = {}
         for task, stream in sorted(self._held.items()):
             stores = self._broadcast_stores.get(stream, [])
