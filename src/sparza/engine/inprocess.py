@@ -141,7 +141,9 @@ class InProcessHost:
             return
         for task in list(container.tasks.values()):
             with contextlib.suppress(Exception):
-                task.instance.abort()  # a dead process holds no lock and flushes nothing
+                task.instance.abort()  # a dead process flushes nothing...
+            with contextlib.suppress(Exception):
+                task.instance.stores.close_committed()  # ...and holds no lock on its stores
         for job in container.jobs.values():
             with contextlib.suppress(Exception):
                 job.engine.close()
