@@ -13,9 +13,9 @@ import json
 from collections.abc import Callable
 
 import pytest
+from tests.ops.conftest import Job, Produced, produce, read_counts, read_table, sparza, upcoming
 
 from sparza.config import Config
-from tests.ops.conftest import Job, Produced, produce, read_counts, read_table, sparza, upcoming
 
 pytestmark = pytest.mark.slow
 
