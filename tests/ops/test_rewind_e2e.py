@@ -109,8 +109,8 @@ def test_rewind_of_chosen_tasks_keeps_state_and_refuses_unclear_tables(ops_job: 
 
 def test_rewind_is_refused_while_the_job_runs(ops_job: Callable[..., Job]) -> None:
     from sparza.coordination.jobclaim import JobClaim
+    from sparza.engine.jobconfig import JobConfig
     from sparza.runtime import checkpoint_store_from_config
-    from sparza.runtime.jobconfig import JobConfig
 
     job = ops_job("delta")
     key = JobConfig.from_config(Config(dict(job.config.items()))).job_key

@@ -109,8 +109,8 @@ def create(name: str = typer.Argument(..., help="The savepoint's name (letters, 
 
 def _stop_job(cfg: Config, *, drain: bool, timeout_s: float) -> None:
     """Stop the job's processor (drain, or SIGTERM when it runs on this host) and wait until its claim is free."""
-    from sparza.runtime.checkpoint import SupportsJobClaim, checkpoint_store_from_config
-    from sparza.runtime.jobconfig import JobConfig
+    from sparza.engine.checkpoint import SupportsJobClaim, checkpoint_store_from_config
+    from sparza.engine.jobconfig import JobConfig
 
     job = JobConfig.from_config(cfg, require_inputs=False)
     store = checkpoint_store_from_config(job.config, job.job_key)

@@ -2,7 +2,7 @@
 
 An operator who finds a job reading from an unexpected offset must be able to see who moved it, when, and from
 where to where. Each operation appends one :class:`Operation` to the job's ``_operations`` document (a job-wide
-document of the checkpoint store, :class:`~sparza.runtime.checkpoint.SupportsJobDocuments`), and
+document of the checkpoint store, :class:`~sparza.engine.checkpoint.SupportsJobDocuments`), and
 ``sparza checkpoints show`` prints the newest ones under the task table (``--history`` prints them all).
 The journal keeps the newest :data:`JOURNAL_LIMIT` operations.
 """
@@ -17,8 +17,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sparza.engine.checkpoint import CheckpointStore, SupportsJobDocuments
 from sparza.errors import SparzaError
-from sparza.runtime.checkpoint import CheckpointStore, SupportsJobDocuments
 
 __all__ = ["JOURNAL_DOCUMENT", "JOURNAL_LIMIT", "Operation", "TaskChange", "append_operation", "operator_name",
            "read_journal"]

@@ -29,8 +29,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparza.engine.jobconfig import JobConfig
 from sparza.errors import SparzaError
-from sparza.runtime.jobconfig import JobConfig
 from sparza.streams import MessageType, SystemStreamPartition
 from sparza.systems import SupportsArrowRead, SystemStreamPartitionMetadata, get_system_factory
 

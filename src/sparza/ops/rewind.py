@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparza.blobstore import blob_store_manager_from_config
+from sparza.engine.checkpoint import VersionedCheckpoint
+from sparza.engine.jobconfig import JobConfig
 from sparza.errors import SparzaError
 from sparza.ops.journal import Operation, TaskChange, append_operation
 from sparza.ops.positions import RewindTarget, resolve_positions
 from sparza.ops.stopped import StoppedJob
 from sparza.ops.tables import empty_upsert_tables, upsert_tables
-from sparza.runtime.checkpoint import VersionedCheckpoint
-from sparza.runtime.jobconfig import JobConfig
 from sparza.streams import SystemStreamPartition
 
 __all__ = ["RewindError", "RewindPlan", "TaskRewind", "apply_rewind", "plan_rewind"]
@@ -109,8 +109,8 @@ def plan_rewind(stopped: StoppedJob, target: RewindTarget, *, tasks: Iterable[st
     task), ``state`` ``keep``/``reset``/``savepoint:<name>``, ``tables`` ``auto`` (empty the upsert tables when
     every task's state is reset), ``reset`` or ``keep``. Reads the inputs (a time target reads each partition up
     to the time); writes nothing."""
-    from sparza.runtime.drain import source_ssps
-    from sparza.runtime.inputs import InputSystems
+    from sparza.engine.drain import source_ssps
+    from sparza.engine.inputs import InputSystems
     from sparza.state.adjunct import AdjunctConfig
 
     job = stopped.job
@@ -171,7 +171,7 @@ def plan_rewind(stopped: StoppedJob, target: RewindTarget, *, tasks: Iterable[st
 
 def apply_rewind(stopped: StoppedJob, plan: RewindPlan, *, source_blob_store: object | None = None) -> Operation:
     """Carry out ``plan`` (made by :func:`plan_rewind` on the same ``stopped`` job) and journal it. A checkpoint
-    that changed since the plan was made fails the write (:class:`~sparza.runtime.errors.CheckpointConflictError`)."""
+    that changed since the plan was made fails the write (:class:`~sparza.engine.errors.CheckpointConflictError`)."""
     from sparza.ops.savepoints import SavepointError, find_savepoint, savepoint_stores
 
     job = stopped.job

@@ -33,11 +33,11 @@ from typing import Any
 from sparza.blobstore import BlobStoreManager, blob_store_manager_from_config
 from sparza.blobstore.api import DeletedError, Metadata
 from sparza.config import Config
+from sparza.engine.checkpoint import TaskCheckpoint
+from sparza.engine.jobconfig import JobConfig
 from sparza.errors import SparzaError
 from sparza.ops.journal import Operation, TaskChange, append_operation, operator_name, read_journal
 from sparza.ops.stopped import stopped_job
-from sparza.runtime.checkpoint import TaskCheckpoint
-from sparza.runtime.jobconfig import JobConfig
 from sparza.state.backup import StateBackup
 
 __all__ = ["SAVEPOINT_OWNER", "Savepoint", "SavepointError", "copy_snapshot", "create_savepoint",
@@ -265,7 +265,7 @@ def restore_savepoint(config: Config, name: str, *, source: Config | None = None
     ``force`` restores anyway). Tasks of the savepoint the job does not have, and inputs it no longer reads, are
     dropped; tasks and inputs it adds start at ``samza.offset.default``.
     """
-    from sparza.runtime.inputs import InputSystems
+    from sparza.engine.inputs import InputSystems
 
     job = JobConfig.from_config(config)
     _check_supported(job)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from sparza.config import Config
 from sparza.coordination.jobclaim import KEY_RENEW, KEY_TIMEOUT, JobClaim
+from sparza.engine.checkpoint import CheckpointStore, SupportsJobClaim, checkpoint_store_from_config
+from sparza.engine.jobconfig import JobConfig
 from sparza.errors import ConfigError
-from sparza.runtime.checkpoint import CheckpointStore, SupportsJobClaim, checkpoint_store_from_config
-from sparza.runtime.jobconfig import JobConfig
 
 __all__ = ["OPERATOR_PROCESSOR", "StoppedJob", "stopped_job"]
 

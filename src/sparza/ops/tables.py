@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from sparza.runtime.jobconfig import JobConfig
+from sparza.engine.jobconfig import JobConfig
 from sparza.systems import get_system_factory
 
 __all__ = ["empty_upsert_tables", "upsert_tables"]
