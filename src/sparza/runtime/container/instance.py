@@ -39,7 +39,7 @@ from sparza.runtime.errors import ProcessingError, RuntimeStateError, TaskCodeEr
 from sparza.runtime.jobconfig import JobConfig
 from sparza.runtime.results import BatchResult, BatchStatus
 from sparza.runtime.split import TaskSplit
-from sparza.serde import BytesSerde, Serde, stream_serde
+from sparza.serde import BytesSerde, Serde
 from sparza.streams import (
     IncomingMessageEnvelope,
     MessageType,
@@ -55,6 +55,7 @@ from sparza.systems import (
     get_system_factory,
     load_object,
 )
+from sparza.systems.settings import stream_serde
 from sparza.task import (
     BatchStreamTask,
     ClosableTask,
