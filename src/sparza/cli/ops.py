@@ -43,8 +43,9 @@ def rewind(config: str = _CONFIG,
                                         help="Offsets from a JSON file: {ssp: offset}, or what "
                                              "sparza checkpoints show --json prints."),
            task: list[str] = typer.Option([], "--task", metavar="TASK", help="Rewind only this task (repeatable)."),
-           state: str = typer.Option("keep", "--state", metavar="keep|reset|savepoint:NAME",
-                                     help="The tasks' stores: as committed (keep), empty (reset), or a savepoint's."),
+           state: str = typer.Option("keep", "--state", metavar="STATE",
+                                     help="The tasks' stores: keep (as committed), reset (empty), or "
+                                          "savepoint:NAME (that savepoint's)."),
            tables: str = typer.Option("auto", "--tables", metavar="auto|reset|keep",
                                       help="Upsert tables: auto empties them when every task's state is reset."),
            dry_run: bool = typer.Option(False, "--dry-run", help="Print what would change; change nothing.")) -> None:

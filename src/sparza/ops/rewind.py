@@ -230,7 +230,10 @@ def _without_completion(drain: dict[str, object] | None) -> dict[str, object] | 
 def _stale_spark_dir(job: JobConfig) -> Path | None:
     """The micro-batch mode's Spark offset log of the job's processors, when local: it still holds the old
     positions, and a run would refuse to start against the rewound checkpoints."""
-    base = job.config.get_str("job.spark.checkpoint.dir", None)
+    from sparza.config.registry import OptionalKey, find_key
+
+    declared = find_key("job.spark.checkpoint.dir")  # declared by sparza.engine.jobconfig
+    base = declared.get(job.config) if isinstance(declared, OptionalKey) else None
     path = Path(base) if base else Path(job.store_base_dir) / "_spark" / job.job_key
     if "://" in str(path) and not str(path).startswith("file:"):
         return None

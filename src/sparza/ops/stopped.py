@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sparza.config import Config
+from sparza.config.registry import DefaultKey, find_key
 from sparza.coordination.jobclaim import KEY_RENEW, KEY_TIMEOUT, JobClaim
 from sparza.engine.checkpoint import CheckpointStore, SupportsJobClaim, checkpoint_store_from_config
 from sparza.engine.jobconfig import JobConfig
@@ -32,12 +33,18 @@ class StoppedJob:
     checkpoints: CheckpointStore
 
 
+def _int_key(job: JobConfig, name: str) -> int:
+    key = find_key(name)
+    assert isinstance(key, DefaultKey), f"{name} is declared with a default by sparza.coordination.jobclaim"
+    return int(key.get(job.config))
+
+
 @contextlib.contextmanager
 def stopped_job(config: Config) -> Iterator[StoppedJob]:
     """Take the job's standalone claim for the duration of the block (raises
     :class:`~sparza.coordination.jobclaim.ClaimHeldError` while a processor runs it)."""
     job = JobConfig.from_config(config, require_inputs=False)
-    factory = job.config.get_str("job.coordinator.factory", "standalone").strip().lower()
+    factory = job.coordinator_factory
     if factory != "standalone":
         raise ConfigError("job.coordinator.factory", factory,
                           "standalone for a rewind or savepoint (jobs under a coordinator have no claim that shows "
@@ -47,8 +54,7 @@ def stopped_job(config: Config) -> Iterator[StoppedJob]:
         raise ConfigError("job.checkpoint.factory", job.checkpoint_factory,
                           "a checkpoint store that keeps the job's claim (blobstore, local or azure)")
     claim = JobClaim(store.claim_backend(), job.job_key, OPERATOR_PROCESSOR,
-                     timeout_ms=job.config.get_int(KEY_TIMEOUT, 30000),
-                     renew_interval_ms=job.config.get_int(KEY_RENEW, 5000),
+                     timeout_ms=_int_key(job, KEY_TIMEOUT), renew_interval_ms=_int_key(job, KEY_RENEW),
                      epoch_floor=lambda: max((cp.generation for cp in store.read_all().values()), default=0))
     claim.acquire()
     try:
