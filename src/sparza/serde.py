@@ -289,6 +289,9 @@ def stream_serde(config: Mapping[str, str], system: str, stream: str, which: str
     stream's ``systems.<s>.streams.<x>.samza.<which>.serde``, else the system's ``systems.<s>.samza.<which>.serde``,
     else bytes. An avro serde takes its schema from ``systems.<s>.streams.<x>.samza.<which>.schema``.
 
+    When the system has a schema registry (``systems.<s>.schema.registry.url``), an avro serde goes through it
+    (:class:`~sparza.schemaregistry.RegistryAvroSerde`: the Confluent wire format; the schema is then optional).
+
     Every system, the runtime and the test runner resolve a stream's serdes here, so they agree."""
     key = f"systems.{system}.streams.{stream}.samza.{which}.serde"
     name = config.get(key) or None
@@ -296,6 +299,12 @@ def stream_serde(config: Mapping[str, str], system: str, stream: str, which: str
         key = f"systems.{system}.samza.{which}.serde"
         name = config.get(key) or None
     schema = config.get(f"systems.{system}.streams.{stream}.samza.{which}.schema") or None
+    if name is not None and name.strip().lower() == "avro" and config.get(f"systems.{system}.schema.registry.url"):
+        from sparza.schemaregistry import registry_serde
+
+        found = registry_serde(config, system, stream, which, load_avro_schema(schema) if schema else None)
+        if found is not None:
+            return found
     return serde_from_name(name, key=key, schema=schema, config=config)
 
 

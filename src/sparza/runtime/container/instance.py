@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from sparza.config import Config
 from sparza.deadletters import DataErrorPolicy, dead_letter_value
-from sparza.errors import DataError, ErrorKind, SerdeError, StorageUnavailableError, classify
+from sparza.errors import ErrorKind, SerdeError, SparzaError, StorageUnavailableError, classify
 from sparza.metrics import MetricsRegistry
 from sparza.runtime.checkpoint import CheckpointStore, Intent, TaskCheckpoint, checkpoint_store_from_config
 from sparza.runtime.container.commit import TaskCommit, commit_listeners
@@ -553,7 +553,9 @@ class TaskInstance:
                             value = (mser.from_bytes(raw_value) if mser is not None and raw_value is not None
                                      else raw_value)
                         except Exception as exc:
-                            if not isinstance(exc, DataError):  # a serde that raised anything: still the data
+                            # A serde that raised anything is still the data's fault, unless sparza says what
+                            # it is (a config or system error: a schema registry that refuses or does not answer).
+                            if not isinstance(exc, SparzaError | ConnectionError | TimeoutError):
                                 exc = SerdeError(f"{type(exc).__name__}: {exc}")
                             if self._on_message_error(exc, ssp, offset, raw_key, raw_value, ts, collector,
                                                       deserializing=True) == "dropped":
