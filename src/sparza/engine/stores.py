@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from sparza.config import define_key
+from sparza.engine.errors import RuntimeStateError
+from sparza.engine.jobconfig import JobConfig
 from sparza.metrics import MetricsRegistry
-from sparza.runtime.errors import RuntimeStateError
-from sparza.runtime.jobconfig import JobConfig
 
 __all__ = ["LOCAL_SNAPSHOT_PREFIX", "StoreHandle", "TaskStores"]
 
@@ -231,7 +231,7 @@ class TaskStores:
     def _backup_client(self) -> Any:
         if self._backup is None:
             from sparza.blobstore import blob_store_manager_from_config
-            from sparza.runtime.container.worker import WORKER
+            from sparza.engine.worker import WORKER
             from sparza.state.backup import StateBackup
 
             # Backups outlive batches: their metrics go to the worker's registry, drained into each result.
