@@ -38,7 +38,6 @@ __all__ = [
     "partition_key_bytes",
     "serde_from_name",
     "serialize",
-    "stream_serde",
 ]
 
 
@@ -282,30 +281,6 @@ def serde_from_name(name: str | None, *, key: str = "serde", schema: Any = None,
             raise ConfigError(key, name, "an Avro schema to go with the avro serde")
         return AvroSerde(load_avro_schema(schema) if isinstance(schema, str) else schema)
     raise ConfigError(key, name, "one of " + ", ".join(_NAMES))
-
-
-def stream_serde(config: Mapping[str, str], system: str, stream: str, which: str) -> Serde:
-    """The serde of stream ``system.stream``'s keys (``which="key"``) or messages (``which="msg"``): the
-    stream's ``systems.<s>.streams.<x>.samza.<which>.serde``, else the system's ``systems.<s>.samza.<which>.serde``,
-    else bytes. An avro serde takes its schema from ``systems.<s>.streams.<x>.samza.<which>.schema``.
-
-    When the system has a schema registry (``systems.<s>.schema.registry.url``), an avro serde goes through it
-    (:class:`~sparza.schemaregistry.RegistryAvroSerde`: the Confluent wire format; the schema is then optional).
-
-    Every system, the runtime and the test runner resolve a stream's serdes here, so they agree."""
-    key = f"systems.{system}.streams.{stream}.samza.{which}.serde"
-    name = config.get(key) or None
-    if name is None:
-        key = f"systems.{system}.samza.{which}.serde"
-        name = config.get(key) or None
-    schema = config.get(f"systems.{system}.streams.{stream}.samza.{which}.schema") or None
-    if name is not None and name.strip().lower() == "avro" and config.get(f"systems.{system}.schema.registry.url"):
-        from sparza.schemaregistry import registry_serde
-
-        found = registry_serde(config, system, stream, which, load_avro_schema(schema) if schema else None)
-        if found is not None:
-            return found
-    return serde_from_name(name, key=key, schema=schema, config=config)
 
 
 def serialize(obj: Any, serde: Serde) -> bytes | None:

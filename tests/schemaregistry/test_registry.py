@@ -22,10 +22,10 @@ from sparza.schemaregistry import (
     UnknownSchemaIdError,
     client_for,
 )
-from sparza.serde import stream_serde
 from sparza.streams import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from sparza.systems import StreamSpec, check_registry_schemas
 from sparza.systems.kafka import KafkaSystemAdmin, KafkaSystemConsumer, KafkaSystemProducer
+from sparza.systems.settings import stream_serde
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import quote, unquote
 
-from sparza.config import Config, define_key
+from sparza.config import Config
 from sparza.engine.errors import CheckpointConflictError, CheckpointFencedError
 from sparza.errors import ConfigError
 
@@ -50,8 +50,6 @@ __all__ = [
     "stamp_generation",
 ]
 
-define_key("blob.store.local.root", ".sparza/blobstore",
-           "Root dir of the local blob store; task checkpoints default to <root>/checkpoints.", "runtime")
 
 CHECKPOINT_VERSION = 2
 """Format version: 2 adds ``pending`` (written as 2 only when an intent is open, so older readers refuse it)."""

@@ -39,7 +39,7 @@ from sparza.engine.stores import TaskStores
 from sparza.engine.worker import WORKER
 from sparza.errors import ErrorKind, SerdeError, SparzaError, StorageUnavailableError, classify
 from sparza.metrics import MetricsRegistry
-from sparza.serde import BytesSerde, Serde, stream_serde
+from sparza.serde import BytesSerde, Serde
 from sparza.streams import (
     IncomingMessageEnvelope,
     MessageType,
@@ -55,6 +55,7 @@ from sparza.systems import (
     get_system_factory,
     load_object,
 )
+from sparza.systems.settings import stream_serde
 from sparza.task import (
     BatchStreamTask,
     ClosableTask,

@@ -40,8 +40,6 @@ __all__ = ["LOCAL_SNAPSHOT_PREFIX", "StoreHandle", "TaskStores"]
 
 define_key("stores.<store>.object.cache.size", "10000", "Deserialized entries cached per task store (write-back, "
            "written to the store at commit); 0 turns the cache off.", "runtime")
-define_key("stores.<store>.backup.factories", "", "blobstore: back the store up to the blob store at every commit "
-           "(SEP-003); empty: local only.", "runtime")
 
 LOCAL_SNAPSHOT_PREFIX = "local:"
 _MEMORY_TAG = ":memory-"  # in the local snapshot ids of memory stores: local:<batch>:memory-<unique>

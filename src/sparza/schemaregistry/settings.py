@@ -12,33 +12,38 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from sparza.config import Config, define_key
+from sparza.config import BOOL, DURATION_MS, STR, Config, define_key
 from sparza.errors import ConfigError
 from sparza.schemaregistry.client import RegistryEndpoint
 
-__all__ = ["RegistrySettings", "SubjectStrategy"]
+__all__ = ["AUTO_REGISTER", "KEY_STRATEGY", "TIMEOUT", "URL", "USER_INFO", "VALUE_STRATEGY", "RegistrySettings",
+           "SubjectStrategy"]
 
 SubjectStrategy = Literal["topic", "record", "topic_record"]
 """How a stream's subject is named (see the module docstring)."""
 
 _PKG = "schemaregistry"
-define_key("systems.<system>.schema.registry.url", None,
-           "A Confluent-compatible schema registry (Apicurio: http://host:port/apis/ccompat/v7; 'sparza dev-registry "
-           "start' runs one): the avro serdes of the system's streams then write and read the Confluent wire format "
-           "(magic byte 0, 4-byte schema id, Avro binary), registering and fetching schemas there.", _PKG)
-define_key("systems.<system>.schema.registry.basic.auth.user.info", None,
-           "user:password for the registry's HTTP basic authentication (secret; Confluent's basic.auth.user.info).",
-           _PKG)
-define_key("systems.<system>.schema.registry.auto.register.schemas", "true",
-           "Register a stream's configured schema as a new version of its subject when it is not there yet "
-           "(false: it must be registered already, else the job fails at start).", _PKG)
-define_key("systems.<system>.schema.registry.value.subject.name.strategy", "topic",
-           "Subject of message schemas: topic (<topic>-value), record (the record's full name) or topic_record "
-           "(<topic>-<record full name>); Confluent's strategy class names are accepted.", _PKG)
-define_key("systems.<system>.schema.registry.key.subject.name.strategy", "topic",
-           "Subject of key schemas: topic (<topic>-key), record or topic_record.", _PKG)
-define_key("systems.<system>.schema.registry.request.timeout.ms", "10s",
-           "How long a registry request may take, retries of transient failures included.", _PKG)
+URL = define_key("systems.<system>.schema.registry.url", None,
+                 "A Confluent-compatible schema registry (Apicurio: http://host:port/apis/ccompat/v7; 'sparza "
+                 "dev-registry start' runs one): the avro serdes of the system's streams then write and read the "
+                 "Confluent wire format (magic byte 0, 4-byte schema id, Avro binary), registering and fetching "
+                 "schemas there.", _PKG, kind=STR)
+USER_INFO = define_key("systems.<system>.schema.registry.basic.auth.user.info", None,
+                       "user:password for the registry's HTTP basic authentication (secret; Confluent's "
+                       "basic.auth.user.info).", _PKG, kind=STR)
+AUTO_REGISTER = define_key("systems.<system>.schema.registry.auto.register.schemas", True,
+                           "Register a stream's configured schema as a new version of its subject when it is not "
+                           "there yet (false: it must be registered already, else the job fails at start).", _PKG,
+                           kind=BOOL)
+VALUE_STRATEGY = define_key("systems.<system>.schema.registry.value.subject.name.strategy", "topic",
+                            "Subject of message schemas: topic (<topic>-value), record (the record's full name) or "
+                            "topic_record (<topic>-<record full name>); Confluent's strategy class names are "
+                            "accepted.", _PKG, kind=STR)
+KEY_STRATEGY = define_key("systems.<system>.schema.registry.key.subject.name.strategy", "topic",
+                          "Subject of key schemas: topic (<topic>-key), record or topic_record.", _PKG, kind=STR)
+TIMEOUT = define_key("systems.<system>.schema.registry.request.timeout.ms", "10s",
+                     "How long a registry request may take, retries of transient failures included.", _PKG,
+                     kind=DURATION_MS)
 
 _STRATEGIES: dict[str, SubjectStrategy] = {
     "topic": "topic", "topicnamestrategy": "topic",
@@ -53,37 +58,35 @@ class RegistrySettings:
     def __init__(self, config: Mapping[str, Any], system: str) -> None:
         self.config = Config.of(config)
         self.system = system
-        self.prefix = f"systems.{system}.schema.registry."
 
     @property
     def enabled(self) -> bool:
         """True when the system has a registry URL."""
-        return bool(str(self.config.get_str(self.prefix + "url", "") or "").strip())
+        return URL.is_set(self.config, system=self.system)
 
     def endpoint(self) -> RegistryEndpoint:
         """Where the registry is, its credentials and request timeout."""
-        key = self.prefix + "url"
-        url = str(self.config.get_str(key, "") or "").strip()
+        url = (URL.get(self.config, system=self.system) or "").strip()
         if not url.startswith(("http://", "https://")):
-            raise ConfigError(key, url or None, "the http(s) URL of a Confluent-compatible schema registry, e.g. "
+            raise ConfigError(URL.name(system=self.system), url or None,
+                              "the http(s) URL of a Confluent-compatible schema registry, e.g. "
                               "http://127.0.0.1:8080/apis/ccompat/v7 (Apicurio) or http://127.0.0.1:8081 (Confluent)")
-        user_info = self.config.get_str(self.prefix + "basic.auth.user.info", None)
-        timeout_ms = int(self.config.get_duration_ms(self.prefix + "request.timeout.ms", 10_000))
-        return RegistryEndpoint(url.rstrip("/"), str(user_info) if user_info else None, timeout_ms / 1000.0)
+        return RegistryEndpoint(url.rstrip("/"), USER_INFO.get(self.config, system=self.system),
+                                TIMEOUT.get(self.config, system=self.system) / 1000.0)
 
     @property
     def auto_register(self) -> bool:
         """``auto.register.schemas``."""
-        return bool(self.config.get_bool(self.prefix + "auto.register.schemas", True))
+        return AUTO_REGISTER.get(self.config, system=self.system)
 
     def strategy(self, which: str) -> SubjectStrategy:
         """The subject name strategy of keys (``which="key"``) or messages (``"msg"``)."""
-        key = f"{self.prefix}{'key' if which == 'key' else 'value'}.subject.name.strategy"
-        raw = str(self.config.get_str(key, "topic") or "topic").strip()
+        key = KEY_STRATEGY if which == "key" else VALUE_STRATEGY
+        raw = key.get(self.config, system=self.system).strip()
         chosen = _STRATEGIES.get(raw.rsplit(".", 1)[-1].lower())
         if chosen is None:
-            raise ConfigError(key, raw, "topic, record or topic_record (or Confluent's TopicNameStrategy, "
-                              "RecordNameStrategy, TopicRecordNameStrategy)")
+            raise ConfigError(key.name(system=self.system), raw, "topic, record or topic_record (or Confluent's "
+                              "TopicNameStrategy, RecordNameStrategy, TopicRecordNameStrategy)")
         return chosen
 
     def topic(self, stream: str) -> str:
@@ -93,7 +96,7 @@ class RegistrySettings:
         keys = (own + "samza.physical.name", f"streams.{stream}.samza.physical.name",
                 f"streams.{stream}.eventhubs.entitypath", own + "eventhubs.entitypath")
         for key in keys:
-            value = self.config.get_str(key, None)
+            value = self.config.get(key)
             if value and str(value).strip():
                 return str(value).strip()
         return stream
@@ -107,7 +110,7 @@ class RegistrySettings:
             return f"{topic}-{'key' if which == 'key' else 'value'}"
         name = _record_name(schema)
         if name is None:
-            key = f"{self.prefix}{'key' if which == 'key' else 'value'}.subject.name.strategy"
+            key = (KEY_STRATEGY if which == "key" else VALUE_STRATEGY).name(system=self.system)
             raise ConfigError(key, strategy, "", message=(
                 f"config key '{key}' is {strategy!r}, which names the subject after the record, but stream "
                 f"{self.system}.{stream}'s {which} schema is {'missing' if schema is None else 'not a record'}: set "

@@ -470,7 +470,7 @@ def check_registry_schemas(config: Config) -> None:
     :class:`~sparza.errors.StartCheckError` when the registry does not answer."""
     from sparza.errors import StartCheckError
     from sparza.schemaregistry import RegistryAvroSerde, SchemaRegistryError
-    from sparza.serde import stream_serde
+    from sparza.systems.settings import stream_serde
 
     for key in sorted(config):
         parts = key.split(".")

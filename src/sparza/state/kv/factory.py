@@ -32,7 +32,6 @@ define_key("stores.<store>.key.schema", None, "Avro schema (JSON or a file path)
            _PKG)
 define_key("stores.<store>.msg.schema", None, "Avro schema (JSON or a file path) of the values when msg.serde is avro",
            _PKG)
-define_key("job.logged.store.base.dir", None, "local dir for task stores and their checkpoint dirs", _PKG)
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
