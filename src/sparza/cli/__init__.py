@@ -28,6 +28,7 @@ _COMMAND_MODULES = (
     "sparza.cli.snapshots",    # snapshots show|restore|verify, gc          (state.backup, blobstore)
     "sparza.cli.coordinator",  # coordinator status                         (coordination)
     "sparza.cli.run",          # run, drain, checkpoints show               (runtime)
+    "sparza.cli.ops",          # rewind, savepoint create|list|delete       (ops)
     "sparza.cli.store",        # store get|scan|count                       (storeview)
     "sparza.cli.demo",         # demo
     "sparza.cli.config",       # config check|migrate                       (config.check, config.samza)
