@@ -32,6 +32,20 @@ def _brought_by_pyspark() -> set[str]:
     return {_name(str(r)) for r in connect if r.marker is not None and r.marker.evaluate({"extra": "connect"})}
 
 
+def _is_import_error(node: ast.expr | None) -> bool:
+    return isinstance(node, ast.Name) and node.id in ("ImportError", "ModuleNotFoundError")
+
+
+def _guards_imports(node: ast.AST) -> bool:
+    """``try: ... except ImportError`` or ``with contextlib.suppress(ImportError):``."""
+    if isinstance(node, ast.Try):
+        return any(_is_import_error(h.type) for h in node.handlers)
+    if isinstance(node, ast.With):
+        return any(isinstance(item.context_expr, ast.Call) and any(_is_import_error(a) for a in item.context_expr.args)
+                   for item in node.items)
+    return False
+
+
 def _imports() -> list[tuple[str, str, bool]]:
     """(top-level module, file, guarded by an ImportError handler) of every import in src/sparza."""
     found = []
@@ -39,10 +53,8 @@ def _imports() -> list[tuple[str, str, bool]]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         guarded: set[int] = set()
         for node in ast.walk(tree):
-            if isinstance(node, ast.Try) and any(
-                    isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError")
-                    for h in node.handlers):
-                guarded.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+            if _guards_imports(node):
+                guarded.update(id(n) for stmt in node.body for n in ast.walk(stmt))  # type: ignore[attr-defined]
         for node in ast.walk(tree):
             names = []
             if isinstance(node, ast.Import):
