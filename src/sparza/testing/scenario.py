@@ -44,7 +44,9 @@ savepoint's copies), so the output stays exact."""
 
 DAYOPS_SALT = 0xDA7_0037
 """Whether a day-two operation is the second fault comes from ``random.Random(seed ^ DAYOPS_SALT)``, drawn last,
-only with the extras, for low-level task jobs of one processor with no second fault."""
+only with the extras, for low-level task jobs of one processor with no second fault; ``generate(seed,
+dayops=False)`` leaves it out (the seed as it was). It adds no probe chunk: the harness's final run and the check
+of the committed state on a new host (in-process) restore every store after it."""
 
 AFTER_RUN_FAULTS = frozenset({"savepoint-restore", "rewind-in-place",
                               "lost-state", "lost-spark-checkpoint", "replay-spark-batch", "deleted-snapshot",
@@ -265,12 +267,12 @@ def _keys(rng: random.Random, count: int, skew: bool) -> tuple[list[str], list[f
 
 def generate(seed: int, *, messages: int | None = None, fault: str | None = None, output: str | None = None,
              input: str | None = None, task_api: str | None = None, extras: bool = True,
-             drain: bool = True, execution: bool = True) -> Scenario:
+             drain: bool = True, execution: bool = True, dayops: bool = True) -> Scenario:
     """The scenario of ``seed``; ``messages`` / ``fault`` / ``output`` / ``input`` / ``task_api`` override the
     drawn values (CI samples, and forcing a kind by hand); ``extras=False`` leaves out the dimensions drawn from
     :data:`EXTRAS_SALT` (the scenario as generated before they existed), ``drain=False`` the drain of
     :data:`DRAIN_SALT` (seeds recorded before it existed), ``execution=False`` the execution mode and container faults
-    of :data:`EXECUTION_SALT`. A forced ``fault`` also keeps the extras generator from replacing it or adding a
+    of :data:`EXECUTION_SALT`, ``dayops=False`` the day-two operations of :data:`DAYOPS_SALT`. A forced ``fault`` also keeps the extras generator from replacing it or adding a
     second one; a forced container fault runs in the container mode."""
     forced_output, forced_input = output, input      # ``output`` is reused below for the drawn value
     rng = random.Random(seed)
@@ -362,7 +364,7 @@ def generate(seed: int, *, messages: int | None = None, fault: str | None = None
             _pick_drain(random.Random(seed ^ DRAIN_SALT), scenario)
         if execution:
             _pick_execution(random.Random(seed ^ EXECUTION_SALT), scenario, fault_forced=fault is not None)
-        if fault is None:
+        if dayops and fault is None:
             _pick_dayops(random.Random(seed ^ DAYOPS_SALT), scenario)
     if scenario.fault in CONTAINER_FAULTS and scenario.execution != "containers":
         scenario.execution = "containers"   # a forced container fault with the execution dimension left out
@@ -406,7 +408,6 @@ def _pick_dayops(rng: random.Random, scenario: Scenario) -> None:
             and _fault_fits(ops, scenario):
         _apply_fault_needs(ops, scenario)
         scenario.fault2, scenario.fault2_phase = ops, phase
-        _add_probe_chunk(random.Random(scenario.seed ^ DAYOPS_SALT ^ 1), scenario)
 
 
 def _pick_operators(rng: random.Random, scenario: Scenario, *, output_forced: bool) -> None:
