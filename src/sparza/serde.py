@@ -41,7 +41,6 @@ __all__ = [
     "partition_key_bytes",
     "serde_from_name",
     "serialize",
-    "stream_serde",
 ]
 
 
@@ -410,21 +409,6 @@ def serde_from_name(name: str | None, *, key: str = "serde", schema: Any = None,
             raise ConfigError(key, name, "an Avro schema to go with the avro serde")
         return AvroSerde(load_avro_schema(schema) if isinstance(schema, str) else schema)
     raise ConfigError(key, name, "one of " + ", ".join(_NAMES))
-
-
-def stream_serde(config: Mapping[str, str], system: str, stream: str, which: str) -> Serde:
-    """The serde of stream ``system.stream``'s keys (``which="key"``) or messages (``which="msg"``): the
-    stream's ``systems.<s>.streams.<x>.samza.<which>.serde``, else the system's ``systems.<s>.samza.<which>.serde``,
-    else bytes. An avro serde takes its schema from ``systems.<s>.streams.<x>.samza.<which>.schema``.
-
-    Every system, the runtime and the test runner resolve a stream's serdes here, so they agree."""
-    key = f"systems.{system}.streams.{stream}.samza.{which}.serde"
-    name = config.get(key) or None
-    if name is None:
-        key = f"systems.{system}.samza.{which}.serde"
-        name = config.get(key) or None
-    schema = config.get(f"systems.{system}.streams.{stream}.samza.{which}.schema") or None
-    return serde_from_name(name, key=key, schema=schema, config=config)
 
 
 def serialize(obj: Any, serde: Serde) -> bytes | None:

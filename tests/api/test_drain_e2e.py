@@ -14,7 +14,7 @@ import yaml
 from tests.api.test_operators_e2e import _config, _sparza_run, _write
 
 from sparza.config import Config
-from sparza.runtime.drain import read_drain
+from sparza.engine.drain import read_drain
 from sparza.systems import StreamSpec
 from sparza.systems.delta import DeltaSystemAdmin
 from sparza.testing import eventually

@@ -27,7 +27,7 @@ from tests.api.test_operators_runner import (
     final_panes,
 )
 
-from sparza.runtime.container.commit import CommitStep
+from sparza.engine.commit import CommitStep
 from sparza.testing import TestMessage, TestRunner
 from sparza.testing.faults import InjectedFault
 
@@ -253,7 +253,7 @@ def test_a_low_level_task_is_told_once_per_drain_and_keeps_counting_after_it(see
 
 
 def test_one_drain_request_covers_every_stage_and_stays_until_every_task_of_each_drained() -> None:
-    from sparza.runtime.drain import read_drain
+    from sparza.engine.drain import read_drain
 
     with TestRunner.of(f"{APPS}:TriggeredCounts", {"app.test.size.ms": "100"}) as runner:
         runner.add_input("mem.events", [TestMessage(json.dumps({"key": "a", "n": 1}).encode(), timestamp=5)],

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from sparza.runtime.container.commit import CommitStep
+from sparza.engine.commit import CommitStep
 from sparza.testing import TestMessage, TestRunner
 from sparza.testing.faults import InjectedFault
 

@@ -147,8 +147,8 @@ class E2E:
         return [json.loads(v) for _, t, v in self.rows(config, stream) if t == MessageType.USER]
 
     def checkpoints(self, stage_config: Config) -> dict[str, Any]:
-        from sparza.runtime.checkpoint import checkpoint_store_from_config
-        from sparza.runtime.jobconfig import JobConfig
+        from sparza.engine.checkpoint import checkpoint_store_from_config
+        from sparza.engine.jobconfig import JobConfig
 
         job = JobConfig.from_config(stage_config)
         return checkpoint_store_from_config(stage_config, job.job_key).read_all()

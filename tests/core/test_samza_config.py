@@ -12,8 +12,8 @@ from sparza.config import Config
 from sparza.config.check import UnknownKeyError, check_config, migrate_config, validate_for_run
 from sparza.config.samza import translate
 from sparza.control.settings import ControlSettings
+from sparza.engine.jobconfig import JobConfig
 from sparza.errors import ConfigError, SerdeError
-from sparza.runtime.jobconfig import JobConfig
 from sparza.serde import serde_from_name
 
 REPO = Path(__file__).resolve().parents[2]

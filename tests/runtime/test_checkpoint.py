@@ -80,10 +80,10 @@ def test_drop_intent_forgets_an_uncommitted_flush_and_memory_stores_upgrade(make
 
     from tests.runtime.helpers import run_sparza, write_config
 
+    from sparza.engine.checkpoint import checkpoint_store_from_config
+    from sparza.engine.jobconfig import JobConfig
+    from sparza.engine.stores import TaskStores
     from sparza.metrics import MetricsRegistry
-    from sparza.runtime.checkpoint import checkpoint_store_from_config
-    from sparza.runtime.container.stores import TaskStores
-    from sparza.runtime.jobconfig import JobConfig
 
     config = make_job(**{"stores.counts.factory": "memory"})
     store = checkpoint_store_from_config(config, "kc-1")
@@ -107,7 +107,7 @@ def test_drop_intent_forgets_an_uncommitted_flush_and_memory_stores_upgrade(make
 
 
 def _fence_exercise(store) -> None:
-    from sparza.runtime.checkpoint import Intent, stamp_generation
+    from sparza.engine.checkpoint import Intent, stamp_generation
 
     # The old holder (epoch 1) read its checkpoints; a new holder then claims the job at epoch 2.
     tag = store.write(dataclasses.replace(_cp(1, generation=1), pending=Intent(2, 5, {}, {})), None)

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from sparza.config import Config
-from sparza.runtime.checkpoint import TaskCheckpoint, checkpoint_store_from_config
+from sparza.engine.checkpoint import TaskCheckpoint, checkpoint_store_from_config
+from sparza.engine.inputs import InputSystems
+from sparza.engine.jobconfig import JobConfig
 from sparza.runtime.driver.retention import CommittedMessages
-from sparza.runtime.inputs import InputSystems
-from sparza.runtime.jobconfig import JobConfig
 from sparza.streams import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from sparza.systems import StreamSpec
 from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemConsumer, DeltaSystemProducer

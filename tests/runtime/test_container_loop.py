@@ -12,13 +12,13 @@ from examples.keyed_count.load import append_messages, create_streams
 from tests.runtime.helpers import PROFILES_STORE, create_profiles, expected_counts, final_counts, job_values
 
 from sparza.config import Config
-from sparza.runtime.checkpoint import checkpoint_store_from_config
-from sparza.runtime.container.executor import TaskAttemptError
-from sparza.runtime.container.runloop import Container, assign_tasks, location_of
-from sparza.runtime.epoch import EpochJob, EpochPlan
-from sparza.runtime.inputs import InputSystems
-from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.results import BatchResult, BatchStatus
+from sparza.engine.checkpoint import checkpoint_store_from_config
+from sparza.engine.container import Container, assign_tasks, location_of
+from sparza.engine.epoch import EpochJob, EpochPlan
+from sparza.engine.executor import TaskAttemptError
+from sparza.engine.inputs import InputSystems
+from sparza.engine.jobconfig import JobConfig
+from sparza.engine.results import BatchResult, BatchStatus
 
 
 def _oracle_moves(tasks: list[tuple[str, str]], containers: list[dict[str, str]],
@@ -186,7 +186,7 @@ def test_the_drivers_end_request_stops_every_task_at_a_batch_boundary(work_dir: 
 
 
 def test_a_drain_caps_every_task_at_the_offsets_of_its_request_from_the_plan_or_sent_mid_epoch(work_dir: Path):
-    from sparza.runtime.drain import read_drain
+    from sparza.engine.drain import read_drain
     from sparza.runtime.driver.drainmonitor import finish_drain, request_drain
 
     config = Config(job_values(work_dir, **{"task.max.batch.messages": "40", "task.commit.ms": "0"}))

@@ -16,10 +16,10 @@ import pytest
 from sparza.api import plan_application
 from sparza.config import Config
 from sparza.coordination.status import read_status
+from sparza.engine.inputs import InputSystems
+from sparza.engine.jobconfig import JobConfig
 from sparza.runtime import checkpoint_store_from_config
 from sparza.runtime.driver.application import run_application
-from sparza.runtime.inputs import InputSystems
-from sparza.runtime.jobconfig import JobConfig
 from sparza.streams import OutgoingMessageEnvelope, SystemStream
 from sparza.systems import StreamSpec
 from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer

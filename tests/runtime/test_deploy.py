@@ -109,13 +109,13 @@ def test_package_holds_sparza_and_the_jobs_modules_and_imports_without_the_proje
     assert job_modules(config) == ["examples"]
     built = build_package(work_dir / "dist" / "job.zip", job_modules(config))
     names = set(zipfile.ZipFile(built.path).namelist())
-    assert {"sparza/__init__.py", "sparza/runtime/container/executor.py", "examples/keyed_count/task.py",
+    assert {"sparza/__init__.py", "sparza/engine/executor.py", "examples/keyed_count/task.py",
             "examples/"} <= names
     assert not any("__pycache__" in n for n in names)
     assert "pyarrow" in built.requirements.read_text()
     python = str(executor_python(work_dir / "py"))
-    probe = ("import examples.keyed_count.task, sparza.runtime.container.executor; "
-             "print(sparza.runtime.container.executor.__file__)")
+    probe = ("import examples.keyed_count.task, sparza.engine.executor; "
+             "print(sparza.engine.executor.__file__)")
     env = {"PATH": "/usr/bin:/bin"}
     without = subprocess.run([python, "-c", probe], cwd=work_dir, env=env, capture_output=True, text=True, check=False)
     assert without.returncode != 0 and "No module named" in without.stderr  # the executor Python has no project

@@ -22,8 +22,8 @@ from examples.keyed_count.load import append_messages
 from tests.runtime.helpers import expected_counts, final_counts
 
 from sparza.config import Config
+from sparza.engine.errors import RuntimeStateError
 from sparza.runtime import JobFailedError, JobRunner
-from sparza.runtime.errors import RuntimeStateError
 
 pytestmark = pytest.mark.spark
 

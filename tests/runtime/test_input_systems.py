@@ -6,8 +6,8 @@ import gc
 import weakref
 
 from sparza.config import Config
-from sparza.runtime.inputs import InputSystems
-from sparza.runtime.jobconfig import JobConfig
+from sparza.engine.inputs import InputSystems
+from sparza.engine.jobconfig import JobConfig
 
 
 def test_close_releases_the_admins_and_their_clients() -> None:

@@ -32,7 +32,7 @@ def test_a_once_run_held_for_a_broadcast_publication_that_cannot_come_ends_sayin
     comes only with a complete version (an end-of-dataset marker the stream does not have). The status line says what
     the tasks wait for while they do; once two epochs read nothing, the run fails naming the store and its builder
     (it waited for ever before: no task was ever caught up)."""
-    from sparza.runtime.errors import JobStalledError
+    from sparza.engine.errors import JobStalledError
 
     config = make_job(**{"job.execution.mode": "containers", "job.container.epoch.ms": "3000",
                          "task.broadcast.inputs": "delta.profiles#0", **PROFILES_STORE,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from sparza.engine.results import BatchResult, BatchStatus
 from sparza.runtime.driver.report import RunNotices
-from sparza.runtime.results import BatchResult, BatchStatus
 
 
 def _result(changes: dict[str, int]) -> BatchResult:

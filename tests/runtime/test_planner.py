@@ -11,9 +11,9 @@ from examples.keyed_count.load import append_messages
 from tests.runtime.helpers import PROFILES_STORE, create_profiles
 
 from sparza.config import Config
+from sparza.engine.inputs import InputSystems
+from sparza.engine.planner import BatchPlanner
 from sparza.runtime import Intent, JobConfig, TaskCheckpoint
-from sparza.runtime.inputs import InputSystems
-from sparza.runtime.planner import BatchPlanner
 from sparza.streams import OutgoingMessageEnvelope, SystemStream
 from sparza.systems import StreamSpec
 from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer
@@ -137,7 +137,7 @@ def test_an_intent_of_a_first_batch_starts_where_the_intent_says_and_new_ssps_st
 
 
 def test_plans_round_trip_through_the_json_spark_keeps_in_its_offset_log():
-    from sparza.runtime.planner import BatchPlan, Replay, TaskPlan
+    from sparza.engine.planner import BatchPlan, Replay, TaskPlan
 
     plan = BatchPlan(4, 1_234, {
         "Partition 0": TaskPlan({"delta.events#0": "1:0"}, ended=False,
@@ -152,7 +152,7 @@ def test_plans_round_trip_through_the_json_spark_keeps_in_its_offset_log():
                                                       "bounded_ends": {"delta.events#0": "3:0"}}
     assert body["tasks"]["Partition 1"]["planned_at"] == 77 and "replay" not in body["tasks"]["Partition 1"]
     # A plan made under a drain records it, and a replayed intent keeps the drain its split ran under.
-    from sparza.runtime.drain import DrainRequest
+    from sparza.engine.drain import DrainRequest
 
     drained = BatchPlan(5, 2_000, {
         "Partition 0": TaskPlan({"delta.events#0": "2:5"}, planned_at_ms=99, bounded_ends={},
@@ -167,7 +167,7 @@ def test_reset_offset_starts_main_inputs_at_the_default_unless_a_batch_is_half_c
     """``samza.reset.offset`` (Samza: ignore the checkpointed offset at every start): oldest or upcoming
     replaces the checkpoint of that stream only; an ended task reads again; a task with an open intent
     completes its batch first and is reset at the next start (a warning says so)."""
-    from sparza.runtime.planner import plan_resets
+    from sparza.engine.planner import plan_resets
 
     config = make_job(partitions=1, **{"task.max.batch.messages": "250",
                                        "systems.delta.streams.events.samza.reset.offset": "true"})
@@ -201,7 +201,7 @@ def _waits(planner, task):
 
 
 def _round_trip(plan):
-    from sparza.runtime.planner import TaskPlan
+    from sparza.engine.planner import TaskPlan
 
     return TaskPlan.from_json(json.loads(json.dumps(plan.to_json())))
 

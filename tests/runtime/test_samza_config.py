@@ -9,8 +9,8 @@ from examples.keyed_count.load import append_messages
 from tests.runtime.helpers import expected_counts, final_counts, run_sparza, sparza_env, write_config
 
 from sparza.config import Config
+from sparza.engine.jobconfig import JobConfig
 from sparza.runtime import JobRunner, checkpoint_store_from_config
-from sparza.runtime.jobconfig import JobConfig
 
 pytestmark = pytest.mark.spark
 

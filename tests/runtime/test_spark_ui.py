@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 _SCRIPT = """
 import sys
 from sparza.config import Config
-from sparza.runtime.jobconfig import JobConfig
+from sparza.engine.jobconfig import JobConfig
 from sparza.runtime.driver.session import build_spark_session
 
 port = int(sys.argv[1])

@@ -11,11 +11,11 @@ from tests.runtime.helpers import job_values
 from sparza.blobstore import blob_store_manager_from_config, collect_garbage
 from sparza.blobstore.api import INDEX_PAYLOAD_PATH, Metadata
 from sparza.config import Config
+from sparza.engine import stores as stores_module
+from sparza.engine.errors import RuntimeStateError
+from sparza.engine.jobconfig import JobConfig
+from sparza.engine.stores import TaskStores
 from sparza.metrics import MetricsRegistry
-from sparza.runtime.container import stores as stores_module
-from sparza.runtime.container.stores import TaskStores
-from sparza.runtime.errors import RuntimeStateError
-from sparza.runtime.jobconfig import JobConfig
 from sparza.state.backup import StateBackup
 
 TASK = "Partition 0"

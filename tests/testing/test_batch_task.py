@@ -17,8 +17,8 @@ from tests.testing.jobs import BatchShapes
 from tests.testing.test_testrunner import KEYED_COUNT, _events, _outputs
 
 from sparza.config import Config
+from sparza.engine.commit import CommitStep
 from sparza.runtime import JobFailedError
-from sparza.runtime.container.commit import CommitStep
 from sparza.streams import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from sparza.systems.delta import DeltaSystemConsumer, DeltaSystemProducer
 from sparza.testing import TestMessage, TestRunner, watermark

@@ -11,7 +11,7 @@ from examples.keyed_count.task import KeyedCountTask
 from tests.testing.jobs import KEYED_COUNT
 
 from sparza.coordination.jobclaim import ClaimHeldError
-from sparza.runtime.container.executor import TaskAttemptError
+from sparza.engine.executor import TaskAttemptError
 from sparza.testing import TestMessage, TestRunner
 
 TIMEOUT_MS = 30_000  # job.coordinator.standalone.claim.timeout.ms (default)

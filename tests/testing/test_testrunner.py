@@ -11,8 +11,8 @@ from examples.keyed_count.task import KeyedCountTask
 from tests.testing.jobs import KEYED_COUNT, EventTimeCount, SumTask, task_defined_in_a_function
 
 from sparza.api.examples import WindowedCount
+from sparza.engine.commit import CommitStep
 from sparza.runtime import JobFailedError
-from sparza.runtime.container.commit import CommitStep
 from sparza.testing import TestInputError, TestMessage, TestRunner, end_of_stream, watermark
 from sparza.testing.faults import InjectedFault
 
@@ -283,7 +283,7 @@ def test_a_run_held_for_a_broadcast_publication_that_cannot_come_says_so_instead
     """A versioned broadcast store publishes only once a version is complete (every partition sent its
     end-of-dataset marker); in container mode main input waits for that publication. With no marker, ``run()``
     (``--once``) cannot make progress: it stops naming the waiting tasks, the store and its builder."""
-    from sparza.runtime.errors import JobStalledError
+    from sparza.engine.errors import JobStalledError
 
     profiles = [TestMessage(b'{"c": 1}', key=b"k0")]
     with _with_broadcast_table("containers", profiles, versioned=True) as runner:

@@ -39,9 +39,6 @@ STAGE_TASK_CLASS = "sparza.api.StageTask"
 INTERMEDIATE_SYSTEM_KEY = "job.intermediate.system"
 WINDOW_STORE_PREFIX = "app.window.store."
 
-define_key(APP_CLASS_KEY, None, "Dotted path of a class with describe(app: StreamApplication): a high-level "
-           "application, planned into one job per stage.", _PKG)
-define_key(APP_STAGE_KEY, None, "The stage of the application a StageTask runs (set by the planner).", _PKG)
 define_key(INTERMEDIATE_SYSTEM_KEY, None, "System of the intermediate streams partition_by creates "
            "(default: the first input's system).", _PKG)
 define_key("app.intermediate.<name>", None, "system.stream of the intermediate stream of partition_by(name) "

@@ -539,7 +539,7 @@ class StageTask:
 
     def on_drain(self, collector: MessageCollector, coordinator: TaskCoordinator) -> None:
         """The job drains (the runtime calls this once per drain, when every input drained, see
-        :mod:`sparza.runtime.drain`): fire every open window and session, and emit the unmatched messages of the
+        :mod:`sparza.engine.drain`): fire every open window and session, and emit the unmatched messages of the
         joins whose ``on_drain`` is ``emit`` (the others keep their buffers for the next run), upstream
         operators first, so the next version of the job starts clean."""
         if self.stage is None:

@@ -17,7 +17,8 @@ BLOB_STORE_FACTORIES = ("local", "azure")
 DEFAULT_LOCAL_ROOT = ".sparza/blobstore"
 
 define_key("blob.store.manager.factory", "local", "blob store for state snapshots: local or azure", _PKG)
-define_key("blob.store.local.root", DEFAULT_LOCAL_ROOT, "directory of the local blob store", _PKG)
+define_key("blob.store.local.root", DEFAULT_LOCAL_ROOT, "directory of the local blob store; task checkpoints default "
+           "to <root>/checkpoints", _PKG)
 define_key("blob.store.local.fsync", True, "fsync every blob the local store writes", _PKG)
 define_key("blob.store.azure.container", None, "Azure container of the azure blob store", _PKG)
 define_key("blob.store.azure.max.concurrency", 4, "parallel connections per blob upload/download", _PKG)

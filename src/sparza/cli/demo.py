@@ -148,9 +148,9 @@ def _count_user_messages(config: Any, stream: str) -> int:
 
 def _run_stages(plan: Any, master: str | None, console: Console) -> dict[str, int]:
     """Run every stage as its own streaming query of one SparkSession until all of them ended."""
+    from sparza.engine.jobconfig import JobConfig
     from sparza.runtime import JobRunner, build_spark_session
     from sparza.runtime.driver.application import run_together
-    from sparza.runtime.jobconfig import JobConfig
 
     stages = [(s.name, s.config) for s in plan.stages]
     spark = build_spark_session(JobConfig.from_config(stages[0][1]), master, "sparza-demo")
@@ -171,8 +171,8 @@ def _run_stages(plan: Any, master: str | None, console: Console) -> dict[str, in
 
 def _snapshots(plan: Any) -> dict[str, dict[str, str]]:
     """``task -> store -> snapshot id`` from the committed task checkpoints of every stage."""
+    from sparza.engine.jobconfig import JobConfig
     from sparza.runtime import checkpoint_store_from_config
-    from sparza.runtime.jobconfig import JobConfig
 
     out: dict[str, dict[str, str]] = {}
     for stage in plan.stages:

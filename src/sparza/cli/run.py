@@ -75,10 +75,10 @@ def drain(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help
     fires every open window and session, sends its drain downstream and commits, then the job exits 0. The job
     polls for the request every job.drain-monitor.poll.interval.ms; a job started later drains at its start.
     An application drains as a whole (every stage). Exits 1 when --cancel finds no request."""
-    from sparza.runtime.drain import clear_drain, drain_scope
+    from sparza.engine.drain import clear_drain, drain_scope
+    from sparza.engine.jobconfig import JobConfig
     from sparza.runtime.driver.drainmonitor import request_drain
     from sparza.runtime.driver.preflight import check_storage
-    from sparza.runtime.jobconfig import JobConfig
 
     cfg = _load(config)
     job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
@@ -109,7 +109,7 @@ def drain(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help
 def _lags(cfg: object, offsets: dict[str, str]) -> dict[str, str]:
     """Per checkpointed SSP: how many messages lie between its offset and the stream's end now
     (``?`` when the system cannot count or cannot be reached). Kafka counts offsets: an upper bound."""
-    from sparza.runtime.offsets import OffsetOps
+    from sparza.engine.offsets import OffsetOps
     from sparza.streams import SystemStreamPartition
     from sparza.systems import get_system_factory
 
@@ -144,7 +144,7 @@ _OFFSET_FORMS = {
 
 
 if TYPE_CHECKING:
-    from sparza.runtime.checkpoint import TaskCheckpoint
+    from sparza.engine.checkpoint import TaskCheckpoint
 
 
 def _offsets_caption(cfg: object, checkpoints: Mapping[str, TaskCheckpoint]) -> str:
@@ -169,9 +169,9 @@ def show(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help=
     from rich.console import Console
     from rich.table import Table
 
-    from sparza.runtime.checkpoint import checkpoint_store_from_config
+    from sparza.engine.checkpoint import checkpoint_store_from_config
+    from sparza.engine.jobconfig import JobConfig
     from sparza.runtime.driver.preflight import check_storage
-    from sparza.runtime.jobconfig import JobConfig
 
     cfg = _load(config)
     job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
@@ -224,9 +224,9 @@ def drop_intent(config: str = typer.Option(..., "--config", "-c", metavar="FILE"
     """
     import dataclasses
 
-    from sparza.runtime.checkpoint import checkpoint_store_from_config
+    from sparza.engine.checkpoint import checkpoint_store_from_config
+    from sparza.engine.jobconfig import JobConfig
     from sparza.runtime.driver.preflight import check_storage
-    from sparza.runtime.jobconfig import JobConfig
 
     cfg = _load(config)
     job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
@@ -260,8 +260,8 @@ def package(config: str = typer.Option(None, "--config", "-c", metavar="FILE",
     """Write a zip of sparza and the job's modules for executors that do not have them (job.py.files,
     --py-files, spark-submit --py-files, spark.addArtifacts), and the requirements file to install there."""
     from sparza.config import Config
+    from sparza.engine.jobconfig import JobConfig
     from sparza.runtime.driver.packaging import build_package, job_modules
-    from sparza.runtime.jobconfig import JobConfig
 
     modules = list(module)
     if config:

@@ -216,6 +216,8 @@ define_key("serializers.registry.<name>.class", None, "Samza serde registry: a n
            "*.msg.serde, bound to a Samza SerdeFactory class or a built-in serde name.", _PKG)
 define_key("sensitive.<key>", None, "Samza's prefix for secret values (sensitive.systems.<container>.azureblob."
            "account.key): the value is used as <key> and never shown.", _PKG)
+define_key("streams.<stream>.samza.system", None, "Samza's stream-id configs: the system of stream id <stream>; "
+           "its streams.<stream>.* keys become systems.<system>.streams.<physical name>.* keys.", _PKG)
 define_key("stores.<store>.side.inputs", None, "Samza's side inputs: one system.stream that fills the store; "
            "becomes stores.<store>.adstore.input (a partitioned adjunct store) and joins task.inputs.", _PKG)
 define_key("stores.<store>.side.inputs.processor.factory", None, "Samza's spelling of "

@@ -8,7 +8,7 @@ producer of each of their partitions drained. The message's ``runId`` is the dra
 of an older drain is told apart. (Samza, 1.8 / SAMZA-2741, also sends a ``Long.MAX_VALUE`` watermark
 first; sparza does not: a drained job continues where it stopped when it runs again, with its watermarks.)
 
-The runtime (:mod:`sparza.runtime.drain`) decides when a task's source partitions reached their ends;
+The runtime (:mod:`sparza.engine.drain`) decides when a task's source partitions reached their ends;
 :class:`DrainTracker` counts the drain messages of its intermediate partitions and remembers the drain
 the task completed.
 

@@ -31,8 +31,6 @@ FACTORY_AZURE = "azure"
 define_key(KEY_FACTORY, FACTORY_STANDALONE,
            "How processors of a job share its tasks: 'standalone' (one processor owns all tasks) or 'azure' "
            "(blob-lease leader, table heartbeats).", _PKG)
-define_key("job.name", None, "The job's name; coordination resources are named from job.name and job.id.", _PKG)
-define_key("job.id", "1", "The job instance id; several instances of one job name coordinate separately.", _PKG)
 define_key(_P + "lease.duration.ms", 15000,
            "Leader lease length (Azure allows 15000-60000). Bounds leader failover: a dead leader's lease "
            "expires within this time.", _PKG)

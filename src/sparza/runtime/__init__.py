@@ -8,7 +8,7 @@ producers idempotently, back up their stores and write their task checkpoint. Se
 
 from __future__ import annotations
 
-from sparza.runtime.checkpoint import (
+from sparza.engine.checkpoint import (
     AzureCheckpointStore,
     CheckpointStore,
     Intent,
@@ -17,19 +17,19 @@ from sparza.runtime.checkpoint import (
     VersionedCheckpoint,
     checkpoint_store_from_config,
 )
-from sparza.runtime.driver.report import EXIT_CODES, RunOutcome
-from sparza.runtime.driver.runner import JobRunner, build_spark_session
-from sparza.runtime.driver.source import SparzaDataSource
-from sparza.runtime.errors import (
+from sparza.engine.errors import (
     CheckpointConflictError,
     CheckpointFencedError,
     JobFailedError,
     ProcessingError,
     RuntimeStateError,
 )
-from sparza.runtime.jobconfig import InputSpec, JobConfig
-from sparza.runtime.model import TaskModel, build_task_models, task_name
-from sparza.runtime.planner import BatchPlanner
+from sparza.engine.jobconfig import InputSpec, JobConfig
+from sparza.engine.model import TaskModel, build_task_models, task_name
+from sparza.engine.planner import BatchPlanner
+from sparza.runtime.driver.report import EXIT_CODES, RunOutcome
+from sparza.runtime.driver.runner import JobRunner, build_spark_session
+from sparza.runtime.driver.source import SparzaDataSource
 
 __all__ = [
     "EXIT_CODES",

@@ -6,10 +6,10 @@ failure detection and stop requests cannot wait for that. The driver therefore l
 and every container connects to it (:class:`ContainerChannelClient`). Messages are JSON lines:
 
 - container → driver: ``hello`` (epoch, container index, its locations, its tasks, the tasks that moved to
-  it), ``result`` (one committed, skipped or failed task batch: a :class:`~sparza.runtime.results.BatchResult`),
+  it), ``result`` (one committed, skipped or failed task batch: a :class:`~sparza.engine.results.BatchResult`),
   ``done`` (a task left the run loop: caught up, ended, stopped), ``error`` (the container is failing);
 - driver → container: ``end`` (finish the running batch, commit, return), ``drain`` (a job's drain request, or
-  its cancellation: ``{"job", "drain"}`` with :meth:`~sparza.runtime.drain.DrainRequest.to_json` or null) and
+  its cancellation: ``{"job", "drain"}`` with :meth:`~sparza.engine.drain.DrainRequest.to_json` or null) and
   ``ping`` (the driver is alive: a
   container that hears nothing from a driver it was connected to for ``job.container.driver.timeout.ms`` ends its
   epoch at the batch boundary, so a frozen or partitioned processor's containers stop doing work; the fencing of
@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from sparza.runtime.results import BatchResult, BatchStatus
+from sparza.engine.results import BatchResult, BatchStatus
 
 __all__ = ["ChannelEvent", "ContainerChannel", "ContainerChannelClient", "result_from_json", "result_to_json"]
 
@@ -106,7 +106,7 @@ class ContainerChannel:
 
     def drain_job(self, epoch: int, job: str, drain: dict[str, Any] | None) -> None:
         """Tell every container of ``epoch`` (connected now or later) that ``job`` drains (``drain``, a
-        :class:`~sparza.runtime.drain.DrainRequest` as JSON), or no longer does (None)."""
+        :class:`~sparza.engine.drain.DrainRequest` as JSON), or no longer does (None)."""
         with self._lock:
             self._drains.setdefault(epoch, {})[job] = drain
             for old in [e for e in self._drains if e < epoch]:

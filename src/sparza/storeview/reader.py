@@ -79,7 +79,7 @@ class CommittedStores:
     """
 
     def __init__(self, config: Config | Mapping[str, Any] | str | Path) -> None:
-        from sparza.runtime.jobconfig import JobConfig
+        from sparza.engine.jobconfig import JobConfig
 
         self.config = _load_config(config)
         job = JobConfig.from_config(self.config, require_inputs=False)
@@ -115,7 +115,7 @@ class CommittedStores:
     def snapshots(self, ref: StoreRef, *, task: str | None = None) -> list[TaskSnapshot]:
         """Each task's committed snapshot of ``ref`` (tasks that committed nothing yet are left out), in task
         order; ``task`` keeps one (an error names the tasks when it has none)."""
-        from sparza.runtime.checkpoint import checkpoint_store_from_config
+        from sparza.engine.checkpoint import checkpoint_store_from_config
 
         store = checkpoint_store_from_config(ref.config, ref.job_key)
         checkpoints = store.read_all()
@@ -189,7 +189,7 @@ class CommittedStores:
     def _copy_local(self, ref: StoreRef, snapshot: TaskSnapshot, target: Path) -> None:
         """Copy the local checkpoint dir of a store kept locally only (the job may remove it at its next commit:
         then the newer committed one is copied)."""
-        from sparza.runtime.jobconfig import JobConfig
+        from sparza.engine.jobconfig import JobConfig
         from sparza.state.kv import store_dir
 
         job = JobConfig.from_config(ref.config, require_inputs=False)

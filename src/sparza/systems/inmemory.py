@@ -27,7 +27,7 @@ import pyarrow as pa
 from sparza.config import Config, define_key
 from sparza.errors import SparzaError
 from sparza.metrics import MetricsRegistry
-from sparza.serde import Serde, partition_key_bytes, serialize, stream_serde
+from sparza.serde import Serde, partition_key_bytes, serialize
 from sparza.streams import IncomingMessageEnvelope, MessageType, OutgoingMessageEnvelope, SystemStreamPartition
 from sparza.systems import (
     StreamSpec,
@@ -36,6 +36,7 @@ from sparza.systems import (
     Transaction,
 )
 from sparza.systems.delta.partitioner import partition_for
+from sparza.systems.settings import stream_serde
 
 __all__ = [
     "InMemoryRow",

@@ -1,6 +1,6 @@
 """Faults injected between commit steps: what tests and the guarantees harness use to prove retries exact.
 
-A :class:`~sparza.runtime.container.commit.CommitListener` of the runtime's commit (``task.commit.listeners``): the
+A :class:`~sparza.engine.commit.CommitListener` of the runtime's commit (``task.commit.listeners``): the
 runtime adds :class:`ConfigFaults` to a job whose config sets one of the testing keys, so production code
 holds no fault injection of its own.
 
@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable
 
 from sparza.config import Config
-from sparza.runtime.container.commit import CommitStep
+from sparza.engine.commit import CommitStep
 
 __all__ = ["ConfigFaults", "FaultHook", "InjectedFault", "register_fault_hook", "unregister_fault_hook"]
 

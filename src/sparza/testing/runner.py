@@ -2,20 +2,20 @@
 streams, with batch boundaries, watermarks and processing time under the test's control.
 
 It drives the code ``sparza run`` drives, not a copy of it: the batch planner
-(:class:`~sparza.runtime.planner.BatchPlanner`) plans each batch and cuts it into task splits as the Spark
-source does; :func:`sparza.runtime.container.executor.run_split` (what the source's ``read`` runs) runs each
-split through :class:`~sparza.runtime.container.instance.TaskInstance`, which restores stores, delivers messages
+(:class:`~sparza.engine.planner.BatchPlanner`) plans each batch and cuts it into task splits as the Spark
+source does; :func:`sparza.engine.executor.run_split` (what the source's ``read`` runs) runs each
+split through :class:`~sparza.engine.instance.TaskInstance`, which restores stores, delivers messages
 (control messages to :class:`~sparza.control.TaskControl`) and commits with
-:class:`~sparza.runtime.container.commit.TaskCommit`; an application is planned into stages by
+:class:`~sparza.engine.commit.TaskCommit`; an application is planned into stages by
 :func:`sparza.api.plan_application` and each stage runs :class:`~sparza.api.StageTask`. Only Spark is left
 out: batches run one task after another in this process, and the streams the test adds live in the
 ``inmemory`` system (:mod:`sparza.systems.inmemory`). In the container execution mode (``job.execution.mode``, the
 default) main input waits for a broadcast bootstrap store's bootstrapped publication, as a container plans it;
-:meth:`TestRunner.run` raises :class:`~sparza.runtime.errors.JobStalledError` when tasks wait for one that nothing
+:meth:`TestRunner.run` raises :class:`~sparza.engine.errors.JobStalledError` when tasks wait for one that nothing
 left to read will bring (``sparza run --once`` would wait for ever). Stores are real (RocksDB or memory) and, like task
 checkpoints and the blob store, live in the runner's work dir.
 
-A failure can be injected right after any commit step (:class:`~sparza.runtime.container.commit.CommitStep`) of a
+A failure can be injected right after any commit step (:class:`~sparza.engine.commit.CommitStep`) of a
 chosen task and batch (:meth:`TestRunner.fail_at`), or anything run there (:meth:`TestRunner.call_at`);
 :meth:`TestRunner.restart` then stands for a restarted process, so a test can check that a job's outputs and
 stores after a crash equal those of a run without one. With ``claim=True`` the runner holds the standalone job
@@ -38,10 +38,11 @@ from typing import Any
 from sparza.api.graph import Application
 from sparza.clock import DEFAULT_START_MS, ManualClock
 from sparza.config import Config
+from sparza.engine.commit import CommitStep
 from sparza.errors import SparzaError
-from sparza.runtime.container.commit import CommitStep
-from sparza.serde import Serde, serde_from_name, stream_serde
+from sparza.serde import Serde, serde_from_name
 from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream
+from sparza.systems.settings import stream_serde
 from sparza.testing.faults import InjectedFault, register_fault_hook, unregister_fault_hook
 
 __all__ = [
@@ -163,7 +164,7 @@ class _Job:
     Spark's offset log would hold, and the executor function run per task split."""
 
     def __init__(self, name: str, config: Config) -> None:
-        from sparza.runtime.jobconfig import JobConfig
+        from sparza.engine.jobconfig import JobConfig
 
         self.name = name
         self.job = JobConfig.from_config(config)
@@ -195,7 +196,7 @@ class _Job:
         :class:`~sparza.coordination.jobclaim.ClaimHeldError` when a live processor holds it,
         :class:`~sparza.coordination.jobclaim.ClaimLostError` when another took it over."""
         from sparza.coordination.jobclaim import KEY_RENEW, KEY_TIMEOUT, JobClaim
-        from sparza.runtime.checkpoint import SupportsJobClaim, stamp_generation
+        from sparza.engine.checkpoint import SupportsJobClaim, stamp_generation
 
         if self.claim is not None and self.claim.held:
             self.claim.renew()
@@ -232,12 +233,12 @@ class _Job:
 
     def open(self) -> None:
         """A fresh planner over fresh admins, as a (re)started processor's Spark source builds."""
-        from sparza.runtime.checkpoint import checkpoint_store_from_config
-        from sparza.runtime.container.runloop import broadcast_ready
+        from sparza.engine.checkpoint import checkpoint_store_from_config
+        from sparza.engine.container import broadcast_ready
+        from sparza.engine.inputs import InputSystems
+        from sparza.engine.planner import BatchPlanner
         from sparza.runtime.driver.drainmonitor import DrainMonitor
         from sparza.runtime.driver.epochs import execution_mode
-        from sparza.runtime.inputs import InputSystems
-        from sparza.runtime.planner import BatchPlanner
 
         inputs = InputSystems(self.job)
         self.tasks = inputs.task_models()
@@ -257,10 +258,11 @@ class _Job:
     def step(self, now_ms: int) -> list[Any]:
         """Plan and run one batch of every task; empty when there is nothing to plan. A batch that raises
         stays pending and runs again, with the same plan, on the next step (as Spark retries it)."""
-        from sparza.runtime.container.executor import TaskAttemptError, make_task_runner
-        from sparza.runtime.errors import tasks_failed
-        from sparza.runtime.results import BatchStatus, result_from_row
-        from sparza.runtime.split import marker_batch
+        from sparza.engine.errors import tasks_failed
+        from sparza.engine.executor import TaskAttemptError
+        from sparza.engine.results import BatchStatus, result_from_row
+        from sparza.engine.split import marker_batch
+        from sparza.runtime.driver.batchtask import make_task_runner
 
         if self.pending is None:
             # The driver's drain monitor, read before every plan (a processor reads it every poll interval).
@@ -459,7 +461,7 @@ class TestRunner:
     def run(self, max_batches: int = 10_000) -> RunReport:
         """What ``sparza run --once`` does: every job (stage after stage) processes everything its inputs hold
         now, in batches of at most ``task.max.batch.messages`` per partition, then stops. Raises
-        :class:`~sparza.runtime.errors.JobStalledError` when tasks wait for a broadcast publication that cannot come
+        :class:`~sparza.engine.errors.JobStalledError` when tasks wait for a broadcast publication that cannot come
         (where ``--once`` would wait for ever)."""
         self._start()
         report = RunReport()
@@ -473,8 +475,8 @@ class TestRunner:
                     if not results:
                         waits = job.planner.broadcast_waits()
                         if waits:  # held, not caught up: `sparza run --once` would wait for ever
-                            from sparza.runtime.errors import broadcast_stall
-                            from sparza.runtime.planner import describe_waits
+                            from sparza.engine.errors import broadcast_stall
+                            from sparza.engine.planner import describe_waits
 
                             raise broadcast_stall(f"job {job.name}", describe_waits(waits))
                         break
@@ -539,7 +541,7 @@ class TestRunner:
         lost, its offset log kept). ``crashed`` (the default) leaves a held job claim behind, as a killed
         process does (the new process is refused until it expires, see :meth:`advance_time`); False releases
         it first, as a clean stop does. ``config`` changes keys for the new process (a fixed task, a setting)."""
-        from sparza.runtime.container.worker import WORKER
+        from sparza.engine.worker import WORKER
 
         self._start()
         for job in self._jobs:
@@ -642,8 +644,8 @@ class TestRunner:
 
     def store_items(self, name: str, *, job: str | None = None) -> dict[str, list[tuple[Any, Any]]]:
         """As :meth:`store`, as ``(key, value)`` pairs in key order."""
+        from sparza.engine.stores import TaskStores
         from sparza.metrics import MetricsRegistry
-        from sparza.runtime.container.stores import TaskStores
 
         self._start()
         owners = [j for j in self._jobs if name in j.job.store_names and (job is None or j.name == job)]
@@ -666,7 +668,7 @@ class TestRunner:
         return out
 
     def checkpoints(self, *, job: str | None = None) -> dict[str, Any]:
-        """The task checkpoints (:class:`~sparza.runtime.checkpoint.TaskCheckpoint`) of ``job`` (an application's
+        """The task checkpoints (:class:`~sparza.engine.checkpoint.TaskCheckpoint`) of ``job`` (an application's
         stage name; None: the only job) as stored now, by task: offsets, snapshot ids, generation."""
         self._start()
         owners = [j for j in self._jobs if job is None or j.name == job]
@@ -702,7 +704,7 @@ class TestRunner:
     # --- lifecycle -----------------------------------------------------------------------------
     def close(self) -> None:
         """Drop the in-memory streams, the cached tasks and (if the runner made it) the work dir."""
-        from sparza.runtime.container.worker import WORKER
+        from sparza.engine.worker import WORKER
         from sparza.systems.inmemory import drop_namespace
 
         for job in self._jobs:

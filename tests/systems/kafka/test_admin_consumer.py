@@ -8,8 +8,8 @@ import pytest
 from confluent_kafka import Producer
 
 from sparza.config import Config
+from sparza.engine.offsets import OffsetOps
 from sparza.errors import ConfigError
-from sparza.runtime.offsets import OffsetOps
 from sparza.streams import MessageType, SystemStreamPartition
 from sparza.systems import (
     SYSTEM_FACTORIES,

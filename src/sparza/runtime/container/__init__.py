@@ -1,9 +1,5 @@
-"""The executor side of the runtime: what runs inside a Spark task.
+"""The Spark side of the container mode: the Spark task that hosts an engine container.
 
-:mod:`~sparza.runtime.container.runloop` is a container's run loop (the container mode);
-:mod:`~sparza.runtime.container.executor` runs one task's batch (both modes);
-:mod:`~sparza.runtime.container.instance` is ``TaskInstance`` (restore, process, commit of one task);
-:mod:`~sparza.runtime.container.commit` the commit object; :mod:`~sparza.runtime.container.stores` a task's stores
-across batches; :mod:`~sparza.runtime.container.worker` what a Python worker keeps between batches. Nothing here
-imports the driver side.
+:mod:`~sparza.runtime.container.sparktask` is the barrier ``mapInArrow`` function of an epoch; the container it
+runs, its tasks, their batches and commits are the engine's (:mod:`sparza.engine`), which has no Spark in it.
 """

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from sparza.config import Config
+from sparza.engine.jobconfig import JobConfig
 from sparza.errors import ConfigError
 from sparza.runtime.driver.report import RunOutcome
 from sparza.runtime.driver.runner import JobRunner
-from sparza.runtime.jobconfig import JobConfig
 
 __all__ = ["run", "run_config"]
 
@@ -37,7 +37,7 @@ def run_config(config: Config, *, master: str | None = None, remote: str | None 
                processor_id: str = "0", once: bool = False, stage: str | None = None,
                drain: bool = False) -> RunOutcome:
     """Validate the config and run it until it stops (``drain``: request a drain at the start and stop once every
-    task drained, see :mod:`sparza.runtime.drain`); raises ConfigError / JobFailedError / ClaimError.
+    task drained, see :mod:`sparza.engine.drain`); raises ConfigError / JobFailedError / ClaimError.
 
     Every key is checked first (:func:`sparza.configcheck.validate_for_run`): an unknown key in a
     namespace sparza owns stops the run; a Samza key sparza does not use is warned about once. Then
@@ -58,7 +58,7 @@ def run_config(config: Config, *, master: str | None = None, remote: str | None 
             "--once and --drain exclude each other: --once processes what exists and stops with windows still "
             "open; --drain processes what exists, fires every open window and stops drained"))
     if drain:
-        from sparza.runtime.drain import check_standalone
+        from sparza.engine.drain import check_standalone
 
         check_standalone(config)
         config = config.with_overrides({"job.drain-monitor.enabled": "true"})  # --drain reads its own request

@@ -16,11 +16,11 @@ from __future__ import annotations
 from typing import Any
 
 from sparza.config import Config
+from sparza.engine.jobconfig import JobConfig
 from sparza.errors import ConfigError
 from sparza.interrupts import StopOnSignals
 from sparza.runtime.driver.report import Discards, RunOutcome
 from sparza.runtime.driver.runner import JobRunner, build_spark_session
-from sparza.runtime.jobconfig import JobConfig
 
 __all__ = ["run_application", "run_together"]
 

@@ -23,7 +23,7 @@ What this loop does instead, in the client process (the Connect client is the pr
 A restart whose last logged batch has no commit runs that batch again with the very same plans (same
 ``batch``, ranges and ``planned_at``), as Spark's offset log does; tasks that had committed it skip it.
 Losing the log is the same as losing Spark's checkpoint dir: the next start plans from the task
-checkpoints, and open intents replay their exact range (see :mod:`sparza.runtime.planner`).
+checkpoints, and open intents replay their exact range (see :mod:`sparza.engine.planner`).
 """
 
 from __future__ import annotations

@@ -21,14 +21,14 @@ import threading
 from typing import Any
 
 from sparza.config import Config
+from sparza.engine.checkpoint import checkpoint_store_from_config, stamp_generation
+from sparza.engine.errors import CheckpointFencedError
+from sparza.engine.inputs import InputSystems
+from sparza.engine.jobconfig import JobConfig
 from sparza.interrupts import StopOnSignals
 from sparza.metrics import MetricsRegistry, attach_prometheus
-from sparza.runtime.checkpoint import checkpoint_store_from_config, stamp_generation
 from sparza.runtime.driver.report import Discards, RunOutcome
 from sparza.runtime.driver.runner import JobRunner, build_spark_session
-from sparza.runtime.errors import CheckpointFencedError
-from sparza.runtime.inputs import InputSystems
-from sparza.runtime.jobconfig import JobConfig
 
 __all__ = ["CoordinatedProcessor", "CoordinatedStages", "claim_tasks", "run_coordinated", "run_coordinated_stages"]
 

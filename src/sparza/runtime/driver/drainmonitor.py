@@ -1,4 +1,4 @@
-"""The driver's side of a drain (:mod:`sparza.runtime.drain`): request one, watch for one, tell when it is done."""
+"""The driver's side of a drain (:mod:`sparza.engine.drain`): request one, watch for one, tell when it is done."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import uuid
 from collections.abc import Callable, Iterable
 
 from sparza.config import Config
-from sparza.runtime.checkpoint import checkpoint_store_from_config
-from sparza.runtime.drain import DrainRequest, check_standalone, clear_drain, read_drain, source_ssps, write_drain
-from sparza.runtime.errors import RuntimeStateError
-from sparza.runtime.inputs import InputSystems
-from sparza.runtime.jobconfig import JobConfig
+from sparza.engine.checkpoint import checkpoint_store_from_config
+from sparza.engine.drain import DrainRequest, check_standalone, clear_drain, read_drain, source_ssps, write_drain
+from sparza.engine.errors import RuntimeStateError
+from sparza.engine.inputs import InputSystems
+from sparza.engine.jobconfig import JobConfig
 
 __all__ = ["DrainMonitor", "drain_completed", "drain_ends", "finish_drain", "request_drain"]
 

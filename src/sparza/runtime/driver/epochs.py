@@ -6,12 +6,12 @@ that job's streaming query towards :class:`~sparza.runtime.driver.runner.JobRunn
 ``StreamingQuery``'s interface the runner uses). The pool's thread runs epochs back to back while any job
 is in it:
 
-1. **Plan.** An :class:`~sparza.runtime.container.runloop.EpochPlan` with every job's config (without secrets), its
+1. **Plan.** An :class:`~sparza.engine.container.EpochPlan` with every job's config (without secrets), its
    tasks, where each task last committed (read from the task checkpoints), and the positions its bounded
    and bootstrap streams are measured against.
 2. **Run.** ``spark.range(C).mapInArrow(run_container, barrier=True)``: ``C`` containers at once, one per
    executor slot (``job.container.count`` to choose fewer). A barrier stage starts all of them together,
-   which lets them agree on who runs which task (:func:`~sparza.runtime.container.runloop.assign_tasks`) from
+   which lets them agree on who runs which task (:func:`~sparza.engine.container.assign_tasks`) from
    where each one is. Their reports arrive through the container channel (:mod:`sparza.runtime.channel`)
    while the epoch runs.
 3. **End.** After ``job.container.epoch.ms``, or when a job asks to stop (a signal, a failed task, a
@@ -39,12 +39,12 @@ from collections.abc import Callable
 from typing import Any
 
 from sparza.config import define_key
+from sparza.engine.epoch import EpochJob, EpochPlan
+from sparza.engine.errors import JobFailedError, tasks_failed
+from sparza.engine.results import BatchResult, BatchStatus
 from sparza.errors import ConfigError
 from sparza.runtime.channel import ChannelEvent, ContainerChannel, result_from_json
-from sparza.runtime.container.runloop import CONTAINER_SCHEMA, run_container
-from sparza.runtime.epoch import EpochJob, EpochPlan
-from sparza.runtime.errors import JobFailedError, tasks_failed
-from sparza.runtime.results import BatchResult, BatchStatus
+from sparza.runtime.container.sparktask import CONTAINER_SCHEMA, run_container
 
 __all__ = ["EXECUTION_MODES", "ContainerPool", "ContainerQuery", "check_container_session", "execution_mode"]
 
@@ -146,7 +146,7 @@ class ContainerQuery:
         self._read_in_epoch = 0
         self._stalled_epochs = 0
         self.drain_request: dict[str, Any] | None = None
-        """The job's drain request as JSON (:meth:`sparza.runtime.drain.DrainRequest.to_json`), or None: every
+        """The job's drain request as JSON (:meth:`sparza.engine.drain.DrainRequest.to_json`), or None: every
         epoch's plan carries it."""
 
     # --- StreamingQuery-like interface ---------------------------------------------------------
@@ -270,7 +270,7 @@ class ContainerQuery:
         return out
 
     def _notice_waits(self, *, force: bool) -> None:
-        from sparza.runtime.planner import describe_waits
+        from sparza.engine.planner import describe_waits
 
         now = time.monotonic()
         with self._lock:
@@ -285,8 +285,8 @@ class ContainerQuery:
         to their end for a broadcast publication, and every other task was done. Nothing can bring that publication
         any more (the builder is given a batch to publish in at the start of every epoch); two epochs, not one, as
         an epoch cut short (a job joining the pool) may end just as a publication appears."""
-        from sparza.runtime.errors import broadcast_stall
-        from sparza.runtime.planner import describe_waits
+        from sparza.engine.errors import broadcast_stall
+        from sparza.engine.planner import describe_waits
 
         with self._lock:
             waits = self._waits()

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from sparza.config import Config
+from sparza.engine.jobconfig import JobConfig
 from sparza.errors import ConfigError, SparzaError, StartCheckError
-from sparza.runtime.jobconfig import JobConfig
 
 __all__ = ["check_application", "check_deployment", "check_executor_imports", "check_job", "check_storage",
            "load_checked", "store_names_asked"]
@@ -108,7 +108,7 @@ def _check_task_class(job: JobConfig) -> None:
 
 
 def _check_systems(job: JobConfig) -> None:
-    from sparza.runtime.inputs import InputSystems
+    from sparza.engine.inputs import InputSystems
     from sparza.systems import check_configured_streams, get_system_factory
 
     config = job.config
@@ -330,7 +330,7 @@ def check_executor_imports(spark: Any, config: Config) -> None:
     target = spark_target(spark)
     if target.local:
         return
-    modules = ("sparza.runtime.container.executor", *_class_modules(config))
+    modules = ("sparza.engine.executor", *_class_modules(config))
     probed = _PROBED.setdefault(spark, set())
     if modules in probed:
         return

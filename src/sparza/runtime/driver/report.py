@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparza.runtime.inputs import InputSystems
-from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.results import BatchResult, BatchStatus
+from sparza.engine.inputs import InputSystems
+from sparza.engine.jobconfig import JobConfig
+from sparza.engine.results import BatchResult, BatchStatus
 
 __all__ = ["EXIT_CODES", "BootstrapProgress", "Discards", "RunNotices", "RunOutcome", "short_error"]
 

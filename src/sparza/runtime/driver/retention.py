@@ -61,7 +61,7 @@ class CommittedMessages:
 
     def committed_offsets(self) -> dict[SystemStreamPartition, str]:
         """The committed offset (the next to read) of every partition of the streams, from the checkpoint store."""
-        from sparza.runtime.checkpoint import checkpoint_store_from_config
+        from sparza.engine.checkpoint import checkpoint_store_from_config
 
         out: dict[SystemStreamPartition, str] = {}
         for checkpoint in checkpoint_store_from_config(self.job.config, self.job.job_key).read_all().values():

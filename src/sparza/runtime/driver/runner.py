@@ -1,7 +1,7 @@
 """The driver of one processor: a SparkSession, one streaming query per job (or stage), the batch loop.
 
 The query's source is :class:`~sparza.runtime.driver.source.SparzaDataSource`, whose ``read`` runs each
-task of the batch on an executor (see :mod:`sparza.runtime.container.executor`); its sink is ``foreachBatch``,
+task of the batch on an executor (see :mod:`sparza.engine.executor`); its sink is ``foreachBatch``,
 which collects the one result row per task, merges their metrics and prints a status line. A failed
 task row stops the job with its message (SSP, offset, cause).
 
@@ -10,7 +10,7 @@ Stopping (SIGINT/SIGTERM, see :mod:`sparza.interrupts`; every input ended; a tas
 file tells the source to plan no further batch, the runner waits for the running batch to commit,
 then stops the query. ``--once`` uses Spark's AvailableNow trigger: what exists at start is
 processed in capped batches, then the query ends by itself. A drain (``--drain``, ``sparza drain``; see
-:mod:`sparza.runtime.drain`) stops the job once every task drained, with reason ``drained``.
+:mod:`sparza.engine.drain`) stops the job once every task drained, with reason ``drained``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from sparza.config import Config
+from sparza.engine.errors import JobFailedError, tasks_failed
+from sparza.engine.inputs import InputSystems
+from sparza.engine.jobconfig import JobConfig
+from sparza.engine.model import TaskModel
+from sparza.engine.results import BatchResult, BatchStatus, result_from_row
 from sparza.errors import ConfigError, SparzaError
 from sparza.interrupts import StopOnSignals
 from sparza.metrics import JsonLinesReporter, MetricsRegistry, attach_prometheus
@@ -34,11 +39,6 @@ from sparza.runtime.driver.preflight import check_executor_imports
 from sparza.runtime.driver.report import BootstrapProgress, Discards, RunNotices, RunOutcome, short_error
 from sparza.runtime.driver.retention import CommittedMessages
 from sparza.runtime.driver.session import add_py_files, build_spark_session, is_connect, py_files
-from sparza.runtime.errors import JobFailedError, tasks_failed
-from sparza.runtime.inputs import InputSystems
-from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.model import TaskModel
-from sparza.runtime.results import BatchResult, BatchStatus, result_from_row
 
 __all__ = ["JobRunner", "build_spark_session"]
 
@@ -101,7 +101,7 @@ class JobRunner:
         """Replays skipped, restores from the blob store, fenced producers: in the status line and the summary."""
         self._drain_monitor: Any = None
         self.drain: Any = None
-        """The drain request this run works under (a :class:`~sparza.runtime.drain.DrainRequest`), or None."""
+        """The drain request this run works under (a :class:`~sparza.engine.drain.DrainRequest`), or None."""
 
     # --- setup ---------------------------------------------------------------------------------
     @property
@@ -134,7 +134,7 @@ class JobRunner:
         if not self.claims_job or self._claim is not None:
             return
         from sparza.coordination.jobclaim import KEY_RENEW, KEY_TIMEOUT, JobClaim
-        from sparza.runtime.checkpoint import SupportsJobClaim, checkpoint_store_from_config, stamp_generation
+        from sparza.engine.checkpoint import SupportsJobClaim, checkpoint_store_from_config, stamp_generation
 
         store = checkpoint_store_from_config(self.config, self.job.job_key)
         if not isinstance(store, SupportsJobClaim):
@@ -462,9 +462,9 @@ class JobRunner:
 
     def _container_query(self, spark: Any, tasks: list[TaskModel]) -> Any:
         """Container mode: the job joins the session's container pool (see :mod:`sparza.runtime.driver.epochs`)."""
-        from sparza.runtime.checkpoint import checkpoint_store_from_config
+        from sparza.engine.checkpoint import checkpoint_store_from_config
+        from sparza.engine.epoch import EpochJob
         from sparza.runtime.driver.epochs import ContainerPool, ContainerQuery, check_container_session
-        from sparza.runtime.epoch import EpochJob
 
         assert self._inputs is not None
         check_container_session(spark)
@@ -529,8 +529,8 @@ class JobRunner:
         many SSPs are reset."""
         if not any(spec.reset_offset for spec in self.job.inputs):
             return 0
-        from sparza.runtime.checkpoint import checkpoint_store_from_config
-        from sparza.runtime.planner import plan_resets
+        from sparza.engine.checkpoint import checkpoint_store_from_config
+        from sparza.engine.planner import plan_resets
         from sparza.streams import SystemStreamPartition
 
         checkpoints = checkpoint_store_from_config(self.config, self.job.job_key).read_all()
@@ -557,8 +557,8 @@ class JobRunner:
     def _all_ended_before(self, tasks: list[TaskModel]) -> bool:
         """True when every task ended in an earlier run. Raises when an ended task's inputs got messages
         after its end: stopping at once would leave them unprocessed without a word."""
-        from sparza.runtime.checkpoint import checkpoint_store_from_config
-        from sparza.runtime.planner import input_after_end, input_after_end_error
+        from sparza.engine.checkpoint import checkpoint_store_from_config
+        from sparza.engine.planner import input_after_end, input_after_end_error
         from sparza.state.adjunct import AdjunctConfig
 
         checkpoints = checkpoint_store_from_config(self.config, self.job.job_key).read_all()
@@ -689,7 +689,7 @@ class JobRunner:
         if isinstance(exc, SparzaError):  # the container pool's own account of a failure: it names the cause
             raise exc
         if exc is not None:
-            from sparza.runtime.container.executor import write_trace_text
+            from sparza.engine.executor import write_trace_text
 
             trace = write_trace_text(self.config, "query", str(exc))
             raise JobFailedError(f"the streaming query of {self.job.job_key} failed: {short_error(str(exc))}; "
@@ -709,7 +709,7 @@ class JobRunner:
     def _drained(self) -> str:
         """What the summary says of a completed drain. The request goes once every task of every job it covers
         completed it (another stage of the application may still be draining)."""
-        from sparza.runtime.drain import read_drain
+        from sparza.engine.drain import read_drain
         from sparza.runtime.driver.drainmonitor import finish_drain
 
         request = self.drain

@@ -108,14 +108,14 @@ def _warn_stderr(line: str) -> None:
 
 def build_spark_session(job: Any, master: str | None, app_name: str, remote: str | None = None,
                         warn: Callable[[str], None] | None = None) -> Any:
-    """A session for the job (``job`` is a :class:`~sparza.runtime.jobconfig.JobConfig`).
+    """A session for the job (``job`` is a :class:`~sparza.engine.jobconfig.JobConfig`).
 
     With ``remote`` (or ``spark.remote``): a Spark Connect session; the ``spark.*`` keys the server lets a
     session set are set, the others are named in one warning (they belong to the server's config).
     Otherwise a SparkSession with the ``spark.*`` keys of the config, loopback binding (the UI too, when
     ``spark.ui.enabled``: see ``job.spark.ui.address``), quiet logs and secret-looking settings redacted;
     ``local[N]`` without a retry count becomes ``local[N,4]`` so a failed Spark task is retried (as on a
-    cluster); the retry is exact (see :mod:`sparza.runtime.container.executor`).
+    cluster); the retry is exact (see :mod:`sparza.engine.executor`).
     """
     config: Config = job.config
     remote = remote or config.get_str(REMOTE_KEY, None)

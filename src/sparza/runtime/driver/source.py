@@ -1,9 +1,9 @@
 """The Spark streaming source of a job: ``spark.readStream.format("sparza")``.
 
 The reader lives on the driver (in Spark's Python source runner): ``initialOffset`` starts from
-the task checkpoints, ``latestOffset`` plans each batch (:class:`~sparza.runtime.planner.BatchPlanner`),
-``partitions`` gives one :class:`~sparza.runtime.split.TaskSplit` per task, and ``read`` runs on
-executors: it runs the task's batch (:func:`sparza.runtime.container.executor.run_split`: the task reads its
+the task checkpoints, ``latestOffset`` plans each batch (:class:`~sparza.engine.planner.BatchPlanner`),
+``partitions`` gives one :class:`~sparza.engine.split.TaskSplit` per task, and ``read`` runs on
+executors: it runs the task's batch (:func:`sparza.engine.executor.run_split`: the task reads its
 SSPs' messages itself, so they never pass through JVM rows, processes and commits them) and yields
 the task's result row. ``foreachBatch`` collects those rows. Options: ``config`` (the job config as
 JSON, without its secrets), ``tasks``, ``stop_file``, ``generation`` (the fencing generation of every
@@ -17,7 +17,7 @@ The ``config`` option holds no secret: :mod:`sparza.runtime.secrets` ships those
 reader merges them back when it first needs the config.
 
 Notes: the reader must stay picklable (Spark ships it); every split is independent; Arrow types
-must match :data:`~sparza.runtime.container.executor.RESULT_SCHEMA` exactly (PySpark refuses near-misses).
+must match :data:`~sparza.engine.executor.RESULT_SCHEMA` exactly (PySpark refuses near-misses).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 from sparza.config import Config
-from sparza.runtime.split import TaskSplit
+from sparza.engine.split import TaskSplit
 
 __all__ = ["SparzaBatchReader", "SparzaDataSource", "SparzaStreamReader"]
 
@@ -72,9 +72,9 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
     def planner(self) -> Any:
         """The batch planner for this processor's tasks."""
         if self._planner is None:
-            from sparza.runtime.inputs import InputSystems
-            from sparza.runtime.jobconfig import JobConfig
-            from sparza.runtime.planner import BatchPlanner
+            from sparza.engine.inputs import InputSystems
+            from sparza.engine.jobconfig import JobConfig
+            from sparza.engine.planner import BatchPlanner
 
             job = JobConfig.from_config(self.config)
             inputs = InputSystems(job)
@@ -86,8 +86,8 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
 
     def initialOffset(self) -> dict:
         """The start plan: from the task checkpoints (so tasks can move between processors)."""
-        from sparza.runtime.checkpoint import checkpoint_store_from_config
-        from sparza.runtime.jobconfig import JobConfig
+        from sparza.engine.checkpoint import checkpoint_store_from_config
+        from sparza.engine.jobconfig import JobConfig
 
         job = JobConfig.from_config(self.config)
         checkpoints = checkpoint_store_from_config(self.config, job.job_key).read_all()
@@ -98,7 +98,7 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         drain request if there is one (read every ``job.drain-monitor.poll.interval.ms``)."""
         if self.stop_file and os.path.exists(self.stop_file):
             return start
-        from sparza.runtime.planner import BatchPlan
+        from sparza.engine.planner import BatchPlan
 
         planner = self.planner()
         planner.drain = self.drain_monitor().poll()
@@ -117,29 +117,32 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         """``--once``: plan only up to what exists now."""
         self.planner().freeze_targets()
 
-    def partitions(self, start: dict, end: dict) -> list[TaskSplit]:
-        """One split per task, in task order (:meth:`~sparza.runtime.planner.BatchPlanner.splits`)."""
-        from sparza.runtime.planner import BatchPlan
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        """One split per task, in task order (:meth:`~sparza.engine.planner.BatchPlanner.splits`), each the value of
+        an ``InputPartition``."""
+        from sparza.engine.planner import BatchPlan
 
-        return self.planner().splits(BatchPlan.from_json(start), BatchPlan.from_json(end))  # type: ignore[no-any-return]
+        splits = self.planner().splits(BatchPlan.from_json(start), BatchPlan.from_json(end))
+        return [InputPartition(split) for split in splits]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Runs on an executor: the task's batch, and its result row (``partition`` is a TaskSplit).
 
-        The task reads its messages itself (:func:`~sparza.runtime.container.worker.read_split`, in this Spark task):
+        The task reads its messages itself (:func:`~sparza.engine.worker.read_split`, in this Spark task):
         passing them through Spark would convert every message to a JVM row and back to Arrow, which
         cost more than the task's own processing.
         """
-        from sparza.runtime.container.executor import run_split
+        from sparza.runtime.driver.batchtask import run_split
 
-        assert isinstance(partition, TaskSplit)
+        split = partition.value
+        assert isinstance(split, TaskSplit)
         task_count = self.task_count
         if task_count is None:  # a reader built without the option: count the job's tasks here
-            from sparza.runtime.inputs import InputSystems
-            from sparza.runtime.jobconfig import JobConfig
+            from sparza.engine.inputs import InputSystems
+            from sparza.engine.jobconfig import JobConfig
 
             task_count = self.task_count = len(InputSystems(JobConfig.from_config(self.config)).task_models())
-        yield run_split(self.config, partition, spark_batch_id=None, generation=self.generation,
+        yield run_split(self.config, split, spark_batch_id=None, generation=self.generation,
                         task_count=task_count)
 
     def commit(self, end: dict) -> None:
@@ -165,9 +168,9 @@ class SparzaBatchReader(DataSourceReader):  # type: ignore[misc]
         self.splits = [TaskSplit.from_json(s.encode()) for s in json.loads(options[self.SPLITS_OPTION])]
         self.stream = SparzaStreamReader(options)
 
-    def partitions(self) -> list[TaskSplit]:
-        """The batch's splits, in task order."""
-        return self.splits
+    def partitions(self) -> list[InputPartition]:
+        """The batch's splits, in task order (each the value of an ``InputPartition``)."""
+        return [InputPartition(split) for split in self.splits]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Runs on an executor: the task's batch, and its result row."""
@@ -185,8 +188,8 @@ class SparzaDataSource(DataSource):  # type: ignore[misc]
         return "sparza"
 
     def schema(self) -> str:
-        """:data:`~sparza.runtime.container.executor.RESULT_SCHEMA`: one result row per task and batch."""
-        from sparza.runtime.results import RESULT_SCHEMA
+        """:data:`~sparza.engine.executor.RESULT_SCHEMA`: one result row per task and batch."""
+        from sparza.engine.results import RESULT_SCHEMA
 
         return RESULT_SCHEMA
 

@@ -63,7 +63,8 @@ __all__ = [
 _PKG = "sparza.state.backup"
 define_key("blob.store.transfer.threads", 4, "parallel file uploads/downloads per task backup or restore", _PKG)
 define_key("blob.store.file.chunk.size", "128MB", "files bigger than this are uploaded as several blobs", _PKG)
-define_key("stores.<store>.backup.factories", None, "blobstore: back the store up to the blob store", _PKG)
+define_key("stores.<store>.backup.factories", "", "blobstore: back the store up to the blob store at every commit "
+           "(SEP-003); empty: local only.", _PKG)
 
 log = logging.getLogger(__name__)
 PROGRESS_MIN_FILES = 8

@@ -25,17 +25,6 @@ STORE_FACTORIES = ("rocksdb", "memory")
 
 define_key("stores.<store>.factory", "rocksdb", "store engine: rocksdb or memory (or Samza's RocksDb / InMemory "
            "KeyValueStorageEngineFactory)", _PKG)
-define_key("stores.<store>.key.serde", "bytes", "serde of the store's keys: bytes, string, json, avro, integer, long, "
-           "double or a serializers.registry name", _PKG)
-define_key("stores.<store>.msg.serde", "bytes", "serde of the store's values: bytes, string, json, avro, integer, "
-           "long, double or a serializers.registry name", _PKG)
-define_key("stores.<store>.key.schema", None, "Avro schema (JSON or a file path) of the keys when key.serde is avro "
-           "(or the schema json keys must fit); a changed one must be able to read the old keys (docs/state.md)", _PKG)
-define_key("stores.<store>.msg.schema", None, "Avro schema (JSON or a file path) of the values when msg.serde is avro "
-           "(or the schema json values must fit); a changed one must be able to read the old values: fields added "
-           "with a default, removed, renamed with an alias, types widened (docs/state.md)", _PKG)
-define_key("job.logged.store.base.dir", None, "local dir for task stores and their checkpoint dirs", _PKG)
-
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparza.config import Config, define_key
+from sparza.config import ConfigKey, OptionalKey, define_key
 from sparza.errors import ConfigError
 from sparza.serde import AvroSerde, JsonSerde, Serde, SerdeError, load_avro_schema, parse_avro_schema, serde_from_name
 
@@ -46,14 +46,32 @@ FORMAT_FILE = "STORE-FORMAT.json"
 """The file in a store's directory (and its checkpoints and snapshots) that records the store's format."""
 FORMAT_VERSION = 1
 
-for _which, _what in (("key", "keys"), ("msg", "values")):
-    define_key(f"stores.<store>.{_which}.migrate.from", None,
-               f"the serde the store's {_what} were written with when it differs from stores.<store>.{_which}.serde "
-               f"(say json when moving from json to avro): every one of them is read with it and rewritten with "
-               f"the new serde when the store opens, once. Without it a changed serde is refused at start", _PKG)
-    define_key(f"stores.<store>.{_which}.migrate.from.schema", None,
-               f"with {_which}.migrate.from: the Avro schema (JSON or a file path) the {_what} were written with, "
-               "for a store written before sparza recorded store formats (STORE-FORMAT.json)", _PKG)
+KEY_SERDE = define_key("stores.<store>.key.serde", "bytes", "serde of the store's keys: bytes, string, json, avro, "
+                       "integer, long, double or a serializers.registry name", _PKG)
+MSG_SERDE = define_key("stores.<store>.msg.serde", "bytes", "serde of the store's values: bytes, string, json, avro, "
+                       "integer, long, double or a serializers.registry name", _PKG)
+KEY_SCHEMA = define_key("stores.<store>.key.schema", None, "Avro schema (JSON or a file path) of the keys when "
+                        "key.serde is avro (or the schema json keys must fit); a changed one must be able to read the "
+                        "old keys (docs/state.md)", _PKG)
+MSG_SCHEMA = define_key("stores.<store>.msg.schema", None, "Avro schema (JSON or a file path) of the values when "
+                        "msg.serde is avro (or the schema json values must fit); a changed one must be able to read "
+                        "the old values: fields added with a default, removed, renamed with an alias, types widened "
+                        "(docs/state.md)", _PKG)
+
+
+_MIGRATE_FROM = ("the serde the store's {what} were written with when it differs from stores.<store>.{which}.serde "
+                 "(say json when moving from json to avro): every one of them is read with it and rewritten with the "
+                 "new serde when the store opens, once. Without it a changed serde is refused at start")
+_MIGRATE_FROM_SCHEMA = ("with {which}.migrate.from: the Avro schema (JSON or a file path) the {what} were written "
+                        "with, for a store written before sparza recorded store formats (STORE-FORMAT.json)")
+KEY_MIGRATE_FROM = define_key("stores.<store>.key.migrate.from", None,
+                              _MIGRATE_FROM.format(what="keys", which="key"), _PKG)
+KEY_MIGRATE_FROM_SCHEMA = define_key("stores.<store>.key.migrate.from.schema", None,
+                                     _MIGRATE_FROM_SCHEMA.format(what="keys", which="key"), _PKG)
+MSG_MIGRATE_FROM = define_key("stores.<store>.msg.migrate.from", None,
+                              _MIGRATE_FROM.format(what="values", which="msg"), _PKG)
+MSG_MIGRATE_FROM_SCHEMA = define_key("stores.<store>.msg.migrate.from.schema", None,
+                                     _MIGRATE_FROM_SCHEMA.format(what="values", which="msg"), _PKG)
 
 
 class StoreFormatError(ConfigError):
@@ -187,16 +205,16 @@ def write_format(directory: str | Path, store: str, fmt: StoreFormat, *, migrati
     os.replace(tmp, target / FORMAT_FILE)
 
 
-def _side(cfg: Config, store: str, serde_key: str, schema_key: str, *, schema_optional: bool = False) -> ValueFormat:
-    """The format config keys ``stores.<store>.<serde_key>`` and ``<schema_key>`` name; ``schema_optional``: an avro
-    serde may come without a schema (a declared migration of a store whose record has it)."""
-    prefix = f"stores.{store}."
-    key = prefix + serde_key
-    name = cfg.get_str(key, None)
-    schema_text = cfg.get_str(prefix + schema_key, None)
+def _side(config: Mapping[str, str], store: str, serde_key: ConfigKey[str], schema_key: OptionalKey[str], *,
+          schema_optional: bool = False) -> ValueFormat:
+    """The format keys ``serde_key`` and ``schema_key`` of store ``store`` name; ``schema_optional``: an avro serde
+    may come without a schema (a declared migration of a store whose record has it)."""
+    key = serde_key.name(store=store)
+    name = serde_key.raw(config, store=store) or None
+    schema_text = schema_key.get(config, store=store) or None
     if schema_optional and schema_text is None and (name or "").strip().lower() == "avro":
         return ValueFormat("avro")
-    serde = serde_from_name(name, key=key, schema=schema_text, config=cfg)
+    serde = serde_from_name(name, key=key, schema=schema_text, config=config)
     schema: Any = None
     if isinstance(serde, AvroSerde):
         schema = serde.schema
@@ -204,29 +222,27 @@ def _side(cfg: Config, store: str, serde_key: str, schema_key: str, *, schema_op
         try:
             schema = load_avro_schema(schema_text)
         except (ValueError, OSError) as exc:
-            raise ConfigError(prefix + schema_key, schema_text, f"an Avro schema as JSON text or a file ({exc})") \
-                from exc
+            raise ConfigError(schema_key.name(store=store), schema_text,
+                              f"an Avro schema as JSON text or a file ({exc})") from exc
     if schema is not None:
         try:
             parse_avro_schema(schema)
         except SerdeError as exc:
-            raise ConfigError(prefix + schema_key, schema_text, f"a valid Avro schema ({exc})") from exc
+            raise ConfigError(schema_key.name(store=store), schema_text, f"a valid Avro schema ({exc})") from exc
     return ValueFormat(serde.name, schema)
 
 
 def configured_format(store: str, config: Mapping[str, str]) -> StoreFormat:
     """The format ``stores.<store>.*`` asks for (``key.serde``, ``key.schema``, ``msg.serde``, ``msg.schema``)."""
-    cfg = Config.of(config)
-    return StoreFormat(_side(cfg, store, "key.serde", "key.schema"), _side(cfg, store, "msg.serde", "msg.schema"))
+    return StoreFormat(_side(config, store, KEY_SERDE, KEY_SCHEMA), _side(config, store, MSG_SERDE, MSG_SCHEMA))
 
 
 def declared_migration(store: str, config: Mapping[str, str]) -> dict[str, ValueFormat]:
     """The formats ``stores.<store>.key.migrate.from`` / ``msg.migrate.from`` (with their ``.schema``) declare the
     store's keys / values were written with: ``{"key": ..., "msg": ...}``, only the sides declared."""
-    cfg = Config.of(config)
     out: dict[str, ValueFormat] = {}
-    for which in ("key", "msg"):
-        if cfg.get_str(f"stores.{store}.{which}.migrate.from", None):
-            out[which] = _side(cfg, store, f"{which}.migrate.from", f"{which}.migrate.from.schema",
-                               schema_optional=True)
+    for which, serde_key, schema_key in (("key", KEY_MIGRATE_FROM, KEY_MIGRATE_FROM_SCHEMA),
+                                         ("msg", MSG_MIGRATE_FROM, MSG_MIGRATE_FROM_SCHEMA)):
+        if serde_key.get(config, store=store):
+            out[which] = _side(config, store, serde_key, schema_key, schema_optional=True)
     return out

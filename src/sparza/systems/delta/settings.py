@@ -23,17 +23,6 @@ define_key("systems.<system>.delta.root", None,
 define_key("systems.<system>.streams.<stream>.delta.location", None,
            "The stream's own table location (a directory or az://container/path), instead of <root>/<stream>.",
            _PKG)
-define_key("systems.<system>.streams.<stream>.bounded", False,
-           "true: the stream ends at the newest offset seen when reading began (end-of-stream).", _PKG)
-define_key("systems.<system>.streams.<stream>.samza.msg.serde", None,
-           "Serde of message values that are not bytes (bytes, string, json, avro); default: the system's.", _PKG)
-define_key("systems.<system>.streams.<stream>.samza.key.serde", None,
-           "Serde of keys that are not bytes; default: the system's.", _PKG)
-define_key("systems.<system>.streams.<stream>.samza.msg.schema", None,
-           "Avro schema (JSON text or a file path) of the stream's values when its msg serde is avro; a typed "
-           "table without delta.table.schema takes its columns from it.", _PKG)
-define_key("systems.<system>.streams.<stream>.samza.key.schema", None,
-           "Avro schema (JSON text or a file path) of the stream's keys when its key serde is avro.", _PKG)
 define_key("systems.<system>.streams.<stream>.delta.table.schema", None,
            "Makes the stream a typed table with these columns: 'name type [not null], ...', a Delta schema "
            "JSON or an Avro record (text or file path). See docs/tables.md.", _PKG)
@@ -48,8 +37,6 @@ define_key("systems.<system>.streams.<stream>.delta.table.timestamp.column", Non
            "Column that gets the message's event time when the message has no value for it.", _PKG)
 define_key("systems.<system>.streams.<stream>.delta.table.message.key.column", None,
            "Column that gets the message key when the message has no value for it.", _PKG)
-define_key("systems.<system>.samza.msg.serde", "bytes", "Default value serde of the system's streams.", _PKG)
-define_key("systems.<system>.samza.key.serde", "bytes", "Default key serde of the system's streams.", _PKG)
 define_key("systems.<system>.delta.commit.retries", 100,
            "How often a producer retries a Delta commit that lost a race with another writer.", _PKG)
 define_key("systems.<system>.delta.log.retention", "30d",

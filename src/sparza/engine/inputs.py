@@ -5,10 +5,10 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
-from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.model import TaskModel, build_task_models
-from sparza.runtime.offsets import OffsetOps
-from sparza.runtime.planner import SspPosition
+from sparza.engine.jobconfig import JobConfig
+from sparza.engine.model import TaskModel, build_task_models
+from sparza.engine.offsets import OffsetOps
+from sparza.engine.planner import SspPosition
 from sparza.streams import SystemStream, SystemStreamPartition
 from sparza.systems import SupportsPartitionCount, get_system_factory
 

@@ -2,7 +2,7 @@
 
 The driver's source (:mod:`sparza.runtime.driver.source`) plans the batch and yields, per task, one
 *marker* row whose ``value`` is the task's split as JSON; the executor side
-(:mod:`sparza.runtime.container.worker`) takes it off the front of the task's rows and reads the messages
+(:mod:`sparza.engine.worker`) takes it off the front of the task's rows and reads the messages
 itself. This module is the only thing both sides share.
 """
 
@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.datasource import InputPartition
 
-from sparza.runtime.errors import RuntimeStateError
+from sparza.engine.errors import RuntimeStateError
 from sparza.streams import MessageType
 
 __all__ = ["MARKER_SSP", "SOURCE_ARROW_SCHEMA", "SOURCE_SCHEMA", "TaskSplit", "marker_batch", "split_from_marker"]
@@ -35,7 +34,7 @@ MARKER_SSP = -1
 
 
 @dataclass
-class TaskSplit(InputPartition):  # type: ignore[misc]
+class TaskSplit:
     """What one task reads in one batch: ``starts``/``ends`` per SSP (same order as ``ssps``)."""
 
     index: int
@@ -51,7 +50,7 @@ class TaskSplit(InputPartition):  # type: ignore[misc]
     """SSPs that start at ``samza.offset.default`` instead of the task checkpoint (``samza.reset.offset``)."""
     drain: dict[str, Any] | None = None
     """The drain this batch runs under: ``{"id": <drain id>, "unreached": [source SSPs not yet at the end offset
-    observed at the drain's request]}``; None: no drain (:mod:`sparza.runtime.drain`)."""
+    observed at the drain's request]}``; None: no drain (:mod:`sparza.engine.drain`)."""
 
     def start_offsets(self) -> dict[str, str]:
         """``{ssp: start offset}`` of this batch."""

@@ -16,11 +16,11 @@ decisions.
 A task whose checkpoint holds an open intent (it flushed outputs for a batch it did not commit,
 and Spark's offset log of that batch is gone) gets a :class:`Replay` in the start plan: its next
 batch is exactly that range, with the intent's ``planned_at`` (see
-:class:`~sparza.runtime.checkpoint.Intent`).
+:class:`~sparza.engine.checkpoint.Intent`).
 
 Each SSP's end is its newest offset, capped by ``task.max.batch.messages``, by the end of a
 bounded stream (the upcoming offset seen when the planner started), by the AvailableNow
-target, and, while a drain is requested (:attr:`BatchPlanner.drain`, :mod:`sparza.runtime.drain`), by the
+target, and, while a drain is requested (:attr:`BatchPlanner.drain`, :mod:`sparza.engine.drain`), by the
 offset observed at the drain's request. Bootstrap gating: a task's other inputs stay put until its
 bootstrap inputs reached the offsets seen at start.
 
@@ -35,13 +35,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparza.runtime.checkpoint import TaskCheckpoint
-from sparza.runtime.drain import DrainRequest, source_ssps
-from sparza.runtime.errors import RuntimeStateError
-from sparza.runtime.jobconfig import InputSpec, JobConfig
-from sparza.runtime.model import TaskModel
-from sparza.runtime.offsets import OffsetOps
-from sparza.runtime.split import TaskSplit
+from sparza.engine.checkpoint import TaskCheckpoint
+from sparza.engine.drain import DrainRequest, source_ssps
+from sparza.engine.errors import RuntimeStateError
+from sparza.engine.jobconfig import InputSpec, JobConfig
+from sparza.engine.model import TaskModel
+from sparza.engine.offsets import OffsetOps
+from sparza.engine.split import TaskSplit
 from sparza.streams import SystemStreamPartition
 
 __all__ = ["BatchPlan", "BatchPlanner", "Replay", "SspPosition", "TaskPlan", "describe_waits", "input_after_end"]

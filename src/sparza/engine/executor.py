@@ -20,24 +20,20 @@ import os
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from sparza.config import Config, define_key
+from sparza.engine.errors import ProcessingError, TaskCodeError
+from sparza.engine.instance import get_instance
+from sparza.engine.jobconfig import JobConfig
+from sparza.engine.results import BatchResult, BatchStatus
+from sparza.engine.split import TaskSplit
+from sparza.engine.worker import WORKER, read_split
 from sparza.errors import ConfigError, DataError, SparzaError
 from sparza.interrupts import ignore_interrupts
-from sparza.runtime.container.instance import get_instance
-from sparza.runtime.container.worker import WORKER, read_split
-from sparza.runtime.errors import ProcessingError, TaskCodeError
-from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.results import BatchResult, BatchStatus, to_arrow
-from sparza.runtime.secrets import resolve_secrets
-from sparza.runtime.split import TaskSplit, split_from_marker
 
-__all__ = ["DETERMINISTIC", "TRACE_DIR_KEY", "TaskAttemptError", "make_task_runner", "run_split", "run_task_batch",
+__all__ = ["DETERMINISTIC", "TRACE_DIR_KEY", "TaskAttemptError", "run_task_batch", "worker_metric_changes",
            "write_trace_text"]
 
 TRACE_DIR_KEY = "task.error.trace.dir"
@@ -71,7 +67,6 @@ def run_task_batch(config: Config, split: TaskSplit, *, generation: int, task_co
     open; ``location``: where the batch ran (recorded in the task checkpoint for host affinity)."""
     ignore_interrupts()  # a terminal's Ctrl-C reaches this worker too: the driver decides when to stop
     try:
-        config = resolve_secrets(config)  # shipped as a Spark file, never in the plan (runtime/secrets.py)
         rows = read_split(config, split)
         job = JobConfig.from_config(config)
         instance = get_instance(job, split, task_count, resident=resident)
@@ -87,35 +82,6 @@ def run_task_batch(config: Config, split: TaskSplit, *, generation: int, task_co
                                ) from exc
     result.system_metrics = worker_metric_changes(config)
     return result
-
-
-def run_split(config: Config, split: TaskSplit, *, spark_batch_id: int | None, generation: int,
-              task_count: int) -> pa.RecordBatch:
-    """Run one task's batch in this process and return its result row (see the module docstring).
-
-    The Spark source's ``read`` calls this for its partition, so the task runs in the Python worker that
-    Spark starts for the read: one Python evaluation per task and batch.
-    """
-    return to_arrow(run_task_batch(config, split, generation=generation, task_count=task_count,
-                                   spark_batch_id=spark_batch_id))
-
-
-def make_task_runner(config_values: dict[str, str], spark_batch_id: int, generation: int,
-                     task_count: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A function of marker rows (:func:`~sparza.runtime.split.marker_batch`) to result rows: what the
-    in-process :class:`sparza.testing.TestRunner` drives, the same :func:`run_split` as on Spark (a picklable
-    closure over plain values; ``config_values`` without secrets)."""
-
-    def run_tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        split, rest = split_from_marker(batches)
-        if split is None:
-            return
-        for _ in rest:  # only the marker
-            pass
-        yield run_split(Config(config_values), split, spark_batch_id=spark_batch_id, generation=generation,
-                        task_count=task_count)
-
-    return run_tasks
 
 
 def worker_metric_changes(config: Config) -> dict[str, Any]:

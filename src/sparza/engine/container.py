@@ -13,11 +13,11 @@ each of which is a container. Every container runs :func:`run_container`:
    holds its state whenever one exists (host affinity, Samza's ``job.host-affinity.enabled``), and only
    tasks whose location is gone (executor lost, rescale) move, to the least-loaded containers.
 3. **The run loop.** For each of its tasks the container keeps a :class:`TaskLoop`: a one-task
-   :class:`~sparza.runtime.planner.BatchPlanner` and the cached
-   :class:`~sparza.runtime.container.instance.TaskInstance`.
+   :class:`~sparza.engine.planner.BatchPlanner` and the cached
+   :class:`~sparza.engine.instance.TaskInstance`.
    It polls the inputs' positions every ``task.poll.interval.ms`` while idle, and whenever a task has new
    messages (and its last batch started at least ``task.commit.ms`` ago) it runs that task's next batch:
-   read, process, commit through the same :class:`~sparza.runtime.container.commit.TaskCommit` as a micro-batch
+   read, process, commit through the same :class:`~sparza.engine.commit.TaskCommit` as a micro-batch
    (intent, producer transactions, snapshots, checkpoint). Stores stay open between batches: the task
    does not leave this process until the epoch ends.
 4. **Drain.** A drain (the epoch plan's, or one the driver sends over the channel while the epoch runs) goes
@@ -38,40 +38,35 @@ retry) restarts its tasks from their last commit and replays an open intent exac
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import pyarrow as pa
-
 from sparza.config import Config, define_key
+from sparza.engine.drain import DrainRequest
+from sparza.engine.epoch import EpochJob, EpochPlan
+from sparza.engine.errors import RuntimeStateError
+from sparza.engine.executor import run_task_batch
+from sparza.engine.jobconfig import JobConfig
+from sparza.engine.model import TaskModel
+from sparza.engine.planner import BatchPlan, BatchPlanner, SspPosition
+from sparza.engine.results import BatchResult, BatchStatus
 from sparza.errors import ConfigError
-from sparza.runtime.container.executor import run_task_batch
-from sparza.runtime.drain import DrainRequest
-from sparza.runtime.epoch import EpochJob, EpochPlan
-from sparza.runtime.errors import RuntimeStateError
-from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.model import TaskModel
-from sparza.runtime.planner import BatchPlan, BatchPlanner, SspPosition
-from sparza.runtime.results import BatchResult, BatchStatus
 from sparza.streams import SystemStreamPartition
 
 __all__ = [
-    "CONTAINER_SCHEMA",
     "Container",
     "ContainerReporter",
     "TaskLoop",
     "assign_tasks",
     "broadcast_ready",
     "location_of",
-    "run_container",
 ]
 
 _log = logging.getLogger(__name__)
@@ -146,7 +141,7 @@ def assign_tasks(tasks: list[tuple[str, str]], containers: list[Mapping[str, str
 
 
 PLANNING_ERRORS: tuple[type[Exception], ...] = (RuntimeStateError, ConfigError)
-"""Planning failures a retry repeats (see :mod:`sparza.runtime.planner`): the job stops at once."""
+"""Planning failures a retry repeats (see :mod:`sparza.engine.planner`): the job stops at once."""
 
 Clock = Callable[[], float]
 """Seconds, monotonic (``time.monotonic``); injectable so tests can run a container loop without waiting."""
@@ -272,8 +267,10 @@ class Container:
 
     def __init__(self, plan: EpochPlan, index: int, assignment: Mapping[tuple[str, str], int],
                  reporter: ContainerReporter, *, location: Mapping[str, str] | None = None,
-                 clock: Clock = time.monotonic, wall_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 clock: Clock = time.monotonic, wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 resolve: Callable[[Config], Config] = lambda config: config) -> None:
         self.plan = plan
+        self.resolve = resolve  # the host's way to put a shipped config's secrets back
         self.index = index
         self.reporter = reporter
         self.clock = clock
@@ -288,11 +285,9 @@ class Container:
                 self._add_job(epoch_job, mine)
 
     def _add_job(self, epoch_job: EpochJob, tasks: list[str]) -> None:
-        from sparza.runtime.checkpoint import checkpoint_store_from_config
-        from sparza.runtime.inputs import InputSystems
-        from sparza.runtime.secrets import resolve_secrets
-
-        job = JobConfig.from_config(resolve_secrets(Config(epoch_job.config)))
+        from sparza.engine.checkpoint import checkpoint_store_from_config
+        from sparza.engine.inputs import InputSystems
+        job = JobConfig.from_config(self.resolve(Config(epoch_job.config)))
         inputs = InputSystems(job)
         positions, refresh = _cached_positions(inputs)
         models = {m.name: m for m in inputs.task_models()}
@@ -405,7 +400,7 @@ class Container:
                 self._finish(other, other_loop, "stopped")
 
     def _release(self) -> None:
-        from sparza.runtime.container.instance import release_instance
+        from sparza.engine.instance import release_instance
 
         for (job_key, task), _loop in self.loops.items():
             release_instance(self._jobs[job_key].job.config, task)
@@ -413,82 +408,3 @@ class Container:
     def _poll_ms(self) -> int:
         values = [p.job.config.get_int("task.poll.interval.ms", 50, min_value=0) for p in self._jobs.values()]
         return min(values) if values else 50
-
-
-CONTAINER_SCHEMA = "job string, kind string, body string"
-"""Rows an epoch's Spark job returns: the events a container could not send over the channel."""
-
-
-def run_container(plan_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The barrier ``mapInArrow`` function of an epoch: this Spark task is one container (module docstring)."""
-    from pyspark import BarrierTaskContext
-
-    from sparza.interrupts import ignore_interrupts
-    from sparza.runtime.channel import ContainerChannelClient, result_to_json
-    from sparza.runtime.secrets import resolve_secrets
-
-    ignore_interrupts()  # a terminal's Ctrl-C reaches this worker too: the driver decides when to stop
-    for _ in batches:  # the one input row of this partition
-        pass
-    plan = EpochPlan.from_json(plan_json)
-    context = BarrierTaskContext.get()
-    index = context.partitionId()
-    mine = {j.key: location_of(JobConfig.from_config(resolve_secrets(Config(j.config)))) for j in plan.jobs}
-    message = json.dumps(mine, sort_keys=True)
-    # A lone container gathers only its own locations: Spark's barrier sync costs at least a second (the task
-    # checks the sync's reply once a second), for nothing.
-    gathered = [message] if len(context.getTaskInfos()) == 1 else context.allGather(message)
-    locations = [json.loads(m) for m in gathered]
-    previous = {(j.key, t): loc for j in plan.jobs for t, loc in j.locations.items()}
-    assignment = assign_tasks([(j.key, t) for j in plan.jobs for t in j.tasks], locations, previous,
-                              affinity=plan.affinity)
-    channel = (ContainerChannelClient.connect(plan.channel, plan.epoch, index,
-                                              driver_timeout_s=plan.driver_timeout_ms / 1000.0)
-               if plan.channel else None)
-    undelivered: list[tuple[str, str, str]] = []
-    if channel is not None:
-        moves = [{"job": key, "task": task, "from": previous.get((key, task)), "to": mine[key]}
-                 for (key, task), i in sorted(assignment.items())
-                 if i == index and previous.get((key, task)) != mine[key]]
-        channel.hello(mine, sorted(t for (_k, t), i in assignment.items() if i == index), moves,
-                      alive=sorted({loc for c in locations for loc in c.values()}))
-
-    class _Reporter:
-        def result(self, job: str, result: BatchResult) -> None:
-            if channel is None or not channel.send_result(job, result):
-                undelivered.append((job, "result", json.dumps(result_to_json(result))))
-
-        def done(self, job: str, task: str, why: str) -> None:
-            if channel is None or not channel.send_done(job, task, why):
-                undelivered.append((job, "done", json.dumps({"task": task, "why": why})))
-
-        def waiting(self, job: str, task: str, why: str) -> None:
-            if channel is None or not channel.send_waiting(job, task, why):
-                undelivered.append((job, "waiting", json.dumps({"task": task, "why": why})))
-
-        def wait_end(self, wait_s: float) -> bool:
-            if channel is None:
-                if wait_s > 0:
-                    time.sleep(wait_s)
-                return False
-            return channel.poll_end(wait_s)
-
-        def drains(self) -> Mapping[str, dict[str, Any] | None]:
-            return channel.drains if channel is not None else {}
-
-    try:
-        Container(plan, index, assignment, _Reporter(), location=mine).run()
-        if channel is not None and channel.driver_lost:
-            _log.warning("container %s of epoch %s: the driver was silent for %.1f s or went away: ended the epoch at "
-                         "a batch boundary (its tasks continue from their commits wherever the driver runs them "
-                         "next)", index, plan.epoch, plan.driver_timeout_ms / 1000.0)
-    except BaseException as exc:
-        if channel is not None:
-            channel.send_error(f"{type(exc).__name__}: {exc}")
-        raise
-    finally:
-        if channel is not None:
-            channel.close()
-    yield pa.RecordBatch.from_pylist([{"job": j, "kind": k, "body": b} for j, k, b in undelivered],
-                                     schema=pa.schema([("job", pa.string()), ("kind", pa.string()),
-                                                       ("body", pa.string())]))

@@ -25,11 +25,6 @@ _PKG = "runtime"
 
 define_key(PAYLOAD_PREFIX_KEY, "16", "At most this many bytes of a message payload (key or value) appear in an "
            "error message, marked as a prefix; payloads may hold personal data. 0 shows none.", _PKG)
-define_key("task.class", None, "Dotted path (module.Class or module:Class) of the StreamTask class.", _PKG)
-define_key("app.class", None, "Dotted path of a StreamApplication (high-level API); planned into stages.", _PKG)
-define_key("app.stage", None, "Stage of app.class this job config runs (written by the planner).", _PKG)
-define_key("task.inputs", None, "Comma list of system.stream inputs; task N owns partition N of each.", _PKG)
-define_key("task.broadcast.inputs", "", "system.stream#N / #[N-M] partitions read by every task.", _PKG)
 define_key("task.max.batch.messages", "100000", "Most messages per SSP in one batch (caps each plan).", _PKG)
 define_key("task.commit.ms", "1000", "Trigger interval: a batch (and its commit) at most this often.", _PKG)
 define_key("task.window.ms", "-1", "Call WindowableTask.window this often, the first time this long after the task's "
@@ -55,15 +50,8 @@ define_key("systems.<system>.samza.offset.default", "upcoming",
            "Where a task without checkpoint starts: oldest or upcoming.", _PKG)
 define_key("systems.<system>.streams.<stream>.samza.offset.default", None,
            "Per-stream override of systems.<system>.samza.offset.default.", _PKG)
-define_key("systems.<system>.samza.key.serde", "bytes", "Serde of message keys of the system (bytes/string/json).",
-           _PKG)
-define_key("systems.<system>.samza.msg.serde", "bytes", "Serde of message values of the system.", _PKG)
-define_key("systems.<system>.streams.<stream>.samza.key.serde", None, "Per-stream key serde override.", _PKG)
-define_key("systems.<system>.streams.<stream>.samza.msg.serde", None, "Per-stream message serde override.", _PKG)
 define_key("systems.<system>.streams.<stream>.samza.bootstrap", "false",
            "Bootstrap stream: other inputs wait until it reached the offsets seen at start.", _PKG)
-define_key("systems.<system>.streams.<stream>.bounded", "false",
-           "The stream ends at the newest offset seen when the job started (end-of-stream).", _PKG)
 define_key("metrics.reporter.prometheus.port", None, "Serve job metrics for Prometheus on this loopback port.",
            _PKG)
 define_key("metrics.reporter.jsonl.path", None, "Append a metrics snapshot per batch to this JSON-lines file.",

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sparza.engine.jobconfig import InputSpec, JobConfig
 from sparza.errors import ConfigError
-from sparza.runtime.jobconfig import InputSpec, JobConfig
 from sparza.streams import SystemStream, SystemStreamPartition
 
 __all__ = ["TaskModel", "build_task_models", "task_name"]

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import quote, unquote
 
-from sparza.config import Config, define_key
+from sparza.config import Config
+from sparza.engine.errors import CheckpointConflictError, CheckpointFencedError
 from sparza.errors import ConfigError
-from sparza.runtime.errors import CheckpointConflictError, CheckpointFencedError
 
 if TYPE_CHECKING:  # the claim is the driver's business: executors never import it
     from sparza.coordination.jobclaim import ClaimBackend
@@ -50,8 +50,6 @@ __all__ = [
     "stamp_generation",
 ]
 
-define_key("blob.store.local.root", ".sparza/blobstore",
-           "Root dir of the local blob store; task checkpoints default to <root>/checkpoints.", "runtime")
 
 CHECKPOINT_VERSION = 2
 """Format version: 2 adds ``pending`` (written as 2 only when an intent is open, so older readers refuse it)."""
@@ -77,7 +75,7 @@ class Intent:
     adjunct_reads: dict[str, int] = field(default_factory=dict)
     """Broadcast store → the batch of the publication the first attempt read (a replay reads the same)."""
     drain: dict[str, Any] | None = None
-    """The drain the batch ran under, as its split said (:attr:`~sparza.runtime.split.TaskSplit.drain`): a replay
+    """The drain the batch ran under, as its split said (:attr:`~sparza.engine.split.TaskSplit.drain`): a replay
     decides the same, whether a drain was requested since or ended."""
 
     def to_json(self) -> dict[str, Any]:
@@ -109,7 +107,7 @@ class TaskCheckpoint:
     snapshot-index blob id (or a local marker when the store is not backed up). ``control``: the
     control-message state (watermarks, end-of-stream counts). ``ended``: the task delivered
     end-of-stream to its task code. ``spark_batch_id`` and ``written_at_ms`` are informational.
-    ``location``: the state dir (host and dir, :func:`sparza.runtime.container.runloop.location_of`) where the batch
+    ``location``: the state dir (host and dir, :func:`sparza.engine.container.location_of`) where the batch
     ran, so the next epoch can run the task where its local state is (host affinity). ``drain``: the drain
     messages read on intermediate inputs and the drain the task completed
     (:meth:`sparza.control.drain.DrainTracker.snapshot`).
@@ -210,7 +208,7 @@ class SupportsJobClaim(Protocol):
 @runtime_checkable
 class SupportsJobDocuments(Protocol):
     """A checkpoint store that keeps small job-wide documents next to the task checkpoints (names start with
-    ``_``, never ``.json``: not tasks), e.g. a drain request (:mod:`sparza.runtime.drain`)."""
+    ``_``, never ``.json``: not tasks), e.g. a drain request (:mod:`sparza.engine.drain`)."""
 
     def read_document(self, name: str) -> bytes | None:
         """The document's bytes; None when there is none."""

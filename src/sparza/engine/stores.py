@@ -32,16 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from sparza.config import define_key
+from sparza.engine.errors import RuntimeStateError
+from sparza.engine.jobconfig import JobConfig
 from sparza.metrics import MetricsRegistry
-from sparza.runtime.errors import RuntimeStateError
-from sparza.runtime.jobconfig import JobConfig
 
 __all__ = ["LOCAL_SNAPSHOT_PREFIX", "StoreHandle", "TaskStores"]
 
 define_key("stores.<store>.object.cache.size", "10000", "Deserialized entries cached per task store (write-back, "
            "written to the store at commit); 0 turns the cache off.", "runtime")
-define_key("stores.<store>.backup.factories", "", "blobstore: back the store up to the blob store at every commit "
-           "(SEP-003); empty: local only.", "runtime")
 
 LOCAL_SNAPSHOT_PREFIX = "local:"
 _MEMORY_TAG = ":memory-"  # in the local snapshot ids of memory stores: local:<batch>:memory-<unique>
@@ -231,7 +229,7 @@ class TaskStores:
     def _backup_client(self) -> Any:
         if self._backup is None:
             from sparza.blobstore import blob_store_manager_from_config
-            from sparza.runtime.container.worker import WORKER
+            from sparza.engine.worker import WORKER
             from sparza.state.backup import StateBackup
 
             # Backups outlive batches: their metrics go to the worker's registry, drained into each result.

@@ -1,4 +1,4 @@
-"""One task's batch on an executor: restore, process, then commit (:mod:`sparza.runtime.container.commit`).
+"""One task's batch on an executor: restore, process, then commit (:mod:`sparza.engine.commit`).
 
 :meth:`TaskInstance.run_batch` is Samza's TaskInstance lifecycle on a batch boundary:
 
@@ -6,7 +6,7 @@
 2. bring the stores to the checkpoint's snapshots (reuse the local dir when it matches);
 3. deliver every message in order (control messages go to :class:`~sparza.control.TaskControl`);
 4. watermark, window, end-of-stream and drain callbacks, decided from the plan (never the local clock);
-5. commit with :class:`~sparza.runtime.container.commit.TaskCommit`: intent, flush, adjunct, snapshot, task
+5. commit with :class:`~sparza.engine.commit.TaskCommit`: intent, flush, adjunct, snapshot, task
    checkpoint, cleanup — numbered steps, each a fault point of the guarantees harness.
 
 Task objects are cached per worker process and reused only while their in-memory view matches the
@@ -29,17 +29,17 @@ import pyarrow.compute as pc
 
 from sparza.config import Config
 from sparza.deadletters import DataErrorPolicy, dead_letter_value
+from sparza.engine.checkpoint import CheckpointStore, Intent, TaskCheckpoint, checkpoint_store_from_config
+from sparza.engine.commit import TaskCommit, commit_listeners
+from sparza.engine.errors import ProcessingError, RuntimeStateError, TaskCodeError
+from sparza.engine.jobconfig import JobConfig
+from sparza.engine.results import BatchResult, BatchStatus
+from sparza.engine.split import TaskSplit
+from sparza.engine.stores import TaskStores
+from sparza.engine.worker import WORKER
 from sparza.errors import DataError, ErrorKind, SerdeError, StorageUnavailableError, classify
 from sparza.metrics import MetricsRegistry
-from sparza.runtime.checkpoint import CheckpointStore, Intent, TaskCheckpoint, checkpoint_store_from_config
-from sparza.runtime.container.commit import TaskCommit, commit_listeners
-from sparza.runtime.container.stores import TaskStores
-from sparza.runtime.container.worker import WORKER
-from sparza.runtime.errors import ProcessingError, RuntimeStateError, TaskCodeError
-from sparza.runtime.jobconfig import JobConfig
-from sparza.runtime.results import BatchResult, BatchStatus
-from sparza.runtime.split import TaskSplit
-from sparza.serde import BytesSerde, Serde, stream_serde
+from sparza.serde import BytesSerde, Serde
 from sparza.streams import (
     IncomingMessageEnvelope,
     MessageType,
@@ -55,6 +55,7 @@ from sparza.systems import (
     get_system_factory,
     load_object,
 )
+from sparza.systems.settings import stream_serde
 from sparza.task import (
     BatchStreamTask,
     ClosableTask,
@@ -763,7 +764,7 @@ class TaskInstance:
 
     def _commit(self, split: TaskSplit, cp: TaskCheckpoint | None, etag: str | None, result: BatchResult,
                 spark_batch_id: int | None, generation: int, output_batch: int) -> None:
-        """Commit the batch with :class:`~sparza.runtime.container.commit.TaskCommit` (it runs the numbered steps)."""
+        """Commit the batch with :class:`~sparza.engine.commit.TaskCommit` (it runs the numbered steps)."""
 
         def checkpoint(stores: dict[str, str], adjunct: dict[str, Any] | None) -> TaskCheckpoint:
             return TaskCheckpoint(

@@ -1,7 +1,7 @@
 """The epoch plan: what the driver hands every container of an epoch (the container mode's contract).
 
 The driver (:mod:`sparza.runtime.driver.epochs`) builds an :class:`EpochPlan` per epoch; it travels as JSON in
-the Spark job's closure to each container (:mod:`sparza.runtime.container.runloop`).
+the Spark job's closure to each container (:mod:`sparza.engine.container`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class EpochJob:
     this processor. ``locations``: task → the location of its last commit (from its checkpoint).
     ``start_positions``: SSP → upcoming offset when the job started (where bounded streams end and bootstrap
     streams must reach). ``targets``: ``--once`` only, SSP → offset not to plan past. ``drain``: the drain
-    requested when the epoch was planned (:meth:`sparza.runtime.drain.DrainRequest.to_json`), or None; a drain
+    requested when the epoch was planned (:meth:`sparza.engine.drain.DrainRequest.to_json`), or None; a drain
     requested while the epoch runs reaches the containers over the channel.
     """
 

@@ -8,7 +8,7 @@ upcoming offset observed at the request. The request is read by the driver every
 ``job.drain-monitor.poll.interval.ms`` (:class:`~sparza.runtime.driver.drainmonitor.DrainMonitor`, Samza's
 DrainMonitor; :func:`~sparza.runtime.driver.drainmonitor.request_drain` writes requests) and handed to the
 planner, which never plans a source partition past its end offset, records the drain in the plan it logs,
-and tells every task in its split (:attr:`~sparza.runtime.split.TaskSplit.drain`) which of its source
+and tells every task in its split (:attr:`~sparza.engine.split.TaskSplit.drain`) which of its source
 partitions have not reached their end yet. The split's drain goes into the batch's intent, so a replay
 decides exactly as the first attempt did.
 
@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparza.config import Config, define_key
+from sparza.engine.checkpoint import SupportsJobDocuments, checkpoint_store_from_config
+from sparza.engine.errors import RuntimeStateError
+from sparza.engine.jobconfig import JobConfig
 from sparza.errors import ConfigError
-from sparza.runtime.checkpoint import SupportsJobDocuments, checkpoint_store_from_config
-from sparza.runtime.errors import RuntimeStateError
-from sparza.runtime.jobconfig import JobConfig
 from sparza.streams import SystemStream, SystemStreamPartition
 
 __all__ = ["DRAIN_DOCUMENT", "DrainRequest", "check_standalone", "clear_drain", "drain_scope", "read_drain",

@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from sparza.config import Config
+from sparza.engine.split import SOURCE_ARROW_SCHEMA, TaskSplit
 from sparza.metrics import MetricsRegistry
-from sparza.runtime.split import SOURCE_ARROW_SCHEMA, TaskSplit
 from sparza.streams import SystemStreamPartition
 from sparza.systems import SupportsArrowRead, SystemConsumer, SystemProducer, get_system_factory
 
@@ -92,7 +92,7 @@ class WorkerCaches:
 
     def metrics(self, config: Config) -> MetricsRegistry:
         """The registry of the job's long-lived objects in this worker (producers, consumers, store
-        backups); :mod:`sparza.runtime.container.executor` sends its :meth:`~MetricsRegistry.changes` with each
+        backups); :mod:`sparza.engine.executor` sends its :meth:`~MetricsRegistry.changes` with each
         result."""
         return self._job(config).metrics
 
@@ -152,7 +152,7 @@ def _envelopes_to_arrow(envelopes: Iterator[Any], rows: int = 10_000) -> Iterato
 def read_split(config: Config, split: TaskSplit) -> Iterator[pa.RecordBatch]:
     """Every message of a task's batch: each SSP's messages in ``[start, end)``, in the split's SSP order.
 
-    Runs in the Python worker that runs the task (see :mod:`sparza.runtime.container.executor`), so messages go
+    Runs in the Python worker that runs the task (see :mod:`sparza.engine.executor`), so messages go
     from storage to the task as Arrow with no detour through the JVM.
     """
     for i, (name, start, end) in enumerate(zip(split.ssps, split.starts, split.ends, strict=True)):

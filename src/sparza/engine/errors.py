@@ -64,7 +64,7 @@ class JobStalledError(JobFailedError):
 
 def broadcast_stall(job: str, waits: list[str]) -> JobStalledError:
     """The error of a ``--once`` run of ``job`` whose tasks wait for broadcast publications that will not come
-    (``waits``: :meth:`~sparza.runtime.planner.BatchPlanner.broadcast_waits`)."""
+    (``waits``: :meth:`~sparza.engine.planner.BatchPlanner.broadcast_waits`)."""
     return JobStalledError(
         f"{job} cannot make progress: {'; '.join(waits)}, and nothing left to read would make it publish. A "
         "versioned store is published once every partition of its stream sent an end-of-dataset marker (write "

@@ -5,7 +5,7 @@ ones ``docs/runtime.md`` and ``docs/guarantees.md`` use). After each step the co
 each :class:`CommitListener` (``task.commit.listeners``; the fault injection of tests and of the guarantees
 harness is one, in :mod:`sparza.testing.faults`), and a listener that raises fails the commit right there:
 
-1. **intent** — if the task used producers, write its :class:`~sparza.runtime.checkpoint.Intent`
+1. **intent** — if the task used producers, write its :class:`~sparza.engine.checkpoint.Intent`
    (the batch's exact input range and output version) into the task checkpoint, conditional on the
    version read when the batch began and fenced by generation. From here on a restart replays
    exactly this range with this version, even if Spark's offset log is lost.
@@ -40,9 +40,9 @@ from concurrent.futures import Future
 from typing import Any, Protocol, runtime_checkable
 
 from sparza.config import Config, define_key
+from sparza.engine.checkpoint import CheckpointStore, Intent, TaskCheckpoint
+from sparza.engine.errors import RuntimeStateError
 from sparza.metrics import MetricsRegistry
-from sparza.runtime.checkpoint import CheckpointStore, Intent, TaskCheckpoint
-from sparza.runtime.errors import RuntimeStateError
 from sparza.systems import SystemProducer, Transaction, load_object
 
 __all__ = [
@@ -132,7 +132,7 @@ CheckpointBuilder = Callable[[dict[str, str], dict[str, Any] | None], TaskCheckp
 class TaskCommit:
     """Commits one batch of one task: :meth:`run` runs the steps (see the module docstring).
 
-    ``stores`` is the task's :class:`~sparza.runtime.container.stores.TaskStores`; ``adjunct`` its adjunct manager or
+    ``stores`` is the task's :class:`~sparza.engine.stores.TaskStores`; ``adjunct`` its adjunct manager or
     None; ``intent`` the batch's range and output batch; ``checkpoint`` builds the task checkpoint of step 5
     from the snapshot ids and the adjunct entry.
     """

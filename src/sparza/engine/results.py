@@ -39,7 +39,7 @@ class BatchResult:
     late: int = 0  # messages event-time operators found late (their windows had fired): dropped or routed
     late_routed: int = 0  # of those, routed to task.late.messages.stream
     ended: bool = False
-    drained: bool = False  # the task completed the drain its batch ran under (see sparza.runtime.drain)
+    drained: bool = False  # the task completed the drain its batch ran under (see sparza.engine.drain)
     shutdown: bool = False
     process_ms: float = 0.0
     commit_ms: float = 0.0
