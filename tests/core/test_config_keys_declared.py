@@ -38,8 +38,8 @@ STRING_GETTERS_ALLOWED = {
     "sparza/engine/instance.py", "sparza/engine/stores.py", "sparza/testing/runner.py",
     # Not converted yet (each package's landing removes its files from this list).
     "sparza/api/graph.py", "sparza/api/stage_plan.py", "sparza/api/stage_task.py", "sparza/azure/account.py",
-    "sparza/azure/resolve.py", "sparza/blobstore/azure.py", "sparza/blobstore/factory.py",
-    "sparza/blobstore/retry.py", "sparza/cli/coordinator.py", "sparza/cli/demo.py", "sparza/cli/run.py",
+    "sparza/azure/resolve.py",
+    "sparza/cli/coordinator.py", "sparza/cli/demo.py", "sparza/cli/run.py",
     "sparza/cli/snapshots.py", "sparza/cli/stream.py", "sparza/control/settings.py",
     "sparza/coordination/factory.py", "sparza/coordination/settings.py", "sparza/deadletters.py",
     "sparza/engine/checkpoint.py", "sparza/engine/drain.py", "sparza/engine/jobconfig.py",

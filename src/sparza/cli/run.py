@@ -44,7 +44,13 @@ def run(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="
                                    help="Spark Connect URL sc://host:port (default: spark.remote); excludes --master."),
         py_files: str = typer.Option(None, "--py-files", metavar="ZIPS",
                                      help="Comma list of zips (sparza package) executors import the job's code "
-                                          "from (default: job.py.files).")) -> None:
+                                          "from (default: job.py.files)."),
+        from_savepoint: str = typer.Option(None, "--from-savepoint", metavar="NAME",
+                                           help="Start from this savepoint (sparza savepoint create): its offsets "
+                                                "and state; given again at a restart, the job continues instead."),
+        savepoint_config: str = typer.Option(None, "--savepoint-config", metavar="FILE",
+                                             help="A config whose blob store holds the savepoint (default: the "
+                                                  "job's own).")) -> None:
     """Run a job until stopped, or until every bounded input ended; with --once, until caught up; with --drain (or after
     sparza drain), until drained.
 
@@ -60,6 +66,8 @@ def run(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="
     if py_files:
         cfg = cfg.with_overrides({"job.py.files": py_files})
     pid = processor_id or cfg.get_str("processor.id", None) or "0"  # type: ignore[attr-defined]
+    if from_savepoint:
+        _start_from_savepoint(config, from_savepoint, savepoint_config)
     try:
         outcome = run_config(cfg, master=master, remote=remote, processor_id=pid,  # type: ignore[arg-type]
                              once=once, stage=stage, drain=drain)
@@ -67,6 +75,20 @@ def run(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_CLAIMED) from None
     raise typer.Exit(outcome.exit_code)
+
+
+def _start_from_savepoint(config: str, name: str, source: str | None) -> None:
+    """Write the job's task checkpoints from savepoint ``name`` (unless the job already started from it)."""
+    from sparza.ops import restore_savepoint
+
+    done = restore_savepoint(_load(config), name, source=_load(source) if source else None)  # type: ignore[arg-type]
+    if done is None:
+        typer.echo(f"sparza: the job started from savepoint {name} before: continuing from its own checkpoints",
+                   err=True)
+        return
+    typer.echo(f"sparza: started {len(done.tasks)} task(s) from savepoint {name} (operation {done.id})", err=True)
+    for note in done.notes:
+        typer.echo(f"sparza:   {note}", err=True)
 
 
 def drain(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="Job config (YAML or .properties)."),
@@ -163,9 +185,13 @@ def _offsets_caption(cfg: object, checkpoints: Mapping[str, TaskCheckpoint]) -> 
 @checkpoints_app.command("show")
 def show(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="Job config (YAML or .properties)."),
          as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-         lag: bool = typer.Option(True, "--lag/--no-lag", help="Also show each input's lag (asks the systems).")
+         lag: bool = typer.Option(True, "--lag/--no-lag", help="Also show each input's lag (asks the systems)."),
+         history: bool = typer.Option(False, "--history",
+                                      help="Print every rewind and savepoint restore of the job (with --json: as "
+                                           "JSON) instead of the checkpoints.")
          ) -> None:
-    """Print every task's checkpoint: batch, generation, offsets (with lag), store snapshots."""
+    """Print every task's checkpoint: batch, generation, offsets (with lag), store snapshots, and the newest
+    rewinds and savepoint restores (who, when, from what to what)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -186,6 +212,9 @@ def show(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help=
         stage_job = JobConfig.from_config(stage_cfg, require_inputs=False)  # type: ignore[arg-type]
         check_storage(stage_cfg, blob_store=False, local=False)  # type: ignore[arg-type]
         store = checkpoint_store_from_config(stage_cfg, stage_job.job_key)  # type: ignore[arg-type]
+        if history:
+            _print_history(store, as_json=as_json)
+            return
         checkpoints = store.read_all()
         if as_json:
             everything[stage_job.job_key] = {t: json.loads(cp.to_json()) for t, cp in sorted(checkpoints.items())}
@@ -208,8 +237,38 @@ def show(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help=
                           "" if intent is None else f"batch {intent.batch} up to "
                           + ", ".join(f"{k} {v}" for k, v in sorted(intent.ends.items())))
         console.print(table)
+        _print_history(store, as_json=False, newest=5)
     if as_json:
         typer.echo(json.dumps(everything if len(configs) > 1 else next(iter(everything.values()), {}), indent=2))
+
+
+def _print_history(store: object, *, as_json: bool, newest: int | None = None) -> None:
+    """The job's operations journal (:mod:`sparza.ops.journal`): all, or the ``newest`` few under the table."""
+    import datetime as dt
+
+    from sparza.ops.journal import read_journal
+
+    operations = read_journal(store)  # type: ignore[arg-type]
+    if as_json:
+        typer.echo(json.dumps([op.to_json() for op in operations], indent=2))
+        return
+    if newest is not None:
+        if not operations:
+            return
+        if len(operations) > newest:
+            typer.echo(f"operations ({len(operations) - newest} older ones: --history):")
+        operations = operations[-newest:]
+    elif not operations:
+        typer.echo("no rewinds or savepoint restores recorded")
+    for op in operations:
+        when = dt.datetime.fromtimestamp(op.at_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        typer.echo(f"{when} {op.kind} to {op.target} by {op.by} (operation {op.id}), {len(op.tasks)} task(s)")
+        for task, change in sorted(op.tasks.items()):
+            moved = [f"{s} {change.offsets_from.get(s, '-')} -> {o}" for s, o in sorted(change.offsets_to.items())
+                     if change.offsets_from.get(s) != o]
+            typer.echo(f"  {task}: state {change.state}; " + ("; ".join(moved) if moved else "offsets unchanged"))
+        for note in op.notes:
+            typer.echo(f"  {note}")
 
 
 @checkpoints_app.command("drop-intent")

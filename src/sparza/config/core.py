@@ -36,7 +36,8 @@ ENV_PREFIX = "SPARZA_CONF_"
 _MISSING: Any = object()
 _T = TypeVar("_T")
 
-_SECRET_WORDS = ("account.key", "password", "secret", "connect", "sas", "sensitive.", "token", "credential")
+_SECRET_WORDS = ("account.key", "password", "secret", "connect", "sas", "sensitive.", "token", "credential",
+                 "user.info")
 
 
 def is_secret_key(key: str) -> bool:

@@ -42,6 +42,7 @@ __all__ = [
     "SystemStreamPartitionMetadata",
     "Transaction",
     "check_configured_streams",
+    "check_registry_schemas",
     "get_system_factory",
     "load_object",
 ]
@@ -396,7 +397,10 @@ def check_configured_streams(config: Config, known: set[tuple[str, str]] = froze
     ``keyed_count.output``) that does not exist raises :class:`~sparza.errors.StartCheckError` naming the
     key and the command that creates it. A stream the config only describes (a serde, a physical name
     under ``systems.<s>.streams.<x>``) may be a leftover the job never writes: its absence is a warning
-    (``warn``, default stderr)."""
+    (``warn``, default stderr).
+
+    Then every stream schema a system's schema registry governs is one the registry accepts
+    (:func:`check_registry_schemas`)."""
     from sparza.config.check import keys_read_by_job_code
     from sparza.errors import StartCheckError, job_config_ref
 
@@ -455,6 +459,37 @@ def check_configured_streams(config: Config, known: set[tuple[str, str]] = froze
             line = (f"config key '{described[pair]}' describes stream {system}.{stream}{where}, which does not "
                     f"exist; if the job writes to it, {hint}")
             (warn or (lambda text: print(f"warning: {text}", file=sys.stderr, flush=True)))(line)
+    check_registry_schemas(config)
+
+
+def check_registry_schemas(config: Config) -> None:
+    """Each ``systems.<s>.streams.<x>.samza.<key|msg>.schema`` of a system with a schema registry, whose serde
+    is avro, is one its subject accepts (compatible under the subject's level, or registered already when
+    auto-registration is off): otherwise the first record written would fail the job after Spark started.
+    Raises :class:`~sparza.schemaregistry.IncompatibleSchemaError` naming the subject and the version, or
+    :class:`~sparza.errors.StartCheckError` when the registry does not answer."""
+    from sparza.errors import StartCheckError
+    from sparza.schemaregistry import RegistryAvroSerde, SchemaRegistryError
+    from sparza.systems.settings import stream_serde
+
+    for key in sorted(config):
+        parts = key.split(".")
+        if len(parts) < 7 or parts[0] != "systems" or parts[2] != "streams" or parts[-1] != "schema" \
+                or parts[-2] not in ("key", "msg") or parts[-3] != "samza":
+            continue
+        system, stream, which = parts[1], ".".join(parts[3:-3]), parts[-2]
+        if not config.get(f"systems.{system}.schema.registry.url"):
+            continue
+        serde = stream_serde(config, system, stream, which)
+        if not isinstance(serde, RegistryAvroSerde):
+            continue
+        try:
+            serde.check()
+        except SchemaRegistryError as exc:
+            url_key = f"systems.{system}.schema.registry.url"
+            raise StartCheckError(url_key, config.get(url_key), "", message=(
+                f"config key '{key}': cannot check the schema of stream {system}.{stream} with subject "
+                f"'{serde.subject}': {exc}")) from exc
 
 
 _STREAM_SETTING_SUFFIXES = ("samza.key.serde", "samza.msg.serde", "samza.key.schema", "samza.msg.schema",

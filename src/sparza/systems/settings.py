@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sparza.config import BOOL, STR, Config, define_key
-from sparza.serde import Serde, serde_from_name
+from sparza.serde import Serde, load_avro_schema, serde_from_name
 
 __all__ = [
     "STREAM_BOUNDED",
@@ -55,8 +55,18 @@ def stream_serde(config: Mapping[str, str], system: str, stream: str, which: str
     stream's ``samza.<which>.serde``, else the system's, else bytes; an avro serde takes its schema from the
     stream's ``samza.<which>.schema``.
 
+    When the system has a schema registry (``systems.<s>.schema.registry.url``), an avro serde goes through it
+    (:class:`~sparza.schemaregistry.RegistryAvroSerde`: the Confluent wire format; the schema is then optional).
+
     Every system, the runtime and the test runner resolve a stream's serdes here, so they agree."""
     serde_key, schema_key = _SERDES[which]
+    if str(serde_key.get(config, system=system, stream=stream)).strip().lower() == "avro":
+        from sparza.schemaregistry import registry_serde
+
+        schema = schema_key.get(config, system=system, stream=stream)
+        found = registry_serde(config, system, stream, which, load_avro_schema(schema) if schema else None)
+        if found is not None:
+            return found
     return serde_from_name(serde_key.get(config, system=system, stream=stream),
                            key=serde_key.where(config, system=system, stream=stream),
                            schema=schema_key.get(config, system=system, stream=stream), config=config)
