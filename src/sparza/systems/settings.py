@@ -15,6 +15,7 @@ from sparza.serde import Serde, load_avro_schema, serde_from_name
 
 __all__ = [
     "STREAM_BOUNDED",
+    "STREAM_INTERMEDIATE",
     "STREAM_KEY_SCHEMA",
     "STREAM_KEY_SERDE",
     "STREAM_MSG_SCHEMA",
@@ -43,6 +44,9 @@ STREAM_MSG_SCHEMA = define_key("systems.<system>.streams.<stream>.samza.msg.sche
 STREAM_KEY_SCHEMA = define_key("systems.<system>.streams.<stream>.samza.key.schema", None,
                                "Avro schema (JSON text or a file path) of the stream's keys when its key serde is "
                                "avro.", _PKG, kind=STR)
+STREAM_INTERMEDIATE = define_key("systems.<system>.streams.<stream>.samza.intermediate", False,
+                                 "true for a stream between two stages: its partitions carry control messages and "
+                                 "its watermark comes from them (set by the planner).", _PKG, kind=BOOL)
 STREAM_BOUNDED = define_key("systems.<system>.streams.<stream>.bounded", False,
                             "true: the stream ends at the newest offset seen when the job started (end-of-stream).",
                             _PKG, kind=BOOL)

@@ -45,6 +45,7 @@ from sparza.testing.harness.phases import plan_phase, run_phase
 from sparza.testing.jobs import RECORD_SCHEMA
 from sparza.testing.oracle import (
     download_prefix,
+    missing_table_readers,
     read_blob_records,
     read_delta_records,
     read_delta_values,
@@ -801,6 +802,10 @@ def check(job: SparkJob, outcome: Outcome, *, upto: int | None = None) -> None:
                                 f"{sum(actual.values())}")
         if upto is None:
             outcome.notes.append(f"table read by {', '.join(sorted(readers))}")
+            missing = missing_table_readers()
+            if missing:
+                outcome.notes.append(f"table not read by {', '.join(missing)}: not installed here "
+                                     "(pip install 'sparza[dev]')")
     elif s.output == "kafka":
         read = read_kafka_records(job.kafka.bootstrap_servers, job.output_stream.split(".", 1)[1])
         actual = read.records
