@@ -31,8 +31,6 @@ define_key("task.window.ms", "-1", "Call WindowableTask.window this often, the f
            "first batch (checked at batch boundaries; a due window plans a batch of its own, except under --once); "
            "-1 off.",
            _PKG)
-define_key("task.drop.deserialization.errors", "false",
-           "Skip (and count) messages that fail to deserialize instead of stopping the job.", _PKG)
 define_key("task.ignored.exceptions", "",
            "Comma list of exception class names (or *) a task may raise per message without stopping the job.",
            _PKG)
@@ -50,8 +48,6 @@ define_key("systems.<system>.samza.offset.default", "upcoming",
            "Where a task without checkpoint starts: oldest or upcoming.", _PKG)
 define_key("systems.<system>.streams.<stream>.samza.offset.default", None,
            "Per-stream override of systems.<system>.samza.offset.default.", _PKG)
-define_key("systems.<system>.streams.<stream>.samza.bootstrap", "false",
-           "Bootstrap stream: other inputs wait until it reached the offsets seen at start.", _PKG)
 define_key("metrics.reporter.prometheus.port", None, "Serve job metrics for Prometheus on this loopback port.",
            _PKG)
 define_key("metrics.reporter.jsonl.path", None, "Append a metrics snapshot per batch to this JSON-lines file.",
