@@ -32,6 +32,7 @@ def azure_probes(config: Config) -> dict[str, Probe]:
     """``{what: probe}`` for each Azure container a job's tasks use while running (none for local storage)."""
     from sparza.azure import TIMEOUT_KEY, check_container, resolve_storage_account
     from sparza.runtime.driver.preflight import check_storage
+    from sparza.systems.azureblob.settings import ACCOUNT_KEYS as AZUREBLOB_ACCOUNT
 
     probes: dict[str, Probe] = {}
     checkpoints = config.get_str("job.checkpoint.factory", "blobstore").strip().lower()
@@ -49,7 +50,7 @@ def azure_probes(config: Config) -> dict[str, Probe]:
             system = parts[1]
 
             def output(timeout_s: float, system: str = system) -> None:
-                account = resolve_storage_account(config, prefix=f"systems.{system}.azureblob.")
+                account = resolve_storage_account(config, AZUREBLOB_ACCOUNT, names={"container": system})
                 check_container(account, system, f"systems.{system}.samza.factory", timeout_s)
 
             probes[f"the Azure blob output '{system}'"] = output
