@@ -272,8 +272,9 @@ def generate(seed: int, *, messages: int | None = None, fault: str | None = None
     drawn values (CI samples, and forcing a kind by hand); ``extras=False`` leaves out the dimensions drawn from
     :data:`EXTRAS_SALT` (the scenario as generated before they existed), ``drain=False`` the drain of
     :data:`DRAIN_SALT` (seeds recorded before it existed), ``execution=False`` the execution mode and container faults
-    of :data:`EXECUTION_SALT`, ``dayops=False`` the day-two operations of :data:`DAYOPS_SALT`. A forced ``fault`` also keeps the extras generator from replacing it or adding a
-    second one; a forced container fault runs in the container mode."""
+    of :data:`EXECUTION_SALT`, ``dayops=False`` the day-two operations of :data:`DAYOPS_SALT`. A forced ``fault``
+    also keeps the extras generator from replacing it or adding a second one; a forced container fault runs in the
+    container mode."""
     forced_output, forced_input = output, input      # ``output`` is reused below for the drawn value
     rng = random.Random(seed)
     api = rng.choice(["task", "task", "app"])
