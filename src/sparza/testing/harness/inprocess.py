@@ -71,11 +71,12 @@ from sparza.testing.harness.damage import (
     save_local_blob,
     tombstone_committed_snapshots,
 )
+from sparza.testing.harness.dayops import day_two_operation
 from sparza.testing.harness.jobconfig import LATE_STREAM, PROFILES_STREAM, job_config, profile_partition
 from sparza.testing.harness.outcome import Outcome, RunRecord
 from sparza.testing.harness.phases import plan_phase, run_phase
 from sparza.testing.oracle import Record
-from sparza.testing.scenario import AFTER_RUN_FAULTS, COMMIT_STEPS, Scenario
+from sparza.testing.scenario import AFTER_RUN_FAULTS, COMMIT_STEPS, DAYOPS_FAULTS, Scenario
 
 __all__ = ["INPROCESS_SALT", "InProcessDraws", "InProcessJob", "draw", "inprocess_config", "run_inprocess_scenario"]
 
@@ -475,6 +476,9 @@ def _damage(job: InProcessJob, outcome: Outcome, fault: str, label: str) -> None
         job.restart(keep_plan=False)
         outcome.notes.append(f"purged-snapshot: purged {len(job.purged)} committed snapshot blobs and the local "
                              "state")
+    elif fault in DAYOPS_FAULTS:
+        job.restart(crashed=False, keep_plan=False)   # a stopped job: claim released, re-planned from checkpoints
+        outcome.notes.append(day_two_operation(fault, job.runner.config, label))
     elif fault != "none":
         raise ValueError(f"unknown fault {fault!r}")
 
