@@ -27,6 +27,8 @@ a restart drops its in-memory tasks, stores and producers):
 ``kafka-restart``       the input's records vanish mid-run (a broker that lost its data) and are produced
                         again with the same offsets; a run after must finish exactly
 ``container-retry``     as ``fail-once``, after the scenario's ``fail_after`` commits (a failure mid-epoch)
+``savepoint-restore``   the stopped job's savepoint taken and restored over it (:mod:`~.dayops`)
+``rewind-in-place``     the stopped job's tasks rewound to their own offsets with a savepoint's state
 ======================  =================================================================================
 
 The container faults need Spark's Python workers, so here they run as far as they can: ``container-kill`` (a
