@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from sparza.clock import ManualClock
+from sparza.state.backup.backup import BACKUP_FACTORIES
 from sparza.testing.harness.check import judge
 from sparza.testing.harness.damage import (
     SavedBlob,
@@ -529,7 +530,7 @@ def check_committed_state(job: InProcessJob, outcome: Outcome) -> None:
     finally:
         manager.close()
     for ref in stores.refs:
-        backed_up = "blobstore" in ref.config.get_str(f"stores.{ref.store}.backup.factories", "").lower()
+        backed_up = "blobstore" in BACKUP_FACTORIES.get(ref.config, store=ref.store)
         if not backed_up:
             continue
         for snapshot in stores.snapshots(ref):
