@@ -1,10 +1,10 @@
 """Savepoints and upgrades through ``sparza savepoint`` and ``sparza run --from-savepoint``, on Kafka and Delta
-input: stop v1 of a keyed count with a savepoint while it runs, start v2 (a new job.id, an added store, a new
-field with a default in the Avro value of its count store, another blob store) from it, and check against counts
-taken from what was produced: every key's counts over v1's and v2's output are exactly 1..n (nothing lost,
-nothing repeated), v2's added store starts empty for every key, the new field reads its default for v1's keys and
-2 for keys v2 first saw, the upsert table ends at the totals, and ``sparza gc`` keeps the savepoint until it is
-deleted."""
+input: stop v1 of a keyed count with a savepoint while it runs, start v2 (a new job.id, an added store, a removed
+one, a new field with a default in the Avro value of its count store, another blob store) from it, and check
+against counts taken from what was produced: every key's counts over v1's and v2's output are exactly 1..n
+(nothing lost, nothing repeated), v2's added store starts empty for every key, the new field reads its default
+for v1's keys and 2 for keys v2 first saw, the upsert table ends at the totals, and ``sparza gc`` keeps the
+savepoint until it is deleted."""
 
 from __future__ import annotations
 
@@ -26,6 +26,9 @@ KEYS = 29
 V1 = {"type": "record", "name": "Count", "namespace": "tests.ops", "fields": [{"name": "count", "type": "long"}]}
 V2 = {"type": "record", "name": "Count", "namespace": "tests.ops",
       "fields": [{"name": "count", "type": "long"}, {"name": "since", "type": "int", "default": 1}]}
+LEGACY = {"stores.legacy.factory": "rocksdb", "stores.legacy.key.serde": "string", "stores.legacy.msg.serde": "json",
+          "stores.legacy.backup.factories": "blobstore"}
+"""A store v1 has (unused by its code) and v2 removes."""
 
 
 def totals(job: Job) -> dict[str, int]:
@@ -51,7 +54,8 @@ def caught_up(job: Job) -> bool:
 def test_stop_with_savepoint_then_upgrade_loses_and_repeats_nothing(ops_job: Callable[..., Job], system: str,
                                                                      work_dir: Path) -> None:
     v1 = ops_job(system, **{"task.commit.ms": "0", "ops_test.record.version": "1",
-                            "stores.counts.msg.serde": "avro", "stores.counts.msg.schema": json.dumps(V1)})
+                            "stores.counts.msg.serde": "avro", "stores.counts.msg.schema": json.dumps(V1),
+                            **LEGACY})
     produce(v1.config, system, v1.events, v1.produced, 500, KEYS, seed=3)
     log = (work_dir / "v1.log").open("w")
     proc = subprocess.Popen(sparza_cmd("run", "--config", str(v1.path)), cwd=REPO, env=sparza_env(), stdout=log,
@@ -69,14 +73,15 @@ def test_stop_with_savepoint_then_upgrade_loses_and_repeats_nothing(ops_job: Cal
         log.close()
     at_savepoint = {k: v[-1] for k, v in read_counts(v1.config, "delta", "counts").items()}
     listed = json.loads(sparza(["savepoint", "list", "--config", str(v1.path), "--json"]).stdout)
-    assert [(s["name"], s["tasks"], s["snapshots"]) for s in listed] == [("upgrade-1", TASKS, TASKS)]
+    assert [(s["name"], s["tasks"], s["snapshots"]) for s in listed] == [("upgrade-1", TASKS, 2 * TASKS)]
 
     # v1's checkpoints go on without it (its blob store's gc, far in the future, keeps the savepoint).
     gc = sparza(["gc", "--config", str(v1.path), "--now-ms", str(2**62)])
     assert gc.returncode == 0, gc.stderr
 
     produce(v1.config, system, v1.events, v1.produced, 400, KEYS + 3, seed=5, start=800)  # 3 keys v2 first sees
-    v2_values = {**dict(v1.config.items()), "job.id": "2", "ops_test.seen.store": "seen",
+    v2_values = {**{k: v for k, v in v1.config.items() if k not in LEGACY}, "job.id": "2",
+                 "ops_test.seen.store": "seen",
                  "ops_test.record.version": "2", "stores.counts.msg.schema": json.dumps(V2),
                  "stores.seen.factory": "rocksdb", "stores.seen.key.serde": "string",
                  "stores.seen.msg.serde": "json", "stores.seen.backup.factories": "blobstore",
@@ -85,6 +90,7 @@ def test_stop_with_savepoint_then_upgrade_loses_and_repeats_nothing(ops_job: Cal
     first = v1.run("--from-savepoint", "upgrade-1", "--savepoint-config", str(v1.path), config=v2_path)
     assert "started 4 task(s) from savepoint upgrade-1" in first.stderr
     assert "store seen is new" in first.stderr
+    assert "store legacy of the savepoint is not in the job: dropped" in first.stderr
 
     every = read_counts(v1.config, "delta", "counts")
     expected = totals(v1)
