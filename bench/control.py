@@ -162,8 +162,8 @@ def _run(spark: Any, configs: list[Config], until: threading.Event | None,
 def latency(work: Path, seconds: float, window_ms: int, rate: int, partitions: int, *, control: bool) -> list[int]:
     """Pane latencies (ms) with control messages, or without them (windows flushed at the end)."""
     from sparza.api import plan_application
-    from sparza.runtime.driver.runner import build_spark_session
     from sparza.engine.jobconfig import JobConfig
+    from sparza.runtime.driver.runner import build_spark_session
     from sparza.systems import StreamSpec
     from sparza.systems.delta import DeltaSystemAdmin
 

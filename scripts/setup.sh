@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Idempotent setup: Java 17+ check, .venv with sparza and its dependencies, Azurite from npm.
+# Idempotent setup: Java 17+ check, .venv with sparza and its dependencies, Apache Kafka's jars from Maven
+# Central (cached under ~/.cache/sparza), Azurite from npm.
 # A second run reinstalls nothing (stamps record what was installed from which file contents).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +42,14 @@ else
   say "Python packages up to date"
 fi
 
+# --- Apache Kafka (the dev and test broker), its jars fetched once from Maven Central ---------
+if ! command -v mvn >/dev/null 2>&1; then
+  say "Maven (mvn) is required once, to fetch Apache Kafka's jars from Maven Central."
+  say "Fix (Debian/Ubuntu): sudo apt-get install -y maven   (macOS: brew install maven) — then re-run."
+  exit 1
+fi
+say "$(.venv/bin/sparza dev-kafka install)"
+
 # --- Azurite (npm) -------------------------------------------------------------------------
 if ! command -v npm >/dev/null 2>&1; then
   say "npm (Node.js 20+) is required to install Azurite."
@@ -56,4 +65,7 @@ if [ ! -x node_modules/.bin/azurite ] || [ ! -f "$npm_stamp" ] || [ "$(cat "$npm
 else
   say "Azurite up to date"
 fi
+# --- Apicurio Registry (Maven Central): the dev and test schema registry, cached in ~/.cache/sparza -------
+.venv/bin/python -m sparza.devservers.registry install
+
 say "ready: Java ${java_major}, $(.venv/bin/python --version), Azurite $(node_modules/.bin/azurite --version 2>/dev/null || echo '?')"

@@ -15,6 +15,19 @@ app = SparzaTyper(help="Run a local Kafka-protocol broker (Tansu, in-memory) on 
 
 
 @app.command()
+def install() -> None:
+    """Fetch Apache Kafka's broker jars from Maven Central once (needs Maven), the broker tests and benchmarks run."""
+    from sparza.devservers.kafka import install_kafka
+
+    kafka = install_kafka()
+    if kafka.fetched_s is None:
+        typer.echo(f"Apache Kafka {kafka.version} up to date ({kafka.home})")
+    else:
+        typer.echo(f"Apache Kafka {kafka.version} fetched from Maven Central and warmed up in "
+                   f"{kafka.fetched_s:.0f} s ({kafka.home})")
+
+
+@app.command()
 def start(port: int = typer.Option(0, metavar="PORT", help="Listener port (0: a free one).")) -> None:
     """Start the broker (or report the running one) and print its bootstrap servers."""
     proc, started = DevKafka.default().start(port=port)

@@ -13,13 +13,13 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from sparza.config import Config, ConfigKey, define_key, defined_checks, defined_keys, is_secret_key
+from sparza.config import Config, ConfigKey, define_key, defined_checks, defined_keys, find_key, is_secret_key
+from sparza.config.registry import _compiled
 from sparza.config.samza import SAMZA_UNUSED, Note, translate
 from sparza.errors import ConfigError
 
@@ -45,31 +45,16 @@ FREE_FORM = ("app.", "spark.")
 """Prefixes whose keys are never checked (application settings, Spark settings)."""
 
 PASS_THROUGH: dict[str, str] = {
-    "systems.<system>.consumer.*": "Kafka systems: passed to the librdkafka consumer as is.",
-    "systems.<system>.producer.*": "Kafka systems: passed to the librdkafka producer as is.",
     "streams.<stream>.eventhubs.*": "Event Hubs streams: passed to the Event Hubs mapping as is.",
     "sensitive.streams.<stream>.eventhubs.*": "Event Hubs secrets (SAS keys): passed as is, never shown.",
 }
-"""Namespaces whose keys a client library interprets: accepted without checking each key."""
+"""Namespaces whose keys a client library interprets, declared here for want of a package that reads them
+(every declared ``prefix.*`` key, like Kafka's ``systems.<system>.consumer.*``, is a pass-through too)."""
 
 for _pattern, _meaning in PASS_THROUGH.items():
     define_key(_pattern, None, _meaning, _PKG)
 
-@cache
-def _regex(pattern: str) -> re.Pattern[str]:
-    """A declared key pattern as a regex: ``<stream>``/``<key>``/``*`` may span dots, other placeholders not."""
-    out = []
-    for part in re.split(r"(<[a-z]+>|\*)", pattern):
-        if part in ("<stream>", "<key>", "<name>", "*"):
-            out.append(r".+")
-        elif part.startswith("<") and part.endswith(">"):
-            out.append(r"[^.]+")
-        else:
-            out.append(re.escape(part))
-    return re.compile("^" + "".join(out) + "$")
-
-
-def _declared() -> list[ConfigKey]:
+def _declared() -> list[ConfigKey[Any]]:
     from sparza.config.reference import import_all_packages
 
     import_all_packages()
@@ -116,16 +101,9 @@ class UnknownKeyError(ConfigError):
         self.suggestion = suggestion
 
 
-def _match(key: str, declared: Iterable[ConfigKey]) -> ConfigKey | None:
+def _match(key: str, declared: Sequence[ConfigKey[Any]]) -> ConfigKey[Any] | None:
     # The most specific pattern wins: fewest placeholders, then longest literal text.
-    best: ConfigKey | None = None
-    best_rank: tuple[int, int] | None = None
-    for entry in declared:
-        if _regex(entry.key).match(key):
-            rank = (entry.key.count("<") + entry.key.count("*"), -len(entry.key))
-            if best_rank is None or rank < best_rank:
-                best, best_rank = entry, rank
-    return best
+    return find_key(key, declared)
 
 
 def _names(config: Mapping[str, str]) -> dict[str, set[str]]:
@@ -181,11 +159,11 @@ def check_config(config: Mapping[str, str]) -> CheckReport:
         value = "<redacted>" if is_secret_key(key) else translated[key]
         entry = _match(key, declared)
         if entry is not None:
-            status: Literal["ok", "pass-through"] = "pass-through" if entry.package == _PKG else "ok"
+            status: Literal["ok", "pass-through"] = "pass-through" if entry.key.endswith(".*") else "ok"
             report.keys.append(KeyReport(key, value, status, entry.key, entry.description, entry.default,
                                          entry.package))
             continue
-        unused = next((p for p in SAMZA_UNUSED if _regex(p).match(key)), None)
+        unused = next((p for p in SAMZA_UNUSED if _compiled(p).match(key)), None)
         if unused is not None:
             report.keys.append(KeyReport(key, value, "samza-unused", unused, SAMZA_UNUSED[unused]))
             report.warnings.append(f"{key}: a Samza key sparza does not use ({SAMZA_UNUSED[unused]})")

@@ -21,12 +21,9 @@ __all__ = [
     "ENV_PREFIX",
     "Config",
     "ConfigError",
-    "ConfigKey",
     "ValueCheck",
     "define_check",
-    "define_key",
     "defined_checks",
-    "defined_keys",
     "is_secret_key",
     "parse_bool",
     "parse_byte_size",
@@ -39,7 +36,8 @@ ENV_PREFIX = "SPARZA_CONF_"
 _MISSING: Any = object()
 _T = TypeVar("_T")
 
-_SECRET_WORDS = ("account.key", "password", "secret", "connect", "sas", "sensitive.", "token", "credential")
+_SECRET_WORDS = ("account.key", "password", "secret", "connect", "sas", "sensitive.", "token", "credential",
+                 "user.info")
 
 
 def is_secret_key(key: str) -> bool:
@@ -67,7 +65,12 @@ def parse_byte_size(text: str) -> int:
     match = _NUM_UNIT.match(str(text))
     if not match or match.group(2).lower() not in _SIZE_UNITS:
         raise ValueError(f"not a byte size: {text!r}")
-    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+    return _scaled(match.group(1), _SIZE_UNITS[match.group(2).lower()])
+
+
+def _scaled(number: str, unit: int) -> int:
+    # Whole numbers stay exact (a float would round 2**63-1, Java's Long.MAX_VALUE, up).
+    return int(number) * unit if number.isdigit() else int(float(number) * unit)
 
 
 def parse_bool(text: str) -> bool:
@@ -88,7 +91,7 @@ def parse_duration_ms(text: str) -> int:
     match = _NUM_UNIT.match(str(text))
     if not match or match.group(2).lower() not in _DURATION_UNITS:
         raise ValueError(f"not a duration: {text!r}")
-    return int(float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()])
+    return _scaled(match.group(1), _DURATION_UNITS[match.group(2).lower()])
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
@@ -113,7 +116,9 @@ class Config(Mapping[str, str]):
     """An immutable mapping of Samza-style dotted keys (``systems.out.samza.factory``) to strings.
 
     Typed getters parse on read and raise :class:`ConfigError` with the key and value on bad input;
-    ``subset`` gives the keys under a prefix; secrets are masked in ``repr``.
+    ``subset`` gives the keys under a prefix; secrets are masked in ``repr``. The string getters
+    (``get_str("app.my.key", "x")``) are for a job's own settings; sparza reads its keys through the objects
+    :func:`~sparza.config.define_key` returns, whose declaration holds the one default.
     """
 
     __slots__ = ("_values",)
@@ -309,33 +314,6 @@ class Config(Mapping[str, str]):
         """Raise :class:`ConfigError` for the first of ``keys`` that is missing or empty."""
         for key in keys:
             self.get_str(key)
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigKey:
-    """A documented config key: its pattern (``systems.<system>.azureblob.threadPoolCount``), its
-    default as written in config, and one line on what it does. The docs' reference tables are
-    generated from these, so they cannot drift from the code."""
-
-    key: str
-    default: str | None
-    description: str
-    package: str
-
-
-_DEFINED: dict[str, ConfigKey] = {}
-
-
-def define_key(key: str, default: object, description: str, package: str) -> ConfigKey:
-    """Declare a config key (call at import time of the package that reads it)."""
-    entry = ConfigKey(key, None if default is None else _scalar(default), description, package)
-    _DEFINED[key] = entry
-    return entry
-
-
-def defined_keys() -> list[ConfigKey]:
-    """Every key declared so far, sorted by package then key."""
-    return sorted(_DEFINED.values(), key=lambda k: (k.package, k.key))
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from typing import Any
 
 import sparza
-from sparza.config import defined_keys
+from sparza.config import ConfigKey, defined_keys
 from sparza.config.samza import SAMZA_UNUSED
 
 __all__ = ["import_all_packages", "render"]
@@ -25,6 +26,13 @@ def import_all_packages() -> None:
         importlib.import_module(name)
 
 
+def _default(key: ConfigKey[Any]) -> str:
+    """The default column: the value, the key it falls back to, or a dash for none."""
+    if key.fallback is not None:
+        return f"as `{key.fallback.key}`"
+    return "—" if key.default is None else f"`{key.default}`"
+
+
 def render() -> str:
     """The reference page as Markdown: one table per package."""
     import_all_packages()
@@ -35,9 +43,9 @@ def render() -> str:
     for key in defined_keys():
         if key.package != package:
             package = key.package
-            lines += ["", f"## `{package}`", "", "| key | default | meaning |", "|---|---|---|"]
-        default = "—" if key.default is None else f"`{key.default}`"
-        lines.append(f"| `{key.key}` | {default} | {key.description.replace('|', '/')} |")
+            lines += ["", f"## `{package}`", "", "| key | default | value | meaning |", "|---|---|---|---|"]
+        lines.append(f"| `{key.key}` | {_default(key)} | {key.kind.shown if key.typed else ''} | "
+                     f"{key.description.replace('|', '/')} |")
     lines += ["", "## Samza keys sparza does not use", "",
               "Accepted in a Samza job config with a warning (printed once by `sparza run`), never silently "
               "ignored; see [config](config.md).", "", "| key | why |", "|---|---|"]

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from sparza.config import Config, define_key
+from sparza.config import Config, Int, define_key
 from sparza.engine.checkpoint import TaskCheckpoint
 from sparza.engine.drain import DrainRequest
 from sparza.engine.errors import CheckpointFencedError, RuntimeStateError
@@ -87,6 +87,10 @@ from sparza.errors import ConfigError
 from sparza.streams import SystemStreamPartition
 
 __all__ = [
+    "COMMIT_THREADS",
+    "MAX_RESTARTS",
+    "POLL_INTERVAL_MS",
+    "RETRY_BACKOFF_MS",
     "CommitPool",
     "Container",
     "ContainerHost",
@@ -99,16 +103,22 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-define_key("task.poll.interval.ms", "50",
-           "Container mode: how often an idle container asks its inputs for new messages (Samza's run loop "
-           "poll interval); a lower value lowers latency and raises the load on the input systems.", "runtime")
-define_key("job.container.commit.threads", "8",
-           "Container mode: how many task commits a container runs at once, beside the processing of its other "
-           "tasks (each task has at most one batch in flight).", "runtime")
-define_key("job.container.retry.backoff.ms", "1000",
-           "Container mode: how long a task whose batch failed in a way a retry may cure waits before it retries "
-           "from its checkpoint (doubled at each failure in a row, at most 30 s); its container's other tasks go on.",
-           "runtime")
+POLL_INTERVAL_MS = define_key("task.poll.interval.ms", 50,
+                              "Container mode: how often an idle container asks its inputs for new messages (Samza's "
+                              "run loop poll interval); a lower value lowers latency and raises the load on the input "
+                              "systems.", "runtime", kind=Int(min_value=0))
+COMMIT_THREADS = define_key("job.container.commit.threads", 8,
+                            "Container mode: how many task commits a container runs at once, beside the processing of "
+                            "its other tasks (each task has at most one batch in flight).", "runtime",
+                            kind=Int(min_value=1))
+RETRY_BACKOFF_MS = define_key("job.container.retry.backoff.ms", 1000,
+                              "Container mode: how long a task whose batch failed in a way a retry may cure waits "
+                              "before it retries from its checkpoint (doubled at each failure in a row, at most 30 s); "
+                              "its container's other tasks go on.", "runtime", kind=Int(min_value=0))
+MAX_RESTARTS = define_key("job.container.max.restarts", 3,
+                          "Containers lost (container mode) or streaming-query deaths (batches) in a row before the "
+                          "job fails, and failed attempts of one task in a row: an executor lost, a worker that died; "
+                          "a commit resets the count.", "runtime", kind=Int(min_value=0))
 
 LOCATION_FILE = ".sparza-location"
 """The file in a job's ``job.logged.store.base.dir`` that names that state dir (one uuid per dir)."""
@@ -377,7 +387,7 @@ class Container:
         return max(0.0, min(nexts) - now)
 
     def _poll_ms(self) -> int:
-        values = [j.engine.config.get_int("task.poll.interval.ms", 50, min_value=0) for j in self.jobs.values()]
+        values = [POLL_INTERVAL_MS.get(j.engine.config) for j in self.jobs.values()]
         return max(min(values), 1) if values else 50
 
     def _commit_s(self, job: str) -> float:
@@ -443,7 +453,7 @@ class Container:
             self.host.report(JobReady(command.job, "", error=f"{type(exc).__name__}: {exc}"))
             return
         if self._commits is None:
-            self._commits = ThreadedCommits(engine.config.get_int("job.container.commit.threads", 8, min_value=1))
+            self._commits = ThreadedCommits(COMMIT_THREADS.get(engine.config))
         self.jobs[command.job] = _Job(engine, command, location)
         self.host.report(JobReady(command.job, location))
 
@@ -529,14 +539,14 @@ class Container:
             result = failed_attempt(engine.config, task.name, batch, exc)
         except TaskAttemptError as attempt:
             task.failures += 1
-            limit = engine.config.get_int("job.container.max.restarts", 3, min_value=0)
+            limit = MAX_RESTARTS.get(engine.config)
             if task.failures > limit:
                 self._fail(task, BatchResult(task.name, batch, BatchStatus.FAILED, error=(
                     f"task '{task.name}' failed {task.failures} times in a row without a commit: {attempt}; next: fix "
                     "the cause (the trace file named has the details) and start the job again "
                     "(job.container.max.restarts sets how many retries)")))
                 return
-            base = engine.config.get_int("job.container.retry.backoff.ms", 1000, min_value=0)
+            base = RETRY_BACKOFF_MS.get(engine.config)
             delay_ms = min(base * (2 ** (task.failures - 1)), 30_000)
             task.state = "retry"
             task.retry_at = self.clock() + delay_ms / 1000.0

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sparza.config import define_key
+from sparza.config import Config, Int, define_key
 from sparza.engine.assignment import place_tasks
 from sparza.engine.messages import (
     AddJob,
@@ -58,14 +58,14 @@ from sparza.engine.messages import (
     TaskWaiting,
 )
 
-__all__ = ["ContainerLink", "ContainerManager", "JobMember", "Launcher"]
+__all__ = ["START_TIMEOUT_MS", "ContainerLink", "ContainerManager", "JobMember", "Launcher"]
 
 _log = logging.getLogger(__name__)
 
-define_key("job.container.start.timeout.ms", "30000",
-           "Container mode: how long the placement of a job's tasks waits for the containers started for it to "
-           "answer (so each task goes where its state is); after it, tasks go to the containers that answered.",
-           "runtime")
+START_TIMEOUT_MS = define_key("job.container.start.timeout.ms", 30000,
+                              "Container mode: how long the placement of a job's tasks waits for the containers "
+                              "started for it to answer (so each task goes where its state is); after it, tasks go to "
+                              "the containers that answered.", "runtime", kind=Int(min_value=0))
 
 
 class ContainerLink(Protocol):
@@ -399,7 +399,7 @@ class ContainerManager:
                  if key in c.ready and c.link is not None and "stop" not in c.told}
         if not ready:
             return
-        timeout_s = int(job.add.config.get("job.container.start.timeout.ms", "30000")) / 1000.0
+        timeout_s = START_TIMEOUT_MS.get(Config(job.add.config)) / 1000.0
         starting = [c for c in self._containers.values() if key not in c.ready and key not in c.refused
                     and now - max(c.launched_at, job.joined_at) < timeout_s]
         if starting and any(current is None for current in job.owner.values()):

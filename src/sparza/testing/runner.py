@@ -40,8 +40,9 @@ from sparza.clock import DEFAULT_START_MS, ManualClock
 from sparza.config import Config
 from sparza.engine.commit import CommitStep
 from sparza.errors import SparzaError
-from sparza.serde import Serde, serde_from_name, stream_serde
+from sparza.serde import Serde, serde_from_name
 from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream
+from sparza.systems.settings import stream_serde
 from sparza.testing.faults import InjectedFault, register_fault_hook, unregister_fault_hook
 
 __all__ = [

@@ -26,7 +26,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sparza.config import define_key
+from sparza.config import BOOL, STR, Choice, Int, define_key
+from sparza.engine.container import MAX_RESTARTS
 from sparza.engine.errors import JobFailedError, tasks_failed
 from sparza.engine.manager import ContainerManager
 from sparza.engine.messages import AddJob, Event, TaskDone, TaskLost, TaskResult, TaskRetrying, TaskWaiting
@@ -35,42 +36,54 @@ from sparza.errors import ConfigError
 from sparza.runtime.channel import ChannelServer
 from sparza.runtime.container.sparktask import CONTAINER_SCHEMA, run_container
 
-__all__ = ["EXECUTION_MODES", "ContainerQuery", "ContainerService", "SparkLauncher", "check_container_session",
-           "execution_mode", "wait_for_containers"]
+__all__ = [
+    "CHANNEL_HOST",
+    "CONTAINER_COUNT",
+    "DRIVER_TIMEOUT_MS",
+    "EPOCH_MS",
+    "EXECUTION_MODE",
+    "EXECUTION_MODES",
+    "HOST_AFFINITY",
+    "MAX_RESTARTS",
+    "ContainerQuery",
+    "ContainerService",
+    "SparkLauncher",
+    "check_container_session",
+    "execution_mode",
+    "wait_for_containers",
+]
 
 _log = logging.getLogger(__name__)
 
 _PKG = "runtime"
 EXECUTION_MODES = ("containers", "batches")
-define_key("job.execution.mode", "containers",
-           "containers: each Spark task is a long-running container that hosts tasks, keeps them where their state "
-           "is and processes messages as they arrive; batches: one Spark micro-batch per batch (every task moves "
-           "with Spark's placement).", _PKG)
-define_key("job.container.epoch.ms", None,
-           "No longer used: containers run until the job stops, and tasks move one by one (a new executor, a lost "
-           "one); kept so old configs still load (sparza config check warns).", _PKG)
-define_key("job.container.count", None,
-           "Container mode: how many containers (Spark tasks) run the processor's tasks; default one per executor "
-           "slot, at most one per task.", _PKG)
-define_key("job.host-affinity.enabled", "true",
-           "Container mode: keep each task on the executor whose state dir holds its state (Samza's key); "
-           "false spreads tasks evenly.", _PKG)
-define_key("job.container.max.restarts", "3",
-           "Containers lost (container mode) or streaming-query deaths (batches) in a row before the job fails, and "
-           "failed attempts of one task in a row: an executor lost, a worker that died; a commit resets the count.",
-           _PKG)
-define_key("job.container.driver.timeout.ms", None,
-           "Container mode: a container whose driver has been silent this long stops at the next batch boundary (a "
-           "frozen or cut-off processor stops doing work); default: half of "
-           "job.coordinator.standalone.claim.timeout.ms, at most 10 s.", _PKG)
-define_key("job.container.channel.host", None,
-           "Container mode: the address executors reach the driver's container channel at (default "
-           "spark.driver.host).", _PKG)
+EXECUTION_MODE = define_key("job.execution.mode", "containers",
+                            "containers: each Spark task is a long-running container that hosts tasks, keeps them "
+                            "where their state is and processes messages as they arrive; batches: one Spark "
+                            "micro-batch per batch (every task moves with Spark's placement).", _PKG,
+                            kind=Choice(*EXECUTION_MODES))
+EPOCH_MS = define_key("job.container.epoch.ms", None,
+                      "No longer used: containers run until the job stops, and tasks move one by one (a new "
+                      "executor, a lost one); kept so old configs still load.", _PKG, kind=Int(min_value=1))
+CONTAINER_COUNT = define_key("job.container.count", None,
+                             "Container mode: how many containers (Spark tasks) run the processor's tasks; default (or "
+                             "0) one per executor slot, at most one per task.", _PKG, kind=Int(min_value=0))
+HOST_AFFINITY = define_key("job.host-affinity.enabled", True,
+                           "Container mode: keep each task on the executor whose state dir holds its state (Samza's "
+                           "key); false spreads tasks evenly.", _PKG, kind=BOOL)
+DRIVER_TIMEOUT_MS = define_key("job.container.driver.timeout.ms", None,
+                               "Container mode: a container whose driver has been silent this long stops at the next "
+                               "batch boundary (a frozen or cut-off processor stops doing work); default: half of "
+                               "job.coordinator.standalone.claim.timeout.ms, at most 10 s.", _PKG,
+                               kind=Int(min_value=100))
+CHANNEL_HOST = define_key("job.container.channel.host", None,
+                          "Container mode: the address executors reach the driver's container channel at (default "
+                          "spark.driver.host).", _PKG, kind=STR)
 
 
 def execution_mode(config: Any) -> str:
     """``containers`` or ``batches`` (``job.execution.mode``)."""
-    return str(config.get_choice("job.execution.mode", EXECUTION_MODES, "containers"))
+    return EXECUTION_MODE.get(config)
 
 
 def check_container_session(spark: Any) -> None:
