@@ -62,7 +62,7 @@ __all__ = ["START_TIMEOUT_MS", "ContainerLink", "ContainerManager", "JobMember",
 
 _log = logging.getLogger(__name__)
 
-START_TIMEOUT_MS = define_key("job.container.start.timeout.ms", 30000,
+START_TIMEOUT_MS = define_key("job.container.start.timeout.ms", 60000,
                               "Container mode: how long the placement of a job's tasks waits for the containers "
                               "started for it to answer (so each task goes where its state is); after it, tasks go to "
                               "the containers that answered.", "runtime", kind=Int(min_value=0))
@@ -135,6 +135,7 @@ class _Job:
     owner: dict[str, int | None]  # task -> the container running it (None: none)
     last_location: dict[str, str]
     moving: dict[str, int] = field(default_factory=dict)  # task -> container it goes to once released
+    orphaned: dict[str, tuple[int, str, str]] = field(default_factory=dict)  # task -> (container, location, why)
     done: set[str] = field(default_factory=set)  # tasks that left the run loop for good (ended, caught up, ...)
     leaving: bool = False
     drain: dict[str, Any] | None = None
@@ -144,7 +145,7 @@ class ContainerManager:
     """See the module docstring. ``clock`` is monotonic seconds (injectable for in-process hosts)."""
 
     def __init__(self, launcher: Launcher, *, clock: Callable[[], float] = time.monotonic,
-                 ping_s: float = 1.0, linger_s: float = 3.0) -> None:
+                 ping_s: float = 1.0, linger_s: float = 3.0, adopt: bool = False) -> None:
         self.launcher = launcher
         self.clock = clock
         self.ping_s = ping_s
@@ -153,6 +154,9 @@ class ContainerManager:
         stage under ``--once``) before they are stopped: a job that comes back finds its tasks' stores open."""
         self._idle_since: float | None = None
         self._closing = False
+        self.adopt = adopt
+        """Take in containers the host started without being asked (its own retry of a lost one), while the jobs
+        want more: a launcher that starts all its containers at once (one Spark stage) does."""
         self._inputs: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._containers: dict[int, _Container] = {}
         self._jobs: dict[str, _Job] = {}
@@ -269,6 +273,8 @@ class ContainerManager:
     def _on_connected(self, body: tuple[int, ContainerLink]) -> None:
         index, link = body
         container = self._containers.get(index)
+        if container is None and self.adopt and len(self._containers) < max(self._wanted(), 1):
+            container = self._containers[index] = _Container(index, self.clock())
         if container is None:  # not one this manager (still) wants: tell it to go
             link.send(StopContainer())
             return
@@ -327,8 +333,11 @@ class ContainerManager:
         orphans = 0
         for job in self._jobs.values():
             mine = [t for t, owner in job.owner.items() if owner == index]
+            where = container.ready.get(job.add.job, "?")
             for task in mine:
                 job.owner[task] = None
+                if task not in job.done:
+                    job.orphaned[task] = (index, where, reason)
             for task, target in list(job.moving.items()):
                 if target == index:
                     del job.moving[task]
@@ -416,6 +425,12 @@ class ContainerManager:
             if now_at is None:
                 job.owner[task] = goes
                 assign.setdefault(goes, []).append(task)
+                lost = job.orphaned.pop(task, None)
+                if lost is not None:
+                    job.member.on_notice(
+                        f"task {task} moves from container {lost[0]} ({lost[1]}) to container {goes} "
+                        f"({ready[goes]}): its executor is gone (container {lost[0]} {lost[2]}); it restores its "
+                        "stores there (from the blob store unless that dir holds them)")
             else:
                 job.moving[task] = goes
                 revoke.setdefault(now_at, []).append(task)

@@ -22,7 +22,7 @@ from sparza.interrupts import ignore_interrupts
 from sparza.runtime.channel import ChannelClient
 from sparza.runtime.secrets import resolve_secrets
 
-__all__ = ["CONTAINER_SCHEMA", "run_container"]
+__all__ = ["CONTAINER_SCHEMA", "run_container", "run_container_of_stage"]
 
 _log = logging.getLogger(__name__)
 
@@ -52,3 +52,16 @@ def run_container(address: tuple[str, int, str], index: int, driver_timeout_ms: 
     finally:
         channel.close()
     yield pa.RecordBatch.from_pylist([{"container": index}], schema=pa.schema([("container", pa.int32())]))
+
+
+def run_container_of_stage(address: tuple[str, int, str], indexes: list[int], driver_timeout_ms: int,
+                           batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function of a stage of several containers (``job.container.launch: stage``): partition i
+    is container ``indexes[i]``; a retry of it (Spark's attempt n) gets a new index, so the driver takes it for a
+    new container."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    assert context is not None
+    index = indexes[context.partitionId()] + 100_000 * context.attemptNumber()
+    yield from run_container(address, index, driver_timeout_ms, batches)

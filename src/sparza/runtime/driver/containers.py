@@ -44,10 +44,12 @@ __all__ = [
     "EXECUTION_MODE",
     "EXECUTION_MODES",
     "HOST_AFFINITY",
+    "LAUNCH",
     "MAX_RESTARTS",
     "ContainerQuery",
     "ContainerService",
     "SparkLauncher",
+    "SparkStageLauncher",
     "check_container_session",
     "execution_mode",
     "wait_for_containers",
@@ -76,6 +78,11 @@ DRIVER_TIMEOUT_MS = define_key("job.container.driver.timeout.ms", None,
                                "batch boundary (a frozen or cut-off processor stops doing work); default: half of "
                                "job.coordinator.standalone.claim.timeout.ms, at most 10 s.", _PKG,
                                kind=Int(min_value=100))
+LAUNCH = define_key("job.container.launch", "jobs",
+                    "Container mode: how containers become Spark tasks: jobs (one single-task Spark job each: a lost "
+                    "one is replaced alone, new executors get new containers) or stage (one Spark stage of all of "
+                    "them, Spark retrying a lost one; the shape measured beside jobs in docs/runtime.md).", _PKG,
+                    kind=Choice("jobs", "stage"))
 CHANNEL_HOST = define_key("job.container.channel.host", None,
                           "Container mode: the address executors reach the driver's container channel at (default "
                           "spark.driver.host).", _PKG, kind=STR)
@@ -175,6 +182,53 @@ class SparkLauncher:
                     self.spark.sparkContext.cancelJobGroup(f"sparza-container-{index}")
 
 
+class SparkStageLauncher(SparkLauncher):
+    """Starts the containers asked for together as one Spark stage (one task each); Spark retries a lost one, which
+    the manager takes in as a new container (see :func:`~sparza.runtime.container.sparktask.run_container_of_stage`).
+    Containers asked for later (a replacement, a new executor's) start as a stage of their own."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pending: list[int] = []
+        self._lock = threading.Lock()
+
+    def launch(self, index: int) -> None:
+        """Queue container ``index``; the containers queued within 0.2 s start as one stage."""
+        with self._lock:
+            first = not self._pending
+            self._pending.append(index)
+        if first:
+            threading.Timer(0.2, self._start_stage).start()
+
+    def _start_stage(self) -> None:
+        with self._lock:
+            indexes, self._pending = self._pending, []
+        name = f"stage-{indexes[0]}"
+        thread = threading.Thread(target=self._run_stage, args=(indexes,), name=f"sparza-containers-{name}",
+                                  daemon=True)
+        for index in indexes:
+            self._threads[index] = thread
+        thread.start()
+
+    def _run_stage(self, indexes: list[int]) -> None:
+        from sparza.runtime.container.sparktask import run_container_of_stage
+
+        reason = "its Spark stage ended"
+        try:
+            _activate(self.spark)
+            self.spark.sparkContext.setJobGroup(f"sparza-container-{indexes[0]}", "sparza containers",
+                                                interruptOnCancel=False)
+            df = self.spark.range(len(indexes), numPartitions=len(indexes))
+            fn = functools.partial(run_container_of_stage, self._address(), indexes, self._driver_timeout_ms())
+            df.mapInArrow(fn, CONTAINER_SCHEMA).collect()
+        except Exception as exc:
+            reason = f"its Spark stage failed: {_short(exc)}"
+        finally:
+            for index in indexes:
+                self._threads.pop(index, None)
+                self._on_lost(index, reason)
+
+
 class ContainerService:
     """The container mode of one SparkSession: manager, channel and launcher (see the module docstring)."""
 
@@ -182,21 +236,22 @@ class ContainerService:
     _lock = threading.Lock()
 
     @classmethod
-    def of(cls, spark: Any, *, channel_host: str | None = None) -> ContainerService:
+    def of(cls, spark: Any, *, channel_host: str | None = None, launch: str = "jobs") -> ContainerService:
         """The service of ``spark`` (created on first use; a new one once the old one finished)."""
         with cls._lock:
             service = cls._services.get(id(spark))
             if service is None or service.spark is not spark or service.finished():
-                service = cls._services[id(spark)] = ContainerService(spark, channel_host)
+                service = cls._services[id(spark)] = ContainerService(spark, channel_host, launch)
             return service
 
-    def __init__(self, spark: Any, channel_host: str | None) -> None:
+    def __init__(self, spark: Any, channel_host: str | None, launch: str = "jobs") -> None:
         self.spark = spark
         self.driver_timeout_ms = 10_000
         self.channel: ChannelServer | None = None
         self._channel_host = channel_host
-        self.launcher = SparkLauncher(spark, self._address, lambda: self.driver_timeout_ms, self._lost)
-        self.manager = ContainerManager(self.launcher)
+        shape = SparkStageLauncher if launch == "stage" else SparkLauncher
+        self.launcher = shape(spark, self._address, lambda: self.driver_timeout_ms, self._lost)
+        self.manager = ContainerManager(self.launcher, adopt=launch == "stage")
 
     def _address(self) -> tuple[str, int, str]:
         if self.channel is None:

@@ -470,6 +470,7 @@ class JobRunner:
             CONTAINER_COUNT,
             DRIVER_TIMEOUT_MS,
             HOST_AFFINITY,
+            LAUNCH,
             MAX_RESTARTS,
             ContainerQuery,
             ContainerService,
@@ -505,7 +506,7 @@ class JobRunner:
 
         # The default follows the claim timeout it must stay within (half of it, at most 10 s).
         driver_timeout_ms = DRIVER_TIMEOUT_MS.get(cfg) or min(10_000, CLAIM_TIMEOUT_MS.get(cfg) // 2)
-        service = ContainerService.of(spark, channel_host=CHANNEL_HOST.get(cfg))
+        service = ContainerService.of(spark, channel_host=CHANNEL_HOST.get(cfg), launch=LAUNCH.get(cfg))
         query = ContainerQuery(
             service, self.job.job_key, names, add_job, locations, self._on_container_results, notice,
             once=self.once, affinity=HOST_AFFINITY.get(cfg), count=CONTAINER_COUNT.get(cfg) or None,
