@@ -471,3 +471,25 @@ def test_tasks_held_for_a_broadcast_publication_that_does_not_come_say_what_they
     _run(host, job, clock)
     assert {e.why for e in job.events if isinstance(e, TaskDone)} <= {"stopped"}
     host.close()
+
+
+@pytest.mark.parametrize("tasks", [3, 8])
+def test_commits_of_many_tasks_beside_each_other_to_one_stream_are_exact(work_dir: Path, tasks: int):
+    """Threaded commits (as on Spark): the tasks of a container flush to the same Delta stream and back up to the
+    same blob store at once, while the loop processes the others; every count is exact."""
+    config = Config(job_values(work_dir, **{"task.max.batch.messages": "25", "task.commit.ms": "0",
+                                            "job.container.commit.threads": "4"}))
+    create_streams(config, tasks)
+    append_messages(config, 80 * tasks, 13, commit_size=40 * tasks)
+    host = InProcessHost(slots=1, threaded_commits=True)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    deadline = time.monotonic() + 240
+    while not job.has_left and time.monotonic() < deadline:
+        host.step(max_passes=1)
+        time.sleep(0.002)
+    assert job.has_left, job.events[-5:]
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(80 * tasks, 13) and rows == 80 * tasks
+    assert all(r.status is BatchStatus.COMMITTED for r in job.results())
+    host.close()

@@ -28,6 +28,7 @@ __all__ = [
     "StreamSpec",
     "SupportsArrowRead",
     "SupportsArrowSend",
+    "SupportsConcurrentFlush",
     "SupportsConfigCheck",
     "SupportsDeleteMessages",
     "SupportsMessageCount",
@@ -237,6 +238,18 @@ class SupportsProcessingTime(Protocol):
 
     def set_processing_time(self, source: str, epoch_ms: int) -> None:
         """The processing time of ``source``'s running batch, in epoch milliseconds."""
+        ...
+
+
+@runtime_checkable
+class SupportsConcurrentFlush(Protocol):
+    """A producer whose ``flush`` of one source may run while it flushes another (each source has a client of its
+    own: Kafka's transactional producer per task). A container commits its tasks beside each other; the flushes of
+    a producer without this capability are taken one at a time (its ``send`` for other sources goes on meanwhile,
+    so ``send``, ``flush`` and ``abandon`` of different sources must not share unguarded state)."""
+
+    def flushes_concurrently(self) -> bool:
+        """True: flushes of different sources may overlap."""
         ...
 
 

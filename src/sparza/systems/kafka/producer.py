@@ -188,6 +188,11 @@ class KafkaSystemProducer:
         self._max_message_bytes = int(self.settings.producer_conf().get("message.max.bytes", 1_000_000))
 
     # --- lifecycle -------------------------------------------------------------------------
+    def flushes_concurrently(self) -> bool:
+        """True: every task has a transactional producer of its own, so their flushes may overlap
+        (:class:`~sparza.systems.SupportsConcurrentFlush`)."""
+        return True
+
     def register(self, source: str) -> None:
         """Declare ``source`` (a task name)."""
         self._sources.setdefault(source, _Source())
