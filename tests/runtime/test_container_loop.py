@@ -493,3 +493,18 @@ def test_commits_of_many_tasks_beside_each_other_to_one_stream_are_exact(work_di
     assert counts == expected_counts(80 * tasks, 13) and rows == 80 * tasks
     assert all(r.status is BatchStatus.COMMITTED for r in job.results())
     host.close()
+
+
+def test_a_session_with_dynamic_allocation_is_refused_naming_both_ways_out():
+    from sparza.errors import ConfigError
+    from sparza.runtime.driver.containers import check_container_session
+
+    class Session:  # what the check reads of a SparkSession: its runtime conf
+        def __init__(self, values: dict[str, str]) -> None:
+            self.conf = Config(values)
+
+    check_container_session(Session({}))
+    check_container_session(Session({"spark.dynamicAllocation.enabled": "false"}))
+    with pytest.raises(ConfigError) as refused:
+        check_container_session(Session({"spark.dynamicAllocation.enabled": "true"}))
+    assert "job.execution.mode: batches" in str(refused.value) and "dynamic allocation off" in str(refused.value)

@@ -94,9 +94,16 @@ def execution_mode(config: Any) -> str:
 
 
 def check_container_session(spark: Any) -> None:
-    """Refuse a session the container mode cannot run on, naming the setting (none is refused now: kept as the one
-    place such a check goes)."""
-    del spark
+    """Refuse a session the container mode cannot run on, naming the setting: one whose executors come and go with
+    the load (dynamic allocation), since the containers are sized to the executor slots there are and hold them."""
+    value = str(spark.conf.get("spark.dynamicAllocation.enabled", "false") or "false").strip().lower()
+    if value == "true":
+        raise ConfigError("job.execution.mode", "containers", "", message=(
+            "job.execution.mode is containers, but the Spark session has spark.dynamicAllocation.enabled: true: the "
+            "containers are sized to the executor slots the session has and keep them for as long as the job runs, "
+            "so executors would neither be released nor asked for. Set job.execution.mode: batches (one "
+            "micro-batch per batch, any executors), or turn dynamic allocation off and size the executors for the "
+            "job"))
 
 
 class SparkLauncher:
