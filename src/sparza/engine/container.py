@@ -177,14 +177,20 @@ class TaskLoop:
                                     start_positions=engine.start_positions, broadcast_ready=broadcast_ready(engine.job))
         if engine.targets is not None:
             self.planner.targets = dict(engine.targets)
+        self.ssp_set = frozenset(model.ssps)
         self.drain_request: dict[str, Any] | None = None
         self.plan: BatchPlan | None = None
         self._pending: BatchPlan | None = None
+        self._idle_at: tuple[str | None, ...] | None = None
+        """The upcoming offsets of the task's SSPs when its planner last found nothing to do: while they stay (and no
+        window, drain or publication is due) the planner is not asked again, so an idle task costs a tuple compare
+        per pass, not a plan (a container with a thousand idle tasks would spend its poll interval planning)."""
 
     def start(self, checkpoint: TaskCheckpoint | None, drain: dict[str, Any] | None) -> None:
         """The start plan from the task's checkpoint (an open intent is replayed first)."""
         self.plan = self.planner.initial({self.model.name: checkpoint} if checkpoint is not None else {})
         self._pending = None
+        self._idle_at = None
         self.drain_request = None
         self.set_drain(drain)
 
@@ -194,19 +200,39 @@ class TaskLoop:
         if request != self.drain_request:
             self.drain_request = request
             self.planner.drain = DrainRequest.from_json(request) if request is not None else None
+            self._idle_at = None
 
     def next_split(self, now_ms: int) -> Any:
         """The task's next batch as a split, or None when it has nothing to do now."""
         assert self.plan is not None
+        positions = self.engine.positions()
+        seen = tuple(p.upcoming if (p := positions.get(ssp)) is not None else None for ssp in self.model.ssps)
+        if seen == self._idle_at and not self._window_due(now_ms):
+            return None
         planned = self.planner.next(self.plan, now_ms)
         if planned is self.plan:
+            # Waiting for a broadcast publication is not idle: it may appear without any input moving.
+            self._idle_at = None if self.planner.broadcast_waits() else seen
             return None
+        self._idle_at = None
         self._pending = planned
         return self.planner.splits(self.plan, planned)[0]
+
+    def idle(self, changed: frozenset[SystemStreamPartition], now_ms: int) -> bool:
+        """True when asking the planner now is known to give nothing: it found nothing to do last time, none of the
+        task's SSPs moved since (``changed``: the job's SSPs that moved between its last two position reads), and no
+        window is due."""
+        return self._idle_at is not None and not (changed & self.ssp_set) and not self._window_due(now_ms)
+
+    def _window_due(self, now_ms: int) -> bool:
+        window_ms = self.engine.job.window_ms
+        return (window_ms > 0 and self.plan is not None and self.engine.targets is None
+                and now_ms - self.plan.planned_at_ms >= window_ms)
 
     def committed(self) -> None:
         """The split :meth:`next_split` returned was committed (or skipped as a replay): move the plan on."""
         self.plan = self._pending
+        self._idle_at = None
 
     def ended(self) -> bool:
         """True when the task's inputs all ended (in this run or an earlier one) and nothing is left to do."""
@@ -604,11 +630,18 @@ class Container:
                 due.append(task)
         if not due:
             return False
+        changed: dict[str, frozenset[SystemStreamPartition]] = {}
         for job_key in {task.job for task in due}:
-            self.jobs[job_key].engine.refresh()  # one metadata read per job and pass
+            engine = self.jobs[job_key].engine
+            engine.refresh()  # one metadata read per job and pass
+            engine.positions()
+            changed[job_key] = engine.changed()
         ran = False
+        wall = self.wall_ms()
         for task in due:
-            if task.state == "idle" and self._step(task):
+            if task.state != "idle" or task.loop.idle(changed[task.job], wall):
+                continue
+            if self._step(task):
                 ran = True
         return ran
 

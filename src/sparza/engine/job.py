@@ -112,6 +112,8 @@ class EngineJob:
         self.targets = ({SystemStreamPartition.parse(k): v for k, v in targets.items()}
                         if targets is not None else None)
         self._positions: Mapping[SystemStreamPartition, SspPosition] | None = None
+        self._previous: Mapping[SystemStreamPartition, SspPosition] = {}
+        self._changed: frozenset[SystemStreamPartition] = frozenset()
         self._positions_lock = threading.Lock()
         self._listeners: list[Any] | None = None
 
@@ -132,7 +134,17 @@ class EngineJob:
             found = self._positions
             if found is None:
                 found = self._positions = self.inputs.positions()
+                before = self._previous
+                self._changed = frozenset(ssp for ssp, pos in found.items()
+                                          if (old := before.get(ssp)) is None or old.upcoming != pos.upcoming)
+                self._previous = found
             return found
+
+    def changed(self) -> frozenset[SystemStreamPartition]:
+        """The SSPs whose upcoming offset differs between the last two reads of :meth:`positions` (every SSP after
+        the first): only tasks reading one of them can have new input."""
+        with self._positions_lock:
+            return self._changed
 
     def refresh(self) -> None:
         """The next :meth:`positions` reads the inputs again."""
