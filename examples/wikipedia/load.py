@@ -4,8 +4,7 @@
 are the ones that config names (``app.wikipedia.edits`` and the profile store's
 ``stores.profiles.adstore.input``), Delta streams or Kafka topics. Writing goes through the system's
 producer in transactions (a Delta app transaction, or a Kafka transaction that records its version),
-so a load is committed in whole chunks. On Kafka that also keeps the end offsets the test broker
-(Tansu) reports exact: a transaction's commit marker is a record batch of its own (docs/kafka.md).
+so a load is committed in whole chunks.
 """
 
 from __future__ import annotations

@@ -73,12 +73,17 @@ class SystemStreamMetadata:
 
 @dataclass(frozen=True, slots=True)
 class StreamSpec:
-    """What to create: a stream id, its physical location (None: the system's default) and partitions."""
+    """What to create: a stream id, its physical location (None: the system's default) and partitions.
+
+    ``intermediate``: a stream between two stages of an application, which sparza creates and whose committed
+    messages it deletes (:class:`SupportsDeleteMessages`); a system may create it with settings of its own (a
+    Kafka topic without time retention, as the records carry event times that may be old)."""
 
     stream: str
     partitions: int
     location: str | None = None
     properties: dict[str, str] = field(default_factory=dict)
+    intermediate: bool = False
 
 
 @runtime_checkable

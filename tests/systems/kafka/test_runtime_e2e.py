@@ -61,9 +61,7 @@ def kafka_job(work_dir: Path, kafka_bootstrap: str, unique_name: str) -> Callabl
 
 
 def load_events(config: Config, messages: int, keys: int, chunk: int = 500) -> None:
-    """Produce message i with key ``k{i % keys}``, ``chunk`` per transaction.
-
-    Transactions also keep Tansu's reported high watermark exact: each ends with a marker batch."""
+    """Produce message i with key ``k{i % keys}``, ``chunk`` per transaction."""
     topic = config["task.inputs"].split(".", 1)[1]
     producer = KafkaSystemProducer("kafka", config)
     producer.register("loader")

@@ -43,10 +43,6 @@ define_key("systems.<system>.streams.<stream>.samza.physical.name", None,
 define_key("streams.<stream>.samza.physical.name", None,
            "Samza's spelling of the Kafka topic of stream <stream> (systems.<s>.streams.<stream>.samza.physical.name "
            "wins when both are set).", _PKG)
-define_key("systems.<system>.kafka.end.offsets.verify", "auto",
-           "Read past each partition's reported end to find its real end: true, false, or auto (only on a Tansu "
-           "broker, cluster id tansu*, whose high watermark after a multi-record batch is that batch's base offset "
-           "+ 1, which would hide the batch's other records).", _PKG)
 define_key("systems.<system>.default.stream.replication.factor", "-1",
            "Replication factor of topics sparza creates (-1: the broker's default).", _PKG)
 
@@ -117,8 +113,8 @@ class KafkaSystemSettings(SystemSettings):
                 "api.version", "log_level", "debug")
         conf: dict[str, Any] = {k: v for k, v in self._passthrough("consumer").items() if k.startswith(kept)}
         conf.setdefault("log_level", 3)
-        # A metadata request must not create the topic it asks about (Tansu and brokers with
-        # auto.create.topics.enable would): a missing input is an error, not an empty new topic.
+        # A metadata request must not create the topic it asks about (a broker with auto.create.topics.enable,
+        # Kafka's default, would): a missing input is an error, not an empty new topic.
         conf["allow.auto.create.topics"] = False
         conf["bootstrap.servers"] = self.bootstrap_servers("consumer")
         return conf
@@ -167,8 +163,7 @@ class KafkaSystemSettings(SystemSettings):
         building a client object validates its config without waiting for a broker)."""
         from confluent_kafka import Consumer, KafkaException, Producer
 
-        _ = (self.read_timeout_s, self.request_timeout_s, self.replication_factor, self.verify_end_offsets,
-             self.transactions_topic)
+        _ = (self.read_timeout_s, self.request_timeout_s, self.replication_factor, self.transactions_topic)
         for role, make, conf in (("producer", Producer, self.producer_conf()),
                                  ("consumer", Consumer, self.consumer_conf())):
             try:
@@ -186,17 +181,6 @@ class KafkaSystemSettings(SystemSettings):
                 client.close()
             else:
                 del client
-
-    @property
-    def verify_end_offsets(self) -> bool | None:
-        """``systems.<s>.kafka.end.offsets.verify``: True, False, or None for auto (decided by the broker)."""
-        key = self._prefix + "kafka.end.offsets.verify"
-        value = str(self.config.get_str(key, "auto")).strip().lower()
-        if value == "auto":
-            return None
-        if value in ("true", "false"):
-            return value == "true"
-        raise ConfigError(key, value, "true, false or auto")
 
     @property
     def replication_factor(self) -> int:
