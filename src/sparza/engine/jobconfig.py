@@ -74,6 +74,10 @@ def offset_default(config: Config, stream: SystemStream) -> str:
     return value
 
 
+# Samza's (and Kafka's) values of consumer.auto.offset.reset that start a consumer at the oldest message left.
+_SKIP_TO_OLDEST = frozenset({"smallest", "earliest", "beginning"})
+
+
 @dataclass(frozen=True, slots=True)
 class InputSpec:
     """One input stream of the job: which partitions (None: all, i.e. partitioned by task) and how read."""
@@ -86,6 +90,9 @@ class InputSpec:
     offset_default: str
     reset_offset: bool = False
     """``samza.reset.offset``: at every start, ignore the checkpointed offset and start at ``offset_default``."""
+    skip_deleted: bool = False
+    """``systems.<s>.consumer.auto.offset.reset: smallest`` (or ``earliest``): a checkpointed offset whose messages
+    were deleted (retention) restarts at the oldest message left, skipping the gap; else the job stops naming it."""
 
 
 @dataclass(frozen=True)
@@ -236,6 +243,8 @@ def _parse_inputs(config: Config, *, require: bool) -> list[InputSpec]:
                 bounded=config.get_bool(prefix + "bounded", False),
                 offset_default=offset_default(config, stream),
                 reset_offset=config.get_bool(prefix + "samza.reset.offset", False),
+                skip_deleted=str(config.get_str(f"systems.{stream.system}.consumer.auto.offset.reset", "") or ""
+                                 ).strip().lower() in _SKIP_TO_OLDEST,
             ))
     return specs
 

@@ -21,11 +21,14 @@ def kafka_config(kafka_bootstrap: str) -> Config:
 
 @pytest.fixture
 def topic(kafka_config: Config, unique_name: str) -> Callable[..., str]:
-    """Create a topic named after the test (plus a suffix) with N partitions; returns its name."""
+    """Create a topic named after the test (plus a suffix) with N partitions; returns its name. It has no time
+    retention: tests write records with small timestamps (0, 99), which the broker's retention check (every
+    second here) would delete."""
 
     def make(partitions: int = 2, suffix: str = "") -> str:
         name = f"{unique_name}{suffix}"
-        KafkaSystemAdmin("k", kafka_config).create_stream(StreamSpec(name, partitions))
+        KafkaSystemAdmin("k", kafka_config).create_stream(StreamSpec(name, partitions,
+                                                                     properties={"retention.ms": "-1"}))
         return name
 
     return make

@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -212,6 +213,94 @@ def test_two_instances_of_one_batch_commit_it_once(kafka_config: Config, topic: 
     assert moved.committed_version(app) == 1
     zombie.stop()
     moved.stop()
+
+
+class _AtCommit:
+    """Wraps a real librdkafka producer; ``commit_transaction`` first runs what is left in ``before`` (a list
+    shared by the producers of one fault, emptied as it runs: the fault strikes once), after the batch's records
+    and its version offset were sent and before the commit is asked for."""
+
+    def __init__(self, real: Any, before: list[Callable[[], None]]) -> None:
+        self._real = real
+        self._before = before
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def commit_transaction(self, *args: Any) -> None:
+        while self._before:
+            self._before.pop()()
+        self._real.commit_transaction(*args)
+
+
+def _wrapping(monkeypatch: pytest.MonkeyPatch, before: Callable[[], None]) -> None:
+    """Every transactional producer made from now on is wrapped by :class:`_AtCommit` with ``before``."""
+    real_new = KafkaSystemProducer._new_producer
+    once = [before]
+
+    def new(self: KafkaSystemProducer, extra: dict[str, Any], errors: list[str]) -> Any:
+        made = real_new(self, extra, errors)
+        return _AtCommit(made, once) if "transactional.id" in extra else made
+
+    monkeypatch.setattr(KafkaSystemProducer, "_new_producer", new)
+
+
+def test_a_producer_fenced_inside_its_commit_by_a_newer_instance_of_the_task(
+        kafka_config: Config, topic: Callable[..., str], unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old instance of a task (a paused processor, a Spark worker) has produced batch 2 and is about to commit
+    when the newer instance (same transactional.id) starts: its init_transactions aborts the old transaction and
+    fences the old producer, and it writes batches 2 and 3. The old instance's commit fails fenced; it re-reads
+    the recorded version (3), so its batch 2 is not written again. Every batch once, in order."""
+    name = topic(1)
+    app = f"{unique_name}-job/{TASK}"
+    old = KafkaSystemProducer("k", kafka_config)
+    old.register(TASK)
+    _batch(old, name, Transaction(app, 1), [b"v1"])
+    newer = KafkaSystemProducer("k", kafka_config)
+    newer.register(TASK)
+
+    def newer_instance_runs() -> None:
+        _batch(newer, name, Transaction(app, 2), [b"v2"])
+        _batch(newer, name, Transaction(app, 3), [b"v3"])
+
+    once = [newer_instance_runs]
+    monkeypatch.setattr(old, "_new_producer", lambda extra, errors: _AtCommit(
+        KafkaSystemProducer._new_producer(old, extra, errors), once))
+    old._drop(old._sources[TASK])          # its next batch opens a producer through the wrapper
+    _batch(old, name, Transaction(app, 2), [b"v2-old"])
+    assert [v for _, _, v in _read(kafka_config, name)] == [b"v1", b"v2", b"v3"]
+    assert old.committed_version(app) == 3
+    old.stop()
+    newer.stop()
+
+
+def test_transaction_timeout_expiring_while_a_task_is_stalled(kafka_config: Config, topic: Callable[..., str],
+                                                              unique_name: str, monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """``transaction.timeout.ms`` 1 s. A task stalled 3 s while it processes holds no transaction (sends are
+    buffered until the flush): its batch commits. A task stalled 3 s inside its flush, between its records and its
+    commit, has its transaction aborted by the broker: the commit fails, the producer starts again (the version
+    read back says batch 2 is not recorded) and commits it. Every batch once; the aborted copy is not read."""
+    name = topic(1)
+    app = f"{unique_name}-job/{TASK}"
+    config = kafka_config.with_overrides({"systems.k.producer.transaction.timeout.ms": "1000"})
+    producer = KafkaSystemProducer("k", config)
+    producer.register(TASK)
+    producer.begin(TASK, Transaction(app, 1))
+    producer.send(TASK, OutgoingMessageEnvelope(SystemStream("k", name), b"v1", partition=0))
+    time.sleep(3)                                    # stalled while processing: no transaction is open
+    producer.flush(TASK, transaction=Transaction(app, 1))
+    assert producer.committed_version(app) == 1
+    producer.stop()
+    stalled = KafkaSystemProducer("k", config)
+    stalled.register(TASK)
+    _wrapping(monkeypatch, lambda: time.sleep(3))    # stalled inside the flush: the broker aborts the transaction
+    _batch(stalled, name, Transaction(app, 2), [b"v2"])
+    monkeypatch.undo()
+    _batch(stalled, name, Transaction(app, 3), [b"v3"])
+    assert [v for _, _, v in _read(kafka_config, name)] == [b"v1", b"v2", b"v3"]
+    assert stalled.committed_version(app) == 3
+    stalled.stop()
 
 
 def test_a_task_alternating_between_two_workers_commits_every_batch_once(

@@ -177,11 +177,15 @@ class SparkJob:
         if self.s.input == "kafka" or self.s.output == "kafka":
             from sparza.systems.kafka import KafkaSystemAdmin
 
+            # No time retention: the records' timestamps are the scenarios' event times (from 2023), which a
+            # topic's retention.ms counts from; the broker would delete them before the job read them.
             kafka_admin = KafkaSystemAdmin("kafka", config)
+            kept = {"retention.ms": "-1"}
             if self.s.input == "kafka":
-                kafka_admin.create_stream(StreamSpec(self.input_stream.split(".", 1)[1], self.s.partitions))
+                kafka_admin.create_stream(StreamSpec(self.input_stream.split(".", 1)[1], self.s.partitions,
+                                                     properties=kept))
             if self.s.output == "kafka":
-                kafka_admin.create_stream(StreamSpec(self.output_stream.split(".", 1)[1], 2))
+                kafka_admin.create_stream(StreamSpec(self.output_stream.split(".", 1)[1], 2, properties=kept))
         if self.s.join != "none":
             admin.create_stream(StreamSpec("profiles", 1 if self.s.join == "broadcast" else self.s.stage2_partitions))
             producer = DeltaSystemProducer("delta", config)
