@@ -65,4 +65,7 @@ if [ ! -x node_modules/.bin/azurite ] || [ ! -f "$npm_stamp" ] || [ "$(cat "$npm
 else
   say "Azurite up to date"
 fi
+# --- Apicurio Registry (Maven Central): the dev and test schema registry, cached in ~/.cache/sparza -------
+.venv/bin/python -m sparza.devservers.registry install
+
 say "ready: Java ${java_major}, $(.venv/bin/python --version), Azurite $(node_modules/.bin/azurite --version 2>/dev/null || echo '?')"

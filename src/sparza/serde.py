@@ -9,6 +9,7 @@ raises :class:`~sparza.errors.SerdeError` saying what was wrong with the input.
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import struct
@@ -34,7 +35,9 @@ __all__ = [
     "Serde",
     "SerdeError",
     "StringSerde",
+    "conform_to_schema",
     "load_avro_schema",
+    "parse_avro_schema",
     "partition_key_bytes",
     "serde_from_name",
     "serialize",
@@ -103,11 +106,25 @@ class JsonSerde:
     (``1e16``, ``0.00001`` rather than ``1e+16``, ``1e-05``: the same numbers), and types ``json``
     refuses are accepted the msgspec way (bytes as base64 text, sets as arrays, dataclasses as
     objects, datetimes, UUIDs and decimals as strings).
+
+    With a declared ``schema`` (an Avro schema: what a store's ``stores.<st>.msg.schema`` says of its JSON
+    values) every value written is first made to fit it, as an Avro writer would: a missing field gets its
+    default, numbers of ``float``/``double`` fields become floats, and a value that does not fit (a missing
+    field without a default, a field the schema does not have, a wrong type) raises :class:`SerdeError`
+    naming the field. Reads are not checked: the values were checked when written.
     """
 
     name = "json"
 
+    def __init__(self, schema: Any = None) -> None:
+        self.schema = schema
+        self._parsed: Any = None
+
     def to_bytes(self, obj: Any) -> bytes:
+        if self.schema is not None:
+            if self._parsed is None:
+                self._parsed = _parse_schema(self.schema)
+            obj = conform_to_schema(obj, self._parsed)
         try:
             out = _JSON_ENCODE(obj)
             if b"null" not in out or obj is None:
@@ -129,6 +146,13 @@ class JsonSerde:
             return json.loads(bytes(data))
         except (ValueError, UnicodeDecodeError) as exc:
             raise SerdeError(f"not valid JSON ({exc}): {payload_preview(data)}") from exc
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"schema": self.schema}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.schema = state.get("schema")
+        self._parsed = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +189,12 @@ def _parse_schema(schema: Any) -> Any:
     return parsed
 
 
+def parse_avro_schema(schema: Any) -> Any:
+    """``schema`` (a JSON value or JSON text) parsed by fastavro, cached; :class:`SerdeError` when it is not a valid
+    Avro schema."""
+    return _parse_schema(schema)
+
+
 def load_avro_schema(text_or_path: str) -> Any:
     """An Avro schema from JSON text or from the path of a file holding it."""
     stripped = text_or_path.strip()
@@ -180,22 +210,33 @@ class AvroSerde:
     """Avro binary (no container header) with a fixed schema.
 
     ``to_bytes`` takes a dict matching the schema or an :class:`AvroRecord` with the same schema;
-    ``from_bytes`` returns a dict.
+    ``from_bytes`` returns a dict. ``writer_schema``, when given, is the schema the bytes it reads were
+    written with: they are resolved into ``schema`` by Avro's rules (a field added with a default gets it,
+    a removed field is skipped, an ``int`` is read as a ``long``...), which is how a store's values written
+    under an older schema are read.
     """
 
     name = "avro"
 
-    def __init__(self, schema: Any) -> None:
+    def __init__(self, schema: Any, writer_schema: Any = None) -> None:
         if schema is None:
             raise SerdeError("avro serde needs a schema (set it in config or pass AvroRecord values)")
         self.schema = schema
+        self.writer_schema = writer_schema
         self._parsed: Any = None  # parsed once per serde object: parsing (or keying the cache) per message costs more
         #                           than the encoding itself
+        self._parsed_writer: Any = None
 
     def _schema(self) -> Any:
         parsed = self._parsed
         if parsed is None:
             parsed = self._parsed = _parse_schema(self.schema)
+        return parsed
+
+    def _writer(self) -> Any:
+        parsed = self._parsed_writer
+        if parsed is None:
+            parsed = self._parsed_writer = _parse_schema(self.writer_schema)
         return parsed
 
     def to_bytes(self, obj: Any) -> bytes:
@@ -218,16 +259,103 @@ class AvroSerde:
         import fastavro
 
         try:
-            return fastavro.schemaless_reader(io.BytesIO(data), self._schema(), None)
+            if self.writer_schema is None:
+                return fastavro.schemaless_reader(io.BytesIO(data), self._schema(), None)
+            return fastavro.schemaless_reader(io.BytesIO(data), self._writer(), self._schema())
         except Exception as exc:
             raise SerdeError(f"bytes are not Avro of the configured schema: {exc}") from exc
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"schema": self.schema}
+        return {"schema": self.schema, "writer_schema": self.writer_schema}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.schema = state["schema"]
+        self.writer_schema = state.get("writer_schema")
         self._parsed = None
+        self._parsed_writer = None
+
+
+_INT_RANGES = {"int": (-(1 << 31), (1 << 31) - 1), "long": (-(1 << 63), (1 << 63) - 1)}
+
+
+def conform_to_schema(datum: Any, parsed_schema: Any) -> Any:
+    """``datum`` made to fit Avro schema ``parsed_schema`` (parsed by fastavro), as a JSON value: missing record
+    fields get their defaults, ``float``/``double`` values become floats; a value that cannot fit raises
+    :class:`SerdeError` naming the field. What a JSON serde with a declared schema writes."""
+    named = parsed_schema.get("__named_schemas", {}) if isinstance(parsed_schema, dict) else {}
+    return _conform(datum, parsed_schema, named, "")
+
+
+def _conform(datum: Any, schema: Any, named: dict[str, Any], path: str) -> Any:
+    if isinstance(schema, str) and schema in named:
+        schema = named[schema]
+    if isinstance(schema, list):
+        problems = []
+        for branch in schema:
+            try:
+                return _conform(datum, branch, named, path)
+            except SerdeError as exc:
+                problems.append(str(exc))
+        raise SerdeError(f"{_at(path)}fits no branch of the union: " + "; ".join(problems))
+    kind = schema if isinstance(schema, str) else schema["type"]
+    if isinstance(kind, dict | list):
+        return _conform(datum, kind, named, path)
+    ok = True
+    if kind == "null":
+        ok = datum is None
+    elif kind == "boolean":
+        ok = isinstance(datum, bool)
+    elif kind in ("int", "long"):
+        low, high = _INT_RANGES[kind]
+        ok = isinstance(datum, int) and not isinstance(datum, bool) and low <= datum <= high
+    elif kind in ("float", "double"):
+        if isinstance(datum, int | float) and not isinstance(datum, bool):
+            return float(datum)
+        ok = False
+    elif kind in ("string", "bytes", "fixed"):
+        ok = isinstance(datum, str)  # JSON has no bytes: bytes and fixed fields hold text
+    elif kind == "enum":
+        ok = isinstance(datum, str) and datum in schema["symbols"]
+    elif kind == "array":
+        if isinstance(datum, list | tuple):
+            return [_conform(item, schema["items"], named, f"{path}[{i}]") for i, item in enumerate(datum)]
+        ok = False
+    elif kind == "map":
+        if isinstance(datum, Mapping) and all(isinstance(k, str) for k in datum):
+            return {k: _conform(v, schema["values"], named, f"{path}{{{k}}}") for k, v in datum.items()}
+        ok = False
+    elif kind in ("record", "error"):
+        return _conform_record(datum, schema, named, path)
+    else:
+        raise SerdeError(f"{_at(path)}unknown Avro type {kind!r} in the schema")
+    if not ok:
+        raise SerdeError(f"{_at(path)}{payload_preview(datum)} is not a {kind}")
+    return datum
+
+
+def _conform_record(datum: Any, schema: Any, named: dict[str, Any], path: str) -> dict[str, Any]:
+    if not isinstance(datum, Mapping):
+        raise SerdeError(f"{_at(path)}{payload_preview(datum)} is not a record {schema['name']} (a dict)")
+    fields = schema["fields"]
+    unknown = set(datum) - {f["name"] for f in fields}
+    if unknown:
+        raise SerdeError(f"{_at(path)}field(s) {', '.join(sorted(map(str, unknown)))} are not in record "
+                         f"{schema['name']} of the schema (add them to the schema, or leave them out)")
+    out: dict[str, Any] = {}
+    for field in fields:
+        name = field["name"]
+        sub = f"{path}.{name}" if path else name
+        if name in datum:
+            out[name] = _conform(datum[name], field["type"], named, sub)
+        elif "default" in field:
+            out[name] = _conform(copy.deepcopy(field["default"]), field["type"], named, sub)
+        else:
+            raise SerdeError(f"field '{sub}' is missing and has no default in the schema")
+    return out
+
+
+def _at(path: str) -> str:
+    return f"field '{path}': " if path else ""
 
 
 class NumberSerde:

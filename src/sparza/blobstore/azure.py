@@ -34,6 +34,7 @@ from sparza.blobstore.api import (
     blob_name_for,
     system_clock_ms,
 )
+from sparza.blobstore.settings import AZURE_BLOCK_SIZE, AZURE_MAX_CONCURRENCY, AZURE_SDK_RETRIES, AZURE_TIMEOUT_SECONDS
 from sparza.config import Config
 
 __all__ = ["DELETED_TAG", "EXPIRES_TAG", "AzureBlobStoreManager", "translate_azure_error"]
@@ -84,13 +85,13 @@ class AzureBlobStoreManager(BlobStoreManager):
         self.container = container
         self.ttl_ms = ttl_ms
         self.clock = clock
-        self.max_concurrency = max_concurrency or cfg.get_int("blob.store.azure.max.concurrency", 4, min_value=1)
-        block = block_size or cfg.get_bytes("blob.store.azure.block.size", 8 << 20, min_value=1 << 16)
+        self.max_concurrency = max_concurrency or AZURE_MAX_CONCURRENCY.get(cfg)
+        block = block_size or AZURE_BLOCK_SIZE.get(cfg)
         account = resolve_storage_account(cfg)
         # The SDK retries a little itself; sparza's policy (blob.store.retry.policy.*) does the rest.
         self._service = account.blob_service_client(
-            retry_total=cfg.get_int("blob.store.azure.sdk.retries", 1, min_value=0),
-            timeout_s=cfg.get_int("blob.store.azure.timeout.seconds", 20, min_value=1),
+            retry_total=AZURE_SDK_RETRIES.get(cfg),
+            timeout_s=AZURE_TIMEOUT_SECONDS.get(cfg),
             max_block_size=block, max_single_put_size=block, max_chunk_get_size=block,
             max_single_get_size=block)
         self._client = self._service.get_container_client(container)

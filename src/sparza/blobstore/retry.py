@@ -23,18 +23,21 @@ from sparza.blobstore.api import (
     Metadata,
     RetriableError,
 )
-from sparza.config import Config, define_check, define_key
+from sparza.config import FLOAT, Int, define_check, define_key
 
 __all__ = ["RetryPolicy", "RetryingBlobStoreManager"]
 
 _PKG = "sparza.blobstore"
 _P = "blob.store.retry.policy."
-define_key(_P + "max.retries", -1, "max retries of one blob operation; -1: bounded by duration only", _PKG)
-define_key(_P + "max.retry.duration.millis", 900_000, "give up retrying one operation after this long", _PKG)
-define_key(_P + "backoff.delay.millis", 100, "first backoff delay", _PKG)
-define_key(_P + "backoff.max.delay.millis", 312_500, "largest backoff delay", _PKG)
-define_key(_P + "backoff.delay.factor", 5, "backoff multiplier (100 ms, 500 ms, 2.5 s, ...)", _PKG)
-define_key(_P + "jitter.factor", 0.1, "random +/- fraction added to each delay", _PKG)
+_MAX_RETRIES = define_key(_P + "max.retries", -1, "max retries of one blob operation; -1: bounded by duration only",
+                          _PKG, kind=Int(min_value=-1))
+_MAX_DURATION = define_key(_P + "max.retry.duration.millis", 900_000, "give up retrying one operation after this "
+                           "long", _PKG, kind=Int(min_value=0))
+_DELAY = define_key(_P + "backoff.delay.millis", 100, "first backoff delay", _PKG, kind=Int(min_value=0))
+_MAX_DELAY = define_key(_P + "backoff.max.delay.millis", 312_500, "largest backoff delay", _PKG, kind=Int(min_value=0))
+_FACTOR = define_key(_P + "backoff.delay.factor", 5, "backoff multiplier (100 ms, 500 ms, 2.5 s, ...)", _PKG,
+                     kind=FLOAT)
+_JITTER = define_key(_P + "jitter.factor", 0.1, "random +/- fraction added to each delay", _PKG, kind=FLOAT)
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -42,25 +45,21 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """How one blob operation is retried (Samza's defaults)."""
+    """How one blob operation is retried (Samza's defaults, as the keys declare them)."""
 
-    max_retries: int = -1
-    max_duration_ms: int = 900_000
-    delay_ms: int = 100
-    max_delay_ms: int = 312_500
-    factor: float = 5.0
-    jitter: float = 0.1
+    max_retries: int = _MAX_RETRIES.get({})
+    max_duration_ms: int = _MAX_DURATION.get({})
+    delay_ms: int = _DELAY.get({})
+    max_delay_ms: int = _MAX_DELAY.get({})
+    factor: float = _FACTOR.get({})
+    jitter: float = _JITTER.get({})
 
     @classmethod
     def from_config(cls, config: Mapping[str, str]) -> RetryPolicy:
         """The policy from ``blob.store.retry.policy.*``."""
-        cfg = Config.of(config)
-        return cls(max_retries=cfg.get_int(_P + "max.retries", -1, min_value=-1),
-                   max_duration_ms=cfg.get_int(_P + "max.retry.duration.millis", 900_000, min_value=0),
-                   delay_ms=cfg.get_int(_P + "backoff.delay.millis", 100, min_value=0),
-                   max_delay_ms=cfg.get_int(_P + "backoff.max.delay.millis", 312_500, min_value=0),
-                   factor=cfg.get_float(_P + "backoff.delay.factor", 5.0),
-                   jitter=cfg.get_float(_P + "jitter.factor", 0.1))
+        return cls(max_retries=_MAX_RETRIES.get(config), max_duration_ms=_MAX_DURATION.get(config),
+                   delay_ms=_DELAY.get(config), max_delay_ms=_MAX_DELAY.get(config), factor=_FACTOR.get(config),
+                   jitter=_JITTER.get(config))
 
     def delays_ms(self) -> Iterator[float]:
         """The backoff before each retry, without jitter: 100, 500, 2500, ... capped."""

@@ -22,11 +22,13 @@ app = SparzaTyper(name="sparza", help="Samza's stream-processing model on Apache
 _COMMAND_MODULES = (
     "sparza.cli.devstorage",   # dev-storage start|stop|status
     "sparza.cli.devkafka",     # dev-kafka start|stop|status                (systems.kafka)
+    "sparza.cli.devregistry",  # dev-registry start|stop|status             (schemaregistry)
     "sparza.cli.stream",       # stream create|describe|tail|load|compact   (systems.delta)
     "sparza.cli.blobs",        # blobs ls|cat                              (systems.azureblob)
     "sparza.cli.snapshots",    # snapshots show|restore|verify, gc          (state.backup, blobstore)
     "sparza.cli.coordinator",  # coordinator status                         (coordination)
     "sparza.cli.run",          # run, drain, checkpoints show               (runtime)
+    "sparza.cli.ops",          # rewind, savepoint create|list|delete       (ops)
     "sparza.cli.store",        # store get|scan|count                       (storeview)
     "sparza.cli.demo",         # demo
     "sparza.cli.config",       # config check|migrate                       (config.check, config.samza)

@@ -19,7 +19,7 @@ EXIT_CLAIMED = 3
 checkpoints_app = SparzaTyper(help="Inspect task checkpoints.", no_args_is_help=True)
 
 
-def _load(config_path: str) -> object:
+def _load(config_path: str) -> Config:
     from sparza.config import Config
     from sparza.config.samza import translate
 
@@ -44,7 +44,13 @@ def run(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="
                                    help="Spark Connect URL sc://host:port (default: spark.remote); excludes --master."),
         py_files: str = typer.Option(None, "--py-files", metavar="ZIPS",
                                      help="Comma list of zips (sparza package) executors import the job's code "
-                                          "from (default: job.py.files).")) -> None:
+                                          "from (default: job.py.files)."),
+        from_savepoint: str = typer.Option(None, "--from-savepoint", metavar="NAME",
+                                           help="Start from this savepoint (sparza savepoint create): its offsets "
+                                                "and state; given again at a restart, the job continues instead."),
+        savepoint_config: str = typer.Option(None, "--savepoint-config", metavar="FILE",
+                                             help="A config whose blob store holds the savepoint (default: the "
+                                                  "job's own).")) -> None:
     """Run a job until stopped, or until every bounded input ended; with --once, until caught up; with --drain (or after
     sparza drain), until drained.
 
@@ -59,7 +65,11 @@ def run(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="
     cfg = Config.load(config)  # untranslated: run_config checks it and warns about Samza's spellings itself
     if py_files:
         cfg = cfg.with_overrides({"job.py.files": py_files})
-    pid = processor_id or cfg.get_str("processor.id", None) or "0"  # type: ignore[attr-defined]
+    from sparza.engine.jobconfig import PROCESSOR_ID
+
+    pid = processor_id or PROCESSOR_ID.get(cfg)
+    if from_savepoint:
+        _start_from_savepoint(config, from_savepoint, savepoint_config)
     try:
         outcome = run_config(cfg, master=master, remote=remote, processor_id=pid,  # type: ignore[arg-type]
                              once=once, stage=stage, drain=drain)
@@ -67,6 +77,20 @@ def run(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_CLAIMED) from None
     raise typer.Exit(outcome.exit_code)
+
+
+def _start_from_savepoint(config: str, name: str, source: str | None) -> None:
+    """Write the job's task checkpoints from savepoint ``name`` (unless the job already started from it)."""
+    from sparza.ops import restore_savepoint
+
+    done = restore_savepoint(_load(config), name, source=_load(source) if source else None)  # type: ignore[arg-type]
+    if done is None:
+        typer.echo(f"sparza: the job started from savepoint {name} before: continuing from its own checkpoints",
+                   err=True)
+        return
+    typer.echo(f"sparza: started {len(done.tasks)} task(s) from savepoint {name} (operation {done.id})", err=True)
+    for note in done.notes:
+        typer.echo(f"sparza:   {note}", err=True)
 
 
 def drain(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="Job config (YAML or .properties)."),
@@ -83,7 +107,9 @@ def drain(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help
     cfg = _load(config)
     job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
     configs = [cfg]
-    if job.app_class is not None and cfg.get_str("app.stage", None) is None:  # type: ignore[attr-defined]
+    from sparza.config.shared import APP_STAGE
+
+    if job.app_class is not None and APP_STAGE.get(cfg) is None:
         from sparza.api import plan_application
 
         configs = [stage.config for stage in plan_application(cfg).stages]  # type: ignore[arg-type]
@@ -97,7 +123,9 @@ def drain(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help
         typer.echo(f"withdrew the drain request of {scope} (tasks that drained already stay drained)")
         return
     request, new = request_drain(configs)  # type: ignore[arg-type]
-    if not cfg.get_bool("job.drain-monitor.enabled", True):  # type: ignore[attr-defined]
+    from sparza.engine.drain import DRAIN_MONITOR_ENABLED
+
+    if not DRAIN_MONITOR_ENABLED.get(cfg):
         typer.echo("warning: job.drain-monitor.enabled is false: a running job does not read the request; it "
                    "drains when started with sparza run --drain", err=True)
     typer.echo(f"drain {request.id} of {scope}: {'requested' if new else 'already pending'}; it ends "
@@ -144,6 +172,7 @@ _OFFSET_FORMS = {
 
 
 if TYPE_CHECKING:
+    from sparza.config import Config
     from sparza.engine.checkpoint import TaskCheckpoint
 
 
@@ -163,9 +192,13 @@ def _offsets_caption(cfg: object, checkpoints: Mapping[str, TaskCheckpoint]) -> 
 @checkpoints_app.command("show")
 def show(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="Job config (YAML or .properties)."),
          as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-         lag: bool = typer.Option(True, "--lag/--no-lag", help="Also show each input's lag (asks the systems).")
+         lag: bool = typer.Option(True, "--lag/--no-lag", help="Also show each input's lag (asks the systems)."),
+         history: bool = typer.Option(False, "--history",
+                                      help="Print every rewind and savepoint restore of the job (with --json: as "
+                                           "JSON) instead of the checkpoints.")
          ) -> None:
-    """Print every task's checkpoint: batch, generation, offsets (with lag), store snapshots."""
+    """Print every task's checkpoint: batch, generation, offsets (with lag), store snapshots, and the newest
+    rewinds and savepoint restores (who, when, from what to what)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -176,7 +209,9 @@ def show(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help=
     cfg = _load(config)
     job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
     configs = [cfg]
-    if job.app_class is not None and cfg.get_str("app.stage", None) is None:  # type: ignore[attr-defined]
+    from sparza.config.shared import APP_STAGE
+
+    if job.app_class is not None and APP_STAGE.get(cfg) is None:
         from sparza.api import plan_application
 
         configs = [stage.config for stage in plan_application(cfg).stages]  # type: ignore[arg-type]
@@ -186,6 +221,9 @@ def show(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help=
         stage_job = JobConfig.from_config(stage_cfg, require_inputs=False)  # type: ignore[arg-type]
         check_storage(stage_cfg, blob_store=False, local=False)  # type: ignore[arg-type]
         store = checkpoint_store_from_config(stage_cfg, stage_job.job_key)  # type: ignore[arg-type]
+        if history:
+            _print_history(store, as_json=as_json)
+            return
         checkpoints = store.read_all()
         if as_json:
             everything[stage_job.job_key] = {t: json.loads(cp.to_json()) for t, cp in sorted(checkpoints.items())}
@@ -208,8 +246,38 @@ def show(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help=
                           "" if intent is None else f"batch {intent.batch} up to "
                           + ", ".join(f"{k} {v}" for k, v in sorted(intent.ends.items())))
         console.print(table)
+        _print_history(store, as_json=False, newest=5)
     if as_json:
         typer.echo(json.dumps(everything if len(configs) > 1 else next(iter(everything.values()), {}), indent=2))
+
+
+def _print_history(store: object, *, as_json: bool, newest: int | None = None) -> None:
+    """The job's operations journal (:mod:`sparza.ops.journal`): all, or the ``newest`` few under the table."""
+    import datetime as dt
+
+    from sparza.ops.journal import read_journal
+
+    operations = read_journal(store)  # type: ignore[arg-type]
+    if as_json:
+        typer.echo(json.dumps([op.to_json() for op in operations], indent=2))
+        return
+    if newest is not None:
+        if not operations:
+            return
+        if len(operations) > newest:
+            typer.echo(f"operations ({len(operations) - newest} older ones: --history):")
+        operations = operations[-newest:]
+    elif not operations:
+        typer.echo("no rewinds or savepoint restores recorded")
+    for op in operations:
+        when = dt.datetime.fromtimestamp(op.at_ms / 1000, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        typer.echo(f"{when} {op.kind} to {op.target} by {op.by} (operation {op.id}), {len(op.tasks)} task(s)")
+        for task, change in sorted(op.tasks.items()):
+            moved = [f"{s} {change.offsets_from.get(s, '-')} -> {o}" for s, o in sorted(change.offsets_to.items())
+                     if change.offsets_from.get(s) != o]
+            typer.echo(f"  {task}: state {change.state}; " + ("; ".join(moved) if moved else "offsets unchanged"))
+        for note in op.notes:
+            typer.echo(f"  {note}")
 
 
 @checkpoints_app.command("drop-intent")

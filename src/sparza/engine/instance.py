@@ -37,7 +37,7 @@ from sparza.engine.results import BatchResult, BatchStatus
 from sparza.engine.split import TaskSplit
 from sparza.engine.stores import TaskStores
 from sparza.engine.worker import WORKER
-from sparza.errors import DataError, ErrorKind, SerdeError, StorageUnavailableError, classify
+from sparza.errors import ErrorKind, SerdeError, SparzaError, StorageUnavailableError, classify
 from sparza.metrics import MetricsRegistry
 from sparza.serde import BytesSerde, Serde
 from sparza.streams import (
@@ -554,7 +554,9 @@ class TaskInstance:
                             value = (mser.from_bytes(raw_value) if mser is not None and raw_value is not None
                                      else raw_value)
                         except Exception as exc:
-                            if not isinstance(exc, DataError):  # a serde that raised anything: still the data
+                            # A serde that raised anything is still the data's fault, unless sparza says what
+                            # it is (a config or system error: a schema registry that refuses or does not answer).
+                            if not isinstance(exc, SparzaError | ConnectionError | TimeoutError):
                                 exc = SerdeError(f"{type(exc).__name__}: {exc}")
                             if self._on_message_error(exc, ssp, offset, raw_key, raw_value, ts, collector,
                                                       deserializing=True) == "dropped":

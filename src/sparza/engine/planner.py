@@ -44,6 +44,7 @@ from sparza.engine.model import TaskModel
 from sparza.engine.offsets import OffsetOps
 from sparza.engine.split import TaskSplit
 from sparza.streams import SystemStreamPartition
+from sparza.systems import SupportsDeletedMessagesPolicy
 
 __all__ = ["BatchPlan", "BatchPlanner", "Replay", "SspPosition", "TaskPlan", "describe_waits", "input_after_end"]
 
@@ -189,11 +190,12 @@ def check_not_past_end(task: str, ssp: SystemStreamPartition, offset: str, posit
         "give the job a new job.id")
 
 
-def check_not_deleted(task: str, ssp: SystemStreamPartition, offset: str, position: SspPosition, ops: OffsetOps,
-                      *, skip: bool) -> str:
+def check_not_deleted(task: str, ssp: SystemStreamPartition, offset: str, position: SspPosition,
+                      ops: OffsetOps) -> str:
     """Where a task resumes ``ssp`` from its checkpointed ``offset``: there, unless messages after it were deleted
-    before the task read them (a Kafka topic's ``retention.ms``): then the job stops naming the gap, or with
-    ``skip`` (``consumer.auto.offset.reset: smallest``) resumes at the oldest message left, saying what it skipped.
+    before the task read them (a Kafka topic's ``retention.ms``): then the job stops naming the gap, or, where the
+    system's config says so (:class:`~sparza.systems.SupportsDeletedMessagesPolicy`: Kafka's
+    ``consumer.auto.offset.reset: smallest``), resumes at the oldest message left, saying what it skipped.
     Planning on from ``offset`` would fail every read of the deleted range."""
     oldest = position.oldest if position.oldest is not None else position.upcoming   # empty: all of it deleted
     if ops.compare(offset, oldest) >= 0:
@@ -202,7 +204,7 @@ def check_not_deleted(task: str, ssp: SystemStreamPartition, offset: str, positi
     if not lost:   # nothing the task had not read lies there (or the system cannot tell)
         return offset
     gap = f"offsets [{offset}, {oldest}) of {ssp} (at most {lost} messages)"
-    if skip:
+    if isinstance(ops.admin, SupportsDeletedMessagesPolicy) and ops.admin.skips_deleted_messages(ssp.stream):
         log.warning("task '%s' skipped %s: deleted before it read them (the stream's retention), as "
                     "systems.%s.consumer.auto.offset.reset says; it resumes at offset %s", task, gap, ssp.system,
                     oldest)
@@ -363,7 +365,7 @@ class BatchPlanner:
                     if intent is None:
                         check_not_past_end(task.name, ssp, offsets[key], positions[ssp], self.ops[ssp.system])
                         resumed = check_not_deleted(task.name, ssp, offsets[key], positions[ssp],
-                                                    self.ops[ssp.system], skip=self.spec(ssp).skip_deleted)
+                                                    self.ops[ssp.system])
                         if resumed != offsets[key]:   # the task starts after its checkpoint, as for a reset
                             offsets[key] = resumed
                             reset = (*reset, key)

@@ -272,12 +272,9 @@ class TaskStores:
                 # A memory store's live dir is only a load source: rebuild it from the committed snapshot.
                 self._prepare_dir(name, expected, committed_batch, reuse_live=not memory)
             self._marker(name).unlink(missing_ok=True)
-            store = open_store(name, self.job.config, self.task, self.job.task_store_base_dir)
-            if memory and expected is not None:
-                from sparza.state.kv.memory import InMemoryStore
-
-                assert isinstance(store, InMemoryStore)  # stores.<st>.factory: memory
-                store.load(self.store_dir(name))
+            # A memory store loads its committed entries (and their recorded format) from the rebuilt dir.
+            store = open_store(name, self.job.config, self.task, self.job.task_store_base_dir,
+                               directory=self.store_dir(name) if memory and expected is not None else None)
             self._open[name] = store
             self.handles[name]._bind(store)
 

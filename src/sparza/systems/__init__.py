@@ -15,19 +15,22 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from sparza.config import Config, define_check, define_key
+from sparza.config import STR, Config, define_check, define_key
 from sparza.config.samza import resolve_factory
 from sparza.errors import ConfigError
 from sparza.metrics import MetricsRegistry
 from sparza.streams import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition
+from sparza.systems.settings import STREAM_INTERMEDIATE
 
 __all__ = [
     "SYSTEM_FACTORIES",
+    "SYSTEM_FACTORY",
     "StreamSpec",
     "SupportsArrowRead",
     "SupportsArrowSend",
     "SupportsConfigCheck",
     "SupportsDeleteMessages",
+    "SupportsDeletedMessagesPolicy",
     "SupportsMessageCount",
     "SupportsOffsetArithmetic",
     "SupportsOffsetKey",
@@ -42,6 +45,7 @@ __all__ = [
     "SystemStreamPartitionMetadata",
     "Transaction",
     "check_configured_streams",
+    "check_registry_schemas",
     "get_system_factory",
     "load_object",
 ]
@@ -229,6 +233,17 @@ class SupportsMessageCount(Protocol):
 
 
 @runtime_checkable
+class SupportsDeletedMessagesPolicy(Protocol):
+    """An admin whose streams lose messages nobody read yet (Kafka: a topic's retention) and whose config says
+    what a task whose checkpointed offset was deleted does. Without it, or when it says no, the job stops naming
+    the gap."""
+
+    def skips_deleted_messages(self, stream: str) -> bool:
+        """True when such a task resumes at the oldest message left (Kafka's ``consumer.auto.offset.reset``)."""
+        ...
+
+
+@runtime_checkable
 class SupportsProcessingTime(Protocol):
     """A producer that needs a time where a message carries none (the Azure blob producer's blob paths).
 
@@ -319,10 +334,12 @@ SYSTEM_FACTORIES: dict[str, str] = {
 mapped in :data:`sparza.config.samza.FACTORY_KINDS`)."""
 
 
-define_key("systems.<system>.samza.factory", None,
-           "The system's factory: delta, azureblob, kafka, eventhubs, inmemory (tests in one process), Samza's "
-           "factory class of a system sparza has (e.g. org.apache.samza.system.kafka.KafkaSystemFactory), or a "
-           "dotted Python path.", "sparza.systems")
+SYSTEM_FACTORY = define_key("systems.<system>.samza.factory", None,
+                            "The system's factory: delta, azureblob, kafka, eventhubs, inmemory (tests in one "
+                            "process), Samza's factory class of a system sparza has (e.g. "
+                            "org.apache.samza.system.kafka.KafkaSystemFactory), or a dotted Python path.",
+                            "sparza.systems", kind=STR)
+"""``systems.<system>.samza.factory``."""
 
 
 def _check_factories(config: Config) -> list[ConfigError]:
@@ -375,8 +392,9 @@ def load_object(path: str, key: str = "factory") -> Any:
 
 def get_system_factory(config: Config, system_name: str) -> SystemFactory:
     """The factory configured for ``systems.<system_name>.samza.factory``."""
-    key = f"systems.{system_name}.samza.factory"
-    name = resolve_factory("system", key, config.get_str(key))  # Samza class names → short names
+    key = SYSTEM_FACTORY.name(system=system_name)
+    # Samza class names → short names
+    name = resolve_factory("system", key, SYSTEM_FACTORY.require(config, system=system_name))
     if "." not in name and ":" not in name and name.strip().lower() not in SYSTEM_FACTORIES:
         raise ConfigError(key, name, f"one of {', '.join(sorted(SYSTEM_FACTORIES))} or a dotted Python path "
                                      "(this sparza has no such system)")
@@ -401,7 +419,10 @@ def check_configured_streams(config: Config, known: set[tuple[str, str]] = froze
     ``keyed_count.output``) that does not exist raises :class:`~sparza.errors.StartCheckError` naming the
     key and the command that creates it. A stream the config only describes (a serde, a physical name
     under ``systems.<s>.streams.<x>``) may be a leftover the job never writes: its absence is a warning
-    (``warn``, default stderr)."""
+    (``warn``, default stderr).
+
+    Then every stream schema a system's schema registry governs is one the registry accepts
+    (:func:`check_registry_schemas`)."""
     from sparza.config.check import keys_read_by_job_code
     from sparza.errors import StartCheckError, job_config_ref
 
@@ -429,7 +450,7 @@ def check_configured_streams(config: Config, known: set[tuple[str, str]] = froze
         if found is None:
             continue
         stream = found
-        if stream and not config.get_bool(f"systems.{system}.streams.{stream}.samza.intermediate", False):
+        if stream and not STREAM_INTERMEDIATE.get(config, system=system, stream=stream):
             described.setdefault((system, stream), key)
     admins: dict[str, Any] = {}
     for pair in sorted(set(declared) | set(described)):
@@ -460,6 +481,37 @@ def check_configured_streams(config: Config, known: set[tuple[str, str]] = froze
             line = (f"config key '{described[pair]}' describes stream {system}.{stream}{where}, which does not "
                     f"exist; if the job writes to it, {hint}")
             (warn or (lambda text: print(f"warning: {text}", file=sys.stderr, flush=True)))(line)
+    check_registry_schemas(config)
+
+
+def check_registry_schemas(config: Config) -> None:
+    """Each ``systems.<s>.streams.<x>.samza.<key|msg>.schema`` of a system with a schema registry, whose serde
+    is avro, is one its subject accepts (compatible under the subject's level, or registered already when
+    auto-registration is off): otherwise the first record written would fail the job after Spark started.
+    Raises :class:`~sparza.schemaregistry.IncompatibleSchemaError` naming the subject and the version, or
+    :class:`~sparza.errors.StartCheckError` when the registry does not answer."""
+    from sparza.errors import StartCheckError
+    from sparza.schemaregistry import RegistryAvroSerde, SchemaRegistryError
+    from sparza.systems.settings import stream_serde
+
+    for key in sorted(config):
+        parts = key.split(".")
+        if len(parts) < 7 or parts[0] != "systems" or parts[2] != "streams" or parts[-1] != "schema" \
+                or parts[-2] not in ("key", "msg") or parts[-3] != "samza":
+            continue
+        system, stream, which = parts[1], ".".join(parts[3:-3]), parts[-2]
+        if not config.get(f"systems.{system}.schema.registry.url"):
+            continue
+        serde = stream_serde(config, system, stream, which)
+        if not isinstance(serde, RegistryAvroSerde):
+            continue
+        try:
+            serde.check()
+        except SchemaRegistryError as exc:
+            url_key = f"systems.{system}.schema.registry.url"
+            raise StartCheckError(url_key, config.get(url_key), "", message=(
+                f"config key '{key}': cannot check the schema of stream {system}.{stream} with subject "
+                f"'{serde.subject}': {exc}")) from exc
 
 
 _STREAM_SETTING_SUFFIXES = ("samza.key.serde", "samza.msg.serde", "samza.key.schema", "samza.msg.schema",

@@ -11,14 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sparza.config import BOOL, STR, Config, define_key
-from sparza.serde import Serde, serde_from_name
+from sparza.serde import Serde, load_avro_schema, serde_from_name
 
 __all__ = [
+    "STREAM_BOOTSTRAP",
     "STREAM_BOUNDED",
+    "STREAM_INTERMEDIATE",
     "STREAM_KEY_SCHEMA",
     "STREAM_KEY_SERDE",
     "STREAM_MSG_SCHEMA",
     "STREAM_MSG_SERDE",
+    "STREAM_RESET_OFFSET",
     "SYSTEM_KEY_SERDE",
     "SYSTEM_MSG_SERDE",
     "SystemSettings",
@@ -43,6 +46,16 @@ STREAM_MSG_SCHEMA = define_key("systems.<system>.streams.<stream>.samza.msg.sche
 STREAM_KEY_SCHEMA = define_key("systems.<system>.streams.<stream>.samza.key.schema", None,
                                "Avro schema (JSON text or a file path) of the stream's keys when its key serde is "
                                "avro.", _PKG, kind=STR)
+STREAM_INTERMEDIATE = define_key("systems.<system>.streams.<stream>.samza.intermediate", False,
+                                 "true for a stream between two stages: its partitions carry control messages and "
+                                 "its watermark comes from them (set by the planner).", _PKG, kind=BOOL)
+STREAM_BOOTSTRAP = define_key("systems.<system>.streams.<stream>.samza.bootstrap", False,
+                              "Bootstrap stream: other inputs wait until it reached the offsets seen at start.", _PKG,
+                              kind=BOOL)
+STREAM_RESET_OFFSET = define_key("systems.<system>.streams.<stream>.samza.reset.offset", False,
+                                 "ignore the checkpointed offset at every start: a main input starts at "
+                                 "samza.offset.default (its batches are processed again or skipped); an adjunct "
+                                 "stream rebuilds its store from the oldest offset", _PKG, kind=BOOL)
 STREAM_BOUNDED = define_key("systems.<system>.streams.<stream>.bounded", False,
                             "true: the stream ends at the newest offset seen when the job started (end-of-stream).",
                             _PKG, kind=BOOL)
@@ -55,8 +68,18 @@ def stream_serde(config: Mapping[str, str], system: str, stream: str, which: str
     stream's ``samza.<which>.serde``, else the system's, else bytes; an avro serde takes its schema from the
     stream's ``samza.<which>.schema``.
 
+    When the system has a schema registry (``systems.<s>.schema.registry.url``), an avro serde goes through it
+    (:class:`~sparza.schemaregistry.RegistryAvroSerde`: the Confluent wire format; the schema is then optional).
+
     Every system, the runtime and the test runner resolve a stream's serdes here, so they agree."""
     serde_key, schema_key = _SERDES[which]
+    if str(serde_key.get(config, system=system, stream=stream)).strip().lower() == "avro":
+        from sparza.schemaregistry import registry_serde
+
+        schema = schema_key.get(config, system=system, stream=stream)
+        found = registry_serde(config, system, stream, which, load_avro_schema(schema) if schema else None)
+        if found is not None:
+            return found
     return serde_from_name(serde_key.get(config, system=system, stream=stream),
                            key=serde_key.where(config, system=system, stream=stream),
                            schema=schema_key.get(config, system=system, stream=stream), config=config)

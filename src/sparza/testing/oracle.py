@@ -20,9 +20,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Comparison", "KafkaRead", "Record", "compare", "download_prefix", "expected_records",
-           "expected_table_rows", "fires_panes", "read_blob_records", "read_delta_records", "read_delta_values",
-           "read_kafka_records", "read_table_rows", "reduce_panes"]
+__all__ = [
+    "TABLE_READERS",
+    "Comparison",
+    "KafkaRead",
+    "Record",
+    "compare",
+    "download_prefix",
+    "expected_records",
+    "expected_table_rows",
+    "fires_panes",
+    "missing_table_readers",
+    "read_blob_records",
+    "read_delta_records",
+    "read_delta_values",
+    "read_kafka_records",
+    "read_table_rows",
+    "reduce_panes",
+]
 
 Record = tuple[int, str, int, int, str]
 """An output record as ``(id, key, val, aux, tag)``."""
@@ -222,10 +237,24 @@ def read_delta_records(table_path: Path) -> Counter[Record]:
     return Counter(_record(json.loads(v)) for v in read_delta_values(table_path))
 
 
+TABLE_READERS = ("deltalake", "duckdb", "polars")
+"""The readers :func:`read_table_rows` reads a typed table with; DuckDB and Polars are development
+dependencies (``pip install 'sparza[dev]'``), so an installed sparza may lack them."""
+
+
+def missing_table_readers() -> list[str]:
+    """The readers of :data:`TABLE_READERS` that are not installed here (a harness run says so, rather than
+    counting a check by fewer readers as a check by all of them)."""
+    import importlib.util
+
+    return [name for name in TABLE_READERS if importlib.util.find_spec(name) is None]
+
+
 def read_table_rows(table_path: Path) -> dict[str, Counter[Record]]:
     """A typed Delta table's rows, read through its Delta log by every reader installed: ``deltalake``
-    always, DuckDB (over the log's live files) and Polars (``read_delta``) when importable. Each reader's
-    rows as a multiset, so the caller can check that they agree."""
+    always, DuckDB (over the log's live files) and Polars (``read_delta``) when importable
+    (:func:`missing_table_readers` names those that are not). Each reader's rows as a multiset, so the caller
+    can check that they agree."""
     from deltalake import DeltaTable
 
     if not (table_path / "_delta_log").exists():

@@ -14,6 +14,7 @@ from typing import Any
 
 from sparza.errors import SparzaError
 from sparza.serde import BytesSerde, Serde
+from sparza.state.kv.format import StoreFormat, write_format
 
 __all__ = ["KeyValueStore", "SerdeStore", "StoreClosedError", "StoreError", "StoreReadOnlyError"]
 
@@ -113,6 +114,14 @@ class SerdeStore(KeyValueStore):
         self.key_serde: Serde = key_serde or BytesSerde()
         self.msg_serde: Serde = msg_serde or BytesSerde()
         self.read_only = read_only
+        self.format: StoreFormat | None = None
+        """The format the store's bytes are in, recorded in every checkpoint (set by ``open_store``; None for a
+        store built directly, whose checkpoints then carry no record)."""
+
+    def _record_format(self, directory: Path) -> None:
+        """Write the store's format into checkpoint ``directory`` (engines call it from ``checkpoint``)."""
+        if self.format is not None:
+            write_format(directory, self.name, self.format)
 
     # --- engine primitives -------------------------------------------------------------------
     @abstractmethod

@@ -10,29 +10,22 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from sparza.config import Config, define_check, define_key
+from sparza.config import Choice, Config, define_check, define_key
+from sparza.config.shared import LOGGED_STORE_BASE_DIR
 from sparza.errors import ConfigError
-from sparza.serde import serde_from_name
-from sparza.state.kv.api import KeyValueStore
+from sparza.state.kv.api import KeyValueStore, SerdeStore
+from sparza.state.kv.format import configured_format, declared_migration, read_format
 from sparza.state.kv.memory import InMemoryStore
+from sparza.state.kv.migration import reconcile
 from sparza.state.kv.rocksdb import RocksDbStore
 
-__all__ = ["STORE_FACTORIES", "open_store", "safe_dir_name", "store_dir"]
+__all__ = ["STORE_FACTORIES", "STORE_FACTORY", "open_store", "safe_dir_name", "store_dir"]
 
 _PKG = "sparza.state.kv"
 STORE_FACTORIES = ("rocksdb", "memory")
 
-define_key("stores.<store>.factory", "rocksdb", "store engine: rocksdb or memory (or Samza's RocksDb / InMemory "
-           "KeyValueStorageEngineFactory)", _PKG)
-define_key("stores.<store>.key.serde", "bytes", "serde of the store's keys: bytes, string, json, avro, integer, long, "
-           "double or a serializers.registry name", _PKG)
-define_key("stores.<store>.msg.serde", "bytes", "serde of the store's values: bytes, string, json, avro, integer, "
-           "long, double or a serializers.registry name", _PKG)
-define_key("stores.<store>.key.schema", None, "Avro schema (JSON or a file path) of the keys when key.serde is avro",
-           _PKG)
-define_key("stores.<store>.msg.schema", None, "Avro schema (JSON or a file path) of the values when msg.serde is avro",
-           _PKG)
-
+STORE_FACTORY = define_key("stores.<store>.factory", "rocksdb", "store engine: rocksdb or memory (or Samza's "
+                           "RocksDb / InMemory KeyValueStorageEngineFactory)", _PKG, kind=Choice(*STORE_FACTORIES))
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -55,10 +48,9 @@ def check_store_config(store_name: str, config: Mapping[str, str]) -> None:
     ``sparza config check`` and the start checks of ``sparza run`` ask before Spark starts."""
     cfg = config if isinstance(config, Config) else Config(config)
     prefix = f"stores.{store_name}."
-    cfg.get_choice(prefix + "factory", STORE_FACTORIES, "rocksdb")
-    for which in ("key", "msg"):
-        serde_from_name(cfg.get_str(prefix + f"{which}.serde", None), key=prefix + f"{which}.serde",
-                        schema=cfg.get_str(prefix + f"{which}.schema", None), config=cfg)
+    STORE_FACTORY.get(cfg, store=store_name)
+    configured_format(store_name, cfg)
+    declared_migration(store_name, cfg)
     from sparza.state.kv.rocksdb import rocksdb_options
 
     rocksdb_options(dict(cfg.subset(prefix + "rocksdb")), key_prefix=prefix + "rocksdb.")
@@ -79,30 +71,41 @@ def open_store(store_name: str, config: Mapping[str, str], task_name: str, base_
     ``directory`` opens the copy kept there instead of the task's live dir (a store checkpoint, to read a
     committed state): a RocksDB store opens it in place, a memory store loads its entries.
 
-    Reads ``stores.<store>.factory``, ``key.serde``, ``msg.serde`` (``avro`` takes its schema from
-    ``stores.<store>.key.schema`` / ``msg.schema``) and ``stores.<store>.rocksdb.*``.
+    Reads ``stores.<store>.factory``, ``key.serde``, ``msg.serde`` (``avro``, and ``json`` with a declared schema,
+    take theirs from ``stores.<store>.key.schema`` / ``msg.schema``), ``key.migrate.from`` / ``msg.migrate.from``
+    and ``stores.<store>.rocksdb.*``. The format the store's bytes were written in (``STORE-FORMAT.json`` in its
+    directory) is compared with that config first: old values are converted, read through the new schema, or the
+    open is refused with a :class:`~sparza.state.kv.format.StoreFormatError` (see :mod:`sparza.state.kv.migration`).
     """
     cfg = Config.of(config)
     prefix = f"stores.{store_name}."
-    factory = cfg.get_choice(prefix + "factory", STORE_FACTORIES, "rocksdb")
-    key_serde = serde_from_name(cfg.get_str(prefix + "key.serde", None), key=prefix + "key.serde",
-                                schema=cfg.get_str(prefix + "key.schema", None), config=cfg)
-    msg_serde = serde_from_name(cfg.get_str(prefix + "msg.serde", None), key=prefix + "msg.serde",
-                                schema=cfg.get_str(prefix + "msg.schema", None), config=cfg)
+    factory = STORE_FACTORY.get(cfg, store=store_name)
+    configured = configured_format(store_name, cfg)
+    declared = declared_migration(store_name, cfg)
+    key_serde, msg_serde = configured.key.serde_object(), configured.msg.serde_object()
+    store: SerdeStore
     if factory == "memory":
-        if directory is None:
-            return InMemoryStore(store_name, key_serde, msg_serde, read_only=read_only)
-        loaded = InMemoryStore(store_name, key_serde, msg_serde)
-        loaded.load(directory)
-        loaded.read_only = read_only
-        return loaded
-    if base_dir is None:
-        raise ConfigError("job.logged.store.base.dir", None, "a local dir for RocksDB stores")
-    options = dict(cfg.subset(prefix + "rocksdb"))
-    # Unknown option names are reported with their full key.
-    from sparza.state.kv.rocksdb import rocksdb_options
+        store = InMemoryStore(store_name, key_serde, msg_serde, read_only=read_only)
+        recorded = None
+        if directory is not None:
+            store.load(directory)
+            recorded = read_format(directory, store_name)
+        record_in = None
+    else:
+        if base_dir is None:
+            raise ConfigError(LOGGED_STORE_BASE_DIR.key, None, "a local dir for RocksDB stores")
+        options = dict(cfg.subset(prefix + "rocksdb"))
+        # Unknown option names are reported with their full key.
+        from sparza.state.kv.rocksdb import rocksdb_options
 
-    rocksdb_options(options, key_prefix=prefix + "rocksdb.")
-    path = Path(directory) if directory is not None else store_dir(base_dir, store_name, task_name)
-    return RocksDbStore(path, key_serde, msg_serde, options,
-                        read_only=read_only, name=store_name)
+        rocksdb_options(options, key_prefix=prefix + "rocksdb.")
+        path = Path(directory) if directory is not None else store_dir(base_dir, store_name, task_name)
+        recorded = read_format(path, store_name)
+        store = RocksDbStore(path, key_serde, msg_serde, options, read_only=read_only, name=store_name)
+        record_in = None if read_only else path
+    try:
+        store.format = reconcile(store, recorded, configured, declared, record_in=record_in)
+    except BaseException:
+        store.close()
+        raise
+    return store

@@ -70,6 +70,7 @@ class InMemoryStore(SerdeStore):
         with open(target / "entries.jsonl", "w", encoding="utf-8") as fh:
             for key, value in self._iter_raw(None, None):
                 fh.write(json.dumps([key.hex(), value.hex()]) + "\n")
+        self._record_format(target)
         return target
 
     def load(self, directory: str | Path) -> int:

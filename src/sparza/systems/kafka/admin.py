@@ -170,6 +170,10 @@ class KafkaSystemAdmin:
             raise KafkaError(f"cannot delete the committed records of Kafka partitions "
                              f"{sorted((tp.topic, tp.partition) for tp in wanted)}: {exc}") from exc
 
+    def skips_deleted_messages(self, stream: str) -> bool:
+        """:class:`~sparza.systems.SupportsDeletedMessagesPolicy`: ``consumer.auto.offset.reset: smallest``."""
+        return self.settings.skips_deleted_messages
+
     # --- offsets -----------------------------------------------------------------------------
     def offset_comparator(self, a: str, b: str) -> int:
         """Negative, zero or positive as offset ``a`` is before, equal to or after ``b``."""

@@ -39,19 +39,21 @@ from sparza.testing.harness.damage import (
     save_local_blob,
     tombstone_committed_snapshots,
 )
+from sparza.testing.harness.dayops import day_two_operation
 from sparza.testing.harness.jobconfig import job_config, profile_partition
 from sparza.testing.harness.outcome import Outcome, RunRecord
 from sparza.testing.harness.phases import plan_phase, run_phase
 from sparza.testing.jobs import RECORD_SCHEMA
 from sparza.testing.oracle import (
     download_prefix,
+    missing_table_readers,
     read_blob_records,
     read_delta_records,
     read_delta_values,
     read_kafka_records,
     read_table_rows,
 )
-from sparza.testing.scenario import AFTER_RUN_FAULTS, Scenario
+from sparza.testing.scenario import AFTER_RUN_FAULTS, DAYOPS_FAULTS, Scenario
 
 __all__ = ["COORDINATION", "RUN_TIMEOUT_S", "SRC_DIR", "SparkJob", "SparkStartFailure", "check", "log_tail",
            "run_spark_scenario", "start_azurite", "start_kafka"]
@@ -696,6 +698,8 @@ def _damage(job: SparkJob, outcome: Outcome, fault: str, label: str) -> None:
         marked = tombstone_committed_snapshots(job.config)
         shutil.rmtree(state, ignore_errors=True)        # and a new host: restore must use them
         outcome.notes.append(f"deleted-snapshot: marked {marked} committed snapshot blobs deleted")
+    elif fault in DAYOPS_FAULTS:
+        outcome.notes.append(day_two_operation(fault, job.config, label))
     elif fault != "none":
         raise ValueError(f"unknown fault {fault!r}")
 
@@ -786,6 +790,10 @@ def check(job: SparkJob, outcome: Outcome, *, upto: int | None = None) -> None:
                                 f"{sum(actual.values())}")
         if upto is None:
             outcome.notes.append(f"table read by {', '.join(sorted(readers))}")
+            missing = missing_table_readers()
+            if missing:
+                outcome.notes.append(f"table not read by {', '.join(missing)}: not installed here "
+                                     "(pip install 'sparza[dev]')")
     elif s.output == "kafka":
         read = read_kafka_records(job.kafka.bootstrap_servers, job.output_stream.split(".", 1)[1])
         actual = read.records

@@ -1,0 +1,67 @@
+"""``sparza coordinator status --config job.yaml``: leader, processors, heartbeats and the job model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from sparza.cli._help import SparzaTyper
+
+__all__ = ["app", "register"]
+
+app = SparzaTyper(help="Inspect how the processors of a job share its tasks (job.coordinator.factory: azure).",
+                  no_args_is_help=True)
+
+
+@app.command()
+def status(config: Path = typer.Option(..., "--config", "-c", metavar="FILE",
+                                       help="The job's config file (YAML or .properties)."),
+           ) -> None:
+    """Show the leader, each processor's last heartbeat, the job-model version, barrier and assignment (of each
+    stage, for an application)."""
+    # Imported here, not with the module: every `sparza` command loads this module, and the coordination
+    # package brings the Azure SDK with it.
+    from rich.console import Console
+
+    from sparza.config import Config
+    from sparza.coordination.status import read_status
+
+    cfg = Config.load(config)
+    out = Console(highlight=False, width=None if Console().is_terminal else 200)
+    if cfg.get_str("app.class", None) and cfg.get_str("app.stage", None) is None:
+        from sparza.api import plan_application
+
+        for stage in plan_application(cfg).stages:  # each stage of an application is coordinated as its own job
+            out.print(f"stage {stage.name}:")
+            _show(out, stage.config, read_status(stage.config))
+        return
+    _show(out, cfg, read_status(cfg))
+
+
+def _show(out: Any, cfg: Any, st: Any) -> None:
+    from rich.table import Table
+
+    state = st.state
+    out.print(f"job {cfg.get_str('job.name')}-{cfg.get_str('job.id', '1')}: container {st.container}, "
+              f"table {st.table}")
+    out.print(f"leader: {st.leader or '(none: lease ' + st.lease_state + ')'}  term {st.term}")
+    out.print(f"job model: version {state.version}, barrier {state.barrier.value}"
+              + (f" (in force: version {state.effective.version})" if state.effective else " (none in force)"))
+    procs = Table("processor", "row version", "last heartbeat (service, UTC)", "age s", "alive", "leader", "tasks")
+    model = state.current
+    for p in st.processors:
+        tasks = ", ".join(model.tasks_of(p.processor_id)) if model else ""
+        row = p.partition if not p.partition.isdigit() else str(int(p.partition))
+        procs.add_row(p.processor_id, row, p.last_heartbeat.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+                      f"{p.age_s:.1f}", "yes" if p.alive else "NO", "yes" if p.is_leader else "",
+                      tasks or "-")
+    out.print(procs)
+    if not st.processors:
+        out.print("no processor has heartbeated yet")
+
+
+def register(root: typer.Typer) -> None:
+    """Add ``coordinator`` to the root command."""
+    root.add_typer(app, name="coordinator")

@@ -1,0 +1,283 @@
+"""The commit of one task's batch: one object that runs six numbered steps, with a status that only moves forward.
+
+:meth:`TaskCommit.run` runs the steps in this order, after the task processed the batch (the numbers are the
+ones ``docs/runtime.md`` and ``docs/guarantees.md`` use). After each step the commit tells
+each :class:`CommitListener` (``task.commit.listeners``; the fault injection of tests and of the guarantees
+harness is one, in :mod:`sparza.testing.faults`), and a listener that raises fails the commit right there:
+
+1. **intent** — if the task used producers, write its :class:`~sparza.engine.checkpoint.Intent`
+   (the batch's exact input range and output version) into the task checkpoint, conditional on the
+   version read when the batch began and fenced by generation. From here on a restart replays
+   exactly this range with this version, even if Spark's offset log is lost.
+2. **flush** — flush every producer the task used with ``Transaction(<job>/<task>, version)``.
+   Producers commit idempotently per transaction, so a replay adds nothing.
+3. **adjunct** — commit the task's adjunct stores (their checkpoint entry).
+4. **snapshot** — write cached store entries, checkpoint every store, upload the backed-up ones. This
+   work starts right after step 1, in a thread, and overlaps steps 2 and 3 (they touch neither
+   the stores nor anything the snapshot reads); the step itself waits for it. A failure anywhere
+   waits for it too before it is raised, so the caller never closes stores a snapshot still uses.
+   Blobs a snapshot uploaded before a failure carry a TTL and no checkpoint names them (as after a
+   failure right after step 4).
+5. **checkpoint** — write the task checkpoint (offsets, snapshot ids, control state), conditional
+   and fenced as in step 1. This is the commit point: before it the previous checkpoint is in
+   force and the batch runs again; after it the batch is done.
+6. **cleanup** — store markers, remove the new snapshot's TTL, delete what the previous snapshot no
+   longer needs, old local checkpoints. A failure here is finished by the next batch or restart.
+
+Whatever fails before step 5 leaves the previous checkpoint in force and the commit ``FAILED``; the caller
+abandons the producers and drops the in-memory task, so the retry starts from committed state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from typing import Any, Protocol, runtime_checkable
+
+from sparza.config import Config, define_key
+from sparza.engine.checkpoint import CheckpointStore, Intent, TaskCheckpoint
+from sparza.engine.errors import RuntimeStateError
+from sparza.metrics import MetricsRegistry
+from sparza.systems import SystemProducer, Transaction, load_object
+
+__all__ = [
+    "CommitListener",
+    "CommitStatus",
+    "CommitStep",
+    "TaskCommit",
+    "commit_listeners",
+]
+
+define_key("task.commit.listeners", "",
+           "Comma list of dotted CommitListener classes (built with the job config) told of every commit step of "
+           "every task; raising there fails the commit at that step.", "runtime")
+define_key("task.testing.fail.once.file", None,
+           "Testing only: the first task to create this file fails once at task.testing.fail.once.at (proves "
+           "retries and restarts are exact).", "runtime")
+define_key("task.testing.fault.hook", None,
+           "Testing only: id of an in-process fault hook (sparza.testing.faults.register_fault_hook) called at "
+           "every commit step; "
+           "sparza.testing.TestRunner uses it to fail a chosen task and batch between two steps.", "runtime")
+define_key("task.testing.fail.once.after.commits", "0",
+           "Testing only: how many of a task's commits in the same process go by before the injected failure (a "
+           "failure in the middle of a container's epoch).", "runtime")
+define_key("task.testing.fail.once.at", "after-flush",
+           "Testing only: the commit step after which the injected failure happens: after-intent, after-flush, "
+           "after-adjunct, after-snapshot, after-checkpoint or during-cleanup.", "runtime")
+
+
+class CommitStep(enum.Enum):
+    """The moments a :class:`CommitListener` hears of, in order: right after each step (inside cleanup for
+    the last); ``value`` is the name ``task.testing.fail.once.at`` uses."""
+
+    AFTER_INTENT = "after-intent"
+    AFTER_FLUSH = "after-flush"
+    AFTER_ADJUNCT = "after-adjunct"
+    AFTER_SNAPSHOT = "after-snapshot"
+    AFTER_CHECKPOINT = "after-checkpoint"
+    DURING_CLEANUP = "during-cleanup"
+
+
+class CommitStatus(enum.Enum):
+    """Where a :class:`TaskCommit` stands; it only moves forward, to ``FAILED`` from anywhere before
+    ``COMMITTED``."""
+
+    STARTED = "started"  # nothing of the batch is durable yet
+    PREPARED = "prepared"  # intent written, outputs flushed, snapshots uploaded: step 5 decides
+    COMMITTED = "committed"  # the task checkpoint names the batch (step 5): it is done
+    COMPLETE = "complete"  # cleanup done (step 6)
+    FAILED = "failed"  # a step before 5 failed: the previous checkpoint is in force
+
+
+@runtime_checkable
+class CommitListener(Protocol):
+    """Told of every commit step of every task of a job (``task.commit.listeners``: dotted classes whose
+    constructor takes the job :class:`~sparza.config.Config`). Raising fails the commit at that step."""
+
+    def on_step(self, task: str, step: CommitStep, batch: int) -> None:
+        """``step`` of the commit of ``task``'s batch ``batch`` (its output batch) is done."""
+
+
+_TESTING_FAULTS = "sparza.testing.faults:ConfigFaults"
+"""The listener the ``task.testing.*`` keys stand for (fault injection lives with the testing tools)."""
+
+
+def commit_listeners(config: Config) -> list[CommitListener]:
+    """The listeners of a job's commits: ``task.commit.listeners``, plus the testing faults when a
+    ``task.testing.fail.once.file`` or ``task.testing.fault.hook`` is set."""
+    paths = [p for p in config.get_list("task.commit.listeners", []) if p]
+    if config.get_str("task.testing.fail.once.file", None) or config.get_str("task.testing.fault.hook", None):
+        paths.append(_TESTING_FAULTS)
+    listeners: list[CommitListener] = []
+    for path in paths:
+        cls = load_object(path, "task.commit.listeners")
+        listener = cls(config) if isinstance(cls, type) else cls
+        if not isinstance(listener, CommitListener):
+            from sparza.errors import ConfigError
+
+            raise ConfigError("task.commit.listeners", path, "a class with on_step(task, step, batch)")
+        listeners.append(listener)
+    return listeners
+
+
+CheckpointBuilder = Callable[[dict[str, str], dict[str, Any] | None], TaskCheckpoint]
+"""``build(snapshot ids, adjunct entry)``: the task checkpoint step 5 writes."""
+
+
+class TaskCommit:
+    """Commits one batch of one task: :meth:`run` runs the steps (see the module docstring).
+
+    ``stores`` is the task's :class:`~sparza.engine.stores.TaskStores`; ``adjunct`` its adjunct manager or
+    None; ``intent`` the batch's range and output batch; ``checkpoint`` builds the task checkpoint of step 5
+    from the snapshot ids and the adjunct entry.
+    """
+
+    def __init__(self, *, task: str, batch: int, checkpoints: CheckpointStore, metrics: MetricsRegistry,
+                 stores: Any, adjunct: Any, producers: Mapping[str, SystemProducer], transaction: Transaction,
+                 committed: TaskCheckpoint | None, etag: str | None, generation: int, intent: Intent,
+                 checkpoint: CheckpointBuilder, listeners: list[CommitListener] | None = None) -> None:
+        self.task = task
+        self.batch = batch
+        self.checkpoints = checkpoints
+        self.metrics = metrics
+        self.stores = stores
+        self.adjunct = adjunct
+        self.producers = producers
+        self.transaction = transaction
+        self.committed = committed
+        self.etag = etag
+        self.generation = generation
+        self.intent = intent
+        self.build_checkpoint = checkpoint
+        self.listeners = listeners or []
+        self.status = CommitStatus.STARTED
+        self.last_step: CommitStep | None = None
+        self.snapshot_ids: dict[str, str] = {}
+        self.adjunct_entry: dict[str, Any] | None = None
+        self._snapshot: Future[dict[str, str]] | None = None
+
+    def run(self, on_committed: Callable[[], None] | None = None) -> None:
+        """Run steps 1 to 6; ``on_committed`` runs right after the commit point (step 5), before cleanup.
+
+        A failure before step 5 leaves the status ``FAILED`` and is raised (after the snapshot work, which
+        overlaps steps 2 and 3, finished with the stores); a failure in cleanup is raised with the batch
+        committed (the next batch or restart finishes it).
+        """
+        if self.status is not CommitStatus.STARTED:
+            raise RuntimeStateError(f"commit of task '{self.task}' batch {self.batch} ran twice ({self.status.name})")
+        try:
+            self._write_intent()                   # 1
+            self._begin_snapshot()                 # 4 starts here, in a thread
+            try:
+                self._flush()                      # 2
+                self._commit_adjunct()             # 3
+            except BaseException:
+                self._settle()  # the failure path closes the stores: let the snapshot finish with them first
+                raise
+            self._finish_snapshot()                # 4
+            self.status = CommitStatus.PREPARED
+            self._write_checkpoint()               # 5: the commit point
+        except BaseException:
+            if self.status is not CommitStatus.COMMITTED:
+                self.status = CommitStatus.FAILED
+            raise
+        if on_committed is not None:
+            on_committed()
+        self._cleanup()                            # 6
+        self.status = CommitStatus.COMPLETE
+
+    def _done(self, step: CommitStep) -> None:
+        self.last_step = step
+        for listener in self.listeners:
+            listener.on_step(self.task, step, self.transaction.version)
+
+    # 1. intent
+    def _write_intent(self) -> None:
+        """Announce the batch's range before any output of it may become visible (only if outputs exist)."""
+        if self.producers:
+            base = self.committed or TaskCheckpoint(task=self.task, batch=0, generation=self.generation, offsets={})
+            with self.metrics.timer("task", "intent-write-ms").time():
+                self.etag = self.checkpoints.write(
+                    dataclasses.replace(base, generation=self.generation, pending=self.intent), self.etag)
+        self._done(CommitStep.AFTER_INTENT)
+
+    # 2. flush
+    def _flush(self) -> None:
+        """Flush every producer the task used, idempotently per transaction."""
+        with self.metrics.timer("task", "flush-ms").time():
+            for system, producer in self.producers.items():
+                with self.metrics.timer("task", f"flush-{system}-ms").time():
+                    producer.flush(self.task, transaction=self.transaction)
+        self._done(CommitStep.AFTER_FLUSH)
+
+    # 3. adjunct
+    def _commit_adjunct(self) -> None:
+        """Commit adjunct stores; their entry goes into the task checkpoint."""
+        with self.metrics.timer("task", "adjunct-commit-ms").time():
+            self.adjunct_entry = (self.adjunct.commit(self.batch, self.generation) if self.adjunct is not None
+                                  else None)
+        self._done(CommitStep.AFTER_ADJUNCT)
+
+    # 4. snapshot
+    def _begin_snapshot(self) -> None:
+        """Start step 4's work (checkpoint and upload every store) in a thread, to overlap steps 2 and 3
+        (they touch neither the stores nor anything the snapshot reads)."""
+        previous = dict(self.committed.stores) if self.committed else {}
+        timer = self.metrics.timer("task", "snapshot-ms")
+        future: Future[dict[str, str]] = Future()
+        batch = self.batch
+
+        def work() -> None:
+            began = time.perf_counter()
+            try:
+                future.set_result(self.stores.snapshot(batch, previous))
+            except BaseException as exc:  # handed to whoever waits: _settle() or _finish_snapshot()
+                future.set_exception(exc)
+            finally:
+                timer.update((time.perf_counter() - began) * 1000.0)
+
+        self._snapshot = future
+        threading.Thread(target=work, name=f"sparza-snapshot-{self.task}", daemon=True).start()
+
+    def _settle(self) -> None:
+        if self._snapshot is not None:
+            with contextlib.suppress(BaseException):
+                self._snapshot.result()
+
+    def _finish_snapshot(self) -> None:
+        """Wait for the snapshot work: every store checkpointed, the backed-up ones uploaded."""
+        assert self._snapshot is not None
+        with self.metrics.timer("task", "snapshot-wait-ms").time():
+            self.snapshot_ids = self._snapshot.result()
+        self._done(CommitStep.AFTER_SNAPSHOT)
+
+    # 5. checkpoint
+    def _write_checkpoint(self) -> None:
+        """Write the task checkpoint: the commit point."""
+        checkpoint = self.build_checkpoint(self.snapshot_ids, self.adjunct_entry)
+        with self.metrics.timer("task", "checkpoint-write-ms").time():
+            self.etag = self.checkpoints.write(dataclasses.replace(
+                checkpoint, generation=self.generation, written_at_ms=int(time.time() * 1000)), self.etag)
+        self.status = CommitStatus.COMMITTED
+        self._done(CommitStep.AFTER_CHECKPOINT)
+
+    # 6. cleanup
+    def _cleanup(self) -> None:
+        """Markers, TTL removal of the new snapshot, deletion of what the old one no longer needs."""
+        fired: list[bool] = []
+
+        def fault() -> None:
+            fired.append(True)
+            self._done(CommitStep.DURING_CLEANUP)
+
+        with self.metrics.timer("task", "cleanup-ms").time():
+            self.stores.committed(self.batch, self.snapshot_ids, fault=fault)
+            if self.adjunct is not None:
+                self.adjunct.committed(self.batch)  # committed means permanent: no TTL left on its snapshots
+        if not fired:  # a task without stores still has the point
+            fault()

@@ -1,0 +1,131 @@
+"""Running one task's batch on an executor: what the Spark source's ``read`` does for each task split.
+
+Spark partition i of a batch is task split i; :func:`run_split` reads the task's messages and runs
+the task in the Python worker Spark started for that read (one Python evaluation per task and batch:
+chaining a second one, ``mapInArrow``, over marker rows cost a few hundred ms per batch on a loaded
+2-core host). It returns one small row per task: commit info and metrics for the driver.
+
+Deterministic task failures (a poison message, a task exception, also in ``init``/``window``, a
+config, import or serde error) come back as a ``failed`` row, so the driver stops the job with one
+line (task, SSP and offset when known, the exception, the next step) instead of Spark retrying the
+same failure. Anything else (storage, a crash) raises: Spark retries the task, and the retry is
+exact because outputs are idempotent per (job, task, batch) and the checkpoint is written last;
+what it raises names the task and batch. Either way the full trace is written to a file under
+``task.error.trace.dir`` whose path ends the line.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from sparza.config import Config, define_key
+from sparza.engine.errors import ProcessingError, TaskCodeError
+from sparza.engine.instance import get_instance
+from sparza.engine.jobconfig import JobConfig
+from sparza.engine.results import BatchResult, BatchStatus
+from sparza.engine.split import TaskSplit
+from sparza.engine.worker import WORKER, read_split
+from sparza.errors import ConfigError, DataError, SparzaError
+from sparza.interrupts import ignore_interrupts
+
+__all__ = ["DETERMINISTIC", "TRACE_DIR_KEY", "TaskAttemptError", "run_task_batch", "worker_metric_changes",
+           "write_trace_text"]
+
+TRACE_DIR_KEY = "task.error.trace.dir"
+define_key(TRACE_DIR_KEY, None, "Directory (on the executor's host) where the full trace of a failed task is written; "
+           "the one-line error names the file. Default: <system temp dir>/sparza-errors.", "sparza.runtime")
+
+DETERMINISTIC: tuple[type[BaseException], ...] = (ProcessingError, TaskCodeError, ConfigError, DataError,
+                                                   ImportError)
+"""Failures a retry repeats: the task's batch fails at once (no Spark retry) and the job stops."""
+
+_NEXT_STEP = {
+    "deserialization error": ("fix the message's producer, or route such records to a dead-letter stream with "
+                              "task.dead.letter.stream (Samza's task.drop.deserialization.errors: true skips them)"),
+    "data error": ("fix the data or the task, or route such records to a dead-letter stream with "
+                   "task.dead.letter.stream (Samza's task.drop.serialization.errors: true skips them)"),
+    "configuration error": "fix the config key named above (sparza config check --config <job config>)",
+    "system error": "fix what the error names (a stream to create, a system to reach); not a task exception",
+    "task exception": "fix the task code, or list the exception in task.ignored.exceptions",
+}
+
+
+class TaskAttemptError(SparzaError):
+    """A task attempt failed in a way a retry may cure (storage, a crash): Spark retries it; the
+    message names the task, the batch, the cause and the trace file."""
+
+def run_task_batch(config: Config, split: TaskSplit, *, generation: int, task_count: int,
+                   spark_batch_id: int | None = None, resident: bool = False,
+                   location: str | None = None) -> BatchResult:
+    """Run one task's batch in this process (see the module docstring): its result, with the worker's metric
+    changes. ``resident``: the task stays in this process after the batch (a container), so its stores stay
+    open; ``location``: where the batch ran (recorded in the task checkpoint for host affinity)."""
+    ignore_interrupts()  # a terminal's Ctrl-C reaches this worker too: the driver decides when to stop
+    try:
+        rows = read_split(config, split)
+        job = JobConfig.from_config(config)
+        instance = get_instance(job, split, task_count, resident=resident)
+        instance.location = location
+        result = instance.run_batch(split, rows, spark_batch_id=spark_batch_id, generation=generation)
+    except DETERMINISTIC as exc:
+        trace = _write_trace(config, split.task, split.batch, exc)
+        result = BatchResult(split.task, split.batch, BatchStatus.FAILED,
+                             error=f"{_describe(exc, split.task)}; full trace: {trace}")
+    except Exception as exc:
+        trace = _write_trace(config, split.task, split.batch, exc)
+        raise TaskAttemptError(f"task '{split.task}' batch {split.batch}: {_first_line(exc)}; full trace: {trace}"
+                               ) from exc
+    result.system_metrics = worker_metric_changes(config)
+    return result
+
+
+def worker_metric_changes(config: Config) -> dict[str, Any]:
+    """What this worker's producers, consumers and backups of the job counted since the last result
+    (any task's): sent with each result, so every count reaches the driver once.
+
+    A module-level function on purpose: ``run_tasks`` is pickled by value with the globals it names, so
+    naming ``WORKER`` there would hand it a copy of the worker's caches, not the caches themselves.
+    """
+    return WORKER.metrics(config).changes()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+def _describe(exc: BaseException, task: str) -> str:
+    """One line: what failed where, and the next step."""
+    if isinstance(exc, ProcessingError):
+        return f"{exc}; next: {_NEXT_STEP.get(exc.kind, 'fix the cause above')}"
+    if isinstance(exc, TaskCodeError):
+        return f"{exc}; next: fix the task's {exc.method}()"
+    if isinstance(exc, ConfigError | ImportError):
+        return (f"configuration error in task '{task}': {_first_line(exc)}; next: fix the config "
+                "(sparza config check --config <job config>)")
+    return f"data error in task '{task}': {_first_line(exc)}; next: {_NEXT_STEP['data error']}"
+
+
+def _write_trace(config: Config, task: str, batch: int, exc: BaseException) -> str:
+    """Write the full trace (with causes) to a file on this host; its path, or why there is none."""
+    return write_trace_text(config, f"{task}-batch{batch}", "".join(traceback.format_exception(exc)))
+
+
+def write_trace_text(config: Config, what: str, text: str) -> str:
+    """Write ``text`` (a full trace) to a new file under ``task.error.trace.dir``/<job>; its path, or
+    why it could not be written (an error report must not fail on its trace)."""
+    base = config.get_str(TRACE_DIR_KEY, None) or os.path.join(tempfile.gettempdir(), "sparza-errors")
+    job = config.get_str("job.name", "job").replace("/", "_")
+    name = "".join(c if c.isalnum() or c in "-_" else "_" for c in what)
+    path = Path(base) / job / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        return f"<not written: {error}>"
+    return str(path)

@@ -1,0 +1,518 @@
+"""A task's stores across batches: open at the committed version, back up at commit, clean up after.
+
+Stores are versioned by batch. Before a batch, each store must hold exactly the state of the
+task's checkpoint. A marker file next to the store dir (``<store dir>.sparza-committed``) records
+which snapshot the dir holds; it is removed while a batch writes (the dir is then "dirty") and
+written back after the task checkpoint commits. If the marker does not match the checkpoint (a
+crashed batch, a new host, a deleted state dir), the dir is rebuilt: from the local checkpoint dir
+of that batch when it is still there, else restored from the blob store (SEP-003).
+
+Stores without ``stores.<st>.backup.factories: blobstore`` are kept locally only: their snapshot
+id is ``local:<batch>`` and losing the local dir loses them (the error says so).
+
+``memory`` stores are snapshotted the same way (their checkpoint is one entries file), so their
+state is as durable as a RocksDB store's. Between batches the worker process keeps the store
+object it committed and reuses it while the checkpoint still names that snapshot; any other
+worker or a restart loads the snapshot instead.
+
+The task gets :class:`StoreHandle` proxies from ``context.get_store``: the handle points at the
+store opened for the current batch, so a task may keep it across batches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sparza.config import define_key
+from sparza.engine.errors import RuntimeStateError
+from sparza.engine.jobconfig import JobConfig
+from sparza.metrics import MetricsRegistry
+
+__all__ = ["LOCAL_SNAPSHOT_PREFIX", "StoreHandle", "TaskStores"]
+
+define_key("stores.<store>.object.cache.size", "10000", "Deserialized entries cached per task store (write-back, "
+           "written to the store at commit); 0 turns the cache off.", "runtime")
+
+LOCAL_SNAPSHOT_PREFIX = "local:"
+_MEMORY_TAG = ":memory-"  # in the local snapshot ids of memory stores: local:<batch>:memory-<unique>
+_log = logging.getLogger(__name__)
+_MARKER_SUFFIX = ".sparza-committed"
+
+
+_ABSENT = object()
+
+
+class StoreHandle:
+    """A stable reference to a task's store, with a write-back object cache (Samza's CachedStore).
+
+    Every call goes to the store opened for the current batch. ``get``/``put``/``delete`` go through
+    a cache of deserialized objects (``stores.<st>.object.cache.size`` entries, 0 turns it off):
+    repeated keys skip serdes and RocksDB. Dirty entries are written to the store in one batch when
+    the cache is full, before iteration, and always before the store is checkpointed at commit, so
+    the committed state never lacks a write. The cache is emptied at every batch start.
+    """
+
+    __slots__ = ("_cache", "_dirty", "_limit", "_name", "_store")
+
+    def __init__(self, name: str, cache_size: int = 0) -> None:
+        self._name = name
+        self._store: Any = None
+        self._limit = cache_size
+        self._cache: dict[Any, Any] = {}
+        self._dirty: set[Any] = set()
+
+    def _bind(self, store: Any) -> None:
+        if store is not None and store is self._store and not self._dirty:
+            return  # the same committed store again (a resident task): its cache still matches it
+        self._store = store
+        self._cache.clear()
+        self._dirty.clear()
+
+    def _live(self) -> Any:
+        store = self._store
+        if store is None:
+            raise RuntimeStateError(f"store '{self._name}' used outside a batch (open only while the task runs)")
+        return store
+
+    def flush_cache(self) -> None:
+        """Write every dirty cached entry to the store (one atomic write)."""
+        if self._dirty:
+            cache = self._cache
+            self._live().put_all([(k, None if cache[k] is _ABSENT else cache[k]) for k in self._dirty])
+            self._dirty.clear()
+
+    def _make_room(self) -> None:
+        if len(self._cache) >= self._limit:
+            self.flush_cache()
+            self._cache.clear()
+
+    def get(self, key: Any) -> Any:
+        """The value of ``key`` (None when absent), from the cache when it is there."""
+        if self._limit:
+            value = self._cache.get(key, _ABSENT)
+            if value is not _ABSENT:
+                return value
+            if key in self._cache:  # cached deletion
+                return None
+            value = self._live().get(key)
+            self._make_room()
+            self._cache[key] = _ABSENT if value is None else value
+            return value
+        return self._live().get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        """Set ``key`` (None deletes); written to the store by the next cache flush."""
+        if self._limit:
+            if key not in self._cache:
+                self._make_room()
+            self._cache[key] = _ABSENT if value is None else value
+            self._dirty.add(key)
+            return
+        self._live().put(key, value)
+
+    def delete(self, key: Any) -> None:
+        """Remove ``key``."""
+        self.put(key, None)
+
+    def get_all(self, keys: Any) -> dict[Any, Any]:
+        """``{key: value}`` for the keys present: cached ones from the cache, the others in one store read."""
+        if not self._limit:
+            return dict(self._live().get_all(keys))
+        cache = self._cache
+        out = {}
+        misses = []
+        for key in keys:
+            if key in cache:
+                value = cache[key]
+                if value is not _ABSENT:
+                    out[key] = value
+            else:
+                misses.append(key)
+        if misses:
+            found = self._live().get_all(misses)
+            for key in misses:
+                value = found.get(key)
+                if key not in cache:
+                    self._make_room()
+                    cache[key] = _ABSENT if value is None else value
+                if value is not None:
+                    out[key] = value
+        return out
+
+    def put_all(self, entries: Any) -> None:
+        """Set many keys (None deletes); written to the store by the next cache flush."""
+        pairs = entries.items() if hasattr(entries, "items") else entries
+        if not self._limit:
+            self._live().put_all(list(pairs))
+            return
+        for key, value in pairs:
+            self.put(key, value)
+
+    def delete_all(self, keys: Any) -> None:
+        """Remove many keys."""
+        for key in keys:
+            self.put(key, None)
+
+    def range(self, from_key: Any, to_key: Any) -> Any:
+        """Entries in ``[from_key, to_key)``, sorted (dirty cached writes are written first)."""
+        self.flush_cache()
+        return self._live().range(from_key, to_key)
+
+    def all(self) -> Any:
+        """Every entry, sorted (dirty cached writes are written first)."""
+        self.flush_cache()
+        return self._live().all()
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._live(), attr)
+
+    def __repr__(self) -> str:
+        return f"StoreHandle({self._name!r})"
+
+
+_CLEANED_SNAPSHOTS: set[str] = set()
+"""Snapshot index ids whose cleanup already ran in this process (cleanup is idempotent, this only saves calls)."""
+
+
+class TaskStores:
+    """The stores of one task instance (see the module docstring for the lifecycle)."""
+
+    def __init__(self, job: JobConfig, task: str, metrics: MetricsRegistry) -> None:
+        self.job = job
+        self.task = task
+        self.metrics = metrics
+        from sparza.state.adjunct import AdjunctConfig
+
+        adjunct = AdjunctConfig.from_config(job.config)
+        # Adjunct stores are opened, backed up and restored by sparza.state.adjunct, not here.
+        self.names = [name for name in job.store_names if not adjunct.is_adjunct_store(name)]
+        self.handles = {name: StoreHandle(name, job.config.get_int(f"stores.{name}.object.cache.size", 10_000,
+                                                                  min_value=0))
+                        for name in self.names}
+        self.backed_up = {
+            name: "blobstore" in [f.strip().lower() for f in
+                                  job.config.get_list(f"stores.{name}.backup.factories", [])]
+            for name in self.names}
+        self._open: dict[str, Any] = {}
+        self._to_keep: dict[str, Any] = {}  # memory stores snapshotted in this batch, kept once it commits
+        self._kept: dict[str, tuple[str, Any]] = {}  # memory store -> (committed snapshot id, the store)
+        self._backup: Any = None
+        self._checkpoint_dirs: dict[str, Path] = {}
+        self.replaced: dict[str, str] = {}
+        self.resident = False
+        """True while the task stays in this process between batches (a container): committed stores stay
+        open (and their caches warm) instead of being closed for another process to open."""
+
+    # --- paths ---------------------------------------------------------------------------------
+    def store_dir(self, name: str) -> Path:
+        """The live dir of store ``name`` (``<base>/<job.name>-<job.id>/<store>/<task>``)."""
+        from sparza.state.kv import store_dir
+
+        return Path(store_dir(self.job.task_store_base_dir, name, self.task))
+
+    def _marker(self, name: str) -> Path:
+        d = self.store_dir(name)
+        return d.parent / (d.name + _MARKER_SUFFIX)
+
+    def _checkpoint_dir(self, name: str, batch: int) -> Path:
+        d = self.store_dir(name)
+        return d.parent / f"{d.name}-{batch}"
+
+    def _backup_client(self) -> Any:
+        if self._backup is None:
+            from sparza.blobstore import blob_store_manager_from_config
+            from sparza.engine.worker import WORKER
+            from sparza.state.backup import StateBackup
+
+            # Backups outlive batches: their metrics go to the worker's registry, drained into each result.
+            self._backup = StateBackup(blob_store_manager_from_config(self.job.config), self.job.name,
+                                       self.job.job_id, self.task, metrics=WORKER.metrics(self.job.config))
+        return self._backup
+
+    def _is_memory(self, name: str) -> bool:
+        factory = self.job.config.get_str(f"stores.{name}.factory", "rocksdb").strip().lower()
+        return factory == "memory"
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def open(self, committed: dict[str, str], committed_batch: int | None) -> None:
+        """Bring every store to the snapshot ``committed`` names, mark it dirty and open it."""
+        from sparza.state.kv import open_store
+
+        for name in self.names:
+            expected = committed.get(name)
+            kept = self._kept.pop(name, None)
+            if kept is not None and expected is not None and kept[0] == expected:
+                self._open[name] = kept[1]  # the store this process committed: still exact
+                self.handles[name]._bind(kept[1])
+                if self._is_memory(name):
+                    self.metrics.counter("stores", "reused-in-memory").inc()
+                else:
+                    self._marker(name).unlink(missing_ok=True)  # the batch writes the live dir: dirty
+                    self.metrics.counter("stores", "reused-open").inc()
+                continue
+            if kept is not None:
+                kept[1].close()
+            memory = self._is_memory(name)
+            if memory and expected is not None and expected.startswith(LOCAL_SNAPSHOT_PREFIX) \
+                    and _MEMORY_TAG not in expected:
+                # Written before memory stores were snapshotted (sparza kept no state for them then).
+                _log.warning("memory store '%s' of task '%s' has a checkpoint from before memory stores were "
+                             "snapshotted (%s): it starts empty", name, self.task, expected)
+                self.metrics.counter("stores", "legacy-memory-started-empty").inc()
+                expected = None
+            with self.metrics.timer("stores", "restore-ms").time():
+                # A memory store's live dir is only a load source: rebuild it from the committed snapshot.
+                self._prepare_dir(name, expected, committed_batch, reuse_live=not memory)
+            self._marker(name).unlink(missing_ok=True)
+            store = open_store(name, self.job.config, self.task, self.job.task_store_base_dir)
+            if memory and expected is not None:
+                from sparza.state.kv.memory import InMemoryStore
+
+                assert isinstance(store, InMemoryStore)  # stores.<st>.factory: memory
+                store.load(self.store_dir(name))
+            self._open[name] = store
+            self.handles[name]._bind(store)
+
+    def _read_marker(self, name: str) -> str | None:
+        try:
+            return str(json.loads(self._marker(name).read_text())["snapshot"])
+        except (FileNotFoundError, ValueError, KeyError):
+            return None
+
+    def _ensure_cleaned(self, name: str, expected: str | None) -> None:
+        """Finish the cleanup of the committed snapshot once per process: a crash between the task
+        checkpoint write and cleanup leaves its new blobs with a TTL, and gc would delete them if no
+        later commit ran before it passed."""
+        if expected is None or not self.backed_up[name] or expected.startswith(LOCAL_SNAPSHOT_PREFIX):
+            return
+        if expected in _CLEANED_SNAPSHOTS:
+            return
+        with self.metrics.timer("stores", "cleanup-ms").time():
+            self._backup_client().cleanup(expected)
+        _CLEANED_SNAPSHOTS.add(expected)
+
+    def recover_deleted(self, committed: dict[str, str], committed_batch: int | None) -> dict[str, str]:
+        """SAMZA-2787: replace every committed snapshot that has deleted blobs. Returns ``{store: new
+        snapshot id}`` (empty when nothing was deleted); the caller records the new ids in the task
+        checkpoint at once and then calls :meth:`recovery_committed`.
+
+        The committed snapshot's cleanup runs first (as at every task start); when it meets a deleted
+        blob the store is restored from the deleted-but-readable blobs (or the local checkpoint dir)
+        and a fresh full snapshot is uploaded. Blobs gone for good (purged) stop the task with a
+        :class:`RuntimeStateError` naming the snapshot, the task and what to do.
+        """
+        from sparza.blobstore import DeletedError
+        from sparza.state.backup import SnapshotUnavailableError
+
+        replaced: dict[str, str] = {}
+        for name in self.names:
+            expected = committed.get(name)
+            if expected is None or not self.backed_up[name] or expected.startswith(LOCAL_SNAPSHOT_PREFIX):
+                continue
+            try:
+                self._ensure_cleaned(name, expected)
+                continue
+            except (DeletedError, SnapshotUnavailableError) as exc:
+                cause: Exception = exc
+            live = self.store_dir(name)
+            self._marker(name).unlink(missing_ok=True)
+            local_checkpoint = self._checkpoint_dir(name, committed_batch) if committed_batch is not None else None
+            try:
+                with self.metrics.timer("stores", "restore-ms").time():
+                    restored = self._backup_client().restore(
+                        expected, live, checkpoint_dir=local_checkpoint if local_checkpoint is not None
+                        and local_checkpoint.is_dir() else None, fresh_snapshot=True)
+            except SnapshotUnavailableError as exc:
+                raise RuntimeStateError(
+                    f"store '{name}' of task '{self.task}' cannot be restored: its committed snapshot {expected} "
+                    f"(batch {committed_batch}) refers to blob {exc.blob_id}, which is gone from the blob store "
+                    f"(purged after it was deleted: {cause}). Its state is lost unless you bring that blob back "
+                    "(restore it from a backup of the blob store, or undelete it if the Azure account keeps "
+                    "soft-deleted blobs) and rerun. Otherwise stop the job, delete the task checkpoint of "
+                    f"'{self.task}' (see `sparza checkpoints show`) so the task rebuilds its stores from its "
+                    "inputs' oldest offsets (outputs it already wrote will be written again), or check "
+                    "`sparza snapshots verify` of an older snapshot id") from exc
+            new_id = str(restored.index_blob_id)
+            _log.warning("store '%s' of task '%s': the committed snapshot %s (batch %s) had deleted blobs (%s); "
+                         "restored it from the deleted blobs and committed a fresh snapshot %s (SAMZA-2787 "
+                         "recovery, state is exact)", name, self.task, expected, committed_batch, cause, new_id)
+            self.metrics.counter("stores", "deleted-snapshot-recoveries").inc()
+            replaced[name] = new_id
+        return replaced
+
+    def finish_cleanup(self, committed: dict[str, str]) -> None:
+        """Finish the cleanup of the committed snapshots (TTL removed, what they replaced deleted). A batch that
+        failed during its cleanup and then runs again is skipped as a replay, so nothing else would: its
+        snapshot would keep its TTL and gc would delete committed state. A deleted blob is left to the
+        SAMZA-2787 recovery of the task's next restore."""
+        from sparza.blobstore import DeletedError
+        from sparza.state.backup import SnapshotUnavailableError
+
+        for name in self.names:
+            try:
+                self._ensure_cleaned(name, committed.get(name))
+            except (DeletedError, SnapshotUnavailableError) as exc:
+                _log.warning("store '%s' of task '%s': the cleanup of snapshot %s waits for the next restore: %s",
+                             name, self.task, committed.get(name), exc)
+
+    def recovery_committed(self, batch: int, ids: dict[str, str]) -> None:
+        """The task checkpoint now names the fresh snapshots :meth:`recover_deleted` returned: make
+        them permanent (the old deleted blobs are let go) and mark the restored dirs as committed."""
+        for name, snapshot in ids.items():
+            with self.metrics.timer("stores", "cleanup-ms").time():
+                self._backup_client().cleanup(snapshot)
+            _CLEANED_SNAPSHOTS.add(snapshot)
+            self._write_marker(name, batch, snapshot)
+
+    def _write_marker(self, name: str, batch: int, snapshot: str) -> None:
+        marker = self._marker(name)
+        tmp = marker.with_name(marker.name + ".tmp")
+        tmp.write_text(json.dumps({"batch": batch, "snapshot": snapshot}))
+        os.replace(tmp, marker)
+
+    def _prepare_dir(self, name: str, expected: str | None, committed_batch: int | None, *,
+                     reuse_live: bool = True) -> None:
+        self._ensure_cleaned(name, expected)
+        live = self.store_dir(name)
+        if reuse_live and expected is not None and self._read_marker(name) == expected and live.is_dir():
+            self.metrics.counter("stores", "reused-local").inc()
+            return
+        if expected is None and not live.exists():
+            return
+        shutil.rmtree(live, ignore_errors=True)
+        if expected is None:
+            return  # first batch of this task: start empty (the old dir held an uncommitted attempt)
+        live.parent.mkdir(parents=True, exist_ok=True)
+        if expected.startswith(LOCAL_SNAPSHOT_PREFIX):
+            batch = int(expected[len(LOCAL_SNAPSHOT_PREFIX):].split(":")[0])
+            source = self._checkpoint_dir(name, batch)
+            if not source.is_dir():
+                raise RuntimeStateError(
+                    f"store '{name}' of task '{self.task}' is kept locally only and its committed state "
+                    f"({source}) is gone; set stores.{name}.backup.factories: blobstore to survive host loss, "
+                    "or delete the task checkpoint to start over")
+            from sparza.state.backup import materialize_store_dir
+
+            materialize_store_dir(source, live)
+            self.metrics.counter("stores", "restored-local").inc()
+            return
+        local_checkpoint = self._checkpoint_dir(name, committed_batch) if committed_batch is not None else None
+        restored = self._backup_client().restore(expected, live,
+                                                 checkpoint_dir=local_checkpoint if local_checkpoint and
+                                                 local_checkpoint.is_dir() else None)
+        if restored.index_blob_id != expected:
+            # The backup replaced a snapshot whose blobs were deleted: the next upload diffs against it.
+            self.replaced[name] = str(restored.index_blob_id)
+        self.metrics.counter("stores", "restored-from-blob-store" if not restored.reused_local
+                             else "reused-local-checkpoint").inc()
+
+    def snapshot(self, batch: int, previous: dict[str, str]) -> dict[str, str]:
+        """Flush, checkpoint and (for backed-up stores) upload every store; close them. Returns the ids."""
+        ids: dict[str, str] = {}
+        for name in self.names:
+            self.handles[name].flush_cache()
+            store = self._open[name]
+            store.flush()
+            target = self._checkpoint_dir(name, batch)
+            with self.metrics.timer("stores", "checkpoint-ms").time():
+                store.checkpoint(target)
+            self._checkpoint_dirs[name] = target
+            if self.backed_up[name]:
+                prev = self.replaced.pop(name, None) or previous.get(name)
+                if prev is not None and prev.startswith(LOCAL_SNAPSHOT_PREFIX):
+                    prev = None
+                with self.metrics.timer("stores", "upload-ms").time():
+                    ids[name] = str(self._backup_client().upload(name, target, prev_index_id=prev))
+            elif self._is_memory(name):
+                # Unique per snapshot: a kept memory store is reused only for the very snapshot it holds.
+                ids[name] = f"{LOCAL_SNAPSHOT_PREFIX}{batch}{_MEMORY_TAG}{uuid.uuid4().hex[:12]}"
+            else:
+                ids[name] = f"{LOCAL_SNAPSHOT_PREFIX}{batch}"
+        for name in [n for n in self._open if self.resident or self._is_memory(n)]:
+            self._to_keep[name] = self._open.pop(name)
+            if not self.resident:
+                self.handles[name]._bind(None)
+        self._close_open()
+        return ids
+
+    def committed(self, batch: int, ids: dict[str, str], *, fault: Callable[[], None] | None = None) -> None:
+        """After the task checkpoint is written: markers, blob-store cleanup, old local checkpoints.
+
+        ``fault`` (tests) runs after the first store's marker is written, before its blob-store cleanup.
+        """
+        for name, store in self._to_keep.items():
+            self._kept[name] = (ids[name], store)
+        self._to_keep.clear()
+        for name, snapshot in ids.items():
+            self._write_marker(name, batch, snapshot)
+            if fault is not None:
+                fault()
+                fault = None
+            if self.backed_up[name]:
+                with self.metrics.timer("stores", "cleanup-ms").time():
+                    self._backup_client().cleanup(snapshot)
+                _CLEANED_SNAPSHOTS.add(snapshot)
+            self._remove_old_checkpoints(name, keep=batch)
+
+    def _remove_old_checkpoints(self, name: str, keep: int) -> None:
+        live = self.store_dir(name)
+        if not live.parent.is_dir():
+            return
+        prefix = live.name + "-"
+        for entry in live.parent.iterdir():
+            if entry.name.startswith(prefix) and entry.is_dir():
+                suffix = entry.name[len(prefix):]
+                if suffix.isdigit() and int(suffix) != keep:
+                    shutil.rmtree(entry, ignore_errors=True)
+
+    def read_committed(self, name: str, batch: int) -> list[tuple[Any, Any]]:
+        """Every entry of store ``name`` as committed by ``batch`` (deserialized, in key order), read from that
+        batch's local checkpoint; the live store is not touched. For tests and tools (``sparza.testing.TestRunner``)."""
+        from sparza.state.kv import open_store
+
+        if name not in self.handles:
+            raise RuntimeStateError(f"task '{self.task}' has no store '{name}'; its stores are: "
+                                    f"{', '.join(self.names) or 'none'}")
+        source = self._checkpoint_dir(name, batch)
+        if not source.is_dir():
+            raise RuntimeStateError(f"store '{name}' of task '{self.task}' has no local checkpoint of batch {batch} "
+                                    f"at {source} (only the last committed batch is kept)")
+        store = open_store(name, self.job.config, self.task, self.job.task_store_base_dir, read_only=True,
+                           directory=source)
+        try:
+            return list(store.all())
+        finally:
+            store.close()
+
+    def close_committed(self) -> None:
+        """Close the stores kept open after their commit (their dirs stay marked committed, so the next open,
+        in this process or another, reuses them); memory stores are dropped (their snapshot has them)."""
+        for name, (_snapshot, store) in list(self._kept.items()):
+            with contextlib.suppress(Exception):
+                store.close()
+            self.handles[name]._bind(None)
+        self._kept.clear()
+
+    def close(self) -> None:
+        """Close the open stores and drop uncommitted memory stores (idempotent); handles then refuse
+        use until the next batch."""
+        for store in self._to_keep.values():
+            with contextlib.suppress(Exception):
+                store.close()
+        self._to_keep.clear()
+        self._close_open()
+
+    def _close_open(self) -> None:
+        for name, store in list(self._open.items()):
+            with contextlib.suppress(Exception):
+                store.close()
+            self.handles[name]._bind(None)
+        self._open.clear()

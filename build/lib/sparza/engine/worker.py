@@ -1,0 +1,182 @@
+"""The executor side of a batch: what a Spark Python worker keeps between batches, and reading a task's input.
+
+Spark reuses Python workers across batches, so a worker keeps the objects that are expensive to
+rebuild: task instances (with their in-memory task and stores), producers (open table handles,
+upload pools) and consumers (cached Delta logs). :class:`WorkerCaches` is their one owner. It keys
+everything by the job config and keeps the objects of the few most recently used configs only, so
+a long-lived worker that served many jobs (tests, a shared cluster) does not grow without bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from sparza.config import Config
+from sparza.engine.split import SOURCE_ARROW_SCHEMA, TaskSplit
+from sparza.metrics import MetricsRegistry
+from sparza.streams import SystemStreamPartition
+from sparza.systems import SupportsArrowRead, SystemConsumer, SystemProducer, get_system_factory
+
+__all__ = ["WORKER", "WorkerCaches", "config_key", "read_split"]
+
+
+def config_key(config: Config) -> str:
+    """A stable identity of a job config in this process (its sorted items)."""
+    return repr(sorted(config.items()))
+
+
+class _JobObjects:
+    """What the worker keeps for one job config."""
+
+    def __init__(self) -> None:
+        self.instances: dict[str, Any] = {}
+        self.producers: dict[str, SystemProducer] = {}
+        self.consumers: dict[str, SystemConsumer] = {}
+        # The metrics of what outlives a batch (producers, consumers, store backups): drained into each
+        # batch result with MetricsRegistry.changes(), so every count reaches the driver once.
+        self.metrics = MetricsRegistry()
+
+    def close(self) -> None:
+        for producer in self.producers.values():
+            with contextlib.suppress(Exception):
+                producer.stop()
+        for consumer in self.consumers.values():
+            with contextlib.suppress(Exception):
+                consumer.stop()
+
+
+class WorkerCaches:
+    """The per-process owner of cached task instances, producers and consumers (see the module docstring)."""
+
+    def __init__(self, max_jobs: int = 8) -> None:
+        self.max_jobs = max_jobs
+        self._jobs: OrderedDict[str, _JobObjects] = OrderedDict()
+
+    def _job(self, config: Config) -> _JobObjects:
+        key = config_key(config)
+        job = self._jobs.get(key)
+        if job is None:
+            job = self._jobs[key] = _JobObjects()
+            while len(self._jobs) > self.max_jobs:
+                _, evicted = self._jobs.popitem(last=False)
+                evicted.close()
+        else:
+            self._jobs.move_to_end(key)
+        return job
+
+    def forget(self, config: Config) -> None:
+        """Drop (and stop) everything kept for ``config``: what a restarted worker process would have lost."""
+        job = self._jobs.pop(config_key(config), None)
+        if job is not None:
+            job.close()
+
+    def instance(self, config: Config, task: str, build: Callable[[], Any], fits: Callable[[Any], bool]) -> Any:
+        """The cached instance of ``task``, or ``build()`` when there is none or it no longer ``fits``."""
+        job = self._job(config)
+        instance = job.instances.get(task)
+        if instance is None or not fits(instance):
+            instance = job.instances[task] = build()
+        return instance
+
+    def release(self, config: Config, task: str) -> None:
+        """Close the open stores of ``task``'s cached instance (they stay committed on disk)."""
+        job = self._jobs.get(config_key(config))
+        instance = job.instances.get(task) if job is not None else None
+        if instance is not None:
+            instance.stores.close_committed()
+
+    def metrics(self, config: Config) -> MetricsRegistry:
+        """The registry of the job's long-lived objects in this worker (producers, consumers, store
+        backups); :mod:`sparza.engine.executor` sends its :meth:`~MetricsRegistry.changes` with each
+        result."""
+        return self._job(config).metrics
+
+    def producer(self, config: Config, system: str) -> SystemProducer:
+        """The started producer of ``system`` shared by this worker's tasks of the job."""
+        job = self._job(config)
+        return _started(job.producers, system,
+                        lambda: get_system_factory(config, system).get_producer(system, config, job.metrics))
+
+    def drop_producer(self, config: Config, system: str, producer: SystemProducer) -> None:
+        """Forget ``producer`` (after a failure it may be in a bad state); the caller stops it."""
+        job = self._job(config)
+        if job.producers.get(system) is producer:
+            del job.producers[system]
+
+    def consumer(self, config: Config, system: str) -> SystemConsumer:
+        """The started consumer of ``system`` for the job (consumers cache Delta logs)."""
+        job = self._job(config)
+        return _started(job.consumers, system,
+                        lambda: get_system_factory(config, system).get_consumer(system, config, job.metrics))
+
+
+_Client = TypeVar("_Client", SystemProducer, SystemConsumer)
+
+
+def _started(cache: dict[str, _Client], system: str, build: Callable[[], _Client]) -> _Client:
+    """The client of ``system`` kept in ``cache``; else ``build()``, started, and kept there."""
+    client = cache.get(system)
+    if client is None:
+        client = build()
+        client.start()
+        cache[system] = client
+    return client
+
+
+WORKER = WorkerCaches()
+"""This process's caches."""
+
+
+def _envelopes_to_arrow(envelopes: Iterator[Any], rows: int = 10_000) -> Iterator[pa.RecordBatch]:
+    """For systems without ``read_arrow``: envelopes (bytes key/message) to record batches."""
+    buf: dict[str, list[Any]] = {n: [] for n in ("offset", "key", "value", "timestamp", "type", "producer")}
+    for env in envelopes:
+        buf["offset"].append(env.offset)
+        buf["key"].append(env.key)
+        buf["value"].append(env.message)
+        buf["timestamp"].append(env.timestamp)
+        buf["type"].append(int(env.type))
+        buf["producer"].append(None)
+        if len(buf["offset"]) >= rows:
+            yield pa.RecordBatch.from_pydict(buf)
+            buf = {n: [] for n in buf}
+    if buf["offset"]:
+        yield pa.RecordBatch.from_pydict(buf)
+
+
+def read_split(config: Config, split: TaskSplit) -> Iterator[pa.RecordBatch]:
+    """Every message of a task's batch: each SSP's messages in ``[start, end)``, in the split's SSP order.
+
+    Runs in the Python worker that runs the task (see :mod:`sparza.engine.executor`), so messages go
+    from storage to the task as Arrow with no detour through the JVM.
+    """
+    for i, (name, start, end) in enumerate(zip(split.ssps, split.starts, split.ends, strict=True)):
+        if start == end:
+            continue
+        ssp = SystemStreamPartition.parse(name)
+        consumer = WORKER.consumer(config, ssp.system)
+        if isinstance(consumer, SupportsArrowRead):
+            batches = consumer.read_arrow(ssp, start, end, include_control=True, bounded=False)
+        else:
+            batches = _envelopes_to_arrow(consumer.read(ssp, start, end))
+        for batch in batches:
+            n = batch.num_rows
+            if n == 0:
+                continue
+            yield pa.RecordBatch.from_arrays([
+                pa.repeat(pa.scalar(split.index, pa.int32()), n),
+                pa.repeat(pa.scalar(i, pa.int32()), n),
+                batch.column("offset").cast(pa.string()),
+                batch.column("key").cast(pa.binary()),
+                batch.column("value").cast(pa.binary()),
+                batch.column("timestamp").cast(pa.int64()),
+                batch.column("type").cast(pa.int8()),
+                batch.column("producer").cast(pa.string()),
+            ], schema=SOURCE_ARROW_SCHEMA)
+
+

@@ -1,0 +1,263 @@
+"""A processor under a job coordinator (``job.coordinator.factory: azure``): run only the tasks the
+job model gives this processor, and switch at a batch boundary when the model changes.
+
+On ``on_job_model_expired`` the running query stops after its current batch commits (the call
+returns once it has); on ``on_new_job_model`` the processor claims its tasks' checkpoints under
+the model's version (the fencing generation: a late write by the previous owner is refused) and
+starts a new query, with its own Spark checkpoint dir per generation, that starts from the task
+checkpoints. All queries of the processor share one SparkSession.
+
+An application's stages are jobs of their own (``job.name`` ``<app>-<stage>``): under the coordinator
+each stage has its own job model, and one processor of the application takes part in every stage's
+(:class:`CoordinatedStages`), as ``sparza run --stage`` takes part in one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import sys
+import threading
+from typing import Any
+
+from sparza.config import Config
+from sparza.engine.checkpoint import checkpoint_store_from_config, stamp_generation
+from sparza.engine.errors import CheckpointFencedError
+from sparza.engine.inputs import InputSystems
+from sparza.engine.jobconfig import JobConfig
+from sparza.interrupts import StopOnSignals
+from sparza.metrics import MetricsRegistry, attach_prometheus
+from sparza.runtime.driver.report import Discards, RunOutcome
+from sparza.runtime.driver.runner import JobRunner, build_spark_session
+
+__all__ = ["CoordinatedProcessor", "CoordinatedStages", "claim_tasks", "run_coordinated", "run_coordinated_stages"]
+
+
+def claim_tasks(config: Config, job_key: str, tasks: list[str], generation: int) -> None:
+    """Stamp each task's checkpoint with ``generation`` (conditional write) before taking it over; a task
+    with no checkpoint yet gets one holding only the generation, so a previous owner's first commit is
+    refused too. A newer generation already there means a newer model took the task: this one is expiring."""
+    with contextlib.suppress(CheckpointFencedError):
+        stamp_generation(checkpoint_store_from_config(config, job_key), tasks, generation)
+
+
+class CoordinatedProcessor:
+    """The :class:`~sparza.coordination.JobCoordinatorListener` of one processor, and its run loop."""
+
+    def __init__(self, config: Config, *, master: str | None, processor_id: str, once: bool,
+                 spark: Any = None, status: Any = None, remote: str | None = None,
+                 start_lock: threading.Lock | None = None) -> None:
+        self.config = config
+        self.job = JobConfig.from_config(config)
+        self.master = master
+        self.remote = remote
+        self.processor_id = processor_id
+        self.once = once
+        self.status = status
+        self._spark = spark
+        self._owns_spark = spark is None
+        self._models: queue.Queue[Any] = queue.Queue()
+        self._runner: JobRunner | None = None
+        self._runner_lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._done = threading.Event()
+        self._stop_reason = ""
+        # The stages of one application start their queries one at a time (see run_together).
+        self._start_lock = start_lock or threading.Lock()
+        self.batches = 0
+        self.discards = Discards()
+        self.generations: list[int] = []
+        self.metrics = MetricsRegistry()
+        """The processor's metrics: its coordinator's and every run's (kept across job models)."""
+
+    # --- listener (coordinator threads) ---------------------------------------------------------
+    def on_new_job_model(self, job_model: Any) -> None:
+        """Queue the model; the run loop starts this processor's tasks under its version."""
+        self._models.put(job_model)
+
+    def on_job_model_expired(self) -> None:
+        """Stop the running query at a batch boundary; return once it stopped."""
+        with self._runner_lock:
+            runner = self._runner
+        if runner is not None:
+            self._stopped.clear()
+            runner.request_stop("job model expired")
+            self._stopped.wait(timeout=300)
+
+    def on_coordinator_stop(self) -> None:
+        """The coordinator is gone: stop processing."""
+        self.request_stop("coordinator stopped")
+
+    def request_stop(self, reason: str) -> None:
+        """Stop after the running batch and exit the run loop."""
+        self._stop_reason = self._stop_reason or reason
+        self._done.set()
+        with self._runner_lock:
+            runner = self._runner
+        if runner is not None:
+            runner.request_stop(reason)
+        self._models.put(None)
+
+    # --- run loop (main thread) -------------------------------------------------------------------
+    def run(self) -> RunOutcome:
+        """Join the job, run each model's tasks until stopped, leave the job."""
+        from sparza.coordination import job_coordinator_from_config
+
+        all_tasks = [t.name for t in InputSystems(self.job).task_models()]
+        coordinator = job_coordinator_from_config(self.processor_id, self.config, all_tasks, self,
+                                                  metrics=self.metrics)
+        if self._spark is None:
+            self._spark = build_spark_session(self.job, self.master, f"sparza-{self.job.job_key}", self.remote)
+        coordinator.start()
+        detach = (attach_prometheus(self.metrics, self.job.prometheus_port, labels={"sparza_job": self.job.job_key})
+                  if self.job.prometheus_port is not None else None)  # served between job models too
+        try:
+            while not self._done.is_set():
+                model = self._models.get()
+                if model is None:
+                    break
+                while not self._models.empty():  # only the newest model matters
+                    newer = self._models.get()
+                    if newer is None:
+                        self._done.set()
+                        break
+                    model = newer
+                if self._done.is_set():
+                    break
+                expired = self._run_model(model)
+                # --once ends after this processor caught up on its share, not when a rebalance merely
+                # stopped the query: then the next model's tasks are its share, still to process.
+                if self.once and not expired:
+                    break
+            return RunOutcome(self._stop_reason or "stopped", self.batches, 0, discards=self.discards)
+        finally:
+            coordinator.stop()
+            if detach is not None:
+                detach()
+            if self._owns_spark and self._spark is not None:
+                self._spark.stop()
+
+    def _run_model(self, model: Any) -> bool:
+        """Run ``model``'s tasks of this processor; True when the model expired (a new one follows)."""
+        tasks = model.tasks_of(self.processor_id)
+        generation = int(model.version)
+        self.generations.append(generation)
+        claim_tasks(self.config, self.job.job_key, tasks, generation)
+        if not tasks:
+            self._stopped.set()
+            return False
+        runner = JobRunner(self.config, spark=self._spark, processor_id=self.processor_id, once=self.once,
+                           tasks=tasks, generation=generation, install_signal_handlers=False, status=self.status,
+                           metrics=self.metrics)
+        with self._runner_lock:
+            self._runner = runner
+        try:
+            with self._start_lock:
+                runner.start()
+                runner.wait_initialized()
+            while runner.poll():
+                pass
+            outcome = runner.finish()
+            self.batches += outcome.batches
+            self.discards.add(outcome.discards)
+            if outcome.reason != "job model expired":
+                self._stop_reason = self._stop_reason or outcome.reason
+                if outcome.reason in ("all inputs ended", "a task asked to shut down") or self.once:
+                    self._done.set()
+                return False
+            self._stop_reason = ""
+            return True
+        finally:
+            with self._runner_lock:
+                self._runner = None
+            runner.close()
+            self._stopped.set()
+
+
+class CoordinatedStages:
+    """The stages of an application in one processor under the coordinator: a :class:`CoordinatedProcessor`
+    per stage on one SparkSession, so every processor of the application shares each stage's tasks (each
+    task runs in one processor at a time, under its stage's model version as fencing generation).
+
+    ``run`` runs the stages side by side (a failed stage stops the others), or with ``once`` one after the
+    other, writers first, so each stage sees what its upstream stage wrote in this processor.
+    """
+
+    def __init__(self, configs: list[Config], *, spark: Any, processor_id: str, once: bool,
+                 status: Any = None) -> None:
+        start_lock = threading.Lock()
+        self.processors = [CoordinatedProcessor(c, master=None, processor_id=processor_id, once=once, spark=spark,
+                                                status=status, start_lock=start_lock) for c in configs]
+        self.once = once
+        self._stopping = threading.Event()
+
+    def request_stop(self, reason: str) -> None:
+        """Stop every stage after its running batch (thread- and signal-safe)."""
+        self._stopping.set()
+        for processor in self.processors:
+            processor.request_stop(reason)
+
+    def run(self) -> RunOutcome:
+        """Run every stage's share until stopped; raises the first stage's failure once all have stopped."""
+        if self.once:
+            outcomes = []
+            for processor in self.processors:
+                if self._stopping.is_set():
+                    break
+                outcomes.append(processor.run())
+        else:
+            outcomes = self._run_together()
+        discards = Discards()
+        for outcome in outcomes:
+            discards.add(outcome.discards)
+        return RunOutcome("; ".join(sorted({o.reason for o in outcomes})) or "stopped",
+                          sum(o.batches for o in outcomes), 0, discards=discards)
+
+    def _run_together(self) -> list[RunOutcome]:
+        results: list[RunOutcome | BaseException | None] = [None] * len(self.processors)
+
+        def work(index: int, processor: CoordinatedProcessor) -> None:
+            try:
+                results[index] = processor.run()
+            except BaseException as exc:
+                results[index] = exc
+                for other in self.processors:
+                    if other is not processor:
+                        other.request_stop("another stage failed")
+
+        threads = [threading.Thread(target=work, args=(i, p), name=f"sparza-stage-{p.job.job_key}", daemon=True)
+                   for i, p in enumerate(self.processors)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.25)  # short waits: the main thread stays free to handle a signal
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is not None:
+            raise failure
+        return [r for r in results if isinstance(r, RunOutcome)]
+
+
+def run_coordinated(config: Config, *, master: str | None = None, processor_id: str = "0", once: bool = False,
+                    spark: Any = None, install_signal_handlers: bool = True, remote: str | None = None) -> RunOutcome:
+    """Run this processor's share of the job under ``job.coordinator.factory`` until stopped."""
+    return _until_stopped(CoordinatedProcessor(config, master=master, processor_id=processor_id, once=once,
+                                               spark=spark, remote=remote), install_signal_handlers)
+
+
+def run_coordinated_stages(configs: list[Config], *, spark: Any, processor_id: str = "0", once: bool = False,
+                           install_signal_handlers: bool = True) -> RunOutcome:
+    """Run this processor's share of every stage of an application (``configs``: the planned stages, writers
+    first) under ``job.coordinator.factory`` until stopped."""
+    return _until_stopped(CoordinatedStages(configs, spark=spark, processor_id=processor_id, once=once),
+                          install_signal_handlers)
+
+
+def _until_stopped(processor: CoordinatedProcessor | CoordinatedStages, install_signal_handlers: bool) -> RunOutcome:
+    signals = (StopOnSignals(processor.request_stop, lambda line: print(line, file=sys.stderr, flush=True)).install()
+               if install_signal_handlers else None)
+    try:
+        return processor.run()
+    finally:
+        if signals is not None:
+            signals.restore()

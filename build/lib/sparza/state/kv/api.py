@@ -1,0 +1,183 @@
+"""The key-value store API every task store implements, whatever the engine.
+
+Keys and values pass through the store's serdes (``stores.<store>.key.serde`` / ``msg.serde``), so
+tasks work with Python objects while engines store bytes. Iteration is in the byte order of the
+serialized keys (RocksDB's order), which is why ``range`` is defined on serialized bounds.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from sparza.errors import SparzaError
+from sparza.serde import BytesSerde, Serde
+
+__all__ = ["KeyValueStore", "SerdeStore", "StoreClosedError", "StoreError", "StoreReadOnlyError"]
+
+
+class StoreError(SparzaError):
+    """A key-value store operation failed; ``store`` names the store (or its path)."""
+
+    def __init__(self, store: str, message: str) -> None:
+        self.store = store
+        super().__init__(f"store {store!r}: {message}")
+
+
+class StoreClosedError(StoreError):
+    """The store was used after ``close()``."""
+
+    def __init__(self, store: str) -> None:
+        super().__init__(store, "is closed")
+
+
+class StoreReadOnlyError(StoreError):
+    """A write was attempted on a store opened read-only (a checkpoint, an adjunct snapshot)."""
+
+    def __init__(self, store: str) -> None:
+        super().__init__(store, "is read-only")
+
+
+class KeyValueStore(ABC):
+    """A sorted key-value store of one task: Samza's ``KeyValueStore`` in Python.
+
+    ``get`` returns ``None`` for a missing key (as Samza's); a ``None`` value in ``put`` deletes.
+    Writes are durable locally after ``flush``; ``checkpoint(dir)`` writes a consistent copy of
+    the store into ``dir`` that the backup uploads. Stores are not thread-safe for writers.
+    """
+
+    name: str
+
+    @abstractmethod
+    def get(self, key: Any) -> Any:
+        """The value of ``key``, or ``None``."""
+
+    @abstractmethod
+    def get_all(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        """``{key: value}`` for the keys present (absent keys are left out)."""
+
+    @abstractmethod
+    def put(self, key: Any, value: Any) -> None:
+        """Set ``key`` to ``value`` (``None`` deletes)."""
+
+    @abstractmethod
+    def put_all(self, entries: Mapping[Any, Any] | Iterable[tuple[Any, Any]]) -> None:
+        """Set many keys in one atomic write."""
+
+    @abstractmethod
+    def delete(self, key: Any) -> None:
+        """Remove ``key`` (no error when absent)."""
+
+    @abstractmethod
+    def delete_all(self, keys: Iterable[Any]) -> None:
+        """Remove many keys in one atomic write."""
+
+    @abstractmethod
+    def range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
+        """Entries with ``from_key <= key < to_key`` (serialized byte order), sorted."""
+
+    @abstractmethod
+    def all(self) -> Iterator[tuple[Any, Any]]:
+        """Every entry, sorted by serialized key."""
+
+    @abstractmethod
+    def flush(self) -> None:
+        """Make every write so far durable on local disk (no-op for in-memory stores)."""
+
+    @abstractmethod
+    def checkpoint(self, directory: str | Path) -> Path:
+        """Write a consistent, openable copy of the store into ``directory`` (must not exist)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the store; further use raises :class:`StoreClosedError`. Idempotent."""
+
+    def __enter__(self) -> KeyValueStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SerdeStore(KeyValueStore):
+    """Implements the typed API over five byte-level primitives an engine provides.
+
+    Engines implement ``_get_raw``, ``_multi_get_raw``, ``_write_raw`` (atomic puts and deletes),
+    ``_iter_raw(from, to)`` and the lifecycle methods; serdes are applied here once.
+    """
+
+    def __init__(self, name: str, key_serde: Serde | None, msg_serde: Serde | None, read_only: bool) -> None:
+        self.name = name
+        self.key_serde: Serde = key_serde or BytesSerde()
+        self.msg_serde: Serde = msg_serde or BytesSerde()
+        self.read_only = read_only
+
+    # --- engine primitives -------------------------------------------------------------------
+    @abstractmethod
+    def _get_raw(self, key: bytes) -> bytes | None: ...
+
+    @abstractmethod
+    def _multi_get_raw(self, keys: list[bytes]) -> list[bytes | None]: ...
+
+    @abstractmethod
+    def _write_raw(self, puts: list[tuple[bytes, bytes]], deletes: list[bytes]) -> None: ...
+
+    @abstractmethod
+    def _iter_raw(self, from_key: bytes | None, to_key: bytes | None) -> Iterator[tuple[bytes, bytes]]: ...
+
+    # --- typed API ---------------------------------------------------------------------------
+    def _writable(self) -> None:
+        if self.read_only:
+            raise StoreReadOnlyError(self.name)
+
+    def _k(self, key: Any) -> bytes:
+        return self.key_serde.to_bytes(key)
+
+    def get(self, key: Any) -> Any:
+        raw = self._get_raw(self._k(key))
+        return None if raw is None else self.msg_serde.from_bytes(raw)
+
+    def get_all(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        key_list = list(keys)
+        raws = self._multi_get_raw([self._k(k) for k in key_list])
+        return {k: self.msg_serde.from_bytes(v) for k, v in zip(key_list, raws, strict=True) if v is not None}
+
+    def put(self, key: Any, value: Any) -> None:
+        if value is None:
+            self.delete(key)
+            return
+        self._writable()
+        self._put_raw(self._k(key), self.msg_serde.to_bytes(value))
+
+    def _put_raw(self, key: bytes, value: bytes) -> None:
+        """One put; engines override it when a single write is cheaper than ``_write_raw``."""
+        self._write_raw([(key, value)], [])
+
+    def put_all(self, entries: Mapping[Any, Any] | Iterable[tuple[Any, Any]]) -> None:
+        self._writable()
+        pairs = entries.items() if isinstance(entries, Mapping) else entries
+        puts: list[tuple[bytes, bytes]] = []
+        deletes: list[bytes] = []
+        for key, value in pairs:
+            if value is None:
+                deletes.append(self._k(key))
+            else:
+                puts.append((self._k(key), self.msg_serde.to_bytes(value)))
+        self._write_raw(puts, deletes)
+
+    def delete(self, key: Any) -> None:
+        self.delete_all([key])
+
+    def delete_all(self, keys: Iterable[Any]) -> None:
+        self._writable()
+        self._write_raw([], [self._k(k) for k in keys])
+
+    def range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
+        for k, v in self._iter_raw(self._k(from_key), self._k(to_key)):
+            yield self.key_serde.from_bytes(k), self.msg_serde.from_bytes(v)
+
+    def all(self) -> Iterator[tuple[Any, Any]]:
+        for k, v in self._iter_raw(None, None):
+            yield self.key_serde.from_bytes(k), self.msg_serde.from_bytes(v)

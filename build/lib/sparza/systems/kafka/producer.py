@@ -1,0 +1,507 @@
+"""``KafkaSystemProducer``: exactly-once output through Kafka transactions, one per task and batch.
+
+Every source (task) that the runtime drives with a :class:`~sparza.systems.Transaction` gets its own
+transactional producer with ``transactional.id = <app_id>@<system>`` (``app_id`` is
+``<job.name>-<job.id>/<task>``), so it is the same id wherever the task runs:
+
+1. ``begin(task, (app_id, version))``: ``init_transactions`` on first use (this fences any zombie
+   instance of the task elsewhere and aborts the transaction it left open), then read the version
+   recorded for ``app_id`` (step 3). Recorded version ``>= version``: this batch already committed
+   (a replay after a crash after the commit): its sends are discarded and its flush commits
+   nothing.
+2. ``send``: the message is serialized, partitioned and buffered in memory (as the delta producer
+   does), so no Kafka transaction is open while the task processes its batch.
+3. ``flush(task, transaction=...)``: ``begin_transaction``, produce the buffer,
+   ``send_offsets_to_transaction`` of offset ``version`` of partition 0 of the bookkeeping topic
+   (``kafka.transactions.topic``) for consumer group ``<transactional.id>``, ``commit_transaction``.
+   The records and the recorded version become visible together or not at all, so the version
+   read back in step 1 says exactly whether batch ``version`` committed. A transaction is open
+   only for the duration of this flush: a crash elsewhere leaves nothing to abort.
+4. ``abandon``: drop the buffer (and abort, should a flush have failed half-way).
+
+Sends without ``begin`` (tools, loaders: the library use) go through one shared idempotent,
+non-transactional producer; ``flush(source)`` then waits until every message is acknowledged.
+
+Partition: the envelope's ``partition``; else Kafka's default partitioner (murmur2) over the bytes
+of ``partition_key`` or ``key``; else librdkafka's choice. Control messages carry ``sparza.type``
+and ``sparza.producer`` headers (see :mod:`sparza.systems.kafka.consumer`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparza.config import Config
+from sparza.errors import DataError
+from sparza.metrics import MetricsRegistry
+from sparza.serde import Serde, partition_key_bytes
+from sparza.streams import OutgoingMessageEnvelope
+from sparza.systems import StreamSpec, Transaction
+from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin, open_client
+from sparza.systems.kafka.partitioner import partition_for
+from sparza.systems.kafka.settings import (
+    CONTROL_PRODUCER_HEADER,
+    CONTROL_TYPE_HEADER,
+    TIMESTAMP_HEADER,
+    KafkaSystemSettings,
+)
+
+__all__ = ["KafkaSystemProducer", "is_fencing_error", "transactional_id"]
+
+log = logging.getLogger(__name__)
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def _produce(producer: Any, on_delivery: Any, topic: str, value: bytes | None, key: bytes | None,
+             partition: int, ts: int, headers: Any) -> None:
+    """Produce one message, waiting while librdkafka's local queue is full (backpressure, never a drop)."""
+    while True:
+        try:
+            producer.produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery,
+                             timestamp=ts, headers=headers)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def transactional_id(app_id: str, system: str) -> str:
+    """The ``transactional.id`` (and bookkeeping group id) of one task's output to one system."""
+    return f"{app_id}@{system}"
+
+
+@dataclass
+class _Topic:
+    """What a producer caches per stream: its topic, partition count and serdes."""
+
+    name: str
+    partitions: int
+    key_serde: Serde
+    msg_serde: Serde
+
+
+class _FencedError(KafkaError):
+    """A commit failed because a newer producer instance with the same ``transactional.id`` exists."""
+
+
+def _fencing_codes() -> frozenset[int]:
+    from confluent_kafka import KafkaError as RdKafkaError
+
+    return frozenset((RdKafkaError._FENCED, RdKafkaError.PRODUCER_FENCED, RdKafkaError.INVALID_PRODUCER_EPOCH))
+
+
+def is_fencing_error(error: Any, producer: Any = None) -> bool:
+    """True when ``error`` (a librdkafka ``KafkaError``) means a newer instance with the same
+    ``transactional.id`` fenced ``producer``.
+
+    librdkafka reports fencing with a fencing code the first time, but once the producer is in its
+    fatal state other calls (``produce``) fail with the generic ``_FATAL``; the underlying fatal error
+    is what the transactional API then raises at once, so for ``_FATAL`` (or any fatal error) the
+    producer is asked with a zero-timeout ``abort_transaction``.
+    """
+    from confluent_kafka import KafkaError as RdKafkaError
+    from confluent_kafka import KafkaException
+
+    code = getattr(error, "code", lambda: None)()
+    codes = _fencing_codes()
+    if code in codes:
+        return True
+    if producer is None or not (code == RdKafkaError._FATAL or getattr(error, "fatal", lambda: False)()):
+        return False
+    try:
+        producer.abort_transaction(0)
+    except KafkaException as exc:
+        cause = exc.args[0] if exc.args else None
+        return getattr(cause, "code", lambda: None)() in codes
+    except Exception:
+        return False
+    return False
+
+
+class _LibrdkafkaLog:
+    """librdkafka's log lines through Python logging (the ``logger`` setting of a transactional producer).
+
+    A fenced transactional producer logs its fencing at error and critical level (``ADDPARTS``, ``TXNERR``,
+    ``FATAL``), although sparza expects it whenever a task's batches move between Spark Python workers
+    and handles it (a new producer, the recorded version decides): those lines go to debug, every
+    other line keeps its level.
+    """
+
+    _FENCING_WORDS = ("fenced", "fences the current one", "producer_fenced", "invalid_producer_epoch")
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._logger = logger
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        """What confluent-kafka calls for each librdkafka log line."""
+        text = (msg % args if args else msg).lower()
+        if any(word in text for word in self._FENCING_WORDS):
+            level = logging.DEBUG
+        self._logger.log(level, msg, *args)
+
+
+@dataclass
+class _Source:
+    """One task's transactional producer and where its current batch stands."""
+
+    producer: Any = None
+    group: Any = None            # a consumer of the bookkeeping group: committed versions, group metadata
+    txn_id: str | None = None
+    transaction: Transaction | None = None
+    state: str = "idle"          # idle | ready (begun, buffering) | replay (already committed)
+    pending: list[tuple[str, bytes | None, bytes | None, int, int, Any]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    skipped: int = 0
+
+    def __post_init__(self) -> None:
+        self.on_delivery = _delivery_callback(self.errors)
+
+
+def _delivery_callback(errors: list[str]) -> Any:
+    """A delivery report callback that records failures in ``errors`` (raised at flush/commit)."""
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
+
+    return on_delivery
+
+
+class KafkaSystemProducer:
+    """Writes messages to the topics of a ``kafka`` system (see the module docstring)."""
+
+    def __init__(self, system_name: str, config: Config, metrics: MetricsRegistry | None = None) -> None:
+        self.system_name = system_name
+        self.settings = KafkaSystemSettings(system_name, config)
+        self.admin = KafkaSystemAdmin(system_name, config)
+        self.metrics = metrics
+        self._sources: dict[str, _Source] = {}
+        self._topics: dict[str, _Topic] = {}
+        self._plain: Any = None
+        self._plain_errors: list[str] = []
+        self._plain_delivery: Any = None
+        self._bookkeeping_ready = False
+        self._max_message_bytes = int(self.settings.producer_conf().get("message.max.bytes", 1_000_000))
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def register(self, source: str) -> None:
+        """Declare ``source`` (a task name)."""
+        self._sources.setdefault(source, _Source())
+
+    def start(self) -> None:
+        """Nothing to open ahead of time: producers connect on first use."""
+
+    def stop(self) -> None:
+        """Abort what is still open, deliver the library-use messages, release the producers."""
+        for name in list(self._sources):
+            self.abandon(name)
+        if self._plain is not None:
+            self._plain.flush(self.settings.request_timeout_s)
+        self._sources.clear()
+        self._plain = None
+
+    # --- helpers ---------------------------------------------------------------------------
+    def _count(self, name: str, n: int = 1) -> None:
+        if self.metrics is not None:
+            self.metrics.counter(self.system_name, name).inc(n)
+
+    def _topic(self, topic: str) -> _Topic:
+        info = self._topics.get(topic)
+        if info is None:
+            info = _Topic(self.settings.topic(topic), self.admin.partition_count(topic), self.settings.key_serde(topic),
+                          self.settings.msg_serde(topic))
+            self._topics[topic] = info
+        return info
+
+    def _new_producer(self, extra: dict[str, Any], errors: list[str]) -> Any:
+        from confluent_kafka import Producer
+
+        conf = self.settings.producer_conf()
+        conf.update(extra)
+
+        def on_error(err: Any) -> None:
+            if err.fatal():
+                errors.append(err.str())
+
+        conf["error_cb"] = on_error
+        if "transactional.id" in conf:
+            conf.setdefault("logger", _LibrdkafkaLog(logging.getLogger(f"{__name__}.librdkafka")))
+        return open_client("producer", Producer, conf, self.system_name)
+
+    def _ensure_bookkeeping(self) -> None:
+        if not self._bookkeeping_ready:
+            topic = self.settings.transactions_topic
+            if not self.admin.exists(topic):
+                self.admin.create_stream(StreamSpec(topic, 1))
+            self._bookkeeping_ready = True
+
+    def committed_version(self, app_id: str) -> int | None:
+        """The last output version committed for ``app_id`` on this system (None: none yet)."""
+        src = _Source()
+        try:
+            return self._read_version(src, transactional_id(app_id, self.system_name))
+        finally:
+            if src.group is not None:
+                src.group.close()
+
+    def _read_version(self, src: _Source, txn_id: str) -> int | None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        if src.group is None:
+            conf = self.settings.consumer_conf()
+            conf["group.id"] = txn_id
+            src.group = Consumer(conf)
+        tp = TopicPartition(self.settings.transactions_topic, 0)
+        try:
+            got = src.group.committed([tp], timeout=self.settings.request_timeout_s)[0]
+        except Exception as exc:
+            raise KafkaError(f"cannot read the committed output version of {txn_id!r}: {exc}") from exc
+        if got.error is not None:
+            raise KafkaError(f"cannot read the committed output version of {txn_id!r}: {got.error}")
+        return int(got.offset) if got.offset >= 0 else None
+
+    # --- the batch contract ----------------------------------------------------------------
+    def begin(self, source: str, transaction: Transaction) -> None:
+        """Open ``source``'s Kafka transaction for ``transaction``, or mark the batch a replay when the
+        version is already committed (see the module docstring)."""
+        src = self._sources.setdefault(source, _Source())
+        if src.pending:   # "ready", or a failed commit's buffer: a begin must not silently drop it
+            raise KafkaError(f"{source}: begin({transaction}) while {len(src.pending)} messages of "
+                             f"{src.transaction} are neither flushed nor abandoned")
+        txn_id = transactional_id(transaction.app_id, self.system_name)
+        timeout = self.settings.request_timeout_s
+        if src.producer is None or src.txn_id != txn_id:
+            self._ensure_bookkeeping()
+            src.errors.clear()
+            # transaction.timeout.ms: generous, as a flush of a big batch may take a while.
+            src.producer = self._new_producer({"transactional.id": txn_id, "transaction.timeout.ms": 300_000,
+                                               **{k: v for k, v in self.settings.producer_conf().items()
+                                                  if k == "transaction.timeout.ms"}}, src.errors)
+            src.txn_id = txn_id
+            try:
+                src.producer.init_transactions(timeout)  # fences zombies, aborts what they left open
+            except Exception as exc:
+                self._drop(src)
+                raise KafkaError(f"cannot initialise Kafka transactions for {txn_id!r}: {exc}") from exc
+        committed = self._read_version(src, txn_id)
+        src.transaction = transaction
+        src.pending = []
+        if committed is not None and committed >= transaction.version:
+            src.state = "replay"
+            src.skipped = 0
+            log.info("%s: output version %d of %s is already committed (recorded %d); this replay writes nothing",
+                     source, transaction.version, transaction.app_id, committed)
+            return
+        src.state = "ready"
+
+    def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
+        """Produce one message into ``source``'s open transaction (or the library producer)."""
+        src = self._sources.get(source)
+        if src is not None and src.state == "replay":
+            src.skipped += 1   # already committed by the first run of this batch: counted, not written
+            return
+        topic = envelope.system_stream.stream
+        info = self._topics.get(topic) or self._topic(topic)
+        key = envelope.key
+        if key is not None and key.__class__ is not bytes:
+            key = bytes(key) if isinstance(key, _BYTES_LIKE) else info.key_serde.to_bytes(key)
+        value = envelope.message
+        if value is not None and value.__class__ is not bytes:
+            value = bytes(value) if isinstance(value, _BYTES_LIKE) else info.msg_serde.to_bytes(value)
+        partition = envelope.partition
+        if partition is not None:
+            if not 0 <= partition < info.partitions:
+                raise ValueError(f"partition {partition} out of range for Kafka topic {topic!r} "
+                                 f"with {info.partitions} partitions")
+        else:
+            pkey = envelope.partition_key
+            if pkey is not None:
+                if pkey.__class__ is not bytes:
+                    pkey = partition_key_bytes(pkey, info.key_serde)
+                partition = partition_for(pkey, info.partitions)
+            elif key is not None:
+                partition = partition_for(key, info.partitions)
+            else:
+                partition = -1  # librdkafka's partitioner picks one
+        headers = None
+        if envelope.type:
+            headers = [(CONTROL_TYPE_HEADER, str(int(envelope.type)).encode()),
+                       (CONTROL_PRODUCER_HEADER, source.encode("utf-8"))]
+        ts = int(envelope.timestamp) if envelope.timestamp is not None else 0
+        if envelope.timestamp is not None and ts <= 0:
+            # librdkafka reads timestamp 0 as "now" and Kafka refuses negative ones: an event time of 0
+            # (or before 1970) travels in a header instead, and the consumer restores it.
+            headers = [*(headers or []), (TIMESTAMP_HEADER, str(ts).encode())]
+            ts = 0
+        size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+        if size > self._max_message_bytes:
+            # Refused now, naming the message, rather than by the broker at the batch's commit (a failure
+            # every retry of the batch would repeat).
+            raise DataError(f"a message of {size} bytes to Kafka topic {info.name!r} is over the producer's "
+                            f"message.max.bytes ({self._max_message_bytes}; systems.{self.system_name}."
+                            "producer.message.max.bytes, and the topic's max.message.bytes on the broker)")
+        self._count("messages-sent")
+        if src is not None and src.state == "ready":
+            src.pending.append((info.name, value, key, partition, ts, headers))
+            return
+        if self._plain is None:
+            self._plain = self._new_producer({}, self._plain_errors)
+            self._plain_delivery = _delivery_callback(self._plain_errors)
+        _produce(self._plain, self._plain_delivery, info.name, value, key, partition, ts, headers)
+
+    def pending(self, source: str) -> int:
+        """How many messages ``source`` sent that are not flushed yet."""
+        src = self._sources.get(source)
+        return len(src.pending) if src is not None else 0
+
+    def flush(self, source: str, *, transaction: Transaction | None = None) -> None:
+        """Commit ``source``'s transaction together with its version (nothing for a replay); without a
+        transaction and without ``begin``, wait until the library producer delivered everything."""
+        src = self._sources.get(source)
+        if transaction is not None and (src is None or src.state == "idle"):
+            self.begin(source, transaction)  # nothing was sent: still record the version
+            src = self._sources[source]
+        if src is None or src.state == "idle":
+            if self._plain is not None:
+                left = self._plain.flush(self.settings.request_timeout_s)
+                if left:
+                    raise KafkaError(f"{left} messages of {source} were not delivered within "
+                                     f"{self.settings.request_timeout_s:.0f}s")
+            if self._plain_errors:
+                errors, self._plain_errors[:] = list(self._plain_errors), []
+                raise KafkaError(f"messages of {source} were not delivered: {errors[:5]}")
+            return
+        if transaction is not None and transaction != src.transaction:
+            raise KafkaError(f"{source}: flush({transaction}) does not match the open transaction {src.transaction}")
+        assert src.transaction is not None
+        if src.state == "replay":
+            self._skip_replay(source, src, src.skipped)
+            return
+        try:
+            self._commit(source, src)
+        except _FencedError as fenced:
+            # Another instance of this task (the same transactional.id) ran init_transactions since this
+            # producer's: usually the task ran a batch in another Spark Python worker and came back. The
+            # runtime's intent already fenced zombie processors before this flush, and every instance
+            # writes the same batch for the same version, so: a new producer (which fences the other
+            # instance), and the version read again decides whether this batch is still to be written.
+            # Expected within one processor (debug); worth a line only when another instance had
+            # written this very batch (counted in producer-fenced-batch-written-elsewhere).
+            log.debug("%s; re-initialising the transactional producer and retrying once", fenced)
+            self._count("producer-reinitialised-after-fencing")
+            if not self._reopen(source, src):
+                log.info("%s: another instance of the task had already written batch %s; not written again",
+                         source, src.transaction)
+                self._count("producer-fenced-batch-written-elsewhere")
+                return
+            self._commit(source, src)
+
+    def _reopen(self, source: str, src: _Source) -> bool:
+        """A new transactional producer for ``src``'s open batch; False when the batch turned out to be
+        committed already (its buffer is then dropped as a replay's)."""
+        assert src.transaction is not None
+        pending, src.pending = src.pending, []
+        self._drop(src)
+        self.begin(source, src.transaction)
+        if src.state == "replay":
+            self._skip_replay(source, src, len(pending))
+            return False
+        src.pending = pending
+        return True
+
+    def _skip_replay(self, source: str, src: _Source, skipped: int) -> None:
+        log.info("%s: replayed batch %s: %d messages not written again", source, src.transaction, skipped)
+        self._count("flushes-skipped-replay")
+        self._count("messages-skipped-replay", skipped)
+        src.state = "idle"
+
+    def _commit(self, source: str, src: _Source) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        assert src.transaction is not None
+        started = time.perf_counter()
+        timeout = self.settings.request_timeout_s
+        app_id, version = src.transaction
+        producer = src.producer
+        opened = False
+        try:
+            producer.begin_transaction()
+            opened = True
+            for topic, value, key, partition, ts, headers in src.pending:
+                _produce(producer, src.on_delivery, topic, value, key, partition, ts, headers)
+            marker = TopicPartition(self.settings.transactions_topic, 0, version)
+            with contextlib.suppress(AttributeError):
+                marker.metadata = app_id  # for people reading the group's offsets; versions ignore it
+            producer.send_offsets_to_transaction([marker], src.group.consumer_group_metadata(), timeout)
+            while True:
+                try:
+                    producer.commit_transaction(timeout)
+                    break
+                except KafkaException as exc:
+                    if exc.args and exc.args[0].retriable():
+                        continue
+                    raise
+        except Exception as exc:
+            from confluent_kafka import KafkaError as RdKafkaError
+
+            errors, txn_id = list(src.errors), src.txn_id
+            error = exc.args[0] if exc.args else None
+            # A fencing may surface as librdkafka's generic _FATAL (a produce after the producer turned
+            # fatal): is_fencing_error asks the producer for the underlying cause.
+            fenced = isinstance(error, RdKafkaError) and is_fencing_error(error, producer)
+            fatal = getattr(error, "fatal", lambda: False)() or getattr(error, "code", lambda: None)() == \
+                RdKafkaError._FATAL
+            if fenced or fatal:
+                # Fenced by a newer instance of the task (or another fatal error): this producer can do
+                # nothing more, not even abort; the newer instance's init_transactions aborted for us.
+                self._drop(src)   # the buffer stays, for flush's retry or until abandon
+                outcome = "this producer is fenced or broken and was dropped"
+            else:
+                if opened:
+                    self._abort(source, src)
+                outcome = "it was aborted; the messages stay buffered until abandon"
+            # A fatal producer whose cause librdkafka does not name as a fencing (Tansu answers a fenced
+            # producer's produce with other codes at times) takes the same path: a new producer, and the
+            # version read again decides; the new producer fails the same way if it is really broken.
+            kind = _FencedError if fenced or fatal else KafkaError
+            raise kind(f"{source}: committing Kafka transaction {txn_id!r} version {version} failed "
+                       f"({exc}); {outcome}{'; ' + '; '.join(errors[:3]) if errors else ''}") from exc
+        self._count("messages-written", len(src.pending))
+        src.pending = []
+        src.state = "idle"
+        self._count("commits")
+        if self.metrics is not None:
+            self.metrics.timer(self.system_name, "flush-ms").update((time.perf_counter() - started) * 1000.0)
+
+    def abandon(self, source: str) -> None:
+        """Drop what ``source`` sent since its last flush: none of it was produced (see the module docstring)."""
+        src = self._sources.get(source)
+        if src is None:
+            return
+        if src.pending:
+            self._count("messages-abandoned", len(src.pending))
+        src.pending = []
+        src.state = "idle"
+
+    def _abort(self, source: str, src: _Source) -> None:
+        try:
+            src.producer.abort_transaction(self.settings.request_timeout_s)
+        except Exception as exc:
+            # A broken producer: drop it; the next instance's init_transactions aborts the transaction.
+            log.warning("%s: aborting Kafka transaction %r failed (%s); the producer is dropped",
+                        source, src.txn_id, exc)
+            self._drop(src)
+        self._count("transactions-aborted")
+
+    @staticmethod
+    def _drop(src: _Source) -> None:
+        src.producer = None
+        src.txn_id = None
+        src.state = "idle"
+        if src.group is not None:
+            src.group.close()
+            src.group = None

@@ -1,0 +1,205 @@
+"""The config keys of a ``kafka`` system and the librdkafka settings built from them.
+
+Samza's spellings: ``systems.<s>.consumer.bootstrap.servers`` and ``systems.<s>.producer.bootstrap.servers``
+(either serves both when only one is set), and every other key under ``systems.<s>.consumer.*`` /
+``systems.<s>.producer.*`` is handed to librdkafka unchanged (``consumer.isolation.level``,
+``producer.linger.ms``, ``consumer.security.protocol``...). The :class:`KafkaSystemSettings` getters
+are the only place that reads these keys; secrets among them are never shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparza.config import define_key, is_secret_key
+from sparza.errors import ConfigError
+from sparza.systems.settings import SystemSettings
+
+__all__ = ["CONTROL_PRODUCER_HEADER", "CONTROL_TYPE_HEADER", "TIMESTAMP_HEADER", "KafkaSystemSettings",
+           "redact_conf"]
+
+_PKG = "systems.kafka"
+define_key("systems.<system>.consumer.bootstrap.servers", None,
+           "Kafka brokers (host:port,...) the system reads from (and writes to, without producer.bootstrap.servers).",
+           _PKG)
+define_key("systems.<system>.producer.bootstrap.servers", None,
+           "Kafka brokers the system writes to (default: consumer.bootstrap.servers).", _PKG)
+define_key("systems.<system>.consumer.*", None,
+           "Any librdkafka consumer setting, passed as is (isolation.level defaults to read_committed).", _PKG)
+define_key("systems.<system>.producer.*", None, "Any librdkafka producer setting, passed as is.", _PKG)
+define_key("systems.<system>.kafka.transactions.topic", "sparza-transactions",
+           "One-partition topic whose consumer-group offsets record each task's last committed output "
+           "transaction (created when missing; holds no records).", _PKG)
+define_key("systems.<system>.kafka.read.timeout.ms", "60s",
+           "How long a read waits for the messages of a planned offset range before it fails.", _PKG)
+define_key("systems.<system>.kafka.request.timeout.ms", "30s",
+           "Timeout of admin requests and transaction operations (metadata, offsets, commit).", _PKG)
+define_key("systems.<system>.kafka.monitoring.group.commit", "true",
+           "Also commit each read's start offset to consumer group <job.name>-<job.id> (or consumer.group.id) "
+           "so Kafka lag tools work; monitoring only, never read back.", _PKG)
+define_key("systems.<system>.streams.<stream>.samza.physical.name", None,
+           "The Kafka topic of stream <stream> (default: the stream name); Samza's "
+           "streams.<stream>.samza.physical.name is accepted too.", _PKG)
+define_key("streams.<stream>.samza.physical.name", None,
+           "Samza's spelling of the Kafka topic of stream <stream> (systems.<s>.streams.<stream>.samza.physical.name "
+           "wins when both are set).", _PKG)
+define_key("systems.<system>.kafka.end.offsets.verify", "auto",
+           "Read past each partition's reported end to find its real end: true, false, or auto (only on a Tansu "
+           "broker, cluster id tansu*, whose high watermark after a multi-record batch is that batch's base offset "
+           "+ 1, which would hide the batch's other records).", _PKG)
+define_key("systems.<system>.default.stream.replication.factor", "-1",
+           "Replication factor of topics sparza creates (-1: the broker's default).", _PKG)
+
+CONTROL_TYPE_HEADER = "sparza.type"
+"""Header carrying the MessageType byte of control messages (watermark 1, end-of-stream 2); absent for user data."""
+TIMESTAMP_HEADER = "sparza.timestamp"
+"""Header carrying an event time Kafka's record timestamp cannot hold (0, which librdkafka reads as "now",
+or negative), in decimal ms."""
+CONTROL_PRODUCER_HEADER = "sparza.producer"
+"""Header naming the task that wrote a control message (control messages are reconciled per producer)."""
+
+# Keys under consumer.*/producer.* that are Samza's or sparza's own, not librdkafka's (zookeeper.connect:
+# Samza's old consumer found brokers through ZooKeeper; librdkafka uses bootstrap.servers and refuses it).
+_NOT_LIBRDKAFKA = {"factory", "zookeeper.connect"}
+
+
+def redact_conf(conf: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a librdkafka conf fit for logs and errors: secret values replaced."""
+    return {k: ("<redacted>" if is_secret_key(k) or k in ("sasl.password", "sasl.oauthbearer.config")
+                else v) for k, v in conf.items()}
+
+
+class KafkaSystemSettings(SystemSettings):
+    """Typed access to the ``systems.<system>.*`` keys of one kafka system."""
+
+    def topic(self, stream: str) -> str:
+        """The Kafka topic of ``stream``: its physical name (system-scoped or Samza's top-level
+        ``streams.<x>.samza.physical.name``), else the stream name itself."""
+        for key in (self.stream_key(stream, "samza.physical.name"), f"streams.{stream}.samza.physical.name"):
+            value = self.config.get_str(key, None)
+            if value and value.strip():
+                return str(value.strip())
+        return stream
+
+    # --- librdkafka settings -------------------------------------------------------------------
+    def _passthrough(self, role: str) -> dict[str, str]:
+        sub = self.config.subset(f"{self._prefix}{role}.")
+        return {k: v for k, v in sub.items() if k not in _NOT_LIBRDKAFKA}
+
+    def bootstrap_servers(self, role: str = "consumer") -> str:
+        """The brokers for ``role`` (consumer or producer); each falls back to the other."""
+        other = "producer" if role == "consumer" else "consumer"
+        for r in (role, other):
+            value = self.config.get_str(f"{self._prefix}{r}.bootstrap.servers", None)
+            if value and value.strip():
+                return str(value.strip())
+        raise ConfigError(f"{self._prefix}consumer.bootstrap.servers", None,
+                          f"the Kafka brokers (host:port,...) of system {self.system!r} "
+                          "(for a local broker run 'sparza dev-kafka start')")
+
+    def consumer_conf(self) -> dict[str, Any]:
+        """librdkafka settings of consumers: ``consumer.*`` plus sparza's defaults (read_committed,
+        no auto commit, no offset store: offsets live in task checkpoints)."""
+        # fetch.wait.max.ms: reads only ask for offsets that exist, so a long broker-side wait for more
+        # data only delays the end of a range (librdkafka's 500 ms default cost 0.5 s per read).
+        conf: dict[str, Any] = {"isolation.level": "read_committed", "group.id": self.monitoring_group,
+                                "fetch.wait.max.ms": 20, "log_level": 3}
+        conf.update(self._passthrough("consumer"))
+        conf["bootstrap.servers"] = self.bootstrap_servers("consumer")
+        # What the reader relies on, whatever the config says: it assigns partitions itself.
+        conf.update({"enable.auto.commit": False, "allow.auto.create.topics": False, "enable.auto.offset.store": False,
+                     "enable.partition.eof": True, "auto.offset.reset": "error"})
+        return conf
+
+    def admin_conf(self) -> dict[str, Any]:
+        """librdkafka settings of admin clients: the consumer's connection settings."""
+        kept = ("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socket.", "broker.", "metadata.",
+                "api.version", "log_level", "debug")
+        conf: dict[str, Any] = {k: v for k, v in self._passthrough("consumer").items() if k.startswith(kept)}
+        conf.setdefault("log_level", 3)
+        # A metadata request must not create the topic it asks about (Tansu and brokers with
+        # auto.create.topics.enable would): a missing input is an error, not an empty new topic.
+        conf["allow.auto.create.topics"] = False
+        conf["bootstrap.servers"] = self.bootstrap_servers("consumer")
+        return conf
+
+    def producer_conf(self) -> dict[str, Any]:
+        """librdkafka settings of producers: ``producer.*`` (idempotent unless configured otherwise)."""
+        conf: dict[str, Any] = {"enable.idempotence": True, "linger.ms": 5, "log_level": 3}
+        conf.update(self._passthrough("producer"))
+        conf["bootstrap.servers"] = self.bootstrap_servers("producer")
+        return conf
+
+    # --- sparza's own keys ---------------------------------------------------------------------
+    @property
+    def monitoring_group(self) -> str:
+        """The consumer group input offsets are committed to: ``consumer.group.id``, else
+        ``<job.name>-<job.id>``, else ``sparza``."""
+        explicit = self.config.get_str(f"{self._prefix}consumer.group.id", None)
+        if explicit:
+            return str(explicit)
+        name = self.config.get_str("job.name", None)
+        return f"{name}-{self.config.get_str('job.id', '1')}" if name else "sparza"
+
+    @property
+    def commit_monitoring_offsets(self) -> bool:
+        """``systems.<s>.kafka.monitoring.group.commit``."""
+        return bool(self.config.get_bool(self._prefix + "kafka.monitoring.group.commit", True))
+
+    @property
+    def transactions_topic(self) -> str:
+        """``systems.<s>.kafka.transactions.topic``."""
+        return str(self.config.get_str(self._prefix + "kafka.transactions.topic", "sparza-transactions")).strip()
+
+    @property
+    def read_timeout_s(self) -> float:
+        """``systems.<s>.kafka.read.timeout.ms`` in seconds."""
+        return int(self.config.get_duration_ms(self._prefix + "kafka.read.timeout.ms", 60_000)) / 1000.0
+
+    @property
+    def request_timeout_s(self) -> float:
+        """``systems.<s>.kafka.request.timeout.ms`` in seconds."""
+        return int(self.config.get_duration_ms(self._prefix + "kafka.request.timeout.ms", 30_000)) / 1000.0
+
+    def check(self) -> None:
+        """Raise :class:`ConfigError` for the first setting that cannot work: sparza's own keys, then every
+        librdkafka setting under ``consumer.*``/``producer.*`` as librdkafka itself judges it (name and range;
+        building a client object validates its config without waiting for a broker)."""
+        from confluent_kafka import Consumer, KafkaException, Producer
+
+        _ = (self.read_timeout_s, self.request_timeout_s, self.replication_factor, self.verify_end_offsets,
+             self.transactions_topic)
+        for role, make, conf in (("producer", Producer, self.producer_conf()),
+                                 ("consumer", Consumer, self.consumer_conf())):
+            try:
+                client = make({**conf, "log_level": 0})
+            except (KafkaException, ValueError, TypeError) as exc:
+                error = exc.args[0] if exc.args else exc
+                text = error.str() if hasattr(error, "str") else str(error)
+                name = next((k for k in self._passthrough(role) if f'"{k}"' in text or f"'{k}'" in text
+                             or f" {k}" in text), None)
+                key = f"{self._prefix}{role}.{name}" if name else f"{self._prefix}{role}.*"
+                raise ConfigError(key, self._passthrough(role).get(name) if name else None, "",
+                                  message=f"config key '{key}': librdkafka refuses the {role} settings: {text}"
+                                  ) from exc
+            if role == "consumer":
+                client.close()
+            else:
+                del client
+
+    @property
+    def verify_end_offsets(self) -> bool | None:
+        """``systems.<s>.kafka.end.offsets.verify``: True, False, or None for auto (decided by the broker)."""
+        key = self._prefix + "kafka.end.offsets.verify"
+        value = str(self.config.get_str(key, "auto")).strip().lower()
+        if value == "auto":
+            return None
+        if value in ("true", "false"):
+            return value == "true"
+        raise ConfigError(key, value, "true, false or auto")
+
+    @property
+    def replication_factor(self) -> int:
+        """``systems.<s>.default.stream.replication.factor`` (-1: the broker's default)."""
+        return int(self.config.get_int(self._prefix + "default.stream.replication.factor", -1))
+
