@@ -31,6 +31,7 @@ Usage: ``flock /work/heavy.lock .venv/bin/python bench/peers/run.py --scale full
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import json
 import os
@@ -58,6 +59,7 @@ from _report import pct, record, table  # noqa: E402
 PARTITIONS = 8
 SCALES = {"small": {"messages": 50_000, "keys": 1_000, "latency": 20, "timeout": 600},
           "full": {"messages": 1_000_000, "keys": 10_000, "latency": 200, "timeout": 1500}}
+LOGS = HERE / "target" / "logs"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sparza" / "peers"
 QUIX_VERSION = "3.28.1"
 FLINK_VERSION = "2.3.0"
@@ -327,7 +329,10 @@ def broker(work: Path) -> Iterator[Any]:
     """A fresh Apache Kafka broker (empty log dir) for one engine; stopped and removed after."""
     from sparza.devservers.kafka import KafkaBroker
 
-    node = KafkaBroker(work / "kafka")
+    # A cluster id of our own: KafkaBroker's random one may begin with "-", which kafka-storage's
+    # argument parser takes for an option (the format then fails, about one start in 64).
+    cluster_id = base64.urlsafe_b64encode(b"peers-" + os.urandom(10)).decode().rstrip("=")
+    node = KafkaBroker(work / "kafka", cluster_id=cluster_id)
     node.start()
     try:
         yield node
@@ -444,7 +449,8 @@ class Process:
 
     def __init__(self, engine: Engine, ctx: Ctx) -> None:
         ctx.work.mkdir(parents=True, exist_ok=True)
-        self.log = ctx.work / f"{ctx.phase}-{ctx.commit}.log"
+        LOGS.mkdir(parents=True, exist_ok=True)
+        self.log = LOGS / f"{engine.name}-{ctx.phase}-{ctx.commit}.log"  # kept after the run
         argv = engine.command(ctx)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                **engine.env(ctx)}
@@ -657,6 +663,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.setup:
         return
     scale = SCALES[args.scale]
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise SystemExit(f"signal {signum}")  # the finally blocks stop the engine and the broker
+
+    signal.signal(signal.SIGTERM, on_term)
     root = Path(tempfile.mkdtemp(prefix="sparza-bench-peers-"))
     took = time.monotonic()
     results = []
