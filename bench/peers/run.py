@@ -234,12 +234,14 @@ ENGINES: list[Engine] = [
            "Kafka sink is not transactional); state exactly once in the checkpoint", "none: the next batch as soon "
            "as the last ends (no trigger)", False, "after W messages: the first batches ran (JIT, Python workers)",
            "RocksDB state store provider, 8 shuffle partitions, local[2], maxOffsetsPerTrigger W (throughput only)",
-           _spark("tws"), lambda: "pyspark " + _dist_version(_py(), "pyspark") + " + spark-sql-kafka 4.2.0"),
+           _spark("tws"), lambda: "pyspark " + _dist_version(_py(), "pyspark") + " + spark-sql-kafka 4.2.0",
+           env=lambda ctx: {"PYSPARK_PYTHON": _py()}),
     Engine("spark-count", "Spark Structured Streaming, built-in count", "at least once to Kafka; one output per "
            "key and batch (update mode), not one per message", "none (no trigger)", False,
            "after W messages", "`groupBy(key).count()`, update mode, RocksDB state store provider, 8 shuffle "
            "partitions, local[2], maxOffsetsPerTrigger W (throughput only)", _spark("count"),
-           lambda: "pyspark " + _dist_version(_py(), "pyspark") + " + spark-sql-kafka 4.2.0", exact_records=False),
+           lambda: "pyspark " + _dist_version(_py(), "pyspark") + " + spark-sql-kafka 4.2.0",
+           env=lambda ctx: {"PYSPARK_PYTHON": _py()}, exact_records=False),
     Engine("flink", "PyFlink DataStream", "exactly once (checkpoints, transactional Kafka sink)",
            "none: checkpointing is off by default and the exactly-once sink commits on checkpoints; 1 s used",
            False, "after W messages: the mini-cluster, its Python workers and the first checkpoints",
@@ -262,7 +264,7 @@ def setup(engines: list[str]) -> None:
     CACHE.mkdir(parents=True, exist_ok=True)
     venvs = {"quix": f"quixstreams=={QUIX_VERSION}", "flink": f"apache-flink=={FLINK_VERSION}"}
     for name, requirement in venvs.items():
-        if name not in engines or Path(_venv_py(name)).exists() and (CACHE / f"{name}-venv" / ".done").exists():
+        if name not in engines or (CACHE / f"{name}-venv" / ".done").exists():
             continue
         print(f"setup: venv {name} ({requirement})", flush=True)
         base = getattr(sys, "_base_executable", sys.executable)
@@ -464,6 +466,20 @@ class Process:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) of every live process of the engine's session, and of the children they
+        waited for: the engine's whole cost (JVMs, Python workers), without the broker's or this script's."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == self.proc.pid:  # field 6 of stat: the session id
+                total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+        return total / tick
+
     def tail(self, chars: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-chars:]
 
@@ -488,6 +504,7 @@ class Throughput:
     seconds: float
     records: int
     exact: str
+    cpu_s: float
 
 
 @dataclass
@@ -511,6 +528,7 @@ def throughput(engine: Engine, servers: str, work: Path, scale: dict[str, int]) 
     try:
         tracker.wait(lambda: tracker.progress >= total, scale["timeout"], proc.alive, f"{engine.name} throughput")
         time.sleep(1.0 if engine.exact_records else 0.0)  # duplicates written after the last count would show here
+        cpu_s = proc.cpu_seconds()
     except RuntimeError as exc:
         raise RuntimeError(f"{exc}\n--- {proc.log}:\n{proc.tail()}") from None
     finally:
@@ -529,7 +547,7 @@ def throughput(engine: Engine, servers: str, work: Path, scale: dict[str, int]) 
         exact = f"counts exact, {extra:,} duplicate records" if extra > 0 else f"{-extra:,} records missing"
     cold_s = tracker.crossed[n] - proc.started
     warm_s = tracker.crossed[total] - tracker.crossed[w]
-    return Throughput(n / cold_s, n / warm_s, tracker.crossed[total] - proc.started, tracker.records, exact)
+    return Throughput(n / cold_s, n / warm_s, tracker.crossed[total] - proc.started, tracker.records, exact, cpu_s)
 
 
 def latency(engine: Engine, servers: str, work: Path, commit: str, samples: int) -> Latency:
@@ -599,7 +617,8 @@ def run_engine(engine: Engine, root: Path, scale: dict[str, int]) -> Result:
         servers = node.bootstrap_servers
         try:
             result.tp = throughput(engine, servers, work, scale)
-            print(f"   throughput cold {result.tp.cold:,.0f}/s, warm {result.tp.warm:,.0f}/s; {result.tp.exact}",
+            tp = result.tp
+            print(f"   throughput cold {tp.cold:,.0f}/s, warm {tp.warm:,.0f}/s, {tp.cpu_s:.0f} CPU s; {tp.exact}",
                   flush=True)
             for commit in ("100", "default"):
                 if commit == "default" and engine.default_is_100:
@@ -626,7 +645,7 @@ def render(results: list[Result], scale: dict[str, int], took: float) -> str:
     for r in results:
         e = r.engine
         if r.tp is None:
-            rows.append([e.label, r.version, e.guarantee, "failed", "-", "-", "-", "-", "-", "-"])
+            rows.append([e.label, r.version, e.guarantee, "failed", "-", "-", "-", "-", "-", "-", "-"])
             continue
         ratio = f"{r.tp.warm / base.tp.warm:.2f}" if base and base.tp else "-"
         l100, ldef = r.lat.get("100"), r.lat.get("default")
@@ -634,13 +653,16 @@ def render(results: list[Result], scale: dict[str, int], took: float) -> str:
         def fmt(lat: Latency | None) -> str:
             return f"{pct(lat.values, 0.5):.0f} / {pct(lat.values, 0.99):.0f}" if lat and lat.values else "-"
 
-        rows.append([e.label, r.version, e.guarantee, f"{r.tp.cold:,.0f}", f"{r.tp.warm:,.0f}", ratio, r.tp.exact,
-                     fmt(l100), fmt(ldef), e.default_commit])
+        per_cpu = f"{(n + n // 10) / r.tp.cpu_s:,.0f}" if r.tp.cpu_s else "-"
+        rows.append([e.label, r.version, e.guarantee, f"{r.tp.cold:,.0f}", f"{r.tp.warm:,.0f}", ratio, per_cpu,
+                     r.tp.exact, fmt(l100), fmt(ldef), e.default_commit])
     body = (f"{n:,} messages (+ {n // 10:,} before them for the warm rate) of about 100 bytes, {keys:,} keys, "
             f"{PARTITIONS} partitions in and out, one Apache Kafka broker (KRaft, fresh for each engine) on "
-            f"loopback, one engine at a time; latency over {scale['latency']} single messages per row; {took:.0f} s "
-            "in all.\n\n"
-            + table(["engine", "version", "guarantee", "cold msg/s", "warm msg/s", "warm vs ceiling", "output check",
+            "loopback, one engine at a time; msgs per CPU s: all W + N messages over the CPU time of the engine's "
+            f"processes (the broker's and this script's not counted); latency over {scale['latency']} single messages "
+            f"per row; {took:.0f} s in all.\n\n"
+            + table(["engine", "version", "guarantee", "cold msg/s", "warm msg/s", "warm vs ceiling",
+                     "msgs per CPU s", "output check",
                      "latency p50 / p99 ms at 100 ms", "latency p50 / p99 ms at default", "default interval"], rows))
     body += "\n\nSettings and what warm means:\n\n" + "\n".join(
         f"- **{r.engine.label}**: {r.engine.settings}; warm: {r.engine.warm}." for r in results)
