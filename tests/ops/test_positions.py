@@ -129,3 +129,50 @@ def test_the_journal_keeps_the_newest_operations(tmp_path: Path) -> None:
         append_operation(store, Operation("rewind", f"time {i}", {}))
     kept = read_journal(store)
     assert len(kept) == JOURNAL_LIMIT and kept[-1].target == f"time {JOURNAL_LIMIT + 2}"
+
+
+def test_on_apache_kafka_the_broker_s_offsets_for_times_shorten_the_read(tmp_path: Path) -> None:
+    """On a broker that answers ListOffsets by timestamp (Apache Kafka; Tansu answers 0), the scan starts at the
+    broker's answer: never after the first message at or after the time, and past the oldest offset."""
+    from sparza.devservers.kafka import KafkaBroker
+
+    broker = KafkaBroker(tmp_path / "kafka", quick=True)
+    broker.start()
+    try:
+        config = Config({"systems.k.samza.factory": "kafka",
+                         "systems.k.consumer.bootstrap.servers": broker.bootstrap_servers})
+        admin = get_system_factory(config, "k").get_admin("k", config)
+        admin.create_stream(StreamSpec("timed", 3))
+        _wait_for_group_coordinator(broker.bootstrap_servers)
+        written = _write(config, "k", "timed", seed=3)
+        _check(config, "k", "timed", written, "999999")
+        stamps = sorted(ts for rows in written.values() for _, ts, kind in rows if kind == MessageType.USER)
+        at = stamps[len(stamps) // 2]
+        ssps = [SystemStreamPartition("k", "timed", p) for p in range(3)]
+        hints = admin.offsets_for_times(ssps, at)  # type: ignore[attr-defined]
+        for ssp in ssps:
+            first = next(o for o, ts, kind in written[ssp.partition] if kind == MessageType.USER and ts >= at)
+            assert hints[ssp] is not None and 0 < int(hints[ssp]) <= int(first), (ssp, hints[ssp], first)
+    finally:
+        broker.stop()
+
+
+def _wait_for_group_coordinator(servers: str) -> None:
+    """A new broker creates its offsets topic on first use: until then group calls fail with NOT_COORDINATOR."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from sparza.testing import eventually
+
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": "ready", "log_level": 0})
+
+    def ready() -> bool:
+        try:
+            consumer.committed([TopicPartition("timed", 0)], timeout=5)
+            return True
+        except Exception:
+            return False
+
+    try:
+        eventually(ready, 60, 0.5, "the broker's group coordinator did not come up")
+    finally:
+        consumer.close()

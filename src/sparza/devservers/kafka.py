@@ -194,8 +194,12 @@ _CDS_QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 
 
 def _cluster_id() -> str:
-    """A new KRaft cluster id: a random UUID in URL-safe base64 without padding (Kafka's ``Uuid`` form)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A new KRaft cluster id: a random UUID in URL-safe base64 without padding (Kafka's ``Uuid`` form), never
+    starting with ``-`` (one id in 64 would: ``kafka-storage format -t`` then takes it for an option and fails)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _java() -> str:

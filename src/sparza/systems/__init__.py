@@ -33,6 +33,7 @@ __all__ = [
     "SupportsMessageCount",
     "SupportsOffsetArithmetic",
     "SupportsOffsetKey",
+    "SupportsOffsetsForTimes",
     "SupportsPartitionCount",
     "SupportsProcessingTime",
     "SupportsStreamLocation",
@@ -257,6 +258,18 @@ class SupportsOffsetKey(Protocol):
 
     def offset_key(self, offset: str) -> Any:
         """The sort key of ``offset`` (raises on a malformed offset, naming what is wrong)."""
+        ...
+
+
+@runtime_checkable
+class SupportsOffsetsForTimes(Protocol):
+    """An admin whose system finds cheaply where a time starts in a partition (Kafka's ListOffsets by timestamp):
+    a rewind to a time reads from there instead of from the partition's oldest offset."""
+
+    def offsets_for_times(self, ssps: list[SystemStreamPartition], time_ms: int) -> dict[SystemStreamPartition,
+                                                                                          str | None]:
+        """Per SSP, the first offset whose record's time is at or after ``time_ms`` (None: no such record). It must
+        never lie after the first message whose event time is at or after ``time_ms``: callers read on from it."""
         ...
 
 

@@ -200,6 +200,29 @@ class KafkaSystemAdmin:
                 self._counts.popitem(last=False)
         return count
 
+    def offsets_for_times(self, ssps: list[SystemStreamPartition], time_ms: int) -> dict[SystemStreamPartition,
+                                                                                          str | None]:
+        """Kafka's offsets-for-times (ListOffsets by timestamp): per SSP, the first offset whose record timestamp is
+        at or after ``time_ms``, or None. sparza's producer gives a record its event time as timestamp (a header
+        only for event times of 0 or less, which no positive time reaches), so no message of event time at or after
+        ``time_ms`` comes before it."""
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        request = {TopicPartition(self.settings.topic(ssp.stream), ssp.partition): OffsetSpec.for_timestamp(time_ms)
+                   for ssp in ssps}
+        by_tp = {(self.settings.topic(ssp.stream), ssp.partition): ssp for ssp in ssps}
+        out: dict[SystemStreamPartition, str | None] = {}
+        try:
+            futures = self.client.list_offsets(request, request_timeout=self._timeout)
+            for tp, future in futures.items():
+                offset = int(future.result(timeout=self._timeout).offset)
+                out[by_tp[(tp.topic, tp.partition)]] = str(offset) if offset >= 0 else None
+        except Exception as exc:
+            raise KafkaError(f"cannot list the offsets of Kafka topics {sorted({t for t, _ in by_tp})} by time "
+                             f"{time_ms}: {exc}") from exc
+        return out
+
     def watermarks(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
         """Per (topic, partition): (earliest offset, read_committed end offset), in one round trip each."""
         from confluent_kafka import IsolationLevel, TopicPartition
