@@ -158,6 +158,7 @@ class TaskCommit:
         self.status = CommitStatus.STARTED
         self.last_step: CommitStep | None = None
         self.snapshot_ids: dict[str, str] = {}
+        self.written: TaskCheckpoint | None = None  # the task checkpoint step 5 wrote
         self.adjunct_entry: dict[str, Any] | None = None
         self._snapshot: Future[dict[str, str]] | None = None
 
@@ -260,9 +261,10 @@ class TaskCommit:
     def _write_checkpoint(self) -> None:
         """Write the task checkpoint: the commit point."""
         checkpoint = self.build_checkpoint(self.snapshot_ids, self.adjunct_entry)
+        written = dataclasses.replace(checkpoint, generation=self.generation, written_at_ms=int(time.time() * 1000))
         with self.metrics.timer("task", "checkpoint-write-ms").time():
-            self.etag = self.checkpoints.write(dataclasses.replace(
-                checkpoint, generation=self.generation, written_at_ms=int(time.time() * 1000)), self.etag)
+            self.etag = self.checkpoints.write(written, self.etag)
+        self.written = written
         self.status = CommitStatus.COMMITTED
         self._done(CommitStep.AFTER_CHECKPOINT)
 

@@ -222,7 +222,7 @@ class JobRunner:
             if any(r.shutdown for r in results):
                 self.request_stop("a task asked to shut down")
 
-    def _on_container_results(self, results: list[BatchResult], epoch: int) -> None:
+    def _on_container_results(self, results: list[BatchResult], containers: int) -> None:
         """Results the containers committed since the last report (container mode): status line and metrics."""
         if self._watch is not None and any(r.status is BatchStatus.COMMITTED for r in results):
             self._watch.progress()
@@ -235,9 +235,9 @@ class JobRunner:
                 messages = sum(r.messages for r in done)
                 elapsed = max((r.process_ms + r.commit_ms for r in done), default=0.0)
                 batch = max(r.batch for r in done)
-                self._record(done, elapsed, epoch, batches=committed,
-                             label=f"batch {batch} (epoch {epoch}: {committed} task batch(es) of {tasks} task(s)): "
-                                   f"{messages} msgs in")
+                self._record(done, elapsed, batch, batches=committed,
+                             label=f"batch {batch} ({containers} container(s): {committed} task batch(es) of {tasks} "
+                                   f"task(s)): {messages} msgs in")
                 self._batches += committed
             if failed and self._failure is None:
                 self._check_claim()
@@ -419,7 +419,7 @@ class JobRunner:
                     + (f" (claim epoch {self.generation})" if self._claim is not None else "")
                     + f", spark checkpoint {self.spark_checkpoint_dir}"
                     + (" (client-driven batches: Spark Connect)" if is_connect(spark) else ""))
-        from sparza.runtime.driver.epochs import execution_mode
+        from sparza.runtime.driver.containers import execution_mode
 
         if execution_mode(self.config) == "containers":
             self._query = self._container_query(spark, tasks)
@@ -461,19 +461,18 @@ class JobRunner:
         return writer.start()
 
     def _container_query(self, spark: Any, tasks: list[TaskModel]) -> Any:
-        """Container mode: the job joins the session's container pool (see :mod:`sparza.runtime.driver.epochs`)."""
+        """Container mode: the job joins the session's containers (see :mod:`sparza.runtime.driver.containers`)."""
         from sparza.coordination.jobclaim import CLAIM_TIMEOUT_MS
         from sparza.engine.checkpoint import checkpoint_store_from_config
-        from sparza.engine.epoch import EpochJob
-        from sparza.runtime.driver.epochs import (
+        from sparza.engine.messages import AddJob
+        from sparza.runtime.driver.containers import (
             CHANNEL_HOST,
             CONTAINER_COUNT,
             DRIVER_TIMEOUT_MS,
-            EPOCH_MS,
             HOST_AFFINITY,
             MAX_RESTARTS,
-            ContainerPool,
             ContainerQuery,
+            ContainerService,
             check_container_session,
         )
 
@@ -485,26 +484,32 @@ class JobRunner:
         shipped = dict(self._shipped)
         cfg = self.config
 
-        def epoch_job() -> EpochJob:
-            locations = {t: cp.location for t, cp in store.read_all().items() if cp.location and t in set(names)}
-            return EpochJob(config=shipped, tasks=names, task_count=self._task_count, generation=self.generation,
-                            start_positions=start, targets=dict(start) if self.once else None, locations=locations)
+        def add_job() -> AddJob:
+            return AddJob(job=self.job.job_key, config=shipped, generation=self.generation,
+                          task_count=self._task_count, start_positions=start,
+                          targets=dict(start) if self.once else None)
+
+        def locations() -> dict[str, str]:
+            wanted = set(names)
+            return {t: cp.location for t, cp in store.read_all().items() if cp.location and t in wanted}
 
         def notice(line: str) -> None:
             self.metrics.counter("aggregate", "container-notices").inc()
-            if " moved from " in line:
+            if " moves from " in line:
                 self.metrics.counter("aggregate", "tasks-moved").inc()
-            elif line.startswith("containers failed"):
+            elif " was lost " in line:
                 self.metrics.counter("aggregate", "container-restarts").inc()
+            elif " starts again from its last commit" in line:
+                self.metrics.counter("aggregate", "task-retries").inc()
             self.status(f"sparza: {self.job.job_key}: {line}")
 
+        # The default follows the claim timeout it must stay within (half of it, at most 10 s).
+        driver_timeout_ms = DRIVER_TIMEOUT_MS.get(cfg) or min(10_000, CLAIM_TIMEOUT_MS.get(cfg) // 2)
+        service = ContainerService.of(spark, channel_host=CHANNEL_HOST.get(cfg))
         query = ContainerQuery(
-            ContainerPool.of(spark), self.job.job_key, names, epoch_job, self._on_container_results, notice,
-            once=self.once, epoch_ms=EPOCH_MS.get(cfg), affinity=HOST_AFFINITY.get(cfg),
-            count=CONTAINER_COUNT.get(cfg) or None, max_restarts=MAX_RESTARTS.get(cfg),
-            channel_host=CHANNEL_HOST.get(cfg), stopping=self._stop.is_set,
-            # The default follows the claim timeout it must stay within (half of it, at most 10 s).
-            driver_timeout_ms=DRIVER_TIMEOUT_MS.get(cfg) or min(10_000, CLAIM_TIMEOUT_MS.get(cfg) // 2))
+            service, self.job.job_key, names, add_job, locations, self._on_container_results, notice,
+            once=self.once, affinity=HOST_AFFINITY.get(cfg), count=CONTAINER_COUNT.get(cfg) or None,
+            max_restarts=MAX_RESTARTS.get(cfg), stopping=self._stop.is_set, driver_timeout_ms=driver_timeout_ms)
         query.drain_request = self.drain.to_json() if self.drain is not None else None  # pending at the start
         if self._watch is not None:
             self._watch.running(f"the containers of {self.job.job_key}")
@@ -616,7 +621,7 @@ class JobRunner:
                         "holds, sends its drain downstream and stops")
         else:
             self.status(f"sparza: {self.job.job_key}: the drain request is gone (cancelled, or completed elsewhere)")
-        from sparza.runtime.driver.epochs import ContainerQuery
+        from sparza.runtime.driver.containers import ContainerQuery
 
         if isinstance(self._query, ContainerQuery):
             self._query.drain(request.to_json() if request is not None else None)
@@ -661,7 +666,7 @@ class JobRunner:
             return False
         if self._batches > self._batches_at_restart:
             self._query_restarts = 0
-        from sparza.runtime.driver.epochs import MAX_RESTARTS
+        from sparza.runtime.driver.containers import MAX_RESTARTS
 
         limit = MAX_RESTARTS.get(self.config)
         if self._query_restarts >= limit:
@@ -676,7 +681,7 @@ class JobRunner:
 
     def _noticed_end(self, query: Any) -> bool:
         """A container query that left its pool by itself says why (all inputs ended, caught up)."""
-        from sparza.runtime.driver.epochs import ContainerQuery
+        from sparza.runtime.driver.containers import ContainerQuery
 
         why = query.ended_because if isinstance(query, ContainerQuery) else None
         if why and not self._stop_reason:
@@ -750,6 +755,9 @@ class JobRunner:
             self._inputs.close()   # the query's foreachBatch callback keeps this runner alive until the JVM exits
         self._committed_messages = None   # it holds admins too (a Kafka admin keeps connections to its brokers)
         if self._owns_spark and self._spark is not None:
+            from sparza.runtime.driver.containers import wait_for_containers
+
+            wait_for_containers(self._spark)
             with contextlib.suppress(Exception):
                 self._spark.stop()
             self._spark = None
