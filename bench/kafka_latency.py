@@ -1,7 +1,7 @@
 """Single-message latency Kafka → stateful task → Kafka, exactly once, container mode vs the micro-batch mode.
 
 The job is the keyed count (``examples/keyed_count``: a RocksDB store backed up to a local blob store) with
-a Kafka topic in and a Kafka topic out (2 partitions each, so 2 tasks) on a local Tansu broker, at
+a Kafka topic in and a Kafka topic out (2 partitions each, so 2 tasks) on a local Apache Kafka broker, at
 ``task.commit.ms: 50``; its output is written in one Kafka transaction per task and batch. A plain
 confluent-kafka producer (``linger.ms: 0``, one record per request) sends the input; a confluent-kafka
 consumer with ``isolation.level: read_committed`` reads the output. A message's latency is the time from
@@ -141,8 +141,7 @@ def run(spark: Any, work: Path, servers: str, name: str, mode: str, scale: dict[
     events, counts = f"{name}-events", f"{name}-counts"
     for topic in (events, counts):
         admin.create_stream(StreamSpec(topic, PARTITIONS))
-    # One record per produce request: Tansu reports a partition's end as the base offset of its last record
-    # batch + 1, so a batch of several records would hide all but its first from the job until the next one.
+    # One record per produce request: each message's latency is its own, not its batch's.
     producer = Producer({"bootstrap.servers": servers, "linger.ms": 0, "batch.num.messages": 1, "log_level": 3})
     reader = OutputReader(servers, counts)
     runner = JobRunner(config, spark=spark, install_signal_handlers=False, status=lambda line: None)
@@ -236,13 +235,13 @@ def main(argv: list[str] | None = None) -> None:
         scale["messages"] = args.messages
     rounds = args.rounds or scale["rounds"]
     modes = MODES if args.mode == "both" else (args.mode,)
-    from sparza.devservers.kafka import TansuProcess
+    from sparza.devservers.kafka import KafkaBroker
     from sparza.runtime.driver.app import _importable_cwd
     from sparza.testing import local_spark_session
 
     _importable_cwd()
     work = Path(tempfile.mkdtemp(prefix="sparza-bench-kafka-latency-"))
-    broker = TansuProcess(work / "tansu")
+    broker = KafkaBroker(work / "kafka")
     broker.start()
     results: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     took = time.monotonic()
@@ -282,7 +281,7 @@ def render(results: dict[str, list[dict[str, Any]]], scale: dict[str, int], roun
                          f"{max(lat):.0f}" if lat else "-", GOALS[mode] if variant == "single" else "-"])
     body = (f"{rounds} round(s), modes alternating; per run {scale['messages']} single messages and "
             f"{scale['bursts']} bursts of {scale['burst']}, after a warm-up. Keyed count, 2 partitions (2 tasks), "
-            f"local[2], Tansu broker on loopback, task.commit.ms {COMMIT_MS}, task.poll.interval.ms "
+            f"local[2], Apache Kafka broker on loopback, task.commit.ms {COMMIT_MS}, task.poll.interval.ms "
             f"{'at its default' if poll_ms is None else poll_ms}; "
             f"{took:.0f} s in all.\n\n"
             + table(["mode, messages", "n", "p50 ms", "p95 ms", "p99 ms", "max ms", "goal"], rows))

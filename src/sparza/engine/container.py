@@ -265,11 +265,12 @@ class InlineCommits:
     (the same commit code, one at a time)."""
 
     def submit(self, work: Callable[[], BatchResult], on_done: Callable[[], None]) -> Future[BatchResult]:
-        """Run ``work`` now."""
+        """Run ``work`` now. What it raises that is no ``Exception`` (a container killed mid-commit, an interrupt)
+        propagates at once, as it would stop a process there: nothing more of the pass runs."""
         future: Future[BatchResult] = Future()
         try:
             future.set_result(work())
-        except BaseException as exc:  # handed to the loop, which judges it
+        except Exception as exc:  # handed to the loop, which judges it
             future.set_exception(exc)
         on_done()
         return future
@@ -380,12 +381,13 @@ class Container:
         finally:
             self.close()
 
-    def step(self) -> bool:
-        """One pass of the loop (see the module docstring); True when anything happened."""
+    def step(self, *, run_due: bool = True) -> bool:
+        """One pass of the loop (see the module docstring); True when anything happened. ``run_due=False`` leaves out
+        step 4 (no batch starts): an in-process host settles commands and finished commits between rounds."""
         progressed = self._apply_commands()
         progressed = self._collect_commits() or progressed
         progressed = self._release_revoked() or progressed
-        if not self.stopping:
+        if not self.stopping and run_due:
             progressed = self._run_due() or progressed
         return progressed
 

@@ -101,8 +101,9 @@ class InProcessHost:
             member.leave = lambda: self.manager.leave(member.key)
         self.manager.join(member)
 
-    def step(self, max_passes: int = 100) -> bool:
+    def step(self, max_passes: int = 100, *, run_due: bool = True) -> bool:
         """One round: the manager, then every container, until nothing moves; True when anything happened.
+        ``run_due=False``: no batch starts (commands, finished commits and releases only).
 
         A :class:`ContainerKilled` raised inside a container (a fault injected there) kills that container."""
         progressed = False
@@ -111,7 +112,7 @@ class InProcessHost:
             moved = False
             for index, container in list(self.containers.items()):
                 try:
-                    if container.step():
+                    if container.step(run_due=run_due):
                         moved = True
                 except ContainerKilled:
                     self.kill(index)

@@ -8,8 +8,8 @@ record's sparza event-time header or else its record timestamp). One rule for ev
 task code and its windows see, rather than Delta's commit time or a broker's append time, which say when a
 message was written, not what it is about. It is found by reading the partition up to the first such message
 (control messages are not messages: they are skipped), from where the system says the time starts when it can
-(:class:`~sparza.systems.SupportsOffsetsForTimes`: Kafka's ListOffsets by timestamp, which the test broker,
-Tansu, answers with offset 0 for every time: a lower bound, so still right), else from the oldest offset; a
+(:class:`~sparza.systems.SupportsOffsetsForTimes`: Kafka's ListOffsets by timestamp; a broker that answers a
+lower offset than the first at that time is still right, only slower), else from the oldest offset; a
 partition with none is set to its upcoming offset (nothing to read again).
 
 **Oldest** is each partition's oldest readable offset, **newest** its upcoming offset (only messages written

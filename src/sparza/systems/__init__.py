@@ -31,6 +31,7 @@ __all__ = [
     "SupportsConcurrentFlush",
     "SupportsConfigCheck",
     "SupportsDeleteMessages",
+    "SupportsDeletedMessagesPolicy",
     "SupportsMessageCount",
     "SupportsOffsetArithmetic",
     "SupportsOffsetKey",
@@ -78,12 +79,17 @@ class SystemStreamMetadata:
 
 @dataclass(frozen=True, slots=True)
 class StreamSpec:
-    """What to create: a stream id, its physical location (None: the system's default) and partitions."""
+    """What to create: a stream id, its physical location (None: the system's default) and partitions.
+
+    ``intermediate``: a stream between two stages of an application, which sparza creates and whose committed
+    messages it deletes (:class:`SupportsDeleteMessages`); a system may create it with settings of its own (a
+    Kafka topic without time retention, as the records carry event times that may be old)."""
 
     stream: str
     partitions: int
     location: str | None = None
     properties: dict[str, str] = field(default_factory=dict)
+    intermediate: bool = False
 
 
 @runtime_checkable
@@ -225,6 +231,17 @@ class SupportsMessageCount(Protocol):
 
     def count_messages(self, ssp: SystemStreamPartition, start: str, end: str) -> int:
         """How many messages a consumer reads in ``[start, end)``."""
+        ...
+
+
+@runtime_checkable
+class SupportsDeletedMessagesPolicy(Protocol):
+    """An admin whose streams lose messages nobody read yet (Kafka: a topic's retention) and whose config says
+    what a task whose checkpointed offset was deleted does. Without it, or when it says no, the job stops naming
+    the gap."""
+
+    def skips_deleted_messages(self, stream: str) -> bool:
+        """True when such a task resumes at the oldest message left (Kafka's ``consumer.auto.offset.reset``)."""
         ...
 
 

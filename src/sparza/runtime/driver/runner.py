@@ -754,6 +754,7 @@ class JobRunner:
             self._watch = None
         if self._inputs is not None:
             self._inputs.close()   # the query's foreachBatch callback keeps this runner alive until the JVM exits
+        self._committed_messages = None   # it holds admins too (a Kafka admin keeps connections to its brokers)
         if self._owns_spark and self._spark is not None:
             from sparza.runtime.driver.containers import wait_for_containers
 
