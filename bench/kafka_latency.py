@@ -175,6 +175,13 @@ def run(spark: Any, work: Path, servers: str, name: str, mode: str, scale: dict[
             send(f"warm-extra{i}")
             producer.flush(10)
             reader.wait([f"warm-extra{i}"], 60, thread.is_alive)
+        # Every task warm too (its store open, its transactional producer initialised): one message per partition.
+        warm_keys = [f"warm-p{p}" for p in range(partitions)]
+        for p, key in enumerate(warm_keys):
+            sent[key] = time.time() * 1000
+            producer.produce(events, value=b"x" * 100, key=key.encode(), partition=p)
+        producer.flush(10)
+        reader.wait(warm_keys, 120, thread.is_alive)
         time.sleep(0.5)
         recorder.measuring = True
         for i in range(scale["messages"]):

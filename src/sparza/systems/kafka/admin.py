@@ -282,13 +282,24 @@ class KafkaSystemAdmin:
         out: dict[tuple[str, int], list[int]] = {tp: [0, 0] for tp in partitions}
         for slot, spec in enumerate((OffsetSpec.earliest(), OffsetSpec.latest())):
             request = {TopicPartition(t, p): spec for t, p in partitions}
-            try:
-                futures = self.client.list_offsets(request, isolation_level=isolation, request_timeout=self._timeout)
-                for tp, future in futures.items():
-                    out[(tp.topic, tp.partition)][slot] = int(future.result(timeout=self._timeout).offset)
-            except Exception as exc:
-                raise KafkaError(f"cannot list the offsets of Kafka topics "
-                                 f"{sorted({t for t, _ in partitions})}: {exc}") from exc
+            deadline = time.monotonic() + self._timeout
+            pause = 0.1
+            while True:
+                try:
+                    futures = self.client.list_offsets(request, isolation_level=isolation,
+                                                       request_timeout=self._timeout)
+                    for tp, future in futures.items():
+                        out[(tp.topic, tp.partition)][slot] = int(future.result(timeout=self._timeout).offset)
+                    break
+                except Exception as exc:
+                    # A leader still being elected (a topic just created, a broker restarting) answers with a
+                    # retriable error: ask again until the request timeout, then say what failed.
+                    if _retriable(exc) and time.monotonic() + pause < deadline:
+                        time.sleep(pause)
+                        pause = min(pause * 2, 1.0)
+                        continue
+                    raise KafkaError(f"cannot list the offsets of Kafka topics "
+                                     f"{sorted({t for t, _ in partitions})}: {exc}") from exc
         return {tp: (b[0], b[1]) for tp, b in out.items()}
 
     def get_system_stream_metadata(self, streams: set[str] | list[str]) -> dict[str, SystemStreamMetadata]:
@@ -315,3 +326,17 @@ class KafkaSystemAdmin:
         if self._counter is not None:
             self._counter.close()
             self._counter = None
+
+
+def _retriable(exc: BaseException) -> bool:
+    """True for a Kafka error a retry cures (a leader moving or being elected, metadata not yet there, a request
+    timing out): the client marks some retriable itself; per-partition results of ListOffsets come without the mark."""
+    from confluent_kafka import KafkaError as ClientError
+
+    error = exc.args[0] if exc.args else None
+    if not isinstance(error, ClientError):
+        return False
+    transient = {ClientError.NOT_LEADER_FOR_PARTITION, ClientError.LEADER_NOT_AVAILABLE,
+                 ClientError.UNKNOWN_TOPIC_OR_PART, ClientError.REQUEST_TIMED_OUT, ClientError._TIMED_OUT,
+                 ClientError._TRANSPORT, ClientError.NOT_COORDINATOR}
+    return bool(error.retriable()) or error.code() in transient
