@@ -505,7 +505,12 @@ class Container:
         job = self.jobs[task.job]
         try:
             stored = job.engine.checkpoints.read(task.name)
-            task.loop.start(stored.checkpoint if stored is not None else None, job.command.drain)
+            checkpoint = stored.checkpoint if stored is not None else None
+            if checkpoint is not None and checkpoint.committed:
+                # A commit that failed during cleanup (after its checkpoint), or a process that died there, left the
+                # committed snapshots with a TTL; a task with no next batch would keep it until gc deleted them.
+                task.instance.stores.finish_cleanup(dict(checkpoint.stores))
+            task.loop.start(checkpoint, job.command.drain)
         except PLANNING_ERRORS as exc:
             self._fail(task, BatchResult(task.name, 0, BatchStatus.FAILED,
                                          error=f"task '{task.name}': {type(exc).__name__}: {exc}"))
