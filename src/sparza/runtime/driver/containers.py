@@ -366,10 +366,20 @@ class ContainerQuery:
             raise self._error
         return finished
 
-    def stop(self) -> None:
-        """Stop the job (each task finishes its batch and commits) and wait until it left."""
+    def stop(self, timeout_s: float = 120.0) -> None:
+        """Stop the job (each task finishes its batch and commits) and wait until it left, at most ``timeout_s``: a
+        task stuck in a call that does not return must not hold the run for ever (what it did not commit runs again
+        at the next start)."""
         self.request_stop()
-        self._finished.wait()
+        if not self._finished.wait(timeout_s):
+            stuck = sorted(t for t in self.tasks if self._done.get(t) is None)
+            if self._error is None:
+                self._error = JobFailedError(
+                    f"the containers of {self.key} did not stop within {timeout_s:.0f} s of being asked: task(s) "
+                    f"{', '.join(stuck[:6])}{' and more' if len(stuck) > 6 else ''} did not finish their batch; what "
+                    "they did not commit runs again at the next start")
+            self._message = "Stopped"
+            self._finished.set()
         self.flush(force=True)
 
     def exception(self) -> BaseException | None:

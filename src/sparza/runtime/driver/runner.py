@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sparza.config import Config
+from sparza.config import Config, Int, define_key
 from sparza.engine.errors import JobFailedError, tasks_failed
 from sparza.engine.inputs import InputSystems
 from sparza.engine.jobconfig import JobConfig
@@ -43,6 +43,12 @@ from sparza.runtime.driver.session import add_py_files, build_spark_session, is_
 __all__ = ["JobRunner", "build_spark_session"]
 
 _log = logging.getLogger(__name__)
+
+STALL_TIMEOUT_MS = define_key("job.stall.timeout.ms", 300_000,
+                              "A job whose input has messages waiting while no task committed a batch for this long "
+                              "has stalled: the status line says so at half of it, and at all of it the run ends "
+                              "(exit 1) naming the waiting partitions; 0 turns the watchdog off.", "runtime",
+                              kind=Int(min_value=0))
 
 class JobRunner:
     """Runs one job's tasks (all of them, or those the coordinator assigns) as one streaming query."""
@@ -92,6 +98,9 @@ class JobRunner:
         self._delete_errors_said: set[str] = set()
         self.last_results: list[BatchResult] = []
         self._task_offsets: dict[str, dict[str, str]] = {}
+        self._last_commit = time.monotonic()  # when a task last committed a batch (the stall watchdog's clock)
+        self._last_stall_check = 0.0
+        self._stall_warned = False
         self._restart_query: Callable[[], Any] | None = None  # micro-batch mode: start the query again
         self._query_restarts = 0
         self._batches_at_restart = 0  # task -> its newest reported offsets (for lag)
@@ -277,6 +286,9 @@ class JobRunner:
         self.metrics.timer(agg, "batch-ms").update(elapsed_ms)
         commit_ms = max((r.commit_ms for r in results), default=0.0)
         self.metrics.timer(agg, "commit-ms").update(commit_ms)
+        if any(r.status is BatchStatus.COMMITTED for r in results):
+            self._last_commit = time.monotonic()
+            self._stall_warned = False
         lag = self._lag(results)
         self.metrics.gauge(agg, "lag").set(-1 if lag is None else lag)
         self.metrics.gauge("job", "generation").set(self.generation)
@@ -640,6 +652,7 @@ class JobRunner:
     def poll(self, timeout_s: float = 0.25) -> bool:
         """Wait up to ``timeout_s``; True while the query runs and no stop was requested."""
         self._poll_drain()
+        self._check_stall()
         query = self._query
         if query is None or not query.isActive or self._stop.is_set():
             return self._restarted(query) or self._noticed_end(query)
@@ -650,6 +663,64 @@ class JobRunner:
         if query.isActive and not self._stop.is_set():
             return True
         return self._restarted(query) or self._noticed_end(query)
+
+    def _check_stall(self) -> None:
+        """The stall watchdog (``job.stall.timeout.ms``): messages wait in the job's input, yet no task committed for
+        that long. Said at half the timeout, the run ends at all of it: a stalled job must never look healthy."""
+        timeout_s = STALL_TIMEOUT_MS.get(self.config) / 1000.0
+        now = time.monotonic()
+        quiet = now - self._last_commit
+        if timeout_s <= 0 or quiet < timeout_s / 2 or now - self._last_stall_check < 5.0 or self._stop.is_set():
+            return
+        self._last_stall_check = now
+        waiting = self._waiting_input()
+        if not waiting:
+            self._last_commit = now  # nothing waits: an idle job is not a stalled one
+            return
+        shown = ", ".join(f"{ssp} ({n})" for ssp, n in sorted(waiting.items())[:6]) + (
+            f" and {len(waiting) - 6} more" if len(waiting) > 6 else "")
+        total = sum(waiting.values())
+        if quiet < timeout_s:
+            if not self._stall_warned:
+                self._stall_warned = True
+                self.metrics.counter("job", "stall-warnings").inc()
+                self.status(f"sparza: {self.job.job_key}: warning: no task committed for {quiet:.0f} s while {total} "
+                            f"message(s) wait in {shown}; the run ends if this lasts {timeout_s:.0f} s "
+                            "(job.stall.timeout.ms)")
+            return
+        self.metrics.counter("job", "stalls").inc()
+        self._failure = JobFailedError(
+            f"job {self.job.job_key} stalled: no task committed for {quiet:.0f} s while {total} message(s) wait in "
+            f"{shown}; next: look at the executors' logs and the status lines above for the tasks' last words, then "
+            "start the job again (it continues from its last commits; job.stall.timeout.ms sets the limit)")
+        self.request_stop("stalled")
+
+    def _waiting_input(self) -> dict[str, int]:
+        """SSP → messages past its furthest-behind task's last reported offset (main inputs of this processor's
+        tasks; an SSP no task reported yet counts from its checkpoint)."""
+        inputs = self._inputs
+        if inputs is None:
+            return {}
+        from sparza.engine.checkpoint import checkpoint_store_from_config
+
+        try:
+            positions = inputs.positions()
+            offsets = dict(self._task_offsets)
+            if len(offsets) < len(self._tasks(inputs)):
+                for name, cp in checkpoint_store_from_config(self.config, self.job.job_key).read_all().items():
+                    offsets.setdefault(name, dict(cp.offsets))
+            out: dict[str, int] = {}
+            for model in self._tasks(inputs):
+                for ssp in model.ssps:
+                    start = offsets.get(model.name, {}).get(str(ssp))
+                    if start is None or ssp not in positions:
+                        continue
+                    n = inputs.ops[ssp.system].count_between(ssp, start, positions[ssp].upcoming)
+                    if n:
+                        out[str(ssp)] = max(out.get(str(ssp), 0), int(n))
+            return out
+        except Exception:
+            return {}  # the watchdog only reports: storage trouble shows in the lag and the storage watch already
 
     def _restarted(self, query: Any) -> bool:
         """Micro-batch mode: a query that died of something a new attempt may cure (Spark's retries of a task
