@@ -1,12 +1,15 @@
 """A job on a Spark standalone cluster started from the installed pyspark (:class:`StandaloneCluster`: one
-master, two one-core workers on loopback, each executor with its own local state dir, as two hosts have).
+master, three one-core workers on loopback, each executor with its own local state dir, as three hosts have; the
+application takes two cores, so one worker is spare).
 
 In the container mode, with steady input, every task stays on the executor that holds its state: its
 checkpoint's ``location`` never changes and nothing is restored from the blob store. When one worker is killed
-mid-run, each of its tasks moves once to the survivor (one restore each, a status line naming it) and the tasks of
-the surviving executor never stop: their container is not restarted, so their stores are never closed and
-reopened (a restarted container reopens them from its dir, which ``reused-local`` counts). The output is exact
-(each key's counts are 1..n, against an oracle computed from the messages appended).
+mid-run, each of its tasks moves to the survivor (one restore, a status line naming it), and the tasks of the
+surviving executor never stop: their container is not restarted, so their stores are never closed and reopened (a
+restarted container reopens them from its dir, which ``reused-local`` counts). Spark then gives the application an
+executor on the spare worker (a replacement joining): a new container starts there and only the tasks over the
+survivor's share move onto it, one by one. Every location change of a task is one move notice and one restore; the
+output is exact (each key's counts are 1..n, against an oracle computed from the messages appended).
 
 The executors do not have the project: their Python sees only the installed dependencies (no PYTHONPATH,
 no editable install of sparza, working dirs outside the repo), so sparza and the task class reach them
@@ -117,10 +120,10 @@ def _last_metrics(path: Path) -> dict[str, dict[str, Any]]:
     return dict(lines[-1]["metrics"])
 
 
-def test_tasks_stay_on_their_executors_and_move_once_when_a_worker_is_killed(
+def test_tasks_stay_on_their_executors_move_when_a_worker_is_killed_and_rebalance_onto_a_replacement(
         make_job, work_dir, sparza_package, azure_connection_string, unique_name):
     python = str(executor_python(work_dir / "executor-python"))
-    cluster = StandaloneCluster(work_dir / "cluster", workers=2, python=python)
+    cluster = StandaloneCluster(work_dir / "cluster", workers=3, python=python)
     # The executors' Python, in a worker's environment and dir, cannot import the project by itself.
     bare = subprocess.run([python, "-c", "import sparza"], env=cluster.env, cwd=work_dir, capture_output=True,
                           text=True, check=False)
@@ -170,18 +173,24 @@ def test_tasks_stay_on_their_executors_and_move_once_when_a_worker_is_killed(
                 for task, cp in sample.items():
                     assert cp["location"] in (None, first[task]), f"{task} moved without cause: {before}"
             placed = {t: _worker_of(loc, cluster) for t, loc in first.items()}
-            assert set(placed.values()) == {1, 2}, f"tasks not on both executors: {first}"
+            used = set(placed.values())
+            assert len(used) == 2 and None not in used, f"tasks not on two executors: {first}"
             assert watch.moves() == [], watch.moves()
             steady = _last_metrics(work_dir / "metrics.jsonl")
             assert steady["aggregate"]["stores-restored-from-blob-store"] == 0, steady["aggregate"]
 
-            # 2. One worker (host) lost: its tasks move to the survivor, once each; the others stay.
-            cluster.kill_worker(2)
+            # 2. One worker (host) lost: its tasks move to the survivor; then the spare worker gets an executor, a
+            # container starts there and the tasks over the survivor's share move onto it.
+            victim = max(w for w in used if w is not None)
+            survivor = min(w for w in used if w is not None)
+            spare = ({1, 2, 3} - used).pop()
+            cluster.kill_worker(victim)
             killed_at = {t: before[-1][t]["batch"] for t in TASKS}
-            moved = sorted(t for t, w in placed.items() if w == 2)
-            _wait("every task committing on the survivor", lambda: all(
-                _worker_of(cp["location"], cluster) == 1 and (cp["batch"] or 0) >= killed_at[t] + 10
-                for t, cp in watch.latest().items()), proc, watch)
+            _wait("every task committing on the survivor and the replacement", lambda: all(
+                _worker_of(cp["location"], cluster) in (survivor, spare) and (cp["batch"] or 0) >= killed_at[t] + 10
+                for t, cp in watch.latest().items())
+                  and {_worker_of(cp["location"], cluster) for cp in watch.latest().values()} == {survivor, spare},
+                  proc, watch)
             total = feeder.stop()
             assert feeder.error is None, feeder.error
             _wait("all messages counted", lambda: sum(len(c) for c in counts_per_key(config).values()) >= total,
@@ -195,27 +204,31 @@ def test_tasks_stay_on_their_executors_and_move_once_when_a_worker_is_killed(
                 proc.kill()
                 proc.wait(30)
 
+    lines = watch.moves()
+    metrics = _last_metrics(work_dir / "metrics.jsonl")
+    stayed = []
     for task in TASKS:  # where each task's checkpoints say it committed, in order of change
         seen = _changes([sample[task]["location"] for sample in watch.samples if task in sample])
-        if task in moved:  # worker 2's dir, then worker 1's, never back
-            assert len(seen) == 2 and seen[0] == first[task] and _worker_of(seen[1], cluster) == 1, (task, seen)
-        else:
-            assert seen == [first[task]], f"{task} moved although its executor lived: {seen}"
-    lines = watch.moves()
-    for task in TASKS:
+        workers = [_worker_of(loc, cluster) for loc in seen]
+        assert seen[0] == first[task] and victim not in workers[1:] and len(set(seen)) == len(seen), (task, seen)
+        if placed[task] == victim:
+            assert workers[1] == survivor or workers[1:] == [spare], (task, workers)   # never back to the lost one
         named = [line for line in lines if f"task {task} moves from " in line]
-        assert len(named) == (1 if task in moved else 0), (task, lines)
-    assert all("executor is gone" in line for line in lines), lines
-    metrics = _last_metrics(work_dir / "metrics.jsonl")
-    for task in TASKS:
-        restored = metrics.get(f"{task}:stores", {}).get("restored-from-blob-store", 0)
-        assert restored == (1 if task in moved else 0), (task, restored)
-        # The surviving executor's tasks never stopped: their stores stayed open all along (a restarted
-        # container, as a restarted epoch was, would have reopened them from their dir).
-        if task not in moved:
-            assert metrics.get(f"{task}:stores", {}).get("reused-local", 0) == 0, (task, metrics.get(f"{task}:stores"))
-    assert metrics["aggregate"]["stores-restored-from-blob-store"] == len(moved)
-    assert metrics["aggregate"]["tasks-moved"] == len(moved)
+        stores = metrics.get(f"{task}:stores", {})
+        # One move notice and one restore for every place a task went to after its first.
+        assert len(named) == len(seen) - 1, (task, seen, lines)
+        assert stores.get("restored-from-blob-store", 0) == len(seen) - 1, (task, seen, stores)
+        if len(seen) == 1:
+            stayed.append(task)
+            # The surviving executor's tasks that stayed never stopped: their stores stayed open all along (a
+            # restarted container, as a restarted epoch was, would have reopened them from their dir).
+            assert stores.get("reused-local", 0) == 0, (task, stores)
+    assert stayed, "no task stayed where it was: the survivor's tasks were moved too"
+    lost = [line for line in lines if "executor is gone" in line]
+    rebalanced = [line for line in lines if "rebalanced onto a new container" in line]
+    assert len(lost) == sum(1 for t in TASKS if placed[t] == victim) and rebalanced, lines
+    assert len(lost) + len(rebalanced) == len(lines), lines
+    assert metrics["aggregate"]["tasks-moved"] == len(lines)
 
     # Exactly once: each key's counts are 1..n for the n messages appended with that key.
     expected = expected_counts(total, KEYS)
@@ -223,6 +236,6 @@ def test_tasks_stay_on_their_executors_and_move_once_when_a_worker_is_killed(
     events = "\n".join(p.read_text(errors="replace") for p in (work_dir / "events").rglob("*") if p.is_file())
     assert "sparza-container-" in events and "sparza-secrets-" in events  # the containers and the secrets file
     assert AZURITE_ACCOUNT_KEY not in events
-    # Both executors ran tasks: each worker's state dir holds task stores.
-    for i in (1, 2):
+    # Every worker ran tasks: each worker's state dir holds task stores.
+    for i in (1, 2, 3):
         assert list(cluster.state_dir(i).glob("*/counts/Partition_*")), f"no task ran on worker {i}"
