@@ -1,5 +1,6 @@
 """``sparza store get|scan|count``: a job's stores as its tasks last committed them (``sparza.storeview``),
-read from the blob store or a copy of the local checkpoint, never from a running job's live store."""
+read from the blob store or a copy of the local checkpoint; with ``--live``, asked of the running job's processor
+(:mod:`sparza.storeview.live`): its tasks' latest commits, or their in-flight state with ``--in-flight``."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ _CHECKPOINT = typer.Option(None, "--checkpoint", metavar="CHECKPOINT",
 _STAGE = typer.Option(None, "--stage", metavar="STAGE",
                       help="The application stage (when several stages have a store of that name).")
 _JSON = typer.Option(False, "--json", help="JSON lines instead of tab-separated text.")
+_LIVE = typer.Option(False, "--live", help="Ask the running job's processor (its tasks' latest commits, now).")
+_IN_FLIGHT = typer.Option(False, "--in-flight",
+                          help="With --live: the tasks' in-flight state (what the next commit would write).")
 
 
 def _text(value: Any) -> str:
@@ -54,10 +58,15 @@ def _open(config: str, store: str, stage: str | None) -> tuple[Any, Any]:
 def get(store: str = _STORE, config: str = _CONFIG,
         key: str = typer.Option(..., "--key", "-k", metavar="KEY", help="The key, as text (JSON for json/avro keys)."),
         task: str | None = _TASK, checkpoint: str | None = _CHECKPOINT, stage: str | None = _STAGE,
-        as_json: bool = _JSON) -> None:
+        as_json: bool = _JSON, live: bool = _LIVE, in_flight: bool = _IN_FLIGHT) -> None:
     """Print KEY's committed value in every task that holds it; exit 1 when none does."""
     stores, ref = _open(config, store, stage)
-    found = stores.get(ref, stores.parse_key(ref, key), task=task, checkpoint=checkpoint)
+    if live:
+        from sparza.storeview.live import LiveStores
+
+        found = LiveStores(ref.config).get(store, stores.parse_key(ref, key), task=task, live=in_flight)
+    else:
+        found = stores.get(ref, stores.parse_key(ref, key), task=task, checkpoint=checkpoint)
     for name, value in found.items():
         typer.echo(json.dumps({"task": name, "key": _plain(stores.parse_key(ref, key)), "value": _plain(value)},
                               sort_keys=True) if as_json else f"{name}\t{_text(value)}")
@@ -94,10 +103,15 @@ def count(store: str = _STORE, config: str = _CONFIG,
           prefix: str | None = typer.Option(None, "--prefix", "-p", metavar="PREFIX",
                                            help="Only keys whose text starts with this."),
           task: str | None = _TASK, checkpoint: str | None = _CHECKPOINT, stage: str | None = _STAGE,
-          as_json: bool = _JSON) -> None:
+          as_json: bool = _JSON, live: bool = _LIVE, in_flight: bool = _IN_FLIGHT) -> None:
     """Print the number of committed entries per task and in all."""
     stores, ref = _open(config, store, stage)
-    counts = stores.count(ref, task=task, prefix=prefix, checkpoint=checkpoint)
+    if live:
+        from sparza.storeview.live import LiveStores
+
+        counts = LiveStores(ref.config).count(store, task=task, prefix=prefix, live=in_flight)
+    else:
+        counts = stores.count(ref, task=task, prefix=prefix, checkpoint=checkpoint)
     if as_json:
         typer.echo(json.dumps({"store": store, "job": ref.job_key, "tasks": counts, "total": sum(counts.values())},
                               sort_keys=True))

@@ -68,6 +68,7 @@ from sparza.engine.messages import (
     Event,
     JobReady,
     Ping,
+    QueryStore,
     RemoveJob,
     RevokeTasks,
     SetDrain,
@@ -81,6 +82,7 @@ from sparza.engine.messages import (
 )
 from sparza.engine.model import TaskModel
 from sparza.engine.planner import BatchPlan, BatchPlanner, SspPosition
+from sparza.engine.queries import StoreQueries
 from sparza.engine.results import BatchResult, BatchStatus
 from sparza.engine.worker import read_split
 from sparza.errors import ConfigError
@@ -349,13 +351,24 @@ class Container:
         self._inbox: list[Command] = []
         self._inbox_lock = threading.Lock()
         self._wake = threading.Event()
+        self._queries: StoreQueries | None = None
 
     # --- the host's side ----------------------------------------------------------------------
     def command(self, command: Command) -> None:
-        """Take one command from the host (any thread); the loop applies it at its next pass."""
+        """Take one command from the host (any thread); the loop applies it at its next pass, except a store query,
+        which a thread of its own answers at once (:mod:`~sparza.engine.queries`)."""
+        if isinstance(command, QueryStore):
+            if self._queries is None:
+                self._queries = StoreQueries(self._stores_of, self.host.report)
+            self._queries.submit(command)
+            return
         with self._inbox_lock:
             self._inbox.append(command)
         self._wake.set()
+
+    def _stores_of(self, job: str, task: str) -> Any:
+        found = self.tasks.get((job, task))
+        return found.instance.stores if found is not None else None
 
     @property
     def idle(self) -> bool:
@@ -393,6 +406,9 @@ class Container:
 
     def close(self) -> None:
         """Wait for running commits, release every task still here, close every job (idempotent)."""
+        if self._queries is not None:
+            self._queries.close()
+            self._queries = None
         if self._commits is not None:
             self._commits.close()
         self._collect_commits()

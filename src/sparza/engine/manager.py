@@ -33,6 +33,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -46,10 +48,12 @@ from sparza.engine.messages import (
     Hello,
     JobReady,
     Ping,
+    QueryStore,
     RemoveJob,
     RevokeTasks,
     SetDrain,
     StopContainer,
+    StoreAnswer,
     TaskDone,
     TaskLost,
     TaskResult,
@@ -155,6 +159,8 @@ class ContainerManager:
         self._idle_since: float | None = None
         self._closing = False
         self.adopt = adopt
+        self._answers: dict[str, Future[StoreAnswer]] = {}
+        self._answers_lock = threading.Lock()
         """Take in containers the host started without being asked (its own retry of a lost one), while the jobs
         want more: a launcher that starts all its containers at once (one Spark stage) does."""
         self._inputs: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
@@ -174,8 +180,37 @@ class ContainerManager:
         self._put("connected", (index, link))
 
     def event(self, index: int, event: Event) -> None:
-        """Container ``index`` reported ``event``."""
+        """Container ``index`` reported ``event`` (a store query's answer goes to its asker at once)."""
+        if isinstance(event, StoreAnswer):
+            with self._answers_lock:
+                future = self._answers.get(event.id)
+            if future is not None and not future.done():
+                future.set_result(event)
+            return
         self._put("event", (index, event))
+
+    def query(self, query: QueryStore, timeout_s: float = 2.0) -> StoreAnswer:
+        """Send ``query`` to the container that runs its task and wait for the answer (at most ``timeout_s``). Any
+        thread; a task without a container now (moving, lost) is an answer with an error saying so."""
+        job = self._jobs.get(query.job)
+        index = job.owner.get(query.task) if job is not None else None
+        container = self._containers.get(index) if index is not None else None
+        if job is None:
+            return StoreAnswer(query.id, False, error=f"job {query.job} does not run in this processor")
+        if container is None or container.link is None:
+            return StoreAnswer(query.id, False, error=f"task '{query.task}' has no container now (it is moving, or "
+                                                      "its container was lost): ask again in a moment")
+        future: Future[StoreAnswer] = Future()
+        with self._answers_lock:
+            self._answers[query.id] = future
+        try:
+            container.link.send(query)
+            return future.result(timeout_s)
+        except FutureTimeout:
+            return StoreAnswer(query.id, False, error=f"no answer from container {index} within {timeout_s:.1f} s")
+        finally:
+            with self._answers_lock:
+                self._answers.pop(query.id, None)
 
     def lost(self, index: int, reason: str) -> None:
         """Container ``index`` ended or its link broke (``reason`` says how)."""

@@ -18,6 +18,8 @@ Commands (host → container):
 - :class:`RemoveJob`: the job left; its tasks are released and its clients closed.
 - :class:`StopContainer`: finish every running batch, commit, release everything and return.
 - :class:`Ping`: the host is alive (a container whose host went silent stops at a batch boundary).
+- :class:`QueryStore`: read a task's store while the job runs (answered by :class:`StoreAnswer`, never after a
+  batch: a thread of the container's own reads it).
 
 Events (container → host): :class:`Hello` (once, when it starts), :class:`JobReady`, :class:`TaskResult` (a
 committed, skipped or failed batch), :class:`TaskDone` (a task left the run loop, and why),
@@ -43,10 +45,12 @@ __all__ = [
     "Hello",
     "JobReady",
     "Ping",
+    "QueryStore",
     "RemoveJob",
     "RevokeTasks",
     "SetDrain",
     "StopContainer",
+    "StoreAnswer",
     "TaskDone",
     "TaskLost",
     "TaskResult",
@@ -107,7 +111,25 @@ class Ping(msgspec.Struct, tag=True):
     """The host is alive."""
 
 
-Command = AddJob | AssignTasks | RevokeTasks | SetDrain | RemoveJob | StopContainer | Ping
+class QueryStore(msgspec.Struct, tag=True):
+    """A read of one task's store while the job runs (Kafka Streams' interactive queries): ``op`` is ``get`` (of
+    ``key``), ``scan`` (keys whose text starts with ``prefix``, at most ``limit``) or ``count``; as of the task's latest
+    commit, or its in-flight state when ``live``. ``key`` is JSON-able as the store's key serde holds it (bytes as
+    ``{"$bytes": hex}``). The container answers :class:`StoreAnswer` with the same ``id``, from a thread of its own:
+    a read never waits for a batch."""
+
+    id: str
+    job: str
+    task: str
+    store: str
+    op: str
+    key: Any = None
+    prefix: str | None = None
+    limit: int = 1000
+    live: bool = False
+
+
+Command = AddJob | AssignTasks | RevokeTasks | SetDrain | RemoveJob | StopContainer | Ping | QueryStore
 """Every command a host sends a container."""
 
 
@@ -179,6 +201,17 @@ class TaskLost(msgspec.Struct, tag=True):
     error: str
 
 
+class StoreAnswer(msgspec.Struct, tag=True):
+    """The answer to :class:`QueryStore` ``id``: ``value`` (JSON-able: the value of a get, ``[[key, value], ...]`` of a
+    scan, the number of a count) as of committed ``batch`` (None: in-flight state), or ``error``."""
+
+    id: str
+    ok: bool
+    value: Any = None
+    batch: int | None = None
+    error: str | None = None
+
+
 class ContainerFailed(msgspec.Struct, tag=True):
     """The container is failing (``error``); its tasks stop where they are."""
 
@@ -186,7 +219,7 @@ class ContainerFailed(msgspec.Struct, tag=True):
 
 
 Event = Hello | JobReady | TaskResult | TaskDone | TaskWaiting | TasksReleased | TaskRetrying | TaskLost \
-    | ContainerFailed
+    | StoreAnswer | ContainerFailed
 """Every event a container reports."""
 
 _ENCODER = msgspec.msgpack.Encoder()

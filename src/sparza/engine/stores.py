@@ -171,6 +171,24 @@ class StoreHandle:
         self.flush_cache()
         return self._live().all()
 
+    def peek(self, key: Any) -> Any:
+        """``key``'s in-flight value (the cache first), without caching it or writing anything: for a reader in
+        another thread (a live query) while the task runs."""
+        value = self._cache.get(key, _ABSENT) if self._limit else _ABSENT
+        if value is not _ABSENT:
+            return value
+        if self._limit and key in self._cache:
+            return None
+        return self._live().get(key)
+
+    def peek_all(self) -> list[tuple[Any, Any]]:
+        """Every in-flight entry, sorted: the store's entries with the cache's dirty writes over them; read-only."""
+        dirty = {k: self._cache.get(k) for k in list(self._dirty)}
+        merged = {k: v for k, v in self._live().all() if k not in dirty}
+        merged.update({k: v for k, v in dirty.items() if v is not _ABSENT and v is not None})
+        return sorted(merged.items(), key=lambda item: repr(item[0]) if not isinstance(item[0], str | bytes)
+                      else item[0] if isinstance(item[0], str) else item[0].decode("utf-8", "replace"))
+
     def __getattr__(self, attr: str) -> Any:
         return getattr(self._live(), attr)
 
@@ -210,6 +228,7 @@ class TaskStores:
         self._backup: Any = None
         self._checkpoint_dirs: dict[str, Path] = {}
         self.replaced: dict[str, str] = {}
+        self._committed: dict[str, tuple[int, Path]] = {}  # store -> (batch, its local checkpoint dir) as committed
         self.resident = False
         """True while the task stays in this process between batches (a container): committed stores stay
         open (and their caches warm) instead of being closed for another process to open."""
@@ -451,6 +470,7 @@ class TaskStores:
         self._to_keep.clear()
         for name, snapshot in ids.items():
             self._write_marker(name, batch, snapshot)
+            self._committed[name] = (batch, self._checkpoint_dir(name, batch))
             if fault is not None:
                 fault()
                 fault = None
@@ -470,6 +490,19 @@ class TaskStores:
                 suffix = entry.name[len(prefix):]
                 if suffix.isdigit() and int(suffix) != keep:
                     shutil.rmtree(entry, ignore_errors=True)
+
+    def committed_dir(self, name: str) -> tuple[int, Path] | None:
+        """``(batch, dir)``: the local checkpoint dir of store ``name`` as this process last committed it (None
+        before its first commit here). Read by live queries from another thread: the dir may be replaced (and the old
+        one deleted) by the next commit at any time."""
+        return self._committed.get(name)
+
+    def open_committed(self, name: str, directory: Path) -> Any:
+        """Store ``name`` opened read-only from a committed checkpoint ``directory`` (the caller closes it)."""
+        from sparza.state.kv import open_store
+
+        return open_store(name, self.job.config, self.task, self.job.task_store_base_dir, read_only=True,
+                          directory=directory)
 
     def read_committed(self, name: str, batch: int) -> list[tuple[Any, Any]]:
         """Every entry of store ``name`` as committed by ``batch`` (deserialized, in key order), read from that

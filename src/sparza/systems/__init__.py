@@ -32,6 +32,7 @@ __all__ = [
     "SupportsConfigCheck",
     "SupportsDeleteMessages",
     "SupportsDeletedMessagesPolicy",
+    "SupportsKeyPartitioner",
     "SupportsMessageCount",
     "SupportsOffsetArithmetic",
     "SupportsOffsetKey",
@@ -255,6 +256,16 @@ class SupportsProcessingTime(Protocol):
 
     def set_processing_time(self, source: str, epoch_ms: int) -> None:
         """The processing time of ``source``'s running batch, in epoch milliseconds."""
+        ...
+
+
+@runtime_checkable
+class SupportsKeyPartitioner(Protocol):
+    """An admin that says which partition a key goes to (its producers' partitioner): a live query of a store keyed
+    like the input finds the task that holds the key."""
+
+    def partition_of(self, stream: str, key: bytes) -> int:
+        """The partition of ``stream`` a message with key bytes ``key`` is written to."""
         ...
 
 

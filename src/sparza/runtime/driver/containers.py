@@ -259,6 +259,17 @@ class ContainerService:
         shape = SparkStageLauncher if launch == "stage" else SparkLauncher
         self.launcher = shape(spark, self._address, lambda: self.driver_timeout_ms, self._lost)
         self.manager = ContainerManager(self.launcher, adopt=launch == "stage")
+        self.live: Any = None
+        """The processor's live store query endpoint (:mod:`sparza.runtime.driver.livequery`), once a job asked."""
+
+    def live_queries(self, host: str, port: int) -> Any:
+        """The live query endpoint of this processor (started on first use, on ``host``:``port``)."""
+        from sparza.runtime.driver.livequery import LiveQueryServer
+
+        with ContainerService._lock:
+            if self.live is None:
+                self.live = LiveQueryServer(self.manager, host, port)
+            return self.live
 
     def _address(self) -> tuple[str, int, str]:
         if self.channel is None:

@@ -99,6 +99,7 @@ class JobRunner:
         self.last_results: list[BatchResult] = []
         self._task_offsets: dict[str, dict[str, str]] = {}
         self._last_commit = time.monotonic()  # when a task last committed a batch (the stall watchdog's clock)
+        self._live: Any = None  # the live query endpoint this job is served on
         self._last_stall_check = 0.0
         self._stall_warned = False
         self._restart_query: Callable[[], Any] | None = None  # micro-batch mode: start the query again
@@ -526,7 +527,58 @@ class JobRunner:
         query.drain_request = self.drain.to_json() if self.drain is not None else None  # pending at the start
         if self._watch is not None:
             self._watch.running(f"the containers of {self.job.job_key}")
+        self._serve_live_queries(service, names)
         return query.start()
+
+    def _serve_live_queries(self, service: Any, names: list[str]) -> None:
+        """Answer live store queries for this job (``job.live.query.port``) and say where, in the job's ``_live``
+        document (``sparza store get --live`` reads it) and the status line."""
+        import os
+        import socket
+
+        from sparza.engine.checkpoint import SupportsJobDocuments, checkpoint_store_from_config
+        from sparza.runtime.driver.livequery import (
+            LIVE_DOCUMENT,
+            LIVE_QUERY_HOST,
+            LIVE_QUERY_PORT,
+            LiveJob,
+            router,
+        )
+
+        port = LIVE_QUERY_PORT.get(self.config)
+        if port < 0 or self._inputs is None:
+            return
+        try:
+            server = service.live_queries(LIVE_QUERY_HOST.get(self.config), port)
+        except OSError as exc:
+            self.status(f"sparza: {self.job.job_key}: warning: live store queries are off: cannot serve them on "
+                        f"{LIVE_QUERY_HOST.get(self.config)}:{port} ({exc}); set job.live.query.port")
+            return
+        server.add(LiveJob(self.job.job_key, names, router(self.config, self._inputs)))
+        self._live = server
+        store = checkpoint_store_from_config(self.config, self.job.job_key)
+        if isinstance(store, SupportsJobDocuments):
+            document = {"url": server.url, "job": self.job.job_key, "processor": self.processor_id,
+                        "host": socket.gethostname(), "pid": os.getpid(), "tasks": names}
+            with contextlib.suppress(Exception):  # the queries work without it; only the CLI's lookup needs it
+                store.write_document(LIVE_DOCUMENT, json.dumps(document, sort_keys=True).encode())
+        self.status(f"sparza: {self.job.job_key}: live store queries at {server.url}/v1/stores/<store>/get?key=..."
+                    " (sparza store get --live)")
+
+    def _stop_live_queries(self) -> None:
+        server, self._live = self._live, None
+        if server is None:
+            return
+        server.remove(self.job.job_key)
+        from sparza.engine.checkpoint import SupportsJobDocuments, checkpoint_store_from_config
+        from sparza.runtime.driver.livequery import LIVE_DOCUMENT
+
+        store = checkpoint_store_from_config(self.config, self.job.job_key)
+        if isinstance(store, SupportsJobDocuments):
+            with contextlib.suppress(Exception):
+                found = store.read_document(LIVE_DOCUMENT)
+                if found is not None and json.loads(found).get("url") == server.url:
+                    store.delete_document(LIVE_DOCUMENT)
 
     def _client_query(self, spark: Any, options: dict[str, str], name: str) -> Any:
         """Spark Connect: this process plans and logs each batch and runs it as one batch job whose result
@@ -811,6 +863,7 @@ class JobRunner:
 
     def close(self) -> None:
         """Release the stop file, the metrics endpoint, (if built here) the SparkSession, and the job claim."""
+        self._stop_live_queries()
         if self._started:  # a runner refused at start must not touch the running holder's stop file
             self._stop_file().unlink(missing_ok=True)
         if self._jsonl is not None and self._started:

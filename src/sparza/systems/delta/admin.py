@@ -123,6 +123,13 @@ class DeltaSystemAdmin:
                                       f"{location.uri} (a Delta table without {PARTITION_COUNT_PROPERTY})")
         return int(text)
 
+    def partition_of(self, stream: str, key: bytes) -> int:
+        """The partition the system's producer writes a message with key bytes ``key`` to
+        (:class:`~sparza.systems.SupportsKeyPartitioner`)."""
+        from sparza.systems.delta.partitioner import partition_for
+
+        return partition_for(key, self.partition_count(stream))
+
     def partition_count(self, stream: str) -> int:
         """How many partitions ``stream`` has (from its table properties; cached: it never changes)."""
         count = self._partitions.get(stream)

@@ -134,6 +134,13 @@ class KafkaSystemAdmin:
             return False
         return True
 
+    def partition_of(self, stream: str, key: bytes) -> int:
+        """The partition the system's producer writes a message with key bytes ``key`` to
+        (:class:`~sparza.systems.SupportsKeyPartitioner`)."""
+        from sparza.systems.kafka.partitioner import partition_for
+
+        return partition_for(key, self.partition_count(stream))
+
     def partition_count(self, stream: str) -> int:
         """How many partitions the topic of ``stream`` has (cached: sparza never changes it)."""
         count = self._partitions.get(stream)
