@@ -205,7 +205,7 @@ class RocksDbStore(SerdeStore):
             raise StoreError(self.name, "cannot checkpoint a read-only store")
         db.flush()
         rd.Checkpoint(db).create_checkpoint(str(target))
-        self._record_format(target)
+        self._record_format(target, recorded_in=self.path)
         return target
 
     def approximate_size_bytes(self) -> int:
