@@ -133,6 +133,10 @@ class SerdeStore(KeyValueStore):
                 pass
         write_format(directory, self.name, self.format, fsync=False)
 
+    def compact(self) -> None:
+        """Reclaim the space of overwritten and deleted entries, after a rewrite of the whole store (a conversion
+        to a new format); engines without such space (memory) do nothing."""
+
     # --- engine primitives -------------------------------------------------------------------
     @abstractmethod
     def _get_raw(self, key: bytes) -> bytes | None: ...

@@ -213,7 +213,8 @@ class RocksDbStore(SerdeStore):
         return int(self._live().property_int_value("rocksdb.total-sst-files-size") or 0)
 
     def compact(self) -> None:
-        """Compact the whole key range (rewrites SST files: used by tests and benchmarks)."""
+        """Compact the whole key range: rewrites the SST files, dropping the versions a conversion of every value
+        overwrote (the next snapshot then uploads the store once, at its new size)."""
         self._live().compact_range(None, None)
 
     def close(self) -> None:
