@@ -22,25 +22,29 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sparza.config import Config, define_check, define_key
+from sparza.config import BOOL, STR, Config, define_check, define_key
 from sparza.errors import ConfigError, DataError
 from sparza.streams import SystemStream
 
-__all__ = ["DEAD_LETTER_KEY", "DROP_DESERIALIZATION_KEY", "DROP_SERIALIZATION_KEY", "DataErrorPolicy",
-           "dead_letter_value"]
+__all__ = ["DEAD_LETTER_KEY", "DEAD_LETTER_STREAM", "DROP_DESERIALIZATION", "DROP_DESERIALIZATION_KEY",
+           "DROP_SERIALIZATION", "DROP_SERIALIZATION_KEY", "DataErrorPolicy", "dead_letter_value"]
 
 DEAD_LETTER_KEY = "task.dead.letter.stream"
 DROP_DESERIALIZATION_KEY = "task.drop.deserialization.errors"
 DROP_SERIALIZATION_KEY = "task.drop.serialization.errors"
 
-define_key(DEAD_LETTER_KEY, None,
-           "system.stream that receives input records with a data error (serde failure, typed-table not-null or type "
-           "violation, oversized record), with the error attached, instead of failing the job; counted "
-           "(aggregate/messages-dead-lettered). Unset: such a record fails the job, naming it.", "runtime")
-define_key(DROP_SERIALIZATION_KEY, "false",
-           "Samza's: skip (and count) input messages whose output cannot be written (does not serialize, breaks a "
-           "typed table's schema, too large) instead of stopping the job; task.dead.letter.stream keeps them "
-           "instead.", "runtime")
+DEAD_LETTER_STREAM = define_key(DEAD_LETTER_KEY, None,
+                                "system.stream that receives input records with a data error (serde failure, "
+                                "typed-table not-null or type violation, oversized record), with the error attached, "
+                                "instead of failing the job; counted (aggregate/messages-dead-lettered). Unset: such "
+                                "a record fails the job, naming it.", "runtime", kind=STR)
+DROP_SERIALIZATION = define_key(DROP_SERIALIZATION_KEY, False,
+                                "Samza's: skip (and count) input messages whose output cannot be written (does not "
+                                "serialize, breaks a typed table's schema, too large) instead of stopping the job; "
+                                "task.dead.letter.stream keeps them instead.", "runtime", kind=BOOL)
+DROP_DESERIALIZATION = define_key(DROP_DESERIALIZATION_KEY, False,
+                                  "Skip (and count) messages that fail to deserialize instead of stopping the job.",
+                                  "runtime", kind=BOOL)
 
 
 @dataclass(frozen=True)
@@ -54,15 +58,14 @@ class DataErrorPolicy:
     @classmethod
     def from_config(cls, config: Config) -> DataErrorPolicy:
         """Read ``task.dead.letter.stream`` and Samza's two ``task.drop.*.errors`` keys."""
-        raw = config.get_str(DEAD_LETTER_KEY, None)
+        raw = DEAD_LETTER_STREAM.get(config)
         stream = None
         if raw:
             try:
-                stream = SystemStream.parse(raw.strip())
+                stream = SystemStream.parse(raw)
             except ValueError as exc:
                 raise ConfigError(DEAD_LETTER_KEY, raw, "system.stream, e.g. delta.dead-letters") from exc
-        return cls(stream, bool(config.get_bool(DROP_DESERIALIZATION_KEY, False)),
-                   bool(config.get_bool(DROP_SERIALIZATION_KEY, False)))
+        return cls(stream, DROP_DESERIALIZATION.get(config), DROP_SERIALIZATION.get(config))
 
     def drops(self, deserializing: bool) -> bool:
         """True when such a record is skipped (Samza's drop keys) rather than failing the job."""

@@ -45,7 +45,7 @@ CASES = [
     pytest.param({**KAFKA, "systems.k.consumer.fetch.wait.max.mss": "20"},
                  "systems.k.consumer.", "fetch.wait.max.mss", id="librdkafka-unknown"),
     pytest.param({**KAFKA, "systems.k.kafka.end.offsets.verify": "sometimes"},
-                 "systems.k.kafka.end.offsets.verify", "true, false or auto", id="kafka-own-key"),
+                 "systems.k.kafka.end.offsets.verify", "one of true, false, auto", id="kafka-own-key"),
     pytest.param({"stores.counts.rocksdb.num.write.buffers": "0"},
                  "stores.counts.rocksdb.num.write.buffers", "at least 1", id="rocksdb-range"),
     pytest.param({"blob.store.file.chunk.size": "1KB"}, "blob.store.file.chunk.size", "1048576", id="backup-chunk"),

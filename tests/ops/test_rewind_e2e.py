@@ -121,4 +121,4 @@ def test_rewind_is_refused_while_the_job_runs(ops_job: Callable[..., Job]) -> No
     finally:
         claim.release()
     assert refused.returncode != 0
-    assert "claimed by processor 7" in refused.stdout + refused.stderr
+    assert "is running in processor 7" in refused.stdout + refused.stderr

@@ -1,8 +1,10 @@
 """Savepoints and upgrades through ``sparza savepoint`` and ``sparza run --from-savepoint``, on Kafka and Delta
-input: stop v1 of a keyed count with a savepoint while it runs, start v2 (a new job.id, an added store, another
-blob store) from it, and check against counts taken from what was produced: every key's counts over v1's and
-v2's output are exactly 1..n (nothing lost, nothing repeated), v2's added store starts empty for every key, the
-upsert table ends at the totals, and ``sparza gc`` keeps the savepoint until it is deleted."""
+input: stop v1 of a keyed count with a savepoint while it runs, start v2 (a new job.id, an added store, a removed
+one, a new field with a default in the Avro value of its count store, another blob store) from it, and check
+against counts taken from what was produced: every key's counts over v1's and v2's output are exactly 1..n
+(nothing lost, nothing repeated), v2's added store starts empty for every key, the new field reads its default
+for v1's keys and 2 for keys v2 first saw, the upsert table ends at the totals, and ``sparza gc`` keeps the
+savepoint until it is deleted."""
 
 from __future__ import annotations
 
@@ -21,6 +23,12 @@ from sparza.testing import eventually
 pytestmark = pytest.mark.slow
 
 KEYS = 29
+V1 = {"type": "record", "name": "Count", "namespace": "tests.ops", "fields": [{"name": "count", "type": "long"}]}
+V2 = {"type": "record", "name": "Count", "namespace": "tests.ops",
+      "fields": [{"name": "count", "type": "long"}, {"name": "since", "type": "int", "default": 1}]}
+LEGACY = {"stores.legacy.factory": "rocksdb", "stores.legacy.key.serde": "string", "stores.legacy.msg.serde": "json",
+          "stores.legacy.backup.factories": "blobstore"}
+"""A store v1 has (unused by its code) and v2 removes."""
 
 
 def totals(job: Job) -> dict[str, int]:
@@ -45,7 +53,9 @@ def caught_up(job: Job) -> bool:
 @pytest.mark.parametrize("system", ["kafka", "delta"])
 def test_stop_with_savepoint_then_upgrade_loses_and_repeats_nothing(ops_job: Callable[..., Job], system: str,
                                                                      work_dir: Path) -> None:
-    v1 = ops_job(system, **{"task.commit.ms": "0"})
+    v1 = ops_job(system, **{"task.commit.ms": "0", "ops_test.record.version": "1",
+                            "stores.counts.msg.serde": "avro", "stores.counts.msg.schema": json.dumps(V1),
+                            **LEGACY})
     produce(v1.config, system, v1.events, v1.produced, 500, KEYS, seed=3)
     log = (work_dir / "v1.log").open("w")
     proc = subprocess.Popen(sparza_cmd("run", "--config", str(v1.path)), cwd=REPO, env=sparza_env(), stdout=log,
@@ -63,14 +73,16 @@ def test_stop_with_savepoint_then_upgrade_loses_and_repeats_nothing(ops_job: Cal
         log.close()
     at_savepoint = {k: v[-1] for k, v in read_counts(v1.config, "delta", "counts").items()}
     listed = json.loads(sparza(["savepoint", "list", "--config", str(v1.path), "--json"]).stdout)
-    assert [(s["name"], s["tasks"], s["snapshots"]) for s in listed] == [("upgrade-1", TASKS, TASKS)]
+    assert [(s["name"], s["tasks"], s["snapshots"]) for s in listed] == [("upgrade-1", TASKS, 2 * TASKS)]
 
     # v1's checkpoints go on without it (its blob store's gc, far in the future, keeps the savepoint).
     gc = sparza(["gc", "--config", str(v1.path), "--now-ms", str(2**62)])
     assert gc.returncode == 0, gc.stderr
 
-    produce(v1.config, system, v1.events, v1.produced, 400, KEYS, seed=5, start=800)
-    v2_values = {**dict(v1.config.items()), "job.id": "2", "ops_test.seen.store": "seen",
+    produce(v1.config, system, v1.events, v1.produced, 400, KEYS + 3, seed=5, start=800)  # 3 keys v2 first sees
+    v2_values = {**{k: v for k, v in v1.config.items() if k not in LEGACY}, "job.id": "2",
+                 "ops_test.seen.store": "seen",
+                 "ops_test.record.version": "2", "stores.counts.msg.schema": json.dumps(V2),
                  "stores.seen.factory": "rocksdb", "stores.seen.key.serde": "string",
                  "stores.seen.msg.serde": "json", "stores.seen.backup.factories": "blobstore",
                  "blob.store.local.root": str(work_dir / "blobstore-v2")}
@@ -78,19 +90,23 @@ def test_stop_with_savepoint_then_upgrade_loses_and_repeats_nothing(ops_job: Cal
     first = v1.run("--from-savepoint", "upgrade-1", "--savepoint-config", str(v1.path), config=v2_path)
     assert "started 4 task(s) from savepoint upgrade-1" in first.stderr
     assert "store seen is new" in first.stderr
+    assert "store legacy of the savepoint is not in the job: dropped" in first.stderr
 
     every = read_counts(v1.config, "delta", "counts")
     expected = totals(v1)
     assert {k: sorted(v) for k, v in every.items()} == {k: list(range(1, n + 1)) for k, n in expected.items()}
     assert {k: sorted(v) == v for k, v in every.items()} == {k: True for k in expected}
     assert read_table(v1.config, "count_table") == expected
-    seen: dict[str, list[tuple[int, int]]] = {}
+    seen: dict[str, list[tuple[int, int, int]]] = {}
     for record in _records(v1.config):
         if "seen" in record:
-            seen.setdefault(record["key"], []).append((record["count"], record["seen"]))
-    for key, pairs in seen.items():
+            seen.setdefault(str(record["key"]), []).append((int(record["count"]), int(record["seen"]),
+                                                            int(record["since"])))
+    assert set(seen) == set(expected) and len(expected) == KEYS + 3
+    for key, triples in seen.items():
         base = at_savepoint.get(key, 0)
-        assert pairs == [(base + i, i) for i in range(1, len(pairs) + 1)], key
+        since = 1 if key in at_savepoint else 2  # the new field: its default on v1's values, 2 for keys v2 saw first
+        assert triples == [(base + i, i, since) for i in range(1, len(triples) + 1)], key
 
     # Given again at a restart, --from-savepoint continues from v2's own checkpoints.
     produce(v1.config, system, v1.events, v1.produced, 100, KEYS, seed=6, start=1200)

@@ -125,3 +125,10 @@ def versions(base: str, subject: str) -> list[int]:
     """The versions of ``subject`` (empty when it does not exist)."""
     status, doc = http(f"{base}/subjects/{subject}/versions")
     return list(doc) if status == 200 else []
+
+
+def version(base: str, subject: str, number: int) -> tuple[int, dict[str, Any]]:
+    """``(schema id, schema)`` of version ``number`` of ``subject``."""
+    status, doc = http(f"{base}/subjects/{subject}/versions/{number}")
+    assert status == 200, doc
+    return int(doc["id"]), dict(json.loads(doc["schema"]))

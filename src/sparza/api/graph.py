@@ -23,6 +23,7 @@ from sparza.config import Config
 from sparza.errors import SparzaError
 from sparza.serde import Serde, serde_from_name
 from sparza.streams import SystemStream
+from sparza.systems.settings import STREAM_MSG_SERDE
 
 __all__ = [
     "ApiError",
@@ -167,8 +168,7 @@ class StreamApplication:
         ss = _parse_stream(stream)
         if ss in self._inputs:
             return self._inputs[ss]
-        name = (self.config.get_str(f"systems.{ss.system}.streams.{ss.stream}.samza.msg.serde", None)
-                or self.config.get_str(f"systems.{ss.system}.samza.msg.serde", None) or "bytes")
+        name = STREAM_MSG_SERDE.get(self.config, system=ss.system, stream=ss.stream)
         descriptor = InputDescriptor(ss, _serde(serde, name))
         ms = MessageStream(self, self._add(OpKind.INPUT, [], descriptor=descriptor))
         self._inputs[ss] = ms

@@ -16,10 +16,18 @@ from dataclasses import dataclass, field
 
 from sparza.api.graph import ApiError, Application, OpKind, OpSpec, StreamApplication
 from sparza.api.stage_split import StageSpec, split_stages, watermark_holdbacks
-from sparza.config import Config, define_key
-from sparza.control.settings import INTERMEDIATE_OUTPUTS_KEY, delete_committed_key, holdback_key, intermediate_key
+from sparza.config import STR, Choice, Config, Int, define_key
+from sparza.config.shared import APP_CLASS, JOB_ID, JOB_NAME, TASK_BROADCAST_INPUTS
+from sparza.control.settings import (
+    DELETE_COMMITTED,
+    INTERMEDIATE_OUTPUTS_KEY,
+    delete_committed_key,
+    holdback_key,
+    intermediate_key,
+)
+from sparza.state.adjunct.settings import ADSTORE_INPUT
 from sparza.streams import SystemStream
-from sparza.systems import StreamSpec, get_system_factory, load_object
+from sparza.systems import SYSTEM_FACTORY, StreamSpec, get_system_factory, load_object
 
 __all__ = [
     "APP_CLASS_KEY",
@@ -39,22 +47,25 @@ STAGE_TASK_CLASS = "sparza.api.StageTask"
 INTERMEDIATE_SYSTEM_KEY = "job.intermediate.system"
 WINDOW_STORE_PREFIX = "app.window.store."
 
-define_key(INTERMEDIATE_SYSTEM_KEY, None, "System of the intermediate streams partition_by creates "
-           "(default: the first input's system).", _PKG)
-define_key("app.intermediate.<name>", None, "system.stream of the intermediate stream of partition_by(name) "
-           "(set by the planner).", _PKG)
-define_key("app.intermediate.<name>.partitions", None, "Partition count of that intermediate stream "
-           "(set by the planner).", _PKG)
-define_key("app.window.store.factory", "rocksdb", "Engine of the stores of windows and stream-stream joins "
-           "(rocksdb or memory); every app.window.store.<key> is copied to stores.<window or join store>.<key>.", _PKG)
+INTERMEDIATE_SYSTEM = define_key(INTERMEDIATE_SYSTEM_KEY, None, "System of the intermediate streams partition_by "
+                                 "creates (default: the first input's system).", _PKG, kind=STR)
+INTERMEDIATE_STREAM = define_key("app.intermediate.<name>", None, "system.stream of the intermediate stream of "
+                                 "partition_by(name) (set by the planner).", _PKG, kind=STR)
+INTERMEDIATE_PARTITIONS = define_key("app.intermediate.<name>.partitions", None, "Partition count of that "
+                                     "intermediate stream (set by the planner).", _PKG, kind=Int(min_value=1))
+WINDOW_STORE_FACTORY = define_key("app.window.store.factory", "rocksdb", "Engine of the stores of windows and "
+                                  "stream-stream joins (rocksdb or memory); every app.window.store.<key> is copied to "
+                                  "stores.<window or join store>.<key>.", _PKG, kind=Choice("rocksdb", "memory"))
+_WINDOW_STORE = define_key("app.window.store.*", None, "Any store setting (stores.<store>.*) for the stores of "
+                           "windows and stream-stream joins.", _PKG)
 
 
 def build_application(config: Config) -> StreamApplication:
     """Import ``app.class`` and let it describe its graph (done on the driver and in every task)."""
-    target = load_object(config.get_str(APP_CLASS_KEY), APP_CLASS_KEY)
+    target = load_object(APP_CLASS.require(config), APP_CLASS_KEY)
     instance = target() if isinstance(target, type) else target
     if not isinstance(instance, Application):
-        raise ApiError(f"{config.get_str(APP_CLASS_KEY)} has no describe(app) method")
+        raise ApiError(f"{APP_CLASS.get(config)} has no describe(app) method")
     app = StreamApplication(config)
     instance.describe(app)
     return app
@@ -62,16 +73,16 @@ def build_application(config: Config) -> StreamApplication:
 
 def intermediate_streams(app: StreamApplication, config: Config) -> dict[str, SystemStream]:
     """``{partition_by name: intermediate stream}``; ``app.intermediate.<name>`` in config wins."""
-    job_name = config.get_str("job.name")
-    job_id = config.get_str("job.id", "1")
+    job_name = JOB_NAME.require(config)
+    job_id = JOB_ID.get(config)
     inputs = app.inputs
-    default_system = inputs[0].stream.system if inputs else None
-    system = config.get_str(INTERMEDIATE_SYSTEM_KEY, default_system)
+    # Unset, the intermediate streams go to the system of the application's first input.
+    system = INTERMEDIATE_SYSTEM.get(config) or (inputs[0].stream.system if inputs else None)
     out: dict[str, SystemStream] = {}
     for op in app.ops:
         if op.kind == OpKind.PARTITION_BY:
             name = op.params["name"]
-            given = config.get_str(f"app.intermediate.{name}", None)
+            given = INTERMEDIATE_STREAM.get(config, name=name)
             if given:
                 out[name] = SystemStream.parse(given)
             elif system is None:
@@ -142,7 +153,7 @@ def _table_outputs(app: StreamApplication, config: Config) -> dict[str, str]:
         if op.kind != OpKind.SEND_TO or op.params["output"].table is None:
             continue
         descriptor = op.params["output"]
-        factory = config.get_str(f"systems.{descriptor.stream.system}.samza.factory", "")
+        factory = SYSTEM_FACTORY.get(config, system=descriptor.stream.system) or ""
         if "delta" not in factory.lower():
             raise ApiError(f"output {descriptor.stream} has a table schema, but typed tables need a delta system "
                            f"(systems.{descriptor.stream.system}.samza.factory is {factory or 'not set'!r})")
@@ -172,8 +183,8 @@ def _check_joins(stage: StageSpec, config: Config, counts: Mapping[SystemStream,
     """A stream-stream join must see both sides' event time through watermarks and both sides partitioned
     alike; anything else fails here, naming the join and what to change."""
     broadcast_streams = {b.split("#", 1)[0].strip() for b in broadcast}
-    adjunct_inputs = {config.get_str(key).strip() for key in config
-                      if key.startswith("stores.") and key.endswith(".adstore.input") and config.get_str(key, None)}
+    adjunct_inputs = {ADSTORE_INPUT.require(config, **names) for names in ADSTORE_INPUT.find(config)
+                      if ADSTORE_INPUT.is_set(config, **names)}
     for op in stage.ops:
         if op.kind != OpKind.STREAM_JOIN:
             continue
@@ -210,21 +221,20 @@ def plan_application(config: Config, partition_counts: Mapping[SystemStream, int
     counts: dict[SystemStream, int] = dict(partition_counts or {})
     inter_partitions: dict[SystemStream, int] = {}
     all_stores = {key.split(".")[1] for key in config if key.startswith("stores.") and key.count(".") >= 2}
-    window_defaults = config.subset(WINDOW_STORE_PREFIX)
+    window_defaults = {**_WINDOW_STORE.subset(config), "factory": WINDOW_STORE_FACTORY.get(config)}
     tables = _table_outputs(app, config)
     plans: list[StagePlan] = []
     extra_holdbacks: dict[str, str] = {}
-    broadcast = [b.strip() for b in config.get_str("task.broadcast.inputs", "").split(",") if b.strip()]
+    broadcast = list(TASK_BROADCAST_INPUTS.get(config))
     for stage in stages:
         reads = [names[op.params["name"]] for op in stage.reads]
         writes = [names[op.params["name"]] for op in stage.writes]
         used = _stores_of(stage)
         # A partitioned table (an adjunct store not filled from a broadcast input) is read by the tasks of
         # the stage that joins it, partition N by task N: it is one of that stage's inputs.
-        partitioned_tables = [SystemStream.parse(config.get_str(f"stores.{s}.adstore.input"))
-                              for s in sorted(used) if config.get_str(f"stores.{s}.adstore.input", None)
-                              and config.get_str(f"stores.{s}.adstore.input").strip()
-                              not in {b.split("#", 1)[0] for b in broadcast}]
+        partitioned_tables = [SystemStream.parse(ADSTORE_INPUT.require(config, store=s))
+                              for s in sorted(used) if ADSTORE_INPUT.is_set(config, store=s)
+                              and ADSTORE_INPUT.require(config, store=s) not in {b.split("#", 1)[0] for b in broadcast}]
         inputs = list(dict.fromkeys([*stage.inputs, *reads]))
         task_count = max(_partition_count(config, s, {**counts, **inter_partitions}) for s in inputs)
         inputs = list(dict.fromkeys([*inputs, *partitioned_tables]))
@@ -238,15 +248,15 @@ def plan_application(config: Config, partition_counts: Mapping[SystemStream, int
                   if not (k.startswith("stores.") and k.split(".")[1] in all_stores - used)}
         # A broadcast input that fills an adjunct store of another stage stays with that stage: here it
         # would have no store to go to and reach StageTask as a message of a stream it does not read.
-        foreign = {config.get_str(f"stores.{s}.adstore.input").strip() for s in all_stores - used
-                   if config.get_str(f"stores.{s}.adstore.input", None)}
+        foreign = {ADSTORE_INPUT.require(config, store=s) for s in all_stores - used
+                   if ADSTORE_INPUT.is_set(config, store=s)}
         if any(b.split("#", 1)[0] in foreign for b in broadcast):
             values["task.broadcast.inputs"] = ",".join(b for b in broadcast if b.split("#", 1)[0] not in foreign)
         for key, value in tables.items():
             values.setdefault(key, value)  # keys set in the config win over app.output(..., schema=...)
         values.update({
-            "job.name": f"{config.get_str('job.name')}-{stage.name}",
-            "job.id": config.get_str("job.id", "1"),
+            JOB_NAME.key: f"{JOB_NAME.require(config)}-{stage.name}",
+            JOB_ID.key: JOB_ID.get(config),
             "task.class": STAGE_TASK_CLASS,
             APP_STAGE_KEY: stage.name,
             "task.inputs": ",".join(str(s) for s in inputs),
@@ -255,18 +265,19 @@ def plan_application(config: Config, partition_counts: Mapping[SystemStream, int
         for op in stage.ops:
             if op.kind in (OpKind.WINDOW, OpKind.STREAM_JOIN):
                 store = op.params["store"]
-                defaults = {"factory": "rocksdb", **dict(window_defaults), "key.serde": "string", "msg.serde": "json"}
+                defaults = {**window_defaults, "key.serde": "string", "msg.serde": "json"}
                 for key, value in defaults.items():
                     values.setdefault(f"stores.{store}.{key}", value)
         plans.append(StagePlan(stage.name, Config(values), reads, writes, inputs))
     # Every stage learns every intermediate stream's name, partitions and flag (StageTask needs them).
     extra: dict[str, str] = dict(extra_holdbacks)
     for name, stream in names.items():
-        extra[f"app.intermediate.{name}"] = str(stream)
-        extra[f"app.intermediate.{name}.partitions"] = str(inter_partitions[stream])
+        extra[INTERMEDIATE_STREAM.name(name=name)] = str(stream)
+        extra[INTERMEDIATE_PARTITIONS.name(name=name)] = str(inter_partitions[stream])
         extra[intermediate_key(stream)] = "true"
         # Its only reader is the next stage: what that stage committed goes (Samza's planner sets the same key).
-        extra[delete_committed_key(stream)] = config.get_str(delete_committed_key(stream), "true")
+        extra[delete_committed_key(stream)] = DELETE_COMMITTED.raw(config, system=stream.system,
+                                                                   stream=stream.stream) or "true"
         extra[f"systems.{stream.system}.streams.{stream.stream}.samza.offset.default"] = "oldest"
         # StageTask (de)serializes what crosses an intermediate stream itself: the runtime must pass bytes.
         extra[f"systems.{stream.system}.streams.{stream.stream}.samza.key.serde"] = "bytes"

@@ -23,10 +23,11 @@ from sparza.api.graph import ApiError, OpKind, OpSpec
 from sparza.api.join_state import JoinState
 from sparza.api.panes import FiresPanes
 from sparza.api.session_state import SessionState
-from sparza.api.stage_plan import APP_STAGE_KEY, build_application, intermediate_streams
+from sparza.api.stage_plan import INTERMEDIATE_PARTITIONS, build_application, intermediate_streams
 from sparza.api.stage_split import StageSpec, split_stages, watermark_holdbacks
 from sparza.api.window_state import WindowState, window_state
 from sparza.api.windows import SessionSpec, WindowError, WindowPane
+from sparza.config.shared import APP_CLASS, APP_STAGE
 from sparza.control.settings import ControlSettings, LatePolicy
 from sparza.errors import SerdeError, payload_preview
 from sparza.serde import BytesSerde, Serde
@@ -182,19 +183,18 @@ class StageTask:
         """Rebuild the stage's graph from ``app.class`` + ``app.stage`` and open its stores."""
         config = context.config
         app = build_application(config)
-        wanted = config.get_str(APP_STAGE_KEY)
+        wanted = APP_STAGE.require(config)
         stages = split_stages(app)
         matches = [s for s in stages if s.name == wanted]
         if not matches:
-            raise ApiError(f"{APP_STAGE_KEY}={wanted!r} is not a stage of {config.get_str('app.class')}; its stages "
+            raise ApiError(f"{APP_STAGE.key}={wanted!r} is not a stage of {APP_CLASS.get(config)}; its stages "
                            f"are: {', '.join(s.name for s in stages)}")
         self.stage = stage = matches[0]
         self._in_stage = {op.id for op in stage.ops}
         self._streams = intermediate_streams(app, config)
         for op in stage.writes:
             name = op.params["name"]
-            self._partitions[name] = op.params["partitions"] or config.get_int(f"app.intermediate.{name}.partitions",
-                                                                               min_value=1)
+            self._partitions[name] = op.params["partitions"] or INTERMEDIATE_PARTITIONS.require(config, name=name)
         for op in stage.ops:
             if op.kind == OpKind.INPUT:
                 self._sources.setdefault(op.params["descriptor"].stream, []).append(op)

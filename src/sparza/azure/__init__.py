@@ -9,6 +9,8 @@ machine (:mod:`sparza.azure.local`), and the one place Azure SDK exceptions beco
 from sparza.azure.account import (
     AZURITE_ACCOUNT_KEY,
     AZURITE_ACCOUNT_NAME,
+    STORAGE_CONNECT,
+    STORAGE_TIMEOUT_MS,
     TIMEOUT_KEY,
     StorageAccount,
     container_name_problem,
@@ -24,12 +26,15 @@ from sparza.azure.errors import (
     storage_unavailable,
     storage_unreachable,
 )
-from sparza.azure.resolve import check_container, resolve_storage_account
+from sparza.azure.resolve import AccountKeys, check_container, resolve_storage_account
 
 __all__ = [
     "AZURITE_ACCOUNT_KEY",
     "AZURITE_ACCOUNT_NAME",
+    "STORAGE_CONNECT",
+    "STORAGE_TIMEOUT_MS",
     "TIMEOUT_KEY",
+    "AccountKeys",
     "Failure",
     "StorageAccount",
     "StorageFailure",

@@ -13,12 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparza.config import Config, define_check, define_key
+from sparza.config import STR, Int, define_check, define_key
 from sparza.errors import ConfigError
 
 __all__ = [
     "AZURITE_ACCOUNT_KEY",
     "AZURITE_ACCOUNT_NAME",
+    "STORAGE_CONNECT",
+    "STORAGE_TIMEOUT_MS",
     "TIMEOUT_KEY",
     "StorageAccount",
     "container_name_problem",
@@ -31,21 +33,22 @@ AZURITE_ACCOUNT_NAME = "devstoreaccount1"
 AZURITE_ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
-define_key("azure.storage.connect", None,
-           "Connection string of the storage account for coordination, blob stores and Delta on az:// "
-           "(falls back to AZURE_STORAGE_CONNECTION_STRING, then the embedded dev storage).", "sparza.azure")
+STORAGE_CONNECT = define_key("azure.storage.connect", None,
+                             "Connection string of the storage account for coordination, blob stores and Delta on "
+                             "az:// (falls back to AZURE_STORAGE_CONNECTION_STRING, then the embedded dev storage).",
+                             "sparza.azure", kind=STR)
 
 
 TIMEOUT_KEY = "azure.storage.timeout.ms"
-define_key(TIMEOUT_KEY, 30000,
-           "How long the start checks of `sparza run` and the CLI's storage calls wait for Azure Storage to "
-           "connect and answer before reporting the endpoint as not answering (no retries).", "sparza.azure")
+STORAGE_TIMEOUT_MS = define_key(TIMEOUT_KEY, 30000,
+                                "How long the start checks of `sparza run` and the CLI's storage calls wait for Azure "
+                                "Storage to connect and answer before reporting the endpoint as not answering (no "
+                                "retries).", "sparza.azure", kind=Int(min_value=1))
 
 
 def storage_timeout_s(config: Mapping[str, str]) -> float:
     """``azure.storage.timeout.ms`` in seconds (default 30 s)."""
-    cfg = Config.of(config)
-    return cfg.get_int(TIMEOUT_KEY, 30000, min_value=1) / 1000.0
+    return STORAGE_TIMEOUT_MS.get(config) / 1000.0
 
 
 define_check("sparza.azure", storage_timeout_s)

@@ -10,12 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sparza.blobstore.api import BlobStoreManager, Clock, system_clock_ms
-from sparza.config import define_key
+from sparza.config import Int, define_key
 
-__all__ = ["GcReport", "collect_garbage"]
+__all__ = ["DELETED_RETENTION_MS", "GcReport", "collect_garbage"]
 
-define_key("blob.store.deleted.retention.ms", 86_400_000,
-           "how long a deleted blob stays readable for recovery before gc purges it", "sparza.blobstore")
+DELETED_RETENTION_MS = define_key("blob.store.deleted.retention.ms", 86_400_000,
+                                  "how long a deleted blob stays readable for recovery before gc purges it",
+                                  "sparza.blobstore", kind=Int(min_value=0))
 
 
 @dataclass

@@ -39,7 +39,9 @@ def _account(container: str, config: Path | None, connection_string: str | None)
     if connection_string:
         return StorageAccount.from_connection_string(connection_string, source="--connection-string")
     cfg = Config.load(config) if config is not None else Config()
-    return resolve_storage_account(cfg, prefix=f"systems.{container}.azureblob.")
+    from sparza.systems.azureblob.settings import ACCOUNT_KEYS
+
+    return resolve_storage_account(cfg, ACCOUNT_KEYS, names={"container": container})
 
 
 @app.command("ls")

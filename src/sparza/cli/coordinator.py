@@ -26,11 +26,12 @@ def status(config: Path = typer.Option(..., "--config", "-c", metavar="FILE",
     from rich.console import Console
 
     from sparza.config import Config
+    from sparza.config.shared import APP_CLASS, APP_STAGE
     from sparza.coordination.status import read_status
 
     cfg = Config.load(config)
     out = Console(highlight=False, width=None if Console().is_terminal else 200)
-    if cfg.get_str("app.class", None) and cfg.get_str("app.stage", None) is None:
+    if APP_CLASS.get(cfg) and APP_STAGE.get(cfg) is None:
         from sparza.api import plan_application
 
         for stage in plan_application(cfg).stages:  # each stage of an application is coordinated as its own job
@@ -43,8 +44,10 @@ def status(config: Path = typer.Option(..., "--config", "-c", metavar="FILE",
 def _show(out: Any, cfg: Any, st: Any) -> None:
     from rich.table import Table
 
+    from sparza.config.shared import JOB_ID, JOB_NAME
+
     state = st.state
-    out.print(f"job {cfg.get_str('job.name')}-{cfg.get_str('job.id', '1')}: container {st.container}, "
+    out.print(f"job {JOB_NAME.get(cfg)}-{JOB_ID.get(cfg)}: container {st.container}, "
               f"table {st.table}")
     out.print(f"leader: {st.leader or '(none: lease ' + st.lease_state + ')'}  term {st.term}")
     out.print(f"job model: version {state.version}, barrier {state.barrier.value}"

@@ -280,6 +280,7 @@ def _run_pipeline(conn: str, run_id: str, run_dir: Path, edits: list[Any], profi
     from examples.wikipedia.load import create_streams, edits_stream, load_edits, load_profiles, profiles_stream
 
     from sparza.api import plan_application
+    from sparza.config.shared import TASK_INPUTS
     from sparza.systems import SupportsStreamLocation, get_system_factory
 
     config = demo_config(run_dir, run_id, conn, partitions=partitions, lateness_ms=lateness_ms, source=source,
@@ -304,8 +305,8 @@ def _run_pipeline(conn: str, run_id: str, run_dir: Path, edits: list[Any], profi
 
     plan = plan_application(config)
     plan.create_streams()
-    console.print("application: " + " → ".join(f"stage [bold]{s.name}[/bold] ({s.config.get_str('task.inputs')})"
-                                               for s in plan.stages))
+    console.print("application: " + " → ".join(
+        f"stage [bold]{s.name}[/bold] ({','.join(TASK_INPUTS.get(s.config) or ())})" for s in plan.stages))
     console.print(f"[{time.monotonic() - started:5.1f}s] running (each line is one committed batch of one stage):")
     counts = _run_stages(plan, master, console)
 
@@ -325,7 +326,7 @@ def _run_pipeline(conn: str, run_id: str, run_dir: Path, edits: list[Any], profi
                                                                    r["bytes_changed"]) for r in session_rows}
         users = len({user for user, _ in got_sessions})
         sessions_exact = len(session_rows) == len(got_sessions) and got_sessions == expected_user_sessions(edits)
-    intermediate = plan.stages[-1].config.get_str("task.inputs").split(",")[0]
+    intermediate = TASK_INPUTS.require(plan.stages[-1].config)[0]
     result = DemoResult(run_id=run_id, run_dir=str(run_dir), container=container, stream=stream,
                         events=len(edits), profiles=len(profiles), messages_in=counts,
                         repartitioned=_count_user_messages(plan.stages[-1].config, intermediate),
@@ -356,9 +357,10 @@ def _read_table(config: Any, key: str = "app.wikipedia.table") -> tuple[str, lis
     from deltalake import DeltaTable
 
     from sparza.streams import SystemStream
+    from sparza.systems.delta.settings import ROOT
 
-    table = SystemStream.parse(config.get_str(key))
-    path = str(Path(config.get_str(f"systems.{table.system}.delta.root")) / table.stream)
+    table = SystemStream.parse(config.get_str(key))  # the demo application's own app.wikipedia.* setting
+    path = str(Path(ROOT.require(config, system=table.system)) / table.stream)
     return path, DeltaTable(path).to_pyarrow_table().to_pylist()
 
 

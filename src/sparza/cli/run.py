@@ -19,7 +19,7 @@ EXIT_CLAIMED = 3
 checkpoints_app = SparzaTyper(help="Inspect task checkpoints.", no_args_is_help=True)
 
 
-def _load(config_path: str) -> object:
+def _load(config_path: str) -> Config:
     from sparza.config import Config
     from sparza.config.samza import translate
 
@@ -65,7 +65,9 @@ def run(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="
     cfg = Config.load(config)  # untranslated: run_config checks it and warns about Samza's spellings itself
     if py_files:
         cfg = cfg.with_overrides({"job.py.files": py_files})
-    pid = processor_id or cfg.get_str("processor.id", None) or "0"  # type: ignore[attr-defined]
+    from sparza.engine.jobconfig import PROCESSOR_ID
+
+    pid = processor_id or PROCESSOR_ID.get(cfg)
     if from_savepoint:
         _start_from_savepoint(config, from_savepoint, savepoint_config)
     try:
@@ -105,7 +107,9 @@ def drain(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help
     cfg = _load(config)
     job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
     configs = [cfg]
-    if job.app_class is not None and cfg.get_str("app.stage", None) is None:  # type: ignore[attr-defined]
+    from sparza.config.shared import APP_STAGE
+
+    if job.app_class is not None and APP_STAGE.get(cfg) is None:
         from sparza.api import plan_application
 
         configs = [stage.config for stage in plan_application(cfg).stages]  # type: ignore[arg-type]
@@ -119,7 +123,9 @@ def drain(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help
         typer.echo(f"withdrew the drain request of {scope} (tasks that drained already stay drained)")
         return
     request, new = request_drain(configs)  # type: ignore[arg-type]
-    if not cfg.get_bool("job.drain-monitor.enabled", True):  # type: ignore[attr-defined]
+    from sparza.engine.drain import DRAIN_MONITOR_ENABLED
+
+    if not DRAIN_MONITOR_ENABLED.get(cfg):
         typer.echo("warning: job.drain-monitor.enabled is false: a running job does not read the request; it "
                    "drains when started with sparza run --drain", err=True)
     typer.echo(f"drain {request.id} of {scope}: {'requested' if new else 'already pending'}; it ends "
@@ -166,6 +172,7 @@ _OFFSET_FORMS = {
 
 
 if TYPE_CHECKING:
+    from sparza.config import Config
     from sparza.engine.checkpoint import TaskCheckpoint
 
 
@@ -202,7 +209,9 @@ def show(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help=
     cfg = _load(config)
     job = JobConfig.from_config(cfg, require_inputs=False)  # type: ignore[arg-type]
     configs = [cfg]
-    if job.app_class is not None and cfg.get_str("app.stage", None) is None:  # type: ignore[attr-defined]
+    from sparza.config.shared import APP_STAGE
+
+    if job.app_class is not None and APP_STAGE.get(cfg) is None:
         from sparza.api import plan_application
 
         configs = [stage.config for stage in plan_application(cfg).stages]  # type: ignore[arg-type]

@@ -115,13 +115,13 @@ def gc(config: Path | None = _CONFIG,
                                          help="Pretend the time is this (epoch ms).")) -> None:
     """Purge blobs whose TTL has passed and deleted blobs older than blob.store.deleted.retention.ms."""
     from sparza.blobstore import blob_store_manager_from_config, collect_garbage
+    from sparza.blobstore.gc import DELETED_RETENTION_MS
 
     cfg = _config(config)
     store = blob_store_manager_from_config(cfg)
     try:
         report = collect_garbage(store, now_ms=now_ms, prefix=prefix, dry_run=dry_run,
-                                 deleted_retention_ms=cfg.get_int("blob.store.deleted.retention.ms", 86_400_000,
-                                                                  min_value=0))
+                                 deleted_retention_ms=DELETED_RETENTION_MS.get(cfg))
     finally:
         store.close()
     verb = "would remove" if dry_run else "removed"

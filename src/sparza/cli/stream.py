@@ -74,7 +74,9 @@ def _kafka_factory(config: Config, system: str) -> Any:
 
 def _is_kafka(config: Config, system: str) -> bool:
     """True when ``system`` is a kafka or eventhubs system (topics, not Delta tables)."""
-    if config.get_str(f"systems.{system}.samza.factory", None) is None:
+    from sparza.systems import SYSTEM_FACTORY
+
+    if not SYSTEM_FACTORY.is_set(config, system=system):
         return False
     from sparza.systems.kafka import EventHubsSystemFactory, KafkaSystemFactory
 

@@ -65,7 +65,12 @@ def parse_byte_size(text: str) -> int:
     match = _NUM_UNIT.match(str(text))
     if not match or match.group(2).lower() not in _SIZE_UNITS:
         raise ValueError(f"not a byte size: {text!r}")
-    return int(float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()])
+    return _scaled(match.group(1), _SIZE_UNITS[match.group(2).lower()])
+
+
+def _scaled(number: str, unit: int) -> int:
+    # Whole numbers stay exact (a float would round 2**63-1, Java's Long.MAX_VALUE, up).
+    return int(number) * unit if number.isdigit() else int(float(number) * unit)
 
 
 def parse_bool(text: str) -> bool:
@@ -86,7 +91,7 @@ def parse_duration_ms(text: str) -> int:
     match = _NUM_UNIT.match(str(text))
     if not match or match.group(2).lower() not in _DURATION_UNITS:
         raise ValueError(f"not a duration: {text!r}")
-    return int(float(match.group(1)) * _DURATION_UNITS[match.group(2).lower()])
+    return _scaled(match.group(1), _DURATION_UNITS[match.group(2).lower()])
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:

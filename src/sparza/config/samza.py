@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from sparza.config import Config, define_key
+from sparza.config import STR, Config, define_key
 from sparza.errors import ConfigError
 
 __all__ = [
@@ -208,22 +208,22 @@ KEY_ALIASES: dict[str, str] = {
 SENSITIVE_PREFIX = "sensitive."
 
 define_key("stores.backup.factories", None, "Samza's job-wide default of stores.<store>.backup.factories for every "
-           "store that names none (blobstore or Samza's BlobStoreStateBackendFactory).", _PKG)
+           "store that names none (blobstore or Samza's BlobStoreStateBackendFactory).", _PKG, kind=STR)
 define_key("stores.<store>.restore.factories", None, "Accepted for Samza configs: sparza restores a store from "
-           "where it backs it up, so this must name the same backend as backup.factories.", _PKG)
-define_key("stores.restore.factories", None, "Job-wide stores.<store>.restore.factories.", _PKG)
+           "where it backs it up, so this must name the same backend as backup.factories.", _PKG, kind=STR)
+define_key("stores.restore.factories", None, "Job-wide stores.<store>.restore.factories.", _PKG, kind=STR)
 define_key("serializers.registry.<name>.class", None, "Samza serde registry: a name usable in *.key.serde / "
-           "*.msg.serde, bound to a Samza SerdeFactory class or a built-in serde name.", _PKG)
+           "*.msg.serde, bound to a Samza SerdeFactory class or a built-in serde name.", _PKG, kind=STR)
 define_key("sensitive.<key>", None, "Samza's prefix for secret values (sensitive.systems.<container>.azureblob."
-           "account.key): the value is used as <key> and never shown.", _PKG)
+           "account.key): the value is used as <key> and never shown.", _PKG, kind=STR)
 define_key("streams.<stream>.samza.system", None, "Samza's stream-id configs: the system of stream id <stream>; "
-           "its streams.<stream>.* keys become systems.<system>.streams.<physical name>.* keys.", _PKG)
+           "its streams.<stream>.* keys become systems.<system>.streams.<physical name>.* keys.", _PKG, kind=STR)
 define_key("stores.<store>.side.inputs", None, "Samza's side inputs: one system.stream that fills the store; "
-           "becomes stores.<store>.adstore.input (a partitioned adjunct store) and joins task.inputs.", _PKG)
+           "becomes stores.<store>.adstore.input (a partitioned adjunct store) and joins task.inputs.", _PKG, kind=STR)
 define_key("stores.<store>.side.inputs.processor.factory", None, "Samza's spelling of "
-           "stores.<store>.adstore.key.value.extractor.factory (a Python KeyValueExtractorFactory).", _PKG)
+           "stores.<store>.adstore.key.value.extractor.factory (a Python KeyValueExtractorFactory).", _PKG, kind=STR)
 for _alias, _target in KEY_ALIASES.items():
-    define_key(_alias, None, f"Samza's spelling of {_target}.", _PKG)
+    define_key(_alias, None, f"Samza's spelling of {_target}.", _PKG, kind=STR)
 
 
 @dataclass(frozen=True, slots=True)

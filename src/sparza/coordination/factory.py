@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 
 from sparza.config import Config
 from sparza.coordination.listener import JobCoordinator, JobCoordinatorListener
-from sparza.coordination.settings import FACTORY_AZURE, FACTORY_STANDALONE, KEY_FACTORY
+from sparza.coordination.settings import COORDINATOR_FACTORY, FACTORY_AZURE
 from sparza.metrics import MetricsRegistry
 
 __all__ = ["job_coordinator_from_config"]
@@ -21,7 +21,7 @@ def job_coordinator_from_config(processor_id: str, config: Mapping[str, str], ta
     :class:`~sparza.errors.ConfigError` for any other value, or for bad ``job.coordinator.azure.*`` keys.
     """
     cfg = Config.of(config)
-    kind = cfg.get_choice(KEY_FACTORY, (FACTORY_STANDALONE, FACTORY_AZURE), FACTORY_STANDALONE)
+    kind = COORDINATOR_FACTORY.get(cfg)
     if kind == FACTORY_AZURE:
         from sparza.coordination.coordinator import AzureJobCoordinator
 

@@ -44,11 +44,13 @@ from typing import Any, Protocol
 
 from sparza.azure import storage_unreachable
 from sparza.clock import Clock, monotonic_ms
-from sparza.config import define_key
+from sparza.config import INT, define_key
 from sparza.coordination.errors import CoordinationError
 from sparza.host import pid_alive
 
 __all__ = [
+    "CLAIM_RENEW_INTERVAL_MS",
+    "CLAIM_TIMEOUT_MS",
     "AzureClaimBackend",
     "ClaimBackend",
     "ClaimError",
@@ -64,12 +66,14 @@ _log = logging.getLogger(__name__)
 
 KEY_TIMEOUT = "job.coordinator.standalone.claim.timeout.ms"
 KEY_RENEW = "job.coordinator.standalone.claim.renew.interval.ms"
-define_key(KEY_TIMEOUT, 30000,
-           "Standalone: a job claim not renewed for this long belongs to a dead processor and may be taken over "
-           "(bounds how long a crashed processor on another host blocks a new one).", "coordination")
-define_key(KEY_RENEW, 5000,
-           "Standalone: how often the running processor renews its job claim; at most a third of the timeout, so "
-           "two renewals may fail before the claim lapses.", "coordination")
+CLAIM_TIMEOUT_MS = define_key(KEY_TIMEOUT, 30000,
+                              "Standalone: a job claim not renewed for this long belongs to a dead processor and may "
+                              "be taken over (bounds how long a crashed processor on another host blocks a new one).",
+                              "coordination", kind=INT)
+CLAIM_RENEW_INTERVAL_MS = define_key(KEY_RENEW, 5000,
+                                     "Standalone: how often the running processor renews its job claim; at most a "
+                                     "third of the timeout, so two renewals may fail before the claim lapses.",
+                                     "coordination", kind=INT)
 
 
 class ClaimError(CoordinationError):

@@ -12,10 +12,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sparza.config import Config, define_check, define_key
+from sparza.config import DURATION_MS, Choice, Config, define_check, define_key
+from sparza.config.shared import JOB_ID, JOB_NAME
 from sparza.errors import ConfigError
 
 __all__ = [
+    "COORDINATOR_FACTORY",
     "FACTORY_AZURE",
     "FACTORY_STANDALONE",
     "KEY_FACTORY",
@@ -28,28 +30,36 @@ KEY_FACTORY = "job.coordinator.factory"
 FACTORY_STANDALONE = "standalone"
 FACTORY_AZURE = "azure"
 
-define_key(KEY_FACTORY, FACTORY_STANDALONE,
-           "How processors of a job share its tasks: 'standalone' (one processor owns all tasks) or 'azure' "
-           "(blob-lease leader, table heartbeats).", _PKG)
-define_key(_P + "lease.duration.ms", 15000,
-           "Leader lease length (Azure allows 15000-60000). Bounds leader failover: a dead leader's lease "
-           "expires within this time.", _PKG)
-define_key(_P + "lease.renew.interval.ms", 4000,
-           "How often the leader renews its lease; at most a third of the lease so two renewals may fail.", _PKG)
-define_key(_P + "heartbeat.interval.ms", 2000, "How often every processor rewrites its processor-table row.", _PKG)
-define_key(_P + "liveness.timeout.ms", 10000,
-           "A processor whose row the storage service has not stamped for this long is dead (5 heartbeats).", _PKG)
-define_key(_P + "liveness.check.interval.ms", 1000,
-           "How often the leader compares the live processors with the job model and checks the barrier.", _PKG)
-define_key(_P + "leader.check.interval.ms", 1000,
-           "How often a non-leader looks at the leader lease and tries to take it when it is free.", _PKG)
-define_key(_P + "jobmodel.poll.interval.ms", 1000,
-           "How often every processor reads the job-model blob for a new version or barrier state.", _PKG)
-define_key(_P + "barrier.timeout.ms", 20000,
-           "A barrier not acknowledged by every participant within this time is abandoned and retried with a "
-           "newer version.", _PKG)
-define_key(_P + "request.timeout.ms", 5000,
-           "Timeout of one storage request; short so an outage is noticed well within a lease period.", _PKG)
+COORDINATOR_FACTORY = define_key(KEY_FACTORY, FACTORY_STANDALONE,
+                                 "How processors of a job share its tasks: 'standalone' (one processor owns all "
+                                 "tasks) or 'azure' (blob-lease leader, table heartbeats); 'passthrough' is "
+                                 "standalone.", _PKG, kind=Choice(FACTORY_STANDALONE, FACTORY_AZURE, "passthrough"))
+_LEASE_DURATION = define_key(_P + "lease.duration.ms", 15000,
+                             "Leader lease length (Azure allows 15000-60000). Bounds leader failover: a dead leader's"
+                             " lease expires within this time.", _PKG, kind=DURATION_MS)
+_LEASE_RENEW_INTERVAL = define_key(_P + "lease.renew.interval.ms", 4000,
+                                   "How often the leader renews its lease; at most a third of the lease so two "
+                                   "renewals may fail.", _PKG, kind=DURATION_MS)
+_HEARTBEAT_INTERVAL = define_key(_P + "heartbeat.interval.ms", 2000,
+                                 "How often every processor rewrites its processor-table row.", _PKG, kind=DURATION_MS)
+_LIVENESS_TIMEOUT = define_key(_P + "liveness.timeout.ms", 10000,
+                               "A processor whose row the storage service has not stamped for this long is dead (5 "
+                               "heartbeats).", _PKG, kind=DURATION_MS)
+_LIVENESS_CHECK_INTERVAL = define_key(_P + "liveness.check.interval.ms", 1000,
+                                      "How often the leader compares the live processors with the job model and "
+                                      "checks the barrier.", _PKG, kind=DURATION_MS)
+_LEADER_CHECK_INTERVAL = define_key(_P + "leader.check.interval.ms", 1000,
+                                    "How often a non-leader looks at the leader lease and tries to take it when it is"
+                                    " free.", _PKG, kind=DURATION_MS)
+_JOBMODEL_POLL_INTERVAL = define_key(_P + "jobmodel.poll.interval.ms", 1000,
+                                     "How often every processor reads the job-model blob for a new version or barrier"
+                                     " state.", _PKG, kind=DURATION_MS)
+_BARRIER_TIMEOUT = define_key(_P + "barrier.timeout.ms", 20000,
+                              "A barrier not acknowledged by every participant within this time is abandoned and "
+                              "retried with a newer version.", _PKG, kind=DURATION_MS)
+_REQUEST_TIMEOUT = define_key(_P + "request.timeout.ms", 5000,
+                              "Timeout of one storage request; short so an outage is noticed well within a lease "
+                              "period.", _PKG, kind=DURATION_MS)
 
 _LEASE_MIN_MS = 15_000
 _LEASE_MAX_MS = 60_000
@@ -65,35 +75,34 @@ class CoordinationConfig:
 
     job_name: str
     job_id: str
-    lease_duration_ms: int = 15000
-    lease_renew_interval_ms: int = 4000
-    heartbeat_interval_ms: int = 2000
-    liveness_timeout_ms: int = 10000
-    liveness_check_interval_ms: int = 1000
-    leader_check_interval_ms: int = 1000
-    jobmodel_poll_interval_ms: int = 1000
-    barrier_timeout_ms: int = 20000
-    request_timeout_ms: int = 5000
+    lease_duration_ms: int = _LEASE_DURATION.get({})
+    lease_renew_interval_ms: int = _LEASE_RENEW_INTERVAL.get({})
+    heartbeat_interval_ms: int = _HEARTBEAT_INTERVAL.get({})
+    liveness_timeout_ms: int = _LIVENESS_TIMEOUT.get({})
+    liveness_check_interval_ms: int = _LIVENESS_CHECK_INTERVAL.get({})
+    leader_check_interval_ms: int = _LEADER_CHECK_INTERVAL.get({})
+    jobmodel_poll_interval_ms: int = _JOBMODEL_POLL_INTERVAL.get({})
+    barrier_timeout_ms: int = _BARRIER_TIMEOUT.get({})
+    request_timeout_ms: int = _REQUEST_TIMEOUT.get({})
 
     @classmethod
     def from_config(cls, config: Mapping[str, str]) -> CoordinationConfig:
         """Parse and check the keys; a bad value raises :class:`ConfigError` naming the key."""
-        cfg = Config.of(config)
-        job_name = cfg.get_str("job.name")
+        job_name = JOB_NAME.require(config)
         if not _clean(job_name):
-            raise ConfigError("job.name", job_name, "a name with at least one letter or digit")
+            raise ConfigError(JOB_NAME.key, job_name, "a name with at least one letter or digit")
         out = cls(
             job_name=job_name,
-            job_id=cfg.get_str("job.id", "1"),
-            lease_duration_ms=cfg.get_duration_ms(_P + "lease.duration.ms", 15000),
-            lease_renew_interval_ms=cfg.get_duration_ms(_P + "lease.renew.interval.ms", 4000),
-            heartbeat_interval_ms=cfg.get_duration_ms(_P + "heartbeat.interval.ms", 2000),
-            liveness_timeout_ms=cfg.get_duration_ms(_P + "liveness.timeout.ms", 10000),
-            liveness_check_interval_ms=cfg.get_duration_ms(_P + "liveness.check.interval.ms", 1000),
-            leader_check_interval_ms=cfg.get_duration_ms(_P + "leader.check.interval.ms", 1000),
-            jobmodel_poll_interval_ms=cfg.get_duration_ms(_P + "jobmodel.poll.interval.ms", 1000),
-            barrier_timeout_ms=cfg.get_duration_ms(_P + "barrier.timeout.ms", 20000),
-            request_timeout_ms=cfg.get_duration_ms(_P + "request.timeout.ms", 5000),
+            job_id=JOB_ID.get(config),
+            lease_duration_ms=_LEASE_DURATION.get(config),
+            lease_renew_interval_ms=_LEASE_RENEW_INTERVAL.get(config),
+            heartbeat_interval_ms=_HEARTBEAT_INTERVAL.get(config),
+            liveness_timeout_ms=_LIVENESS_TIMEOUT.get(config),
+            liveness_check_interval_ms=_LIVENESS_CHECK_INTERVAL.get(config),
+            leader_check_interval_ms=_LEADER_CHECK_INTERVAL.get(config),
+            jobmodel_poll_interval_ms=_JOBMODEL_POLL_INTERVAL.get(config),
+            barrier_timeout_ms=_BARRIER_TIMEOUT.get(config),
+            request_timeout_ms=_REQUEST_TIMEOUT.get(config),
         )
         out._check()
         return out
@@ -134,7 +143,7 @@ class CoordinationConfig:
 
 def _check_coordination(config: Config) -> None:
     """Azure coordination's timings within Azure's lease limits, when the job is coordinated through Azure."""
-    if config.get_str("job.coordinator.factory", "standalone").strip().lower() == "azure":
+    if COORDINATOR_FACTORY.get(config) == FACTORY_AZURE:
         CoordinationConfig.from_config(config)
 
 

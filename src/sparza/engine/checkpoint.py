@@ -495,21 +495,17 @@ def _azure_errors(where: str) -> contextlib.AbstractContextManager[None]:
 
 def checkpoint_store_from_config(config: Config, job_key: str) -> CheckpointStore:
     """The checkpoint store ``job.checkpoint.factory`` names (default: where the blob store keeps blobs)."""
-    factory = config.get_str("job.checkpoint.factory", "blobstore").strip().lower()
+    from sparza.blobstore.settings import AZURE_CONTAINER, LOCAL_ROOT, MANAGER_FACTORY
+    from sparza.engine.jobconfig import CHECKPOINT_AZURE_CONTAINER, CHECKPOINT_FACTORY, CHECKPOINT_LOCAL_DIR
+
+    factory = CHECKPOINT_FACTORY.get(config)
     if factory == "blobstore":
-        blob_factory = config.get_str("blob.store.manager.factory", "local").strip().lower()
-        if blob_factory == "azure":
-            container = config.get_str("blob.store.azure.container")
-            return _azure_store(config, container, job_key)
-        if blob_factory != "local":
-            raise ConfigError("blob.store.manager.factory", blob_factory, "local or azure")
-        root = Path(config.get_str("blob.store.local.root", ".sparza/blobstore")).absolute() / "checkpoints"
-        return LocalCheckpointStore(root, job_key)
+        if MANAGER_FACTORY.get(config) == "azure":
+            return _azure_store(config, AZURE_CONTAINER.require(config), job_key)
+        return LocalCheckpointStore(Path(LOCAL_ROOT.get(config)).absolute() / "checkpoints", job_key)
     if factory == "local":
-        return LocalCheckpointStore(Path(config.get_str("job.checkpoint.local.dir")).absolute(), job_key)
-    if factory == "azure":
-        return _azure_store(config, config.get_str("job.checkpoint.azure.container"), job_key)
-    raise ConfigError("job.checkpoint.factory", factory, "blobstore, local or azure")
+        return LocalCheckpointStore(Path(CHECKPOINT_LOCAL_DIR.require(config)).absolute(), job_key)
+    return _azure_store(config, CHECKPOINT_AZURE_CONTAINER.require(config), job_key)
 
 
 def _azure_store(config: Config, container: str, job_key: str) -> AzureCheckpointStore:

@@ -31,24 +31,29 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparza.config import Config, define_key
+from sparza.config import BOOL, Config, Int, define_key
+from sparza.config.shared import APP_STAGE
+from sparza.coordination.settings import COORDINATOR_FACTORY, FACTORY_STANDALONE
 from sparza.engine.checkpoint import SupportsJobDocuments, checkpoint_store_from_config
 from sparza.engine.errors import RuntimeStateError
 from sparza.engine.jobconfig import JobConfig
 from sparza.errors import ConfigError
 from sparza.streams import SystemStream, SystemStreamPartition
+from sparza.systems.settings import STREAM_INTERMEDIATE
 
-__all__ = ["DRAIN_DOCUMENT", "DrainRequest", "check_standalone", "clear_drain", "drain_scope", "read_drain",
+__all__ = ["DRAIN_DOCUMENT", "DRAIN_MONITOR_ENABLED", "DRAIN_MONITOR_INTERVAL_MS",
+           "DrainRequest", "check_standalone", "clear_drain", "drain_scope", "read_drain",
            "source_ssps", "write_drain"]
 
 DRAIN_DOCUMENT = "_drain"
 """The request's name among the task checkpoints of its scope (``<checkpoints>/<job or application>/_drain``)."""
 
-define_key("job.drain-monitor.enabled", "true",
-           "Whether the driver reads drain requests (sparza drain) while the job runs (Samza's key; Samza's default "
-           "is false).", "runtime")
-define_key("job.drain-monitor.poll.interval.ms", "5000",
-           "How often the driver reads the job's drain request (Samza polls every 60000 ms).", "runtime")
+DRAIN_MONITOR_ENABLED = define_key("job.drain-monitor.enabled", True,
+                                   "Whether the driver reads drain requests (sparza drain) while the job runs "
+                                   "(Samza's key; Samza's default is false).", "runtime", kind=BOOL)
+DRAIN_MONITOR_INTERVAL_MS = define_key("job.drain-monitor.poll.interval.ms", 5000,
+                                       "How often the driver reads the job's drain request (Samza polls every 60000 "
+                                       "ms).", "runtime", kind=Int(min_value=0))
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,7 @@ def drain_scope(config: Config) -> str:
     """Where a job's drain request lives: the application's key (``<job.name>-<job.id>`` of the ``app.class``
     config) for a stage of an application, so one request drains every stage; else the job's own key."""
     job = JobConfig.from_config(config, require_inputs=False)
-    stage = config.get_str("app.stage", None)  # set in every stage's config by sparza.api's planner
+    stage = APP_STAGE.get(config)  # set in every stage's config by sparza.api's planner
     if stage and job.name.endswith(f"-{stage}"):
         return f"{job.name[:-len(stage) - 1]}-{job.job_id}"
     return job.job_key
@@ -95,9 +100,9 @@ def _documents(config: Config) -> tuple[SupportsJobDocuments, str]:
 
 def check_standalone(config: Config) -> None:
     """Refuse a drain of a job whose processors run under a coordinator (not supported yet)."""
-    factory = config.get_str("job.coordinator.factory", "standalone").strip().lower()
-    if factory != "standalone":
-        raise ConfigError("job.coordinator.factory", factory,
+    factory = COORDINATOR_FACTORY.get(config)
+    if factory != FACTORY_STANDALONE:
+        raise ConfigError(COORDINATOR_FACTORY.key, factory,
                           "standalone for a drain (sparza drain, sparza run --drain): a drain of processors under "
                           "a coordinator is not supported yet; stop them with a signal instead")
 
@@ -135,7 +140,6 @@ def clear_drain(config: Config, drain_id: str | None = None) -> bool:
 def source_ssps(job: JobConfig, ssps: Iterable[SystemStreamPartition]) -> list[SystemStreamPartition]:
     """The SSPs among ``ssps`` that a drain ends at an offset: not intermediate streams (they drain through the
     upstream tasks' drain messages) and not adjunct-store inputs (stores, not the task, read them)."""
-    from sparza.control.settings import intermediate_key
     from sparza.state.adjunct import AdjunctConfig
 
     adjunct = AdjunctConfig.from_config(job.config).input_streams()
@@ -144,7 +148,7 @@ def source_ssps(job: JobConfig, ssps: Iterable[SystemStreamPartition]) -> list[S
     for ssp in ssps:
         stream = ssp.system_stream
         if stream not in intermediate:
-            intermediate[stream] = job.config.get_bool(intermediate_key(stream), False)
+            intermediate[stream] = STREAM_INTERMEDIATE.get(job.config, system=stream.system, stream=stream.stream)
         if not intermediate[stream] and stream not in adjunct:
             out.append(ssp)
     return out

@@ -6,8 +6,8 @@ What a rewind changes, per task rewound, in its checkpoint (written conditionall
   (:mod:`sparza.ops.positions`);
 - the state: ``keep`` (the stores as committed: a count goes on counting, so reprocessed messages count again),
   ``reset`` (every store but the adjunct stores empty, and the control state, watermarks included, forgotten:
-  the task starts as if it had never run, at the new offsets), or ``savepoint:<name>`` (the stores of that
-  savepoint, copied into the job);
+  the task starts as if it had never run, at the new offsets), or ``savepoint:<name>`` (the stores and control
+  state of that savepoint, the stores copied into the job);
 - ``ended`` and any drain completion are cleared (a rewound task reads again); ``batch`` is kept, so the output
   transactions of the batches that follow have higher versions than any written before: Delta app
   transactions, Kafka transactions and blob names are new, and nothing reprocessed is skipped as a replay.
@@ -24,22 +24,21 @@ Snapshots no checkpoint refers to any more are deleted (gc purges them). The rew
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from sparza.blobstore import blob_store_manager_from_config
 from sparza.engine.checkpoint import VersionedCheckpoint
-from sparza.engine.jobconfig import JobConfig
 from sparza.errors import SparzaError
+from sparza.ops.cleanup import drop_snapshots, remove_stale_spark_dir
 from sparza.ops.journal import Operation, TaskChange, append_operation
 from sparza.ops.positions import RewindTarget, resolve_positions
+from sparza.ops.savepoints import SavepointError, find_savepoint, savepoint_stores
 from sparza.ops.stopped import StoppedJob
 from sparza.ops.tables import empty_upsert_tables, upsert_tables
 from sparza.streams import SystemStreamPartition
 
-__all__ = ["RewindError", "RewindPlan", "TaskRewind", "apply_rewind", "plan_rewind"]
+__all__ = ["RewindError", "RewindPlan", "TaskRewind", "apply_rewind", "plan_rewind", "remove_stale_spark_dir"]
 
 
 class RewindError(SparzaError):
@@ -172,8 +171,6 @@ def plan_rewind(stopped: StoppedJob, target: RewindTarget, *, tasks: Iterable[st
 def apply_rewind(stopped: StoppedJob, plan: RewindPlan, *, source_blob_store: object | None = None) -> Operation:
     """Carry out ``plan`` (made by :func:`plan_rewind` on the same ``stopped`` job) and journal it. A checkpoint
     that changed since the plan was made fails the write (:class:`~sparza.engine.errors.CheckpointConflictError`)."""
-    from sparza.ops.savepoints import SavepointError, find_savepoint, savepoint_stores
-
     job = stopped.job
     notes: list[str] = []
     blob_store = blob_store_manager_from_config(job.config)
@@ -191,29 +188,28 @@ def apply_rewind(stopped: StoppedJob, plan: RewindPlan, *, source_blob_store: ob
         for t in plan.tasks:
             cp = t.before.checkpoint
             stores = dict(t.stores)
+            # The control state goes with the stores: kept, forgotten, or the savepoint's.
+            control, window_at_ms, drain = cp.control, cp.window_at_ms, _without_completion(cp.drain)
+            if plan.state == "reset":
+                control, window_at_ms, drain = None, 0, None
             if savepoint is not None:
                 copied, store_notes = savepoint_stores(savepoint, t.task, job, source_blob_store or blob_store,  # type: ignore[arg-type]
                                                        blob_store, cp.batch)
                 stores.update(copied)
                 notes.extend(store_notes)
-            reset = plan.state != "keep"
+                saved = savepoint.tasks.get(t.task)
+                control, window_at_ms, drain = ((saved.control, saved.window_at_ms, _without_completion(saved.drain))
+                                                if saved is not None else (None, 0, None))
             after = dataclasses.replace(cp, offsets={**cp.offsets, **t.offsets}, stores=stores, ended=False,
-                                        pending=None, control=None if reset else cp.control,
-                                        window_at_ms=0 if reset else cp.window_at_ms,
-                                        drain=None if reset else _without_completion(cp.drain))
+                                        pending=None, control=control, window_at_ms=window_at_ms, drain=drain)
             stopped.checkpoints.write(after, t.before.etag)
             dropped.extend((t.task, sid) for s, sid in cp.stores.items() if stores.get(s) != sid)
             changes[t.task] = TaskChange(dict(cp.offsets), dict(after.offsets), dict(cp.stores), stores, plan.state,
                                          cp.batch)
-        from sparza.ops.savepoints import _drop_snapshots
-
-        _drop_snapshots(blob_store, job, dropped)
+        drop_snapshots(blob_store, job, dropped)
         if dropped:
             notes.append(f"{len(dropped)} store snapshot(s) no longer referred to were deleted")
-        spark_dir = _stale_spark_dir(job)
-        if spark_dir is not None:
-            shutil.rmtree(spark_dir, ignore_errors=True)
-            notes.append(f"Spark's offset log {spark_dir} removed (offsets come from the task checkpoints)")
+        notes.extend(remove_stale_spark_dir(job))
         return append_operation(stopped.checkpoints, Operation("rewind", plan.target.describe(), changes,
                                                                notes=notes))
     finally:
@@ -225,17 +221,3 @@ def _without_completion(drain: dict[str, object] | None) -> dict[str, object] | 
     if not drain:
         return drain
     return {k: v for k, v in drain.items() if k != "completed"}
-
-
-def _stale_spark_dir(job: JobConfig) -> Path | None:
-    """The micro-batch mode's Spark offset log of the job's processors, when local: it still holds the old
-    positions, and a run would refuse to start against the rewound checkpoints."""
-    from sparza.config.registry import OptionalKey, find_key
-
-    declared = find_key("job.spark.checkpoint.dir")  # declared by sparza.engine.jobconfig
-    base = declared.get(job.config) if isinstance(declared, OptionalKey) else None
-    path = Path(base) if base else Path(job.store_base_dir) / "_spark" / job.job_key
-    if "://" in str(path) and not str(path).startswith("file:"):
-        return None
-    path = Path(str(path).removeprefix("file:"))
-    return path if path.exists() else None

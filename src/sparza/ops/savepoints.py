@@ -36,18 +36,19 @@ from sparza.config import Config
 from sparza.engine.checkpoint import TaskCheckpoint
 from sparza.engine.jobconfig import JobConfig
 from sparza.errors import SparzaError
+from sparza.ops.cleanup import LOCAL_SNAPSHOT_PREFIX, drop_snapshots, remove_stale_spark_dir
 from sparza.ops.journal import Operation, TaskChange, append_operation, operator_name, read_journal
 from sparza.ops.stopped import stopped_job
 from sparza.state.backup import StateBackup
 
 __all__ = ["SAVEPOINT_OWNER", "Savepoint", "SavepointError", "copy_snapshot", "create_savepoint",
-           "delete_savepoint", "find_savepoint", "list_savepoints", "restore_savepoint", "savepoint_stores"]
+           "delete_savepoint", "describe", "find_savepoint", "list_savepoints", "restore_savepoint",
+           "savepoint_stores"]
 
 SAVEPOINT_OWNER = "_savepoint"
 """The job name a savepoint's blobs are written under: their ids start with ``_savepoint-<name>/``."""
 _MANIFEST = "_manifest"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_LOCAL_PREFIX = "local:"  # a store snapshot kept only on an executor's disk (not backed up): nothing to copy
 
 
 class SavepointError(SparzaError):
@@ -208,7 +209,7 @@ def _check_savable(task: str, cp: TaskCheckpoint) -> None:
         raise SavepointError(f"task {task!r} flushed outputs of batch {intent.batch} without committing it (the "
                              "job was killed): run it once (sparza run --once) to complete that batch, then take "
                              "the savepoint")
-    local = sorted(s for s, sid in cp.stores.items() if sid.startswith(_LOCAL_PREFIX))
+    local = sorted(s for s, sid in cp.stores.items() if sid.startswith(LOCAL_SNAPSHOT_PREFIX))
     if local:
         raise SavepointError(f"store(s) {', '.join(local)} of task {task!r} are kept on the executors' disks only: "
                              "set stores.<store>.backup.factories: blobstore (and run the job) so a savepoint can "
@@ -318,25 +319,14 @@ def restore_savepoint(config: Config, name: str, *, source: Config | None = None
                 changes[model.name] = TaskChange(dict(before.offsets) if before else {}, offsets,
                                                  dict(before.stores) if before else {}, stores,
                                                  f"savepoint:{name}", batch)
-            _drop_snapshots(target, job, replaced)
+            drop_snapshots(target, job, replaced)
+            notes.extend(remove_stale_spark_dir(job))
             return append_operation(stopped.checkpoints, Operation("savepoint-restore", f"savepoint {name}",
                                                                    changes, notes=notes))
     finally:
         if src is not target and source_blob_store is None:
             src.close()
         target.close()
-
-
-def _drop_snapshots(blob_store: BlobStoreManager, job: JobConfig, snapshots: list[tuple[str, str]]) -> None:
-    """Delete the snapshots (task, index id) no checkpoint refers to any more (local-only ones have no blobs)."""
-    for task, index in snapshots:
-        if index.startswith(_LOCAL_PREFIX):
-            continue
-        backup = StateBackup(blob_store, job.name, job.job_id, task)
-        try:
-            backup.delete_snapshot(index)
-        finally:
-            backup.close()
 
 
 def _iso(ms: int) -> str:

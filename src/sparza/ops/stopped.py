@@ -14,15 +14,19 @@ from dataclasses import dataclass
 
 from sparza.config import Config
 from sparza.config.registry import DefaultKey, find_key
-from sparza.coordination.jobclaim import KEY_RENEW, KEY_TIMEOUT, JobClaim
+from sparza.coordination.jobclaim import KEY_RENEW, KEY_TIMEOUT, ClaimHeldError, JobClaim
 from sparza.engine.checkpoint import CheckpointStore, SupportsJobClaim, checkpoint_store_from_config
 from sparza.engine.jobconfig import JobConfig
-from sparza.errors import ConfigError
+from sparza.errors import ConfigError, SparzaError
 
-__all__ = ["OPERATOR_PROCESSOR", "StoppedJob", "stopped_job"]
+__all__ = ["OPERATOR_PROCESSOR", "JobRunningError", "StoppedJob", "stopped_job"]
 
 OPERATOR_PROCESSOR = "sparza-ops"
 """The processor id an operation holds the claim under (what a refused ``sparza run`` names as the holder)."""
+
+
+class JobRunningError(SparzaError):
+    """A processor holds the job's claim: the operation needs the job stopped."""
 
 
 @dataclass(frozen=True)
@@ -41,8 +45,8 @@ def _int_key(job: JobConfig, name: str) -> int:
 
 @contextlib.contextmanager
 def stopped_job(config: Config) -> Iterator[StoppedJob]:
-    """Take the job's standalone claim for the duration of the block (raises
-    :class:`~sparza.coordination.jobclaim.ClaimHeldError` while a processor runs it)."""
+    """Take the job's standalone claim for the duration of the block (raises :class:`JobRunningError`, naming
+    the processor, while one runs it)."""
     job = JobConfig.from_config(config, require_inputs=False)
     factory = job.coordinator_factory
     if factory != "standalone":
@@ -56,7 +60,14 @@ def stopped_job(config: Config) -> Iterator[StoppedJob]:
     claim = JobClaim(store.claim_backend(), job.job_key, OPERATOR_PROCESSOR,
                      timeout_ms=_int_key(job, KEY_TIMEOUT), renew_interval_ms=_int_key(job, KEY_RENEW),
                      epoch_floor=lambda: max((cp.generation for cp in store.read_all().values()), default=0))
-    claim.acquire()
+    try:
+        claim.acquire()
+    except ClaimHeldError as exc:
+        record = exc.state.record
+        raise JobRunningError(
+            f"job {job.job_key} is running in {record.describe()} ({store.describe()}): stop it first (SIGTERM or "
+            "Ctrl-C, sparza drain, or sparza savepoint create NAME --stop), then run this again; a processor that "
+            f"died releases the job after its claim expires ({KEY_TIMEOUT})") from exc
     try:
         yield StoppedJob(job, store)
     finally:

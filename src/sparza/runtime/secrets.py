@@ -29,14 +29,14 @@ import os
 import threading
 from collections.abc import Mapping
 
-from sparza.config import Config, define_key, is_secret_key
+from sparza.config import STR, Config, define_key, is_secret_key
 from sparza.errors import ConfigError
 
 __all__ = ["SECRETS_REF_KEY", "remember_secrets", "resolve_secrets", "split_secrets"]
 
 SECRETS_REF_KEY = "job.secrets.ref"
-define_key(SECRETS_REF_KEY, None, "Set by sparza in the config it ships to Spark: the name of the per-run secrets file "
-           "distributed with the job (never set it yourself).", "runtime")
+SECRETS_REF = define_key(SECRETS_REF_KEY, None, "Set by sparza in the config it ships to Spark: the name of the "
+                         "per-run secrets file distributed with the job (never set it yourself).", "runtime", kind=STR)
 
 _ENV_CONNECTION = "AZURE_STORAGE_CONNECTION_STRING"
 
@@ -95,7 +95,7 @@ def _load(name: str) -> dict[str, str]:
 
 def resolve_secrets(config: Config) -> Config:
     """``config`` with the secrets of ``job.secrets.ref`` merged back (``config`` itself when it has none)."""
-    name = config.get_str(SECRETS_REF_KEY, None)
+    name = SECRETS_REF.get(config)
     if not name:
         return config
     values = {k: v for k, v in config.items() if k != SECRETS_REF_KEY}

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sparza.config import Config
+from sparza.config.shared import APP_STAGE
 from sparza.errors import SparzaError
 
 __all__ = ["CommittedStores", "StoreRef", "StoreViewError", "TaskSnapshot"]
@@ -84,7 +85,7 @@ class CommittedStores:
         self.config = _load_config(config)
         job = JobConfig.from_config(self.config, require_inputs=False)
         configs = [job.config]
-        if job.app_class is not None and job.config.get_str("app.stage", None) is None:
+        if job.app_class is not None and APP_STAGE.get(job.config) is None:
             from sparza.api import plan_application
 
             configs = [stage.config for stage in plan_application(job.config).stages]
@@ -101,7 +102,7 @@ class CommittedStores:
     def store(self, name: str, *, stage: str | None = None) -> StoreRef:
         """The store called ``name`` (in ``stage``, a job key or an application's stage name, when given)."""
         found = [r for r in self.refs if r.store == name and (stage is None or stage in (
-            r.job_key, r.config.get_str("app.stage", None)))]
+            r.job_key, APP_STAGE.get(r.config)))]
         if not found:
             known = ", ".join(f"{r.store} ({r.job_key})" for r in self.refs) or "none (adjunct stores are copies of "\
                 "their input streams: read the stream)"
@@ -221,11 +222,10 @@ class CommittedStores:
         return self._serde(ref, "msg")
 
     def _serde(self, ref: StoreRef, which: str) -> Any:
-        from sparza.serde import serde_from_name
+        from sparza.state.kv.format import configured_format
 
-        prefix = f"stores.{ref.store}.{which}"
-        return serde_from_name(ref.config.get_str(f"{prefix}.serde", None), key=f"{prefix}.serde",
-                               schema=ref.config.get_str(f"{prefix}.schema", None), config=ref.config)
+        configured = configured_format(ref.store, ref.config)
+        return (configured.key if which == "key" else configured.msg).serde_object()
 
     def parse_key(self, ref: StoreRef, text: str) -> Any:
         """A key typed on a command line, as the store's key serde holds it: text for ``string``, a number for

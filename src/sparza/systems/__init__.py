@@ -15,14 +15,16 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from sparza.config import Config, define_check, define_key
+from sparza.config import STR, Config, define_check, define_key
 from sparza.config.samza import resolve_factory
 from sparza.errors import ConfigError
 from sparza.metrics import MetricsRegistry
 from sparza.streams import IncomingMessageEnvelope, OutgoingMessageEnvelope, SystemStreamPartition
+from sparza.systems.settings import STREAM_INTERMEDIATE
 
 __all__ = [
     "SYSTEM_FACTORIES",
+    "SYSTEM_FACTORY",
     "StreamSpec",
     "SupportsArrowRead",
     "SupportsArrowSend",
@@ -315,10 +317,12 @@ SYSTEM_FACTORIES: dict[str, str] = {
 mapped in :data:`sparza.config.samza.FACTORY_KINDS`)."""
 
 
-define_key("systems.<system>.samza.factory", None,
-           "The system's factory: delta, azureblob, kafka, eventhubs, inmemory (tests in one process), Samza's "
-           "factory class of a system sparza has (e.g. org.apache.samza.system.kafka.KafkaSystemFactory), or a "
-           "dotted Python path.", "sparza.systems")
+SYSTEM_FACTORY = define_key("systems.<system>.samza.factory", None,
+                            "The system's factory: delta, azureblob, kafka, eventhubs, inmemory (tests in one "
+                            "process), Samza's factory class of a system sparza has (e.g. "
+                            "org.apache.samza.system.kafka.KafkaSystemFactory), or a dotted Python path.",
+                            "sparza.systems", kind=STR)
+"""``systems.<system>.samza.factory``."""
 
 
 def _check_factories(config: Config) -> list[ConfigError]:
@@ -371,8 +375,9 @@ def load_object(path: str, key: str = "factory") -> Any:
 
 def get_system_factory(config: Config, system_name: str) -> SystemFactory:
     """The factory configured for ``systems.<system_name>.samza.factory``."""
-    key = f"systems.{system_name}.samza.factory"
-    name = resolve_factory("system", key, config.get_str(key))  # Samza class names → short names
+    key = SYSTEM_FACTORY.name(system=system_name)
+    # Samza class names → short names
+    name = resolve_factory("system", key, SYSTEM_FACTORY.require(config, system=system_name))
     if "." not in name and ":" not in name and name.strip().lower() not in SYSTEM_FACTORIES:
         raise ConfigError(key, name, f"one of {', '.join(sorted(SYSTEM_FACTORIES))} or a dotted Python path "
                                      "(this sparza has no such system)")
@@ -428,7 +433,7 @@ def check_configured_streams(config: Config, known: set[tuple[str, str]] = froze
         if found is None:
             continue
         stream = found
-        if stream and not config.get_bool(f"systems.{system}.streams.{stream}.samza.intermediate", False):
+        if stream and not STREAM_INTERMEDIATE.get(config, system=system, stream=stream):
             described.setdefault((system, stream), key)
     admins: dict[str, Any] = {}
     for pair in sorted(set(declared) | set(described)):

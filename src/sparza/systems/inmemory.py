@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from sparza.config import Config, define_key
+from sparza.config import STR, Config, define_key
 from sparza.errors import SparzaError
 from sparza.metrics import MetricsRegistry
 from sparza.serde import Serde, partition_key_bytes, serialize
@@ -50,9 +50,9 @@ __all__ = [
     "stream_rows",
 ]
 
-define_key("systems.<system>.inmemory.namespace", None,
-           "inmemory systems: the in-process registry the system's streams live in (default: the system name); "
-           "sparza.testing.TestRunner gives each runner its own.", "sparza.systems")
+_NAMESPACE = define_key("systems.<system>.inmemory.namespace", None,
+                        "inmemory systems: the in-process registry the system's streams live in (default: the system "
+                        "name); sparza.testing.TestRunner gives each runner its own.", "sparza.systems", kind=STR)
 
 
 class InMemoryStreamError(SparzaError, ValueError):
@@ -81,7 +81,7 @@ _NAMESPACES: dict[str, dict[str, _Stream]] = {}
 
 
 def _namespace(system: str, config: Config) -> str:
-    return config.get_str(f"systems.{system}.inmemory.namespace", system)
+    return _NAMESPACE.get(config, system=system) or system
 
 
 def _streams(namespace: str) -> dict[str, _Stream]:

@@ -14,11 +14,14 @@ from sparza.config import BOOL, STR, Config, define_key
 from sparza.serde import Serde, load_avro_schema, serde_from_name
 
 __all__ = [
+    "STREAM_BOOTSTRAP",
     "STREAM_BOUNDED",
+    "STREAM_INTERMEDIATE",
     "STREAM_KEY_SCHEMA",
     "STREAM_KEY_SERDE",
     "STREAM_MSG_SCHEMA",
     "STREAM_MSG_SERDE",
+    "STREAM_RESET_OFFSET",
     "SYSTEM_KEY_SERDE",
     "SYSTEM_MSG_SERDE",
     "SystemSettings",
@@ -43,6 +46,16 @@ STREAM_MSG_SCHEMA = define_key("systems.<system>.streams.<stream>.samza.msg.sche
 STREAM_KEY_SCHEMA = define_key("systems.<system>.streams.<stream>.samza.key.schema", None,
                                "Avro schema (JSON text or a file path) of the stream's keys when its key serde is "
                                "avro.", _PKG, kind=STR)
+STREAM_INTERMEDIATE = define_key("systems.<system>.streams.<stream>.samza.intermediate", False,
+                                 "true for a stream between two stages: its partitions carry control messages and "
+                                 "its watermark comes from them (set by the planner).", _PKG, kind=BOOL)
+STREAM_BOOTSTRAP = define_key("systems.<system>.streams.<stream>.samza.bootstrap", False,
+                              "Bootstrap stream: other inputs wait until it reached the offsets seen at start.", _PKG,
+                              kind=BOOL)
+STREAM_RESET_OFFSET = define_key("systems.<system>.streams.<stream>.samza.reset.offset", False,
+                                 "ignore the checkpointed offset at every start: a main input starts at "
+                                 "samza.offset.default (its batches are processed again or skipped); an adjunct "
+                                 "stream rebuilds its store from the oldest offset", _PKG, kind=BOOL)
 STREAM_BOUNDED = define_key("systems.<system>.streams.<stream>.bounded", False,
                             "true: the stream ends at the newest offset seen when the job started (end-of-stream).",
                             _PKG, kind=BOOL)

@@ -11,9 +11,9 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["COMMIT_STEPS", "CONTAINER_FAULTS", "DRAIN_MODES", "DRAIN_SALT", "EXECUTION_MODES", "EXECUTION_SALT",
-           "EXTRA_FAULTS", "FAULTS", "INPUTS", "OPERATORS_SALT", "OUTPUTS", "InputMessage", "Profile", "Scenario",
-           "generate", "operator_config", "scale_scenario"]
+__all__ = ["COMMIT_STEPS", "CONTAINER_FAULTS", "DAYOPS_FAULTS", "DAYOPS_SALT", "DRAIN_MODES", "DRAIN_SALT",
+           "EXECUTION_MODES", "EXECUTION_SALT", "EXTRA_FAULTS", "FAULTS", "INPUTS", "OPERATORS_SALT", "OUTPUTS",
+           "InputMessage", "Profile", "Scenario", "generate", "operator_config", "scale_scenario"]
 
 COMMIT_STEPS = ("after-intent", "after-flush", "after-adjunct", "after-snapshot", "after-checkpoint",
                 "during-cleanup")
@@ -36,7 +36,20 @@ epoch again, and the same run finish with the exact output), and a one-time fail
 container after some of a task's commits there (``task.testing.fail.once.after.commits``): the epoch fails once and
 is retried."""
 
-AFTER_RUN_FAULTS = frozenset({"lost-state", "lost-spark-checkpoint", "replay-spark-batch", "deleted-snapshot",
+DAYOPS_FAULTS = ("savepoint-restore", "rewind-in-place")
+"""Day-two operations between runs (issue 37, :mod:`sparza.ops`), drawn from :data:`DAYOPS_SALT`: a savepoint
+taken and restored over the job itself, or every task that has not ended rewound to its own offsets with the
+state of a savepoint just taken. Both must leave the job exactly where it was (the stores come back from the
+savepoint's copies), so the output stays exact."""
+
+DAYOPS_SALT = 0xDA7_0037
+"""Whether a day-two operation is the second fault comes from ``random.Random(seed ^ DAYOPS_SALT)``, drawn last,
+only with the extras, for low-level task jobs of one processor with no second fault; ``generate(seed,
+dayops=False)`` leaves it out (the seed as it was). It adds no probe chunk: the harness's final run and the check
+of the committed state on a new host (in-process) restore every store after it."""
+
+AFTER_RUN_FAULTS = frozenset({"savepoint-restore", "rewind-in-place",
+                              "lost-state", "lost-spark-checkpoint", "replay-spark-batch", "deleted-snapshot",
                               "purged-snapshot"})
 """Faults applied between runs (the others happen during a run)."""
 
@@ -254,13 +267,14 @@ def _keys(rng: random.Random, count: int, skew: bool) -> tuple[list[str], list[f
 
 def generate(seed: int, *, messages: int | None = None, fault: str | None = None, output: str | None = None,
              input: str | None = None, task_api: str | None = None, extras: bool = True,
-             drain: bool = True, execution: bool = True) -> Scenario:
+             drain: bool = True, execution: bool = True, dayops: bool = True) -> Scenario:
     """The scenario of ``seed``; ``messages`` / ``fault`` / ``output`` / ``input`` / ``task_api`` override the
     drawn values (CI samples, and forcing a kind by hand); ``extras=False`` leaves out the dimensions drawn from
     :data:`EXTRAS_SALT` (the scenario as generated before they existed), ``drain=False`` the drain of
     :data:`DRAIN_SALT` (seeds recorded before it existed), ``execution=False`` the execution mode and container faults
-    of :data:`EXECUTION_SALT`. A forced ``fault`` also keeps the extras generator from replacing it or adding a
-    second one; a forced container fault runs in the container mode."""
+    of :data:`EXECUTION_SALT`, ``dayops=False`` the day-two operations of :data:`DAYOPS_SALT`. A forced ``fault``
+    also keeps the extras generator from replacing it or adding a second one; a forced container fault runs in the
+    container mode."""
     forced_output, forced_input = output, input      # ``output`` is reused below for the drawn value
     rng = random.Random(seed)
     api = rng.choice(["task", "task", "app"])
@@ -351,10 +365,13 @@ def generate(seed: int, *, messages: int | None = None, fault: str | None = None
             _pick_drain(random.Random(seed ^ DRAIN_SALT), scenario)
         if execution:
             _pick_execution(random.Random(seed ^ EXECUTION_SALT), scenario, fault_forced=fault is not None)
+        if dayops and fault is None:
+            _pick_dayops(random.Random(seed ^ DAYOPS_SALT), scenario)
     if scenario.fault in CONTAINER_FAULTS and scenario.execution != "containers":
         scenario.execution = "containers"   # a forced container fault with the execution dimension left out
     if not _fault_fits(scenario.fault, scenario):
         need = ("one processor and no drain" if scenario.fault in CONTAINER_FAULTS else
+                "a low-level task job (not an application) of one processor" if scenario.fault in DAYOPS_FAULTS else
                 "a Kafka input (--input kafka) and no Kafka output or intermediate streams")
         raise ValueError(f"fault {scenario.fault!r} does not fit seed {seed}: it needs {need} ({scenario.describe()})")
     return scenario
@@ -383,6 +400,15 @@ def _pick_extras(rng: random.Random, scenario: Scenario, *, fault_forced: bool) 
         _apply_fault_needs(fault2, scenario)
         scenario.fault2, scenario.fault2_phase = fault2, fault2_phase
     _add_probe_chunk(random.Random(scenario.seed ^ EXTRAS_SALT ^ 1), scenario)
+
+
+def _pick_dayops(rng: random.Random, scenario: Scenario) -> None:
+    """The dimension of :data:`DAYOPS_SALT`: one of :data:`DAYOPS_FAULTS` as the second fault, at a drawn phase."""
+    r_ops, ops, phase = rng.random(), rng.choice(DAYOPS_FAULTS), rng.randrange(scenario.chunks)
+    if r_ops < 0.15 and scenario.fault2 == "none" and scenario.fault not in DAYOPS_FAULTS \
+            and _fault_fits(ops, scenario):
+        _apply_fault_needs(ops, scenario)
+        scenario.fault2, scenario.fault2_phase = ops, phase
 
 
 def _pick_operators(rng: random.Random, scenario: Scenario, *, output_forced: bool) -> None:
@@ -543,6 +569,9 @@ def _fault_fits(fault: str, scenario: Scenario) -> bool:
                 and scenario.intermediate_system != "kafka" and scenario.processors == 1)
     if fault == "second-processor":
         return scenario.processors == 1
+    if fault in DAYOPS_FAULTS:
+        # sparza.ops supports standalone low-level task jobs (no application stages, no adjunct stores).
+        return scenario.api == "task" and scenario.processors == 1
     if fault in CONTAINER_FAULTS:
         # One `sparza run` at a time, ended by itself (a drain has its own ways of ending the run).
         return scenario.execution == "containers" and scenario.processors == 1 and scenario.drain == "none"
@@ -553,8 +582,8 @@ def _apply_fault_needs(fault: str, scenario: Scenario) -> None:
     """What a fault needs of the scenario (as :func:`_pick_fault` does for the first fault)."""
     if fault == "azurite-restart" and scenario.output != "blob":
         scenario.blob_store = "azure"
-    if fault in ("lost-state", "deleted-snapshot", "purged-snapshot"):
-        scenario.backup = True
+    if fault in ("lost-state", "deleted-snapshot", "purged-snapshot", *DAYOPS_FAULTS):
+        scenario.backup = True                # a savepoint copies backed-up snapshots only
     if fault in ("deleted-snapshot", "purged-snapshot") and scenario.api == "task":
         scenario.kind = "count"               # the fault needs a store with snapshots
 
@@ -584,15 +613,16 @@ def _pick_new_kinds(rng: random.Random, scenario: Scenario, output: str | None, 
 def _pick_fault(rng: random.Random, scenario: Scenario, fault: str | None) -> None:
     choices = list(FAULTS)
     chosen = fault if fault is not None else rng.choice(choices)
-    if chosen not in FAULTS + EXTRA_FAULTS + CONTAINER_FAULTS:
-        raise ValueError(f"unknown fault {chosen!r}; known: {', '.join(FAULTS + EXTRA_FAULTS + CONTAINER_FAULTS)}")
+    known = FAULTS + EXTRA_FAULTS + CONTAINER_FAULTS + DAYOPS_FAULTS
+    if chosen not in known:
+        raise ValueError(f"unknown fault {chosen!r}; known: {', '.join(known)}")
     scenario.fault = chosen
     scenario.fault_phase = rng.randrange(scenario.chunks)
     scenario.fail_step = rng.choice(COMMIT_STEPS)
     scenario.fault_delay_s = round(rng.uniform(3.0, 20.0), 1)
     if chosen == "azurite-restart" and scenario.output != "blob":
         scenario.blob_store = "azure"         # the fault needs something on Azure
-    if chosen in ("lost-state", "deleted-snapshot", "purged-snapshot"):
+    if chosen in ("lost-state", "deleted-snapshot", "purged-snapshot", *DAYOPS_FAULTS):
         scenario.backup = True                # without a backup a lost disk loses state by definition
     if chosen in ("deleted-snapshot", "purged-snapshot") and scenario.api == "task":
         scenario.kind = "count"               # the fault needs a store with snapshots

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from sparza.config import Config
-from sparza.engine.jobconfig import JobConfig
+from sparza.config.shared import APP_STAGE
+from sparza.engine.jobconfig import PROCESSOR_ID, JobConfig
 from sparza.errors import ConfigError
 from sparza.runtime.driver.report import RunOutcome
 from sparza.runtime.driver.runner import JobRunner
@@ -72,7 +73,7 @@ def run_config(config: Config, *, master: str | None = None, remote: str | None 
                  f"{', '.join(unused)}")
     target = spark_target(spark) if spark is not None else planned_target(config, master, remote)
     check_deployment(config, target)
-    if job.app_class is not None and config.get_str("app.stage", None) is None:
+    if job.app_class is not None and APP_STAGE.get(config) is None:
         from sparza.runtime.driver.application import run_application
 
         check_application(config)  # each planned stage is checked by run_application, before Spark
@@ -110,7 +111,7 @@ def run(config: Config | Mapping[str, Any] | str | os.PathLike[str], spark: Any 
             cfg = Config(config)
         else:
             cfg = Config.load(config)
-        pid = processor_id or cfg.get_str("processor.id", None) or "0"
+        pid = processor_id or PROCESSOR_ID.get(cfg)
         return run_config(cfg, master=master, remote=remote, spark=spark, processor_id=pid, once=once, stage=stage,
                           drain=drain)
     except Exception as exc:

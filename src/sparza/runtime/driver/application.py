@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from sparza.config import Config
+from sparza.config.shared import JOB_NAME
 from sparza.engine.jobconfig import JobConfig
 from sparza.errors import ConfigError
 from sparza.interrupts import StopOnSignals
@@ -46,7 +47,7 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
     owns_spark = spark is None
     if spark is None:
         spark = build_spark_session(JobConfig.from_config(stages[0].config), master,
-                                    f"sparza-{config.get_str('job.name')}", remote)
+                                    f"sparza-{JOB_NAME.require(config)}", remote)
     try:
         if JobConfig.from_config(stages[0].config).coordinator_factory == "azure":
             from sparza.runtime.driver.coordinated import run_coordinated_stages

@@ -9,7 +9,16 @@ from collections.abc import Callable, Iterable
 
 from sparza.config import Config
 from sparza.engine.checkpoint import checkpoint_store_from_config
-from sparza.engine.drain import DrainRequest, check_standalone, clear_drain, read_drain, source_ssps, write_drain
+from sparza.engine.drain import (
+    DRAIN_MONITOR_ENABLED,
+    DRAIN_MONITOR_INTERVAL_MS,
+    DrainRequest,
+    check_standalone,
+    clear_drain,
+    read_drain,
+    source_ssps,
+    write_drain,
+)
 from sparza.engine.errors import RuntimeStateError
 from sparza.engine.inputs import InputSystems
 from sparza.engine.jobconfig import JobConfig
@@ -84,8 +93,8 @@ class DrainMonitor:
 
     def __init__(self, config: Config, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
-        self.enabled = config.get_bool("job.drain-monitor.enabled", True)
-        self.interval_s = config.get_int("job.drain-monitor.poll.interval.ms", 5000, min_value=0) / 1000.0
+        self.enabled = DRAIN_MONITOR_ENABLED.get(config)
+        self.interval_s = DRAIN_MONITOR_INTERVAL_MS.get(config) / 1000.0
         self._clock = clock
         self._next = float("-inf")
         self.current: DrainRequest | None = None

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sparza.config import define_key
+from sparza.config import BOOL, STR, Choice, Int, define_key
 from sparza.engine.epoch import EpochJob, EpochPlan
 from sparza.engine.errors import JobFailedError, tasks_failed
 from sparza.engine.results import BatchResult, BatchStatus
@@ -52,35 +52,37 @@ _log = logging.getLogger(__name__)
 
 _PKG = "runtime"
 EXECUTION_MODES = ("containers", "batches")
-define_key("job.execution.mode", "containers",
-           "containers: each Spark task is a long-running container that hosts tasks for an epoch, keeps them "
-           "where their state is and processes messages as they arrive; batches: one Spark micro-batch per "
-           "batch (every task moves with Spark's placement).", _PKG)
-define_key("job.container.epoch.ms", "300000",
-           "Container mode: how long an epoch lasts before the containers hand their tasks back (new executors "
-           "are used from the next epoch).", _PKG)
-define_key("job.container.count", None,
-           "Container mode: how many containers (Spark tasks) an epoch runs; default one per executor slot, at "
-           "most one per task.", _PKG)
-define_key("job.host-affinity.enabled", "true",
-           "Container mode: keep each task on the executor whose state dir holds its state (Samza's key); "
-           "false spreads tasks evenly at every epoch.", _PKG)
-define_key("job.container.max.restarts", "3",
-           "Failed epochs (containers) or streaming-query deaths (batches) in a row before the job fails: an executor "
-           "lost, Spark's retries of a task exhausted, a worker that did not connect back; a committed batch resets "
-           "the count.", _PKG)
-define_key("job.container.driver.timeout.ms", None,
-           "Container mode: a container whose driver has been silent this long ends its epoch at the next batch "
-           "boundary (a frozen or cut-off processor stops doing work); default: half of "
-           "job.coordinator.standalone.claim.timeout.ms, at most 10 s.", _PKG)
-define_key("job.container.channel.host", None,
-           "Container mode: the address executors reach the driver's container channel at (default "
-           "spark.driver.host).", _PKG)
+EXECUTION_MODE = define_key("job.execution.mode", "containers",
+                            "containers: each Spark task is a long-running container that hosts tasks for an epoch, "
+                            "keeps them where their state is and processes messages as they arrive; batches: one "
+                            "Spark micro-batch per batch (every task moves with Spark's placement).", _PKG,
+                            kind=Choice(*EXECUTION_MODES))
+EPOCH_MS = define_key("job.container.epoch.ms", 300000,
+                      "Container mode: how long an epoch lasts before the containers hand their tasks back (new "
+                      "executors are used from the next epoch).", _PKG, kind=Int(min_value=1))
+CONTAINER_COUNT = define_key("job.container.count", None,
+                             "Container mode: how many containers (Spark tasks) an epoch runs; default (or 0) one per "
+                             "executor slot, at most one per task.", _PKG, kind=Int(min_value=0))
+HOST_AFFINITY = define_key("job.host-affinity.enabled", True,
+                           "Container mode: keep each task on the executor whose state dir holds its state (Samza's "
+                           "key); false spreads tasks evenly at every epoch.", _PKG, kind=BOOL)
+MAX_RESTARTS = define_key("job.container.max.restarts", 3,
+                          "Failed epochs (containers) or streaming-query deaths (batches) in a row before the job "
+                          "fails: an executor lost, Spark's retries of a task exhausted, a worker that did not connect "
+                          "back; a committed batch resets the count.", _PKG, kind=Int(min_value=0))
+DRIVER_TIMEOUT_MS = define_key("job.container.driver.timeout.ms", None,
+                               "Container mode: a container whose driver has been silent this long ends its epoch at "
+                               "the next batch boundary (a frozen or cut-off processor stops doing work); default: "
+                               "half of job.coordinator.standalone.claim.timeout.ms, at most 10 s.", _PKG,
+                               kind=Int(min_value=100))
+CHANNEL_HOST = define_key("job.container.channel.host", None,
+                          "Container mode: the address executors reach the driver's container channel at (default "
+                          "spark.driver.host).", _PKG, kind=STR)
 
 
 def execution_mode(config: Any) -> str:
     """``containers`` or ``batches`` (``job.execution.mode``)."""
-    return str(config.get_choice("job.execution.mode", EXECUTION_MODES, "containers"))
+    return EXECUTION_MODE.get(config)
 
 
 def check_container_session(spark: Any) -> None:

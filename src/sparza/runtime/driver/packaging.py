@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 
 from sparza.config import Config
+from sparza.config.shared import APP_CLASS, TASK_CLASS
 from sparza.errors import ConfigError
 
 __all__ = ["Package", "build_package", "job_modules"]
@@ -42,8 +43,8 @@ class Package:
 def job_modules(config: Config) -> list[str]:
     """Top-level modules a job's executors import besides sparza: those of ``task.class`` and ``app.class``."""
     names = []
-    for key in ("task.class", "app.class"):
-        path = config.get_str(key, None)
+    for setting in (TASK_CLASS, APP_CLASS):
+        path = setting.get(config)
         if path:
             module = path.partition(":")[0] if ":" in path else path.rpartition(".")[0]
             top = module.split(".")[0]

@@ -30,9 +30,14 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from sparza.config import Config
-from sparza.engine.jobconfig import JobConfig
+from sparza.blobstore.settings import AZURE_CONTAINER, LOCAL_ROOT, MANAGER_FACTORY
+from sparza.config import Config, OptionalKey
+from sparza.config.shared import APP_CLASS, LOGGED_STORE_BASE_DIR, TASK_CLASS
+from sparza.engine.jobconfig import CHECKPOINT_AZURE_CONTAINER, CHECKPOINT_FACTORY, CHECKPOINT_LOCAL_DIR, JobConfig
 from sparza.errors import ConfigError, SparzaError, StartCheckError
+from sparza.state.backup.backup import BACKUP_FACTORIES
+from sparza.systems import SYSTEM_FACTORY
+from sparza.systems.delta.settings import ACCOUNT_NAME as DELTA_ACCOUNT_NAME
 
 __all__ = ["check_application", "check_deployment", "check_executor_imports", "check_job", "check_storage",
            "load_checked", "store_names_asked"]
@@ -121,7 +126,7 @@ def _check_systems(job: JobConfig) -> None:
         except ConfigError:
             raise
         except Exception as exc:
-            raise StartCheckError(key, config.get_str(key), "", message=(
+            raise StartCheckError(key, SYSTEM_FACTORY.raw(config, system=system), "", message=(
                 f"config key '{key}': loading the factory raised {type(exc).__name__}: {exc}")) from exc
     for spec in job.inputs:
         if spec.stream.system not in systems:
@@ -151,10 +156,9 @@ def _check_dir(path: Path, key: str) -> None:
 
 
 def _blob_store_used(config: Config) -> bool:
-    if config.get_str("job.checkpoint.factory", "blobstore").strip().lower() == "blobstore":
+    if CHECKPOINT_FACTORY.get(config) == "blobstore":
         return True
-    return any(k.startswith("stores.") and k.endswith(".backup.factories") and "blobstore" in v
-               for k, v in config.items())
+    return any("blobstore" in BACKUP_FACTORIES.get(config, **names) for names in BACKUP_FACTORIES.find(config))
 
 
 def check_storage(config: Config, *, blob_store: bool = True, local: bool = True) -> None:
@@ -165,8 +169,8 @@ def check_storage(config: Config, *, blob_store: bool = True, local: bool = True
 
     checked: set[str] = set()
 
-    def container(key: str) -> None:
-        name = config.get_str(key, None)
+    def container(setting: OptionalKey[str]) -> None:
+        key, name = setting.key, setting.get(config)
         if not name:
             raise StartCheckError(key, None, "", message=f"config key '{key}' is missing: name the Azure container")
         if name in checked:
@@ -178,20 +182,19 @@ def check_storage(config: Config, *, blob_store: bool = True, local: bool = True
         if local:
             _check_dir(Path(path).absolute(), key)
 
-    checkpoints = config.get_str("job.checkpoint.factory", "blobstore").strip().lower()
+    checkpoints = CHECKPOINT_FACTORY.get(config)
     if (blob_store and _blob_store_used(config)) or checkpoints == "blobstore":
-        factory = config.get_str("blob.store.manager.factory", "local").strip().lower()
-        if factory == "azure":
-            container("blob.store.azure.container")
-        elif factory == "local":
-            directory(config.get_str("blob.store.local.root", ".sparza/blobstore"), "blob.store.local.root")
+        if MANAGER_FACTORY.get(config) == "azure":
+            container(AZURE_CONTAINER)
+        else:
+            directory(LOCAL_ROOT.get(config), LOCAL_ROOT.key)
     if checkpoints == "azure":
-        container("job.checkpoint.azure.container")
+        container(CHECKPOINT_AZURE_CONTAINER)
     elif checkpoints == "local":
-        directory(config.get_str("job.checkpoint.local.dir"), "job.checkpoint.local.dir")
-    state_dir = config.get_str("job.logged.store.base.dir", None)
+        directory(CHECKPOINT_LOCAL_DIR.require(config), CHECKPOINT_LOCAL_DIR.key)
+    state_dir = LOGGED_STORE_BASE_DIR.raw(config)  # only a dir the config names: the default is made on use
     if state_dir and "$" not in state_dir and any(k.startswith("stores.") for k in config):
-        directory(os.path.abspath(state_dir), "job.logged.store.base.dir")  # ${VARS}: differs per executor host
+        directory(os.path.abspath(state_dir), LOGGED_STORE_BASE_DIR.key)  # ${VARS}: differs per executor host
 
 
 def check_job(config: Config) -> None:
@@ -207,8 +210,8 @@ def check_job(config: Config) -> None:
 def check_application(config: Config) -> None:
     """``app.class`` imports and has ``describe(app)``; its stages are checked with :func:`check_job`
     once planned."""
-    path = config.get_str("app.class")
-    target = load_checked(path, "app.class")
+    path = APP_CLASS.require(config)
+    target = load_checked(path, APP_CLASS.key)
     from sparza.api import Application
 
     if not isinstance(target, Application):
@@ -223,13 +226,12 @@ def _is_local_path(value: str) -> bool:
 def _local_paths(config: Config) -> list[tuple[str, str, str]]:
     """``(key, path, fix)`` for every local path of the config that executors read or write."""
     found: list[tuple[str, str, str]] = []
-    checkpoints = config.get_str("job.checkpoint.factory", "blobstore").strip().lower()
-    if (_blob_store_used(config) or checkpoints == "blobstore") and \
-            config.get_str("blob.store.manager.factory", "local").strip().lower() == "local":
-        found.append(("blob.store.local.root", config.get_str("blob.store.local.root", ".sparza/blobstore"),
+    checkpoints = CHECKPOINT_FACTORY.get(config)
+    if (_blob_store_used(config) or checkpoints == "blobstore") and MANAGER_FACTORY.get(config) == "local":
+        found.append((LOCAL_ROOT.key, LOCAL_ROOT.get(config),
                       "use blob.store.manager.factory: azure with blob.store.azure.container"))
     if checkpoints == "local":
-        found.append(("job.checkpoint.local.dir", config.get_str("job.checkpoint.local.dir", ""),
+        found.append((CHECKPOINT_LOCAL_DIR.key, CHECKPOINT_LOCAL_DIR.get(config) or "",
                       "use job.checkpoint.factory: azure (job.checkpoint.azure.container), or blobstore with an "
                       "Azure blob store"))
     for key, value in sorted(config.items()):
@@ -252,15 +254,15 @@ def _looks_like_path(value: str) -> bool:
 
 def _uses_job_account(config: Config) -> bool:
     """Whether something resolves the job-wide Azure account (azure.storage.connect or its fallbacks)."""
-    checkpoints = config.get_str("job.checkpoint.factory", "blobstore").strip().lower()
-    blob_azure = config.get_str("blob.store.manager.factory", "local").strip().lower() == "azure"
+    checkpoints = CHECKPOINT_FACTORY.get(config)
+    blob_azure = MANAGER_FACTORY.get(config) == "azure"
     if checkpoints == "azure" or (blob_azure and (checkpoints == "blobstore" or _blob_store_used(config))):
         return True
     for key, value in config.items():
         if key.startswith("systems.") and key.endswith((".delta.root", ".delta.location")) \
                 and value.startswith(("az://", "abfs")):
             system = key.split(".")[1]
-            if not config.get_str(f"systems.{system}.delta.account.name", None):
+            if not DELTA_ACCOUNT_NAME.get(config, system=system):
                 return True
     return False
 
@@ -274,7 +276,7 @@ def check_deployment(config: Config, target: Any) -> None:
     executors resolve relative ones against their own working dirs); for a job that finds its Azure account
     only through this host's embedded dev storage; for a ``job.py.files`` file that does not exist.
     """
-    from sparza.runtime.driver.session import PY_FILES_KEY, SHARED_FS_KEY, py_files
+    from sparza.runtime.driver.session import PY_FILES_KEY, SHARED_FS, SHARED_FS_KEY, py_files
 
     for path in py_files(config):
         if not os.path.isfile(path):
@@ -283,7 +285,7 @@ def check_deployment(config: Config, target: Any) -> None:
                 "<job.yaml>' or fix the path"))
     if target.local:
         return
-    shared = config.get_bool(SHARED_FS_KEY, False)
+    shared = SHARED_FS.get(config)
     for key, path, fix in _local_paths(config):
         plain = path.removeprefix("file:")
         if not shared:
@@ -313,8 +315,8 @@ _PROBED: weakref.WeakKeyDictionary[Any, set[tuple[str, ...]]] = weakref.WeakKeyD
 
 def _class_modules(config: Config) -> list[str]:
     modules = []
-    for key in ("task.class", "app.class"):
-        path = config.get_str(key, None)
+    for setting in (TASK_CLASS, APP_CLASS):
+        path = setting.get(config)
         if path:
             modules.append(path.partition(":")[0] if ":" in path else path.rpartition(".")[0])
     return modules
@@ -325,7 +327,7 @@ def check_executor_imports(spark: Any, config: Config) -> None:
     imports sparza's executor side and the modules of ``task.class``/``app.class`` where tasks will run.
     Raises :class:`StartCheckError` naming the module, the error and the fix (``job.py.files``), instead
     of every task failing on it. Once per session and set of modules."""
-    from sparza.runtime.driver.session import PY_FILES_KEY, spark_target
+    from sparza.runtime.driver.session import PY_FILES, PY_FILES_KEY, spark_target
 
     target = spark_target(spark)
     if target.local:
@@ -354,8 +356,8 @@ def check_executor_imports(spark: Any, config: Config) -> None:
     rows = spark.range(0, 1, 1, 1).mapInArrow(probe, "problem string").collect()
     problem = next((r["problem"] for r in rows if r["problem"]), "")
     if problem:
-        key = "task.class" if config.get_str("task.class", None) else "app.class"
-        raise StartCheckError(PY_FILES_KEY, config.get_str(PY_FILES_KEY, None), "", message=(
+        key = TASK_CLASS.key if TASK_CLASS.is_set(config) else APP_CLASS.key
+        raise StartCheckError(PY_FILES_KEY, PY_FILES.raw(config), "", message=(
             f"executors on {target.description} cannot import {problem}: ship the code with {PY_FILES_KEY} "
             f"(build it with 'sparza package --config <job.yaml>'; {key} and sparza go in it) or install it on every "
             "executor"))

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparza.deadletters import DEAD_LETTER_STREAM
 from sparza.engine.inputs import InputSystems
 from sparza.engine.jobconfig import JobConfig
 from sparza.engine.results import BatchResult, BatchStatus
@@ -87,7 +88,7 @@ class Discards:
                          "true; set task.dead.letter.stream to keep them.")
         if self.dead_lettered:
             lines.append(f"Messages with data errors went to task.dead.letter.stream "
-                         f"({job.config.get_str('task.dead.letter.stream', '') or 'unset'}), each with its error.")
+                         f"({DEAD_LETTER_STREAM.get(job.config) or 'unset'}), each with its error.")
         if self.ignored:
             lines.append("Exceptions were ignored because task.ignored.exceptions names them.")
         return " ".join(lines)

@@ -22,16 +22,17 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sparza.config import define_key
-from sparza.control.settings import delete_committed_key
+from sparza.config import Int, define_key
+from sparza.control.settings import DELETE_COMMITTED
 from sparza.streams import SystemStreamPartition
 from sparza.systems import SupportsDeleteMessages
 
 __all__ = ["CommittedMessages"]
 
 _PKG = "runtime"
-define_key("job.delete.committed.messages.interval.ms", 60_000,
-           "How often the driver deletes committed messages of intermediate streams (0: after every batch).", _PKG)
+_INTERVAL_MS = define_key("job.delete.committed.messages.interval.ms", 60_000,
+                          "How often the driver deletes committed messages of intermediate streams (0: after every "
+                          "batch).", _PKG, kind=Int(min_value=0))
 
 
 class CommittedMessages:
@@ -41,12 +42,13 @@ class CommittedMessages:
         config = job.config
         self.job = job
         self.streams = {spec.stream for spec in job.inputs
-                        if not spec.broadcast and config.get_bool(delete_committed_key(spec.stream), False)}
+                        if not spec.broadcast and DELETE_COMMITTED.get(config, system=spec.stream.system,
+                                                                       stream=spec.stream.stream)}
         """The input streams whose committed messages go (an application's intermediate streams, by its plan)."""
         self.admins: dict[str, Any] = {system: admin for system, admin in admins.items()
                                        if isinstance(admin, SupportsDeleteMessages)}
         """The admins that can delete messages (each is a full :class:`~sparza.systems.SystemAdmin` too)."""
-        self.interval_s = config.get_int("job.delete.committed.messages.interval.ms", 60_000, min_value=0) / 1000
+        self.interval_s = _INTERVAL_MS.get(config) / 1000
         self._clock = clock
         self._last = clock()  # the first deletion one interval after the start
 

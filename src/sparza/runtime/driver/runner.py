@@ -133,7 +133,7 @@ class JobRunner:
         """
         if not self.claims_job or self._claim is not None:
             return
-        from sparza.coordination.jobclaim import KEY_RENEW, KEY_TIMEOUT, JobClaim
+        from sparza.coordination.jobclaim import CLAIM_RENEW_INTERVAL_MS, CLAIM_TIMEOUT_MS, JobClaim
         from sparza.engine.checkpoint import SupportsJobClaim, checkpoint_store_from_config, stamp_generation
 
         store = checkpoint_store_from_config(self.config, self.job.job_key)
@@ -144,8 +144,8 @@ class JobRunner:
             return max((cp.generation for cp in store.read_all().values()), default=0)
 
         claim = JobClaim(store.claim_backend(), self.job.job_key, self.processor_id,
-                         timeout_ms=self.config.get_int(KEY_TIMEOUT, 30000),
-                         renew_interval_ms=self.config.get_int(KEY_RENEW, 5000), epoch_floor=floor)
+                         timeout_ms=CLAIM_TIMEOUT_MS.get(self.config),
+                         renew_interval_ms=CLAIM_RENEW_INTERVAL_MS.get(self.config), epoch_floor=floor)
         epoch = claim.acquire()
         self._claim = claim
         try:
@@ -462,9 +462,20 @@ class JobRunner:
 
     def _container_query(self, spark: Any, tasks: list[TaskModel]) -> Any:
         """Container mode: the job joins the session's container pool (see :mod:`sparza.runtime.driver.epochs`)."""
+        from sparza.coordination.jobclaim import CLAIM_TIMEOUT_MS
         from sparza.engine.checkpoint import checkpoint_store_from_config
         from sparza.engine.epoch import EpochJob
-        from sparza.runtime.driver.epochs import ContainerPool, ContainerQuery, check_container_session
+        from sparza.runtime.driver.epochs import (
+            CHANNEL_HOST,
+            CONTAINER_COUNT,
+            DRIVER_TIMEOUT_MS,
+            EPOCH_MS,
+            HOST_AFFINITY,
+            MAX_RESTARTS,
+            ContainerPool,
+            ContainerQuery,
+            check_container_session,
+        )
 
         assert self._inputs is not None
         check_container_session(spark)
@@ -489,13 +500,11 @@ class JobRunner:
 
         query = ContainerQuery(
             ContainerPool.of(spark), self.job.job_key, names, epoch_job, self._on_container_results, notice,
-            once=self.once, epoch_ms=cfg.get_int("job.container.epoch.ms", 300_000, min_value=1),
-            affinity=cfg.get_bool("job.host-affinity.enabled", True),
-            count=cfg.get_int("job.container.count", 0, min_value=0) or None,
-            max_restarts=cfg.get_int("job.container.max.restarts", 3, min_value=0),
-            channel_host=cfg.get_str("job.container.channel.host", None), stopping=self._stop.is_set,
-            driver_timeout_ms=cfg.get_int("job.container.driver.timeout.ms", min(
-                10_000, cfg.get_int("job.coordinator.standalone.claim.timeout.ms", 30_000) // 2), min_value=100))
+            once=self.once, epoch_ms=EPOCH_MS.get(cfg), affinity=HOST_AFFINITY.get(cfg),
+            count=CONTAINER_COUNT.get(cfg) or None, max_restarts=MAX_RESTARTS.get(cfg),
+            channel_host=CHANNEL_HOST.get(cfg), stopping=self._stop.is_set,
+            # The default follows the claim timeout it must stay within (half of it, at most 10 s).
+            driver_timeout_ms=DRIVER_TIMEOUT_MS.get(cfg) or min(10_000, CLAIM_TIMEOUT_MS.get(cfg) // 2))
         query.drain_request = self.drain.to_json() if self.drain is not None else None  # pending at the start
         if self._watch is not None:
             self._watch.running(f"the containers of {self.job.job_key}")
@@ -652,7 +661,9 @@ class JobRunner:
             return False
         if self._batches > self._batches_at_restart:
             self._query_restarts = 0
-        limit = self.config.get_int("job.container.max.restarts", 3, min_value=0)
+        from sparza.runtime.driver.epochs import MAX_RESTARTS
+
+        limit = MAX_RESTARTS.get(self.config)
         if self._query_restarts >= limit:
             return False
         self._query_restarts += 1

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sparza.config import Config, define_key
+from sparza.config import BOOL, LIST, STR, Config, define_key
 from sparza.errors import ConfigError
 
 __all__ = ["PY_FILES_KEY", "REMOTE_KEY", "SHARED_FS_KEY", "SparkTarget", "add_py_files", "build_spark_session",
@@ -27,16 +27,20 @@ _PKG = "runtime"
 REMOTE_KEY = "spark.remote"
 PY_FILES_KEY = "job.py.files"
 SHARED_FS_KEY = "job.filesystem.shared"
-define_key(REMOTE_KEY, None, "Spark Connect URL (sc://host:port): run through a Spark Connect session instead of "
-           "building a SparkSession (--remote wins); spark.master must not be set with it.", _PKG)
-define_key(PY_FILES_KEY, None, "Comma list of .zip/.whl/.py files (e.g. built by `sparza package`) added to the "
-           "session so executors import sparza and the job's modules: SparkContext.addPyFile, or "
-           "spark.addArtifacts(pyfile=True) on Spark Connect.", _PKG)
-define_key(SHARED_FS_KEY, "false", "true: the local paths of this config (local blob store, local checkpoints, "
-           "local Delta streams, Avro schema files) are on a file system the driver and every executor share (NFS, a "
-           "dbfs:/ FUSE mount). Without it sparza refuses them on a cluster master or Spark Connect.", _PKG)
-define_key("spark.log.level", "ERROR", "Log level of a SparkSession sparza builds (WARN or lower keeps Spark's log of "
-           "a failed query).", _PKG)
+SPARK_REMOTE = define_key(REMOTE_KEY, None, "Spark Connect URL (sc://host:port): run through a Spark Connect session "
+                          "instead of building a SparkSession (--remote wins); spark.master must not be set with it.",
+                          _PKG, kind=STR)
+PY_FILES = define_key(PY_FILES_KEY, "", "Comma list of .zip/.whl/.py files (e.g. built by `sparza package`) added to "
+                      "the session so executors import sparza and the job's modules: SparkContext.addPyFile, or "
+                      "spark.addArtifacts(pyfile=True) on Spark Connect.", _PKG, kind=LIST)
+SHARED_FS = define_key(SHARED_FS_KEY, False, "true: the local paths of this config (local blob store, local "
+                       "checkpoints, local Delta streams, Avro schema files) are on a file system the driver and every "
+                       "executor share (NFS, a dbfs:/ FUSE mount). Without it sparza refuses them on a cluster master "
+                       "or Spark Connect.", _PKG, kind=BOOL)
+SPARK_MASTER = define_key("spark.master", "local[*]", "The Spark master of a SparkSession sparza builds (--master "
+                          "wins).", _PKG, kind=STR)
+SPARK_LOG_LEVEL = define_key("spark.log.level", "ERROR", "Log level of a SparkSession sparza builds (WARN or lower "
+                             "keeps Spark's log of a failed query).", _PKG, kind=STR)
 
 # Spark's default redaction regex plus the words of sparza's secret keys (is_secret_key): a secret a user puts
 # into a Spark setting (spark.executorEnv.AZURE_STORAGE_CONNECTION_STRING, spark.hadoop.fs.azure.account.key.*)
@@ -65,10 +69,10 @@ def _is_local_master(master: str) -> bool:
 
 def planned_target(config: Config, master: str | None = None, remote: str | None = None) -> SparkTarget:
     """The target a session built from ``config`` (and ``--master``/``--remote``) will have, before it exists."""
-    remote = remote or config.get_str(REMOTE_KEY, None)
+    remote = remote or SPARK_REMOTE.get(config)
     if remote:
         return SparkTarget(f"Spark Connect {remote}", local=False, connect=True)
-    chosen = master or config.get_str("spark.master", None) or "local[*]"
+    chosen = master or SPARK_MASTER.get(config)
     return SparkTarget(chosen, local=_is_local_master(chosen))
 
 
@@ -82,8 +86,7 @@ def spark_target(spark: Any) -> SparkTarget:
 
 def py_files(config: Config) -> list[str]:
     """The files of ``job.py.files`` (absolute paths)."""
-    raw = config.get_str(PY_FILES_KEY, None) or ""
-    return [os.path.abspath(p.strip()) for p in raw.split(",") if p.strip()]
+    return [os.path.abspath(p) for p in PY_FILES.get(config)]
 
 
 _ADDED: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
@@ -118,7 +121,7 @@ def build_spark_session(job: Any, master: str | None, app_name: str, remote: str
     cluster); the retry is exact (see :mod:`sparza.engine.executor`).
     """
     config: Config = job.config
-    remote = remote or config.get_str(REMOTE_KEY, None)
+    remote = remote or SPARK_REMOTE.get(config)
     if remote:
         return _connect_session(job, master, remote, warn or _warn_stderr)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -127,7 +130,7 @@ def build_spark_session(job: Any, master: str | None, app_name: str, remote: str
 
     if job.spark_conf.get("spark.ui.enabled", "false").strip().lower() == "true":
         # Spark's UI binds to SPARK_LOCAL_IP, else to every interface: keep it on loopback unless configured.
-        os.environ.setdefault("SPARK_LOCAL_IP", config.get_str(UI_ADDRESS_KEY, "127.0.0.1"))
+        os.environ.setdefault("SPARK_LOCAL_IP", UI_ADDRESS.get(config))
     chosen = master or job.spark_conf.get("spark.master") or "local[*]"
     if chosen.startswith("local[") and "," not in chosen:
         chosen = chosen[:-1] + ",4]"
@@ -149,7 +152,7 @@ def build_spark_session(job: Any, master: str | None, app_name: str, remote: str
         from sparza.sparkdaemon import DAEMON_MODULE
 
         builder = builder.config("spark.python.daemon.module", DAEMON_MODULE)
-    if (not _is_local_master(chosen) and config.get_bool(SHARED_FS_KEY, False) and not py_files(config)
+    if (not _is_local_master(chosen) and SHARED_FS.get(config) and not py_files(config)
             and "spark.executorEnv.PYTHONPATH" not in job.spark_conf):
         # A file system every host shares (job.filesystem.shared) holds the project at the driver's path too:
         # executors import task classes from the driver's import path. Otherwise the code travels in
@@ -169,7 +172,7 @@ def build_spark_session(job: Any, master: str | None, app_name: str, remote: str
 
     with sigint_kept():  # the caller decides what Ctrl-C does (sparza.interrupts), not PySpark
         spark = builder.getOrCreate()
-    level = config.get_str("spark.log.level", "ERROR")
+    level = SPARK_LOG_LEVEL.get(config)
     spark.sparkContext.setLogLevel(level)
     if level.upper() in ("ERROR", "FATAL", "OFF"):
         _quiet_query_failures(spark)
@@ -177,8 +180,9 @@ def build_spark_session(job: Any, master: str | None, app_name: str, remote: str
 
 
 UI_ADDRESS_KEY = "job.spark.ui.address"
-define_key(UI_ADDRESS_KEY, "127.0.0.1", "The address the Spark UI binds to when spark.ui.enabled is true (given to the "
-           "driver as SPARK_LOCAL_IP unless that is set); 0.0.0.0 for every interface.", "sparza.runtime")
+UI_ADDRESS = define_key(UI_ADDRESS_KEY, "127.0.0.1", "The address the Spark UI binds to when spark.ui.enabled is true "
+                        "(given to the driver as SPARK_LOCAL_IP unless that is set); 0.0.0.0 for every interface.",
+                        "sparza.runtime", kind=STR)
 
 
 def _connect_session(job: Any, master: str | None, remote: str, warn: Callable[[str], None]) -> Any:

@@ -19,7 +19,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from sparza.blobstore.settings import MANAGER_FACTORY
 from sparza.config import Config
+from sparza.engine.jobconfig import CHECKPOINT_FACTORY
 from sparza.metrics import MetricsRegistry
 
 __all__ = ["StorageWatch", "azure_probes"]
@@ -32,11 +34,10 @@ def azure_probes(config: Config) -> dict[str, Probe]:
     """``{what: probe}`` for each Azure container a job's tasks use while running (none for local storage)."""
     from sparza.azure import TIMEOUT_KEY, check_container, resolve_storage_account
     from sparza.runtime.driver.preflight import check_storage
+    from sparza.systems.azureblob.settings import ACCOUNT_KEYS as AZUREBLOB_ACCOUNT
 
     probes: dict[str, Probe] = {}
-    checkpoints = config.get_str("job.checkpoint.factory", "blobstore").strip().lower()
-    blob_store = config.get_str("blob.store.manager.factory", "local").strip().lower()
-    if blob_store == "azure" or checkpoints == "azure":
+    if MANAGER_FACTORY.get(config) == "azure" or CHECKPOINT_FACTORY.get(config) == "azure":
         def stores(timeout_s: float) -> None:
             check_storage(Config({**dict(config.items()), TIMEOUT_KEY: str(max(1, int(timeout_s * 1000)))}),
                           local=False)
@@ -49,7 +50,7 @@ def azure_probes(config: Config) -> dict[str, Probe]:
             system = parts[1]
 
             def output(timeout_s: float, system: str = system) -> None:
-                account = resolve_storage_account(config, prefix=f"systems.{system}.azureblob.")
+                account = resolve_storage_account(config, AZUREBLOB_ACCOUNT, names={"container": system})
                 check_container(account, system, f"systems.{system}.samza.factory", timeout_s)
 
             probes[f"the Azure blob output '{system}'"] = output

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sparza.config import Config
+from sparza.deadletters import DROP_DESERIALIZATION
 from sparza.errors import SerdeError
 from sparza.serde import Serde
 from sparza.state.adjunct.extractor import DefaultKeyValueExtractor, KeyValueExtractor
@@ -108,7 +109,7 @@ class StoreBuilder:
         """Messages skipped in this process: already applied, no key from the extractor, or dropped."""
         self.dropped = 0
         """Messages dropped because they did not deserialize (``task.drop.deserialization.errors``)."""
-        self._drop_bad = bool(config.get_bool("task.drop.deserialization.errors", False))
+        self._drop_bad = DROP_DESERIALIZATION.get(config)
         self._key_serde, self._msg_serde = store_serdes(config, spec.name)
         self._pending: dict[int, dict[bytes, bytes | None]] = {}
         """Buffered writes per version (a partition past its marker writes the next version)."""

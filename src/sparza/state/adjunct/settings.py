@@ -12,9 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparza.config import Config, define_check, define_key
+from sparza.config import BOOL, STR, Config, define_check, define_key
+from sparza.config.shared import APP_CLASS, APP_STAGE, TASK_BROADCAST_INPUTS, TASK_INPUTS
 from sparza.errors import ConfigError
+from sparza.state.backup.backup import BACKUP_FACTORIES
+from sparza.state.kv.factory import STORE_FACTORY
 from sparza.streams import SystemStream, SystemStreamPartition, parse_input_list
+from sparza.systems.settings import STREAM_BOOTSTRAP, STREAM_RESET_OFFSET
 
 __all__ = ["DEFAULT_BUILDER_TASK", "AdjunctConfig", "AdjunctStoreSpec", "container_store_dir"]
 
@@ -22,26 +26,23 @@ _PKG = "sparza.state.adjunct"
 DEFAULT_BUILDER_TASK = "Partition 0"
 """The task that builds and publishes broadcast stores unless ``adstore.builder.task`` says otherwise."""
 
-define_key("stores.<store>.adstore.input", None,
-           "system.stream whose messages fill this read-only store (one stream per store); never delivered "
-           "to the task", _PKG)
-define_key("stores.<store>.adstore.key.value.extractor.factory", None,
-           "dotted path of a KeyValueExtractorFactory (default: the envelope's key and message; an extractor "
-           "may project or transform, and returns key None to skip a message)", _PKG)
-define_key("stores.<store>.adstore.manager.factory", None,
-           "dotted path of an AdjunctStoreManagerFactory replacing the built-in store manager", _PKG)
-define_key("stores.<store>.adstore.versioned", "false",
-           "true: the stream delivers versions of a bounded dataset separated by end-of-dataset markers; "
-           "the store serves the last complete version", _PKG)
-define_key("stores.<store>.adstore.builder.task", DEFAULT_BUILDER_TASK,
-           "broadcast stores: the task that applies the stream and publishes snapshots", _PKG)
-define_key("systems.<system>.streams.<stream>.samza.reset.offset", "false",
-           "ignore the checkpointed offset at every start: a main input starts at samza.offset.default (its "
-           "batches are processed again or skipped); an adjunct stream rebuilds its store from the oldest offset",
-           _PKG)
-define_key("job.container.store.base.dir", None,
-           "host-local dir shared by the tasks of one host for broadcast store snapshots "
-           "(default <job.logged.store.base.dir>/<job.name>-<job.id>/_container)", _PKG)
+ADSTORE_INPUT = define_key("stores.<store>.adstore.input", None,
+                           "system.stream whose messages fill this read-only store (one stream per store); never "
+                           "delivered to the task", _PKG, kind=STR)
+_EXTRACTOR = define_key("stores.<store>.adstore.key.value.extractor.factory", None,
+                        "dotted path of a KeyValueExtractorFactory (default: the envelope's key and message; an "
+                        "extractor may project or transform, and returns key None to skip a message)", _PKG, kind=STR)
+_MANAGER = define_key("stores.<store>.adstore.manager.factory", None,
+                      "dotted path of an AdjunctStoreManagerFactory replacing the built-in store manager", _PKG,
+                      kind=STR)
+_VERSIONED = define_key("stores.<store>.adstore.versioned", False,
+                        "true: the stream delivers versions of a bounded dataset separated by end-of-dataset "
+                        "markers; the store serves the last complete version", _PKG, kind=BOOL)
+_BUILDER_TASK = define_key("stores.<store>.adstore.builder.task", DEFAULT_BUILDER_TASK,
+                           "broadcast stores: the task that applies the stream and publishes snapshots", _PKG, kind=STR)
+_CONTAINER_DIR = define_key("job.container.store.base.dir", None,
+                            "host-local dir shared by the tasks of one host for broadcast store snapshots "
+                            "(default <job.logged.store.base.dir>/<job.name>-<job.id>/_container)", _PKG, kind=STR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +73,6 @@ class AdjunctStoreSpec:
         return not self.broadcast or task_name == self.builder_task
 
 
-def _flag(config: Config, key: str) -> bool:
-    return bool(config.get_bool(key, False))
-
-
 @dataclass(frozen=True)
 class AdjunctConfig:
     """The adjunct stores of a job and the streams bound to them. Cheap and pure: rebuild it anywhere."""
@@ -86,16 +83,11 @@ class AdjunctConfig:
     def from_config(cls, config: Mapping[str, str]) -> AdjunctConfig:
         """Parse every ``stores.<store>.adstore.input``; bad or inconsistent values raise ConfigError."""
         cfg = Config.of(config)
-        main = {stream for stream, _ in parse_input_list("task.inputs", cfg.get_list("task.inputs", []))}
+        main = {stream for stream, _ in parse_input_list(TASK_INPUTS.key, list(TASK_INPUTS.get(cfg) or ()))}
         broadcast: dict[SystemStream, list[int]] = {}
-        for stream, parts in parse_input_list("task.broadcast.inputs", cfg.get_list("task.broadcast.inputs", [])):
+        for stream, parts in parse_input_list(TASK_BROADCAST_INPUTS.key, list(TASK_BROADCAST_INPUTS.get(cfg))):
             broadcast.setdefault(stream, []).extend(parts or [])
-        specs: list[AdjunctStoreSpec] = []
-        for key in sorted(cfg):
-            if not (key.startswith("stores.") and key.endswith(".adstore.input")):
-                continue
-            name = key[len("stores."):-len(".adstore.input")]
-            specs.append(_parse_store(cfg, name, key, main, broadcast))
+        specs = [_parse_store(cfg, names["store"], main, broadcast) for names in ADSTORE_INPUT.find(cfg)]
         return cls(tuple(specs))
 
     # --- questions the runtime asks ------------------------------------------------------------
@@ -140,9 +132,10 @@ class AdjunctConfig:
         return not specs or any(s.is_builder(task_name) for s in specs)
 
 
-def _parse_store(cfg: Config, name: str, key: str, main: set[SystemStream],
+def _parse_store(cfg: Config, name: str, main: set[SystemStream],
                  broadcast: dict[SystemStream, list[int]]) -> AdjunctStoreSpec:
-    raw = cfg.get_str(key)
+    key = ADSTORE_INPUT.name(store=name)
+    raw = ADSTORE_INPUT.require(cfg, store=name)
     if "," in raw:
         raise ConfigError(key, raw, "exactly one system.stream (an adjunct store is bound to one stream)")
     try:
@@ -156,40 +149,41 @@ def _parse_store(cfg: Config, name: str, key: str, main: set[SystemStream],
         raise ConfigError(key, raw, f"a job input: add {raw} to task.inputs (partitioned store, one per task) "
                                     f"or {raw}#[0-N] to task.broadcast.inputs (one shared copy)")
     prefix = f"stores.{name}."
-    stream_prefix = f"systems.{stream.system}.streams.{stream.stream}."
-    factory = cfg.get_str(prefix + "factory", "rocksdb").strip().lower()
-    backups = [b.strip().lower() for b in cfg.get_list(prefix + "backup.factories", [])]
-    if cfg.get_str(prefix + "changelog", None):
-        raise ConfigError(prefix + "changelog", cfg.get_str(prefix + "changelog"),
+    on_stream = {"system": stream.system, "stream": stream.stream}
+    factory = STORE_FACTORY.get(cfg, store=name)
+    backups = [b.lower() for b in BACKUP_FACTORIES.get(cfg, store=name)]
+    changelog = cfg.get(prefix + "changelog", "").strip()  # a Samza key sparza does not use: refused here
+    if changelog:
+        raise ConfigError(prefix + "changelog", changelog,
                           "nothing: an adjunct store is rebuilt from its input stream, it has no changelog")
     if is_broadcast and factory == "memory":
-        raise ConfigError(prefix + "factory", factory, "rocksdb: a broadcast store is shared as RocksDB snapshots")
+        raise ConfigError(STORE_FACTORY.name(store=name), factory, "rocksdb: a broadcast store is shared as RocksDB "
+                                                                   "snapshots")
     return AdjunctStoreSpec(
         name=name,
         stream=stream,
         broadcast=is_broadcast,
         broadcast_partitions=tuple(sorted(set(broadcast.get(stream, [])))),
-        bootstrap=_flag(cfg, stream_prefix + "samza.bootstrap"),
-        reset_offset=_flag(cfg, stream_prefix + "samza.reset.offset"),
+        bootstrap=STREAM_BOOTSTRAP.get(cfg, **on_stream),
+        reset_offset=STREAM_RESET_OFFSET.get(cfg, **on_stream),
         persistent=factory != "memory",
         backed_up=factory != "memory" and (is_broadcast or "blobstore" in backups),
-        versioned=_flag(cfg, prefix + "adstore.versioned"),
-        extractor_factory=cfg.get_str(prefix + "adstore.key.value.extractor.factory", None),
-        manager_factory=cfg.get_str(prefix + "adstore.manager.factory", None),
-        builder_task=cfg.get_str(prefix + "adstore.builder.task", DEFAULT_BUILDER_TASK),
+        versioned=_VERSIONED.get(cfg, store=name),
+        extractor_factory=_EXTRACTOR.get(cfg, store=name),
+        manager_factory=_MANAGER.get(cfg, store=name),
+        builder_task=_BUILDER_TASK.get(cfg, store=name),
     )
 
 
 def container_store_dir(config: Mapping[str, str], base_dir: str | Path) -> Path:
     """The host-local directory shared by every task on this host (``job.container.store.base.dir``)."""
-    cfg = Config.of(config)
-    explicit = cfg.get_str("job.container.store.base.dir", None)
+    explicit = _CONTAINER_DIR.get(config)
     return Path(explicit) if explicit else Path(base_dir) / "_container"
 
 
 def _check_stores(config: Config) -> object:
     """The adjunct stores of a job config parse (``sparza config check``, the start of ``sparza run``)."""
-    if config.get_str("app.class", None) is None or config.get_str("app.stage", None) is not None:
+    if APP_CLASS.get(config) is None or APP_STAGE.get(config) is not None:
         return AdjunctConfig.from_config(config)
     # An application's inputs (and so where its adjunct streams belong) come from its graph: each
     # planned stage is checked when it starts, not the application's own config.

@@ -19,20 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from sparza.config import Config
-from sparza.serde import Serde, serde_from_name
+from sparza.serde import Serde
 from sparza.state.kv import KeyValueStore, open_store, safe_dir_name, store_dir
+from sparza.state.kv.format import configured_format
 
 __all__ = ["MARKER_FILE", "StoreMarker", "StoreSlot", "open_raw_store", "store_serdes"]
 
 
 def store_serdes(config: Config, store_name: str) -> tuple[Serde, Serde]:
     """The key and value serdes configured for ``stores.<store_name>`` (as ``open_store`` reads them)."""
-    prefix = f"stores.{store_name}."
-    key = serde_from_name(config.get_str(prefix + "key.serde", None), key=prefix + "key.serde",
-                          schema=config.get_str(prefix + "key.schema", None), config=config)
-    msg = serde_from_name(config.get_str(prefix + "msg.serde", None), key=prefix + "msg.serde",
-                          schema=config.get_str(prefix + "msg.schema", None), config=config)
-    return key, msg
+    configured = configured_format(store_name, config)
+    return configured.key.serde_object(), configured.msg.serde_object()
 
 
 def open_raw_store(store_name: str, config: Config, task_name: str, base_dir: str | Path,

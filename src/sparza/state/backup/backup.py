@@ -41,7 +41,8 @@ from sparza.blobstore.api import (
     Metadata,
     system_clock_ms,
 )
-from sparza.config import Config, define_check, define_key
+from sparza.config import LIST, ByteSize, Int, define_check, define_key
+from sparza.config.shared import JOB_ID, JOB_NAME
 from sparza.metrics import MetricsRegistry
 from sparza.state.backup.diff import SNAPSHOT_MARKER, are_same_dir, dir_diff
 from sparza.state.backup.errors import ChecksumMismatchError, SnapshotUnavailableError
@@ -50,6 +51,7 @@ from sparza.state.backup.metrics import BackupMetrics, RestoreMetrics
 from sparza.state.backup.transfer import SnapshotTransfer, fsync_dir
 
 __all__ = [
+    "BACKUP_FACTORIES",
     "INDEX_CACHE_ENTRIES",
     "CleanupResult",
     "RestoreResult",
@@ -62,10 +64,13 @@ __all__ = [
 ]
 
 _PKG = "sparza.state.backup"
-define_key("blob.store.transfer.threads", 4, "parallel file uploads/downloads per task backup or restore", _PKG)
-define_key("blob.store.file.chunk.size", "128MB", "files bigger than this are uploaded as several blobs", _PKG)
-define_key("stores.<store>.backup.factories", "", "blobstore: back the store up to the blob store at every commit "
-           "(SEP-003); empty: local only.", _PKG)
+_TRANSFER_THREADS = define_key("blob.store.transfer.threads", 4, "parallel file uploads/downloads per task backup or "
+                               "restore", _PKG, kind=Int(min_value=1))
+_CHUNK_SIZE = define_key("blob.store.file.chunk.size", "128MB", "files bigger than this are uploaded as several blobs",
+                         _PKG, kind=ByteSize(min_value=1 << 20))
+BACKUP_FACTORIES = define_key("stores.<store>.backup.factories", "", "blobstore: back the store up to the blob store "
+                              "at every commit (SEP-003); empty: local only.", _PKG, kind=LIST)
+"""``stores.<store>.backup.factories``."""
 
 log = logging.getLogger(__name__)
 PROGRESS_MIN_FILES = 8
@@ -184,9 +189,10 @@ class StateBackup:
                     metrics: MetricsRegistry | None = None, progress: bool | None = None) -> StateBackup:
         """A backup for ``task_name`` with ``job.name``, ``job.id``, ``blob.store.transfer.threads`` and
         ``blob.store.file.chunk.size`` from ``config``."""
-        cfg = Config.of(config)
-        return cls(blob_store, cfg.get_str("job.name", "job"), cfg.get_str("job.id", "1"), task_name,
-                   threads=_threads(cfg), chunk_size=_chunk_size(cfg), metrics=metrics, progress=progress)
+        # "job": a backup used as a library, outside any job (tools, tests), still names its blobs' owner.
+        return cls(blob_store, JOB_NAME.get(config) or "job", JOB_ID.get(config), task_name,
+                   threads=_TRANSFER_THREADS.get(config), chunk_size=_CHUNK_SIZE.get(config), metrics=metrics,
+                   progress=progress)
 
     def _meta(self, store_name: str, path: str, size: int = -1) -> Metadata:
         return Metadata(path, size, self.job_name, self.job_id, self.task_name, store_name)
@@ -523,20 +529,11 @@ class StateBackup:
         self.close()
 
 
-def _threads(cfg: Config) -> int:
-    return int(cfg.get_int("blob.store.transfer.threads", 4, min_value=1))
-
-
-def _chunk_size(cfg: Config) -> int:
-    return int(cfg.get_bytes("blob.store.file.chunk.size", 128 << 20, min_value=1 << 20))
-
-
 def check_backup_config(config: Mapping[str, str]) -> None:
     """Raise :class:`~sparza.errors.ConfigError` when ``blob.store.transfer.threads`` or
     ``blob.store.file.chunk.size`` is out of range (checked before anything runs)."""
-    cfg = config if isinstance(config, Config) else Config(config)
-    _threads(cfg)
-    _chunk_size(cfg)
+    _TRANSFER_THREADS.get(config)
+    _CHUNK_SIZE.get(config)
 
 
 define_check(_PKG, check_backup_config)

@@ -10,7 +10,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from sparza.config import Config, define_check, define_key
+from sparza.config import Choice, Config, define_check, define_key
+from sparza.config.shared import LOGGED_STORE_BASE_DIR
 from sparza.errors import ConfigError
 from sparza.state.kv.api import KeyValueStore, SerdeStore
 from sparza.state.kv.format import configured_format, declared_migration, read_format
@@ -18,13 +19,13 @@ from sparza.state.kv.memory import InMemoryStore
 from sparza.state.kv.migration import reconcile
 from sparza.state.kv.rocksdb import RocksDbStore
 
-__all__ = ["STORE_FACTORIES", "open_store", "safe_dir_name", "store_dir"]
+__all__ = ["STORE_FACTORIES", "STORE_FACTORY", "open_store", "safe_dir_name", "store_dir"]
 
 _PKG = "sparza.state.kv"
 STORE_FACTORIES = ("rocksdb", "memory")
 
-define_key("stores.<store>.factory", "rocksdb", "store engine: rocksdb or memory (or Samza's RocksDb / InMemory "
-           "KeyValueStorageEngineFactory)", _PKG)
+STORE_FACTORY = define_key("stores.<store>.factory", "rocksdb", "store engine: rocksdb or memory (or Samza's "
+                           "RocksDb / InMemory KeyValueStorageEngineFactory)", _PKG, kind=Choice(*STORE_FACTORIES))
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -47,7 +48,7 @@ def check_store_config(store_name: str, config: Mapping[str, str]) -> None:
     ``sparza config check`` and the start checks of ``sparza run`` ask before Spark starts."""
     cfg = config if isinstance(config, Config) else Config(config)
     prefix = f"stores.{store_name}."
-    cfg.get_choice(prefix + "factory", STORE_FACTORIES, "rocksdb")
+    STORE_FACTORY.get(cfg, store=store_name)
     configured_format(store_name, cfg)
     declared_migration(store_name, cfg)
     from sparza.state.kv.rocksdb import rocksdb_options
@@ -78,7 +79,7 @@ def open_store(store_name: str, config: Mapping[str, str], task_name: str, base_
     """
     cfg = Config.of(config)
     prefix = f"stores.{store_name}."
-    factory = cfg.get_choice(prefix + "factory", STORE_FACTORIES, "rocksdb")
+    factory = STORE_FACTORY.get(cfg, store=store_name)
     configured = configured_format(store_name, cfg)
     declared = declared_migration(store_name, cfg)
     key_serde, msg_serde = configured.key.serde_object(), configured.msg.serde_object()
@@ -92,7 +93,7 @@ def open_store(store_name: str, config: Mapping[str, str], task_name: str, base_
         record_in = None
     else:
         if base_dir is None:
-            raise ConfigError("job.logged.store.base.dir", None, "a local dir for RocksDB stores")
+            raise ConfigError(LOGGED_STORE_BASE_DIR.key, None, "a local dir for RocksDB stores")
         options = dict(cfg.subset(prefix + "rocksdb"))
         # Unknown option names are reported with their full key.
         from sparza.state.kv.rocksdb import rocksdb_options

@@ -50,7 +50,7 @@ from sparza.systems.azureblob.errors import (
 from sparza.systems.azureblob.metadata import load_metadata_generator
 from sparza.systems.azureblob.metrics import AzureBlobMetrics
 from sparza.systems.azureblob.naming import BlobKey, Transaction
-from sparza.systems.azureblob.settings import AzureBlobSettings
+from sparza.systems.azureblob.settings import ACCOUNT_KEYS, AzureBlobSettings
 from sparza.systems.azureblob.upload import BlobUpload, BufferBudget, PreparedBlob, UploadContext, wait_all
 from sparza.systems.azureblob.uploader import UploadPool
 from sparza.systems.azureblob.writer import BlobWriter, ProducerIdentity
@@ -73,7 +73,7 @@ def partition_segment(envelope: OutgoingMessageEnvelope) -> str | None:
     return None
 
 
-def _account_name(service_client: Any, config: Config, prefix: str) -> str | None:
+def _account_name(service_client: Any, config: Config, system: str) -> str | None:
     """The storage account's name, for Samza's metric group ``<account>_<system>`` (None when the config
     names none: ``start`` then fails with the reason)."""
     if service_client is not None:
@@ -82,7 +82,7 @@ def _account_name(service_client: Any, config: Config, prefix: str) -> str | Non
     from sparza.errors import ConfigError
 
     try:
-        return resolve_storage_account(config, prefix=prefix).account_name
+        return resolve_storage_account(config, ACCOUNT_KEYS, names={"container": system}).account_name
     except ConfigError:
         return None
 
@@ -141,7 +141,7 @@ class AzureBlobSystemProducer:
         self.identity = ProducerIdentity()
         self._started = False
         self._stopped = False
-        self._account = _account_name(service_client, self.config, self.settings.prefix)
+        self._account = _account_name(service_client, self.config, self.system)
         self._system_metrics = AzureBlobMetrics(self.registry, system_name, None, self._account)
         self.budget = BufferBudget(self.settings.max_buffered_bytes)
 
@@ -170,7 +170,7 @@ class AzureBlobSystemProducer:
         if client is None:
             from sparza.azure import resolve_storage_account
 
-            account = resolve_storage_account(self.config, prefix=self.settings.prefix)
+            account = resolve_storage_account(self.config, ACCOUNT_KEYS, names={"container": self.system})
             client = account.blob_service_client()
         request_timeout_s = max(self.settings.flush_timeout_ms, self.settings.close_timeout_ms) / 1000.0
         storage = BlobStorage(client, self.system, request_timeout_s=request_timeout_s)

@@ -121,8 +121,9 @@ class SinkOptions:
     def storage(self) -> BlobStorage:
         """A client for the container (driver side)."""
         from sparza.azure import resolve_storage_account
+        from sparza.systems.azureblob.settings import ACCOUNT_KEYS
 
-        account = resolve_storage_account(Config(self.config), prefix=f"systems.{self.container}.azureblob.")
+        account = resolve_storage_account(self.config, ACCOUNT_KEYS, names={"container": self.container})
         return BlobStorage(account.blob_service_client(), self.container)
 
 
@@ -291,8 +292,9 @@ class _WriterBase:
     def __init__(self, options: SinkOptions, schema: Any) -> None:
         self.options = options
         cfg = options.producer_config(None)
-        self.writer_format = cfg.get_choice(f"systems.{options.container}.azureblob.writer.format",
-                                            ("avro", "jsonl", "raw"), "avro")
+        from sparza.systems.azureblob.settings import WRITER_FORMAT
+
+        self.writer_format = WRITER_FORMAT.get(cfg, container=options.container)
         self.avro_schema = avro_schema_for(schema) if self.writer_format == "avro" else None
         if self.writer_format == "raw" and "value" not in schema.fieldNames():
             raise ConfigError("writer.format", "raw", "a DataFrame with a binary or string column 'value'")

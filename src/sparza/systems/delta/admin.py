@@ -90,7 +90,7 @@ class DeltaSystemAdmin:
             **spec.properties,
         }
         if location.is_remote:
-            ensure_container(self.settings.config, f"systems.{self.system_name}.delta.", location.uri)
+            ensure_container(self.settings.config, self.system_name, location.uri)
         with storage_errors(location.uri):
             exists = DeltaTable.is_deltatable(location.uri, storage_options=location.storage_options)
         if exists:

@@ -10,42 +10,53 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparza.config import Config, define_key
+from sparza.azure.resolve import AccountKeys
+from sparza.config import DURATION_MS, LIST, STR, Choice, Config, Int, define_key
 from sparza.errors import ConfigError
 from sparza.systems.settings import SystemSettings
 
-__all__ = ["DeltaSystemSettings", "StreamLocation"]
+__all__ = ["ACCOUNT_KEYS", "ACCOUNT_NAME", "COMMIT_RETRIES", "LOCATION", "LOG_RETENTION", "ROOT", "TABLE_KEY",
+           "TABLE_MESSAGE_KEY_COLUMN", "TABLE_MODE", "TABLE_PARTITION_BY", "TABLE_SCHEMA", "TABLE_TIMESTAMP_COLUMN",
+           "DeltaSystemSettings", "StreamLocation"]
 
 _PKG = "systems.delta"
-define_key("systems.<system>.delta.root", None,
-           "Where a delta system keeps its stream tables: a directory or az://container/prefix; "
-           "stream x lives at <root>/x.", _PKG)
-define_key("systems.<system>.streams.<stream>.delta.location", None,
-           "The stream's own table location (a directory or az://container/path), instead of <root>/<stream>.",
-           _PKG)
-define_key("systems.<system>.streams.<stream>.delta.table.schema", None,
-           "Makes the stream a typed table with these columns: 'name type [not null], ...', a Delta schema "
-           "JSON or an Avro record (text or file path). See docs/tables.md.", _PKG)
-define_key("systems.<system>.streams.<stream>.delta.table.mode", None,
-           "append (every message a new row) or upsert (merge the latest row per key; None deletes); "
-           "setting it alone makes a typed table whose columns come from the avro msg schema.", _PKG)
-define_key("systems.<system>.streams.<stream>.delta.table.key", None,
-           "Comma list of the key columns of an upsert table (rows are merged on them).", _PKG)
-define_key("systems.<system>.streams.<stream>.delta.table.partition.by", None,
-           "Comma list of columns the typed table is partitioned by (Delta partition columns).", _PKG)
-define_key("systems.<system>.streams.<stream>.delta.table.timestamp.column", None,
-           "Column that gets the message's event time when the message has no value for it.", _PKG)
-define_key("systems.<system>.streams.<stream>.delta.table.message.key.column", None,
-           "Column that gets the message key when the message has no value for it.", _PKG)
-define_key("systems.<system>.delta.commit.retries", 100,
-           "How often a producer retries a Delta commit that lost a race with another writer.", _PKG)
-define_key("systems.<system>.delta.log.retention", "30d",
-           "How long commits (and so offsets) stay readable: the table's delta.logRetentionDuration.", _PKG)
-define_key("systems.<system>.delta.account.name", None,
-           "Storage account for az:// locations (else azure.storage.connect or dev storage).", _PKG)
-define_key("systems.<system>.delta.account.key", None, "Key of that storage account (secret).", _PKG)
-define_key("systems.<system>.delta.endpoint", None,
-           "Blob endpoint of that storage account (Azurite, sovereign clouds).", _PKG)
+_S = "systems.<system>.streams.<stream>."
+ROOT = define_key("systems.<system>.delta.root", None,
+                  "Where a delta system keeps its stream tables: a directory or az://container/prefix; "
+                  "stream x lives at <root>/x.", _PKG, kind=STR)
+LOCATION = define_key(_S + "delta.location", None,
+                      "The stream's own table location (a directory or az://container/path), instead of "
+                      "<root>/<stream>.", _PKG, kind=STR)
+TABLE_SCHEMA = define_key(_S + "delta.table.schema", None,
+                          "Makes the stream a typed table with these columns: 'name type [not null], ...', a Delta "
+                          "schema JSON or an Avro record (text or file path). See docs/tables.md.", _PKG, kind=STR)
+TABLE_MODE = define_key(_S + "delta.table.mode", None,
+                        "append (every message a new row) or upsert (merge the latest row per key; None deletes); "
+                        "setting it alone makes a typed table whose columns come from the avro msg schema.", _PKG,
+                        kind=Choice("append", "upsert"))
+TABLE_KEY = define_key(_S + "delta.table.key", "", "Comma list of the key columns of an upsert table (rows are "
+                       "merged on them).", _PKG, kind=LIST)
+TABLE_PARTITION_BY = define_key(_S + "delta.table.partition.by", "", "Comma list of columns the typed table is "
+                                "partitioned by (Delta partition columns).", _PKG, kind=LIST)
+TABLE_TIMESTAMP_COLUMN = define_key(_S + "delta.table.timestamp.column", None, "Column that gets the message's event "
+                                    "time when the message has no value for it.", _PKG, kind=STR)
+TABLE_MESSAGE_KEY_COLUMN = define_key(_S + "delta.table.message.key.column", None, "Column that gets the message key "
+                                      "when the message has no value for it.", _PKG, kind=STR)
+COMMIT_RETRIES = define_key("systems.<system>.delta.commit.retries", 100,
+                            "How often a producer retries a Delta commit that lost a race with another writer.", _PKG,
+                            kind=Int(min_value=0))
+LOG_RETENTION = define_key("systems.<system>.delta.log.retention", "30d",
+                           "How long commits (and so offsets) stay readable: the table's delta.logRetentionDuration.",
+                           _PKG, kind=DURATION_MS)
+ACCOUNT_NAME = define_key("systems.<system>.delta.account.name", None,
+                          "Storage account for az:// locations (else azure.storage.connect or dev storage).", _PKG,
+                          kind=STR)
+ACCOUNT_KEY = define_key("systems.<system>.delta.account.key", None, "Key of that storage account (secret).", _PKG,
+                         kind=STR)
+ENDPOINT = define_key("systems.<system>.delta.endpoint", None,
+                      "Blob endpoint of that storage account (Azurite, sovereign clouds).", _PKG, kind=STR)
+ACCOUNT_KEYS = AccountKeys(ACCOUNT_NAME, ACCOUNT_KEY, ENDPOINT)
+"""The keys naming a delta system's storage account (``names={"system": system}``)."""
 
 
 @dataclass(frozen=True)
@@ -125,16 +136,16 @@ class DeltaSystemSettings(SystemSettings):
 
     def location_uri(self, stream: str) -> str:
         """The table URI of ``stream``: its own location or ``<root>/<stream>``; local paths made absolute."""
-        explicit = self.config.get_str(self.stream_key(stream, "delta.location"), None)
+        explicit = LOCATION.get(self.config, system=self.system, stream=stream)
         if explicit:
-            uri = explicit.strip()
+            uri = explicit
         else:
-            root = self.config.get_str(self._prefix + "delta.root", None)
+            root = ROOT.get(self.config, system=self.system)
             if not root:
-                raise ConfigError(self._prefix + "delta.root", None,
+                raise ConfigError(ROOT.name(system=self.system), None,
                                   f"a directory or az://container/prefix for the tables of system {self.system!r} "
                                   f"(or set {self.stream_key(stream, 'delta.location')})")
-            uri = _join(root.strip(), stream)
+            uri = _join(root, stream)
         if "://" not in uri:
             uri = os.path.abspath(os.path.expanduser(uri))
         return uri.rstrip("/") if "://" in uri else uri
@@ -148,7 +159,8 @@ class DeltaSystemSettings(SystemSettings):
             if uri.startswith(("az://", "abfs://", "abfss://", "azure://")):
                 from sparza.azure import resolve_storage_account
 
-                options = resolve_storage_account(self.config, prefix=self._prefix + "delta.").delta_storage_options()
+                options = resolve_storage_account(self.config, ACCOUNT_KEYS,
+                                                  names={"system": self.system}).delta_storage_options()
                 if "azure_storage_endpoint" in options:
                     # delta-rs 1.6: use_emulator forces 127.0.0.1:10000 and overrides the endpoint's port.
                     options.pop("use_emulator", None)
@@ -159,10 +171,10 @@ class DeltaSystemSettings(SystemSettings):
     @property
     def commit_retries(self) -> int:
         """``systems.<s>.delta.commit.retries``."""
-        return int(self.config.get_int(self._prefix + "delta.commit.retries", 100, min_value=0))
+        return COMMIT_RETRIES.get(self.config, system=self.system)
 
     @property
     def log_retention(self) -> str:
         """``delta.logRetentionDuration`` for new tables, from ``systems.<s>.delta.log.retention``."""
-        ms = int(self.config.get_duration_ms(self._prefix + "delta.log.retention", 30 * 86_400_000))
+        ms = LOG_RETENTION.get(self.config, system=self.system)
         return f"interval {max(ms // 1000, 1)} seconds"

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from sparza.errors import StorageUnavailableError
 from sparza.systems.delta.errors import StreamNotFoundError
-from sparza.systems.delta.settings import StreamLocation
+from sparza.systems.delta.settings import ACCOUNT_KEYS, StreamLocation
 
 __all__ = ["ensure_container", "open_table", "storage_errors"]
 
@@ -36,14 +36,14 @@ def storage_errors(uri: str) -> Iterator[None]:
         raise
 
 
-def ensure_container(config: object, prefix: str, uri: str) -> None:
+def ensure_container(config: Mapping[str, str], system: str, uri: str) -> None:
     """Create the blob container of an ``az://container/...`` URI if it does not exist yet."""
     from azure.core.exceptions import ResourceExistsError, ServiceRequestError
 
     from sparza.azure import resolve_storage_account
 
     container = uri.split("://", 1)[1].split("/", 1)[0]
-    account = resolve_storage_account(config, prefix=prefix)  # type: ignore[arg-type]
+    account = resolve_storage_account(config, ACCOUNT_KEYS, names={"system": system})
     try:
         account.blob_service_client(retry_total=2).create_container(container)
     except ResourceExistsError:

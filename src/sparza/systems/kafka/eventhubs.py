@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from sparza.config import Config, define_key
+from sparza.config import LIST, STR, Config, OptionalKey, define_key
 from sparza.errors import ConfigError
 from sparza.metrics import MetricsRegistry
 from sparza.systems.kafka.admin import KafkaSystemAdmin
@@ -35,39 +35,50 @@ from sparza.systems.kafka.producer import KafkaSystemProducer
 __all__ = ["EventHubsSystemFactory", "eventhubs_kafka_config", "eventhubs_librdkafka_settings"]
 
 _PKG = "systems.eventhubs"
-define_key("systems.<system>.stream.list", None, "Event Hubs: the stream ids of the system (comma separated).", _PKG)
-define_key("streams.<stream>.eventhubs.namespace", None,
-           "Event Hubs namespace of the stream (<namespace>.servicebus.windows.net).", _PKG)
-define_key("streams.<stream>.eventhubs.entitypath", None, "The event hub of the stream (its Kafka topic).", _PKG)
-define_key("sensitive.streams.<stream>.eventhubs.sas.keyname", None, "Name of the SAS policy (secret).", _PKG)
-define_key("sensitive.streams.<stream>.eventhubs.sas.token", None, "Key of the SAS policy (secret).", _PKG)
-define_key("streams.<stream>.eventhubs.consumer.group", "$Default",
-           "Event Hubs consumer group (the Kafka group input offsets are committed to, for monitoring).", _PKG)
-define_key("systems.<system>.eventhubs.connection.string", None,
-           "A namespace or event hub connection string (secret), instead of namespace + SAS keys.", _PKG)
+_STREAM_LIST = define_key("systems.<system>.stream.list", None, "Event Hubs: the stream ids of the system (comma "
+                          "separated; default: every stream with eventhubs keys under the system).", _PKG, kind=LIST)
+_CONNECTION = define_key("systems.<system>.eventhubs.connection.string", None,
+                         "A namespace or event hub connection string (secret), instead of namespace + SAS keys.", _PKG,
+                         kind=STR)
+_SCOPED = "systems.<system>.streams.<stream>.eventhubs."
+
+
+def _stream_key(suffix: str, meaning: str) -> OptionalKey[str]:
+    """Samza's ``streams.<x>.eventhubs.<suffix>``, read after the system-scoped spelling
+    ``systems.<s>.streams.<x>.eventhubs.<suffix>`` (the more specific one wins)."""
+    top = define_key(f"streams.<stream>.eventhubs.{suffix}", None, meaning, _PKG, kind=STR)
+    return define_key(_SCOPED + suffix, None, f"System-scoped spelling of streams.<stream>.eventhubs.{suffix} (wins "
+                      "when both are set).", _PKG, kind=STR, fallback=top)
+
+
+def _sas_key(suffix: str, meaning: str) -> OptionalKey[str]:
+    """The system-scoped spelling, else ``sensitive.streams.<x>.eventhubs.<suffix>``, else Samza's plain one."""
+    plain = define_key(f"streams.<stream>.eventhubs.{suffix}", None, f"{meaning} without the sensitive. prefix.",
+                       _PKG, kind=STR)
+    sensitive = define_key(f"sensitive.streams.<stream>.eventhubs.{suffix}", None, f"{meaning} (secret).", _PKG,
+                           kind=STR, fallback=plain)
+    return define_key(_SCOPED + suffix, None, f"System-scoped spelling of sensitive.streams.<stream>.eventhubs."
+                      f"{suffix} (wins when both are set).", _PKG, kind=STR, fallback=sensitive)
+
+
+_NAMESPACE = _stream_key("namespace", "Event Hubs namespace of the stream (<namespace>.servicebus.windows.net).")
+_ENTITY_PATH = _stream_key("entitypath", "The event hub of the stream (its Kafka topic).")
+_CONSUMER_GROUP = define_key(_SCOPED + "consumer.group", None, "System-scoped spelling of "
+                             "streams.<stream>.eventhubs.consumer.group (wins when both are set).", _PKG, kind=STR,
+                             fallback=define_key("streams.<stream>.eventhubs.consumer.group", "$Default",
+                                                 "Event Hubs consumer group (the Kafka group input offsets are "
+                                                 "committed to, for monitoring).", _PKG, kind=STR))
+_SAS_KEYNAME = _sas_key("sas.keyname", "Name of the SAS policy")
+_SAS_TOKEN = _sas_key("sas.token", "Key of the SAS policy")
 
 _ENDPOINT = re.compile(r"(?:^|;)\s*Endpoint\s*=\s*sb://(?P<host>[^/;]+)/?", re.IGNORECASE)
 _ENTITY = re.compile(r"(?:^|;)\s*EntityPath\s*=\s*(?P<path>[^;]+)", re.IGNORECASE)
 
 
-def _stream_value(config: Config, system: str, stream: str, suffix: str, *, sensitive: bool = False) -> str | None:
-    """A stream key in Samza's top-level form (``[sensitive.]streams.<x>.eventhubs.<suffix>``) or
-    system-scoped (``systems.<s>.streams.<x>.eventhubs.<suffix>``)."""
-    keys = [f"{'sensitive.' if sensitive else ''}streams.{stream}.eventhubs.{suffix}",
-            f"systems.{system}.streams.{stream}.eventhubs.{suffix}"]
-    if sensitive:
-        keys.append(f"streams.{stream}.eventhubs.{suffix}")
-    for key in keys:
-        value = config.get_str(key, None)
-        if value is not None and str(value).strip():
-            return str(value).strip()
-    return None
-
-
 def _streams(config: Config, system: str) -> list[str]:
-    listed = config.get_list(f"systems.{system}.stream.list", None)
+    listed = _STREAM_LIST.get(config, system=system)
     if listed:
-        return [s.strip() for s in listed if s.strip()]
+        return list(listed)
     # Without stream.list: every stream that has Event Hubs keys under the system.
     prefix = f"systems.{system}.streams."
     return sorted({k[len(prefix):].split(".eventhubs.")[0] for k in config if k.startswith(prefix)
@@ -77,17 +88,17 @@ def _streams(config: Config, system: str) -> list[str]:
 def eventhubs_librdkafka_settings(config: Config, system: str) -> dict[str, str]:
     """The librdkafka settings (bootstrap, SASL) for Event Hubs system ``system``; ConfigError names
     the key to fix when a namespace or credential is missing or streams disagree."""
-    conn_key = f"systems.{system}.eventhubs.connection.string"
-    connection = config.get_str(conn_key, None)
+    conn_key = _CONNECTION.name(system=system)
+    connection = _CONNECTION.get(config, system=system)
     streams = _streams(config, system)
     namespaces: dict[str, str] = {}
     credentials: dict[str, tuple[str, str]] = {}
     for stream in streams:
-        ns = _stream_value(config, system, stream, "namespace")
+        ns = _NAMESPACE.get(config, system=system, stream=stream)
         if ns is not None:
             namespaces[stream] = ns
-        keyname = _stream_value(config, system, stream, "sas.keyname", sensitive=True)
-        token = _stream_value(config, system, stream, "sas.token", sensitive=True)
+        keyname = _SAS_KEYNAME.get(config, system=system, stream=stream)
+        token = _SAS_TOKEN.get(config, system=system, stream=stream)
         if (keyname is None) != (token is None):
             missing = "sas.token" if token is None else "sas.keyname"
             raise ConfigError(f"sensitive.streams.{stream}.eventhubs.{missing}", None,
@@ -101,10 +112,10 @@ def eventhubs_librdkafka_settings(config: Config, system: str) -> dict[str, str]
             raise ConfigError(conn_key, connection, "an Event Hubs connection string 'Endpoint=sb://<namespace>"
                               ".servicebus.windows.net/;SharedAccessKeyName=...;SharedAccessKey=...'", secret=True)
         host = match.group("host")
-        password = connection.strip()
+        password = connection
     else:
         if len(set(namespaces.values())) > 1:
-            raise ConfigError(f"systems.{system}.stream.list", ",".join(streams),
+            raise ConfigError(_STREAM_LIST.name(system=system), ",".join(streams),
                               "streams of one Event Hubs namespace (found "
                               f"{sorted(set(namespaces.values()))}): define one system per namespace")
         if not namespaces:
@@ -138,15 +149,14 @@ def eventhubs_kafka_config(config: Config, system: str) -> Config:
             extra.setdefault(f"systems.{system}.{role}.{key}", value)
     groups: set[str] = set()
     for stream in _streams(config, system):
-        entity = _stream_value(config, system, stream, "entitypath")
-        connection = config.get_str(f"systems.{system}.eventhubs.connection.string", None)
+        entity = _ENTITY_PATH.get(config, system=system, stream=stream)
+        connection = _CONNECTION.get(config, system=system)
         if entity is None and connection:
             match = _ENTITY.search(connection)
             entity = match.group("path").strip() if match else None
         if entity is not None:
             extra[f"systems.{system}.streams.{stream}.samza.physical.name"] = entity
-        group = _stream_value(config, system, stream, "consumer.group")
-        groups.add(group or "$Default")
+        groups.add(_CONSUMER_GROUP.get(config, system=system, stream=stream))
     if len(groups) > 1:
         raise ConfigError(f"systems.{system}.stream.list", ",".join(_streams(config, system)),
                           f"one consumer group for the streams of a system (found {sorted(groups)})")

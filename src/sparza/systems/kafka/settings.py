@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparza.config import define_key, is_secret_key
+from sparza.config import BOOL, DURATION_MS, INT, STR, Choice, define_key, is_secret_key
+from sparza.config.shared import JOB_ID, JOB_NAME
 from sparza.errors import ConfigError
 from sparza.systems.settings import SystemSettings
 
@@ -19,36 +20,42 @@ __all__ = ["CONTROL_PRODUCER_HEADER", "CONTROL_TYPE_HEADER", "TIMESTAMP_HEADER",
            "redact_conf"]
 
 _PKG = "systems.kafka"
-define_key("systems.<system>.consumer.bootstrap.servers", None,
-           "Kafka brokers (host:port,...) the system reads from (and writes to, without producer.bootstrap.servers).",
-           _PKG)
-define_key("systems.<system>.producer.bootstrap.servers", None,
-           "Kafka brokers the system writes to (default: consumer.bootstrap.servers).", _PKG)
-define_key("systems.<system>.consumer.*", None,
-           "Any librdkafka consumer setting, passed as is (isolation.level defaults to read_committed).", _PKG)
-define_key("systems.<system>.producer.*", None, "Any librdkafka producer setting, passed as is.", _PKG)
-define_key("systems.<system>.kafka.transactions.topic", "sparza-transactions",
-           "One-partition topic whose consumer-group offsets record each task's last committed output "
-           "transaction (created when missing; holds no records).", _PKG)
-define_key("systems.<system>.kafka.read.timeout.ms", "60s",
-           "How long a read waits for the messages of a planned offset range before it fails.", _PKG)
-define_key("systems.<system>.kafka.request.timeout.ms", "30s",
-           "Timeout of admin requests and transaction operations (metadata, offsets, commit).", _PKG)
-define_key("systems.<system>.kafka.monitoring.group.commit", "true",
-           "Also commit each read's start offset to consumer group <job.name>-<job.id> (or consumer.group.id) "
-           "so Kafka lag tools work; monitoring only, never read back.", _PKG)
-define_key("systems.<system>.streams.<stream>.samza.physical.name", None,
-           "The Kafka topic of stream <stream> (default: the stream name); Samza's "
-           "streams.<stream>.samza.physical.name is accepted too.", _PKG)
-define_key("streams.<stream>.samza.physical.name", None,
-           "Samza's spelling of the Kafka topic of stream <stream> (systems.<s>.streams.<stream>.samza.physical.name "
-           "wins when both are set).", _PKG)
-define_key("systems.<system>.kafka.end.offsets.verify", "auto",
-           "Read past each partition's reported end to find its real end: true, false, or auto (only on a Tansu "
-           "broker, cluster id tansu*, whose high watermark after a multi-record batch is that batch's base offset "
-           "+ 1, which would hide the batch's other records).", _PKG)
-define_key("systems.<system>.default.stream.replication.factor", "-1",
-           "Replication factor of topics sparza creates (-1: the broker's default).", _PKG)
+_CONSUMER_SERVERS = define_key("systems.<system>.consumer.bootstrap.servers", None,
+                               "Kafka brokers (host:port,...) the system reads from (and writes to, without "
+                               "producer.bootstrap.servers).", _PKG, kind=STR)
+_PRODUCER_SERVERS = define_key("systems.<system>.producer.bootstrap.servers", None,
+                               "Kafka brokers the system writes to (default: consumer.bootstrap.servers).", _PKG,
+                               kind=STR, fallback=_CONSUMER_SERVERS)
+_CONSUMER = define_key("systems.<system>.consumer.*", None,
+                       "Any librdkafka consumer setting, passed as is (isolation.level defaults to read_committed).",
+                       _PKG)
+_PRODUCER = define_key("systems.<system>.producer.*", None, "Any librdkafka producer setting, passed as is.", _PKG)
+_TRANSACTIONS_TOPIC = define_key("systems.<system>.kafka.transactions.topic", "sparza-transactions",
+                                 "One-partition topic whose consumer-group offsets record each task's last committed "
+                                 "output transaction (created when missing; holds no records).", _PKG, kind=STR)
+_READ_TIMEOUT = define_key("systems.<system>.kafka.read.timeout.ms", "60s",
+                           "How long a read waits for the messages of a planned offset range before it fails.", _PKG,
+                           kind=DURATION_MS)
+_REQUEST_TIMEOUT = define_key("systems.<system>.kafka.request.timeout.ms", "30s",
+                              "Timeout of admin requests and transaction operations (metadata, offsets, commit).",
+                              _PKG, kind=DURATION_MS)
+_MONITORING_COMMIT = define_key("systems.<system>.kafka.monitoring.group.commit", True,
+                                "Also commit each read's start offset to consumer group <job.name>-<job.id> (or "
+                                "consumer.group.id) so Kafka lag tools work; monitoring only, never read back.", _PKG,
+                                kind=BOOL)
+_SAMZA_TOPIC = define_key("streams.<stream>.samza.physical.name", None,
+                          "Samza's spelling of the Kafka topic of stream <stream> "
+                          "(systems.<s>.streams.<stream>.samza.physical.name wins when both are set).", _PKG, kind=STR)
+_TOPIC = define_key("systems.<system>.streams.<stream>.samza.physical.name", None,
+                    "The Kafka topic of stream <stream> (default: the stream name); Samza's "
+                    "streams.<stream>.samza.physical.name is accepted too.", _PKG, kind=STR, fallback=_SAMZA_TOPIC)
+_VERIFY_END = define_key("systems.<system>.kafka.end.offsets.verify", "auto",
+                         "Read past each partition's reported end to find its real end: true, false, or auto (only on "
+                         "a Tansu broker, cluster id tansu*, whose high watermark after a multi-record batch is that "
+                         "batch's base offset + 1, which would hide the batch's other records).", _PKG,
+                         kind=Choice("true", "false", "auto"))
+_REPLICATION = define_key("systems.<system>.default.stream.replication.factor", -1,
+                          "Replication factor of topics sparza creates (-1: the broker's default).", _PKG, kind=INT)
 
 CONTROL_TYPE_HEADER = "sparza.type"
 """Header carrying the MessageType byte of control messages (watermark 1, end-of-stream 2); absent for user data."""
@@ -75,25 +82,21 @@ class KafkaSystemSettings(SystemSettings):
     def topic(self, stream: str) -> str:
         """The Kafka topic of ``stream``: its physical name (system-scoped or Samza's top-level
         ``streams.<x>.samza.physical.name``), else the stream name itself."""
-        for key in (self.stream_key(stream, "samza.physical.name"), f"streams.{stream}.samza.physical.name"):
-            value = self.config.get_str(key, None)
-            if value and value.strip():
-                return str(value.strip())
-        return stream
+        return _TOPIC.get(self.config, system=self.system, stream=stream) or stream
 
     # --- librdkafka settings -------------------------------------------------------------------
     def _passthrough(self, role: str) -> dict[str, str]:
-        sub = self.config.subset(f"{self._prefix}{role}.")
+        sub = (_CONSUMER if role == "consumer" else _PRODUCER).subset(self.config, system=self.system)
         return {k: v for k, v in sub.items() if k not in _NOT_LIBRDKAFKA}
 
     def bootstrap_servers(self, role: str = "consumer") -> str:
         """The brokers for ``role`` (consumer or producer); each falls back to the other."""
-        other = "producer" if role == "consumer" else "consumer"
-        for r in (role, other):
-            value = self.config.get_str(f"{self._prefix}{r}.bootstrap.servers", None)
-            if value and value.strip():
-                return str(value.strip())
-        raise ConfigError(f"{self._prefix}consumer.bootstrap.servers", None,
+        first, second = (_CONSUMER_SERVERS, _PRODUCER_SERVERS) if role == "consumer" else \
+            (_PRODUCER_SERVERS, _CONSUMER_SERVERS)
+        value = first.get(self.config, system=self.system) or second.get(self.config, system=self.system)
+        if value:
+            return value
+        raise ConfigError(_CONSUMER_SERVERS.name(system=self.system), None,
                           f"the Kafka brokers (host:port,...) of system {self.system!r} "
                           "(for a local broker run 'sparza dev-kafka start')")
 
@@ -135,31 +138,31 @@ class KafkaSystemSettings(SystemSettings):
     def monitoring_group(self) -> str:
         """The consumer group input offsets are committed to: ``consumer.group.id``, else
         ``<job.name>-<job.id>``, else ``sparza``."""
-        explicit = self.config.get_str(f"{self._prefix}consumer.group.id", None)
+        explicit = self._passthrough("consumer").get("group.id", "").strip()
         if explicit:
-            return str(explicit)
-        name = self.config.get_str("job.name", None)
-        return f"{name}-{self.config.get_str('job.id', '1')}" if name else "sparza"
+            return explicit
+        name = JOB_NAME.get(self.config)
+        return f"{name}-{JOB_ID.get(self.config)}" if name else "sparza"
 
     @property
     def commit_monitoring_offsets(self) -> bool:
         """``systems.<s>.kafka.monitoring.group.commit``."""
-        return bool(self.config.get_bool(self._prefix + "kafka.monitoring.group.commit", True))
+        return _MONITORING_COMMIT.get(self.config, system=self.system)
 
     @property
     def transactions_topic(self) -> str:
         """``systems.<s>.kafka.transactions.topic``."""
-        return str(self.config.get_str(self._prefix + "kafka.transactions.topic", "sparza-transactions")).strip()
+        return _TRANSACTIONS_TOPIC.get(self.config, system=self.system)
 
     @property
     def read_timeout_s(self) -> float:
         """``systems.<s>.kafka.read.timeout.ms`` in seconds."""
-        return int(self.config.get_duration_ms(self._prefix + "kafka.read.timeout.ms", 60_000)) / 1000.0
+        return _READ_TIMEOUT.get(self.config, system=self.system) / 1000.0
 
     @property
     def request_timeout_s(self) -> float:
         """``systems.<s>.kafka.request.timeout.ms`` in seconds."""
-        return int(self.config.get_duration_ms(self._prefix + "kafka.request.timeout.ms", 30_000)) / 1000.0
+        return _REQUEST_TIMEOUT.get(self.config, system=self.system) / 1000.0
 
     def check(self) -> None:
         """Raise :class:`ConfigError` for the first setting that cannot work: sparza's own keys, then every
@@ -190,16 +193,11 @@ class KafkaSystemSettings(SystemSettings):
     @property
     def verify_end_offsets(self) -> bool | None:
         """``systems.<s>.kafka.end.offsets.verify``: True, False, or None for auto (decided by the broker)."""
-        key = self._prefix + "kafka.end.offsets.verify"
-        value = str(self.config.get_str(key, "auto")).strip().lower()
-        if value == "auto":
-            return None
-        if value in ("true", "false"):
-            return value == "true"
-        raise ConfigError(key, value, "true, false or auto")
+        value = _VERIFY_END.get(self.config, system=self.system)
+        return None if value == "auto" else value == "true"
 
     @property
     def replication_factor(self) -> int:
         """``systems.<s>.default.stream.replication.factor`` (-1: the broker's default)."""
-        return int(self.config.get_int(self._prefix + "default.stream.replication.factor", -1))
+        return _REPLICATION.get(self.config, system=self.system)
 

@@ -27,6 +27,8 @@ a restart drops its in-memory tasks, stores and producers):
 ``kafka-restart``       the input's records vanish mid-run (a broker that lost its data) and are produced
                         again with the same offsets; a run after must finish exactly
 ``container-retry``     as ``fail-once``, after the scenario's ``fail_after`` commits (a failure mid-epoch)
+``savepoint-restore``   the stopped job's savepoint taken and restored over it (:mod:`~.dayops`)
+``rewind-in-place``     the stopped job's tasks rewound to their own offsets with a savepoint's state
 ======================  =================================================================================
 
 The container faults need Spark's Python workers, so here they run as far as they can: ``container-kill`` (a
@@ -63,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from sparza.clock import ManualClock
+from sparza.state.backup.backup import BACKUP_FACTORIES
 from sparza.testing.harness.check import judge
 from sparza.testing.harness.damage import (
     SavedBlob,
@@ -71,11 +74,12 @@ from sparza.testing.harness.damage import (
     save_local_blob,
     tombstone_committed_snapshots,
 )
+from sparza.testing.harness.dayops import day_two_operation
 from sparza.testing.harness.jobconfig import LATE_STREAM, PROFILES_STREAM, job_config, profile_partition
 from sparza.testing.harness.outcome import Outcome, RunRecord
 from sparza.testing.harness.phases import plan_phase, run_phase
 from sparza.testing.oracle import Record
-from sparza.testing.scenario import AFTER_RUN_FAULTS, COMMIT_STEPS, Scenario
+from sparza.testing.scenario import AFTER_RUN_FAULTS, COMMIT_STEPS, DAYOPS_FAULTS, Scenario
 
 __all__ = ["INPROCESS_SALT", "InProcessDraws", "InProcessJob", "draw", "inprocess_config", "run_inprocess_scenario"]
 
@@ -475,6 +479,9 @@ def _damage(job: InProcessJob, outcome: Outcome, fault: str, label: str) -> None
         job.restart(keep_plan=False)
         outcome.notes.append(f"purged-snapshot: purged {len(job.purged)} committed snapshot blobs and the local "
                              "state")
+    elif fault in DAYOPS_FAULTS:
+        job.restart(crashed=False, keep_plan=False)   # a stopped job: claim released, re-planned from checkpoints
+        outcome.notes.append(day_two_operation(fault, job.runner.config, label))
     elif fault != "none":
         raise ValueError(f"unknown fault {fault!r}")
 
@@ -523,7 +530,7 @@ def check_committed_state(job: InProcessJob, outcome: Outcome) -> None:
     finally:
         manager.close()
     for ref in stores.refs:
-        backed_up = "blobstore" in ref.config.get_str(f"stores.{ref.store}.backup.factories", "").lower()
+        backed_up = "blobstore" in BACKUP_FACTORIES.get(ref.config, store=ref.store)
         if not backed_up:
             continue
         for snapshot in stores.snapshots(ref):

@@ -39,6 +39,7 @@ from sparza.testing.harness.damage import (
     save_local_blob,
     tombstone_committed_snapshots,
 )
+from sparza.testing.harness.dayops import day_two_operation
 from sparza.testing.harness.jobconfig import job_config, profile_partition
 from sparza.testing.harness.outcome import Outcome, RunRecord
 from sparza.testing.harness.phases import plan_phase, run_phase
@@ -52,7 +53,7 @@ from sparza.testing.oracle import (
     read_kafka_records,
     read_table_rows,
 )
-from sparza.testing.scenario import AFTER_RUN_FAULTS, Scenario
+from sparza.testing.scenario import AFTER_RUN_FAULTS, DAYOPS_FAULTS, Scenario
 
 __all__ = ["COORDINATION", "RUN_TIMEOUT_S", "SRC_DIR", "SparkJob", "SparkStartFailure", "check", "log_tail",
            "run_spark_scenario", "start_azurite", "start_kafka"]
@@ -694,6 +695,8 @@ def _damage(job: SparkJob, outcome: Outcome, fault: str, label: str) -> None:
         marked = tombstone_committed_snapshots(job.config)
         shutil.rmtree(state, ignore_errors=True)        # and a new host: restore must use them
         outcome.notes.append(f"deleted-snapshot: marked {marked} committed snapshot blobs deleted")
+    elif fault in DAYOPS_FAULTS:
+        outcome.notes.append(day_two_operation(fault, job.config, label))
     elif fault != "none":
         raise ValueError(f"unknown fault {fault!r}")
 

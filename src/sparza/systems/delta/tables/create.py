@@ -46,7 +46,7 @@ def ensure_table(location: StreamLocation, spec: TableSpec, *, config: Any = Non
     from deltalake import DeltaTable, Field, Schema
 
     if location.is_remote and config is not None:
-        ensure_container(config, f"systems.{system}.delta.", location.uri)
+        ensure_container(config, system, location.uri)
     with storage_errors(location.uri):
         exists = DeltaTable.is_deltatable(location.uri, storage_options=location.storage_options)
     if not exists:

@@ -10,6 +10,14 @@ import pyarrow as pa
 from sparza.errors import ConfigError
 from sparza.serde import AvroSerde
 from sparza.systems.delta.errors import TableError
+from sparza.systems.delta.settings import (
+    TABLE_KEY,
+    TABLE_MESSAGE_KEY_COLUMN,
+    TABLE_MODE,
+    TABLE_PARTITION_BY,
+    TABLE_SCHEMA,
+    TABLE_TIMESTAMP_COLUMN,
+)
 from sparza.systems.delta.tables.columns import avro_to_arrow, parse_schema
 
 __all__ = ["KEY_PROPERTY", "MODES", "MODE_PROPERTY", "TableSpec", "table_spec_from_config"]
@@ -60,11 +68,10 @@ class TableSpec:
 
 def table_spec_from_config(settings: Any, stream: str) -> TableSpec | None:
     """The :class:`TableSpec` of ``stream`` from its ``delta.table.*`` keys (None: a plain stream)."""
-    config = settings.config
-    schema_key = settings.stream_key(stream, "delta.table.schema")
-    mode_key = settings.stream_key(stream, "delta.table.mode")
-    schema_text = config.get_str(schema_key, None)
-    mode = config.get_choice(mode_key, MODES, None)
+    config, names = settings.config, {"system": settings.system, "stream": stream}
+    schema_key, mode_key = TABLE_SCHEMA.name(**names), TABLE_MODE.name(**names)
+    schema_text = TABLE_SCHEMA.get(config, **names)
+    mode = TABLE_MODE.get(config, **names)
     if schema_text is None and mode is None:
         return None
     try:
@@ -74,10 +81,9 @@ def table_spec_from_config(settings: Any, stream: str) -> TableSpec | None:
             schema = _schema_from_serde(settings, stream)
         return TableSpec(
             stream=stream, schema=schema, mode=mode or "append",
-            key=tuple(config.get_list(settings.stream_key(stream, "delta.table.key"), [])),
-            partition_by=tuple(config.get_list(settings.stream_key(stream, "delta.table.partition.by"), [])),
-            timestamp_column=config.get_str(settings.stream_key(stream, "delta.table.timestamp.column"), None),
-            message_key_column=config.get_str(settings.stream_key(stream, "delta.table.message.key.column"), None))
+            key=TABLE_KEY.get(config, **names), partition_by=TABLE_PARTITION_BY.get(config, **names),
+            timestamp_column=TABLE_TIMESTAMP_COLUMN.get(config, **names),
+            message_key_column=TABLE_MESSAGE_KEY_COLUMN.get(config, **names))
     except TableError as exc:
         raise ConfigError(schema_key if schema_text is not None else mode_key,
                           schema_text if schema_text is not None else mode, f"a valid typed table ({exc})") from exc
