@@ -6,7 +6,7 @@ Two real ``sparza run`` processes run at once, each on its own ``local[2]`` Spar
   into an intermediate Delta stream, broadcast profile join, 1-minute windows in RocksDB backed up to the
   Azure blob store, Avro windows to the Azure blob producer, a typed Delta table upserted) on **unbounded**
   Delta input fed with edits stamped with the wall clock;
-- **count**: the keyed count (``examples.keyed_count``) reading a Kafka topic (the Tansu broker) and writing
+- **count**: the keyed count (``examples.keyed_count``) reading a Kafka topic (an Apache Kafka broker) and writing
   JSON-lines blobs, its RocksDB store backed up to the Azure blob store.
 
 Both write task checkpoints and snapshots to Azurite and serve ``metrics.reporter.prometheus.port``.
@@ -379,11 +379,7 @@ def demo_job(work: Path, conn: str, rate: float, tick_s: float, retention_ms: in
 
 
 def count_job(work: Path, conn: str, brokers: str, rate: float, tick_s: float, retention_ms: int) -> Job:
-    """The keyed count reading a Kafka topic and writing JSON-lines blobs. The feeder is an idempotent producer,
-    not a transactional one: while a transaction is open, Tansu 0.6 reports the partition's read_committed end
-    (the last stable offset) as 0, not as the open transaction's first offset as Kafka does, and the job then
-    stops as for a broker that lost its data (seen in this benchmark; a non-transactional end is exact once
-    sparza reads the real end, docs/kafka.md)."""
+    """The keyed count reading a Kafka topic and writing JSON-lines blobs; the feeder is an idempotent producer."""
     from examples.keyed_count.config import job_values
 
     from sparza.config import Config
@@ -477,8 +473,7 @@ class Sampler:
         self.fed = Gauge("endurance_fed_messages", "messages the feeder appended", ["app"], registry=r)
         self.up = Gauge("endurance_job_up", "1 while the job's process runs", ["app"], registry=r)
         self.servers: dict[str, int] = {}
-        """Pids of the servers the jobs use (Azurite, Tansu, Prometheus): sampled as app ``servers`` for context
-        (Tansu keeps topics in memory, so its RSS grows with the input)."""
+        """Pids of the servers the jobs use (Azurite, Kafka, Prometheus): sampled as app ``servers`` for context."""
         self.samples = 0
         self.removed: dict[str, int] = {}
         """Blobs the last gc of each job removed (-1: its output said nothing)."""
@@ -846,7 +841,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-    from sparza.devservers.kafka import TansuProcess
+    from sparza.devservers.kafka import KafkaBroker
     from sparza.devservers.storage import AzuriteProcess
 
     work = Path(tempfile.mkdtemp(prefix="sparza-endurance-"))
@@ -864,12 +859,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "demo" in jobs_wanted:
             jobs.append(demo_job(work, conn, args.demo_rate, args.feed_seconds, retention_ms))
         if "count" in jobs_wanted:
-            broker = TansuProcess(work / "kafka")
+            broker = KafkaBroker(work / "kafka")
             broker.start()
             jobs.append(count_job(work, conn, broker.bootstrap_servers, args.count_rate, args.feed_seconds,
                                   retention_ms))
         sampler = Sampler(jobs, conn)
-        for name, server in (("azurite", azurite), ("tansu", broker)):
+        for name, server in (("azurite", azurite), ("kafka", broker)):
             if server is not None and server.pid is not None:
                 sampler.servers[name] = server.pid
         sampler_port = sampler.serve()

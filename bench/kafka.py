@@ -1,7 +1,7 @@
 """Kafka throughput: the keyed count through ``sparza run`` vs confluent-kafka's own loops, one broker.
 
 Same data for all: N 100-byte messages over K keys in P partitions of a Kafka topic on a local
-Tansu broker (in memory, started by this script on a free loopback port).
+Apache Kafka broker (one KRaft node, started by this script on free loopback ports).
 
 - **sparza**: the example job (``examples/keyed_count``: RocksDB store, the running count of each
   message written to a Kafka topic in one transaction per task and batch) run by ``JobRunner``
@@ -11,8 +11,7 @@ Tansu broker (in memory, started by this script on a free loopback port).
 - **produce loop**: one confluent-kafka producer writing N JSON running counts (key + value) and
   flushing: the raw producer rate.
 
-The input is loaded in transactions so that Tansu's reported end offsets are exact (see
-docs/kafka.md). SparkSession startup is excluded; a 10k-message warm-up job runs first.
+The input is loaded in transactions. SparkSession startup is excluded; a 10k-message warm-up job runs first.
 """
 
 from __future__ import annotations
@@ -158,13 +157,13 @@ def main() -> None:
     messages, keys, partitions = SCALES[args.scale]
     if args.messages:
         messages = args.messages
-    from sparza.devservers.kafka import TansuProcess
+    from sparza.devservers.kafka import KAFKA_VERSION, KafkaBroker
     from sparza.runtime.driver.app import _importable_cwd
     from sparza.testing import local_spark_session
 
     _importable_cwd()
     root = Path(tempfile.mkdtemp(prefix="sparza-bench-kafka-"))
-    broker = TansuProcess(root / "tansu")
+    broker = KafkaBroker(root / "kafka")
     broker.start()
     try:
         servers = broker.bootstrap_servers
@@ -197,8 +196,8 @@ def main() -> None:
         ["confluent-kafka produce loop (idempotent, JSON counts)", f"{produce_s:.2f}",
          f"{rate['produce']:,.0f}", f"{rate['produce'] / rate['sparza']:.2f}"],
     ]
-    body = (f"{messages:,} messages of 100 bytes, {keys:,} keys, {partitions} partitions, local[2], one Tansu "
-            "broker (in memory) on loopback.\n\n"
+    body = (f"{messages:,} messages of 100 bytes, {keys:,} keys, {partitions} partitions, local[2], one Apache "
+            f"Kafka {KAFKA_VERSION} broker (KRaft, one node) on loopback.\n\n"
             + table(["path", "seconds", "messages/s", "rate vs sparza"], rows)
             + f"\n\nsparza vs the raw consume loop: **{100 * rate['sparza'] / rate['consume']:.1f}%** (goal ≥ 50%). "
               "sparza consumes and produces every message (one output per input), the loops do one each.\n"

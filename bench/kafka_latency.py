@@ -1,7 +1,7 @@
 """Single-message latency Kafka → stateful task → Kafka, exactly once, container mode vs the micro-batch mode.
 
 The job is the keyed count (``examples/keyed_count``: a RocksDB store backed up to a local blob store) with
-a Kafka topic in and a Kafka topic out (2 partitions each, so 2 tasks) on a local Tansu broker, at
+a Kafka topic in and a Kafka topic out (2 partitions each, so 2 tasks) on a local Apache Kafka broker, at
 ``task.commit.ms: 50``; its output is written in one Kafka transaction per task and batch. A plain
 confluent-kafka producer (``linger.ms: 0``, one record per request) sends the input; a confluent-kafka
 consumer with ``isolation.level: read_committed`` reads the output. A message's latency is the time from
@@ -71,7 +71,7 @@ class Recorder:
 class OutputReader:
     """A read_committed consumer of the output topic in a thread: when each key's first output arrived."""
 
-    def __init__(self, servers: str, topic: str) -> None:
+    def __init__(self, servers: str, topic: str, partitions: int = PARTITIONS) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         self.arrived: dict[str, float] = {}
@@ -80,7 +80,7 @@ class OutputReader:
         self._consumer = Consumer({"bootstrap.servers": servers, "group.id": f"{topic}-reader",
                                    "isolation.level": "read_committed", "enable.auto.commit": False,
                                    "fetch.wait.max.ms": 5, "log_level": 3})
-        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -128,7 +128,7 @@ def job_config(work: Path, servers: str, name: str, mode: str, poll_ms: int | No
 
 
 def run(spark: Any, work: Path, servers: str, name: str, mode: str, scale: dict[str, int],
-        poll_ms: int | None = None) -> dict[str, Any]:
+        poll_ms: int | None = None, partitions: int = PARTITIONS) -> dict[str, Any]:
     """One job in ``mode``: warm-up, single messages, bursts; latencies (ms) and the batches' results."""
     from confluent_kafka import Producer
 
@@ -140,11 +140,10 @@ def run(spark: Any, work: Path, servers: str, name: str, mode: str, scale: dict[
     admin = KafkaSystemAdmin("kafka", config)
     events, counts = f"{name}-events", f"{name}-counts"
     for topic in (events, counts):
-        admin.create_stream(StreamSpec(topic, PARTITIONS))
-    # One record per produce request: Tansu reports a partition's end as the base offset of its last record
-    # batch + 1, so a batch of several records would hide all but its first from the job until the next one.
+        admin.create_stream(StreamSpec(topic, partitions))
+    # One record per produce request: each message's latency is its own, not its batch's.
     producer = Producer({"bootstrap.servers": servers, "linger.ms": 0, "batch.num.messages": 1, "log_level": 3})
-    reader = OutputReader(servers, counts)
+    reader = OutputReader(servers, counts, partitions)
     runner = JobRunner(config, spark=spark, install_signal_handlers=False, status=lambda line: None)
     recorder = Recorder(runner)
     thread = threading.Thread(target=runner.run, daemon=True)
@@ -176,6 +175,13 @@ def run(spark: Any, work: Path, servers: str, name: str, mode: str, scale: dict[
             send(f"warm-extra{i}")
             producer.flush(10)
             reader.wait([f"warm-extra{i}"], 60, thread.is_alive)
+        # Every task warm too (its store open, its transactional producer initialised): one message per partition.
+        warm_keys = [f"warm-p{p}" for p in range(partitions)]
+        for p, key in enumerate(warm_keys):
+            sent[key] = time.time() * 1000
+            producer.produce(events, value=b"x" * 100, key=key.encode(), partition=p)
+        producer.flush(10)
+        reader.wait(warm_keys, 120, thread.is_alive)
         time.sleep(0.5)
         recorder.measuring = True
         for i in range(scale["messages"]):
@@ -230,30 +236,35 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--messages", type=int, default=None, help="single messages per run")
     parser.add_argument("--poll-ms", dest="poll_ms", type=int, default=None,
                         help="task.poll.interval.ms (default: the runtime's default)")
+    parser.add_argument("--tasks", default="2,32",
+                        help="comma list of task counts (input partitions) the container mode runs with; the "
+                             "micro-batch baseline runs with 2")
     args = parser.parse_args(argv)
+    task_counts = [int(n) for n in args.tasks.split(",") if n.strip()]
     scale = dict(SCALES[args.scale])
     if args.messages:
         scale["messages"] = args.messages
     rounds = args.rounds or scale["rounds"]
     modes = MODES if args.mode == "both" else (args.mode,)
-    from sparza.devservers.kafka import TansuProcess
+    variants = [(m, n) for m in modes for n in (task_counts if m == "containers" else [PARTITIONS])]
+    from sparza.devservers.kafka import KafkaBroker
     from sparza.runtime.driver.app import _importable_cwd
     from sparza.testing import local_spark_session
 
     _importable_cwd()
     work = Path(tempfile.mkdtemp(prefix="sparza-bench-kafka-latency-"))
-    broker = TansuProcess(work / "tansu")
+    broker = KafkaBroker(work / "kafka")
     broker.start()
-    results: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    results: dict[str, list[dict[str, Any]]] = {_label(m, n): [] for m, n in variants}
     took = time.monotonic()
     spark = local_spark_session("local[2]", "sparza-bench-kafka-latency", **{"spark.sql.shuffle.partitions": "2"})
     try:
         for r in range(rounds):
-            for mode in (modes if r % 2 == 0 else tuple(reversed(modes))):
-                name = f"lat-{mode[0]}{r}"
-                print(f"-- round {r + 1}: {mode} (load {loadavg()})", flush=True)
-                res = run(spark, work / name, broker.bootstrap_servers, name, mode, scale, args.poll_ms)
-                results[mode].append(res)
+            for mode, n in (variants if r % 2 == 0 else list(reversed(variants))):
+                name = f"lat-{mode[0]}{n}-{r}"
+                print(f"-- round {r + 1}: {_label(mode, n)} (load {loadavg()})", flush=True)
+                res = run(spark, work / name, broker.bootstrap_servers, name, mode, scale, args.poll_ms, n)
+                results[_label(mode, n)].append(res)
                 print(f"   single p50 {pct(res['single'], 0.5):.0f} ms, p99 {pct(res['single'], 0.99):.0f} ms; "
                       f"burst p50 {pct(res['burst'], 0.5):.0f} ms, p99 {pct(res['burst'], 0.99):.0f} ms", flush=True)
     finally:
@@ -265,30 +276,37 @@ def main(argv: list[str] | None = None) -> None:
                                                                     else "")
            + (f" --rounds {args.rounds}" if args.rounds else "") + (f" --messages {args.messages}" if args.messages
                                                                     else "")
-           + (f" --poll-ms {args.poll_ms}" if args.poll_ms is not None else ""))
+           + (f" --poll-ms {args.poll_ms}" if args.poll_ms is not None else "")
+           + (f" --tasks {args.tasks}" if args.tasks != "2,32" else ""))
     record("kafka_latency", "Latency Kafka → stateful task → Kafka (read_committed): containers vs micro-batches",
            cmd, body, measures=MEASURES)
+
+
+def _label(mode: str, tasks: int) -> str:
+    return f"{mode}, {tasks} tasks"
 
 
 def render(results: dict[str, list[dict[str, Any]]], scale: dict[str, int], rounds: int, took: float,
            poll_ms: int | None = None) -> str:
     """The report section."""
     rows = []
-    for mode, runs in results.items():
+    for label, runs in results.items():
+        mode = label.split(",")[0]
         for variant in ("single", "burst"):
             lat = [v for run in runs for v in run[variant]]
-            rows.append([f"{mode}, {variant}" + (f" ({scale['burst']} at once)" if variant == "burst" else ""),
+            rows.append([f"{label}, {variant}" + (f" ({scale['burst']} at once)" if variant == "burst" else ""),
                          len(lat), f"{pct(lat, 0.5):.0f}", f"{pct(lat, 0.95):.0f}", f"{pct(lat, 0.99):.0f}",
                          f"{max(lat):.0f}" if lat else "-", GOALS[mode] if variant == "single" else "-"])
-    body = (f"{rounds} round(s), modes alternating; per run {scale['messages']} single messages and "
-            f"{scale['bursts']} bursts of {scale['burst']}, after a warm-up. Keyed count, 2 partitions (2 tasks), "
-            f"local[2], Tansu broker on loopback, task.commit.ms {COMMIT_MS}, task.poll.interval.ms "
+    body = (f"{rounds} round(s), variants alternating; per run {scale['messages']} single messages and "
+            f"{scale['bursts']} bursts of {scale['burst']}, after a warm-up. Keyed count, one task per partition, "
+            f"local[2], Apache Kafka broker on loopback, task.commit.ms {COMMIT_MS}, task.poll.interval.ms "
             f"{'at its default' if poll_ms is None else poll_ms}; "
             f"{took:.0f} s in all.\n\n"
             + table(["mode, messages", "n", "p50 ms", "p95 ms", "p99 ms", "max ms", "goal"], rows))
-    if "containers" in results and "batches" in results:
-        c = [v for run in results["containers"] for v in run["single"]]
-        b = [v for run in results["batches"] for v in run["single"]]
+    two, batches = _label("containers", PARTITIONS), _label("batches", PARTITIONS)
+    if two in results and batches in results:
+        c = [v for run in results[two] for v in run["single"]]
+        b = [v for run in results[batches] for v in run["single"]]
         body += (f"\n\nSingle messages, containers vs micro-batches: p50 **{pct(c, 0.5):.0f} ms** vs "
                  f"{pct(b, 0.5):.0f} ms, p99 **{pct(c, 0.99):.0f} ms** vs {pct(b, 0.99):.0f} ms.")
     parts = []

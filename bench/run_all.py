@@ -20,15 +20,21 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = ["streams", "azureblob", "state_backup", "coordination", "runtime", "control", "adjunct", "tables",
               "kafka", "connect", "pipeline", "latency", "kafka_latency", "affinity", "failover",
-              "plots"]
+              "peers", "plots"]
 """Every benchmark, in run order; ``plots`` last (it measures with the others' helpers)."""
+
+
+def script_of(name: str) -> Path:
+    """A benchmark's script: ``bench/NAME.py``, or ``bench/NAME/run.py`` for one with programs of its own."""
+    single = HERE / f"{name}.py"
+    return single if single.exists() else HERE / name / "run.py"
 
 
 def check(names: list[str]) -> list[str]:
     """Names of benchmarks whose script is missing, fails to import, or has no ``--scale`` option."""
     bad = []
     for name in names:
-        script = HERE / f"{name}.py"
+        script = script_of(name)
         if not script.exists():
             print(f"== {name}: missing", flush=True)
             bad.append(name)
@@ -61,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     failures = []
     took_all = time.monotonic()
     for name in names:
-        script = HERE / f"{name}.py"
+        script = script_of(name)
         if not script.exists():
             print(f"== {name}: not written yet, skipped", flush=True)
             failures.append(name)

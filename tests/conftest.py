@@ -1,5 +1,5 @@
-"""Shared fixtures: one Azurite, one Kafka broker (Tansu), one SparkSession and one Spark Connect server per
-test session, temp dirs.
+"""Shared fixtures: one Azurite, one Kafka broker (Apache Kafka, KRaft), one SparkSession and one Spark Connect
+server per test session, temp dirs.
 
 Each is started lazily (only when a test asks for it) and torn down at the end of the session even when
 tests fail.
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from sparza.azure import StorageAccount
-from sparza.devservers.kafka import TansuProcess
+from sparza.devservers.kafka import KafkaBroker
 from sparza.devservers.storage import AzuriteProcess
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,9 +62,10 @@ def azure_connection_string(azurite: AzuriteProcess) -> str:
 
 
 @pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TansuProcess]:
-    """A session-wide Kafka-protocol broker (Tansu, in-memory) on a free loopback port."""
-    proc = TansuProcess(tmp_path_factory.mktemp("tansu"))
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A session-wide Apache Kafka broker (one KRaft node, quick to start) on free loopback ports, its log dir in
+    the session's temp dir: one JVM per test session (per xdist worker)."""
+    proc = KafkaBroker(tmp_path_factory.mktemp("kafka"), quick=True)
     proc.start()
     try:
         yield proc
@@ -73,7 +74,7 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TansuProc
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(kafka_broker: TansuProcess) -> str:
+def kafka_bootstrap(kafka_broker: KafkaBroker) -> str:
     """``127.0.0.1:<port>`` of the session's broker."""
     return kafka_broker.bootstrap_servers
 

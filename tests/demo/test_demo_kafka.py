@@ -1,5 +1,5 @@
 """``sparza demo --source kafka`` at small scale, run as a user runs it: a subprocess with its own
-SPARZA_HOME (so no dev broker is running and the demo starts its own Tansu broker).
+SPARZA_HOME (so no dev broker is running and the demo starts its own Apache Kafka broker).
 
 The edits, the profile CDC stream and the ``partition_by`` stream are Kafka topics; the window
 results are still Avro blobs on Azurite. They are compared, window by window, with the counts
@@ -73,6 +73,6 @@ def test_demo_on_kafka_topics_matches_the_counts_computed_from_the_input(
     assert sum(v[1] for v in got.values()) == sum(e.bytes_changed for e in edits if e.user in final_profiles(profiles))
 
     # The demo started its own broker and stopped it; no Kafka client was left talking to it.
-    port = int(re.search(r"Tansu broker started for this run on 127\.0\.0\.1:(\d+)", out).group(1))  # type: ignore[union-attr]
+    port = int(re.search(r"Apache Kafka broker started for this run on 127\.0\.0\.1:(\d+)", out).group(1))  # type: ignore[union-attr]
     assert not port_open(port)
     assert "rdkafka" not in proc.stderr and "Connection refused" not in proc.stderr, proc.stderr[-2000:]

@@ -21,7 +21,7 @@ def test_every_benchmark_script_imports_and_takes_scale() -> None:
                             text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     for name in ("streams", "azureblob", "state_backup", "coordination", "runtime", "control", "adjunct", "tables",
-                 "connect", "plots"):
+                 "connect", "peers", "plots"):
         assert f"== {name}: ok" in result.stdout
 
 

@@ -114,7 +114,9 @@ def test_first_offset_at_a_time_on_delta(tmp_path: Path) -> None:
 
 def test_first_offset_at_a_time_on_kafka(kafka_bootstrap: str, unique_name: str) -> None:
     config = Config({"systems.k.samza.factory": "kafka", "systems.k.consumer.bootstrap.servers": kafka_bootstrap})
-    get_system_factory(config, "k").get_admin("k", config).create_stream(StreamSpec(unique_name, 3))
+    # No time retention: the event times (record timestamps) are from 1970, which the broker would delete at once.
+    get_system_factory(config, "k").get_admin("k", config).create_stream(
+        StreamSpec(unique_name, 3, properties={"retention.ms": "-1"}))
     _check(config, "k", unique_name, _write(config, "k", unique_name, seed=2), "999999")
 
 
@@ -129,3 +131,22 @@ def test_the_journal_keeps_the_newest_operations(tmp_path: Path) -> None:
         append_operation(store, Operation("rewind", f"time {i}", {}))
     kept = read_journal(store)
     assert len(kept) == JOURNAL_LIMIT and kept[-1].target == f"time {JOURNAL_LIMIT + 2}"
+
+
+def test_on_apache_kafka_the_broker_s_offsets_for_times_shorten_the_read(kafka_bootstrap: str,
+                                                                        unique_name: str) -> None:
+    """On a broker that answers ListOffsets by timestamp (Apache Kafka), the scan starts at the broker's answer:
+    never after the first message at or after the time, and past the oldest offset."""
+    config = Config({"systems.k.samza.factory": "kafka", "systems.k.consumer.bootstrap.servers": kafka_bootstrap})
+    topic = f"{unique_name}-timed"
+    admin = get_system_factory(config, "k").get_admin("k", config)
+    admin.create_stream(StreamSpec(topic, 3, properties={"retention.ms": "-1"}))   # 1970 timestamps: see above
+    written = _write(config, "k", topic, seed=3)
+    _check(config, "k", topic, written, "999999")
+    stamps = sorted(ts for rows in written.values() for _, ts, kind in rows if kind == MessageType.USER)
+    at = stamps[len(stamps) // 2]
+    ssps = [SystemStreamPartition("k", topic, p) for p in range(3)]
+    hints = admin.offsets_for_times(ssps, at)  # type: ignore[attr-defined]
+    for ssp in ssps:
+        first = next(o for o, ts, kind in written[ssp.partition] if kind == MessageType.USER and ts >= at)
+        assert hints[ssp] is not None and 0 < int(hints[ssp]) <= int(first), (ssp, hints[ssp], first)

@@ -71,3 +71,22 @@ class UnreachableLookupTask:
 
     def process(self, envelope: Any, collector: Any, coordinator: Any) -> None:
         raise AssertionError("never delivered: init failed")
+
+
+class HangingTask:
+    """Counts like the example, but its first message of key ``hang`` keeps ``process`` busy for ``test.hang.s``
+    seconds (a call that never returns in time: a stuck client, a lock): the task commits nothing meanwhile."""
+
+    def init(self, context: Any) -> None:
+        self.store = context.get_store("counts")
+        self.hang_s = float(context.config.get("test.hang.s", "60"))
+
+    def process(self, envelope: Any, collector: Any, coordinator: Any) -> None:
+        import time
+
+        key = envelope.key.decode()
+        count = (self.store.get(key) or 0) + 1
+        if key == "hang" and count == 1:
+            time.sleep(self.hang_s)
+        self.store.put(key, count)
+        collector.send(OutgoingMessageEnvelope(COUNTS, {"key": key, "count": count}, key=key))

@@ -1,9 +1,12 @@
-"""The container mode without Spark: the task assignment every container computes, and a container's run loop
-driven in-process over real Delta streams, RocksDB stores and task checkpoints in a temp dir."""
+"""The container mode without Spark: where tasks go, and the engine's manager and containers driven in-process
+(:class:`sparza.engine.inprocess.InProcessHost`) over real Delta streams, RocksDB stores and task checkpoints in a
+temp dir. The manager, containers, task and commit code are the ones Spark hosts; only the transport differs."""
 
 from __future__ import annotations
 
 import random
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,138 +15,34 @@ from examples.keyed_count.load import append_messages, create_streams
 from tests.runtime.helpers import PROFILES_STORE, create_profiles, expected_counts, final_counts, job_values
 
 from sparza.config import Config
+from sparza.engine.assignment import place_tasks
 from sparza.engine.checkpoint import checkpoint_store_from_config
-from sparza.engine.container import Container, assign_tasks, location_of
-from sparza.engine.epoch import EpochJob, EpochPlan
-from sparza.engine.executor import TaskAttemptError
-from sparza.engine.inputs import InputSystems
+from sparza.engine.container import location_of
+from sparza.engine.inprocess import InProcessHost, InProcessJob
 from sparza.engine.jobconfig import JobConfig
-from sparza.engine.results import BatchResult, BatchStatus
+from sparza.engine.messages import TaskDone, TaskResult, TaskRetrying, TaskWaiting
+from sparza.engine.results import BatchStatus
 
 
-def _oracle_moves(tasks: list[tuple[str, str]], containers: list[dict[str, str]],
-                  previous: dict[tuple[str, str], str]) -> int:
-    """How few tasks must move: those whose location has no container, plus those a location cannot hold
-    (each container takes at most ceil(tasks / containers))."""
-    capacity = -(-len(tasks) // len(containers))
-    room: dict[tuple[str, str], int] = {}
-    for c in containers:
-        for job, loc in c.items():
-            room[(job, loc)] = room.get((job, loc), 0) + capacity
-    wanted: dict[tuple[str, str], int] = {}
-    for item in tasks:
-        loc = previous.get(item)
-        if loc is not None:
-            wanted[(item[0], loc)] = wanted.get((item[0], loc), 0) + 1
-    stay = sum(min(n, room.get(place, 0)) for place, n in wanted.items())
-    placed = sum(wanted.values())
-    return placed - stay
+class Clock:
+    """Monotonic seconds that move only when told (the retry backoff and commit intervals read it)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_every_container_computes_one_balanced_assignment_that_moves_only_what_must_move(seed):
-    rng = random.Random(seed)
-    jobs = [f"job{j}" for j in range(rng.randint(1, 3))]
-    tasks = [(job, f"Partition {p}") for job in jobs for p in range(rng.randint(1, 12))]
-    hosts = [f"h{i}" for i in range(rng.randint(1, 6))]
-    count = rng.randint(1, 8)
-    containers = [{job: f"{rng.choice(hosts)}:{job}" for job in jobs} for _ in range(count)]
-    places = {job: [f"{h}:{job}" for h in [*hosts, "gone1", "gone2"]] for job in jobs}
-    previous = {t: rng.choice(places[t[0]]) for t in tasks if rng.random() < 0.8}
-    shuffled = list(tasks)
-    rng.shuffle(shuffled)
-    out = assign_tasks(tasks, containers, previous)
-    # The same answer whatever order a container lists the tasks in: containers agree without talking.
-    assert assign_tasks(shuffled, containers, dict(reversed(list(previous.items())))) == out
-    assert set(out) == set(tasks)
-    capacity = -(-len(tasks) // count)
-    loads = [list(out.values()).count(i) for i in range(count)]
-    assert max(loads) <= capacity
-    moved = sum(1 for t in tasks if t in previous and containers[out[t]][t[0]] != previous[t])
-    assert moved == _oracle_moves(tasks, containers, previous)
-    # Without affinity every task is spread evenly whatever its history.
-    spread = assign_tasks(tasks, containers, previous, affinity=False)
-    loads = [list(spread.values()).count(i) for i in range(count)]
-    assert max(loads) - min(loads) <= 1
-
-
-class Reporter:
-    """What a container tells the driver, kept for the test; ``end_after`` results ask the epoch to end;
-    ``drain`` (job → request) is what the driver sends once ``drain_after`` results came."""
-
-    def __init__(self, end_after: int | None = None, *, drain: dict[str, Any] | None = None,
-                 drain_after: int = 0) -> None:
-        self.results: list[BatchResult] = []
-        self.finished: dict[str, str] = {}
-        self.waits: list[tuple[str, str]] = []
-        self.end_after = end_after
-        self.drain = drain or {}
-        self.drain_after = drain_after
-
-    def result(self, job: str, result: BatchResult) -> None:
-        self.results.append(result)
-
-    def done(self, job: str, task: str, why: str) -> None:
-        self.finished[task] = why
-
-    def waiting(self, job: str, task: str, why: str) -> None:
-        self.waits.append((task, why))
-
-    def wait_end(self, wait_s: float) -> bool:
-        return self.end_after is not None and len(self.results) >= self.end_after
-
-    def drains(self) -> dict[str, Any]:
-        return self.drain if len(self.results) >= self.drain_after else {}
-
-
-def _epoch(config: Config, *, once: bool, epoch: int = 1, duration_ms: int = 60_000,
-           drain: dict[str, Any] | None = None) -> tuple[EpochPlan, list[str]]:
-    job = JobConfig.from_config(config)
-    inputs = InputSystems(job)
-    names = [t.name for t in inputs.task_models()]
-    start = {str(ssp): pos.upcoming for ssp, pos in inputs.positions().items()}
-    locations = {t: cp.location for t, cp in checkpoint_store_from_config(config, job.job_key).read_all().items()
-                 if cp.location}
-    plan = EpochPlan(epoch=epoch, jobs=[EpochJob(config=dict(config.items()), tasks=names, task_count=len(names),
-                                                 generation=0, start_positions=start,
-                                                 targets=dict(start) if once else None, locations=locations,
-                                                 drain=drain)],
-                     duration_ms=duration_ms)
-    return plan, names
-
-
-def _one_container(config: Config, reporter: Any, **kwargs: Any) -> Container:
-    plan, names = _epoch(config, **kwargs)
-    key = plan.jobs[0].key
-    where = {key: location_of(JobConfig.from_config(config))}
-    return Container(plan, 0, {(key, t): 0 for t in names}, reporter, location=where)
-
-
-def test_a_container_runs_each_task_on_its_own_schedule_keeps_stores_open_and_records_where(work_dir: Path):
-    config = Config(job_values(work_dir, **{"task.max.batch.messages": "150", "task.commit.ms": "0"}))
-    create_streams(config, 3)
-    append_messages(config, 900, 7, commit_size=300)
-    reporter = Reporter()
-    _one_container(config, reporter, once=True).run()
-    assert set(reporter.finished.values()) == {"caught up"}
-    committed = [r for r in reporter.results if r.status is BatchStatus.COMMITTED]
-    # Each task numbers its own batches from 1, one per 150 messages of its partition (the batch cap).
-    for task in reporter.finished:
-        mine = [r for r in committed if r.task == task]
-        size = sum(r.messages for r in mine)
-        assert sorted(r.batch for r in mine) == list(range(1, -(-size // 150) + 1))
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(900, 7) and rows == 900
-    stores = [r.metrics for r in committed if r.batch == 2]
-    assert all(_counter(m, "stores", "reused-open") == 1 for m in stores)  # the store stayed open
-    location = location_of(JobConfig.from_config(config))
-    assert {cp.location for cp in checkpoint_store_from_config(config, "kc-1").read_all().values()} == {location}
-    # The next epoch continues where the checkpoints are: only the new messages are processed.
-    append_messages(config, 300, 7, start=900, commit_size=300)
-    reporter = Reporter()
-    _one_container(config, reporter, once=True, epoch=2).run()
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(1200, 7) and rows == 1200
+def _run(host: InProcessHost, job: InProcessJob, clock: Clock, *, rounds: int = 400, step_s: float = 1.0,
+         until: Any = None) -> None:
+    """Rounds of one pass each (every due task runs at most one batch), the clock moving ``step_s`` after each."""
+    for _ in range(rounds):
+        host.step(max_passes=1)
+        if job.has_left or (until is not None and until()):
+            return
+        clock.now += step_s
+    raise AssertionError(f"the job did not finish in {rounds} rounds: {job.notices[-5:]}, {job.events[-5:]}")
 
 
 def _counter(changes: dict[str, Any], group: str, name: str) -> int:
@@ -151,147 +50,374 @@ def _counter(changes: dict[str, Any], group: str, name: str) -> int:
     return int(entry[1]) if entry else 0
 
 
-def test_a_container_that_fails_after_flushing_is_replaced_and_the_next_epoch_replays_exactly(work_dir: Path):
-    marker = work_dir / "failed-once"
-    config = Config(job_values(work_dir, **{"task.max.batch.messages": "100", "task.commit.ms": "0",
-                                            "task.testing.fail.once.file": str(marker),
-                                            "task.testing.fail.once.at": "after-flush"}))
-    create_streams(config, 2)
-    append_messages(config, 500, 5, commit_size=250)
-    with pytest.raises(TaskAttemptError, match="injected one-time failure"):
-        _one_container(config, Reporter(), once=True).run()  # Spark fails the epoch: the driver starts another
-    failed_task = marker.read_text().strip()
-    intent = checkpoint_store_from_config(config, "kc-1").read(failed_task).checkpoint.open_intent()
-    assert intent is not None  # flushed and not committed
-    reporter = Reporter()
-    _one_container(config, reporter, once=True, epoch=2).run()
-    assert set(reporter.finished.values()) == {"caught up"}
+# --- where tasks go ------------------------------------------------------------------------------
+def _oracle_moves(total: int, tasks: list[str], containers: dict[int, str], current: dict[str, int | None]) -> int:
+    """How few of ``tasks`` (those running somewhere alive) must move: a task keeps its container unless that
+    container has more than its share (ceil(total / containers)); those over the share move, nothing else does."""
+    capacity = -(-total // len(containers))
+    over = 0
+    for index in containers:
+        mine = sum(1 for t in tasks if current.get(t) == index)
+        over += max(0, mine - capacity)
+    return over
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_placement_keeps_tasks_where_they_run_and_their_state_and_moves_only_what_must_move(seed):
+    rng = random.Random(seed)
+    tasks = [f"Partition {p}" for p in range(rng.randint(1, 30))]
+    hosts = [f"h{i}" for i in range(rng.randint(1, 6))]
+    containers = {i: rng.choice(hosts) for i in rng.sample(range(12), rng.randint(1, 8))}
+    current = {t: rng.choice([*containers, None, 99]) for t in tasks if rng.random() < 0.7}  # 99: a lost one
+    last = {t: rng.choice([*hosts, "gone"]) for t in tasks if rng.random() < 0.8}
+    out = place_tasks(tasks, containers, current, last)
+    assert set(out) == set(tasks) and set(out.values()) <= set(containers)
+    capacity = -(-len(tasks) // len(containers))
+    assert max(list(out.values()).count(i) for i in containers) <= capacity
+    # Tasks that run somewhere alive stay unless their container is over its share.
+    alive = {t: c for t, c in current.items() if c in containers}
+    moved = sum(1 for t, c in alive.items() if out[t] != c)
+    assert moved == _oracle_moves(len(tasks), list(alive), containers, alive)
+    # A task without a container goes where its state is when that container has room, in task order.
+    shuffled = list(tasks)
+    rng.shuffle(shuffled)
+    assert place_tasks(shuffled, containers, current, last) == out  # one answer, whatever the order
+    spread = place_tasks(tasks, containers, {}, last, affinity=False)
+    loads = [list(spread.values()).count(i) for i in containers]
+    assert max(loads) - min(loads) <= 1
+
+
+# --- one container --------------------------------------------------------------------------------
+def test_a_container_runs_each_task_on_its_own_schedule_keeps_stores_open_and_records_where(work_dir: Path):
+    config = Config(job_values(work_dir, **{"task.max.batch.messages": "150", "task.commit.ms": "0"}))
+    create_streams(config, 3)
+    append_messages(config, 900, 7, commit_size=300)
+    clock = Clock()
+    host = InProcessHost(slots=1, clock=clock)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    _run(host, job, clock)
+    assert set(job.done.values()) == {"caught up"} and len(job.done) == 3
+    committed = [r for r in job.results() if r.status is BatchStatus.COMMITTED]
+    # Each task numbers its own batches from 1, one per 150 messages of its partition (the batch cap).
+    for task in job.done:
+        mine = [r for r in committed if r.task == task]
+        size = sum(r.messages for r in mine)
+        assert sorted(r.batch for r in mine) == list(range(1, -(-size // 150) + 1))
     counts, rows = final_counts(config)
-    assert counts == expected_counts(500, 5) and rows == 500  # the flushed batch was not written twice
+    assert counts == expected_counts(900, 7) and rows == 900
+    later = [r.metrics for r in committed if r.batch == 2]
+    assert later and all(_counter(m, "stores", "reused-open") == 1 for m in later)  # the store stayed open
+    location = location_of(JobConfig.from_config(config))
+    assert {cp.location for cp in checkpoint_store_from_config(config, "kc-1").read_all().values()} == {location}
+    # A new run continues where the checkpoints are: only the new messages are processed.
+    append_messages(config, 300, 7, start=900, commit_size=300)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    _run(host, job, clock)
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(1200, 7) and rows == 1200
+    assert sum(r.messages for r in job.results()) == 300
+    host.close()
 
 
-def test_the_drivers_end_request_stops_every_task_at_a_batch_boundary(work_dir: Path):
+class FailOnce:
+    """A commit listener (``task.commit.listeners``) that fails one task's commit once, at one step, with an error
+    a retry may cure; the task and step come from the config (``test.fail.task``, ``test.fail.step``)."""
+
+    fired: dict[str, int] = {}
+
+    def __init__(self, config: Config) -> None:
+        self.task = config.get_str("test.fail.task", "Partition 0")
+        self.step = config.get_str("test.fail.step", "after-flush")
+        self.key = config.get_str("test.fail.key", "")
+        self.kill = config.get_bool("test.fail.kill", False)
+        self.after = config.get_int("test.fail.after.commits", 0)
+        self.commits = 0
+
+    def on_step(self, task: str, step: Any, batch: int) -> None:
+        from sparza.engine.inprocess import ContainerKilled
+        from sparza.errors import StorageUnavailableError
+
+        if task != self.task:
+            return
+        if step.value == "after-checkpoint":
+            self.commits += 1
+        if step.value != self.step or FailOnce.fired.get(self.key) or self.commits < self.after:
+            return
+        FailOnce.fired[self.key] = batch
+        if self.kill:
+            raise ContainerKilled(f"container killed at {step.value} of {task} batch {batch}")
+        raise StorageUnavailableError(f"injected failure at {step.value} of {task} batch {batch}")
+
+
+def _failing(work_dir: Path, key: str, **extra: str) -> Config:
+    values = {"task.max.batch.messages": "100", "task.commit.ms": "0",
+              "task.commit.listeners": f"{__name__}.FailOnce", "test.fail.key": key,
+              "job.container.retry.backoff.ms": "2000", **extra}
+    return Config(job_values(work_dir, **values))
+
+
+@pytest.mark.parametrize("step", ["after-intent", "after-flush", "after-snapshot", "after-checkpoint"])
+def test_a_task_whose_commit_fails_retries_alone_from_its_checkpoint_and_the_output_is_exact(work_dir: Path, step):
+    config = _failing(work_dir, f"retry-{step}", **{"test.fail.step": step, "test.fail.task": "Partition 1"})
+    create_streams(config, 3)
+    append_messages(config, 900, 7, commit_size=300)
+    clock = Clock()
+    host = InProcessHost(slots=1, clock=clock)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    _run(host, job, clock, step_s=0.5)
+    retried = [e for e in job.events if isinstance(e, TaskRetrying)]
+    assert [(e.task, e.attempt, e.delay_ms) for e in retried] == [("Partition 1", 1, 2000)]
+    # While Partition 1 waited for its retry, the other tasks committed: the failure stayed with its task.
+    failed_at = job.events.index(retried[0])
+    after = [e.result.task for e in job.events[failed_at:] if isinstance(e, TaskResult)]
+    first_retry = after.index("Partition 1")
+    assert {"Partition 0", "Partition 2"} <= set(after[:first_retry])
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(900, 7) and rows == 900  # a flushed batch was not written twice
+    assert set(job.done.values()) == {"caught up"}
+    host.close()
+
+
+def test_a_task_that_fails_more_than_max_restarts_times_in_a_row_fails_the_job_naming_it(work_dir: Path):
+    config = _failing(work_dir, "always", **{"test.fail.step": "after-flush", "job.container.max.restarts": "2"})
+    create_streams(config, 2)
+    append_messages(config, 200, 5, commit_size=200)
+    FailOnce.fired.pop("always", None)
+    clock = Clock()
+    host = InProcessHost(slots=1, clock=clock)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    # A listener that fails every time: clear its memory after each failure.
+    for _ in range(60):
+        host.step()
+        FailOnce.fired.pop("always", None)
+        clock.now += 5
+        if "Partition 0" in job.done:
+            break
+    failed = [r for r in job.results() if r.status is BatchStatus.FAILED]
+    assert job.done.get("Partition 0") == "failed" and len(failed) == 1
+    assert "failed 3 times in a row without a commit" in (failed[0].error or "")
+    assert len([e for e in job.events if isinstance(e, TaskRetrying)]) == 2
+    host.close()
+
+
+# --- several containers ---------------------------------------------------------------------------
+def test_a_killed_container_loses_only_its_tasks_which_move_and_replay_exactly(work_dir: Path):
+    config = _failing(work_dir, "kill", **{"test.fail.step": "after-flush", "test.fail.task": "Partition 3",
+                                           "test.fail.kill": "true", "test.fail.after.commits": "1",
+                                           "task.max.batch.messages": "60"})
+    create_streams(config, 4)
+    append_messages(config, 1200, 11, commit_size=400)
+    clock = Clock()
+    host = InProcessHost(slots=2, clock=clock)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    owners_before: dict[str, Any] = {}
+    for _ in range(200):
+        owners_before = host.owners("kc-1")
+        host.step(max_passes=1)
+        clock.now += 1
+        if host.killed:
+            break
+    killed = host.killed[0]
+    mine = sorted(t for t, c in owners_before.items() if c == killed)
+    others = sorted(t for t, c in owners_before.items() if c != killed)
+    assert "Partition 3" in mine and others
+    survivor_results = len([r for r in job.results() if r.task in others])
+    _run(host, job, clock)
+    # The killed container's tasks moved to the survivor; the survivor's own tasks went on committing.
+    assert any(" was lost " in n and f"container {killed}" in n for n in job.notices)
+    assert all(c != killed for c in host.owners("kc-1").values())
+    assert len([r for r in job.results() if r.task in others]) > survivor_results
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(1200, 11) and rows == 1200
+    host.close()
+
+
+def test_a_new_container_takes_over_some_tasks_one_by_one_and_no_other_task_stops(work_dir: Path):
+    config = Config(job_values(work_dir, **{"task.max.batch.messages": "20", "task.commit.ms": "0"}))
+    create_streams(config, 4)
+    append_messages(config, 1600, 9, commit_size=400)
+    clock = Clock()
+    host = InProcessHost(slots=1, clock=clock)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    _run(host, job, clock, until=lambda: len(job.results()) >= 8)
+    host.add_container()
+    before = len(job.results())
+
+    def moved_and_running() -> bool:
+        owners = host.owners("kc-1")
+        moved = [t for t, c in owners.items() if c == 1]
+        return len(moved) == 2 and all(any(r.task == t for r in job.results()[before:]) for t in moved)
+
+    _run(host, job, clock, until=moved_and_running)
+    moves = [n for n in job.notices if " moves from " in n]
+    assert len(moves) == 2  # 4 tasks, 2 containers: two move, the other two never stop
+    owners = host.owners("kc-1")
+    moved = {" ".join(n.split()[1:3]) for n in moves}
+    assert len({owners[t] for t in moved}) == 1 and len(set(owners.values())) == 2
+    _run(host, job, clock)
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(1600, 9) and rows == 1600
+    host.close()
+
+
+def test_a_slow_commit_of_one_task_does_not_hold_up_the_others(work_dir: Path):
+    """Commits run beside processing: while one task's commit waits (here for an event the test sets), the other
+    tasks of the same container run and commit their batches."""
+    config = Config(job_values(work_dir, **{"task.max.batch.messages": "50", "task.commit.ms": "0",
+                                            "task.commit.listeners": f"{__name__}.Gate"}))
+    create_streams(config, 3)
+    append_messages(config, 600, 7, commit_size=600)
+    Gate.release.clear()
+    host = InProcessHost(slots=1, threaded_commits=True)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        host.manager.step()
+        for container in host.containers.values():
+            container.step()
+        others = [r for r in job.results() if r.task != "Partition 0"]
+        if len(others) >= 6:
+            break
+        time.sleep(0.01)
+    assert not [r for r in job.results() if r.task == "Partition 0"]  # still held at its commit
+    assert len([r for r in job.results() if r.task != "Partition 0"]) >= 6
+    Gate.release.set()
+    while not job.has_left and time.monotonic() < deadline:
+        host.step()
+        time.sleep(0.01)
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(600, 7) and rows == 600
+    host.close()
+
+
+class Gate:
+    """Holds the first commit of ``Partition 0`` after its flush until :attr:`release` is set."""
+
+    release = threading.Event()
+
+    def __init__(self, config: Config) -> None:
+        pass
+
+    def on_step(self, task: str, step: Any, batch: int) -> None:
+        if task == "Partition 0" and step.value == "after-flush":
+            Gate.release.wait(60)
+
+
+def test_a_stopped_job_stops_every_task_at_a_batch_boundary_and_the_next_run_finishes_exactly(work_dir: Path):
     config = Config(job_values(work_dir, **{"task.max.batch.messages": "50", "task.commit.ms": "0"}))
     create_streams(config, 2)
     append_messages(config, 600, 5, commit_size=600)
-    reporter = Reporter(end_after=3)
-    _one_container(config, reporter, once=False).run()
-    assert set(reporter.finished.values()) == {"stopped"}
-    assert 3 <= len(reporter.results) <= 4  # the request is heard between batches
-    # What was committed is exact, and a later epoch finishes the rest.
-    reporter = Reporter()
-    _one_container(config, reporter, once=True, epoch=2).run()
+    clock = Clock()
+    host = InProcessHost(slots=1, clock=clock)
+    job = InProcessJob(config)
+    host.join(job)
+    _run(host, job, clock, until=lambda: len(job.results()) >= 3)
+    host.manager.leave("kc-1")
+    _run(host, job, clock)
+    assert 3 <= len(job.results()) <= 8  # each task stops after the batch it runs when it hears (one pass later)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    _run(host, job, clock)
     counts, rows = final_counts(config)
     assert counts == expected_counts(600, 5) and rows == 600
+    host.close()
 
 
-def test_a_drain_caps_every_task_at_the_offsets_of_its_request_from_the_plan_or_sent_mid_epoch(work_dir: Path):
+def test_a_drain_caps_every_task_at_the_offsets_of_its_request_at_the_start_or_sent_later(work_dir: Path):
     from sparza.engine.drain import read_drain
     from sparza.runtime.driver.drainmonitor import finish_drain, request_drain
 
-    config = Config(job_values(work_dir, **{"task.max.batch.messages": "40", "task.commit.ms": "0"}))
+    config = Config(job_values(work_dir, **{"task.max.batch.messages": "10", "task.commit.ms": "0"}))
     create_streams(config, 3)
     append_messages(config, 600, 5, commit_size=200)
     first, _ = request_drain([config])
     append_messages(config, 300, 5, start=600, commit_size=300)   # after the request: not in this drain
-    reporter = Reporter()
-    _one_container(config, reporter, once=False, drain=first.to_json()).run()   # the epoch plan carries it
-    assert set(reporter.finished.values()) == {"drained"} and len(reporter.finished) == 3
-    last = {r.task: r for r in reporter.results}   # each task's last batch drained it; none ended
-    assert all(r.drained for r in last.values()) and not any(r.ended for r in reporter.results)
+    clock = Clock()
+    host = InProcessHost(slots=2, clock=clock)
+    job = InProcessJob(config, drain=first.to_json())
+    host.join(job)
+    _run(host, job, clock)
+    assert set(job.done.values()) == {"drained"} and len(job.done) == 3
+    assert not any(r.ended for r in job.results())
     counts, rows = final_counts(config)
     assert counts == expected_counts(600, 5) and rows == 600
-    assert finish_drain(config) == first and read_drain(config) is None   # every task completed it
-    # A drain the driver sends while the epoch runs (after 2 batches): the rest up to its offsets, then out.
+    assert finish_drain(config) == first and read_drain(config) is None
+    # A drain sent while the job runs: the rest up to its offsets, then out.
     second, _ = request_drain([config])
     append_messages(config, 100, 5, start=900, commit_size=100)
-    reporter = Reporter(drain={"kc-1": second.to_json()}, drain_after=2)
-    _one_container(config, reporter, once=False, epoch=2).run()
-    assert set(reporter.finished.values()) == {"drained"}
+    job = InProcessJob(config)
+    host.join(job)
+    _run(host, job, clock, until=lambda: len(job.results()) >= 1)  # a batch or two of 10 in: far from the end
+    host.manager.drain("kc-1", second.to_json())
+    _run(host, job, clock)
+    assert set(job.done.values()) == {"drained"}
     counts, rows = final_counts(config)
     assert counts == expected_counts(900, 5) and rows == 900
+    host.close()
 
 
-def test_a_session_with_dynamic_allocation_is_refused_naming_both_ways_out():
-    from sparza.errors import ConfigError
-    from sparza.runtime.driver.epochs import check_container_session
-
-    class Session:  # what the check reads of a SparkSession: its runtime conf
-        def __init__(self, values: dict[str, str]) -> None:
-            self.conf = Config(values)
-
-    check_container_session(Session({}))
-    check_container_session(Session({"spark.dynamicAllocation.enabled": "false"}))
-    with pytest.raises(ConfigError) as refused:
-        check_container_session(Session({"spark.dynamicAllocation.enabled": "true"}))
-    assert "job.execution.mode: batches" in str(refused.value) and "dynamic allocation off" in str(refused.value)
-
-
-def test_a_container_ends_its_epoch_when_its_driver_is_silent_or_gone():
+def test_a_container_stops_when_its_driver_is_silent_or_gone():
     import socket
-    import time as clock
 
-    from sparza.runtime.channel import ContainerChannel, ContainerChannelClient
+    from sparza.engine.container import Container
+    from sparza.engine.messages import Hello, Ping
+    from sparza.runtime.channel import ChannelClient, ChannelServer
 
-    events: list[dict[str, Any]] = []
-    channel = ContainerChannel("127.0.0.1", events.append, ping_s=0.05)
+    events: list[Any] = []
+    connected: list[Any] = []
+    lost: list[Any] = []
+    server = ChannelServer("127.0.0.1", lambda i, link: connected.append((i, link)),
+                           lambda i, e: events.append(e), lambda i, why: lost.append((i, why)))
     try:
-        client = ContainerChannelClient.connect(channel.address, 1, 0, driver_timeout_s=0.5)
-        assert client is not None
-        client.hello({"kc-1": "here"}, ["Partition 0"], [], alive=["here"])
-        until = clock.monotonic() + 1.5
-        while clock.monotonic() < until:  # three timeouts long: the pings keep it going
-            assert not client.poll_end(0.05)
-        channel.end_epoch(1)
-        assert client.poll_end(1.0) and not client.driver_lost  # the driver's own end request
+        client = ChannelClient.connect(server.address, 7, driver_timeout_s=0.5)
+        container = Container(client, index=7)
+        client.attach(container)
+        client.report(Hello(7, "h", 1))
+        deadline = time.monotonic() + 5
+        while not connected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        index, link = connected[0]
+        for _ in range(15):  # three timeouts long: the pings keep it alive
+            link.send(Ping())
+            time.sleep(0.1)
+            assert client.alive()
+        runner = threading.Thread(target=container.run)
+        runner.start()
+        runner.join(5)  # no more pings: it stops by itself
+        assert not runner.is_alive() and client.driver_lost and index == 7
+        client.close()
+        deadline = time.monotonic() + 5
+        while not lost and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert lost and lost[0][0] == 7  # the driver hears the closed connection as a lost container
+        assert isinstance(events[0], Hello)
     finally:
-        channel.close()
-    assert [e["type"] for e in events][:1] == ["hello"]
-    # A driver that is still connected but says nothing (frozen, cut off): the container ends after the timeout.
+        server.close()
+    # A driver that accepts but never says anything (frozen, cut off): the container notices after the timeout.
     with socket.create_server(("127.0.0.1", 0)) as silent:
         port = silent.getsockname()[1]
-        client = ContainerChannelClient.connect(("127.0.0.1", port, "t"), 1, 0, driver_timeout_s=0.3)
-        assert client is not None
+        client = ChannelClient.connect(("127.0.0.1", port, "t"), 1, driver_timeout_s=0.3)
         conn, _ = silent.accept()
-        started = clock.monotonic()
-        while not client.poll_end(0.05):
-            assert clock.monotonic() - started < 5, "the silent driver was never noticed"
-        assert client.driver_lost
+        assert client.alive()
+        time.sleep(0.5)
+        assert not client.alive()
         conn.close()
-
-
-def test_a_failure_injected_after_some_commits_hits_a_container_mid_epoch_and_the_next_epoch_is_exact(work_dir: Path):
-    """``task.testing.fail.once.after.commits`` (the harness's container-retry fault): the failing task committed
-    that many batches in this container first, and the epoch after the failure finishes the job exactly."""
-    marker = work_dir / "failed-once"
-    config = Config(job_values(work_dir, **{"task.max.batch.messages": "50", "task.commit.ms": "0",
-                                            "task.testing.fail.once.file": str(marker),
-                                            "task.testing.fail.once.at": "after-checkpoint",
-                                            "task.testing.fail.once.after.commits": "2"}))
-    create_streams(config, 2)
-    append_messages(config, 400, 5, commit_size=400)
-    reporter = Reporter()
-    with pytest.raises(TaskAttemptError, match="injected one-time failure"):
-        _one_container(config, reporter, once=True).run()
-    failed_task = marker.read_text().strip()
-    before = [r for r in reporter.results if r.task == failed_task and r.status is BatchStatus.COMMITTED]
-    assert len(before) == 2  # two commits went by; the third failed after its checkpoint
-    reporter = Reporter()
-    _one_container(config, reporter, once=True, epoch=2).run()
-    assert set(reporter.finished.values()) == {"caught up"}
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(400, 5) and rows == 400
+        client.close()
 
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("broadcast", [True, False], ids=["broadcast", "partitioned"])
 def test_a_bootstrap_store_whose_stream_is_empty_does_not_hold_the_job(work_dir: Path, broadcast: bool):
-    """An empty bootstrap stream counts as bootstrapped: every task processes its whole input under ``--once`` and
-    catches up. A broadcast store's builder publishes an empty bootstrapped snapshot, which the readers wait for.
-
-    Found by the Spark soak (seed 279784511, no profiles drawn): no task ever committed a batch, the builder
-    included (it had nothing to read and its main input was held for its own publication), so every epoch ended
-    with nothing done and ``--once`` never ended. A short epoch bounds the test where the defect would hang it."""
+    """An empty bootstrap stream counts as bootstrapped: every task processes its whole input under ``once`` and
+    catches up. A broadcast store's builder publishes an empty bootstrapped snapshot, which the readers wait for
+    (Spark seed 279784511: an empty bootstrap stream held every task for ever)."""
     from sparza.blobstore import blob_store_manager_from_config
     from sparza.state.adjunct.publication import PublicationBoard
 
@@ -302,34 +428,83 @@ def test_a_bootstrap_store_whose_stream_is_empty_does_not_hold_the_job(work_dir:
     create_streams(config, 3)
     create_profiles(config, partitions=1 if broadcast else 3)
     append_messages(config, 450, 7, commit_size=150)
-    reporter = Reporter()
-    _one_container(config, reporter, once=True, duration_ms=20_000).run()
-    assert reporter.finished == {f"Partition {i}": "caught up" for i in range(3)}
+    clock = Clock()
+    host = InProcessHost(slots=2, clock=clock)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    _run(host, job, clock)
+    assert job.done == {f"Partition {i}": "caught up" for i in range(3)}
     counts, rows = final_counts(config)
     assert counts == expected_counts(450, 7) and rows == 450
     if broadcast:
         board = PublicationBoard(blob_store_manager_from_config(config), "kc", "1", "Partition 0", "profiles")
         published = board.latest_before(None)
         assert published is not None and published.bootstrapped and published.applied == 0
+    host.close()
 
 
 @pytest.mark.timeout(180)
 def test_tasks_held_for_a_broadcast_publication_that_does_not_come_say_what_they_wait_for(work_dir: Path):
     """A versioned broadcast store publishes once a version is complete; with no end-of-dataset marker every task's
-    main input waits for it. The tasks are not caught up (``--once`` must not end as if they were) and each says
-    once what it waits for: the store and the task that builds it (the driver's status line shows it)."""
+    main input waits for it. The tasks are not caught up and each says once what it waits for: the store and the
+    task that builds it."""
     config = Config(job_values(work_dir, **{
         "task.max.batch.messages": "100", "task.commit.ms": "0", "task.broadcast.inputs": "delta.profiles#0",
         **PROFILES_STORE, "stores.profiles.adstore.versioned": "true"}))
     create_streams(config, 2)
     create_profiles(config, 1)
     append_messages(config, 100, 5, commit_size=100)
-    reporter = Reporter()
-    _one_container(config, reporter, once=True, duration_ms=3_000).run()
-    assert reporter.finished == {"Partition 0": "stopped", "Partition 1": "stopped"}   # not caught up
-    assert sorted(task for task, _ in reporter.waits) == ["Partition 0", "Partition 1"]   # once each
-    assert all("broadcast store 'profiles'" in why and "task 'Partition 0' builds" in why for _, why in reporter.waits)
-    # Each task read the broadcast partition (one profile) and no main input; the builder then got one batch that
-    # read nothing, to publish in: no publication came of it, so no more batches.
-    read = {t: [r.messages for r in reporter.results if r.task == t] for t in reporter.finished}
+    clock = Clock()
+    host = InProcessHost(slots=1, clock=clock)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    for _ in range(30):
+        host.step()
+        clock.now += 1
+    assert not job.done  # not caught up
+    waits = [e for e in job.events if isinstance(e, TaskWaiting)]
+    assert sorted(e.task for e in waits) == ["Partition 0", "Partition 1"]   # once each
+    assert all("broadcast store 'profiles'" in e.why and "task 'Partition 0' builds" in e.why for e in waits)
+    read = {t: [r.messages for r in job.results() if r.task == t] for t in ("Partition 0", "Partition 1")}
     assert read == {"Partition 0": [1, 0], "Partition 1": [1]}
+    host.manager.leave("kc-1")
+    _run(host, job, clock)
+    assert {e.why for e in job.events if isinstance(e, TaskDone)} <= {"stopped"}
+    host.close()
+
+
+@pytest.mark.parametrize("tasks", [3, 8])
+def test_commits_of_many_tasks_beside_each_other_to_one_stream_are_exact(work_dir: Path, tasks: int):
+    """Threaded commits (as on Spark): the tasks of a container flush to the same Delta stream and back up to the
+    same blob store at once, while the loop processes the others; every count is exact."""
+    config = Config(job_values(work_dir, **{"task.max.batch.messages": "25", "task.commit.ms": "0",
+                                            "job.container.commit.threads": "4"}))
+    create_streams(config, tasks)
+    append_messages(config, 80 * tasks, 13, commit_size=40 * tasks)
+    host = InProcessHost(slots=1, threaded_commits=True)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    deadline = time.monotonic() + 240
+    while not job.has_left and time.monotonic() < deadline:
+        host.step(max_passes=1)
+        time.sleep(0.002)
+    assert job.has_left, job.events[-5:]
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(80 * tasks, 13) and rows == 80 * tasks
+    assert all(r.status is BatchStatus.COMMITTED for r in job.results())
+    host.close()
+
+
+def test_a_session_with_dynamic_allocation_is_refused_naming_both_ways_out():
+    from sparza.errors import ConfigError
+    from sparza.runtime.driver.containers import check_container_session
+
+    class Session:  # what the check reads of a SparkSession: its runtime conf
+        def __init__(self, values: dict[str, str]) -> None:
+            self.conf = Config(values)
+
+    check_container_session(Session({}))
+    check_container_session(Session({"spark.dynamicAllocation.enabled": "false"}))
+    with pytest.raises(ConfigError) as refused:
+        check_container_session(Session({"spark.dynamicAllocation.enabled": "true"}))
+    assert "job.execution.mode: batches" in str(refused.value) and "dynamic allocation off" in str(refused.value)

@@ -20,9 +20,13 @@ def test_a_task_that_can_never_start_ends_the_run_after_bounded_restarts(spark, 
     with pytest.raises(JobFailedError) as failure:
         runner.run()  # unbounded input: without the restart bound this would poll for ever
     assert "cannot reach the lookup service" in str(failure.value)
-    restarts = [line for line in lines if "starting" in line and "again from the last commits" in line]
-    assert len(restarts) == 1, lines  # one restart (job.container.max.restarts), said in the status line
-    metric = "container-restarts" if mode == "containers" else "query-restarts"
+    # One restart (job.container.max.restarts), said in the status line: in the container mode the failing task
+    # alone starts again (the others of its container go on), in the micro-batch mode the streaming query.
+    said = ("it alone starts again from its last commit" if mode == "containers"
+            else "starting it again from the last commits")
+    restarts = [line for line in lines if said in line]
+    assert len(restarts) == 1, lines
+    metric = "task-retries" if mode == "containers" else "query-restarts"
     assert runner.metrics.snapshot()["aggregate"][metric] == 1
 
 
@@ -47,3 +51,30 @@ def test_a_once_run_held_for_a_broadcast_publication_that_cannot_come_ends_sayin
     said = [line for line in lines if "wait for the bootstrapped publication of broadcast store 'profiles'" in line]
     assert said and "task 'Partition 0' builds" in said[0], lines
     assert len(said) <= 3, lines   # once per epoch, not once per poll
+
+
+@pytest.mark.timeout(300)
+def test_a_job_whose_input_waits_while_nothing_commits_is_reported_and_ended(spark, make_job):
+    """The stall watchdog: a task stuck in its own code (here ``process`` sleeps) commits nothing while messages
+    wait; the status line warns at half of job.stall.timeout.ms and the run ends at all of it, naming the waiting
+    partition, instead of running on as if healthy (issue 40: input left unprocessed with no error)."""
+    from examples.keyed_count.load import append_messages as append
+
+    config = make_job(**{"task.class": "tests.runtime.jobs.HangingTask", "job.stall.timeout.ms": "8000",
+                         "test.hang.s": "40", "task.max.batch.messages": "5"})
+    append(config, 20, 3, commit_size=20)
+    from sparza.streams import OutgoingMessageEnvelope, SystemStream
+    from sparza.systems.delta import DeltaSystemProducer
+
+    producer = DeltaSystemProducer("delta", config)
+    producer.register("test")
+    for _ in range(6):
+        producer.send("test", OutgoingMessageEnvelope(SystemStream("delta", "events"), b"x", key=b"hang"))
+    producer.flush("test")
+    lines: list[str] = []
+    runner = JobRunner(config, spark=spark, install_signal_handlers=False, status=lines.append)
+    with pytest.raises(JobFailedError, match=r"stalled: no task committed for \d+ s while \d+ message\(s\) wait in "
+                                             r"delta\.events#"):
+        runner.run()
+    assert any("warning: no task committed for" in line and "job.stall.timeout.ms" in line for line in lines), lines
+    assert runner.metrics.snapshot()["job"]["stalls"] == 1

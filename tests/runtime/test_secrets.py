@@ -128,7 +128,7 @@ def test_sparza_run_remote_keeps_the_key_out_of_the_connect_servers_event_log(sp
     assert counts == expected_counts(600, 5)
     assert rows == 600
     events = _text_of(spark_connect_server.event_log_dir)
-    assert "sparza-epoch-1" in events  # the epochs' jobs are logged (their tag), so the log is not empty of them
+    assert "sparza-container-0" in events  # the containers' jobs are logged (their tag): the log is not empty
     server_log = (spark_connect_server.data_dir / spark_connect_server.LOG_NAME).read_text(errors="replace")
     client_dir = Path(config["job.logged.store.base.dir"]) / "_spark"
     for name, text in (("event log", events), ("server log", server_log), ("output", result.stdout + result.stderr),

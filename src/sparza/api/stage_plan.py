@@ -123,7 +123,7 @@ class ApplicationPlan:
         created: list[SystemStream] = []
         for stream, partitions in self.intermediate_partitions.items():
             admin = get_system_factory(self.config, stream.system).get_admin(stream.system, self.config)
-            if admin.create_stream(StreamSpec(stream.stream, partitions)):
+            if admin.create_stream(StreamSpec(stream.stream, partitions, intermediate=True)):
                 created.append(stream)
         return created
 

@@ -2,7 +2,7 @@
 
 It generates (or reads, ``--input``) a bounded stream of Wikipedia edits and a user-profile CDC
 stream, writes both into Delta streams (``--source delta``, the default) or Kafka topics
-(``--source kafka``: a local Tansu broker the demo starts and stops, the running ``sparza dev-kafka``
+(``--source kafka``: a local Apache Kafka broker the demo starts and stops, the running ``sparza dev-kafka``
 broker, or ``--kafka-bootstrap-servers``), and runs the two-stage high-level application
 ``examples.wikipedia.app.WikipediaPageStats`` on Spark: parse and ``partition_by`` page; join the
 profile from a broadcast adjunct store (bootstrapped), count per page in 1-minute event-time windows
@@ -95,9 +95,9 @@ def _connection_string(given: str | None, console: Console) -> str:
 @contextmanager
 def kafka_brokers(given: str | None, run_dir: Path, console: Console) -> Iterator[str]:
     """The bootstrap servers of the demo's Kafka source: ``given``, else the running ``sparza dev-kafka``
-    broker, else a Tansu broker started for this run on a free loopback port and stopped when the
-    block ends, also when it fails (its topics live in memory and go with it)."""
-    from sparza.devservers.kafka import DevKafka, TansuProcess
+    broker, else an Apache Kafka broker started for this run on free loopback ports (its log dir in the run's
+    dir) and stopped when the block ends, also when it fails."""
+    from sparza.devservers.kafka import DevKafka, KafkaBroker
 
     if given:
         console.print(f"kafka: brokers {given}")
@@ -109,9 +109,9 @@ def kafka_brokers(given: str | None, run_dir: Path, console: Console) -> Iterato
                       "stop it with 'sparza dev-kafka stop')")
         yield running.bootstrap_servers
         return
-    broker = TansuProcess(run_dir / "kafka")
+    broker = KafkaBroker(run_dir / "kafka")
     broker.start()
-    console.print(f"kafka: Tansu broker started for this run on {broker.bootstrap_servers} (pid {broker.pid}; "
+    console.print(f"kafka: Apache Kafka broker started for this run on {broker.bootstrap_servers} (pid {broker.pid}; "
                   f"stopped when the demo ends, log {broker.data_dir / broker.LOG_NAME})")
     try:
         yield broker.bootstrap_servers
@@ -431,8 +431,8 @@ def demo(azure_connection_string: str = typer.Option(
                                          help="Allowed out-of-orderness of edits; later ones are dropped as late."),
          source: str = typer.Option("delta", "--source", metavar="delta|kafka",
                                     help="Where the input and intermediate streams live: delta (Delta streams) or "
-                                         "kafka (Kafka topics on a local Tansu broker, started and stopped by the "
-                                         "demo unless 'sparza dev-kafka' runs one)."),
+                                         "kafka (Kafka topics on a local Apache Kafka broker, started and stopped "
+                                         "by the demo unless 'sparza dev-kafka' runs one)."),
          kafka_bootstrap_servers: str = typer.Option(
              None, "--kafka-bootstrap-servers", metavar="HOST:PORT",
              help="With --source kafka: use these brokers instead of a local one.", show_default=False),

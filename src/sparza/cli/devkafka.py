@@ -1,4 +1,4 @@
-"""``sparza dev-kafka start|stop|status``: a local Kafka-protocol broker (Tansu) for development."""
+"""``sparza dev-kafka install|start|stop|status|wipe``: a local Apache Kafka broker (KRaft) for development."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import typer
 
 from sparza.cli._devserver import add_stop_and_status
 from sparza.cli._help import SparzaTyper
-from sparza.devservers.kafka import DevKafka, TansuProcess
+from sparza.devservers.kafka import DevKafka, KafkaBroker
 
 __all__ = ["app", "register"]
 
-app = SparzaTyper(help="Run a local Kafka-protocol broker (Tansu, in-memory) on loopback under .sparza/kafka/.",
+app = SparzaTyper(help="Run a local Apache Kafka broker (KRaft, one node) on loopback; topics under .sparza/kafka/.",
                   no_args_is_help=True)
 
 
@@ -34,15 +34,21 @@ def start(port: int = typer.Option(0, metavar="PORT", help="Listener port (0: a 
     state = "started" if started else "already running"
     typer.echo(f"dev kafka {state}: {_where(proc)}")
     typer.echo(f"config: systems.<s>.samza.factory: kafka, systems.<s>.consumer.bootstrap.servers: "
-               f"{proc.bootstrap_servers}  (topics live in memory until 'sparza dev-kafka stop')")
+               f"{proc.bootstrap_servers}  (topics kept in {proc.log_dir} until 'sparza dev-kafka wipe')")
 
 
-def _where(proc: TansuProcess) -> str:
+@app.command()
+def wipe() -> None:
+    """Delete the stopped broker's topics and their records (refused while it runs)."""
+    typer.echo("dev kafka topics deleted" if DevKafka.default().wipe() else "dev kafka had no topics")
+
+
+def _where(proc: KafkaBroker) -> str:
     return f"pid {proc.pid}, bootstrap servers {proc.bootstrap_servers}"
 
 
 add_stop_and_status(app, name="dev kafka", command="dev-kafka", server=DevKafka.default, where=_where,
-                    stop_help="Stop the running broker (its topics are lost: it keeps them in memory).",
+                    stop_help="Stop the running broker (its topics stay for the next start; 'wipe' deletes them).",
                     status_help="Say whether the broker runs, and where. Exit code 1 when it does not.")
 
 

@@ -61,6 +61,10 @@ _REQUEST_TIMEOUT = define_key(_P + "request.timeout.ms", 5000,
                               "Timeout of one storage request; short so an outage is noticed well within a lease "
                               "period.", _PKG, kind=DURATION_MS)
 
+_DURATIONS = (_LEASE_DURATION, _LEASE_RENEW_INTERVAL, _HEARTBEAT_INTERVAL, _LIVENESS_TIMEOUT, _LIVENESS_CHECK_INTERVAL,
+              _LEADER_CHECK_INTERVAL, _JOBMODEL_POLL_INTERVAL, _BARRIER_TIMEOUT, _REQUEST_TIMEOUT)
+"""Each is the field of :class:`CoordinationConfig` named after it (``lease.duration.ms`` → ``lease_duration_ms``)."""
+
 _LEASE_MIN_MS = 15_000
 _LEASE_MAX_MS = 60_000
 
@@ -91,19 +95,8 @@ class CoordinationConfig:
         job_name = JOB_NAME.require(config)
         if not _clean(job_name):
             raise ConfigError(JOB_NAME.key, job_name, "a name with at least one letter or digit")
-        out = cls(
-            job_name=job_name,
-            job_id=JOB_ID.get(config),
-            lease_duration_ms=_LEASE_DURATION.get(config),
-            lease_renew_interval_ms=_LEASE_RENEW_INTERVAL.get(config),
-            heartbeat_interval_ms=_HEARTBEAT_INTERVAL.get(config),
-            liveness_timeout_ms=_LIVENESS_TIMEOUT.get(config),
-            liveness_check_interval_ms=_LIVENESS_CHECK_INTERVAL.get(config),
-            leader_check_interval_ms=_LEADER_CHECK_INTERVAL.get(config),
-            jobmodel_poll_interval_ms=_JOBMODEL_POLL_INTERVAL.get(config),
-            barrier_timeout_ms=_BARRIER_TIMEOUT.get(config),
-            request_timeout_ms=_REQUEST_TIMEOUT.get(config),
-        )
+        durations = {f"{key.key[len(_P):-len('.ms')].replace('.', '_')}_ms": key.get(config) for key in _DURATIONS}
+        out = cls(job_name=job_name, job_id=JOB_ID.get(config), **durations)
         out._check()
         return out
 

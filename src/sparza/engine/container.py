@@ -1,38 +1,41 @@
-"""A container: one long-running Spark task that hosts sparza tasks for an epoch (Samza's SamzaContainer).
+"""A container: the process that runs tasks side by side (Samza's SamzaContainer), with no Spark in it.
 
-In the container execution mode (``job.execution.mode: containers``) the driver starts one Spark job per
-**epoch** (:mod:`sparza.runtime.driver.epochs`): a barrier stage of ``C`` Spark tasks, one per executor slot,
-each of which is a container. Every container runs :func:`run_container`:
+A host starts a :class:`Container` and tells it, through :mod:`~sparza.engine.messages` commands, which jobs it
+may run (:class:`~sparza.engine.messages.AddJob`) and which of their tasks to run or hand back
+(:class:`~sparza.engine.messages.AssignTasks`, :class:`~sparza.engine.messages.RevokeTasks`). The container
+reports through its :class:`ContainerHost` what each task did. Tasks come and go one by one: a task that moves
+stops alone; the others never notice.
 
-1. **Where am I.** Each container names its *location*: the identity of the local state dir of each job
-   it may host (:func:`location_of`), which survives executor restarts on the same host. The containers
-   exchange their locations (``BarrierTaskContext.allGather``), so each knows every container's.
-2. **Which tasks are mine.** Every container computes the same assignment (:func:`assign_tasks`) from the
-   containers' locations and where each task committed last (the ``location`` of its task checkpoint,
-   which the driver passes in the :class:`EpochPlan`): a task stays with a container at the location that
-   holds its state whenever one exists (host affinity, Samza's ``job.host-affinity.enabled``), and only
-   tasks whose location is gone (executor lost, rescale) move, to the least-loaded containers.
-3. **The run loop.** For each of its tasks the container keeps a :class:`TaskLoop`: a one-task
-   :class:`~sparza.engine.planner.BatchPlanner` and the cached
-   :class:`~sparza.engine.instance.TaskInstance`.
-   It polls the inputs' positions every ``task.poll.interval.ms`` while idle, and whenever a task has new
-   messages (and its last batch started at least ``task.commit.ms`` ago) it runs that task's next batch:
-   read, process, commit through the same :class:`~sparza.engine.commit.TaskCommit` as a micro-batch
-   (intent, producer transactions, snapshots, checkpoint). Stores stay open between batches: the task
-   does not leave this process until the epoch ends.
-4. **Drain.** A drain (the epoch plan's, or one the driver sends over the channel while the epoch runs) goes
-   to the planner of each task of its job, which caps the task's source partitions at the offsets observed at
-   the request, exactly as ``--once`` caps them at its targets; a task whose batch says it drained leaves
-   the loop (``drained``).
-5. **Reporting.** Each batch's result goes to the driver over the container channel
-   (:mod:`sparza.runtime.channel`) as it commits, for the status line, metrics and stop decisions; the
-   driver's stop request (a signal, a rebalance, a failed stage) is read between batches, so a stop
-   waits for at most one batch. Without a channel (the driver cannot be reached) the results come back
-   as the Spark task's rows at the epoch's end.
+**The run loop.** One thread plans and processes; commits run beside it:
 
-The guarantees are the micro-batch mode's: a batch's range and output version are in the task
-checkpoint's intent before any output is flushed, so a container that dies (executor lost, a Spark
-retry) restarts its tasks from their last commit and replays an open intent exactly.
+1. **Commands.** Apply what the host sent since the last pass (jobs added and removed, tasks assigned and
+   revoked, drains, a stop).
+2. **Commits that finished.** A task whose commit finished reports its result and is idle again.
+3. **Released tasks.** A revoked task with no batch in flight closes its stores (they stay committed on disk, so
+   whoever runs it next on this host reopens them in place) and is reported released.
+4. **Due tasks.** A task is due when it is idle and its last batch started at least ``task.commit.ms`` ago. For
+   each due task the loop asks its planner for the next batch (one metadata read per job and pass), reads and
+   processes it (:meth:`~sparza.engine.instance.TaskInstance.process`) and hands its commit
+   (:meth:`~sparza.engine.instance.TaskInstance.commit`) to the commit pool.
+5. **Wait** for the next due time, a finished commit or a command (``task.poll.interval.ms`` at most).
+
+**Why commits run beside processing.** A commit is mostly waiting: the intent and checkpoint writes, the
+producers' transactions, the snapshot upload. Run one after another in the loop (as Samza's run loop does with
+``task.max.concurrency: 1``), the commits of every task a container hosts add up: with 32 tasks each committing
+one message, a message waits for the 31 commits before its own. So a task's commit runs in a pool of
+``job.container.commit.threads`` threads while the loop processes the other tasks. Each task has at most one
+batch in flight (its next batch starts after its commit), so what is in flight is bounded by the task count,
+the commits running at once by the pool, and a task's stores are never touched by two threads. Processing
+stays on one thread: it is Python code, which one interpreter runs one thread at a time anyway.
+
+**Failures stay with their task.** A batch that fails in a way a retry may cure (storage, a broker, a crash of
+its producer) drops that task's in-memory state and the task alone retries from its checkpoint after a backoff
+(``job.container.retry.backoff.ms``, doubled each time); after ``job.container.max.restarts`` failures in a row
+without a commit it is reported failed. A deterministic failure (a poison message, a task exception, a bad
+config) is reported at once: the job stops. A checkpoint write refused because a newer generation wrote (another
+processor took the task over) drops the task: nothing more of it is flushed. One refused because someone of the same
+generation wrote (a container the host gave up on, still finishing its batch) is a failure a retry cures: the task
+starts again from the checkpoint as it is now.
 """
 
 from __future__ import annotations
@@ -41,42 +44,90 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from sparza.config import Config, define_key
+from sparza.config import Config, Int, define_key
+from sparza.engine.checkpoint import TaskCheckpoint
 from sparza.engine.drain import DrainRequest
-from sparza.engine.epoch import EpochJob, EpochPlan
-from sparza.engine.errors import RuntimeStateError
-from sparza.engine.executor import run_task_batch
+from sparza.engine.errors import CheckpointFencedError, RuntimeStateError
+from sparza.engine.executor import TaskAttemptError, failed_attempt
+from sparza.engine.instance import TaskInstance
+from sparza.engine.job import EngineJob
 from sparza.engine.jobconfig import JobConfig
+from sparza.engine.messages import (
+    AddJob,
+    AssignTasks,
+    Command,
+    Event,
+    JobReady,
+    Ping,
+    RemoveJob,
+    RevokeTasks,
+    SetDrain,
+    StopContainer,
+    TaskDone,
+    TaskLost,
+    TaskResult,
+    TaskRetrying,
+    TasksReleased,
+    TaskWaiting,
+)
 from sparza.engine.model import TaskModel
 from sparza.engine.planner import BatchPlan, BatchPlanner, SspPosition
 from sparza.engine.results import BatchResult, BatchStatus
+from sparza.engine.worker import read_split
 from sparza.errors import ConfigError
 from sparza.streams import SystemStreamPartition
 
 __all__ = [
+    "COMMIT_THREADS",
+    "MAX_RESTARTS",
+    "POLL_INTERVAL_MS",
+    "RETRY_BACKOFF_MS",
+    "CommitPool",
     "Container",
-    "ContainerReporter",
+    "ContainerHost",
+    "InlineCommits",
     "TaskLoop",
-    "assign_tasks",
+    "ThreadedCommits",
     "broadcast_ready",
     "location_of",
 ]
 
 _log = logging.getLogger(__name__)
 
-define_key("task.poll.interval.ms", "50",
-           "Container mode: how often an idle container asks its inputs for new messages (Samza's run loop "
-           "poll interval); a lower value lowers latency and raises the load on the input systems.", "runtime")
+POLL_INTERVAL_MS = define_key("task.poll.interval.ms", 50,
+                              "Container mode: how often an idle container asks its inputs for new messages (Samza's "
+                              "run loop poll interval); a lower value lowers latency and raises the load on the input "
+                              "systems.", "runtime", kind=Int(min_value=0))
+COMMIT_THREADS = define_key("job.container.commit.threads", 8,
+                            "Container mode: how many task commits a container runs at once, beside the processing of "
+                            "its other tasks (each task has at most one batch in flight).", "runtime",
+                            kind=Int(min_value=1))
+RETRY_BACKOFF_MS = define_key("job.container.retry.backoff.ms", 1000,
+                              "Container mode: how long a task whose batch failed in a way a retry may cure waits "
+                              "before it retries from its checkpoint (doubled at each failure in a row, at most 30 s); "
+                              "its container's other tasks go on.", "runtime", kind=Int(min_value=0))
+MAX_RESTARTS = define_key("job.container.max.restarts", 3,
+                          "Containers lost (container mode) or streaming-query deaths (batches) in a row before the "
+                          "job fails, and failed attempts of one task in a row: an executor lost, a worker that died; "
+                          "a commit resets the count.", "runtime", kind=Int(min_value=0))
 
 LOCATION_FILE = ".sparza-location"
 """The file in a job's ``job.logged.store.base.dir`` that names that state dir (one uuid per dir)."""
+
+PLANNING_ERRORS: tuple[type[Exception], ...] = (RuntimeStateError, ConfigError)
+"""Planning failures a retry repeats (see :mod:`sparza.engine.planner`): the job stops at once."""
+
+Clock = Callable[[], float]
+"""Seconds, monotonic (``time.monotonic``); injectable so tests can run a container without waiting."""
 
 
 def location_of(job: JobConfig) -> str:
@@ -102,103 +153,6 @@ def location_of(job: JobConfig) -> str:
     return f"{socket.gethostname()}:{base}#{ident}"
 
 
-def assign_tasks(tasks: list[tuple[str, str]], containers: list[Mapping[str, str]],
-                 previous: Mapping[tuple[str, str], str], *, affinity: bool = True) -> dict[tuple[str, str], int]:
-    """Which container runs each ``(job, task)``: the same answer on every container (a pure function).
-
-    ``containers[i]`` maps job → container i's location for that job; ``previous`` gives where a task last
-    committed. Each container takes at most ``ceil(tasks / containers)`` tasks. With ``affinity``, a task
-    goes to a container at its previous location when one has room; the rest go, in task order, to the
-    least-loaded container (lowest index first).
-    """
-    count = len(containers)
-    if count == 0:
-        raise ValueError("an epoch needs at least one container")
-    capacity = -(-len(tasks) // count)
-    load = [0] * count
-    out: dict[tuple[str, str], int] = {}
-    ordered = sorted(tasks)
-    if affinity:
-        at: dict[tuple[str, str], list[int]] = {}
-        for i, locations in enumerate(containers):
-            for job, loc in locations.items():
-                at.setdefault((job, loc), []).append(i)
-        for item in ordered:
-            last = previous.get(item)
-            if last is None:
-                continue
-            free = [i for i in at.get((item[0], last), []) if load[i] < capacity]
-            if free:
-                chosen = min(free, key=lambda i: (load[i], i))
-                out[item] = chosen
-                load[chosen] += 1
-    for item in ordered:
-        if item not in out:
-            chosen = min(range(count), key=lambda i: (load[i], i))
-            out[item] = chosen
-            load[chosen] += 1
-    return out
-
-
-PLANNING_ERRORS: tuple[type[Exception], ...] = (RuntimeStateError, ConfigError)
-"""Planning failures a retry repeats (see :mod:`sparza.engine.planner`): the job stops at once."""
-
-Clock = Callable[[], float]
-"""Seconds, monotonic (``time.monotonic``); injectable so tests can run a container loop without waiting."""
-
-
-class TaskLoop:
-    """One task inside a container: its own planner, its plan, and when its last batch started."""
-
-    def __init__(self, job: JobConfig, model: TaskModel, epoch_job: EpochJob, ops: Mapping[str, Any],
-                 positions: Callable[[], Mapping[SystemStreamPartition, SspPosition]]) -> None:
-        self.job = job
-        self.model = model
-        self.epoch_job = epoch_job
-        self.planner = BatchPlanner(job, [model], ops, positions,
-                                    start_positions={SystemStreamPartition.parse(k): v
-                                                     for k, v in epoch_job.start_positions.items()},
-                                    broadcast_ready=broadcast_ready(job))
-        if epoch_job.targets is not None:
-            self.planner.targets = {SystemStreamPartition.parse(k): v for k, v in epoch_job.targets.items()}
-        self.drain_request: dict[str, Any] | None = None
-        self.plan: BatchPlan | None = None
-        self._pending: BatchPlan | None = None
-        self.last_started = float("-inf")
-        self.done: str | None = None  # why it left the loop: "ended", "caught up", "drained", "stopped", "failed"
-        self.waiting: str | None = None  # what its main input waits for, as last reported (None: nothing)
-        self.error: Exception | None = None  # a planning failure at start, reported when the loop first runs
-
-    def start(self, checkpoints: Mapping[str, Any]) -> None:
-        """The start plan from the task's checkpoint (an open intent is replayed first)."""
-        self.plan = self.planner.initial(checkpoints)
-        self.set_drain(self.epoch_job.drain)
-
-    def set_drain(self, request: dict[str, Any] | None) -> None:
-        """The job's drain request as the driver sent it (None: none, or cancelled): the planner caps the task's
-        source partitions at its offsets."""
-        if request != self.drain_request:
-            self.drain_request = request
-            self.planner.drain = DrainRequest.from_json(request) if request is not None else None
-
-    def next_split(self, now_ms: int) -> Any:
-        """The task's next batch as a split, or None when it has nothing to do now."""
-        assert self.plan is not None
-        planned = self.planner.next(self.plan, now_ms)
-        if planned is self.plan:
-            return None
-        self._pending = planned
-        return self.planner.splits(self.plan, planned)[0]
-
-    def committed(self) -> None:
-        """The split :meth:`next_split` returned was committed (or skipped as a replay): move the plan on."""
-        self.plan = self._pending
-
-    def ended(self) -> bool:
-        """True when the task's inputs all ended (in this run or an earlier one) and nothing is left to do."""
-        return self.plan is not None and self.plan.task(self.model.name).ended
-
-
 def broadcast_ready(job: JobConfig) -> Callable[[Any], bool]:
     """The gate of a container's planner: whether the broadcast bootstrap stores of a stream have published their
     bootstrapped snapshots (asked only for jobs with one, until they have); a task's main input waits for it."""
@@ -213,198 +167,538 @@ def broadcast_ready(job: JobConfig) -> Callable[[Any], bool]:
     return ready
 
 
-def _cached_positions(inputs: Any) -> tuple[Callable[[], Mapping[SystemStreamPartition, SspPosition]],
-                                           Callable[[], None]]:
-    """``(positions, refresh)``: one metadata read per poll for all of a job's tasks in this container."""
-    cache: list[Mapping[SystemStreamPartition, SspPosition] | None] = [None]
+class TaskLoop:
+    """One task's planning inside a container: its own planner, its plan, and the batch planned but not committed."""
 
-    def positions() -> Mapping[SystemStreamPartition, SspPosition]:
-        found = cache[0]
-        if found is None:
-            found = cache[0] = inputs.positions()
-        return found
+    def __init__(self, engine: EngineJob, model: TaskModel) -> None:
+        self.engine = engine
+        self.model = model
+        self.planner = BatchPlanner(engine.job, [model], engine.ops, engine.positions,
+                                    start_positions=engine.start_positions, broadcast_ready=broadcast_ready(engine.job))
+        if engine.targets is not None:
+            self.planner.targets = dict(engine.targets)
+        self.ssp_set = frozenset(model.ssps)
+        self.drain_request: dict[str, Any] | None = None
+        self.plan: BatchPlan | None = None
+        self._pending: BatchPlan | None = None
+        self._idle_at: tuple[str | None, ...] | None = None
+        """The upcoming offsets of the task's SSPs when its planner last found nothing to do: while they stay (and no
+        window, drain or publication is due) the planner is not asked again, so an idle task costs a tuple compare
+        per pass, not a plan (a container with a thousand idle tasks would spend its poll interval planning)."""
 
-    def refresh() -> None:
-        cache[0] = None
+    def start(self, checkpoint: TaskCheckpoint | None, drain: dict[str, Any] | None) -> None:
+        """The start plan from the task's checkpoint (an open intent is replayed first)."""
+        self.plan = self.planner.initial({self.model.name: checkpoint} if checkpoint is not None else {})
+        self._pending = None
+        self._idle_at = None
+        self.drain_request = None
+        self.set_drain(drain)
 
-    return positions, refresh
+    def set_drain(self, request: dict[str, Any] | None) -> None:
+        """The job's drain request as the host sent it (None: none, or cancelled): the planner caps the task's
+        source partitions at its offsets."""
+        if request != self.drain_request:
+            self.drain_request = request
+            self.planner.drain = DrainRequest.from_json(request) if request is not None else None
+            self._idle_at = None
+
+    def next_split(self, now_ms: int) -> Any:
+        """The task's next batch as a split, or None when it has nothing to do now."""
+        assert self.plan is not None
+        positions = self.engine.positions()
+        seen = tuple(p.upcoming if (p := positions.get(ssp)) is not None else None for ssp in self.model.ssps)
+        if seen == self._idle_at and not self._window_due(now_ms):
+            return None
+        planned = self.planner.next(self.plan, now_ms)
+        if planned is self.plan:
+            # Waiting for a broadcast publication is not idle: it may appear without any input moving.
+            self._idle_at = None if self.planner.broadcast_waits() else seen
+            return None
+        self._idle_at = None
+        self._pending = planned
+        return self.planner.splits(self.plan, planned)[0]
+
+    def idle(self, changed: frozenset[SystemStreamPartition], now_ms: int) -> bool:
+        """True when asking the planner now is known to give nothing: it found nothing to do last time, none of the
+        task's SSPs moved since (``changed``: the job's SSPs that moved between its last two position reads), and no
+        window is due."""
+        return self._idle_at is not None and not (changed & self.ssp_set) and not self._window_due(now_ms)
+
+    def _window_due(self, now_ms: int) -> bool:
+        window_ms = self.engine.job.window_ms
+        return (window_ms > 0 and self.plan is not None and self.engine.targets is None
+                and now_ms - self.plan.planned_at_ms >= window_ms)
+
+    def committed(self) -> None:
+        """The split :meth:`next_split` returned was committed (or skipped as a replay): move the plan on."""
+        self.plan = self._pending
+        self._idle_at = None
+
+    def ended(self) -> bool:
+        """True when the task's inputs all ended (in this run or an earlier one) and nothing is left to do."""
+        return self.plan is not None and self.plan.task(self.model.name).ended
 
 
-class ContainerReporter(Protocol):
-    """Where a container's run loop reports, and how it hears the driver (the channel, or a test)."""
+class ContainerHost(Protocol):
+    """Where a container reports, and whether its host is still there."""
 
-    def result(self, job: str, result: BatchResult) -> None:
-        """One task batch committed, was skipped as a replay, or failed deterministically."""
+    def report(self, event: Event) -> None:
+        """One event (see :mod:`~sparza.engine.messages`); called from the container's loop thread only."""
 
-    def done(self, job: str, task: str, why: str) -> None:
-        """A task left the run loop: ``caught up`` (--once), ``ended`` (every input ended), ``drained``,
-        ``stopped``."""
+    def alive(self) -> bool:
+        """False once the host has been silent too long or went away: the container then stops at a batch
+        boundary (its tasks continue from their commits wherever the host runs them next)."""
 
-    def waiting(self, job: str, task: str, why: str) -> None:
-        """A task has nothing to do now but is not caught up: its main input waits for ``why`` (a broadcast store's
-        bootstrapped publication). Said once per wait; the task's next result ends it."""
 
-    def wait_end(self, wait_s: float) -> bool:
-        """Wait up to ``wait_s`` seconds for the driver's request to end the epoch; True once it came."""
+class CommitPool(Protocol):
+    """Where a container runs its tasks' commits."""
 
-    def drains(self) -> Mapping[str, dict[str, Any] | None]:
-        """Job → the drain request the driver sent while the epoch runs (None: cancelled); empty: none sent."""
+    def submit(self, work: Callable[[], BatchResult], on_done: Callable[[], None]) -> Future[BatchResult]:
+        """Run ``work``; call ``on_done`` (from any thread) when it finished."""
+
+    def close(self) -> None:
+        """Wait for the running commits and release the pool."""
+
+
+class InlineCommits:
+    """Commits run in the caller's thread, at once: a deterministic container for tests and the in-process harness
+    (the same commit code, one at a time)."""
+
+    def submit(self, work: Callable[[], BatchResult], on_done: Callable[[], None]) -> Future[BatchResult]:
+        """Run ``work`` now. What it raises that is no ``Exception`` (a container killed mid-commit, an interrupt)
+        propagates at once, as it would stop a process there: nothing more of the pass runs."""
+        future: Future[BatchResult] = Future()
+        try:
+            future.set_result(work())
+        except Exception as exc:  # handed to the loop, which judges it
+            future.set_exception(exc)
+        on_done()
+        return future
+
+    def close(self) -> None:
+        """Nothing runs in the background."""
+
+
+class ThreadedCommits:
+    """Commits run in ``threads`` threads beside the container's loop (see the module docstring)."""
+
+    def __init__(self, threads: int) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="sparza-commit")
+
+    def submit(self, work: Callable[[], BatchResult], on_done: Callable[[], None]) -> Future[BatchResult]:
+        """Queue ``work``; ``on_done`` runs in the pool's thread when it finished."""
+        future = self._pool.submit(work)
+        future.add_done_callback(lambda _f: on_done())
+        return future
+
+    def close(self) -> None:
+        """Wait for the running commits, then stop the threads."""
+        self._pool.shutdown(wait=True)
 
 
 @dataclass
-class _JobParts:
-    epoch_job: EpochJob
-    job: JobConfig
-    refresh: Callable[[], None]
+class _Task:
+    """One task in a container."""
+
+    job: str
+    name: str
+    loop: TaskLoop
+    instance: TaskInstance
+    state: str = "idle"  # idle, committing, retry, done
+    last_started: float = float("-inf")
+    revoked: bool = False
+    future: Future[BatchResult] | None = None
+    failures: int = 0  # failed attempts since the last commit
+    retry_at: float = 0.0
+    waiting: str | None = None  # what its main input waits for, as last reported
+    batch: int = 0  # the batch in flight (or last run)
+
+
+@dataclass
+class _Job:
+    engine: EngineJob
+    command: AddJob
+    location: str
+    removing: bool = False
+    tasks: set[str] = field(default_factory=set)
 
 
 class Container:
-    """The run loop of one container (see the module docstring); :func:`run_container` builds and runs it.
+    """The run loop of one container (see the module docstring).
 
-    ``clock`` (monotonic seconds) and ``wall_ms`` (epoch ms, the batches' ``planned_at``) are injectable so
-    an in-process test can run a container without Spark.
+    ``host`` hears every event; :meth:`command` takes the host's commands (from any thread). ``clock``
+    (monotonic seconds) and ``wall_ms`` (epoch ms, the batches' ``planned_at``) are injectable so an in-process
+    host can run a container without waiting; ``commits`` chooses where commits run (default: a thread pool of
+    ``job.container.commit.threads`` from the first job's config); ``resolve`` puts the secrets back into a
+    shipped config (the host's business: the engine never looks for them).
     """
 
-    def __init__(self, plan: EpochPlan, index: int, assignment: Mapping[tuple[str, str], int],
-                 reporter: ContainerReporter, *, location: Mapping[str, str] | None = None,
-                 clock: Clock = time.monotonic, wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-                 resolve: Callable[[Config], Config] = lambda config: config) -> None:
-        self.plan = plan
-        self.resolve = resolve  # the host's way to put a shipped config's secrets back
+    def __init__(self, host: ContainerHost, *, index: int = 0, clock: Clock = time.monotonic,
+                 wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 resolve: Callable[[Config], Config] = lambda config: config,
+                 commits: CommitPool | None = None) -> None:
+        self.host = host
         self.index = index
-        self.reporter = reporter
         self.clock = clock
         self.wall_ms = wall_ms
-        self.location = dict(location or {})
-        self.loops: dict[tuple[str, str], TaskLoop] = {}
-        self.stopped = False  # a deterministic failure stopped every task
-        self._jobs: dict[str, _JobParts] = {}
-        for epoch_job in plan.jobs:
-            mine = [t for t in epoch_job.tasks if assignment.get((epoch_job.key, t)) == index]
-            if mine:
-                self._add_job(epoch_job, mine)
+        self.resolve = resolve
+        self._commits = commits
+        self.jobs: dict[str, _Job] = {}
+        self.tasks: dict[tuple[str, str], _Task] = {}
+        self.stopping = False
+        self._inbox: list[Command] = []
+        self._inbox_lock = threading.Lock()
+        self._wake = threading.Event()
 
-    def _add_job(self, epoch_job: EpochJob, tasks: list[str]) -> None:
-        from sparza.engine.checkpoint import checkpoint_store_from_config
-        from sparza.engine.inputs import InputSystems
-        job = JobConfig.from_config(self.resolve(Config(epoch_job.config)))
-        inputs = InputSystems(job)
-        positions, refresh = _cached_positions(inputs)
-        models = {m.name: m for m in inputs.task_models()}
-        checkpoints = checkpoint_store_from_config(job.config, job.job_key)
-        self._jobs[epoch_job.key] = _JobParts(epoch_job, job, refresh)
-        for name in tasks:
-            stored = checkpoints.read(name)
-            loop = TaskLoop(job, models[name], epoch_job, inputs.ops, positions)
-            self.loops[(epoch_job.key, name)] = loop
-            try:
-                loop.start({name: stored.checkpoint} if stored is not None and stored.checkpoint is not None else {})
-            except PLANNING_ERRORS as exc:
-                loop.error = exc
+    # --- the host's side ----------------------------------------------------------------------
+    def command(self, command: Command) -> None:
+        """Take one command from the host (any thread); the loop applies it at its next pass."""
+        with self._inbox_lock:
+            self._inbox.append(command)
+        self._wake.set()
 
+    @property
+    def idle(self) -> bool:
+        """True when no commit is still running (finished ones wait for the next pass to be reported)."""
+        return all(t.future is None or t.future.done() for t in self.tasks.values())
+
+    # --- the loop ------------------------------------------------------------------------------
     def run(self) -> None:
-        """Run every task until the epoch's end, the driver's end request, or each task is done; then
-        release the tasks' stores (the next epoch may run them in another process)."""
+        """Run until a :class:`~sparza.engine.messages.StopContainer` released every task, or the host is gone; then
+        close every job (the committed stores stay on disk for whoever runs the tasks next)."""
         try:
-            self._loop()
-        finally:
-            self._release()
-
-    def _finish(self, key: tuple[str, str], loop: TaskLoop, why: str) -> None:
-        loop.done = why
-        self.reporter.done(key[0], key[1], why)
-
-    def _loop(self) -> None:
-        deadline = self.clock() + self.plan.duration_ms / 1000.0
-        poll_s = max(self._poll_ms(), 1) / 1000.0
-        while True:
-            active = [(k, loop) for k, loop in self.loops.items() if loop.done is None]
-            if not active:
-                return
-            now = self.clock()
-            if self.reporter.wait_end(0.0) or now >= deadline:
-                for key, loop in active:
-                    self._finish(key, loop, "stopped")
-                return
-            drains = self.reporter.drains()
-            for key, loop in active:
-                if key[0] in drains:
-                    loop.set_drain(drains[key[0]])
-            # A task is due when its last batch started at least task.commit.ms ago; the others wait for it.
-            due = [(key, loop) for key, loop in active if now - loop.last_started >= self._commit_s(key[0])]
-            if not due:
-                next_due = min(loop.last_started + self._commit_s(key[0]) for key, loop in active)
-                self.reporter.wait_end(max(0.0, min(next_due, deadline) - now))
-                continue
-            for job_key in {key[0] for key, _loop in due}:
-                self._jobs[job_key].refresh()  # one metadata read per job and poll
-            ran = False
-            for key, loop in due:
-                if self._step(key, loop):
-                    ran = True
-                if self.stopped:
+            while True:
+                if not self.host.alive() and not self.stopping:
+                    _log.warning("container %s: its host went silent or away: stopping at a batch boundary (its "
+                                 "tasks continue from their commits wherever the host runs them next)", self.index)
+                    self.command(StopContainer())
+                progressed = self.step()
+                if self.stopping and not self.tasks:
                     return
-            if not ran:
-                self.reporter.wait_end(min(poll_s, max(deadline - self.clock(), 0.0)))
+                if not progressed:
+                    self._wake.wait(self._wait_s())
+                    self._wake.clear()
+        finally:
+            self.close()
 
-    def _commit_s(self, job_key: str) -> float:
-        return self._jobs[job_key].job.commit_ms / 1000.0
+    def step(self, *, run_due: bool = True) -> bool:
+        """One pass of the loop (see the module docstring); True when anything happened. ``run_due=False`` leaves out
+        step 4 (no batch starts): an in-process host settles commands and finished commits between rounds."""
+        progressed = self._apply_commands()
+        progressed = self._collect_commits() or progressed
+        progressed = self._release_revoked() or progressed
+        if not self.stopping and run_due:
+            progressed = self._run_due() or progressed
+        return progressed
 
-    def _step(self, key: tuple[str, str], loop: TaskLoop) -> bool:
-        """Run the task's next batch if it has one; True when a batch ran."""
-        parts = self._jobs[key[0]]
-        try:
-            if loop.error is not None:
-                raise loop.error
-            split = loop.next_split(self.wall_ms())
-        except PLANNING_ERRORS as exc:
-            # What the driver's planner raises in the micro-batch mode (an input re-created behind the
-            # checkpoint, input after an ended task's end): deterministic, so the job stops.
-            self._fail(key, loop, BatchResult(key[1], loop.plan.batch if loop.plan else 0, BatchStatus.FAILED,
-                                              error=f"task '{key[1]}': {type(exc).__name__}: {exc}"))
-            return False
-        if split is None:
-            waits = loop.planner.broadcast_waits()
-            if loop.ended():
-                self._finish(key, loop, "ended")
-            elif not waits:
-                if parts.epoch_job.targets is not None:
-                    self._finish(key, loop, "caught up")
-            elif next(iter(waits)) != loop.waiting:
-                loop.waiting = next(iter(waits))
-                self.reporter.waiting(key[0], key[1], loop.waiting)
-            return False
-        loop.waiting = None
-        loop.last_started = self.clock()
-        result = run_task_batch(parts.job.config, split, generation=parts.epoch_job.generation,
-                                task_count=parts.epoch_job.task_count, resident=True,
-                                location=self.location.get(key[0]))
-        if result.status is BatchStatus.FAILED:
-            self._fail(key, loop, result)
-            return True
-        self.reporter.result(key[0], result)
-        loop.committed()
-        if result.ended:
-            self._finish(key, loop, "ended")
-        elif result.drained:
-            self._finish(key, loop, "drained")
-        return True
+    def close(self) -> None:
+        """Wait for running commits, release every task still here, close every job (idempotent)."""
+        if self._commits is not None:
+            self._commits.close()
+        self._collect_commits()
+        for key in list(self.tasks):
+            self._release(self.tasks[key])
+        for job in self.jobs.values():
+            with contextlib.suppress(Exception):
+                job.engine.close()
+        self.jobs.clear()
 
-    def _fail(self, key: tuple[str, str], loop: TaskLoop, result: BatchResult) -> None:
-        """A deterministic failure: report it and stop every task of this container (the job stops)."""
-        self.stopped = True
-        self.reporter.result(key[0], result)
-        self._finish(key, loop, "failed")
-        for other, other_loop in self.loops.items():
-            if other_loop.done is None:
-                self._finish(other, other_loop, "stopped")
-
-    def _release(self) -> None:
-        from sparza.engine.instance import release_instance
-
-        for (job_key, task), _loop in self.loops.items():
-            release_instance(self._jobs[job_key].job.config, task)
+    def _wait_s(self) -> float:
+        now = self.clock()
+        poll_s = self._poll_ms() / 1000.0
+        nexts = [now + poll_s]
+        for task in self.tasks.values():
+            if task.state == "idle" and not task.revoked:
+                nexts.append(task.last_started + self._commit_s(task.job))
+            elif task.state == "retry":
+                nexts.append(task.retry_at)
+        return max(0.0, min(nexts) - now)
 
     def _poll_ms(self) -> int:
-        values = [p.job.config.get_int("task.poll.interval.ms", 50, min_value=0) for p in self._jobs.values()]
-        return min(values) if values else 50
+        values = [POLL_INTERVAL_MS.get(j.engine.config) for j in self.jobs.values()]
+        return max(min(values), 1) if values else 50
+
+    def _commit_s(self, job: str) -> float:
+        return self.jobs[job].engine.job.commit_ms / 1000.0
+
+    # --- commands ------------------------------------------------------------------------------
+    def _apply_commands(self) -> bool:
+        with self._inbox_lock:
+            commands, self._inbox = self._inbox, []
+        for command in commands:
+            if isinstance(command, AddJob):
+                self._add_job(command)
+            elif isinstance(command, AssignTasks):
+                for name in command.tasks:
+                    self._assign(command.job, name)
+            elif isinstance(command, RevokeTasks):
+                for name in command.tasks:
+                    task = self.tasks.get((command.job, name))
+                    if task is not None:
+                        task.revoked = True
+            elif isinstance(command, SetDrain):
+                job = self.jobs.get(command.job)
+                if job is not None:
+                    job.command.drain = command.drain
+                for task in self.tasks.values():
+                    if task.job == command.job:
+                        task.loop.set_drain(command.drain)
+            elif isinstance(command, RemoveJob):
+                job = self.jobs.get(command.job)
+                if job is not None:
+                    job.removing = True
+                    for task in self.tasks.values():
+                        if task.job == command.job:
+                            task.revoked = True
+            elif isinstance(command, StopContainer):
+                self.stopping = True
+                for task in self.tasks.values():
+                    task.revoked = True
+            elif isinstance(command, Ping):
+                pass
+        return bool(commands)
+
+    def _add_job(self, command: AddJob) -> None:
+        if command.job in self.jobs:
+            # The job again (a coordinator's next job model, a restarted run of a stage): same config, maybe a
+            # new generation, new start positions and targets.
+            job = self.jobs[command.job]
+            job.command = command
+            job.removing = False
+            engine = job.engine
+            engine.generation = command.generation
+            engine.start_positions = {SystemStreamPartition.parse(k): v for k, v in command.start_positions.items()}
+            engine.targets = ({SystemStreamPartition.parse(k): v for k, v in command.targets.items()}
+                              if command.targets is not None else None)
+            self.host.report(JobReady(command.job, job.location))
+            return
+        try:
+            engine = EngineJob(self.resolve(Config(command.config)), generation=command.generation,
+                               task_count=command.task_count, start_positions=command.start_positions,
+                               targets=command.targets)
+            location = location_of(engine.job)
+        except Exception as exc:
+            self.host.report(JobReady(command.job, "", error=f"{type(exc).__name__}: {exc}"))
+            return
+        if self._commits is None:
+            self._commits = ThreadedCommits(COMMIT_THREADS.get(engine.config))
+        self.jobs[command.job] = _Job(engine, command, location)
+        self.host.report(JobReady(command.job, location))
+
+    def _assign(self, job_key: str, name: str) -> None:
+        job = self.jobs.get(job_key)
+        if job is None or (job_key, name) in self.tasks:
+            return
+        if self.stopping:  # too late for this container: the host gives the task to another
+            self.host.report(TasksReleased(job_key, [name]))
+            return
+        instance = TaskInstance(job.engine, name)
+        instance.stores.resident = True
+        instance.location = job.location
+        task = _Task(job_key, name, TaskLoop(job.engine, job.engine.models[name]), instance)
+        self.tasks[(job_key, name)] = task
+        job.tasks.add(name)
+        self._start(task)
+
+    def _start(self, task: _Task) -> None:
+        """(Re)start a task's planning from its checkpoint as stored now (an open intent is replayed first)."""
+        job = self.jobs[task.job]
+        try:
+            stored = job.engine.checkpoints.read(task.name)
+            checkpoint = stored.checkpoint if stored is not None else None
+            if checkpoint is not None and checkpoint.committed:
+                # A commit that failed during cleanup (after its checkpoint), or a process that died there, left the
+                # committed snapshots with a TTL; a task with no next batch would keep it until gc deleted them.
+                task.instance.stores.finish_cleanup(dict(checkpoint.stores))
+            task.loop.start(checkpoint, job.command.drain)
+        except PLANNING_ERRORS as exc:
+            self._fail(task, BatchResult(task.name, 0, BatchStatus.FAILED,
+                                         error=f"task '{task.name}': {type(exc).__name__}: {exc}"))
+        except Exception as exc:
+            self._attempt_failed(task, 0, exc)
+
+    # --- results -------------------------------------------------------------------------------
+    def _report_result(self, task: _Task, result: BatchResult) -> None:
+        result.system_metrics = self.jobs[task.job].engine.clients.metrics.changes()
+        self.host.report(TaskResult(task.job, result))
+
+    def _collect_commits(self) -> bool:
+        progressed = False
+        for task in list(self.tasks.values()):
+            future = task.future
+            if task.state != "committing" or future is None or not future.done():
+                continue
+            progressed = True
+            task.future = None
+            task.state = "idle"
+            exc = future.exception()
+            if exc is None:
+                self._committed(task, future.result())
+            elif isinstance(exc, Exception):
+                self._attempt_failed(task, task.batch, exc)
+            else:
+                raise exc
+        return progressed
+
+    def _committed(self, task: _Task, result: BatchResult) -> None:
+        task.failures = 0
+        task.loop.committed()
+        self._report_result(task, result)
+        if result.ended:
+            self._finish(task, "ended")
+        elif result.drained:
+            self._finish(task, "drained")
+
+    def _finish(self, task: _Task, why: str) -> None:
+        task.state = "done"
+        self.host.report(TaskDone(task.job, task.name, why))
+
+    def _fail(self, task: _Task, result: BatchResult) -> None:
+        """A deterministic failure: report it; the task stops (the host stops the job)."""
+        self._report_result(task, result)
+        self._finish(task, "failed")
+
+    def _attempt_failed(self, task: _Task, batch: int, exc: Exception) -> None:
+        """A batch of ``task`` raised ``exc`` (its instance already dropped what it held): judge it (module
+        docstring)."""
+        task.state = "idle"
+        if isinstance(exc, CheckpointFencedError):
+            # A newer generation owns the task (another processor took over): nothing more of it may be written.
+            self.host.report(TaskLost(task.job, task.name, f"{type(exc).__name__}: {exc}"))
+            self._drop(task)
+            return
+        engine = self.jobs[task.job].engine
+        try:
+            result = failed_attempt(engine.config, task.name, batch, exc)
+        except TaskAttemptError as attempt:
+            task.failures += 1
+            limit = MAX_RESTARTS.get(engine.config)
+            if task.failures > limit:
+                self._fail(task, BatchResult(task.name, batch, BatchStatus.FAILED, error=(
+                    f"task '{task.name}' failed {task.failures} times in a row without a commit: {attempt}; next: fix "
+                    "the cause (the trace file named has the details) and start the job again "
+                    "(job.container.max.restarts sets how many retries)")))
+                return
+            base = RETRY_BACKOFF_MS.get(engine.config)
+            delay_ms = min(base * (2 ** (task.failures - 1)), 30_000)
+            task.state = "retry"
+            task.retry_at = self.clock() + delay_ms / 1000.0
+            self.host.report(TaskRetrying(task.job, task.name, str(attempt), task.failures, delay_ms))
+            return
+        self._fail(task, result)
+
+    # --- releasing -----------------------------------------------------------------------------
+    def _release_revoked(self) -> bool:
+        released: dict[str, list[str]] = {}
+        for task in list(self.tasks.values()):
+            if task.revoked and task.state != "committing":
+                self._release(task)
+                released.setdefault(task.job, []).append(task.name)
+        for job_key, names in released.items():
+            if self.stopping:
+                for name in names:
+                    self.host.report(TaskDone(job_key, name, "stopped"))
+            else:
+                self.host.report(TasksReleased(job_key, sorted(names)))
+            job = self.jobs.get(job_key)
+            if job is not None and job.removing and not job.tasks:
+                with contextlib.suppress(Exception):
+                    job.engine.close()
+                del self.jobs[job_key]
+        return bool(released)
+
+    def _release(self, task: _Task) -> None:
+        """Close the task's stores (committed on disk, reopened in place by whoever runs it here next)."""
+        with contextlib.suppress(Exception):
+            task.instance.stores.close_committed()
+        self._drop(task)
+
+    def _drop(self, task: _Task) -> None:
+        self.tasks.pop((task.job, task.name), None)
+        job = self.jobs.get(task.job)
+        if job is not None:
+            job.tasks.discard(task.name)
+
+    # --- running due tasks ---------------------------------------------------------------------
+    def _run_due(self) -> bool:
+        now = self.clock()
+        due = []
+        for task in self.tasks.values():
+            if task.revoked or task.state == "done" or task.state == "committing":
+                continue
+            if task.state == "retry":
+                if now < task.retry_at:
+                    continue
+                task.state = "idle"
+                self._start(task)  # from the checkpoint as stored now: an open intent replays exactly
+                if task.state != "idle":
+                    continue
+            if now - task.last_started >= self._commit_s(task.job):
+                due.append(task)
+        if not due:
+            return False
+        changed: dict[str, frozenset[SystemStreamPartition]] = {}
+        for job_key in {task.job for task in due}:
+            engine = self.jobs[job_key].engine
+            engine.refresh()  # one metadata read per job and pass
+            engine.positions()
+            changed[job_key] = engine.changed()
+        ran = False
+        wall = self.wall_ms()
+        for task in due:
+            if task.state != "idle" or task.loop.idle(changed[task.job], wall):
+                continue
+            if self._step(task):
+                ran = True
+        return ran
+
+    def _step(self, task: _Task) -> bool:
+        """Plan and process the task's next batch if it has one, and hand its commit to the pool; True when it ran."""
+        job = self.jobs[task.job]
+        try:
+            split = task.loop.next_split(self.wall_ms())
+        except PLANNING_ERRORS as exc:
+            # What a planner raises for an input re-created behind the checkpoint, input after an ended task's end:
+            # deterministic, so the job stops.
+            self._fail(task, BatchResult(task.name, task.loop.plan.batch if task.loop.plan else 0, BatchStatus.FAILED,
+                                         error=f"task '{task.name}': {type(exc).__name__}: {exc}"))
+            return False
+        except Exception as exc:  # the input's metadata could not be read: retried like a failed batch
+            self._attempt_failed(task, task.loop.plan.batch if task.loop.plan else 0, exc)
+            return False
+        if split is None:
+            waits = task.loop.planner.broadcast_waits()
+            if task.loop.ended():
+                self._finish(task, "ended")
+            elif not waits:
+                if job.engine.targets is not None:
+                    self._finish(task, "caught up")
+            elif next(iter(waits)) != task.waiting:
+                task.waiting = next(iter(waits))
+                self.host.report(TaskWaiting(task.job, task.name, task.waiting))
+            return False
+        task.waiting = None
+        task.last_started = self.clock()
+        instance = task.instance
+        try:
+            processed = instance.process(split, read_split(job.engine.clients, split),
+                                         spark_batch_id=None, generation=job.engine.generation)
+        except Exception as exc:
+            self._attempt_failed(task, split.batch, exc)
+            return True
+        if isinstance(processed, BatchResult):  # a replay the checkpoint already holds
+            self._committed(task, processed)
+            return True
+        task.state = "committing"
+        task.batch = split.batch
+        task.future = self._pool().submit(lambda: instance.commit(processed), self._wake.set)
+        return True
+
+    def _pool(self) -> CommitPool:
+        if self._commits is None:
+            self._commits = ThreadedCommits(8)
+        return self._commits
+
+    def positions(self, job: str) -> Mapping[SystemStreamPartition, SspPosition]:
+        """The last positions the container read for ``job`` (for tools and tests)."""
+        return self.jobs[job].engine.positions()

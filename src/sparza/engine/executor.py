@@ -21,19 +21,18 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any
 
 from sparza.config import Config, define_key
 from sparza.engine.errors import ProcessingError, TaskCodeError
 from sparza.engine.instance import get_instance
-from sparza.engine.jobconfig import JobConfig
+from sparza.engine.job import EngineJob
 from sparza.engine.results import BatchResult, BatchStatus
 from sparza.engine.split import TaskSplit
-from sparza.engine.worker import WORKER, read_split
+from sparza.engine.worker import read_split
 from sparza.errors import ConfigError, DataError, SparzaError
 from sparza.interrupts import ignore_interrupts
 
-__all__ = ["DETERMINISTIC", "TRACE_DIR_KEY", "TaskAttemptError", "run_task_batch", "worker_metric_changes",
+__all__ = ["DETERMINISTIC", "TRACE_DIR_KEY", "TaskAttemptError", "failed_attempt", "run_task_batch",
            "write_trace_text"]
 
 TRACE_DIR_KEY = "task.error.trace.dir"
@@ -59,39 +58,31 @@ class TaskAttemptError(SparzaError):
     """A task attempt failed in a way a retry may cure (storage, a crash): Spark retries it; the
     message names the task, the batch, the cause and the trace file."""
 
-def run_task_batch(config: Config, split: TaskSplit, *, generation: int, task_count: int,
-                   spark_batch_id: int | None = None, resident: bool = False,
-                   location: str | None = None) -> BatchResult:
-    """Run one task's batch in this process (see the module docstring): its result, with the worker's metric
-    changes. ``resident``: the task stays in this process after the batch (a container), so its stores stay
-    open; ``location``: where the batch ran (recorded in the task checkpoint for host affinity)."""
+def run_task_batch(engine: EngineJob, split: TaskSplit, *, generation: int, spark_batch_id: int | None = None,
+                   resident: bool = False, location: str | None = None) -> BatchResult:
+    """Run one task's batch in this process (see the module docstring): its result, with the job's long-lived
+    metric changes. ``resident``: the task stays in this process after the batch, so its stores stay open;
+    ``location``: where the batch ran (recorded in the task checkpoint for host affinity)."""
     ignore_interrupts()  # a terminal's Ctrl-C reaches this worker too: the driver decides when to stop
     try:
-        rows = read_split(config, split)
-        job = JobConfig.from_config(config)
-        instance = get_instance(job, split, task_count, resident=resident)
+        rows = read_split(engine.clients, split)
+        instance = get_instance(engine, split, resident=resident)
         instance.location = location
         result = instance.run_batch(split, rows, spark_batch_id=spark_batch_id, generation=generation)
-    except DETERMINISTIC as exc:
-        trace = _write_trace(config, split.task, split.batch, exc)
-        result = BatchResult(split.task, split.batch, BatchStatus.FAILED,
-                             error=f"{_describe(exc, split.task)}; full trace: {trace}")
     except Exception as exc:
-        trace = _write_trace(config, split.task, split.batch, exc)
-        raise TaskAttemptError(f"task '{split.task}' batch {split.batch}: {_first_line(exc)}; full trace: {trace}"
-                               ) from exc
-    result.system_metrics = worker_metric_changes(config)
+        result = failed_attempt(engine.config, split.task, split.batch, exc)
+    result.system_metrics = engine.clients.metrics.changes()
     return result
 
 
-def worker_metric_changes(config: Config) -> dict[str, Any]:
-    """What this worker's producers, consumers and backups of the job counted since the last result
-    (any task's): sent with each result, so every count reaches the driver once.
-
-    A module-level function on purpose: ``run_tasks`` is pickled by value with the globals it names, so
-    naming ``WORKER`` there would hand it a copy of the worker's caches, not the caches themselves.
-    """
-    return WORKER.metrics(config).changes()
+def failed_attempt(config: Config, task: str, batch: int, exc: Exception) -> BatchResult:
+    """What a failed attempt of ``task``'s batch ``batch`` gives: a ``failed`` result when a retry would fail the
+    same way (:data:`DETERMINISTIC`: the job stops with its one line), else it raises :class:`TaskAttemptError`
+    (a retry may cure it). Either way the full trace goes to a file the line names."""
+    trace = _write_trace(config, task, batch, exc)
+    if isinstance(exc, DETERMINISTIC):
+        return BatchResult(task, batch, BatchStatus.FAILED, error=f"{_describe(exc, task)}; full trace: {trace}")
+    raise TaskAttemptError(f"task '{task}' batch {batch}: {_first_line(exc)}; full trace: {trace}") from exc
 
 
 def _first_line(exc: BaseException) -> str:

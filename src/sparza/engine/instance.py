@@ -21,7 +21,7 @@ import functools
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -29,10 +29,10 @@ import pyarrow.compute as pc
 
 from sparza.config import Config
 from sparza.deadletters import DataErrorPolicy, dead_letter_value
-from sparza.engine.checkpoint import CheckpointStore, Intent, TaskCheckpoint, checkpoint_store_from_config
-from sparza.engine.commit import TaskCommit, commit_listeners
+from sparza.engine.checkpoint import Intent, TaskCheckpoint, VersionedCheckpoint
+from sparza.engine.commit import TaskCommit
 from sparza.engine.errors import ProcessingError, RuntimeStateError, TaskCodeError
-from sparza.engine.jobconfig import JobConfig
+from sparza.engine.job import EngineJob
 from sparza.engine.results import BatchResult, BatchStatus
 from sparza.engine.split import TaskSplit
 from sparza.engine.stores import TaskStores
@@ -68,7 +68,7 @@ from sparza.task import (
     WindowableTask,
 )
 
-__all__ = ["TaskInstance", "get_instance", "release_instance"]
+__all__ = ["ProcessedBatch", "TaskInstance", "get_instance", "release_instance"]
 
 _log = logging.getLogger(__name__)
 
@@ -189,15 +189,18 @@ def _exception_names(exc: BaseException) -> set[str]:
 class TaskInstance:
     """One task of a job in one worker process (see the module docstring)."""
 
-    def __init__(self, job: JobConfig, name: str, ssps: list[SystemStreamPartition], task_count: int,
-                 checkpoints: CheckpointStore) -> None:
+    def __init__(self, engine: EngineJob, name: str) -> None:
+        job = engine.job
+        self.engine = engine
         self.job = job
         self.name = name
+        ssps = list(engine.models[name].ssps)
         self.ssps = ssps
-        self.task_count = task_count
-        self.checkpoints = checkpoints
+        self.task_count = engine.task_count
+        self.checkpoints = engine.checkpoints
+        self.clients = engine.clients
         self.metrics = MetricsRegistry()
-        self.stores = TaskStores(job, name, self.metrics)
+        self.stores = TaskStores(job, name, self.metrics, backup_metrics=engine.clients.metrics)
         self.committed_batch: int | None = None
         self.task: Any = None
         self.control: Any = None
@@ -214,11 +217,14 @@ class TaskInstance:
         self._window_at = 0
         self._output_batch = 0  # the batch whose outputs the running batch writes (its transactions' version)
         self._planned_at = 0  # its processing time (epoch ms, from the plan)
-        self._listeners: list[Any] | None = None  # the job's commit listeners (task.commit.listeners)
         self._replayed: Intent | None = None  # the open intent the running batch replays, if it does
         self._data_errors = DataErrorPolicy.from_config(job.config)
         self._dead_lettered = 0
         self.location: str | None = None  # where this process keeps the task's state (host affinity)
+        self._known: VersionedCheckpoint | None = None
+        """The task checkpoint as this instance last wrote it (with its version tag), while the task stays in this
+        process (``stores.resident``): the next batch starts from it instead of reading it again. A write by
+        anyone else changes the stored tag, so the next conditional write is refused and nothing is lost."""
 
     # --- setup ---------------------------------------------------------------------------------
     def _needs_control(self) -> bool:
@@ -256,7 +262,7 @@ class TaskInstance:
         """
         producer = self._producers.get(system)
         if producer is None:
-            producer = WORKER.producer(self.job.config, system)
+            producer = self.clients.producer(system)
             producer.register(self.name)
             producer.begin(self.name, Transaction(self.app_id, self._output_batch))
             if isinstance(producer, SupportsProcessingTime):
@@ -274,7 +280,7 @@ class TaskInstance:
             # A failed batch leaves nothing visible: abandon (never flush) what this task sent, then drop
             # the producer (it may be in a bad state) without letting its stop() flush anything of ours.
             for system, producer in self._producers.items():
-                WORKER.drop_producer(self.job.config, system, producer)
+                self.clients.drop_producer(system, producer)
                 with contextlib.suppress(Exception):
                     producer.abandon(self.name)
                 with contextlib.suppress(Exception):
@@ -284,12 +290,25 @@ class TaskInstance:
     # --- one batch -----------------------------------------------------------------------------
     def run_batch(self, split: TaskSplit, rows: Iterator[pa.RecordBatch], *, spark_batch_id: int | None,
                   generation: int) -> BatchResult:
-        """Process one batch of this task (see the module docstring); ``rows`` is read lazily, and not at
-        all for a replayed batch."""
+        """Process and commit one batch of this task (see the module docstring); ``rows`` is read lazily, and not
+        at all for a replayed batch."""
+        processed = self.process(split, rows, spark_batch_id=spark_batch_id, generation=generation)
+        if isinstance(processed, BatchResult):
+            return processed
+        return self.commit(processed)
+
+    def process(self, split: TaskSplit, rows: Iterator[pa.RecordBatch], *, spark_batch_id: int | None,
+                generation: int) -> ProcessedBatch | BatchResult:
+        """The first half of a batch: restore the stores, deliver every message, run the boundary callbacks. Returns
+        what :meth:`commit` needs, or the batch's result when it is a replay of a committed batch (skipped).
+
+        Outputs stay buffered in the producers until :meth:`commit`; a failure here or there drops the in-memory task
+        (:meth:`abort`), so a retry starts from the committed state."""
         self.metrics = MetricsRegistry()
         self.stores.metrics = self.metrics
         result = BatchResult(self.name, split.batch, BatchStatus.COMMITTED, offsets=split.end_offsets())
-        versioned = self.checkpoints.read(self.name)
+        known = self._known if self.stores.resident else None
+        versioned = known if known is not None else self.checkpoints.read(self.name)
         stored = versioned.checkpoint if versioned else None
         cp = stored if stored is not None and stored.committed else None  # what was committed
         if cp is not None and cp.batch >= split.batch:
@@ -313,20 +332,24 @@ class TaskInstance:
             if cp is not None:
                 cp, etag = self._recover_deleted_snapshots(cp, etag, generation)
             result = self._process(split, rows, cp, result)
-            commit_started = time.perf_counter()
-            result.process_ms = (commit_started - started) * 1000.0
-            self._commit(split, cp, etag, result, spark_batch_id, generation, output_batch)
-            result.commit_ms = (time.perf_counter() - commit_started) * 1000.0
         except BaseException:
-            # Whatever happened, the in-memory task no longer matches a checkpoint: drop it.
-            self.task = None
-            self.committed_batch = None
-            self.stores.close()
-            if self.adjunct is not None:
-                with contextlib.suppress(Exception):
-                    self.adjunct.close()
-            self._release_producers(failed=True)
+            self.abort()
             raise
+        result.process_ms = (time.perf_counter() - started) * 1000.0
+        return ProcessedBatch(split, cp, etag, result, spark_batch_id, generation, output_batch)
+
+    def commit(self, batch: ProcessedBatch) -> BatchResult:
+        """The second half of a batch: :class:`~sparza.engine.commit.TaskCommit` runs its numbered steps. A container
+        runs it beside the processing of its other tasks (never beside this task's next :meth:`process`)."""
+        result, cp = batch.result, batch.committed
+        commit_started = time.perf_counter()
+        try:
+            written = self._commit(batch)
+        except BaseException:
+            self.abort()
+            raise
+        result.commit_ms = (time.perf_counter() - commit_started) * 1000.0
+        self._known = written
         self._release_producers(failed=False)
         if result.ended and not (cp.ended if cp else False):
             self._close_task()
@@ -335,6 +358,18 @@ class TaskInstance:
         self.metrics.timer("task", "commit-ms").update(result.commit_ms)
         result.metrics = self.metrics.changes()
         return result
+
+    def abort(self) -> None:
+        """Whatever happened, the in-memory task no longer matches a checkpoint: drop it (its stores closed, what it
+        sent abandoned, never flushed), so the next batch starts from the committed state read again."""
+        self.task = None
+        self.committed_batch = None
+        self._known = None
+        self.stores.close()
+        if self.adjunct is not None:
+            with contextlib.suppress(Exception):
+                self.adjunct.close()
+        self._release_producers(failed=True)
 
     def _recover_deleted_snapshots(self, cp: TaskCheckpoint, etag: str | None,
                                    generation: int) -> tuple[TaskCheckpoint, str | None]:
@@ -464,7 +499,7 @@ class TaskInstance:
         if until:
 
             def read(ssp: SystemStreamPartition, start: str | None, end: str | None = None) -> Any:
-                return WORKER.consumer(self.job.config, ssp.system).read(ssp, start, end)
+                return self.clients.consumer(ssp.system).read(ssp, start, end)
 
             self.adjunct.catch_up(read, until)
 
@@ -764,50 +799,63 @@ class TaskInstance:
         meta = producer_admin.get_system_stream_metadata({stream.stream})[stream.stream]
         return int(meta.partition_count)
 
-    def _commit(self, split: TaskSplit, cp: TaskCheckpoint | None, etag: str | None, result: BatchResult,
-                spark_batch_id: int | None, generation: int, output_batch: int) -> None:
-        """Commit the batch with :class:`~sparza.engine.commit.TaskCommit` (it runs the numbered steps)."""
+    def _commit(self, batch: ProcessedBatch) -> VersionedCheckpoint:
+        """Commit the batch with :class:`~sparza.engine.commit.TaskCommit` (it runs the numbered steps); returns the
+        task checkpoint written, with its version tag."""
+        split, result, generation = batch.split, batch.result, batch.generation
 
         def checkpoint(stores: dict[str, str], adjunct: dict[str, Any] | None) -> TaskCheckpoint:
             return TaskCheckpoint(
                 task=self.name, batch=split.batch, generation=generation, offsets=split.end_offsets(), stores=stores,
                 control=self.control.snapshot() if self.control is not None else None, ended=result.ended,
-                spark_batch_id=spark_batch_id, window_at_ms=self._window_at, adjunct=adjunct,
+                spark_batch_id=batch.spark_batch_id, window_at_ms=self._window_at, adjunct=adjunct,
                 location=self.location, drain=self.drains.snapshot() if self.drains is not None else None)
 
         def committed() -> None:
             # From here the batch is committed: an in-memory task that fails cleanup stays consistent with it.
             self.committed_batch = split.batch
 
-        if self._listeners is None:
-            self._listeners = commit_listeners(self.job.config)
-        TaskCommit(task=self.name, batch=split.batch, checkpoints=self.checkpoints, metrics=self.metrics,
-                   stores=self.stores, adjunct=self.adjunct, producers=self._producers,
-                   transaction=Transaction(self.app_id, output_batch), committed=cp, etag=etag,
-                   generation=generation, checkpoint=checkpoint, listeners=self._listeners,
-                   intent=Intent(batch=output_batch, planned_at_ms=split.planned_at, starts=split.start_offsets(),
-                                 ends=split.end_offsets(), bounded_ends=dict(split.bounded_ends),
-                                 adjunct_reads=self.adjunct.reads() if self.adjunct is not None else {},
-                                 drain=split.drain),
-                   ).run(committed)
+        commit = TaskCommit(
+            task=self.name, batch=split.batch, checkpoints=self.checkpoints, metrics=self.metrics, stores=self.stores,
+            adjunct=self.adjunct, producers=self._producers, transaction=Transaction(self.app_id, batch.output_batch),
+            committed=batch.committed, etag=batch.etag, generation=generation, checkpoint=checkpoint,
+            listeners=self.engine.commit_listeners(),
+            intent=Intent(batch=batch.output_batch, planned_at_ms=split.planned_at, starts=split.start_offsets(),
+                          ends=split.end_offsets(), bounded_ends=dict(split.bounded_ends),
+                          adjunct_reads=self.adjunct.reads() if self.adjunct is not None else {}, drain=split.drain))
+        commit.run(committed)
+        assert commit.written is not None and commit.etag is not None
+        return VersionedCheckpoint(commit.written, commit.etag)
 
 
-def get_instance(job: JobConfig, split: TaskSplit, task_count: int, *, resident: bool = False) -> TaskInstance:
-    """The cached instance of ``split.task`` in this worker process (created on first use).
+@dataclass
+class ProcessedBatch:
+    """A batch :meth:`TaskInstance.process` ran and :meth:`TaskInstance.commit` commits: its split, the checkpoint
+    it started from (and that checkpoint's version tag), its result so far and its output version."""
 
-    ``resident``: the task stays in this process between batches (a container hosts it for an epoch), so its
-    stores stay open after a commit instead of being closed for another worker process to open.
+    split: TaskSplit
+    committed: TaskCheckpoint | None
+    etag: str | None
+    result: BatchResult
+    spark_batch_id: int | None
+    generation: int
+    output_batch: int
+
+
+def get_instance(engine: EngineJob, split: TaskSplit, *, resident: bool = False) -> TaskInstance:
+    """The cached instance of ``split.task`` in this worker process (created on first use): the micro-batch mode's
+    way to keep a task's objects between batches that Spark may run in any Python worker.
+
+    ``resident``: the task stays in this process between batches, so its stores stay open after a commit instead
+    of being closed for another worker process to open.
     """
     ssps = [SystemStreamPartition.parse(s) for s in split.ssps]
-    instance: TaskInstance = WORKER.instance(
-        job.config, split.task,
-        lambda: TaskInstance(job, split.task, ssps, task_count, checkpoint_store_from_config(job.config, job.job_key)),
-        lambda instance: instance.ssps == ssps)
+    instance: TaskInstance = WORKER.instance(engine, split.task, lambda: TaskInstance(engine, split.task),
+                                             lambda instance: instance.ssps == ssps)
     instance.stores.resident = resident
     return instance
 
 
 def release_instance(config: Config, task: str) -> None:
-    """Close the stores of ``task``'s cached instance (kept committed on disk, reused by the next open): a
-    container calls this when its epoch ends, since the next epoch may run the task in another process."""
+    """Close the stores of ``task``'s cached instance (kept committed on disk, reused by the next open)."""
     WORKER.release(config, task)

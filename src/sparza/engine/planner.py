@@ -31,6 +31,7 @@ is made even when no input moved, so every task gets a batch in which to drain.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,8 +44,11 @@ from sparza.engine.model import TaskModel
 from sparza.engine.offsets import OffsetOps
 from sparza.engine.split import TaskSplit
 from sparza.streams import SystemStreamPartition
+from sparza.systems import SupportsDeletedMessagesPolicy
 
 __all__ = ["BatchPlan", "BatchPlanner", "Replay", "SspPosition", "TaskPlan", "describe_waits", "input_after_end"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -184,6 +188,34 @@ def check_not_past_end(task: str, ssp: SystemStreamPartition, offset: str, posit
         f"{ssp.stream}.samza.reset.offset: true and samza.offset.default: oldest (messages read before the "
         "stream was re-created are not in it any more, so nothing repeats unless they were loaded again), or "
         "give the job a new job.id")
+
+
+def check_not_deleted(task: str, ssp: SystemStreamPartition, offset: str, position: SspPosition,
+                      ops: OffsetOps) -> str:
+    """Where a task resumes ``ssp`` from its checkpointed ``offset``: there, unless messages after it were deleted
+    before the task read them (a Kafka topic's ``retention.ms``): then the job stops naming the gap, or, where the
+    system's config says so (:class:`~sparza.systems.SupportsDeletedMessagesPolicy`: Kafka's
+    ``consumer.auto.offset.reset: smallest``), resumes at the oldest message left, saying what it skipped.
+    Planning on from ``offset`` would fail every read of the deleted range."""
+    oldest = position.oldest if position.oldest is not None else position.upcoming   # empty: all of it deleted
+    if ops.compare(offset, oldest) >= 0:
+        return offset
+    lost = ops.count_between(ssp, offset, oldest)
+    if not lost:   # nothing the task had not read lies there (or the system cannot tell)
+        return offset
+    gap = f"offsets [{offset}, {oldest}) of {ssp} (at most {lost} messages)"
+    if isinstance(ops.admin, SupportsDeletedMessagesPolicy) and ops.admin.skips_deleted_messages(ssp.stream):
+        log.warning("task '%s' skipped %s: deleted before it read them (the stream's retention), as "
+                    "systems.%s.consumer.auto.offset.reset says; it resumes at offset %s", task, gap, ssp.system,
+                    oldest)
+        return oldest
+    raise RuntimeStateError(
+        f"task '{task}' is at offset {offset} of {ssp} (its checkpoint), but the messages from there on were deleted "
+        f"before it read them: {gap} are gone (the stream's retention: a Kafka topic's retention.ms or "
+        "retention.bytes, or a DeleteRecords). The job stops instead of skipping them without a word. To read on "
+        f"from the oldest message left (offset {oldest}), set systems.{ssp.system}.consumer.auto.offset.reset: "
+        "smallest (or earliest): the job then skips the gap and says so; to keep such messages, give the topic a "
+        "longer retention than the job may stay stopped or behind")
 
 
 def input_after_end(task: TaskModel, offsets: Mapping[str, str], positions: Mapping[SystemStreamPartition, SspPosition],
@@ -332,6 +364,11 @@ class BatchPlanner:
                     offsets[key] = cp.offsets[key]
                     if intent is None:
                         check_not_past_end(task.name, ssp, offsets[key], positions[ssp], self.ops[ssp.system])
+                        resumed = check_not_deleted(task.name, ssp, offsets[key], positions[ssp],
+                                                    self.ops[ssp.system])
+                        if resumed != offsets[key]:   # the task starts after its checkpoint, as for a reset
+                            offsets[key] = resumed
+                            reset = (*reset, key)
                     continue
                 if intent is not None and key in intent.starts:
                     # First batch of this SSP, flushed but not committed: it started where the intent says.

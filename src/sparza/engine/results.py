@@ -1,20 +1,21 @@
-"""What a task reports to the driver for each batch: the contract between the two sides of the runtime.
+"""What a task reports for each batch: :class:`BatchResult`, defined once, with its one wire form.
 
-A batch's :class:`BatchResult` travels as one Arrow row (:data:`RESULT_ARROW_SCHEMA`; the micro-batch mode's
-source yields it, ``foreachBatch`` collects it) or as JSON over the container channel
-(:mod:`sparza.runtime.channel`). Both forms are defined here, next to the result itself.
+A result travels from where the task ran to the driver in one encoding, msgpack through msgspec
+(:func:`encode_result` / :func:`decode_result`): inside a container message over the channel
+(:mod:`sparza.engine.messages`), or as the one binary column of the micro-batch source's rows
+(:data:`RESULT_SCHEMA`). No other form is kept by hand.
 """
 
 from __future__ import annotations
 
 import enum
-import json
-from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 
-__all__ = ["RESULT_ARROW_SCHEMA", "RESULT_SCHEMA", "BatchResult", "BatchStatus", "result_from_row", "to_arrow"]
+__all__ = ["RESULT_ARROW_SCHEMA", "RESULT_SCHEMA", "BatchResult", "BatchStatus", "decode_result", "encode_result",
+           "result_from_row", "to_arrow"]
 
 
 class BatchStatus(enum.Enum):
@@ -25,8 +26,7 @@ class BatchStatus(enum.Enum):
     FAILED = "failed"  # a deterministic failure (poison message, task exception): the job stops
 
 
-@dataclass
-class BatchResult:
+class BatchResult(msgspec.Struct, kw_only=False):
     """What a task reports to the driver for one batch."""
 
     task: str
@@ -44,48 +44,39 @@ class BatchResult:
     process_ms: float = 0.0
     commit_ms: float = 0.0
     error: str | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)  # the task's registry: MetricsRegistry.changes()
-    offsets: dict[str, str] = field(default_factory=dict)
-    system_metrics: dict[str, Any] = field(default_factory=dict)  # the worker's producers, consumers, backups
+    metrics: dict[str, Any] = msgspec.field(default_factory=dict)  # the task's registry: MetricsRegistry.changes()
+    offsets: dict[str, str] = msgspec.field(default_factory=dict)
+    system_metrics: dict[str, Any] = msgspec.field(default_factory=dict)  # the job's producers, consumers, backups
+    failed_step: str | None = None
+    """A failed commit: the step it failed in (:class:`~sparza.engine.commit.CommitStep` value of the last step done,
+    or ``before-intent``), so the status line and the trace say where."""
 
 
-RESULT_SCHEMA = ("task string, batch bigint, status string, messages bigint, processed bigint, dropped bigint, "
-                 "ignored bigint, late bigint, late_routed bigint, ended boolean, drained boolean, shutdown boolean, "
-                 "process_ms double, "
-                 "commit_ms double, "
-                 "error string, metrics string, offsets string, system_metrics string")
-"""What each task returns to the driver (one row per task per batch)."""
+_ENCODE = msgspec.msgpack.Encoder().encode
+_DECODE = msgspec.msgpack.Decoder(BatchResult).decode
 
-RESULT_ARROW_SCHEMA = pa.schema([
-    ("task", pa.string()), ("batch", pa.int64()), ("status", pa.string()), ("messages", pa.int64()),
-    ("processed", pa.int64()), ("dropped", pa.int64()), ("ignored", pa.int64()), ("late", pa.int64()),
-    ("late_routed", pa.int64()), ("ended", pa.bool_()), ("drained", pa.bool_()),
-    ("shutdown", pa.bool_()), ("process_ms", pa.float64()), ("commit_ms", pa.float64()), ("error", pa.string()),
-    ("metrics", pa.string()), ("offsets", pa.string()), ("system_metrics", pa.string()),
-])
+
+def encode_result(result: BatchResult) -> bytes:
+    """The result's one wire form (msgpack)."""
+    return _ENCODE(result)
+
+
+def decode_result(data: bytes) -> BatchResult:
+    """Inverse of :func:`encode_result`."""
+    return _DECODE(data)
+
+
+RESULT_SCHEMA = "result binary"
+"""The micro-batch source's rows: one per task and batch, the :func:`encode_result` form."""
+
+RESULT_ARROW_SCHEMA = pa.schema([("result", pa.binary())])
 
 
 def to_arrow(result: BatchResult) -> pa.RecordBatch:
     """A result as its one-row record batch (:data:`RESULT_ARROW_SCHEMA`)."""
-    return pa.RecordBatch.from_pylist([{
-        "task": result.task, "batch": result.batch, "status": result.status.value, "messages": result.messages,
-        "processed": result.processed, "dropped": result.dropped, "ignored": result.ignored,
-        "late": result.late, "late_routed": result.late_routed,
-        "ended": result.ended, "drained": result.drained, "shutdown": result.shutdown, "process_ms": result.process_ms,
-        "commit_ms": result.commit_ms, "error": result.error, "metrics": json.dumps(result.metrics, default=str),
-        "offsets": json.dumps(result.offsets), "system_metrics": json.dumps(result.system_metrics, default=str),
-    }], schema=RESULT_ARROW_SCHEMA)
+    return pa.RecordBatch.from_arrays([pa.array([encode_result(result)], pa.binary())], schema=RESULT_ARROW_SCHEMA)
 
 
 def result_from_row(row: Any) -> BatchResult:
     """A driver-side :class:`BatchResult` from a collected result row."""
-    return BatchResult(task=row["task"], batch=int(row["batch"]), status=BatchStatus(row["status"]),
-                       messages=int(row["messages"]),
-                       processed=int(row["processed"]), dropped=int(row["dropped"]), ignored=int(row["ignored"]),
-                       late=int(row["late"]), late_routed=int(row["late_routed"]),
-                       ended=bool(row["ended"]), drained=bool(row["drained"]), shutdown=bool(row["shutdown"]),
-                       process_ms=float(row["process_ms"]), commit_ms=float(row["commit_ms"]), error=row["error"],
-                       metrics=json.loads(row["metrics"] or "{}"), offsets=json.loads(row["offsets"] or "{}"),
-                       system_metrics=json.loads(row["system_metrics"] or "{}"))
-
-
+    return decode_result(bytes(row["result"]))

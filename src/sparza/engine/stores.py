@@ -185,10 +185,13 @@ _CLEANED_SNAPSHOTS: set[str] = set()
 class TaskStores:
     """The stores of one task instance (see the module docstring for the lifecycle)."""
 
-    def __init__(self, job: JobConfig, task: str, metrics: MetricsRegistry) -> None:
+    def __init__(self, job: JobConfig, task: str, metrics: MetricsRegistry, *,
+                 backup_metrics: MetricsRegistry | None = None) -> None:
         self.job = job
         self.task = task
         self.metrics = metrics
+        # Backups outlive batches: their metrics go to the job's long-lived registry, drained into each result.
+        self.backup_metrics = backup_metrics if backup_metrics is not None else MetricsRegistry()
         from sparza.state.adjunct import AdjunctConfig
 
         adjunct = AdjunctConfig.from_config(job.config)
@@ -229,12 +232,10 @@ class TaskStores:
     def _backup_client(self) -> Any:
         if self._backup is None:
             from sparza.blobstore import blob_store_manager_from_config
-            from sparza.engine.worker import WORKER
             from sparza.state.backup import StateBackup
 
-            # Backups outlive batches: their metrics go to the worker's registry, drained into each result.
             self._backup = StateBackup(blob_store_manager_from_config(self.job.config), self.job.name,
-                                       self.job.job_id, self.task, metrics=WORKER.metrics(self.job.config))
+                                       self.job.job_id, self.task, metrics=self.backup_metrics)
         return self._backup
 
     def _is_memory(self, name: str) -> bool:

@@ -1,26 +1,27 @@
-"""The executor side of a batch: what a Spark Python worker keeps between batches, and reading a task's input.
+"""What a Python worker keeps between the micro-batches Spark runs in it, and reading a task's input.
 
-Spark reuses Python workers across batches, so a worker keeps the objects that are expensive to
-rebuild: task instances (with their in-memory task and stores), producers (open table handles,
-upload pools) and consumers (cached Delta logs). :class:`WorkerCaches` is their one owner. It keys
-everything by the job config and keeps the objects of the few most recently used configs only, so
-a long-lived worker that served many jobs (tests, a shared cluster) does not grow without bound.
+Spark reuses Python workers across batches, so a worker keeps what is expensive to rebuild: per job an
+:class:`~sparza.engine.job.EngineJob` (its parsed config, admins, checkpoint store, producers and consumers) and
+the task instances (with their in-memory task and stores). :class:`WorkerCaches` is their one owner. It keeps the
+objects of the few most recently used job configs only, so a long-lived worker that served many jobs (tests, a
+shared cluster) does not grow without bound. A container (:mod:`sparza.engine.container`) keeps its own jobs and
+tasks instead: it knows when they arrive and leave.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import pyarrow as pa
 
 from sparza.config import Config
+from sparza.engine.job import EngineJob, JobClients
 from sparza.engine.split import SOURCE_ARROW_SCHEMA, TaskSplit
 from sparza.metrics import MetricsRegistry
 from sparza.streams import SystemStreamPartition
-from sparza.systems import SupportsArrowRead, SystemConsumer, SystemProducer, get_system_factory
+from sparza.systems import SupportsArrowRead
 
 __all__ = ["WORKER", "WorkerCaches", "config_key", "read_split"]
 
@@ -33,25 +34,18 @@ def config_key(config: Config) -> str:
 class _JobObjects:
     """What the worker keeps for one job config."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.engine: EngineJob | None = None
+        self.clients = JobClients(config)
         self.instances: dict[str, Any] = {}
-        self.producers: dict[str, SystemProducer] = {}
-        self.consumers: dict[str, SystemConsumer] = {}
-        # The metrics of what outlives a batch (producers, consumers, store backups): drained into each
-        # batch result with MetricsRegistry.changes(), so every count reaches the driver once.
-        self.metrics = MetricsRegistry()
 
     def close(self) -> None:
-        for producer in self.producers.values():
-            with contextlib.suppress(Exception):
-                producer.stop()
-        for consumer in self.consumers.values():
-            with contextlib.suppress(Exception):
-                consumer.stop()
+        self.clients.close()
 
 
 class WorkerCaches:
-    """The per-process owner of cached task instances, producers and consumers (see the module docstring)."""
+    """The per-process owner of cached jobs and task instances (see the module docstring)."""
 
     def __init__(self, max_jobs: int = 8) -> None:
         self.max_jobs = max_jobs
@@ -61,7 +55,7 @@ class WorkerCaches:
         key = config_key(config)
         job = self._jobs.get(key)
         if job is None:
-            job = self._jobs[key] = _JobObjects()
+            job = self._jobs[key] = _JobObjects(config)
             while len(self._jobs) > self.max_jobs:
                 _, evicted = self._jobs.popitem(last=False)
                 evicted.close()
@@ -69,17 +63,24 @@ class WorkerCaches:
             self._jobs.move_to_end(key)
         return job
 
+    def engine_job(self, config: Config, task_count: int) -> EngineJob:
+        """The job of ``config`` in this worker (built on first use, with ``task_count`` tasks)."""
+        objects = self._job(config)
+        if objects.engine is None or objects.engine.task_count != task_count:
+            objects.engine = EngineJob(config, task_count=task_count, clients=objects.clients)
+        return objects.engine
+
     def forget(self, config: Config) -> None:
         """Drop (and stop) everything kept for ``config``: what a restarted worker process would have lost."""
         job = self._jobs.pop(config_key(config), None)
         if job is not None:
             job.close()
 
-    def instance(self, config: Config, task: str, build: Callable[[], Any], fits: Callable[[Any], bool]) -> Any:
+    def instance(self, engine: EngineJob, task: str, build: Callable[[], Any], fits: Callable[[Any], bool]) -> Any:
         """The cached instance of ``task``, or ``build()`` when there is none or it no longer ``fits``."""
-        job = self._job(config)
+        job = self._job(engine.config)
         instance = job.instances.get(task)
-        if instance is None or not fits(instance):
+        if instance is None or not fits(instance) or instance.engine is not engine:
             instance = job.instances[task] = build()
         return instance
 
@@ -91,41 +92,8 @@ class WorkerCaches:
             instance.stores.close_committed()
 
     def metrics(self, config: Config) -> MetricsRegistry:
-        """The registry of the job's long-lived objects in this worker (producers, consumers, store
-        backups); :mod:`sparza.engine.executor` sends its :meth:`~MetricsRegistry.changes` with each
-        result."""
-        return self._job(config).metrics
-
-    def producer(self, config: Config, system: str) -> SystemProducer:
-        """The started producer of ``system`` shared by this worker's tasks of the job."""
-        job = self._job(config)
-        return _started(job.producers, system,
-                        lambda: get_system_factory(config, system).get_producer(system, config, job.metrics))
-
-    def drop_producer(self, config: Config, system: str, producer: SystemProducer) -> None:
-        """Forget ``producer`` (after a failure it may be in a bad state); the caller stops it."""
-        job = self._job(config)
-        if job.producers.get(system) is producer:
-            del job.producers[system]
-
-    def consumer(self, config: Config, system: str) -> SystemConsumer:
-        """The started consumer of ``system`` for the job (consumers cache Delta logs)."""
-        job = self._job(config)
-        return _started(job.consumers, system,
-                        lambda: get_system_factory(config, system).get_consumer(system, config, job.metrics))
-
-
-_Client = TypeVar("_Client", SystemProducer, SystemConsumer)
-
-
-def _started(cache: dict[str, _Client], system: str, build: Callable[[], _Client]) -> _Client:
-    """The client of ``system`` kept in ``cache``; else ``build()``, started, and kept there."""
-    client = cache.get(system)
-    if client is None:
-        client = build()
-        client.start()
-        cache[system] = client
-    return client
+        """The registry of the job's long-lived objects in this worker (producers, consumers, store backups)."""
+        return self._job(config).clients.metrics
 
 
 WORKER = WorkerCaches()
@@ -149,7 +117,7 @@ def _envelopes_to_arrow(envelopes: Iterator[Any], rows: int = 10_000) -> Iterato
         yield pa.RecordBatch.from_pydict(buf)
 
 
-def read_split(config: Config, split: TaskSplit) -> Iterator[pa.RecordBatch]:
+def read_split(clients: JobClients, split: TaskSplit) -> Iterator[pa.RecordBatch]:
     """Every message of a task's batch: each SSP's messages in ``[start, end)``, in the split's SSP order.
 
     Runs in the Python worker that runs the task (see :mod:`sparza.engine.executor`), so messages go
@@ -159,7 +127,7 @@ def read_split(config: Config, split: TaskSplit) -> Iterator[pa.RecordBatch]:
         if start == end:
             continue
         ssp = SystemStreamPartition.parse(name)
-        consumer = WORKER.consumer(config, ssp.system)
+        consumer = clients.consumer(ssp.system)
         if isinstance(consumer, SupportsArrowRead):
             batches = consumer.read_arrow(ssp, start, end, include_control=True, bounded=False)
         else:

@@ -6,9 +6,11 @@ older timestamp are read again too), applied to the event time sparza delivers t
 (:attr:`~sparza.streams.IncomingMessageEnvelope.timestamp`: the Delta stream's ``timestamp`` column, a Kafka
 record's sparza event-time header or else its record timestamp). One rule for every system, and the time the
 task code and its windows see, rather than Delta's commit time or a broker's append time, which say when a
-message was written, not what it is about. It is found by reading the partition from its oldest offset until
-the first such message (control messages are not messages: they are skipped); a partition with none is set
-to its upcoming offset (nothing to read again).
+message was written, not what it is about. It is found by reading the partition up to the first such message
+(control messages are not messages: they are skipped), from where the system says the time starts when it can
+(:class:`~sparza.systems.SupportsOffsetsForTimes`: Kafka's ListOffsets by timestamp; a broker that answers a
+lower offset than the first at that time is still right, only slower), else from the oldest offset; a
+partition with none is set to its upcoming offset (nothing to read again).
 
 **Oldest** is each partition's oldest readable offset, **newest** its upcoming offset (only messages written
 from now on are read: Kafka Streams' ``--to-latest``). **A file** gives offsets per SSP (``system.stream#N``),
@@ -32,7 +34,13 @@ import pyarrow.compute as pc
 from sparza.engine.jobconfig import JobConfig
 from sparza.errors import SparzaError
 from sparza.streams import MessageType, SystemStreamPartition
-from sparza.systems import SupportsArrowRead, SystemStreamPartitionMetadata, get_system_factory
+from sparza.systems import (
+    SupportsArrowRead,
+    SupportsOffsetsForTimes,
+    SystemAdmin,
+    SystemStreamPartitionMetadata,
+    get_system_factory,
+)
 
 __all__ = ["RewindTarget", "parse_time", "read_offsets_file", "resolve_positions"]
 
@@ -163,22 +171,42 @@ def resolve_positions(job: JobConfig, ssps: Iterable[SystemStreamPartition], tar
         consumer = get_system_factory(job.config, system).get_consumer(system, job.config)
         if not isinstance(consumer, SupportsArrowRead):
             raise SparzaError(f"system {system} cannot be read as Arrow batches: rewind it to offsets instead")
+        starts = _scan_starts(admin(system), group, target.time_ms, metadata)
         consumer.start()
         try:
             for ssp in group:
-                out[str(ssp)] = first_offset_at(consumer, ssp, target.time_ms, metadata[ssp])
+                out[str(ssp)] = first_offset_at(consumer, ssp, target.time_ms, metadata[ssp], start=starts.get(ssp))
         finally:
             consumer.stop()
     return out
 
 
+def _scan_starts(admin: Any, ssps: list[SystemStreamPartition], time_ms: int,
+                 metadata: Mapping[SystemStreamPartition, SystemStreamPartitionMetadata]) -> dict[
+                     SystemStreamPartition, str]:
+    """Where to start reading for the time, per SSP, when the admin can tell (Kafka's offsets-for-times): its
+    answer when it lies within the partition; else (no answer, or none: a partition without such a record is
+    read whole, the answer is not trusted to say nothing is there) the oldest offset."""
+    if not isinstance(admin, SupportsOffsetsForTimes):
+        return {}
+    compare = admin.offset_comparator if isinstance(admin, SystemAdmin) else None
+    out: dict[SystemStreamPartition, str] = {}
+    for ssp, hint in admin.offsets_for_times(ssps, time_ms).items():
+        meta = metadata[ssp]
+        if hint is not None and meta.oldest is not None and compare is not None and compare(hint, meta.oldest) >= 0 \
+                and compare(hint, meta.upcoming) <= 0:
+            out[ssp] = hint
+    return out
+
+
 def first_offset_at(consumer: SupportsArrowRead, ssp: SystemStreamPartition, time_ms: int,
-                    meta: SystemStreamPartitionMetadata) -> str:
-    """The offset of the first message of ``ssp`` (in offset order) whose event time is ``>= time_ms``; the
-    upcoming offset when there is none."""
+                    meta: SystemStreamPartitionMetadata, *, start: str | None = None) -> str:
+    """The offset of the first message of ``ssp`` (in offset order) whose event time is ``>= time_ms``, read from
+    ``start`` (default: the oldest offset; a later start must not lie after that message); the upcoming offset
+    when there is none."""
     if meta.oldest is None:
         return meta.upcoming
-    for batch in consumer.read_arrow(ssp, meta.oldest, meta.upcoming, False, bounded=False):
+    for batch in consumer.read_arrow(ssp, start or meta.oldest, meta.upcoming, False, bounded=False):
         hits = pc.and_(pc.greater_equal(batch.column("timestamp"), pa.scalar(time_ms, pa.int64())),
                        pc.equal(batch.column("type"), pa.scalar(int(MessageType.USER), pa.int8())))
         found = pc.index(hits, True).as_py()

@@ -1,119 +1,123 @@
-"""The container channel: how containers report to the driver while an epoch runs, and hear its stop request.
+"""The container channel: how a processor's driver and its containers on Spark executors talk.
 
-A Spark job returns its rows only when it ends, and an epoch lasts minutes: the status line, metrics,
-failure detection and stop requests cannot wait for that. The driver therefore listens on a TCP port
-(:class:`ContainerChannel`, on ``spark.driver.host``, the address executors already reach the driver at)
-and every container connects to it (:class:`ContainerChannelClient`). Messages are JSON lines:
+The driver listens on a TCP port (:class:`ChannelServer`, on ``spark.driver.host``, the address executors already
+reach the driver at; ``job.container.channel.host`` to choose another) and every container connects to it
+(:class:`ChannelClient`). Each frame is a 4-byte big-endian length and a :mod:`sparza.engine.messages` message
+(msgpack): the driver's :class:`~sparza.engine.manager.ContainerManager` sends commands, the container's
+:class:`~sparza.engine.container.Container` reports events. A connection starts with a handshake carrying the
+processor's token (random per processor), so nothing else can report into a job, and the container's index.
 
-- container → driver: ``hello`` (epoch, container index, its locations, its tasks, the tasks that moved to
-  it), ``result`` (one committed, skipped or failed task batch: a :class:`~sparza.engine.results.BatchResult`),
-  ``done`` (a task left the run loop: caught up, ended, stopped), ``error`` (the container is failing);
-- driver → container: ``end`` (finish the running batch, commit, return), ``drain`` (a job's drain request, or
-  its cancellation: ``{"job", "drain"}`` with :meth:`~sparza.engine.drain.DrainRequest.to_json` or null) and
-  ``ping`` (the driver is alive: a
-  container that hears nothing from a driver it was connected to for ``job.container.driver.timeout.ms`` ends its
-  epoch at the batch boundary, so a frozen or partitioned processor's containers stop doing work; the fencing of
-  task checkpoints keeps the output exact either way).
-
-Every connection starts with the epoch's token (random per processor), so nothing else can report into a
-job. Without the channel (the driver cannot be reached from executors) a container still runs its epoch
-and returns its results as rows; only the stop request then waits for the epoch's end.
+Liveness, both ways: the driver pings every ``ping_s``; a container whose driver has been silent for
+``job.container.driver.timeout.ms`` (or closed the connection) stops at its next batch boundary, so a frozen or
+partitioned processor's containers stop doing work (the fencing of task checkpoints keeps the output exact either
+way). The driver treats a closed connection as a lost container at once (an executor or Python worker that died
+closes its sockets); one that went silent without closing is lost once its Spark task ends.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import secrets
-import select
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
-from typing import Any
 
-from sparza.engine.results import BatchResult, BatchStatus
+import msgspec
 
-__all__ = ["ChannelEvent", "ContainerChannel", "ContainerChannelClient", "result_from_json", "result_to_json"]
+from sparza.engine import messages
+from sparza.engine.container import Container
+from sparza.engine.messages import Command, Event
+
+__all__ = ["ChannelClient", "ChannelServer"]
 
 _log = logging.getLogger(__name__)
 
-ChannelEvent = dict[str, Any]
-"""One message from a container: ``{"type": ..., "epoch": e, "container": i, ...}``."""
+_HEADER = struct.Struct(">I")
+_MAX_FRAME = 64 << 20
 
 
-def result_to_json(result: BatchResult) -> dict[str, Any]:
-    """A batch result as JSON-able data."""
-    body = asdict(result)
-    body["status"] = result.status.value
-    return body
+class _Handshake(msgspec.Struct):
+    token: str
+    container: int
 
 
-def result_from_json(body: dict[str, Any]) -> BatchResult:
-    """Inverse of :func:`result_to_json`."""
-    return BatchResult(**{**body, "status": BatchStatus(body["status"])})
+def _send_frame(conn: socket.socket, lock: threading.Lock, payload: bytes) -> bool:
+    try:
+        with lock:
+            conn.sendall(_HEADER.pack(len(payload)) + payload)
+        return True
+    except OSError:
+        return False
 
 
-class ContainerChannel:
-    """The driver's end: a TCP server for the containers of one processor (all its epochs and jobs).
+def _recv_exact(conn: socket.socket, n: int) -> bytes | None:
+    chunks = []
+    while n:
+        chunk = conn.recv(min(n, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
 
-    ``on_event(event)`` is called for every message, from the connection's thread.
+
+def _recv_frame(conn: socket.socket) -> bytes | None:
+    head = _recv_exact(conn, _HEADER.size)
+    if head is None:
+        return None
+    (size,) = _HEADER.unpack(head)
+    if size > _MAX_FRAME:
+        raise ValueError(f"channel frame of {size} bytes: not one of ours")
+    return _recv_exact(conn, size)
+
+
+class _Link:
+    """The driver's end of one container's connection (a :class:`~sparza.engine.manager.ContainerLink`)."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self._conn = conn
+        self._lock = threading.Lock()
+
+    def send(self, command: Command) -> None:
+        """Send ``command``; a broken connection drops it (the reader reports the container lost)."""
+        _send_frame(self._conn, self._lock, messages.encode(command))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._conn.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self._conn.close()
+
+
+class ChannelServer:
+    """The driver's end: a TCP server for every container of one processor.
+
+    ``on_connect(index, link)``, ``on_event(index, event)`` and ``on_lost(index, reason)`` are called from the
+    connection's thread (a :class:`~sparza.engine.manager.ContainerManager` queues them).
     """
 
-    def __init__(self, host: str, on_event: Callable[[ChannelEvent], None], *, ping_s: float = 1.0) -> None:
+    def __init__(self, host: str, on_connect: Callable[[int, _Link], None], on_event: Callable[[int, Event], None],
+                 on_lost: Callable[[int, str], None]) -> None:
         self.token = secrets.token_hex(16)
-        self.ping_s = ping_s
+        self._on_connect = on_connect
         self._on_event = on_event
+        self._on_lost = on_lost
         self._server = socket.create_server((host, 0))
         self._server.settimeout(0.5)
         self.host = host
         self.port = int(self._server.getsockname()[1])
+        self._links: set[_Link] = set()
         self._lock = threading.Lock()
-        self._peers: dict[tuple[int, int], socket.socket] = {}  # (epoch, container) -> connection
-        self._ended: set[int] = set()  # epochs asked to end
-        self._drains: dict[int, dict[str, Any]] = {}  # epoch -> job -> its drain request (None: cancelled)
-        self._send_lock = threading.Lock()  # pings, ends and drains come from different threads: no interleaving
         self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._accept, name="sparza-container-channel", daemon=True)
-        self._thread.start()
-        threading.Thread(target=self._ping, name="sparza-container-ping", daemon=True).start()
-
-    def _ping(self) -> None:
-        while not self._closed.wait(self.ping_s):
-            with self._lock:
-                peers = list(self._peers.values())
-            for conn in peers:
-                self._send_to(conn, {"type": "ping"})
-
-    def _send_to(self, conn: socket.socket, body: dict[str, Any]) -> bool:
-        with self._send_lock:
-            return _send(conn, body)
+        threading.Thread(target=self._accept, name="sparza-channel", daemon=True).start()
 
     @property
     def address(self) -> tuple[str, int, str]:
-        """``(host, port, token)``: what an epoch plan carries."""
+        """``(host, port, token)``: what a container needs to connect."""
         return self.host, self.port, self.token
-
-    def end_epoch(self, epoch: int) -> None:
-        """Ask every container of ``epoch`` (connected now or later) to finish its batch, commit and return."""
-        with self._lock:
-            self._ended.add(epoch)
-            peers = [conn for (e, _), conn in self._peers.items() if e == epoch]
-        for conn in peers:
-            self._send_to(conn, {"type": "end"})
-
-    def drain_job(self, epoch: int, job: str, drain: dict[str, Any] | None) -> None:
-        """Tell every container of ``epoch`` (connected now or later) that ``job`` drains (``drain``, a
-        :class:`~sparza.engine.drain.DrainRequest` as JSON), or no longer does (None)."""
-        with self._lock:
-            self._drains.setdefault(epoch, {})[job] = drain
-            for old in [e for e in self._drains if e < epoch]:
-                del self._drains[old]
-            peers = [conn for (e, _), conn in self._peers.items() if e == epoch]
-        for conn in peers:
-            self._send_to(conn, {"type": "drain", "job": job, "drain": drain})
 
     def close(self) -> None:
         """Stop listening and drop every connection."""
@@ -121,11 +125,9 @@ class ContainerChannel:
         with contextlib.suppress(OSError):
             self._server.close()
         with self._lock:
-            peers = list(self._peers.values())
-            self._peers.clear()
-        for conn in peers:
-            with contextlib.suppress(OSError):
-                conn.close()
+            links, self._links = list(self._links), set()
+        for link in links:
+            link.close()
 
     def _accept(self) -> None:
         while not self._closed.is_set():
@@ -135,164 +137,111 @@ class ContainerChannel:
                 continue
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(conn,), name="sparza-container-peer", daemon=True).start()
+            threading.Thread(target=self._serve, args=(conn,), name="sparza-channel-peer", daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
-        key: tuple[int, int] | None = None
+        index: int | None = None
+        link: _Link | None = None
+        reason = "its connection closed (the executor or its Python worker died, or the container ended)"
         try:
-            conn.settimeout(30.0)  # a container says hello at once; anything silent is not one of ours
-            reader = conn.makefile("r", encoding="utf-8")
-            first = json.loads(reader.readline() or "null")
-            if not isinstance(first, dict) or first.get("token") != self.token:
-                return  # not one of ours
+            conn.settimeout(30.0)  # a container says who it is at once; anything silent is not one of ours
+            first = _recv_frame(conn)
+            hello = msgspec.msgpack.decode(first, type=_Handshake) if first is not None else None
+            if hello is None or hello.token != self.token:
+                return
             conn.settimeout(None)
-            key = (int(first["epoch"]), int(first["container"]))
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            index = hello.container
+            link = _Link(conn)
             with self._lock:
-                self._peers[key] = conn
-                ended = key[0] in self._ended
-                drains = dict(self._drains.get(key[0], {}))
-            for job, drain in drains.items():
-                self._send_to(conn, {"type": "drain", "job": job, "drain": drain})
-            if ended:
-                self._send_to(conn, {"type": "end"})
-            self._dispatch(first)
-            for line in reader:
-                self._dispatch(json.loads(line))
-        except (OSError, ValueError) as exc:
-            _log.debug("container channel: a connection ended: %s", exc)
+                self._links.add(link)
+            self._on_connect(index, link)
+            while True:
+                frame = _recv_frame(conn)
+                if frame is None:
+                    break
+                message = messages.decode(frame)
+                try:
+                    self._on_event(index, message)  # type: ignore[arg-type]
+                except Exception:  # a reporting bug must not cut a container off
+                    _log.exception("container channel: handling %s failed", type(message).__name__)
+        except (OSError, ValueError, msgspec.MsgspecError) as exc:
+            reason = f"its connection broke ({type(exc).__name__}: {exc})"
         finally:
-            if key is not None:
+            if link is not None:
                 with self._lock:
-                    if self._peers.get(key) is conn:
-                        del self._peers[key]
+                    self._links.discard(link)
             with contextlib.suppress(OSError):
                 conn.close()
-
-    def _dispatch(self, event: ChannelEvent) -> None:
-        event.pop("token", None)
-        try:
-            self._on_event(event)
-        except Exception:  # a reporting bug must not cut a container off
-            _log.exception("container channel: handling %s failed", event.get("type"))
+            if index is not None and not self._closed.is_set():
+                self._on_lost(index, reason)
 
 
-def _send(conn: socket.socket, body: dict[str, Any]) -> bool:
-    try:
-        conn.sendall((json.dumps(body, separators=(",", ":")) + "\n").encode("utf-8"))
-        return True
-    except OSError:
-        return False
+class ChannelClient:
+    """A container's end of the channel: the :class:`~sparza.engine.container.ContainerHost` of a container on an
+    executor. Commands it reads go to the container (:meth:`Container.command`)."""
 
-
-class ContainerChannelClient:
-    """A container's end of the channel (see the module docstring)."""
-
-    def __init__(self, conn: socket.socket, epoch: int, container: int, token: str,
-                 driver_timeout_s: float = 10.0) -> None:
+    def __init__(self, conn: socket.socket, index: int, driver_timeout_s: float) -> None:
         self._conn = conn
+        self._lock = threading.Lock()
+        self.index = index
         self.driver_timeout_s = driver_timeout_s
         self._last_heard = time.monotonic()
-        self.driver_lost = False
-        self._epoch = epoch
-        self._container = container
-        self._token = token
-        self._buffer = b""
-        self.ended = False
-        self.broken = False
-        self.drains: dict[str, dict[str, Any] | None] = {}
-        """Job → the drain request the driver sent (None: cancelled), as it came."""
+        self._broken = threading.Event()
+        self.container: Container | None = None
 
     @classmethod
-    def connect(cls, address: tuple[str, int, str] | list[Any], epoch: int, container: int,
-                timeout_s: float = 5.0, driver_timeout_s: float = 10.0) -> ContainerChannelClient | None:
-        """Connect to the driver, or None (logged) when it cannot be reached."""
+    def connect(cls, address: tuple[str, int, str] | list[object], index: int, *, driver_timeout_s: float,
+                timeout_s: float = 10.0) -> ChannelClient:
+        """Connect to the driver and say who this container is (raises ``OSError`` when it cannot be reached)."""
         host, port, token = address
-        try:
-            conn = socket.create_connection((host, int(port)), timeout=timeout_s)
-        except OSError as exc:
-            _log.warning("container %s of epoch %s cannot reach the driver at %s:%s (%s): it reports at the "
-                         "epoch's end and hears no stop request before it", container, epoch, host, port, exc)
-            return None
+        conn = socket.create_connection((str(host), int(str(port))), timeout=timeout_s)
         conn.settimeout(None)
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return cls(conn, epoch, container, str(token), driver_timeout_s)
+        client = cls(conn, index, driver_timeout_s)
+        if not _send_frame(conn, client._lock, msgspec.msgpack.encode(_Handshake(str(token), index))):
+            raise OSError(f"the driver at {host}:{port} closed the channel at once")
+        return client
 
-    def _send(self, body: dict[str, Any]) -> bool:
-        if self.broken:
-            return False
-        ok = _send(self._conn, {"epoch": self._epoch, "container": self._container, **body})
-        if not ok:
-            self.broken = True
-        return ok
+    def attach(self, container: Container) -> None:
+        """Start reading the driver's commands into ``container``."""
+        self.container = container
+        threading.Thread(target=self._read, name="sparza-channel-reader", daemon=True).start()
 
-    def hello(self, locations: dict[str, str], tasks: list[str], moves: list[dict[str, Any]],
-              alive: list[str]) -> None:
-        """The first message: who this container is, where it is, what it runs, what moved to it."""
-        self._send({"type": "hello", "token": self._token, "locations": locations, "tasks": tasks, "moves": moves,
-                    "alive": alive})
+    def _read(self) -> None:
+        try:
+            while True:
+                frame = _recv_frame(self._conn)
+                if frame is None:
+                    break
+                self._last_heard = time.monotonic()
+                command = messages.decode(frame)
+                assert self.container is not None
+                self.container.command(command)  # type: ignore[arg-type]
+        except (OSError, ValueError, msgspec.MsgspecError) as exc:
+            _log.debug("container channel: the driver's connection ended: %s", exc)
+        finally:
+            self._broken.set()
+            if self.container is not None:
+                self.container.command(messages.Ping())  # wake the loop: it sees the driver is gone
 
-    def send_result(self, job: str, result: BatchResult) -> bool:
-        """One task batch's result; False when it could not be sent (the caller keeps it for the rows)."""
-        return self._send({"type": "result", "job": job, "result": result_to_json(result)})
+    def report(self, event: Event) -> None:
+        """Send one event to the driver (a broken connection drops it: the container stops at its next pass)."""
+        if not _send_frame(self._conn, self._lock, messages.encode(event)):
+            self._broken.set()
 
-    def send_done(self, job: str, task: str, why: str) -> bool:
-        """A task left the run loop (``caught up``, ``ended``, ``stopped``)."""
-        return self._send({"type": "done", "job": job, "task": task, "why": why})
+    def alive(self) -> bool:
+        """False once the driver closed the connection or has been silent for ``driver_timeout_s``."""
+        return not self._broken.is_set() and time.monotonic() - self._last_heard <= self.driver_timeout_s
 
-    def send_waiting(self, job: str, task: str, why: str) -> bool:
-        """A task has nothing to do but is not caught up: its main input waits for ``why``."""
-        return self._send({"type": "waiting", "job": job, "task": task, "why": why})
-
-    def send_error(self, text: str) -> None:
-        """The container is failing with ``text`` (Spark retries it; the driver says so)."""
-        self._send({"type": "error", "error": text})
-
-    def poll_end(self, wait_s: float) -> bool:
-        """Wait up to ``wait_s`` for the driver's ``end``; True once it came, or once the driver it was connected
-        to has been silent for ``driver_timeout_s`` or closed the connection (:attr:`driver_lost`). ``drain``
-        messages read meanwhile land in :attr:`drains` and end the wait early (False), so the caller sees them;
-        pings only keep the driver alive."""
-        if self.ended or self.broken:
-            if wait_s > 0 and not self.ended:
-                select.select([], [], [], wait_s)
-            return self.ended
-        deadline = time.monotonic() + max(wait_s, 0.0)
-        while True:
-            try:
-                readable, _, _ = select.select([self._conn], [], [], max(deadline - time.monotonic(), 0.0))
-                if readable:
-                    chunk = self._conn.recv(65536)
-                    if not chunk:
-                        self.broken = self.ended = self.driver_lost = True  # the driver is gone
-                        return True
-                    self._last_heard = time.monotonic()
-                    if self._read(chunk):
-                        return self.ended
-            except OSError:
-                self.broken = self.ended = self.driver_lost = True
-                return True
-            if time.monotonic() - self._last_heard > self.driver_timeout_s:
-                self.ended = self.driver_lost = True
-                return True
-            if time.monotonic() >= deadline:
-                return False
-
-    def _read(self, chunk: bytes) -> bool:
-        """Take the driver's messages in ``chunk``; True when one of them is for the caller (end, drain)."""
-        self._buffer += chunk
-        news = False
-        while b"\n" in self._buffer:
-            line, self._buffer = self._buffer.split(b"\n", 1)
-            message = json.loads(line)
-            if message.get("type") == "end":
-                self.ended = news = True
-            elif message.get("type") == "drain":
-                self.drains[str(message["job"])] = message.get("drain")
-                news = True
-        return news
+    @property
+    def driver_lost(self) -> bool:
+        """True when the container stopped because its driver went away or silent."""
+        return not self.alive()
 
     def close(self) -> None:
-        """Say goodbye and close."""
-        self._send({"type": "bye"})
+        """Close the connection."""
+        with contextlib.suppress(OSError):
+            self._conn.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._conn.close()

@@ -28,11 +28,14 @@ __all__ = [
     "StreamSpec",
     "SupportsArrowRead",
     "SupportsArrowSend",
+    "SupportsConcurrentFlush",
     "SupportsConfigCheck",
     "SupportsDeleteMessages",
+    "SupportsDeletedMessagesPolicy",
     "SupportsMessageCount",
     "SupportsOffsetArithmetic",
     "SupportsOffsetKey",
+    "SupportsOffsetsForTimes",
     "SupportsPartitionCount",
     "SupportsProcessingTime",
     "SupportsStreamLocation",
@@ -76,12 +79,17 @@ class SystemStreamMetadata:
 
 @dataclass(frozen=True, slots=True)
 class StreamSpec:
-    """What to create: a stream id, its physical location (None: the system's default) and partitions."""
+    """What to create: a stream id, its physical location (None: the system's default) and partitions.
+
+    ``intermediate``: a stream between two stages of an application, which sparza creates and whose committed
+    messages it deletes (:class:`SupportsDeleteMessages`); a system may create it with settings of its own (a
+    Kafka topic without time retention, as the records carry event times that may be old)."""
 
     stream: str
     partitions: int
     location: str | None = None
     properties: dict[str, str] = field(default_factory=dict)
+    intermediate: bool = False
 
 
 @runtime_checkable
@@ -227,6 +235,17 @@ class SupportsMessageCount(Protocol):
 
 
 @runtime_checkable
+class SupportsDeletedMessagesPolicy(Protocol):
+    """An admin whose streams lose messages nobody read yet (Kafka: a topic's retention) and whose config says
+    what a task whose checkpointed offset was deleted does. Without it, or when it says no, the job stops naming
+    the gap."""
+
+    def skips_deleted_messages(self, stream: str) -> bool:
+        """True when such a task resumes at the oldest message left (Kafka's ``consumer.auto.offset.reset``)."""
+        ...
+
+
+@runtime_checkable
 class SupportsProcessingTime(Protocol):
     """A producer that needs a time where a message carries none (the Azure blob producer's blob paths).
 
@@ -236,6 +255,18 @@ class SupportsProcessingTime(Protocol):
 
     def set_processing_time(self, source: str, epoch_ms: int) -> None:
         """The processing time of ``source``'s running batch, in epoch milliseconds."""
+        ...
+
+
+@runtime_checkable
+class SupportsConcurrentFlush(Protocol):
+    """A producer whose ``flush`` of one source may run while it flushes another (each source has a client of its
+    own: Kafka's transactional producer per task). A container commits its tasks beside each other; the flushes of
+    a producer without this capability are taken one at a time (its ``send`` for other sources goes on meanwhile,
+    so ``send``, ``flush`` and ``abandon`` of different sources must not share unguarded state)."""
+
+    def flushes_concurrently(self) -> bool:
+        """True: flushes of different sources may overlap."""
         ...
 
 
@@ -257,6 +288,18 @@ class SupportsOffsetKey(Protocol):
 
     def offset_key(self, offset: str) -> Any:
         """The sort key of ``offset`` (raises on a malformed offset, naming what is wrong)."""
+        ...
+
+
+@runtime_checkable
+class SupportsOffsetsForTimes(Protocol):
+    """An admin whose system finds cheaply where a time starts in a partition (Kafka's ListOffsets by timestamp):
+    a rewind to a time reads from there instead of from the partition's oldest offset."""
+
+    def offsets_for_times(self, ssps: list[SystemStreamPartition], time_ms: int) -> dict[SystemStreamPartition,
+                                                                                          str | None]:
+        """Per SSP, the first offset whose record's time is at or after ``time_ms`` (None: no such record). It must
+        never lie after the first message whose event time is at or after ``time_ms``: callers read on from it."""
         ...
 
 

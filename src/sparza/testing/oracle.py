@@ -4,9 +4,8 @@ and the readers that fetch what the job really wrote.
 Deliberately independent of sparza: nothing here imports it. Expectations follow the documented
 rules (the job definitions in ``sparza.testing.jobs``, window starts at multiples of the slide,
 partition = CRC-32 of the JSON key), and outputs are read with deltalake, the Azure SDK,
-fastavro and confluent-kafka directly (with Kafka's transaction markers read off the log by
-:mod:`sparza.testing.kafkalog`, which imports nothing of sparza either). Comparisons are exact
-multisets, so a lost or a duplicated record both show.
+fastavro and confluent-kafka (``read_committed``, as Kafka's own clients read) directly.
+Comparisons are exact multisets, so a lost or a duplicated record both show.
 """
 
 from __future__ import annotations
@@ -291,19 +290,15 @@ class KafkaRead:
 
     records: Counter[Record]
     control: int = 0      # control records (header ``sparza.type`` not 0)
-    aborted: int = 0      # records of aborted transactions: Kafka hides them, Tansu does not
 
 
 def read_kafka_records(bootstrap_servers: str, topic: str, *, timeout_s: float = 60.0) -> KafkaRead:
     """Every committed record of a Kafka topic, read ``read_committed`` with confluent-kafka directly
-    from the beginning of each partition to its end; control records (header ``sparza.type`` ≠ 0, the
-    documented in-band format) are counted apart. Records of aborted transactions, which Kafka hides
-    from such a reader and the Tansu test broker does not, are found by the log's own transaction
-    markers (:mod:`sparza.testing.kafkalog`) and counted apart, not read. The end is the broker's
-    ``read_committed`` end (the last stable offset): a transaction still open is not read, as on Kafka."""
+    from the beginning of each partition to its end (records of aborted transactions are not delivered to
+    such a reader); control records (header ``sparza.type`` ≠ 0, the documented in-band format) are counted
+    apart. The end is the broker's ``read_committed`` end (the last stable offset): a transaction still open
+    is not read."""
     from confluent_kafka import Consumer, TopicPartition
-
-    from sparza.testing.kafkalog import TransactionOffsets, transaction_offsets
 
     consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": f"oracle-{topic}",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
@@ -314,10 +309,6 @@ def read_kafka_records(bootstrap_servers: str, topic: str, *, timeout_s: float =
         partitions = sorted(metadata.topics[topic].partitions)
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
         pending = {p for p in partitions if ends[p] > 0}
-        txns: dict[int, TransactionOffsets] = {}
-        for p in pending:
-            leader = metadata.brokers[metadata.topics[topic].partitions[p].leader]
-            txns[p] = transaction_offsets(leader.host, leader.port, topic, p, ends[p], timeout_s=timeout_s)
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
         deadline = time.monotonic() + timeout_s
         while pending and time.monotonic() < deadline:
@@ -335,9 +326,7 @@ def read_kafka_records(bootstrap_servers: str, topic: str, *, timeout_s: float =
             partition = msg.partition()
             assert offset is not None and partition is not None  # a consumed record has both
             headers = dict(msg.headers() or [])
-            if offset in txns[partition].aborted:
-                out.aborted += 1
-            elif headers.get("sparza.type", b"\x00") not in (b"\x00", b"0"):
+            if headers.get("sparza.type", b"\x00") not in (b"\x00", b"0"):
                 out.control += 1
             else:
                 value = msg.value()

@@ -237,8 +237,8 @@ class _Job:
         from sparza.engine.container import broadcast_ready
         from sparza.engine.inputs import InputSystems
         from sparza.engine.planner import BatchPlanner
+        from sparza.runtime.driver.containers import execution_mode
         from sparza.runtime.driver.drainmonitor import DrainMonitor
-        from sparza.runtime.driver.epochs import execution_mode
 
         inputs = InputSystems(self.job)
         self.tasks = inputs.task_models()

@@ -26,8 +26,9 @@ FAULTS = ("none", "poison", "kill9", "fail-once", "second-processor", "azurite-r
 EXTRA_FAULTS = ("purged-snapshot", "kafka-restart")
 """Faults added after the first soaks, drawn from the extras generator (see :data:`EXTRAS_SALT`) so that the
 draws of :data:`FAULTS` stay what they were: committed snapshot blobs *purged* (gone, not tombstoned) with
-the local state, and the Kafka broker restarted mid-run (Tansu keeps topics in memory: everything on it is
-lost, and the harness produces the input again as its producers would)."""
+the local state, and the Kafka broker restarted mid-run (the Spark engine kills the broker with ``kill -9`` and
+starts it again on its log dir; the in-process engine, which has no broker, makes the input vanish and produces
+it again as its producers would)."""
 
 CONTAINER_FAULTS = ("container-kill", "container-retry")
 """Faults of the container execution mode (issue 26), drawn from :data:`EXECUTION_SALT` for scenarios in that mode:
@@ -563,8 +564,9 @@ def _add_probe_chunk(rng: random.Random, scenario: Scenario) -> None:
 def _fault_fits(fault: str, scenario: Scenario) -> bool:
     """Whether ``fault`` can hit ``scenario`` and still leave an exact output to check."""
     if fault == "kafka-restart":
-        # Everything on the broker is lost: only the input can be produced again (by the harness, as its
-        # producers would); outputs and intermediate streams on Kafka would be gone for good.
+        # The in-process engine loses the input's records (and can produce only those again, as their
+        # producers would), so the fault is drawn only where the input alone is on Kafka; the Spark engine's
+        # broker keeps everything across its restart.
         return (scenario.input == "kafka" and scenario.output != "kafka"
                 and scenario.intermediate_system != "kafka" and scenario.processors == 1)
     if fault == "second-processor":

@@ -1,4 +1,4 @@
-"""Fixtures of the Kafka system tests: a ``kafka`` system ``k`` on the session's Tansu broker."""
+"""Fixtures of the Kafka system tests: a ``kafka`` system ``k`` on the session's broker."""
 
 from __future__ import annotations
 
@@ -21,11 +21,14 @@ def kafka_config(kafka_bootstrap: str) -> Config:
 
 @pytest.fixture
 def topic(kafka_config: Config, unique_name: str) -> Callable[..., str]:
-    """Create a topic named after the test (plus a suffix) with N partitions; returns its name."""
+    """Create a topic named after the test (plus a suffix) with N partitions; returns its name. It has no time
+    retention: tests write records with small timestamps (0, 99), which the broker's retention check (every
+    second here) would delete."""
 
     def make(partitions: int = 2, suffix: str = "") -> str:
         name = f"{unique_name}{suffix}"
-        KafkaSystemAdmin("k", kafka_config).create_stream(StreamSpec(name, partitions))
+        KafkaSystemAdmin("k", kafka_config).create_stream(StreamSpec(name, partitions,
+                                                                     properties={"retention.ms": "-1"}))
         return name
 
     return make
@@ -33,10 +36,7 @@ def topic(kafka_config: Config, unique_name: str) -> Callable[..., str]:
 
 @pytest.fixture
 def produce_one_by_one(kafka_bootstrap: str) -> Callable[..., None]:
-    """Produce (key, value) records to one partition, one record per request.
-
-    Tansu reports the high watermark as the base offset of the last record batch + 1, so tests that
-    check offsets write one record per batch (see test_conformance.py)."""
+    """Produce (key, value) records to one partition, one record per request: record i gets offset i."""
 
     def produce(topic: str, partition: int, records: list[tuple[bytes | None, bytes]]) -> None:
         producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 0, "log_level": 3})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -27,6 +28,7 @@ from sparza.systems.kafka import (
     PartitionCountMismatchError,
     TopicNotFoundError,
 )
+from sparza.testing import eventually
 
 
 def test_factory_names_resolve(kafka_config: Config) -> None:
@@ -201,3 +203,34 @@ def test_count_messages_reads_past_transaction_markers(kafka_config: Config, kaf
     assert OffsetOps(admin).count_messages(ssp, "3", "6") == 1
     assert OffsetOps(admin).count_messages(ssp, "6", "3") == 0
     admin.close()
+
+
+def test_an_intermediate_topic_keeps_old_event_times_until_its_records_are_deleted(
+        kafka_config: Config, kafka_bootstrap: str, unique_name: str) -> None:
+    """Records carry their event time as Kafka timestamp; in a topic with time retention, records a day old (a
+    backfill) go within the broker's retention check. An intermediate stream's topic has no time retention: its
+    records stay until the stage that reads them committed past them (``delete_messages``, Kafka's DeleteRecords)."""
+    admin = KafkaSystemAdmin("k", kafka_config)
+    plain, intermediate = f"{unique_name}-plain", f"{unique_name}-inter"
+    admin.create_stream(StreamSpec(plain, 1, properties={"retention.ms": "3600000"}))
+    admin.create_stream(StreamSpec(intermediate, 1, intermediate=True))
+    day_ago = int(time.time() * 1000) - 86_400_000
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 0})
+    for name in (plain, intermediate):
+        for i in range(5):
+            producer.produce(name, value=b"%d" % i, partition=0, timestamp=day_ago + i)
+            producer.flush(10)
+    assert producer.flush(10) == 0
+
+    def oldest(name: str) -> int:
+        admin.close()
+        return admin.watermarks([(name, 0)])[(name, 0)][0]
+
+    eventually(lambda: oldest(plain) == 5, 60, message="the broker's retention did not delete the day-old records")
+    assert oldest(intermediate) == 0
+    ssp = SystemStreamPartition("k", intermediate, 0)
+    admin.delete_messages({ssp: "3", SystemStreamPartition("other", intermediate, 0): "5"})
+    assert oldest(intermediate) == 3
+    consumer = KafkaSystemConsumer("k", kafka_config)
+    assert [e.message for e in consumer.read(ssp, "3", "5")] == [b"3", b"4"]
+    consumer.stop()

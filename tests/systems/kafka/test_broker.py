@@ -9,7 +9,6 @@ ports with its topics; a three-node cluster keeps serving a topic when the leade
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,14 +18,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from sparza.devservers.kafka import KafkaBroker, KafkaCluster, find_kafka
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    proc = KafkaBroker(tmp_path_factory.mktemp("kafka"), quick=True)
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
+@pytest.fixture
+def broker(kafka_broker: KafkaBroker) -> KafkaBroker:
+    """The session's broker."""
+    return kafka_broker
 
 
 def _create(servers: str, name: str, partitions: int = 1, replicas: int = 1) -> None:
@@ -68,46 +63,45 @@ def test_the_install_is_the_pinned_apache_kafka() -> None:
 
 
 def test_the_end_after_a_multi_record_request_is_the_last_offset_plus_one(broker: KafkaBroker) -> None:
-    _create(broker.bootstrap_servers, "batches")
+    _create(broker.bootstrap_servers, "broker-batches")
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 50})
     for size in (1, 3, 10):  # three requests of 1, 3 and 10 records
         for i in range(size):
-            producer.produce("batches", value=b"%d" % i, partition=0)
+            producer.produce("broker-batches", value=b"%d" % i, partition=0)
         assert producer.flush(10) == 0
     consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "g"})
     try:
-        assert consumer.get_watermark_offsets(TopicPartition("batches", 0), timeout=10) == (0, 14)
+        assert consumer.get_watermark_offsets(TopicPartition("broker-batches", 0), timeout=10) == (0, 14)
     finally:
         consumer.close()
 
 
 def test_read_committed_hides_aborted_records_and_stops_at_an_open_transaction(broker: KafkaBroker) -> None:
     servers = broker.bootstrap_servers
-    _create(servers, "txns")
+    _create(servers, "broker-txns")
     producer = Producer({"bootstrap.servers": servers, "transactional.id": "test-broker-txns", "linger.ms": 5})
     producer.init_transactions(30)
     for outcome in ("commit", "abort", "commit"):
         producer.begin_transaction()
         for i in range(3):
-            producer.produce("txns", value=f"{outcome}-{i}".encode(), partition=0)
+            producer.produce("broker-txns", value=f"{outcome}-{i}".encode(), partition=0)
         producer.flush(10)
         (producer.commit_transaction if outcome == "commit" else producer.abort_transaction)(30)
     producer.begin_transaction()  # left open: the last stable offset stops before it
-    producer.produce("txns", value=b"open", partition=0)
+    producer.produce("broker-txns", value=b"open", partition=0)
     producer.flush(10)
     expected = [f"commit-{i}".encode() for i in range(3)] * 2
-    assert _read_committed(servers, "txns") == expected
+    assert _read_committed(servers, "broker-txns") == expected
     consumer = Consumer({"bootstrap.servers": servers, "group.id": "g", "isolation.level": "read_committed"})
     try:
         # 3 committed + marker, 3 aborted + marker, 3 committed + marker: the open transaction starts at 12.
-        assert consumer.get_watermark_offsets(TopicPartition("txns", 0), timeout=10) == (0, 12)
+        assert consumer.get_watermark_offsets(TopicPartition("broker-txns", 0), timeout=10) == (0, 12)
     finally:
         consumer.close()
     producer.abort_transaction(30)
 
 
-@pytest.mark.parametrize("how", ["stop", "kill"])
-def test_a_broker_comes_back_with_its_topics(tmp_path: Path, how: str) -> None:
+def test_a_broker_comes_back_with_its_topics_after_a_stop_and_after_a_kill(tmp_path: Path) -> None:
     proc = KafkaBroker(tmp_path, quick=True)
     proc.start()
     try:
@@ -117,11 +111,12 @@ def test_a_broker_comes_back_with_its_topics(tmp_path: Path, how: str) -> None:
             producer.produce("kept", value=b"%d" % i, partition=0)
         assert producer.flush(10) == 0
         port = proc.port
-        proc.kill() if how == "kill" else proc.stop()
-        assert not proc.is_running()
-        proc.start()
-        assert proc.port == port
-        assert _read_committed(proc.bootstrap_servers, "kept") == [b"%d" % i for i in range(20)]
+        for stop in (proc.stop, proc.kill):
+            stop()
+            assert not proc.is_running()
+            proc.start()
+            assert proc.port == port
+            assert _read_committed(proc.bootstrap_servers, "kept") == [b"%d" % i for i in range(20)]
     finally:
         proc.stop()
 

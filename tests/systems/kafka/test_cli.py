@@ -38,7 +38,6 @@ def test_create_load_describe_tail_on_kafka(work_dir: Path, kafka_bootstrap: str
     # The same file again: every chunk's Kafka transaction recorded how far the file got, so nothing is added.
     assert "already loaded" in _ok("stream", "load", unique_name, str(data), "--key", "user", "--batch", "1",
                                    *common)
-    # Each chunk is a transaction: its commit marker makes Tansu's reported ends exact (test_conformance.py).
     consumer = KafkaSystemConsumer("k", Config(values))
     by_partition: dict[int, list[int]] = {}
     for p in range(3):

@@ -1,4 +1,5 @@
-"""``sparza dev-kafka start|stop|status``: a persistent local broker that a job config can point at."""
+"""``sparza dev-kafka start|stop|status|wipe``: a persistent local broker that a job config can point at: its topics
+and its port survive a stop and a start, and ``wipe`` deletes the topics of a stopped broker."""
 
 from __future__ import annotations
 
@@ -33,12 +34,24 @@ def test_dev_kafka_cli_start_twice_status_stop(tmp_path: Path) -> None:
     assert "dev kafka stopped" in stop.stdout
     status = subprocess.run([*cli, "dev-kafka", "status"], env=env, capture_output=True, text=True, timeout=30)
     assert status.returncode == 1 and "not running" in status.stdout
+    # Started again: the same bootstrap servers and the topic is still there.
+    again = subprocess.run([*cli, "dev-kafka", "start"], env=env, capture_output=True, text=True, timeout=60)
+    try:
+        assert again.returncode == 0 and "dev kafka started" in again.stdout and servers in again.stdout, again
+        admin = KafkaSystemAdmin("k", Config({"systems.k.consumer.bootstrap.servers": servers}))
+        assert admin.partition_count("fromcli") == 2
+        refused = subprocess.run([*cli, "dev-kafka", "wipe"], env=env, capture_output=True, text=True, timeout=30)
+        assert refused.returncode != 0 and "stop it first" in refused.stdout + refused.stderr
+    finally:
+        subprocess.run([*cli, "dev-kafka", "stop"], env=env, capture_output=True, text=True, timeout=60)
+    wiped = subprocess.run([*cli, "dev-kafka", "wipe"], env=env, capture_output=True, text=True, timeout=30)
+    assert wiped.returncode == 0 and "topics deleted" in wiped.stdout, wiped
 
 
 def test_a_first_kafka_job_on_the_dev_broker_sees_every_record(tmp_path: Path) -> None:
-    """One producer request of 100 records (linger.ms, no transaction) to a `sparza dev-kafka` topic: the
-    broker reports an end of 1 (Tansu: the batch's base offset + 1); `sparza stream describe` and
-    `stream tail`, which plan with the same end offsets as `sparza run`, must show all 100."""
+    """One producer request of 100 records (linger.ms, no transaction) to a `sparza dev-kafka` topic:
+    `sparza stream describe` and `stream tail`, which plan with the same end offsets as `sparza run`, must show
+    all 100."""
     from confluent_kafka import Producer
 
     env = {**os.environ, "SPARZA_HOME": str(tmp_path / "home")}

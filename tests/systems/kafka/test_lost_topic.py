@@ -1,5 +1,5 @@
-"""A Kafka input topic that lost its records (deleted and created again, or a broker that lost its data:
-Tansu keeps topics in memory, so a restarted broker is exactly this) must not be skipped silently.
+"""A Kafka input topic that lost its records (deleted and created again while the job was stopped) must not be
+skipped silently: the job stops naming the partitions and what to do.
 
 Before the fix the task checkpoints pointed past the re-created partitions' ends: `sparza run` exited 0
 having read nothing, and once a partition grew past the checkpointed offset the job would have read on

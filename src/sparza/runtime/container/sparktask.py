@@ -1,105 +1,67 @@
-"""The Spark side of a container: the barrier task that hosts an engine :class:`~sparza.engine.container.Container`.
+"""The Spark side of a container: an ordinary long-running Spark task that hosts an engine container.
 
-:func:`run_container` is the ``mapInArrow`` function of an epoch's barrier stage (see
-:mod:`sparza.runtime.driver.epochs`): it learns where it runs, agrees with the other containers on the
-assignment, connects to the driver's channel and runs the engine's container until the epoch ends.
+:func:`run_container` is the ``mapInArrow`` function of a container's Spark job (one single-task job per
+container, see :mod:`sparza.runtime.driver.containers`). It connects to the driver's channel, says who it is, and
+runs an :class:`~sparza.engine.container.Container` whose commands come from the driver: which jobs, which tasks.
+When the driver asks it to stop (or goes away), the container finishes its running batches, commits, and the
+Spark task returns. Nothing ties it to the other containers: losing one loses only its tasks.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import time
-from collections.abc import Iterator, Mapping
-from typing import Any
+import os
+import socket
+from collections.abc import Iterator
 
 import pyarrow as pa
 
-from sparza.config import Config
-from sparza.engine.container import Container, assign_tasks, location_of
-from sparza.engine.epoch import EpochPlan
-from sparza.engine.jobconfig import JobConfig
-from sparza.engine.results import BatchResult
+from sparza.engine.container import Container
+from sparza.engine.messages import ContainerFailed, Hello
+from sparza.interrupts import ignore_interrupts
+from sparza.runtime.channel import ChannelClient
+from sparza.runtime.secrets import resolve_secrets
 
-__all__ = ["CONTAINER_SCHEMA", "run_container"]
+__all__ = ["CONTAINER_SCHEMA", "run_container", "run_container_of_stage"]
 
 _log = logging.getLogger(__name__)
 
+CONTAINER_SCHEMA = "container int"
+"""The one row a container's Spark task returns when it ends (its index)."""
 
-CONTAINER_SCHEMA = "job string, kind string, body string"
-"""Rows an epoch's Spark job returns: the events a container could not send over the channel."""
 
-
-def run_container(plan_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The barrier ``mapInArrow`` function of an epoch: this Spark task is one container (module docstring)."""
-    from pyspark import BarrierTaskContext
-
-    from sparza.interrupts import ignore_interrupts
-    from sparza.runtime.channel import ContainerChannelClient, result_to_json
-    from sparza.runtime.secrets import resolve_secrets
-
+def run_container(address: tuple[str, int, str], index: int, driver_timeout_ms: int,
+                  batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function of container ``index`` (see the module docstring)."""
     ignore_interrupts()  # a terminal's Ctrl-C reaches this worker too: the driver decides when to stop
     for _ in batches:  # the one input row of this partition
         pass
-    plan = EpochPlan.from_json(plan_json)
-    context = BarrierTaskContext.get()
-    index = context.partitionId()
-    mine = {j.key: location_of(JobConfig.from_config(resolve_secrets(Config(j.config)))) for j in plan.jobs}
-    message = json.dumps(mine, sort_keys=True)
-    # A lone container gathers only its own locations: Spark's barrier sync costs at least a second (the task
-    # checks the sync's reply once a second), for nothing.
-    gathered = [message] if len(context.getTaskInfos()) == 1 else context.allGather(message)
-    locations = [json.loads(m) for m in gathered]
-    previous = {(j.key, t): loc for j in plan.jobs for t, loc in j.locations.items()}
-    assignment = assign_tasks([(j.key, t) for j in plan.jobs for t in j.tasks], locations, previous,
-                              affinity=plan.affinity)
-    channel = (ContainerChannelClient.connect(plan.channel, plan.epoch, index,
-                                              driver_timeout_s=plan.driver_timeout_ms / 1000.0)
-               if plan.channel else None)
-    undelivered: list[tuple[str, str, str]] = []
-    if channel is not None:
-        moves = [{"job": key, "task": task, "from": previous.get((key, task)), "to": mine[key]}
-                 for (key, task), i in sorted(assignment.items())
-                 if i == index and previous.get((key, task)) != mine[key]]
-        channel.hello(mine, sorted(t for (_k, t), i in assignment.items() if i == index), moves,
-                      alive=sorted({loc for c in locations for loc in c.values()}))
-
-    class _Reporter:
-        def result(self, job: str, result: BatchResult) -> None:
-            if channel is None or not channel.send_result(job, result):
-                undelivered.append((job, "result", json.dumps(result_to_json(result))))
-
-        def done(self, job: str, task: str, why: str) -> None:
-            if channel is None or not channel.send_done(job, task, why):
-                undelivered.append((job, "done", json.dumps({"task": task, "why": why})))
-
-        def waiting(self, job: str, task: str, why: str) -> None:
-            if channel is None or not channel.send_waiting(job, task, why):
-                undelivered.append((job, "waiting", json.dumps({"task": task, "why": why})))
-
-        def wait_end(self, wait_s: float) -> bool:
-            if channel is None:
-                if wait_s > 0:
-                    time.sleep(wait_s)
-                return False
-            return channel.poll_end(wait_s)
-
-        def drains(self) -> Mapping[str, dict[str, Any] | None]:
-            return channel.drains if channel is not None else {}
-
+    channel = ChannelClient.connect(address, index, driver_timeout_s=driver_timeout_ms / 1000.0)
+    container = Container(channel, index=index, resolve=resolve_secrets)
+    channel.attach(container)
+    channel.report(Hello(index, socket.gethostname(), os.getpid()))
     try:
-        Container(plan, index, assignment, _Reporter(), location=mine, resolve=resolve_secrets).run()
-        if channel is not None and channel.driver_lost:
-            _log.warning("container %s of epoch %s: the driver was silent for %.1f s or went away: ended the epoch at "
-                         "a batch boundary (its tasks continue from their commits wherever the driver runs them "
-                         "next)", index, plan.epoch, plan.driver_timeout_ms / 1000.0)
+        container.run()
+        if channel.driver_lost:
+            _log.warning("container %s: the driver was silent for %.1f s or went away: stopped at a batch boundary "
+                         "(its tasks continue from their commits wherever the driver runs them next)", index,
+                         driver_timeout_ms / 1000.0)
     except BaseException as exc:
-        if channel is not None:
-            channel.send_error(f"{type(exc).__name__}: {exc}")
+        channel.report(ContainerFailed(f"{type(exc).__name__}: {exc}"))
         raise
     finally:
-        if channel is not None:
-            channel.close()
-    yield pa.RecordBatch.from_pylist([{"job": j, "kind": k, "body": b} for j, k, b in undelivered],
-                                     schema=pa.schema([("job", pa.string()), ("kind", pa.string()),
-                                                       ("body", pa.string())]))
+        channel.close()
+    yield pa.RecordBatch.from_pylist([{"container": index}], schema=pa.schema([("container", pa.int32())]))
+
+
+def run_container_of_stage(address: tuple[str, int, str], indexes: list[int], driver_timeout_ms: int,
+                           batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function of a stage of several containers (``job.container.launch: stage``): partition i
+    is container ``indexes[i]``; a retry of it (Spark's attempt n) gets a new index, so the driver takes it for a
+    new container."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    assert context is not None
+    index = indexes[context.partitionId()] + 100_000 * context.attemptNumber()
+    yield from run_container(address, index, driver_timeout_ms, batches)

@@ -15,6 +15,7 @@ from sparza.config import Config
 from sparza.engine.executor import run_task_batch
 from sparza.engine.results import to_arrow
 from sparza.engine.split import TaskSplit, split_from_marker
+from sparza.engine.worker import WORKER
 from sparza.runtime.secrets import resolve_secrets
 
 __all__ = ["make_task_runner", "run_split"]
@@ -27,8 +28,8 @@ def run_split(config: Config, split: TaskSplit, *, spark_batch_id: int | None, g
     The Spark source's ``read`` calls this for its partition, so the task runs in the Python worker that
     Spark starts for the read: one Python evaluation per task and batch.
     """
-    return to_arrow(run_task_batch(resolve_secrets(config), split, generation=generation, task_count=task_count,
-                                   spark_batch_id=spark_batch_id))
+    engine = WORKER.engine_job(resolve_secrets(config), task_count)
+    return to_arrow(run_task_batch(engine, split, generation=generation, spark_batch_id=spark_batch_id))
 
 
 def make_task_runner(config_values: dict[str, str], spark_batch_id: int, generation: int,

@@ -12,8 +12,8 @@ The driver of the reading stage does it here, every ``job.delete.committed.messa
 one interval after the start, so a short run keeps its intermediate streams whole): it reads the committed offsets
 of every task from the checkpoint store (all processors' tasks, so a coordinated job is covered) and hands them
 to each admin that offers :class:`~sparza.systems.SupportsDeleteMessages` (Delta: a retention horizon for the
-whole table, see :meth:`~sparza.systems.delta.DeltaSystemAdmin.delete_messages`). Kafka topics are left to their
-own retention.
+whole table, see :meth:`~sparza.systems.delta.DeltaSystemAdmin.delete_messages`; Kafka: the records before each
+partition's offset, with DeleteRecords).
 """
 
 from __future__ import annotations

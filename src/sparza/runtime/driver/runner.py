@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sparza.config import Config
+from sparza.config import Config, Int, define_key
 from sparza.engine.errors import JobFailedError, tasks_failed
 from sparza.engine.inputs import InputSystems
 from sparza.engine.jobconfig import JobConfig
@@ -43,6 +43,12 @@ from sparza.runtime.driver.session import add_py_files, build_spark_session, is_
 __all__ = ["JobRunner", "build_spark_session"]
 
 _log = logging.getLogger(__name__)
+
+STALL_TIMEOUT_MS = define_key("job.stall.timeout.ms", 300_000,
+                              "A job whose input has messages waiting while no task committed a batch for this long "
+                              "has stalled: the status line says so at half of it, and at all of it the run ends "
+                              "(exit 1) naming the waiting partitions; 0 turns the watchdog off.", "runtime",
+                              kind=Int(min_value=0))
 
 class JobRunner:
     """Runs one job's tasks (all of them, or those the coordinator assigns) as one streaming query."""
@@ -92,6 +98,9 @@ class JobRunner:
         self._delete_errors_said: set[str] = set()
         self.last_results: list[BatchResult] = []
         self._task_offsets: dict[str, dict[str, str]] = {}
+        self._last_commit = time.monotonic()  # when a task last committed a batch (the stall watchdog's clock)
+        self._last_stall_check = 0.0
+        self._stall_warned = False
         self._restart_query: Callable[[], Any] | None = None  # micro-batch mode: start the query again
         self._query_restarts = 0
         self._batches_at_restart = 0  # task -> its newest reported offsets (for lag)
@@ -222,7 +231,7 @@ class JobRunner:
             if any(r.shutdown for r in results):
                 self.request_stop("a task asked to shut down")
 
-    def _on_container_results(self, results: list[BatchResult], epoch: int) -> None:
+    def _on_container_results(self, results: list[BatchResult], containers: int) -> None:
         """Results the containers committed since the last report (container mode): status line and metrics."""
         if self._watch is not None and any(r.status is BatchStatus.COMMITTED for r in results):
             self._watch.progress()
@@ -235,9 +244,9 @@ class JobRunner:
                 messages = sum(r.messages for r in done)
                 elapsed = max((r.process_ms + r.commit_ms for r in done), default=0.0)
                 batch = max(r.batch for r in done)
-                self._record(done, elapsed, epoch, batches=committed,
-                             label=f"batch {batch} (epoch {epoch}: {committed} task batch(es) of {tasks} task(s)): "
-                                   f"{messages} msgs in")
+                self._record(done, elapsed, batch, batches=committed,
+                             label=f"batch {batch} ({containers} container(s): {committed} task batch(es) of {tasks} "
+                                   f"task(s)): {messages} msgs in")
                 self._batches += committed
             if failed and self._failure is None:
                 self._check_claim()
@@ -277,6 +286,9 @@ class JobRunner:
         self.metrics.timer(agg, "batch-ms").update(elapsed_ms)
         commit_ms = max((r.commit_ms for r in results), default=0.0)
         self.metrics.timer(agg, "commit-ms").update(commit_ms)
+        if any(r.status is BatchStatus.COMMITTED for r in results):
+            self._last_commit = time.monotonic()
+            self._stall_warned = False
         lag = self._lag(results)
         self.metrics.gauge(agg, "lag").set(-1 if lag is None else lag)
         self.metrics.gauge("job", "generation").set(self.generation)
@@ -419,7 +431,7 @@ class JobRunner:
                     + (f" (claim epoch {self.generation})" if self._claim is not None else "")
                     + f", spark checkpoint {self.spark_checkpoint_dir}"
                     + (" (client-driven batches: Spark Connect)" if is_connect(spark) else ""))
-        from sparza.runtime.driver.epochs import execution_mode
+        from sparza.runtime.driver.containers import execution_mode
 
         if execution_mode(self.config) == "containers":
             self._query = self._container_query(spark, tasks)
@@ -461,19 +473,19 @@ class JobRunner:
         return writer.start()
 
     def _container_query(self, spark: Any, tasks: list[TaskModel]) -> Any:
-        """Container mode: the job joins the session's container pool (see :mod:`sparza.runtime.driver.epochs`)."""
+        """Container mode: the job joins the session's containers (see :mod:`sparza.runtime.driver.containers`)."""
         from sparza.coordination.jobclaim import CLAIM_TIMEOUT_MS
         from sparza.engine.checkpoint import checkpoint_store_from_config
-        from sparza.engine.epoch import EpochJob
-        from sparza.runtime.driver.epochs import (
+        from sparza.engine.messages import AddJob
+        from sparza.runtime.driver.containers import (
             CHANNEL_HOST,
             CONTAINER_COUNT,
             DRIVER_TIMEOUT_MS,
-            EPOCH_MS,
             HOST_AFFINITY,
+            LAUNCH,
             MAX_RESTARTS,
-            ContainerPool,
             ContainerQuery,
+            ContainerService,
             check_container_session,
         )
 
@@ -485,26 +497,32 @@ class JobRunner:
         shipped = dict(self._shipped)
         cfg = self.config
 
-        def epoch_job() -> EpochJob:
-            locations = {t: cp.location for t, cp in store.read_all().items() if cp.location and t in set(names)}
-            return EpochJob(config=shipped, tasks=names, task_count=self._task_count, generation=self.generation,
-                            start_positions=start, targets=dict(start) if self.once else None, locations=locations)
+        def add_job() -> AddJob:
+            return AddJob(job=self.job.job_key, config=shipped, generation=self.generation,
+                          task_count=self._task_count, start_positions=start,
+                          targets=dict(start) if self.once else None)
+
+        def locations() -> dict[str, str]:
+            wanted = set(names)
+            return {t: cp.location for t, cp in store.read_all().items() if cp.location and t in wanted}
 
         def notice(line: str) -> None:
             self.metrics.counter("aggregate", "container-notices").inc()
-            if " moved from " in line:
+            if " moves from " in line:
                 self.metrics.counter("aggregate", "tasks-moved").inc()
-            elif line.startswith("containers failed"):
+            elif " was lost " in line:
                 self.metrics.counter("aggregate", "container-restarts").inc()
+            elif " starts again from its last commit" in line:
+                self.metrics.counter("aggregate", "task-retries").inc()
             self.status(f"sparza: {self.job.job_key}: {line}")
 
+        # The default follows the claim timeout it must stay within (half of it, at most 10 s).
+        driver_timeout_ms = DRIVER_TIMEOUT_MS.get(cfg) or min(10_000, CLAIM_TIMEOUT_MS.get(cfg) // 2)
+        service = ContainerService.of(spark, channel_host=CHANNEL_HOST.get(cfg), launch=LAUNCH.get(cfg))
         query = ContainerQuery(
-            ContainerPool.of(spark), self.job.job_key, names, epoch_job, self._on_container_results, notice,
-            once=self.once, epoch_ms=EPOCH_MS.get(cfg), affinity=HOST_AFFINITY.get(cfg),
-            count=CONTAINER_COUNT.get(cfg) or None, max_restarts=MAX_RESTARTS.get(cfg),
-            channel_host=CHANNEL_HOST.get(cfg), stopping=self._stop.is_set,
-            # The default follows the claim timeout it must stay within (half of it, at most 10 s).
-            driver_timeout_ms=DRIVER_TIMEOUT_MS.get(cfg) or min(10_000, CLAIM_TIMEOUT_MS.get(cfg) // 2))
+            service, self.job.job_key, names, add_job, locations, self._on_container_results, notice,
+            once=self.once, affinity=HOST_AFFINITY.get(cfg), count=CONTAINER_COUNT.get(cfg) or None,
+            max_restarts=MAX_RESTARTS.get(cfg), stopping=self._stop.is_set, driver_timeout_ms=driver_timeout_ms)
         query.drain_request = self.drain.to_json() if self.drain is not None else None  # pending at the start
         if self._watch is not None:
             self._watch.running(f"the containers of {self.job.job_key}")
@@ -616,7 +634,7 @@ class JobRunner:
                         "holds, sends its drain downstream and stops")
         else:
             self.status(f"sparza: {self.job.job_key}: the drain request is gone (cancelled, or completed elsewhere)")
-        from sparza.runtime.driver.epochs import ContainerQuery
+        from sparza.runtime.driver.containers import ContainerQuery
 
         if isinstance(self._query, ContainerQuery):
             self._query.drain(request.to_json() if request is not None else None)
@@ -634,6 +652,7 @@ class JobRunner:
     def poll(self, timeout_s: float = 0.25) -> bool:
         """Wait up to ``timeout_s``; True while the query runs and no stop was requested."""
         self._poll_drain()
+        self._check_stall()
         query = self._query
         if query is None or not query.isActive or self._stop.is_set():
             return self._restarted(query) or self._noticed_end(query)
@@ -644,6 +663,64 @@ class JobRunner:
         if query.isActive and not self._stop.is_set():
             return True
         return self._restarted(query) or self._noticed_end(query)
+
+    def _check_stall(self) -> None:
+        """The stall watchdog (``job.stall.timeout.ms``): messages wait in the job's input, yet no task committed for
+        that long. Said at half the timeout, the run ends at all of it: a stalled job must never look healthy."""
+        timeout_s = STALL_TIMEOUT_MS.get(self.config) / 1000.0
+        now = time.monotonic()
+        quiet = now - self._last_commit
+        if timeout_s <= 0 or quiet < timeout_s / 2 or now - self._last_stall_check < 5.0 or self._stop.is_set():
+            return
+        self._last_stall_check = now
+        waiting = self._waiting_input()
+        if not waiting:
+            self._last_commit = now  # nothing waits: an idle job is not a stalled one
+            return
+        shown = ", ".join(f"{ssp} ({n})" for ssp, n in sorted(waiting.items())[:6]) + (
+            f" and {len(waiting) - 6} more" if len(waiting) > 6 else "")
+        total = sum(waiting.values())
+        if quiet < timeout_s:
+            if not self._stall_warned:
+                self._stall_warned = True
+                self.metrics.counter("job", "stall-warnings").inc()
+                self.status(f"sparza: {self.job.job_key}: warning: no task committed for {quiet:.0f} s while {total} "
+                            f"message(s) wait in {shown}; the run ends if this lasts {timeout_s:.0f} s "
+                            "(job.stall.timeout.ms)")
+            return
+        self.metrics.counter("job", "stalls").inc()
+        self._failure = JobFailedError(
+            f"job {self.job.job_key} stalled: no task committed for {quiet:.0f} s while {total} message(s) wait in "
+            f"{shown}; next: look at the executors' logs and the status lines above for the tasks' last words, then "
+            "start the job again (it continues from its last commits; job.stall.timeout.ms sets the limit)")
+        self.request_stop("stalled")
+
+    def _waiting_input(self) -> dict[str, int]:
+        """SSP → messages past its furthest-behind task's last reported offset (main inputs of this processor's
+        tasks; an SSP no task reported yet counts from its checkpoint)."""
+        inputs = self._inputs
+        if inputs is None:
+            return {}
+        from sparza.engine.checkpoint import checkpoint_store_from_config
+
+        try:
+            positions = inputs.positions()
+            offsets = dict(self._task_offsets)
+            if len(offsets) < len(self._tasks(inputs)):
+                for name, cp in checkpoint_store_from_config(self.config, self.job.job_key).read_all().items():
+                    offsets.setdefault(name, dict(cp.offsets))
+            out: dict[str, int] = {}
+            for model in self._tasks(inputs):
+                for ssp in model.ssps:
+                    start = offsets.get(model.name, {}).get(str(ssp))
+                    if start is None or ssp not in positions:
+                        continue
+                    n = inputs.ops[ssp.system].count_between(ssp, start, positions[ssp].upcoming)
+                    if n:
+                        out[str(ssp)] = max(out.get(str(ssp), 0), int(n))
+            return out
+        except Exception:
+            return {}  # the watchdog only reports: storage trouble shows in the lag and the storage watch already
 
     def _restarted(self, query: Any) -> bool:
         """Micro-batch mode: a query that died of something a new attempt may cure (Spark's retries of a task
@@ -661,7 +738,7 @@ class JobRunner:
             return False
         if self._batches > self._batches_at_restart:
             self._query_restarts = 0
-        from sparza.runtime.driver.epochs import MAX_RESTARTS
+        from sparza.runtime.driver.containers import MAX_RESTARTS
 
         limit = MAX_RESTARTS.get(self.config)
         if self._query_restarts >= limit:
@@ -676,7 +753,7 @@ class JobRunner:
 
     def _noticed_end(self, query: Any) -> bool:
         """A container query that left its pool by itself says why (all inputs ended, caught up)."""
-        from sparza.runtime.driver.epochs import ContainerQuery
+        from sparza.runtime.driver.containers import ContainerQuery
 
         why = query.ended_because if isinstance(query, ContainerQuery) else None
         if why and not self._stop_reason:
@@ -748,7 +825,11 @@ class JobRunner:
             self._watch = None
         if self._inputs is not None:
             self._inputs.close()   # the query's foreachBatch callback keeps this runner alive until the JVM exits
+        self._committed_messages = None   # it holds admins too (a Kafka admin keeps connections to its brokers)
         if self._owns_spark and self._spark is not None:
+            from sparza.runtime.driver.containers import wait_for_containers
+
+            wait_for_containers(self._spark)
             with contextlib.suppress(Exception):
                 self._spark.stop()
             self._spark = None

@@ -148,10 +148,10 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
     def commit(self, end: dict) -> None:
         """Nothing to do: task checkpoints were written by the tasks themselves."""
 
-    def batch_options(self, splits: list[TaskSplit]) -> dict[str, str]:
+    def batch_options(self, splits: list[Any]) -> dict[str, str]:
         """The options of a :class:`SparzaBatchReader` that runs ``splits`` as this reader's ``read`` would."""
         options = {"config": json.dumps(dict(self.shipped_config.items())), "generation": str(self.generation),
-                   SparzaBatchReader.SPLITS_OPTION: json.dumps([s.to_json().decode() for s in splits])}
+                   SparzaBatchReader.SPLITS_OPTION: json.dumps([_split(s).to_json().decode() for s in splits])}
         if self.task_count is not None:
             options["task_count"] = str(self.task_count)
         return options
@@ -200,3 +200,10 @@ class SparzaDataSource(DataSource):  # type: ignore[misc]
     def reader(self, schema: Any) -> SparzaBatchReader:
         """The reader of one planned batch."""
         return SparzaBatchReader(dict(self.options))
+
+
+def _split(partition: Any) -> TaskSplit:
+    """The task split an ``InputPartition`` of this source carries (or the split itself)."""
+    value = partition.value if isinstance(partition, InputPartition) else partition
+    assert isinstance(value, TaskSplit)
+    return value

@@ -6,16 +6,6 @@ transaction is open), so a planned batch never waits for an open transaction. Of
 dense: transaction markers, aborted records and compaction leave gaps, so the arithmetic below
 gives bounds (a batch of *at most* n messages, a lag of *at most* n), never a reason to skip.
 
-A Tansu broker (the dev broker) reports as end the base offset of the last record batch + 1, which
-hides every other record of that batch: one producer request of 100 records would show as 1. On
-such a broker (``kafka.end.offsets.verify``: auto detects it by its cluster id) the end is read,
-not trusted: a fetch from the reported end - 1 returns that whole batch, and the real end is one
-past its last record. Only partitions whose reported end changed since the last look are fetched.
-While a transaction is open, Tansu also reports a ``read_committed`` end of 0 (Kafka reports the last
-stable offset); there the end is read too: a ``read_committed`` fetch stops at the real last stable
-offset, so the probe reads from the end known last (never past the real one: it only grows) to its
-end-of-partition event.
-
 Because offsets are not dense, ``count_between`` is only a bound; where a count decides an error (an
 ended task's input grew) :meth:`KafkaSystemAdmin.count_messages` reads the range and counts what a
 consumer would get.
@@ -25,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sparza.config import Config
@@ -77,15 +67,12 @@ class KafkaSystemAdmin:
         self.settings = KafkaSystemSettings(system_name, config)
         self._client: Any = None
         self._partitions: dict[str, int] = {}
-        self._verify: bool | None = None      # read the real end (see the module docstring); None: not decided yet
-        self._probe: Any = None               # the consumer that reads it
-        self._real_ends: dict[tuple[str, int], tuple[int, int]] = {}  # (topic, p) -> (reported, real)
-        self._stable_ends: dict[tuple[str, int], int] = {}  # (topic, p) -> the read_committed end returned last
+        self._counter: Any = None             # the read_committed consumer of count_messages
         self._counts: OrderedDict[tuple[str, int, int, int], int] = OrderedDict()  # see count_messages
 
     def __getstate__(self) -> dict[str, Any]:
         return {"system_name": self.system_name, "settings": self.settings, "_client": None, "_partitions": {},
-                "_verify": None, "_probe": None, "_real_ends": {}, "_stable_ends": {}, "_counts": OrderedDict()}
+                "_counter": None, "_counts": OrderedDict()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -114,8 +101,12 @@ class KafkaSystemAdmin:
         if spec.partitions < 1:
             raise ValueError(f"a stream needs at least 1 partition, got {spec.partitions}")
         name = self.settings.topic(spec.stream)
+        # An intermediate stream's records carry the event times of the application's input as their timestamps,
+        # which may be older than the broker's retention.ms (a backfill, a replay): time retention would delete
+        # them before the next stage reads them. sparza deletes what that stage committed (delete_messages).
+        configs = {**({"retention.ms": "-1"} if spec.intermediate else {}), **spec.properties}
         topic = NewTopic(name, num_partitions=spec.partitions,
-                         replication_factor=self.settings.replication_factor, config=dict(spec.properties))
+                         replication_factor=self.settings.replication_factor, config=configs)
         future = self.client.create_topics([topic], request_timeout=self._timeout)[name]
         try:
             future.result(timeout=self._timeout)
@@ -161,6 +152,28 @@ class KafkaSystemAdmin:
             self._partitions[stream] = count
         return count
 
+    def delete_messages(self, offsets: Mapping[SystemStreamPartition, str]) -> None:
+        """Samza's ``deleteMessages`` (:class:`~sparza.systems.SupportsDeleteMessages`): delete the records before
+        each partition's offset (Kafka's DeleteRecords: the partition's log start moves there)."""
+        from confluent_kafka import TopicPartition
+
+        wanted = [TopicPartition(self.settings.topic(ssp.stream), ssp.partition, int(offset))
+                  for ssp, offset in offsets.items() if ssp.system == self.system_name and int(offset) > 0]
+        if not wanted:
+            return
+        try:
+            futures = self.client.delete_records(wanted, request_timeout=self._timeout,
+                                                 operation_timeout=self._timeout)
+            for future in futures.values():
+                future.result(timeout=self._timeout)
+        except Exception as exc:
+            raise KafkaError(f"cannot delete the committed records of Kafka partitions "
+                             f"{sorted((tp.topic, tp.partition) for tp in wanted)}: {exc}") from exc
+
+    def skips_deleted_messages(self, stream: str) -> bool:
+        """:class:`~sparza.systems.SupportsDeletedMessagesPolicy`: ``consumer.auto.offset.reset: smallest``."""
+        return self.settings.skips_deleted_messages
+
     # --- offsets -----------------------------------------------------------------------------
     def offset_comparator(self, a: str, b: str) -> int:
         """Negative, zero or positive as offset ``a`` is before, equal to or after ``b``."""
@@ -189,153 +202,105 @@ class KafkaSystemAdmin:
         if key in self._counts:
             self._counts.move_to_end(key)
             return self._counts[key]
-        tp = (topic, ssp.partition)
-        counted = {tp: 0}
+        count, whole = self._count_records(topic, ssp.partition, s, e)
         # A range past the last stable offset may still get its open transaction's records: not kept.
-        whole = self._read_ends({tp: s}, {tp: s}, whole_batch=False, until={tp: e}, counted=counted)[tp] >= e
-        count = counted[tp]
         if whole:
             self._counts[key] = count
             if len(self._counts) > 256:
                 self._counts.popitem(last=False)
         return count
 
+    def _count_records(self, topic: str, partition: int, start: int, end: int) -> tuple[int, bool]:
+        """(records a ``read_committed`` consumer reads in ``[start, end)``, whether it read to ``end``): it stops
+        at its first record at or past ``end`` or at its end-of-partition event, which comes at the last stable
+        offset (the range is then whole when that is at or past ``end``)."""
+        from confluent_kafka import KafkaError as RdKafkaError
+        from confluent_kafka import TopicPartition
+
+        if self._counter is None:
+            from confluent_kafka import Consumer
+
+            conf = self.settings.consumer_conf()
+            conf["group.id"] = f"{conf['group.id']}-counts"
+            self._counter = open_client("consumer", Consumer, conf, self.system_name)
+        consumer = self._counter
+        consumer.assign([TopicPartition(topic, partition, start)])
+        count = 0
+        deadline = time.monotonic() + self._timeout
+        try:
+            while time.monotonic() < deadline:
+                for msg in consumer.consume(10_000, timeout=0.05):
+                    if msg.topic() != topic or msg.partition() != partition:
+                        continue
+                    error = msg.error()
+                    if error is not None:
+                        if error.code() == RdKafkaError._PARTITION_EOF:
+                            return count, msg.offset() >= end
+                        if error.fatal():
+                            raise KafkaError(f"counting records of {topic}[{partition}]: {error.str()}")
+                        continue
+                    if msg.offset() >= end:
+                        return count, True
+                    if msg.offset() >= start:
+                        count += 1
+        finally:
+            consumer.unassign()
+        raise KafkaError(f"cannot count the records of Kafka partition {topic}[{partition}] in [{start}, {end}) "
+                         f"within {self._timeout:.0f}s (systems.{self.system_name}.kafka.request.timeout.ms)")
+
+    def offsets_for_times(self, ssps: list[SystemStreamPartition], time_ms: int) -> dict[SystemStreamPartition,
+                                                                                          str | None]:
+        """Kafka's offsets-for-times (ListOffsets by timestamp): per SSP, the first offset whose record timestamp is
+        at or after ``time_ms``, or None. sparza's producer gives a record its event time as timestamp (a header
+        only for event times of 0 or less, which no positive time reaches), so no message of event time at or after
+        ``time_ms`` comes before it."""
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        request = {TopicPartition(self.settings.topic(ssp.stream), ssp.partition): OffsetSpec.for_timestamp(time_ms)
+                   for ssp in ssps}
+        by_tp = {(self.settings.topic(ssp.stream), ssp.partition): ssp for ssp in ssps}
+        out: dict[SystemStreamPartition, str | None] = {}
+        try:
+            futures = self.client.list_offsets(request, request_timeout=self._timeout)
+            for tp, future in futures.items():
+                offset = int(future.result(timeout=self._timeout).offset)
+                out[by_tp[(tp.topic, tp.partition)]] = str(offset) if offset >= 0 else None
+        except Exception as exc:
+            raise KafkaError(f"cannot list the offsets of Kafka topics {sorted({t for t, _ in by_tp})} by time "
+                             f"{time_ms}: {exc}") from exc
+        return out
+
     def watermarks(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
-        """Per (topic, partition): (earliest offset, read_committed end offset), in one round trip each."""
+        """Per (topic, partition): (earliest offset, end offset), the end as the configured isolation level
+        sees it (``read_committed``: the last stable offset), in one round trip each."""
         from confluent_kafka import IsolationLevel, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
         committed = str(self.settings.consumer_conf().get("isolation.level")) != "read_uncommitted"
         isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
-        verify = self._verifies_end_offsets()
-        asks = [(OffsetSpec.earliest(), isolation), (OffsetSpec.latest(), isolation)]
-        if verify and committed:  # the high watermark: above the end, a transaction is open (see the docstring)
-            asks.append((OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED))
-        out: dict[tuple[str, int], list[int]] = {tp: [0] * len(asks) for tp in partitions}
-        for slot, (spec, level) in enumerate(asks):
+        out: dict[tuple[str, int], list[int]] = {tp: [0, 0] for tp in partitions}
+        for slot, spec in enumerate((OffsetSpec.earliest(), OffsetSpec.latest())):
             request = {TopicPartition(t, p): spec for t, p in partitions}
-            try:
-                futures = self.client.list_offsets(request, isolation_level=level, request_timeout=self._timeout)
-                for tp, future in futures.items():
-                    out[(tp.topic, tp.partition)][slot] = int(future.result(timeout=self._timeout).offset)
-            except Exception as exc:
-                raise KafkaError(f"cannot list the offsets of Kafka topics "
-                                 f"{sorted({t for t, _ in partitions})}: {exc}") from exc
-        if verify:
-            open_txn = {tp: b for tp, b in out.items() if len(b) > 2 and b[1] < b[2]}
-            self._read_real_ends({tp: b for tp, b in out.items() if tp not in open_txn})
-            self._read_stable_ends(open_txn)
-            self._stable_ends.update({tp: b[1] for tp, b in out.items()})
-        return {tp: (b[0], b[1]) for tp, b in out.items()}
-
-    def _verifies_end_offsets(self) -> bool:
-        """Whether reported ends are checked by reading (``kafka.end.offsets.verify``; auto: a Tansu broker)."""
-        if self._verify is None:
-            setting = self.settings.verify_end_offsets
-            if setting is None:
+            deadline = time.monotonic() + self._timeout
+            pause = 0.1
+            while True:
                 try:
-                    cluster_id = self.client.list_topics(timeout=self._timeout).cluster_id or ""
+                    futures = self.client.list_offsets(request, isolation_level=isolation,
+                                                       request_timeout=self._timeout)
+                    for tp, future in futures.items():
+                        out[(tp.topic, tp.partition)][slot] = int(future.result(timeout=self._timeout).offset)
+                    break
                 except Exception as exc:
-                    raise KafkaError(f"cannot read the metadata of Kafka system {self.system_name!r}: {exc}") from exc
-                setting = cluster_id.lower().startswith("tansu")
-            self._verify = setting
-        return self._verify
-
-    def _probe_consumer(self) -> Any:
-        """The ``read_committed`` consumer that reads ends and counts (opened on first use)."""
-        if self._probe is None:
-            from confluent_kafka import Consumer
-
-            conf = self.settings.consumer_conf()
-            conf["group.id"] = f"{conf['group.id']}-end-offsets"
-            # The EOF that ends a partition's probe comes one broker-side fetch wait after its records.
-            conf["fetch.wait.max.ms"] = 2
-            self._probe = Consumer(conf)
-        return self._probe
-
-    def _read_real_ends(self, marks: dict[tuple[str, int], list[int]]) -> None:
-        """Replace each non-empty partition's reported end by one past the last record of the batch it
-        points into (see the module docstring); partitions whose reported end did not change keep the
-        end read last time."""
-        todo: dict[tuple[str, int], int] = {}
-        for tp, bounds in marks.items():
-            lo, hi = bounds[0], bounds[1]
-            known = self._real_ends.get(tp)
-            if known is not None and known[0] == hi:
-                bounds[1] = known[1]
-            elif hi > lo:
-                todo[tp] = hi
-        if not todo:
-            return
-        # A fetch returns the batch at the reported end - 1 whole (Kafka never splits a record batch), so a
-        # partition that got records has its real end after one quiet poll.
-        ends = self._read_ends({tp: hi - 1 for tp, hi in todo.items()}, dict(todo), whole_batch=True)
-        for tp, hi in todo.items():
-            self._real_ends[tp] = (hi, ends[tp])
-            marks[tp][1] = ends[tp]
-
-    def _read_stable_ends(self, marks: dict[tuple[str, int], list[int]]) -> None:
-        """Replace the ``read_committed`` end of partitions with an open transaction by the real last stable
-        offset: a ``read_committed`` fetch from at most that offset stops there with its end-of-partition
-        event. The read starts at the end returned last (the stable end only grows) unless the high watermark
-        fell below it (the topic lost its data: read from its start)."""
-        if not marks:
-            return
-        starts: dict[tuple[str, int], int] = {}
-        for tp, (lo, _, high) in marks.items():
-            known = self._stable_ends.get(tp, lo)
-            starts[tp] = max(lo, known) if known <= high else lo
-        ends = self._read_ends(starts, dict(starts), whole_batch=False)
-        for tp, end in ends.items():
-            marks[tp][1] = end
-
-    def _read_ends(self, starts: dict[tuple[str, int], int], ends: dict[tuple[str, int], int], *,
-                   whole_batch: bool, until: dict[tuple[str, int], int] | None = None,
-                   counted: dict[tuple[str, int], int] | None = None) -> dict[tuple[str, int], int]:
-        """``ends`` raised to one past the last record the probe reads from ``starts`` or to the offset of the
-        end-of-partition event; with ``whole_batch`` a partition that got records is done at the first quiet
-        poll, else only at its end-of-partition event or, with ``until``, at its first record at or past
-        ``until``. ``counted`` gets the records read before that."""
-        from confluent_kafka import KafkaError as RdKafkaError
-        from confluent_kafka import TopicPartition
-
-        probe = self._probe_consumer()
-        probe.assign([TopicPartition(t, p, start) for (t, p), start in starts.items()])
-        waiting = set(starts)
-        received: set[tuple[str, int]] = set()
-        deadline = time.monotonic() + self._timeout
-        try:
-            while waiting and time.monotonic() < deadline:
-                # poll returns at the first event (consume would wait out its whole timeout, 20 ms or more
-                # per changed end: a container's every poll after new input paid it), then take what is
-                # buffered. Most partitions end with their EOF event, a fetch wait after their records.
-                first = probe.poll(0.02)
-                if first is None:
-                    if whole_batch:
-                        waiting -= received
-                    continue
-                for msg in [first, *probe.consume(10_000, timeout=0)]:
-                    tp = (msg.topic(), msg.partition())
-                    error = msg.error()
-                    if error is not None:
-                        if error.code() == RdKafkaError._PARTITION_EOF and tp in waiting:
-                            ends[tp] = max(ends[tp], msg.offset())
-                            waiting.discard(tp)
+                    # A leader still being elected (a topic just created, a broker restarting) answers with a
+                    # retriable error: ask again until the request timeout, then say what failed.
+                    if _retriable(exc) and time.monotonic() + pause < deadline:
+                        time.sleep(pause)
+                        pause = min(pause * 2, 1.0)
                         continue
-                    if tp in ends and msg.offset() >= starts[tp]:
-                        ends[tp] = max(ends[tp], msg.offset() + 1)
-                        received.add(tp)
-                        if until is not None and tp in waiting:
-                            if msg.offset() >= until[tp]:
-                                waiting.discard(tp)
-                            elif counted is not None:
-                                counted[tp] += 1
-        finally:
-            probe.unassign()
-        if waiting:
-            raise KafkaError(f"cannot read Kafka partitions {sorted(waiting)} to their end within "
-                             f"{self._timeout:.0f}s (systems.{self.system_name}.kafka.end.offsets.verify)")
-        return ends
+                    raise KafkaError(f"cannot list the offsets of Kafka topics "
+                                     f"{sorted({t for t, _ in partitions})}: {exc}") from exc
+        return {tp: (b[0], b[1]) for tp, b in out.items()}
 
     def get_system_stream_metadata(self, streams: set[str] | list[str]) -> dict[str, SystemStreamMetadata]:
         """Per topic and partition: ``oldest`` (None when empty), ``newest`` (the offset before
@@ -356,8 +321,22 @@ class KafkaSystemAdmin:
         return out
 
     def close(self) -> None:
-        """Drop the admin client (and the consumer that reads real ends)."""
+        """Drop the admin client (and the consumer that counts records)."""
         self._client = None
-        if self._probe is not None:
-            self._probe.close()
-            self._probe = None
+        if self._counter is not None:
+            self._counter.close()
+            self._counter = None
+
+
+def _retriable(exc: BaseException) -> bool:
+    """True for a Kafka error a retry cures (a leader moving or being elected, metadata not yet there, a request
+    timing out): the client marks some retriable itself; per-partition results of ListOffsets come without the mark."""
+    from confluent_kafka import KafkaError as ClientError
+
+    error = exc.args[0] if exc.args else None
+    if not isinstance(error, ClientError):
+        return False
+    transient = {ClientError.NOT_LEADER_FOR_PARTITION, ClientError.LEADER_NOT_AVAILABLE,
+                 ClientError.UNKNOWN_TOPIC_OR_PART, ClientError.REQUEST_TIMED_OUT, ClientError._TIMED_OUT,
+                 ClientError._TRANSPORT, ClientError.NOT_COORDINATOR}
+    return bool(error.retriable()) or error.code() in transient

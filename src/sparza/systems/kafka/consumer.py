@@ -133,9 +133,7 @@ class KafkaSystemConsumer:
                                 done = True  # the broker's end is past our range: nothing more lies in it
                             continue
                         if error.code() in (RdKafkaError._AUTO_OFFSET_RESET, RdKafkaError.OFFSET_OUT_OF_RANGE):
-                            raise OffsetOutOfRangeError(
-                                f"offset {position} of {ssp} is out of the partition's range (deleted by "
-                                f"retention?) while reading [{begin}, {stop}): {error.str()}")
+                            raise self._out_of_range(ssp, position, begin, stop, error.str())
                         if error.retriable() or not error.fatal():
                             last_error = error.str()
                             continue  # librdkafka retries transient broker errors itself; the timeout bounds it
@@ -160,6 +158,23 @@ class KafkaSystemConsumer:
                         f"reachable? (systems.{self.system_name}.kafka.read.timeout.ms)")
         finally:
             consumer.unassign()
+
+    def _out_of_range(self, ssp: SystemStreamPartition, position: int, begin: int, stop: int,
+                      cause: str) -> OffsetOutOfRangeError:
+        """The error of a read whose offsets are not in the partition: the gap, when retention deleted them."""
+        tp = (self.settings.topic(ssp.stream), ssp.partition)
+        try:
+            oldest, end = self.admin.watermarks([tp])[tp]
+        except KafkaError:
+            oldest, end = -1, -1
+        if position < oldest:
+            what = (f"offsets [{position}, {oldest}) of {ssp} were deleted before they were read (the topic's "
+                    "retention.ms or retention.bytes, or a DeleteRecords)")
+        else:
+            what = f"offset {position} of {ssp} is not in the partition (its offsets now: [{oldest}, {end}))"
+        return OffsetOutOfRangeError(f"{what}, while reading [{begin}, {stop}): {cause}; the task starts again from "
+                                     f"its checkpoint (systems.{self.system_name}.consumer.auto.offset.reset: smallest "
+                                     "skips deleted offsets there)")
 
     def read_arrow(self, ssp: SystemStreamPartition, start: str | None, end: str | None = None,
                    include_control: bool = True, *, bounded: bool | None = None) -> Iterator[pa.RecordBatch]:

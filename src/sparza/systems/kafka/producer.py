@@ -50,7 +50,7 @@ from sparza.systems.kafka.settings import (
     KafkaSystemSettings,
 )
 
-__all__ = ["KafkaSystemProducer", "is_fencing_error", "transactional_id"]
+__all__ = ["CommitRetriesExhaustedError", "KafkaSystemProducer", "is_fencing_error", "transactional_id"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,56 @@ def _produce(producer: Any, on_delivery: Any, topic: str, value: bytes | None, k
             return
         except BufferError:
             producer.poll(0.05)
+
+
+_COMMIT_ATTEMPTS = 5
+"""How often a commit whose outcome librdkafka calls retriable (a timeout, a coordinator moving) is tried."""
+
+
+class CommitRetriesExhaustedError(KafkaError):
+    """``commit_transaction`` kept failing with retriable errors: the brokers or the transaction coordinator are
+    unreachable. The batch is retried from its checkpoint; the recorded version says whether it committed."""
+
+
+def _commit_transaction(producer: Any, txn_id: str | None, version: int, timeout_s: float) -> None:
+    """``commit_transaction``, tried again after a retriable error (librdkafka allows calling it again: a commit
+    that timed out may still complete) with a growing pause, at most :data:`_COMMIT_ATTEMPTS` times in all."""
+    from confluent_kafka import KafkaException
+
+    pause = 0.1
+    for attempt in range(1, _COMMIT_ATTEMPTS + 1):
+        try:
+            producer.commit_transaction(timeout_s)
+            return
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if not getattr(error, "retriable", lambda: False)():
+                raise
+            if attempt == _COMMIT_ATTEMPTS:
+                raise CommitRetriesExhaustedError(
+                    f"Kafka did not confirm the commit of transaction {txn_id!r} (output version {version}) in "
+                    f"{attempt} attempts of up to {timeout_s:.0f}s each (last error: {exc}): check that the brokers "
+                    "are reachable and that the transaction coordinator (the leader of the __transaction_state "
+                    "partition of this transactional.id) is up. The batch is retried from its checkpoint and "
+                    "writes its output once; kafka.request.timeout.ms sets each attempt's limit") from exc
+            log.warning("committing Kafka transaction %r (version %d) failed with a retriable error (%s); "
+                        "trying again in %.1f s (attempt %d of %d)", txn_id, version, exc, pause, attempt + 1,
+                        _COMMIT_ATTEMPTS)
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
+
+
+def _transient(error: Any) -> bool:
+    """Whether a librdkafka error is one a request may be made again after: flagged retriable, or a coordinator
+    loading, moving or not yet found, a timeout, a lost connection (librdkafka reports some of these unflagged)."""
+    from confluent_kafka import KafkaError as RdKafkaError
+
+    if getattr(error, "retriable", lambda: False)():
+        return True
+    return getattr(error, "code", lambda: None)() in (
+        RdKafkaError.NOT_COORDINATOR, RdKafkaError.COORDINATOR_LOAD_IN_PROGRESS, RdKafkaError.COORDINATOR_NOT_AVAILABLE,
+        RdKafkaError.REQUEST_TIMED_OUT, RdKafkaError._TIMED_OUT, RdKafkaError._TRANSPORT, RdKafkaError._WAIT_COORD,
+        RdKafkaError._ALL_BROKERS_DOWN)
 
 
 def transactional_id(app_id: str, system: str) -> str:
@@ -188,6 +238,11 @@ class KafkaSystemProducer:
         self._max_message_bytes = int(self.settings.producer_conf().get("message.max.bytes", 1_000_000))
 
     # --- lifecycle -------------------------------------------------------------------------
+    def flushes_concurrently(self) -> bool:
+        """True: every task has a transactional producer of its own, so their flushes may overlap
+        (:class:`~sparza.systems.SupportsConcurrentFlush`)."""
+        return True
+
     def register(self, source: str) -> None:
         """Declare ``source`` (a task name)."""
         self._sources.setdefault(source, _Source())
@@ -249,20 +304,32 @@ class KafkaSystemProducer:
                 src.group.close()
 
     def _read_version(self, src: _Source, txn_id: str) -> int | None:
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
 
         if src.group is None:
             conf = self.settings.consumer_conf()
             conf["group.id"] = txn_id
             src.group = Consumer(conf)
         tp = TopicPartition(self.settings.transactions_topic, 0)
-        try:
-            got = src.group.committed([tp], timeout=self.settings.request_timeout_s)[0]
-        except Exception as exc:
-            raise KafkaError(f"cannot read the committed output version of {txn_id!r}: {exc}") from exc
-        if got.error is not None:
-            raise KafkaError(f"cannot read the committed output version of {txn_id!r}: {got.error}")
-        return int(got.offset) if got.offset >= 0 else None
+        # The group coordinator may be loading or moving (a broker started or restarted, a leader moved): librdkafka
+        # answers NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS, retriable; asked again after a pause, within the
+        # request timeout.
+        deadline = time.monotonic() + self.settings.request_timeout_s
+        pause = 0.05
+        while True:
+            try:
+                got = src.group.committed([tp], timeout=self.settings.request_timeout_s)[0]
+                error = got.error
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else exc
+            except Exception as exc:
+                raise KafkaError(f"cannot read the committed output version of {txn_id!r}: {exc}") from exc
+            if error is None:
+                return int(got.offset) if got.offset >= 0 else None
+            if not _transient(error) or time.monotonic() + pause > deadline:
+                raise KafkaError(f"cannot read the committed output version of {txn_id!r}: {error}")
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     # --- the batch contract ----------------------------------------------------------------
     def begin(self, source: str, transaction: Transaction) -> None:
@@ -420,7 +487,7 @@ class KafkaSystemProducer:
         src.state = "idle"
 
     def _commit(self, source: str, src: _Source) -> None:
-        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka import TopicPartition
 
         assert src.transaction is not None
         started = time.perf_counter()
@@ -437,14 +504,7 @@ class KafkaSystemProducer:
             with contextlib.suppress(AttributeError):
                 marker.metadata = app_id  # for people reading the group's offsets; versions ignore it
             producer.send_offsets_to_transaction([marker], src.group.consumer_group_metadata(), timeout)
-            while True:
-                try:
-                    producer.commit_transaction(timeout)
-                    break
-                except KafkaException as exc:
-                    if exc.args and exc.args[0].retriable():
-                        continue
-                    raise
+            _commit_transaction(producer, src.txn_id, version, timeout)
         except Exception as exc:
             from confluent_kafka import KafkaError as RdKafkaError
 
@@ -464,9 +524,9 @@ class KafkaSystemProducer:
                 if opened:
                     self._abort(source, src)
                 outcome = "it was aborted; the messages stay buffered until abandon"
-            # A fatal producer whose cause librdkafka does not name as a fencing (Tansu answers a fenced
-            # producer's produce with other codes at times) takes the same path: a new producer, and the
-            # version read again decides; the new producer fails the same way if it is really broken.
+            # A fatal producer whose cause librdkafka does not name as a fencing takes the same path: a new
+            # producer, and the version read again decides; the new producer fails the same way if it is
+            # really broken.
             kind = _FencedError if fenced or fatal else KafkaError
             raise kind(f"{source}: committing Kafka transaction {txn_id!r} version {version} failed "
                        f"({exc}); {outcome}{'; ' + '; '.join(errors[:3]) if errors else ''}") from exc

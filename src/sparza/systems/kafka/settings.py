@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparza.config import BOOL, DURATION_MS, INT, STR, Choice, define_key, is_secret_key
+from sparza.config import BOOL, DURATION_MS, INT, STR, define_key, is_secret_key
 from sparza.config.shared import JOB_ID, JOB_NAME
 from sparza.errors import ConfigError
 from sparza.systems.settings import SystemSettings
@@ -49,11 +49,12 @@ _SAMZA_TOPIC = define_key("streams.<stream>.samza.physical.name", None,
 _TOPIC = define_key("systems.<system>.streams.<stream>.samza.physical.name", None,
                     "The Kafka topic of stream <stream> (default: the stream name); Samza's "
                     "streams.<stream>.samza.physical.name is accepted too.", _PKG, kind=STR, fallback=_SAMZA_TOPIC)
-_VERIFY_END = define_key("systems.<system>.kafka.end.offsets.verify", "auto",
-                         "Read past each partition's reported end to find its real end: true, false, or auto (only on "
-                         "a Tansu broker, cluster id tansu*, whose high watermark after a multi-record batch is that "
-                         "batch's base offset + 1, which would hide the batch's other records).", _PKG,
-                         kind=Choice("true", "false", "auto"))
+_AUTO_OFFSET_RESET = define_key("systems.<system>.consumer.auto.offset.reset", "error",
+                                "Where a task whose checkpointed offset was deleted before it read it (the topic's "
+                                "retention) resumes: smallest, earliest or beginning (Samza's and Kafka's names: at "
+                                "the oldest message left, the job saying what it skipped); anything else: the job "
+                                "stops naming the gap. Readers themselves always get librdkafka's 'error'.", _PKG,
+                                kind=STR)
 _REPLICATION = define_key("systems.<system>.default.stream.replication.factor", -1,
                           "Replication factor of topics sparza creates (-1: the broker's default).", _PKG, kind=INT)
 
@@ -120,8 +121,8 @@ class KafkaSystemSettings(SystemSettings):
                 "api.version", "log_level", "debug")
         conf: dict[str, Any] = {k: v for k, v in self._passthrough("consumer").items() if k.startswith(kept)}
         conf.setdefault("log_level", 3)
-        # A metadata request must not create the topic it asks about (Tansu and brokers with
-        # auto.create.topics.enable would): a missing input is an error, not an empty new topic.
+        # A metadata request must not create the topic it asks about (a broker with auto.create.topics.enable,
+        # Kafka's default, would): a missing input is an error, not an empty new topic.
         conf["allow.auto.create.topics"] = False
         conf["bootstrap.servers"] = self.bootstrap_servers("consumer")
         return conf
@@ -170,8 +171,7 @@ class KafkaSystemSettings(SystemSettings):
         building a client object validates its config without waiting for a broker)."""
         from confluent_kafka import Consumer, KafkaException, Producer
 
-        _ = (self.read_timeout_s, self.request_timeout_s, self.replication_factor, self.verify_end_offsets,
-             self.transactions_topic)
+        _ = (self.read_timeout_s, self.request_timeout_s, self.replication_factor, self.transactions_topic)
         for role, make, conf in (("producer", Producer, self.producer_conf()),
                                  ("consumer", Consumer, self.consumer_conf())):
             try:
@@ -191,10 +191,10 @@ class KafkaSystemSettings(SystemSettings):
                 del client
 
     @property
-    def verify_end_offsets(self) -> bool | None:
-        """``systems.<s>.kafka.end.offsets.verify``: True, False, or None for auto (decided by the broker)."""
-        value = _VERIFY_END.get(self.config, system=self.system)
-        return None if value == "auto" else value == "true"
+    def skips_deleted_messages(self) -> bool:
+        """``systems.<s>.consumer.auto.offset.reset`` is smallest, earliest or beginning (see the key)."""
+        return _AUTO_OFFSET_RESET.get(self.config, system=self.system).strip().lower() in (
+            "smallest", "earliest", "beginning")
 
     @property
     def replication_factor(self) -> int:

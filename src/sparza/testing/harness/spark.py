@@ -3,9 +3,9 @@
 with the oracle.
 
 It starts its own Azurite unless it is given one (:func:`run_spark_scenario` takes an
-:class:`~sparza.devservers.storage.AzuriteProcess`), and, for scenarios with a Kafka input or output, its own Tansu
-broker unless it is given one (``kafka=``, a :class:`~sparza.devservers.kafka.TansuProcess`; a soak starts one for
-all its scenarios). What only this engine shows: Spark's worker reuse and retries, real storage services,
+:class:`~sparza.devservers.storage.AzuriteProcess`), and, for scenarios with a Kafka input or output, its own Apache
+Kafka broker unless it is given one (``kafka=``, a :class:`~sparza.devservers.kafka.KafkaBroker`; a soak starts one
+for all its scenarios). What only this engine shows: Spark's worker reuse and retries, real storage services,
 restarts of Azurite and Kafka, several processors under the azure coordinator, ``kill -9`` of real processes.
 A drain scenario ends every phase with ``sparza run --drain`` or with ``sparza drain`` sent while ``sparza run``
 runs (after its first batch and a drawn delay), and its output is checked after every phase's drain.
@@ -90,7 +90,7 @@ class SparkJob:
         self.kafka = kafka
         self.nonce = uuid.uuid4().hex[:10]
         if scenario.uses_kafka and kafka is None:
-            raise ValueError("a scenario with Kafka streams needs a broker (kafka=TansuProcess)")
+            raise ValueError("a scenario with Kafka streams needs a broker (kafka=KafkaBroker)")
         # Topics are per scenario (one broker serves a whole soak): the nonce keeps them apart.
         self.input_stream = "delta.in" if scenario.input == "delta" else f"kafka.in-{self.nonce}"
         self.output_stream = {"blob": f"ho-{self.nonce}.out", "kafka": f"kafka.out-{self.nonce}"}.get(
@@ -179,11 +179,15 @@ class SparkJob:
         if self.s.input == "kafka" or self.s.output == "kafka":
             from sparza.systems.kafka import KafkaSystemAdmin
 
+            # No time retention: the records' timestamps are the scenarios' event times (from 2023), which a
+            # topic's retention.ms counts from; the broker would delete them before the job read them.
             kafka_admin = KafkaSystemAdmin("kafka", config)
+            kept = {"retention.ms": "-1"}
             if self.s.input == "kafka":
-                kafka_admin.create_stream(StreamSpec(self.input_stream.split(".", 1)[1], self.s.partitions))
+                kafka_admin.create_stream(StreamSpec(self.input_stream.split(".", 1)[1], self.s.partitions,
+                                                     properties=kept))
             if self.s.output == "kafka":
-                kafka_admin.create_stream(StreamSpec(self.output_stream.split(".", 1)[1], 2))
+                kafka_admin.create_stream(StreamSpec(self.output_stream.split(".", 1)[1], 2, properties=kept))
         if self.s.join != "none":
             admin.create_stream(StreamSpec("profiles", 1 if self.s.join == "broadcast" else self.s.stage2_partitions))
             producer = DeltaSystemProducer("delta", config)
@@ -218,8 +222,7 @@ class SparkJob:
         return len(messages)
 
     def _append_kafka(self, chunk: int, messages: list[Any]) -> int:
-        """One Kafka transaction per chunk, with confluent-kafka directly: the records become visible at
-        once, and the commit marker makes Tansu's reported end offsets exact (docs/kafka.md)."""
+        """One Kafka transaction per chunk, with confluent-kafka directly: the records become visible at once."""
         from confluent_kafka import Producer
 
         topic = self.input_stream.split(".", 1)[1]
@@ -702,36 +705,18 @@ def _damage(job: SparkJob, outcome: Outcome, fault: str, label: str) -> None:
 
 
 def _kafka_restart(job: SparkJob, outcome: Outcome, label: str, phase: int) -> None:
-    """The Kafka broker restarts mid-run. Tansu keeps everything in memory, so the topics, their records and
-    every group offset are gone: the harness then creates the input topic again and produces the same
-    chunks again, in the same transactions (so every record gets its old offset), as the input's own
-    producers would. The run in flight may fail (nothing may be half-written or skipped); a run after
-    it must end with the exact output."""
-    from sparza.config import Config
-    from sparza.systems import StreamSpec
-    from sparza.systems.kafka import KafkaSystemAdmin
-
+    """The Kafka broker crashes mid-run (``kill -9``, after the run's first committed batch) and comes back on the
+    same ports with its log dir: topics, records, open transactions and group offsets are what the broker's log
+    recovery makes of them. The run in flight may fail (nothing may be half-written or skipped); a run after it
+    must end with the exact output."""
     handle = job.spawn(f"{label}-kafka-restart", None, *job.once_args())
     started = _wait_for_first_batch(handle, KILL9_START_TIMEOUT_S)
-    job.kafka.stop()
+    job.kafka.kill()
     job.kafka.start()
-    topic = job.input_stream.split(".", 1)[1]
-    admin = KafkaSystemAdmin("kafka", Config(job.config))
-    try:
-        admin.create_stream(StreamSpec(topic, job.s.partitions))
-    except Exception:   # auto-created meanwhile by a client's metadata request, with another partition count
-        from confluent_kafka.admin import AdminClient
-
-        client = AdminClient({"bootstrap.servers": job.kafka.bootstrap_servers})
-        for future in client.delete_topics([topic], operation_timeout=30).values():
-            future.result(30)
-        admin = KafkaSystemAdmin("kafka", Config(job.config))
-        admin.create_stream(StreamSpec(topic, job.s.partitions))
-    for chunk in range(phase + 1):
-        job.append_chunk(chunk)
     record = job.wait(f"{label}-kafka-restart", handle)
     when = "after the first committed batch" if started else "at once"
-    outcome.notes.append(f"kafka-restart: broker restarted {when}; the run in flight exited {record.returncode}")
+    outcome.notes.append(f"kafka-restart: broker killed and restarted {when}; the run in flight exited "
+                         f"{record.returncode}")
     _expect_clean(outcome, job.run(f"{label}-after-kafka-restart"))
 
 
@@ -815,10 +800,6 @@ def check(job: SparkJob, outcome: Outcome, *, upto: int | None = None) -> None:
         if read.control:
             problems.append(f"{read.control} control records in the output topic (only intermediate streams "
                             f"carry watermarks and end-of-stream)")
-        if read.aborted and upto is None:
-            # A process killed inside a Kafka flush (between produce and commit): Kafka hides these records
-            # from read_committed readers, the Tansu broker does not (docs/kafka.md).
-            outcome.notes.append(f"{read.aborted} records of aborted Kafka transactions not read")
     else:
         actual, names = read_blob_records(job.azurite.connection_string, job.output_container, "out/")
         if upto is None:
@@ -830,7 +811,7 @@ def run_spark_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messa
                  fault_override: str | None = None, kafka: Any = None, output_override: str | None = None,
                  input_override: str | None = None, task_api_override: str | None = None,
                  extras: bool = True, drain: bool = True, execution: bool = True) -> Outcome:
-    """Run ``scenario`` in ``workdir`` against ``azurite`` (and ``kafka``, a Tansu broker, started here
+    """Run ``scenario`` in ``workdir`` against ``azurite`` (and ``kafka``, a Kafka broker, started here
     when the scenario uses Kafka and none is given): every phase, its fault, a final run, the check."""
     started = time.monotonic()
     outcome = Outcome(scenario, "spark", workdir=workdir, messages_override=messages_override,
@@ -880,9 +861,9 @@ def start_azurite(base: Path) -> Any:
 
 
 def start_kafka(base: Path) -> Any:
-    """A fresh Tansu broker under ``base``."""
-    from sparza.devservers.kafka import TansuProcess
+    """A fresh Apache Kafka broker (one KRaft node, quick to start) under ``base``."""
+    from sparza.devservers.kafka import KafkaBroker
 
-    proc = TansuProcess(base / "tansu")
+    proc = KafkaBroker(base / "kafka", quick=True)
     proc.start()
     return proc
