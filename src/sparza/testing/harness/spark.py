@@ -400,9 +400,9 @@ KILL9_START_TIMEOUT_S = 300.0
 
 def _wait_for_first_batch(handle: tuple[subprocess.Popen[bytes], Path, float], timeout: float) -> bool:
     """Wait until the run's log shows its first committed batch (a ``batch N (spark M)`` or, in the container
-    mode, ``batch N (epoch E: ...)`` status line); False when the run ended or ``timeout`` passed first."""
+    mode, ``batch N (C container(s): ...)`` status line); False when the run ended or ``timeout`` passed first."""
     return _wait_for_line(handle, timeout,
-                          lambda line: line.startswith("batch ") and ("(spark " in line or "(epoch " in line))
+                          lambda line: line.startswith("batch ") and ("(spark " in line or " container(s): " in line))
 
 
 def _wait_for_line(handle: tuple[subprocess.Popen[bytes], Path, float], timeout: float,
@@ -516,14 +516,16 @@ def _apply_phase(job: SparkJob, outcome: Outcome, fault: str, phase: int) -> Non
         _damage(job, outcome, fault, label)
 
 
-RESTART_NOTICE = "containers failed"
-"""The start of the status line of a failed epoch that the driver starts again (:mod:`sparza.runtime.driver.epochs`)."""
+RESTART_NOTICES = (" was lost (", " it alone starts again from its last commit")
+"""What the status line says when a container is lost (its tasks move) or a task's batch failed and the task alone
+starts again (:mod:`sparza.runtime.driver.containers`)."""
 
 
 def _container_kill(job: SparkJob, outcome: Outcome, label: str) -> None:
     """``kill -9`` of one Spark Python worker that runs a container, while ``sparza run`` runs (0-1.5 s after the
-    first committed batch). The driver starts the epoch again and the very same run must finish by itself (exit 0);
-    whether an epoch was restarted is noted (a container whose tasks were all done may have returned already)."""
+    first committed batch). The container is lost, its tasks move to the others (a new container starts), and the
+    very same run must finish by itself (exit 0); whether the driver said so is noted (a container whose tasks were
+    all done may have returned already)."""
     s = job.s
     handle = job.spawn(f"{label}-container-kill", None, *job.once_args())
     started = _wait_for_first_batch(handle, KILL9_START_TIMEOUT_S)
@@ -532,7 +534,7 @@ def _container_kill(job: SparkJob, outcome: Outcome, label: str) -> None:
     while time.monotonic() < deadline and handle[0].poll() is None:
         time.sleep(0.05)
     victim: int | None = None
-    deadline = time.monotonic() + 10.0          # between two epochs there is no container for a moment
+    deadline = time.monotonic() + 10.0          # the first containers may still be starting
     while victim is None and time.monotonic() < deadline and handle[0].poll() is None:
         workers = container_workers(handle[0].pid)
         if workers:
@@ -548,14 +550,14 @@ def _container_kill(job: SparkJob, outcome: Outcome, label: str) -> None:
     else:
         restarts = _restart_lines(record.log)
         outcome.notes.append(f"container-kill: killed worker {victim} {delay}s after the first committed batch; "
-                             + (f"the driver said: {restarts[0]}" if restarts else "no epoch was restarted"))
+                             + (f"the driver said: {restarts[0]}" if restarts else "no container was lost"))
     _expect_survived(job, outcome, record, label)
 
 
 def _container_retry(job: SparkJob, outcome: Outcome, label: str) -> None:
     """One injected failure inside a container, at the scenario's commit step after ``fail_after`` of the task's
-    commits in that container (``task.testing.fail.once.*``): the epoch fails once, the driver starts it again, and
-    the very same run must finish by itself (exit 0) and say that it restarted the containers."""
+    commits in that container (``task.testing.fail.once.*``): the task alone starts again from its last commit, and
+    the very same run must finish by itself (exit 0) and say that the task started again."""
     s = job.s
     marker = job.root / "container-retry.marker"
     path = job.variant("container-retry.yaml", **{"task.testing.fail.once.file": str(marker),
@@ -571,7 +573,7 @@ def _container_retry(job: SparkJob, outcome: Outcome, label: str) -> None:
                              f"said: {restarts[0]}")
     elif record.returncode == 0:
         outcome.problems.append(f"container-retry: the injected failure at {s.fail_step} fired, yet the run said "
-                                f"nothing of a restarted epoch ('{RESTART_NOTICE} ...')")
+                                f"nothing of the task starting again ('...{RESTART_NOTICES[1]}')")
     _expect_survived(job, outcome, record, label)
 
 
@@ -587,14 +589,14 @@ def _expect_survived(job: SparkJob, outcome: Outcome, record: RunRecord, label: 
 
 
 def _restart_lines(log: Path | None) -> list[str]:
-    """The run's status lines of epochs the driver started again."""
+    """The run's status lines of containers lost and tasks started again."""
     if log is None:
         return []
     try:
         text = log.read_text(errors="replace")
     except OSError:
         return []
-    return [line.strip()[:300] for line in text.splitlines() if RESTART_NOTICE in line]
+    return [line.strip()[:300] for line in text.splitlines() if any(n in line for n in RESTART_NOTICES)]
 
 
 def descendants(pid: int) -> list[int]:
