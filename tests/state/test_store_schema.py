@@ -27,7 +27,9 @@ from sparza.state.kv import (
     FORMAT_FILE,
     RocksDbStore,
     StoreFormatError,
+    check_store_format,
     open_store,
+    parse_format,
     read_format,
     schema_problems,
     store_dir,
@@ -396,9 +398,48 @@ def test_restored_from_the_blob_store_on_a_fresh_dir_with_the_new_schema(tmp_pat
     finally:
         backup.close()
     v2 = _with_fields(*V1["fields"], {"name": "seen", "type": "string", "default": "v1"})
+    # Checked before anything opens: the recorded format, read from the snapshot alone.
+    backup = StateBackup(blob_store, "job", "1", TASK)
+    try:
+        recorded = parse_format(backup.read_file(snapshot, FORMAT_FILE) or b"", "s")
+    finally:
+        backup.close()
+    assert check_store_format("s", avro_config(factory, v2), recorded).rewrite == {"msg"}
+    with pytest.raises(StoreFormatError, match="field 'count': changes type from long to int"):
+        check_store_format("s", avro_config(factory, _with_fields({"name": "count", "type": "int"})), recorded)
     store = open_store("s", avro_config(factory, v2), TASK, host_b,
                        directory=target if factory == "memory" else None)
     try:
         assert dict(store.all()) == {k: {**v, "seen": "v1"} for k, v in contents.items()}
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("factory", ["rocksdb", "memory"])
+def test_fields_appended_with_defaults_of_every_kind_convert_to_exactly_fastavros_bytes(tmp_path: Path,
+                                                                                         factory: str) -> None:
+    appended = [
+        {"name": "maybe", "type": ["null", "string"], "default": None},
+        {"name": "tags", "type": {"type": "array", "items": "string"}, "default": ["a", "ü"]},
+        {"name": "attrs", "type": {"type": "map", "values": "long"}, "default": {"x": 1}},
+        {"name": "where", "type": {"type": "record", "name": "Where", "fields": [{"name": "zip", "type": "int"}]},
+         "default": {"zip": 75001}},
+        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}, "default": "B"},
+        {"name": "note", "type": "string", "default": "héllo"},
+        {"name": "ratio", "type": "float", "default": 0.25},
+    ]
+    v2 = {**V1, "fields": [*V1["fields"], *appended]}
+    versions = Versions(tmp_path, factory)
+    rng = random.Random(11)
+    contents = {f"p{i:03d}": {"count": rng.randint(0, 1 << 50), "page": "é" * rng.randint(0, 40)} for i in range(100)}
+    versions.open(avro_config(factory, V1)).put_all(contents)
+    old_bytes = raw_entries(versions.commit(), factory)
+    versions.open(avro_config(factory, v2))
+    new_bytes = raw_entries(versions.commit(), factory)
+    parsed = fastavro.parse_schema(v2)
+    for key, value in contents.items():
+        expected = {**value, **{f["name"]: f["default"] for f in appended}}
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, expected)
+        assert new_bytes[key.encode()] == buf.getvalue()
+        assert new_bytes[key.encode()].startswith(old_bytes[key.encode()])

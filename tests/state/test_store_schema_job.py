@@ -140,3 +140,28 @@ def test_a_samza_store_moving_from_json_to_avro_needs_a_declared_migration() -> 
         counts["a"] += 1
         assert _store(runner) == {k: {"count": n, "since": 1} for k, n in counts.items()}
         _check_outputs(runner, counts)
+
+
+@pytest.mark.parametrize("factory", ["rocksdb", "memory"])
+@pytest.mark.parametrize("step", ["after-flush", "after-snapshot", "after-checkpoint"])
+def test_a_crash_in_the_first_batch_of_version_two_converts_again_and_loses_nothing(factory: str, step: str) -> None:
+    from sparza.testing.faults import InjectedFault
+
+    rng = random.Random(11)
+    first = _messages(rng, 60, [f"u{i}" for i in range(8)])
+    second = _messages(rng, 40, [f"u{i}" for i in range(4)] + ["fresh"])
+    with TestRunner.of(VisitCount, _config(factory, V1)) as runner:
+        runner.add_input("mem.events", first, partitions=2).add_output("mem.visits", partitions=2)
+        runner.run()
+        runner.restart(crashed=False, config={"stores.visits.msg.schema": json.dumps(V2), "visits.version": "2"})
+        runner.add_input("mem.events", second)
+        runner.fail_at(step, task="Partition 1")
+        with pytest.raises(InjectedFault):
+            runner.run()
+        runner.restart()  # the process died in the middle of the converted store's first commit
+        runner.advance_time(60_000)
+        runner.run()
+        counts = Counter(m.key.decode() for m in first + second)
+        v1_keys = {m.key.decode() for m in first}
+        assert _store(runner) == {k: {"count": n, "since": 1 if k in v1_keys else 2} for k, n in counts.items()}
+        _check_outputs(runner, counts)

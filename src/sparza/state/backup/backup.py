@@ -25,6 +25,7 @@ import shutil
 import sys
 import threading
 import time
+import zlib
 from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -44,7 +45,7 @@ from sparza.config import LIST, ByteSize, Int, define_check, define_key
 from sparza.config.shared import JOB_ID, JOB_NAME
 from sparza.metrics import MetricsRegistry
 from sparza.state.backup.diff import SNAPSHOT_MARKER, are_same_dir, dir_diff
-from sparza.state.backup.errors import SnapshotUnavailableError
+from sparza.state.backup.errors import ChecksumMismatchError, SnapshotUnavailableError
 from sparza.state.backup.index import SnapshotIndex, SnapshotMetadata
 from sparza.state.backup.metrics import BackupMetrics, RestoreMetrics
 from sparza.state.backup.transfer import SnapshotTransfer, fsync_dir
@@ -235,6 +236,26 @@ class StateBackup:
                         index_blob_id)
             self.restore_metrics.deleted_recoveries.inc()
             return self.read_index(index_blob_id, get_deleted=True), True
+
+    def read_file(self, index_blob_id: str, name: str, *, get_deleted: bool = True) -> bytes | None:
+        """The bytes of the file ``name`` at the top of snapshot ``index_blob_id`` (None when the snapshot has no
+        such file), CRC-checked: one small file without restoring the snapshot, e.g. the store's recorded format
+        (``STORE-FORMAT.json``) that a new version of a job checks against its config before it starts."""
+        index = self.read_index(index_blob_id, get_deleted=get_deleted)
+        file = index.dir_index.file(name)
+        if file is None:
+            return None
+        buf = io.BytesIO()
+        meta = self._meta(index.metadata.store_name, name)
+        for blob in sorted(file.blobs, key=lambda b: b.offset):
+            try:
+                self.blob_store.get(blob.blob_id, buf, meta, get_deleted)
+            except BlobNotFoundError as exc:
+                raise SnapshotUnavailableError(blob.blob_id, f"file blob of {name}") from exc
+        data = buf.getvalue()
+        if len(data) != file.size or zlib.crc32(data) != file.checksum:
+            raise ChecksumMismatchError(name, file.checksum, zlib.crc32(data), file.size, len(data))
+        return data
 
     # --- upload ------------------------------------------------------------------------------
     def upload(self, store_name: str, checkpoint_dir: str | Path, prev_index_id: str | None = None, *,

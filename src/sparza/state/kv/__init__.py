@@ -8,16 +8,27 @@ from __future__ import annotations
 from sparza.state.kv.api import KeyValueStore, SerdeStore, StoreClosedError, StoreError, StoreReadOnlyError
 from sparza.state.kv.evolution import SchemaProblem, schema_problems
 from sparza.state.kv.factory import STORE_FACTORIES, open_store, safe_dir_name, store_dir
-from sparza.state.kv.format import FORMAT_FILE, StoreFormat, StoreFormatError, ValueFormat, read_format
+from sparza.state.kv.format import (
+    FORMAT_FILE,
+    RecordedFormat,
+    StoreFormat,
+    StoreFormatError,
+    ValueFormat,
+    parse_format,
+    read_format,
+)
 from sparza.state.kv.memory import InMemoryStore
+from sparza.state.kv.migration import FormatPlan, check_store_format
 from sparza.state.kv.rocksdb import ROCKSDB_OPTION_KEYS, RocksDbStore, rocksdb_options
 
 __all__ = [
     "FORMAT_FILE",
     "ROCKSDB_OPTION_KEYS",
     "STORE_FACTORIES",
+    "FormatPlan",
     "InMemoryStore",
     "KeyValueStore",
+    "RecordedFormat",
     "RocksDbStore",
     "SchemaProblem",
     "SerdeStore",
@@ -27,7 +38,9 @@ __all__ = [
     "StoreFormatError",
     "StoreReadOnlyError",
     "ValueFormat",
+    "check_store_format",
     "open_store",
+    "parse_format",
     "read_format",
     "rocksdb_options",
     "safe_dir_name",

@@ -7,6 +7,7 @@ serialized keys (RocksDB's order), which is why ``range`` is defined on serializ
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 from sparza.errors import SparzaError
 from sparza.serde import BytesSerde, Serde
-from sparza.state.kv.format import StoreFormat, write_format
+from sparza.state.kv.format import FORMAT_FILE, StoreFormat, write_format
 
 __all__ = ["KeyValueStore", "SerdeStore", "StoreClosedError", "StoreError", "StoreReadOnlyError"]
 
@@ -118,10 +119,23 @@ class SerdeStore(KeyValueStore):
         """The format the store's bytes are in, recorded in every checkpoint (set by ``open_store``; None for a
         store built directly, whose checkpoints then carry no record)."""
 
-    def _record_format(self, directory: Path) -> None:
-        """Write the store's format into checkpoint ``directory`` (engines call it from ``checkpoint``)."""
-        if self.format is not None:
-            write_format(directory, self.name, self.format)
+    def _record_format(self, directory: Path, *, recorded_in: Path | None = None) -> None:
+        """Put the store's format into checkpoint ``directory`` (engines call it from ``checkpoint``): a hard link
+        to the record in ``recorded_in`` (the live dir, whose record ``open_store`` keeps equal to ``format``)
+        when there is one, else a new file (a checkpoint's own files are not fsynced one by one either)."""
+        if self.format is None:
+            return
+        if recorded_in is not None:
+            try:
+                os.link(recorded_in / FORMAT_FILE, directory / FORMAT_FILE)
+                return
+            except OSError:
+                pass
+        write_format(directory, self.name, self.format, fsync=False)
+
+    def compact(self) -> None:
+        """Reclaim the space of overwritten and deleted entries, after a rewrite of the whole store (a conversion
+        to a new format); engines without such space (memory) do nothing."""
 
     # --- engine primitives -------------------------------------------------------------------
     @abstractmethod

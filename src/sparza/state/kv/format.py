@@ -37,6 +37,7 @@ __all__ = [
     "ValueFormat",
     "configured_format",
     "declared_migration",
+    "parse_format",
     "read_format",
     "write_format",
 ]
@@ -171,6 +172,13 @@ def read_format(directory: str | Path, store: str) -> RecordedFormat | None:
         text = path.read_text(encoding="utf-8")
     except (FileNotFoundError, NotADirectoryError):
         return None
+    return parse_format(text, store, where=str(path))
+
+
+def parse_format(text: str | bytes, store: str, *, where: str = FORMAT_FILE) -> RecordedFormat:
+    """Parse the text of a ``STORE-FORMAT.json`` (read from a snapshot with
+    :meth:`sparza.state.backup.StateBackup.read_file`, say); ``where`` names it in errors."""
+    path = where
     try:
         body = json.loads(text)
         version = int(body.get("format-version", FORMAT_VERSION))

@@ -205,7 +205,7 @@ class RocksDbStore(SerdeStore):
             raise StoreError(self.name, "cannot checkpoint a read-only store")
         db.flush()
         rd.Checkpoint(db).create_checkpoint(str(target))
-        self._record_format(target)
+        self._record_format(target, recorded_in=self.path)
         return target
 
     def approximate_size_bytes(self) -> int:
@@ -213,7 +213,8 @@ class RocksDbStore(SerdeStore):
         return int(self._live().property_int_value("rocksdb.total-sst-files-size") or 0)
 
     def compact(self) -> None:
-        """Compact the whole key range (rewrites SST files: used by tests and benchmarks)."""
+        """Compact the whole key range: rewrites the SST files, dropping the versions a conversion of every value
+        overwrote (the next snapshot then uploads the store once, at its new size)."""
         self._live().compact_range(None, None)
 
     def close(self) -> None:
