@@ -17,7 +17,7 @@ The ``config`` option holds no secret: :mod:`sparza.runtime.secrets` ships those
 reader merges them back when it first needs the config.
 
 Notes: the reader must stay picklable (Spark ships it); every split is independent; Arrow types
-must match :data:`~sparza.engine.executor.RESULT_SCHEMA` exactly (PySpark refuses near-misses).
+must match :data:`~sparza.engine.results.RESULT_SCHEMA` exactly (PySpark refuses near-misses).
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ class SparzaDataSource(DataSource):  # type: ignore[misc]
         return "sparza"
 
     def schema(self) -> str:
-        """:data:`~sparza.engine.executor.RESULT_SCHEMA`: one result row per task and batch."""
+        """:data:`~sparza.engine.results.RESULT_SCHEMA`: one result row per task and batch."""
         from sparza.engine.results import RESULT_SCHEMA
 
         return RESULT_SCHEMA
