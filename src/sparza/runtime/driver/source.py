@@ -3,7 +3,7 @@
 The reader lives on the driver (in Spark's Python source runner): ``initialOffset`` starts from
 the task checkpoints, ``latestOffset`` plans each batch (:class:`~sparza.engine.planner.BatchPlanner`),
 ``partitions`` gives one :class:`~sparza.engine.split.TaskSplit` per task, and ``read`` runs on
-executors: it runs the task's batch (:func:`sparza.engine.executor.run_split`: the task reads its
+executors: it runs the task's batch (:func:`sparza.runtime.driver.batchtask.run_split`: the task reads its
 SSPs' messages itself, so they never pass through JVM rows, processes and commits them) and yields
 the task's result row. ``foreachBatch`` collects those rows. Options: ``config`` (the job config as
 JSON, without its secrets), ``tasks``, ``stop_file``, ``generation`` (the fencing generation of every
