@@ -86,3 +86,16 @@ def test_paths_and_names_the_docs_give_exist() -> None:
             if dotted.split(".")[1] in modules and not _resolves(dotted):  # sparza.type: a header, not a module
                 stale.append(f"{page.name}: {dotted}")
     assert stale == []
+
+
+def test_guarantees_page_reports_without_a_diary() -> None:
+    """docs/guarantees.md says what is proven, how, the counts by engine and mode and the open risks, as a report:
+    no run-by-run diary (dated count headings, machine loads, commit ids, branch names)."""
+    page = (ROOT / "docs" / "guarantees.md").read_text(encoding="utf-8")
+    report = page.split("## What is proven, how, and the counts", 1)[1]
+    for part in ("**What is proven.**", "**How.**", "**The counts.**", "| engine |", "**Open risks.**"):
+        assert part in report, part
+    for pattern in (r"^#+ .*\d{4}-\d\d-\d\d", r"load average", r"\bload \d", r"\b(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b",
+                    r"\bwt-[a-z]+\b", r"\d\d:\d\d UTC"):
+        found = re.search(pattern, page, re.IGNORECASE | re.MULTILINE)
+        assert found is None, f"{pattern!r}: {page[max(0, found.start() - 60):found.end() + 60]!r}"
