@@ -18,6 +18,7 @@ from tests.testing.test_testrunner import KEYED_COUNT, _events, _outputs
 
 from sparza.config import Config
 from sparza.engine.commit import CommitStep
+from sparza.engine.results import BatchStatus, result_from_row
 from sparza.runtime import JobFailedError
 from sparza.streams import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from sparza.systems.delta import DeltaSystemConsumer, DeltaSystemProducer
@@ -116,7 +117,8 @@ def _run_in_process(config: Config, partitions: int) -> int:
     while (end := reader.latestOffset(start, None)) != start:
         for split in reader.partitions(start, end):
             for row in pa.Table.from_batches(list(reader.read(split))).to_pylist():
-                assert row["status"] != "failed", row["error"]
+                result = result_from_row(row)  # rows carry the encoded result (RESULT_SCHEMA), not its fields
+                assert result.status is not BatchStatus.FAILED, result.error
         start, batches = end, batches + 1
     return batches
 
