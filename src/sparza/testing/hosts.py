@@ -19,14 +19,15 @@ closed without a commit and what they sent is abandoned.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sparza.clock import ManualClock
 from sparza.config import Config
-from sparza.engine.inprocess import InProcessJob
+from sparza.engine.inprocess import InProcessHost, InProcessJob
 from sparza.engine.messages import Event
 
-__all__ = ["ROUND_S", "BatchJob", "ContainerJob", "HostedJob", "RoundOutcome", "RunnerProcess"]
+__all__ = ["ROUND_S", "BatchJob", "ContainerJob", "EngineWrapper", "HostedJob", "RoundOutcome", "RunnerProcess"]
 
 ROUND_S = 3600.0
 """How far the containers' monotonic clock moves per round: past any commit interval and retry backoff (30 s at
@@ -289,18 +290,55 @@ class _Member(InProcessJob):
             self.done[event.task] = event.why
 
 
+EngineWrapper = Callable[[Any], None]
+"""``wrap(engine)``: called with each :class:`~sparza.engine.job.EngineJob` a container of the runner's process builds
+(and those it holds when the wrapper is added); it may replace the engine's real objects (its ``checkpoints``) with
+wrappers around them, which the tasks of that container then use."""
+
+
+class _RunnerHost(InProcessHost):
+    """An in-process host whose containers hand each job engine they build to the runner's wrappers (before any task of
+    it is assigned there): faults are injected around real objects, not by hooks in the engine."""
+
+    def __init__(self, wrappers: list[EngineWrapper], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.wrappers = wrappers
+
+    def _launch(self, index: int) -> None:
+        super()._launch(index)
+        container = self.containers[index]
+        add_job = container._add_job
+
+        def add_and_wrap(command: Any) -> None:
+            known = command.job in container.jobs
+            add_job(command)
+            job = container.jobs.get(command.job)
+            if job is not None and not known:
+                for wrap in self.wrappers:
+                    wrap(job.engine)
+
+        container._add_job = add_and_wrap  # type: ignore[method-assign]
+
+    def wrap_running(self, wrap: EngineWrapper) -> None:
+        """Apply ``wrap`` to the engines the containers hold now, and to the tasks they run."""
+        for container in self.containers.values():
+            for job in container.jobs.values():
+                wrap(job.engine)
+            for task in container.tasks.values():
+                task.instance.checkpoints = container.jobs[task.job].engine.checkpoints
+
+
 class RunnerProcess:
     """The runner's process in the container mode: an :class:`~sparza.engine.inprocess.InProcessHost` with
     ``containers`` slots, its containers' clock moved :data:`ROUND_S` per round and their wall clock the runner's
     :class:`~sparza.clock.ManualClock`. ``threaded_commits`` runs commits in the containers' pools (beside processing,
     as on Spark) instead of inline."""
 
-    def __init__(self, clock: ManualClock, *, containers: int = 1, threaded_commits: bool = False) -> None:
-        from sparza.engine.inprocess import InProcessHost
-
+    def __init__(self, clock: ManualClock, *, containers: int = 1, threaded_commits: bool = False,
+                 wrappers: list[EngineWrapper] | None = None) -> None:
         self.rounds = 0
-        self.host = InProcessHost(slots=containers, clock=self._seconds, wall_ms=lambda: clock.now_ms,
-                                  threaded_commits=threaded_commits)
+        self.host = _RunnerHost(wrappers if wrappers is not None else [], slots=containers, clock=self._seconds,
+                                wall_ms=lambda: clock.now_ms, threaded_commits=threaded_commits)
         self.alive = True
 
     def _seconds(self) -> float:

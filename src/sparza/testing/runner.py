@@ -45,7 +45,7 @@ from sparza.serde import Serde, serde_from_name
 from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream
 from sparza.systems.settings import stream_serde
 from sparza.testing.faults import InjectedFault, register_fault_hook, unregister_fault_hook
-from sparza.testing.hosts import BatchJob, ContainerJob, HostedJob, RoundOutcome, RunnerProcess
+from sparza.testing.hosts import BatchJob, ContainerJob, EngineWrapper, HostedJob, RoundOutcome, RunnerProcess
 
 __all__ = [
     "BatchReport",
@@ -201,6 +201,7 @@ class TestRunner:
         self.threaded_commits = threaded_commits
         self._process: RunnerProcess | None = None
         self._fired: list[str] = []  # the InjectedFault messages of the current round
+        self._wrappers: list[EngineWrapper] = []
         self._faults: list[_Fault] = []
         self._app_serdes: dict[SystemStream, tuple[Serde, Serde | None]] = {}
         self._app_inputs: dict[SystemStream, Serde] = {}  # an application's declared input serdes
@@ -293,6 +294,21 @@ class TestRunner:
         matches), then let the commit go on: the task's process is paused there while ``action`` runs (another
         processor taking over, an input lost). If ``action`` raises, the commit fails with it."""
         self._faults.append(_Fault(_step(step, "call_at"), task, batch, job, skip, action))
+        return self
+
+    def wrap_engines(self, wrap: EngineWrapper) -> TestRunner:
+        """Container mode: call ``wrap(engine)`` with every :class:`~sparza.engine.job.EngineJob` a container of this
+        runner builds, now and after restarts, before its tasks run there; ``wrap`` may put wrappers around the
+        engine's real objects (``engine.checkpoints``): a fault raised inside one, e.g.
+        :class:`~sparza.engine.inprocess.ContainerKilled`, lands inside the commit step that called it."""
+        self._wrappers.append(wrap)
+        if self._process is not None and self._process.alive:
+            self._process.host.wrap_running(wrap)
+        return self
+
+    def clear_wrappers(self) -> TestRunner:
+        """Forget every :meth:`wrap_engines` wrapper (engines wrapped already keep theirs until the next restart)."""
+        self._wrappers.clear()
         return self
 
     @property
@@ -520,7 +536,7 @@ class TestRunner:
         self._start()
         if self._process is None or not self._process.alive:
             self._process = RunnerProcess(self.clock, containers=self.containers,
-                                          threaded_commits=self.threaded_commits)
+                                          threaded_commits=self.threaded_commits, wrappers=self._wrappers)
         return self._process
 
     def _container_jobs(self) -> list[ContainerJob]:
