@@ -375,7 +375,9 @@ class BatchPlanner:
                     offsets[key] = intent.starts[key]
                     continue
                 pos = positions[ssp]
-                wants_oldest = self.spec(ssp).offset_default == "oldest" or ssp.system_stream in self._adjunct
+                # A partition the stream gained after the job first read it holds only messages that came since.
+                wants_oldest = (self.spec(ssp).offset_default == "oldest" or ssp.system_stream in self._adjunct
+                                or ssp in task.new)
                 if wants_oldest and pos.oldest is not None:
                     offsets[key] = pos.oldest
                 else:
@@ -440,7 +442,10 @@ class BatchPlanner:
         self._awaits_own.discard(task.name)
         for ssp in task.ssps:  # bootstrap SSPs come first in a task's read order
             key = str(ssp)
-            begin = starts.get(key, positions[ssp].upcoming)
+            begin = starts.get(key)
+            if begin is None:  # an SSP the plan does not know yet: a new partition is read from its oldest offset
+                oldest = positions[ssp].oldest
+                begin = oldest if ssp in task.new and oldest is not None else positions[ssp].upcoming
             check_not_past_end(task.name, ssp, begin, positions[ssp], self.ops[ssp.system])
             spec = self.spec(ssp)
             if gated and not spec.bootstrap:
