@@ -376,7 +376,8 @@ def test_a_container_stops_when_its_driver_is_silent_or_gone():
     server = ChannelServer("127.0.0.1", lambda i, link: connected.append((i, link)),
                            lambda i, e: events.append(e), lambda i, why: lost.append((i, why)))
     try:
-        client = ChannelClient.connect(server.address, 7, driver_timeout_s=0.5)
+        # A timeout well above a loaded machine's scheduling delays: a ping must be able to arrive within it.
+        client = ChannelClient.connect(server.address, 7, driver_timeout_s=2.0)
         container = Container(client, index=7)
         client.attach(container)
         client.report(Hello(7, "h", 1))
@@ -384,13 +385,13 @@ def test_a_container_stops_when_its_driver_is_silent_or_gone():
         while not connected and time.monotonic() < deadline:
             time.sleep(0.01)
         index, link = connected[0]
-        for _ in range(15):  # three timeouts long: the pings keep it alive
+        for _ in range(50):  # two and a half timeouts long: the pings keep it alive
             link.send(Ping())
             time.sleep(0.1)
             assert client.alive()
         runner = threading.Thread(target=container.run)
         runner.start()
-        runner.join(5)  # no more pings: it stops by itself
+        runner.join(20)  # no more pings: it stops by itself
         assert not runner.is_alive() and client.driver_lost and index == 7
         client.close()
         deadline = time.monotonic() + 5

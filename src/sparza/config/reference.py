@@ -1,7 +1,7 @@
 """The config reference, generated from the keys each package declares with ``define_key``.
 
-``python -m sparza.config.reference > docs/config-reference.md`` regenerates the page; a test fails when
-the committed page differs from the code, so the docs cannot drift.
+``make docs`` (``python -m sparza.config.reference > docs/config-reference.md``) regenerates the page; a
+test fails when the committed page differs from the code, so the docs cannot drift.
 """
 
 from __future__ import annotations

@@ -294,8 +294,8 @@ class BatchPlanner:
         adjunct = AdjunctConfig.from_config(job.config)
         self._adjunct = adjunct.input_streams()
         # What "the offsets seen at start" means for bounded and bootstrap streams: now, or when the job
-        # started (a container plans with the driver's start positions, so every epoch ends bounded
-        # streams at the same offsets).
+        # started (a container plans with the driver's start positions, so every container ends
+        # bounded streams at the same offsets).
         self.start_positions = (dict(start_positions) if start_positions is not None
                                 else {ssp: pos.upcoming for ssp, pos in metadata().items()})
         self.targets: dict[SystemStreamPartition, str] | None = None

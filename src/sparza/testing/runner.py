@@ -3,7 +3,7 @@ streams, with batch boundaries, watermarks and processing time under the test's 
 
 It drives the code ``sparza run`` drives, not a copy of it: the batch planner
 (:class:`~sparza.engine.planner.BatchPlanner`) plans each batch and cuts it into task splits as the Spark
-source does; :func:`sparza.engine.executor.run_split` (what the source's ``read`` runs) runs each
+source does; :func:`sparza.runtime.driver.batchtask.run_split` (what the source's ``read`` runs) runs each
 split through :class:`~sparza.engine.instance.TaskInstance`, which restores stores, delivers messages
 (control messages to :class:`~sparza.control.TaskControl`) and commits with
 :class:`~sparza.engine.commit.TaskCommit`; an application is planned into stages by
