@@ -134,21 +134,27 @@ def test_expansion_grouping_goes_on_and_counts_exactly_as_sep5(work_dir: Path, g
     assert outputs_by_task_key(runner) == {tk: list(range(1, n + 1)) for tk, n in expected.items()}
 
 
-@pytest.mark.parametrize("restart", [False, True], ids=["while-running", "between-runs"])
-def test_new_partitions_are_read_from_their_oldest_offset_whatever_the_default(work_dir: Path, restart: bool) -> None:
+@pytest.mark.parametrize("restart", ["no", "yes", "with-plan"], ids=["while-running", "between-runs",
+                                                                     "between-runs-offset-log-kept"])
+def test_new_partitions_are_read_from_their_oldest_offset_whatever_the_default(work_dir: Path, restart: str) -> None:
     # samza.offset.default upcoming: a task without checkpoint starts at the end; the new partitions do not.
-    runner = keyed_count(work_dir, **{"job.partition.expansion": "group",
+    policy = "fail" if restart == "with-plan" else "group"
+    runner = keyed_count(work_dir, **{"job.partition.expansion": policy,
                                       "systems.mem.streams.events.samza.offset.default": "upcoming"})
     runner.add_input("mem.events", [], partitions=4)
     runner.run()  # the tasks' start plan: the (empty) partitions' ends
     first, sent = messages(0, 40, 4)
     runner.add_input("mem.events", first)
     runner.run()
-    if restart:
+    if restart == "yes":
         runner.restart(crashed=False)
     runner.grow_input("mem.events", 8)
     more, sent2 = messages(40, 80, 8)
     runner.add_input("mem.events", more)
+    if restart == "with-plan":  # stopped (fail), then started with group: the plan it had (Spark's offset log) stays
+        with pytest.raises(PartitionCountChangedError):
+            runner.run()
+        runner.restart(crashed=False, config={"job.partition.expansion": "group"})
     runner.run()
     expected = sep5_counts(sent + sent2, 4)
     assert outputs_by_task_key(runner) == {tk: list(range(1, n + 1)) for tk, n in expected.items()}
