@@ -28,7 +28,7 @@ from typing import Any
 
 from sparza.config import BOOL, STR, Choice, Int, define_key
 from sparza.engine.container import MAX_RESTARTS
-from sparza.engine.errors import JobFailedError, tasks_failed
+from sparza.engine.errors import FENCED_OFF, JobFailedError, tasks_failed
 from sparza.engine.manager import ContainerManager
 from sparza.engine.messages import AddJob, Event, TaskDone, TaskLost, TaskResult, TaskRetrying, TaskWaiting
 from sparza.engine.partitions import REGROUP_REASON
@@ -452,8 +452,8 @@ class ContainerQuery:
             self.on_notice(f"task {event.task} failed ({event.error}); it alone starts again from its last commit in "
                            f"{event.delay_ms / 1000.0:.1f} s (attempt {event.attempt} of {limit}); the other tasks "
                            "go on")
-        elif isinstance(event, TaskLost):
-            self.fail(tasks_failed([f"task '{event.task}': {event.error}"]))
+        elif isinstance(event, TaskLost):  # only a fenced-off checkpoint write loses a task
+            self.fail(tasks_failed([f"{FENCED_OFF} task '{event.task}': {event.error}"]))
 
     def container_lost(self, reason: str) -> bool:
         """A container that ran some of this job's tasks was lost: they move; False once restarts are exhausted."""

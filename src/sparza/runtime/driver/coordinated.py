@@ -2,10 +2,12 @@
 job model gives this processor, and switch at a batch boundary when the model changes.
 
 On ``on_job_model_expired`` the running query stops after its current batch commits (the call
-returns once it has); on ``on_new_job_model`` the processor claims its tasks' checkpoints under
-the model's version (the fencing generation: a late write by the previous owner is refused) and
-starts a new query, with its own Spark checkpoint dir per generation, that starts from the task
-checkpoints. All queries of the processor share one SparkSession.
+returns once it has); a run whose writes were fenced off (a newer model moved its tasks while this
+processor, judged dead, still ran) stops the same way and waits for the next model. On
+``on_new_job_model`` the processor claims its tasks' checkpoints under the model's version (the
+fencing generation: a late write by the previous owner is refused) and starts a new query, with its
+own Spark checkpoint dir per generation, that starts from the task checkpoints. All queries of the
+processor share one SparkSession.
 
 An application's stages are jobs of their own (``job.name`` ``<app>-<stage>``): under the coordinator
 each stage has its own job model, and one processor of the application takes part in every stage's
@@ -22,7 +24,7 @@ from typing import Any
 
 from sparza.config import Config
 from sparza.engine.checkpoint import checkpoint_store_from_config, stamp_generation
-from sparza.engine.errors import CheckpointFencedError
+from sparza.engine.errors import CheckpointFencedError, TasksFencedError
 from sparza.engine.inputs import InputSystems
 from sparza.engine.jobconfig import JobConfig
 from sparza.interrupts import StopOnSignals
@@ -67,6 +69,8 @@ class CoordinatedProcessor:
         self.batches = 0
         self.discards = Discards()
         self.generations: list[int] = []
+        self.fenced = 0
+        """How often this processor's run was fenced off and it stepped back for the next job model."""
         self.metrics = MetricsRegistry()
         """The processor's metrics: its coordinator's and every run's (kept across job models)."""
 
@@ -97,6 +101,12 @@ class CoordinatedProcessor:
         if runner is not None:
             runner.request_stop(reason)
         self._models.put(None)
+
+    def _note(self, line: str) -> None:
+        if self.status is not None:
+            self.status(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     # --- run loop (main thread) -------------------------------------------------------------------
     def run(self) -> RunOutcome:
@@ -157,7 +167,17 @@ class CoordinatedProcessor:
                 runner.wait_initialized()
             while runner.poll():
                 pass
-            outcome = runner.finish()
+            try:
+                outcome = runner.finish()
+            except TasksFencedError as fenced:
+                # Judged dead while still running (a pause, a slow host): a newer model gave our tasks away and
+                # their new owners fenced our writes. Nothing of ours was committed past the fence; step back and
+                # wait for the next model, which gives this processor its share again once it is seen alive.
+                self._note(f"sparza: {self.job.job_key}: processor {self.processor_id} was fenced off under job "
+                           f"model {generation} ({fenced}); waiting for the next job model")
+                self.fenced += 1
+                self._stop_reason = ""
+                return True
             self.batches += outcome.batches
             self.discards.add(outcome.discards)
             if outcome.reason != "job model expired":

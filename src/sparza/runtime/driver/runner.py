@@ -876,6 +876,10 @@ class JobRunner:
             exc = query.exception()
         except Exception as error:  # a failed query raises its failure from stop()/exception()
             exc = error
+        if self._failure is not None or exc is not None:
+            # A container's fenced write (TaskLost) fails the query without passing _on_container_results: when the
+            # claim is gone that is why, so renew now rather than racing the renewal thread to say so.
+            self._check_claim()
         if self._claim_lost is not None:
             raise self._claim_lost
         if self._failure is not None:
