@@ -1,10 +1,10 @@
 """Every measured figure a docs page quotes is one docs/benchmarks.md records.
 
-A figure is what reads as a measurement: a rate (``183 k msg/s``, ``125 MiB/s``, ``131 k puts/s``), a ratio written
-on its number (``5.35x`` or with the multiplication sign; a range ``0.9-3.2x`` is two figures) or a latency named by
-its percentile (``p50 46 ms``, ``p99 4.5 s``, ``max 76 ms``). A bound is not a figure (``≥ 4x``, ``p99 ≤ 150 ms``:
-a goal), nor
-a multiple spelled out (``three times the timeout``). Each figure must be, at the precision the page quotes it,
+A figure is what reads as a measurement: a rate (``183 k msg/s``, ``125 MiB/s``, ``131 k puts/s``), a percentage
+(``9.7%`` of a ceiling, ``61-83 %``), a ratio written on its number (``5.35x`` or with the multiplication sign; a
+range ``0.9-3.2x`` is two figures) or a latency named by its percentile (``p50 46 ms``, ``p99 4.5 s``, ``max 76
+ms``). A bound is not a figure (``≥ 4x``, ``p99 ≤ 150 ms``: a goal), nor a multiple spelled out (``three times the
+timeout``). Each figure must be, at the precision the page quotes it,
 one of the figures of the same kind in docs/benchmarks.md (its goals table and sections, a table cell under a
 header that names the unit, or a number written with its unit): ``183 k msg/s`` matches a recorded 183,012, ``4.5
 s`` a recorded 4,515 ms. Other measurements in prose (a profile's µs per record) are not checked; pages quote
@@ -28,6 +28,7 @@ _FIGURE = re.compile(
     rf"(?P<guard>[≥≤<>~]\s?)?(?:"
     rf"(?:(?P<rlo>{_NUM})\s?[{_DASH}-]\s?)?(?P<rv>{_NUM})\s?(?P<rk>k|M)?\s?(?:{_RATE})\b"
     rf"|(?:(?P<xlo>{_NUM})\s?[{_DASH}-]\s?)?(?P<xv>{_NUM})[{_TIMES}x](?!\w)"
+    rf"|(?<![\d.,])(?:(?P<clo>{_NUM})\s?[{_DASH}-]\s?)?(?P<cv>{_NUM})\s?%"
     rf"|\b(?:p50|p95|p99(?:\.9)?|max)\s(?P<pv>{_NUM})\s?(?P<pu>ms|s)?\b)")
 _SCALE = {"k": 1e3, "M": 1e6, None: 1.0}
 
@@ -42,7 +43,7 @@ def _decimals(text: str) -> int:
 
 def figures(text: str) -> Iterator[tuple[str, str, str, float]]:
     """(what the page says, kind, the number as written, its unit's scale to the kind's base unit) of each figure;
-    kinds: ``rate`` (per second), ``ratio``, ``time`` (ms)."""
+    kinds: ``rate`` (per second), ``ratio``, ``percent``, ``time`` (ms)."""
     for found in _FIGURE.finditer(text):
         if found.group("guard"):
             continue
@@ -56,6 +57,10 @@ def figures(text: str) -> Iterator[tuple[str, str, str, float]]:
             for number in (found.group("xlo"), found.group("xv")):
                 if number:
                     yield said, "ratio", number, 1.0
+        elif found.group("cv"):
+            for number in (found.group("clo"), found.group("cv")):
+                if number:
+                    yield said, "percent", number, 1.0
         else:
             unit = found.group("pu")
             if unit is None:  # "p50 53 / p99 127 ms": the unit that follows
@@ -107,10 +112,10 @@ def test_every_quoted_figure_is_recorded_in_benchmarks() -> None:
 
 def test_the_check_finds_figures_and_tells_them_apart() -> None:
     text = (f"p50 46 ms, p99 4.5 s; 183 k msg/s; 0.9{_DASH}3.2{_TIMES} and 5.35x; goal ≥ 4{_TIMES} and p99 ≤ 150 ms; "
-            "three times the timeout; p50 53 / p99 127 ms")
+            "three times the timeout; p50 53 / p99 127 ms; 9.7% of it, ≥ 25 %")
     got = [(kind, number) for _, kind, number, _ in figures(text)]
     assert got == [("time", "46"), ("time", "4.5"), ("rate", "183"), ("ratio", "0.9"), ("ratio", "3.2"),
-                   ("ratio", "5.35"), ("time", "53"), ("time", "127")]
+                   ("ratio", "5.35"), ("time", "53"), ("time", "127"), ("percent", "9.7")]
     known = {("time", 4515.0), ("rate", 183_012.0), ("ratio", 5.35)}
     assert _is_recorded("time", "4.5", 1000.0, known) and _is_recorded("rate", "183", 1e3, known)
     assert not _is_recorded("time", "4.6", 1000.0, known) and not _is_recorded("ratio", "5.36", 1.0, known)
