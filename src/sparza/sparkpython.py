@@ -71,6 +71,7 @@ def _main(args: list[str]) -> None:
     if len(args) < 2 or args[0] != "-m":  # not how Spark starts Python: run it unchanged
         os.execv(sys.executable, [sys.executable, *args])
     sys.path[:] = prefer_installed_pyspark(sys.path)
+    sys.modules.pop(args[1], None)  # the daemon's own module, imported just now: run afresh, as `python -m` would
     sys.argv = [args[1], *args[2:]]
     runpy.run_module(args[1], run_name="__main__", alter_sys=True)
 

@@ -116,9 +116,12 @@ def test_the_launcher_runs_the_module_asked_for_with_the_installed_pyspark(tmp_p
     zips = Path(pyspark.__file__).parent / "python" / "lib"
     (tmp_path / "probe.py").write_text("import sys, pyspark\nprint(pyspark.__file__, __name__, sys.argv[1:])\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, sorted(zips.glob("*.zip"))), str(tmp_path)])}
-    out = subprocess.run([launcher(), "-m", "probe", "a", "b"], env=env, capture_output=True, text=True,
-                         timeout=60, check=True).stdout.split()
-    assert out == [pyspark.__file__, "__main__", "['a',", "'b']"]
+    run = subprocess.run([launcher(), "-m", "probe", "a", "b"], env=env, capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert run.stdout.split() == [pyspark.__file__, "__main__", "['a',", "'b']"] and not run.stderr
+    daemon = subprocess.run([launcher(), "-W", "error", "-c", "pass"], env=env, capture_output=True, text=True,
+                            timeout=60, check=True)  # anything but -m runs the interpreter unchanged
+    assert not daemon.stderr
     plain = subprocess.run([sys.executable, "-m", "probe"], env=env, capture_output=True, text=True, timeout=60,
                            check=True).stdout
     assert ".zip" in plain  # without it, Spark's zip comes first: the launcher is what changes that
