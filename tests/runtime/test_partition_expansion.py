@@ -208,3 +208,41 @@ def test_a_job_that_ran_before_the_record_existed_is_judged_by_its_checkpoints(w
     runner.grow_input("mem.events", 6)
     with pytest.raises(SparzaError, match="mem.events: 4 -> 6 partitions"):
         runner.restart(crashed=False)
+
+
+def test_checkpoints_show_prints_the_grouping_and_its_changes(tmp_path: Path) -> None:
+    import yaml
+    from tests.runtime.helpers import job_values
+    from typer.testing import CliRunner
+
+    from sparza.cli import app
+    from sparza.engine.checkpoint import LocalCheckpointStore
+    from sparza.engine.checkpoint import TaskCheckpoint as Checkpoint
+
+    values = {**job_values(tmp_path), "job.partition.expansion": "group"}
+    store = LocalCheckpointStore(tmp_path / "blobstore" / "checkpoints", "kc-1")
+    for task in range(4):
+        store.write(Checkpoint(f"Partition {task}", 3, 0, {f"delta.events#{task}": "4:0"}), None)
+    events = SystemStream("delta", "events")
+    settle_partitions(Config(values), "kc-1", {events: 4}, store)
+    settle_partitions(Config(values), "kc-1", {events: 8}, store)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(values))
+    result = CliRunner().invoke(app, ["checkpoints", "show", "--config", str(path), "--no-lag"])
+    assert result.exit_code == 0, result.output
+    assert "input partitions: delta.events 8 (partition p >= 4 read by the task of p % 4: SEP-5), first read with 4" \
+        in result.output
+    assert "delta.events: 4 -> 8 partitions (job.partition.expansion: group)" in result.output
+
+
+def test_a_task_that_never_committed_does_not_look_like_growth(work_dir: Path) -> None:
+    from sparza.engine.checkpoint import LocalCheckpointStore
+    from sparza.engine.checkpoint import TaskCheckpoint as Checkpoint
+
+    store = LocalCheckpointStore(work_dir, "j-1")
+    for task in range(3):
+        store.write(Checkpoint(f"Partition {task}", 2, 1, {f"mem.events#{task}": "9"}), None)
+    store.write(Checkpoint("Partition 3", 0, 1, {}), None)  # stamped at the start, nothing committed yet
+    events = SystemStream("mem", "events")
+    grouping = settle_partitions(Config({"job.name": "j", "stores.s.factory": "memory"}), "j-1", {events: 4}, store)
+    assert grouping.first == {events: 4} and not grouping.changes

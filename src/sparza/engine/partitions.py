@@ -183,18 +183,29 @@ def read_record(store: Any) -> PartitionRecord | None:
     return PartitionRecord.from_json(data) if data is not None else None
 
 
-def _counts_in_checkpoints(store: Any) -> dict[str, int]:
-    """Per stream, one more than the highest partition any task checkpoint names (what a job started before the
-    record existed last read)."""
-    out: dict[str, int] = {}
-    for cp in store.read_all().values():
+def _counts_in_checkpoints(store: Any, counts: Mapping[SystemStream, int]) -> dict[str, int]:
+    """Per stream, what a job started before the record existed last read, as far as its task checkpoints tell: one more
+    than the highest partition they name, and at least the job's task count then (every task of a run has a checkpoint
+    document, stamped at its start) where the stream has that many partitions now. Never more than it last read: a
+    partition whose task had not committed yet must not look new (a count that grew is noticed when the stream had
+    as many partitions as the job had tasks)."""
+    seen: dict[str, int] = {}
+    tasks = 0
+    for name, cp in store.read_all().items():
+        head, _, number = str(name).rpartition(" ")
+        if head == "Partition" and number.isdigit():
+            tasks = max(tasks, int(number) + 1)
         for key in cp.offsets:
             try:
                 ssp = SystemStreamPartition.parse(key)
             except ValueError:
                 continue
-            name = str(ssp.system_stream)
-            out[name] = max(out.get(name, 0), ssp.partition + 1)
+            seen[str(ssp.system_stream)] = max(seen.get(str(ssp.system_stream), 0), ssp.partition + 1)
+    out = {}
+    for stream, count in counts.items():
+        name = str(stream)
+        if name in seen:
+            out[name] = max(seen[name], min(count, tasks))
     return out
 
 
@@ -208,7 +219,7 @@ def settle_partitions(config: Config, job_key: str, counts: Mapping[SystemStream
     record = read_record(store)
     write = False
     if record is None:
-        seen = _counts_in_checkpoints(store)
+        seen = _counts_in_checkpoints(store, counts)
         base = {str(s): seen.get(str(s), n) for s, n in counts.items()}
         record = PartitionRecord(dict(base), dict(base), dict(base))
         write = True
