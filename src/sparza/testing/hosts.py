@@ -50,6 +50,7 @@ class HostedJob:
         self.claim: Any = None  # JobClaim while this "process" holds (or tries to take) the job's claim
         self.generation = 0
         self.fresh = True
+        self.regroups = 0  # times its tasks started again for grown input partitions
         self.open()
 
     def open(self) -> None:
@@ -68,6 +69,7 @@ class HostedJob:
     def carry(self, other: HostedJob) -> None:
         """Take over what ``other`` (the same job before a config change) knew: batches, ends, the claim."""
         self.batches, self.ended, self.drained = other.batches, other.ended, other.drained
+        self.regroups = other.regroups
         self.claim, self.generation = other.claim, other.generation
 
     def hold_claim(self, processor_id: str, clock: ManualClock) -> None:
@@ -129,6 +131,23 @@ class BatchJob(HostedJob):
         if self.fresh:  # `sparza run` starts its query (initialOffset) only once it holds the claim
             self.replan()
 
+    def _check_partitions(self) -> None:
+        """What a processor's containers do at each poll: an input whose partition count changed stops the job
+        (``job.partition.expansion: fail``) or regroups its tasks (``group``, ``new-tasks``): they start again from
+        their checkpoints, grouped for the new counts (:mod:`sparza.engine.partitions`)."""
+        from sparza.engine.partitions import RegroupNeeded, changes_between, check_running, expansion_policy
+        from sparza.engine.worker import WORKER
+
+        broadcast = (frozenset(s.stream for s in self.job.inputs if s.broadcast)
+                     - frozenset(s.stream for s in self.job.inputs if not s.broadcast))
+        changes = changes_between(self.inputs.partition_counts, self.inputs.positions(), broadcast)
+        try:
+            check_running(self.job.job_key, expansion_policy(self.config), changes)
+        except RegroupNeeded:
+            WORKER.forget(self.config)
+            self.open()
+            self.regroups += 1
+
     def replan(self) -> None:
         """The start plan from the task checkpoints."""
         self.plan = self.planner.initial(self.checkpoints.read_all())
@@ -146,6 +165,7 @@ class BatchJob(HostedJob):
         from sparza.testing.faults import InjectedFault
 
         if self.pending is None:
+            self._check_partitions()
             # The driver's drain monitor, read before every plan (a processor reads it every poll interval).
             self.planner.drain = self.monitor.poll(force=True)
             planned = self.planner.next(self.plan, now_ms)
@@ -267,6 +287,13 @@ class ContainerJob(HostedJob):
             if task not in self.done:
                 out.setdefault(why, []).append(task)
         return out
+
+    def regrouping(self) -> bool:
+        """True when every task is done and some stopped to regroup for grown input partitions: the host lets the
+        job go and starts its tasks again, grouped for the new counts."""
+        whys = [self.done.get(t.name) for t in self.tasks]
+        return bool(whys) and "regroup" in whys and all(w in ("regroup", "ended", "drained", "caught up")
+                                                       for w in whys)
 
     def unfinished(self) -> list[str]:
         """Tasks neither done nor waiting."""

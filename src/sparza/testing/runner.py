@@ -3,7 +3,7 @@ streams, with batch boundaries, watermarks and processing time under the test's 
 
 It drives the code ``sparza run`` drives, not a copy of it: the batch planner
 (:class:`~sparza.engine.planner.BatchPlanner`) plans each batch and cuts it into task splits as the Spark
-source does; :func:`sparza.engine.executor.run_split` (what the source's ``read`` runs) runs each
+source does; :func:`sparza.runtime.driver.batchtask.run_split` (what the source's ``read`` runs) runs each
 split through :class:`~sparza.engine.instance.TaskInstance`, which restores stores, delivers messages
 (control messages to :class:`~sparza.control.TaskControl`) and commits with
 :class:`~sparza.engine.commit.TaskCommit`; an application is planned into stages by
@@ -253,6 +253,22 @@ class TestRunner:
             self._buffered.append((ss, items))
         else:
             self._write(ss, items)
+        return self
+
+    def grow_input(self, stream: str, partitions: int) -> TestRunner:
+        """Give the input ``system.stream`` ``partitions`` partitions in all (more than it has), as a Kafka topic given
+        more partitions; at the next batch the job stops or regroups its tasks as ``job.partition.expansion`` says
+        (:mod:`sparza.engine.partitions`). Messages for the new partitions can then be added with :meth:`add_input`."""
+        from sparza.systems import SupportsPartitionGrowth
+        from sparza.systems.inmemory import InMemorySystemAdmin
+
+        ss = _parse(stream)
+        if ss not in self._streams or not self._streams[ss][1]:
+            raise TestInputError(f"grow_input({ss}): not an input of this runner (add it with add_input first)")
+        self._start()
+        admin: SupportsPartitionGrowth = InMemorySystemAdmin(ss.system, self._started_config())
+        admin.grow_stream(ss.stream, partitions)
+        self._streams[ss] = (int(partitions), True)
         return self
 
     def add_output(self, stream: str, *, partitions: int = 1) -> TestRunner:
@@ -589,6 +605,12 @@ class TestRunner:
         if retrying or lost:
             raise TaskAttemptError("; ".join([*retrying, *lost]))
         for job in jobs:
+            if job.regrouping():  # as JobRunner: the job leaves and its tasks start again, regrouped
+                once = job.member is not None and job.member.once
+                self._container_process().leave(job)
+                job.open()
+                job.regroups += 1
+                self._container_process().join(job, once=once, drain=self._drain_request(job))
             member = job.member
             if member is not None and member.gave_up:
                 from sparza.runtime import JobFailedError

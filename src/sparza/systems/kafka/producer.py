@@ -144,14 +144,16 @@ def _fencing_codes() -> frozenset[int]:
     return frozenset((RdKafkaError._FENCED, RdKafkaError.PRODUCER_FENCED, RdKafkaError.INVALID_PRODUCER_EPOCH))
 
 
-def is_fencing_error(error: Any, producer: Any = None) -> bool:
+def is_fencing_error(error: Any, producer: Any = None, timeout_s: float = 10.0) -> bool:
     """True when ``error`` (a librdkafka ``KafkaError``) means a newer instance with the same
     ``transactional.id`` fenced ``producer``.
 
     librdkafka reports fencing with a fencing code the first time, but once the producer is in its
-    fatal state other calls (``produce``) fail with the generic ``_FATAL``; the underlying fatal error
-    is what the transactional API then raises at once, so for ``_FATAL`` (or any fatal error) the
-    producer is asked with a zero-timeout ``abort_transaction``.
+    fatal state other calls (``produce``) fail with the generic ``_FATAL``. confluent-kafka does not
+    expose ``rd_kafka_fatal_error``; the transactional API raises the underlying fatal error instead, so
+    for ``_FATAL`` (or any fatal error) the producer is asked with ``abort_transaction``. Its answer
+    comes from librdkafka's main thread (no broker round trip), but not at once: with a zero timeout a
+    busy machine got ``_TIMED_OUT`` (3 calls in 40 under load), hence ``timeout_s`` bounds the wait.
     """
     from confluent_kafka import KafkaError as RdKafkaError
     from confluent_kafka import KafkaException
@@ -163,7 +165,7 @@ def is_fencing_error(error: Any, producer: Any = None) -> bool:
     if producer is None or not (code == RdKafkaError._FATAL or getattr(error, "fatal", lambda: False)()):
         return False
     try:
-        producer.abort_transaction(0)
+        producer.abort_transaction(timeout_s)
     except KafkaException as exc:
         cause = exc.args[0] if exc.args else None
         return getattr(cause, "code", lambda: None)() in codes
@@ -512,7 +514,7 @@ class KafkaSystemProducer:
             error = exc.args[0] if exc.args else None
             # A fencing may surface as librdkafka's generic _FATAL (a produce after the producer turned
             # fatal): is_fencing_error asks the producer for the underlying cause.
-            fenced = isinstance(error, RdKafkaError) and is_fencing_error(error, producer)
+            fenced = isinstance(error, RdKafkaError) and is_fencing_error(error, producer, timeout)
             fatal = getattr(error, "fatal", lambda: False)() or getattr(error, "code", lambda: None)() == \
                 RdKafkaError._FATAL
             if fenced or fatal:

@@ -436,7 +436,7 @@ def _apply_phase(job: InProcessJob, outcome: Outcome, fault: str, phase: int) ->
         _second_processor(job, outcome, label)
     elif fault == "kafka-restart":
         _input_lost(job, outcome, label, phase)
-    elif fault == "container-kill":
+    elif fault in ("container-kill", "executor-loss"):  # an executor lost: its container dies with it
         _engine_fault(job, outcome, "kill", label)
     elif fault == "none" and d.engine_fault != "none" and not job.engine_fault_done:
         job.engine_fault_done = True
