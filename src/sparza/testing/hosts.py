@@ -222,6 +222,7 @@ class RoundOutcome:
         self.results: list[Any] = []
         self.retrying: list[str] = []
         self.lost: list[str] = []
+        self.regrouped = False  # its tasks stopped to regroup for grown partitions and start again
 
     @property
     def failed(self) -> list[Any]:
