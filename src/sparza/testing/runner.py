@@ -1,19 +1,25 @@
 """``TestRunner``: run a user's ``StreamTask`` or ``StreamApplication`` in-process, without Spark, over in-memory
 streams, with batch boundaries, watermarks and processing time under the test's control.
 
-It drives the code ``sparza run`` drives, not a copy of it: the batch planner
-(:class:`~sparza.engine.planner.BatchPlanner`) plans each batch and cuts it into task splits as the Spark
-source does; :func:`sparza.runtime.driver.batchtask.run_split` (what the source's ``read`` runs) runs each
-split through :class:`~sparza.engine.instance.TaskInstance`, which restores stores, delivers messages
-(control messages to :class:`~sparza.control.TaskControl`) and commits with
-:class:`~sparza.engine.commit.TaskCommit`; an application is planned into stages by
-:func:`sparza.api.plan_application` and each stage runs :class:`~sparza.api.StageTask`. Only Spark is left
-out: batches run one task after another in this process, and the streams the test adds live in the
-``inmemory`` system (:mod:`sparza.systems.inmemory`). In the container execution mode (``job.execution.mode``, the
-default) main input waits for a broadcast bootstrap store's bootstrapped publication, as a container plans it;
-:meth:`TestRunner.run` raises :class:`~sparza.engine.errors.JobStalledError` when tasks wait for one that nothing
-left to read will bring (``sparza run --once`` would wait for ever). Stores are real (RocksDB or memory) and, like task
-checkpoints and the blob store, live in the runner's work dir.
+It drives the engine ``sparza run`` drives, not a copy of it. In the container execution mode
+(``job.execution.mode: containers``, the default, as on Spark) the runner's process is an
+:class:`~sparza.engine.inprocess.InProcessHost`: the engine's :class:`~sparza.engine.manager.ContainerManager`
+places each job's tasks on :class:`~sparza.engine.container.Container` objects (``containers=`` of them), whose task
+loops plan, process (:class:`~sparza.engine.instance.TaskInstance`) and commit
+(:class:`~sparza.engine.commit.TaskCommit`) each task on its own; commits run inline, or in the containers' threads
+beside processing with ``threaded_commits=True``. A round (:meth:`TestRunner.run_batch`) gives every due task at
+most one batch; :attr:`TestRunner.host` reaches the host's own faults (``kill``, ``add_container``,
+``remove_container``) and :meth:`TestRunner.wrap_engines` the engines' real objects. With
+``job.execution.mode: batches`` it drives the micro-batch adapter's path instead: the
+:class:`~sparza.engine.planner.BatchPlanner` plans a batch of every task and
+:func:`sparza.runtime.driver.batchtask.run_split` runs each split. Neither keeps an offset log beside the task
+checkpoints: a restarted process plans from them (an open intent replays its batch exactly). An application is
+planned into stages by :func:`sparza.api.plan_application` and each stage runs :class:`~sparza.api.StageTask`. Only
+Spark is left out: everything runs in this process, and the streams the test adds live in the ``inmemory`` system
+(:mod:`sparza.systems.inmemory`). Main input waits for a broadcast bootstrap store's bootstrapped publication, as a
+container plans it; :meth:`TestRunner.run` raises :class:`~sparza.engine.errors.JobStalledError` when tasks wait for
+one that nothing left to read will bring (``sparza run --once`` would wait for ever). Stores are real (RocksDB or
+memory) and, like task checkpoints and the blob store, live in the runner's work dir.
 
 A failure can be injected right after any commit step (:class:`~sparza.engine.commit.CommitStep`) of a
 chosen task and batch (:meth:`TestRunner.fail_at`), or anything run there (:meth:`TestRunner.call_at`);
@@ -173,7 +179,8 @@ class TestRunner:
 
     ``claim=True`` makes the runner hold each job's standalone claim as processor ``processor_id``, as
     ``sparza run`` does: taken (and older holders fenced) before the first batch, renewed before every
-    batch, released by :meth:`close`; its expiry is timed by ``clock``.
+    batch, released by :meth:`close`; its expiry is timed by ``clock``. ``containers`` (container mode): how many
+    containers the process runs; ``threaded_commits``: commits in the containers' threads, beside processing.
     """
 
     __test__ = False  # not a pytest test class

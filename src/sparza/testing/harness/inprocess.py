@@ -27,24 +27,28 @@ a restart drops its in-memory tasks, stores and producers):
 ``kafka-restart``       the input's records vanish mid-run (a broker that lost its data) and are produced
                         again with the same offsets; a run after must finish exactly
 ``container-retry``     as ``fail-once``, after the scenario's ``fail_after`` commits (a failure mid-epoch)
+``container-kill``      a container killed inside a commit (also ``executor-loss``): its tasks move, the run goes on
 ``savepoint-restore``   the stopped job's savepoint taken and restored over it (:mod:`~.dayops`)
 ``rewind-in-place``     the stopped job's tasks rewound to their own offsets with a savepoint's state
 ======================  =================================================================================
 
-The container faults need Spark's Python workers, so here they run as far as they can: ``container-kill`` (a
-container's worker killed) is a clean run, noted as such. Of the execution mode (``job.execution.mode``,
-``job.container.epoch.ms``) :class:`~sparza.testing.TestRunner` plays one part: in container mode main input
-waits for a broadcast bootstrap store's bootstrapped publication, as a container's planner makes it wait; every
-task still runs in batches of one common number, in this process, and epochs mean nothing here.
+The runs go through the engine in the scenario's execution mode: in ``containers`` the runner's process hosts the
+engine's manager and 1-3 containers (drawn; commits inline, or in threads beside processing for a quarter of them),
+and the engine's faults land there (:mod:`~sparza.testing.harness.enginefaults`): ``container-kill`` and
+``executor-loss`` kill a container inside a commit (a wrapper around its real checkpoint store raises
+``ContainerKilled`` before or after its n-th write), and half of the container scenarios meet one more engine fault
+in a clean phase: a kill, a container joining or removed mid-commit (a hand-over), or a slow commit beside
+processing. Each must finish in the same run, the engine recovering in place. 60 % of the scenarios with a Delta or
+table output write it through the real Delta producer on local files (read back with deltalake).
 
 What it leaves to the Spark engine (:mod:`~sparza.testing.harness.spark`): Spark itself (worker reuse,
-retries, the plan in Spark's offset log, containers and their epochs), the real storage services and their
+retries, the plan in Spark's offset log, the containers' channel), the real storage services and their
 restarts, the azure coordinator with several processors at once, Delta on ``az://``.
 A drain scenario (``scenario.drain``) ends every run with :meth:`~sparza.testing.TestRunner.drain` instead of
 ``--once`` (both drain modes: the request comes as the run starts, as there is no second process to send it
-while one runs), and the output is checked after every phase's drain. Kafka, Delta, blob and table outputs are
-all in-memory streams here; a typed upsert table is judged by
-folding its rows by key, as the table would.
+while one runs), and the output is checked after every phase's drain. Kafka and blob outputs are in-memory
+streams here, and Delta and table outputs too unless they go through the real Delta producer; an in-memory
+typed upsert table is judged by folding its rows by key, as the table would.
 
 Where a fault lands is drawn from ``random.Random(seed ^ INPROCESS_SALT)``, apart from the scenario, so a
 seed is a complete reproduction on either engine.
