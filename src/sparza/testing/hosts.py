@@ -254,6 +254,7 @@ class ContainerJob(HostedJob):
 
     def collect(self) -> RoundOutcome:
         """The events the member received since the last call, sorted into a :class:`RoundOutcome`."""
+        from sparza.engine.errors import FENCED_OFF
         from sparza.engine.messages import TaskDone, TaskLost, TaskResult, TaskRetrying, TaskWaiting
 
         out = RoundOutcome()
@@ -273,7 +274,7 @@ class ContainerJob(HostedJob):
             elif isinstance(event, TaskRetrying):
                 out.retrying.append(event.error)
             elif isinstance(event, TaskLost):
-                out.lost.append(f"task '{event.task}': {event.error}")
+                out.lost.append(f"{FENCED_OFF} task '{event.task}': {event.error}")
         whys = [self.done.get(t.name) for t in self.tasks]
         if whys and all(w == "ended" for w in whys):
             self.ended = True

@@ -586,8 +586,8 @@ class TestRunner:
     def _round(self, jobs: list[ContainerJob]) -> dict[str, RoundOutcome]:
         """One round of the process; raises what the tasks met, as ``sparza run`` reports it: a failed batch as
         :class:`~sparza.runtime.JobFailedError`, a retry-able attempt (the task waits to retry in its container) as
-        :class:`~sparza.engine.executor.TaskAttemptError` (:class:`InjectedFault` when the test injected it), a task
-        another processor took over as ``TaskAttemptError`` naming ``CheckpointFencedError``."""
+        :class:`~sparza.engine.executor.TaskAttemptError` (:class:`InjectedFault` when the test injected it), tasks
+        another processor took over as :class:`~sparza.engine.errors.TasksFencedError`."""
         from sparza.engine.errors import tasks_failed
         from sparza.engine.executor import TaskAttemptError
 
@@ -599,11 +599,13 @@ class TestRunner:
             raise tasks_failed(failed)  # as sparza run reports them
         retrying = [e for o in outcomes.values() for e in o.retrying]
         lost = [e for o in outcomes.values() for e in o.lost]
+        if lost:  # only a fenced-off checkpoint write loses a task: the job stops at once, as sparza run's does
+            raise tasks_failed(list[str | None](lost))
         injected = [f for f in self._fired if not isinstance(f, BaseException)]
         if retrying and injected:
             raise InjectedFault(injected[0])
-        if retrying or lost:
-            raise TaskAttemptError("; ".join([*retrying, *lost]))
+        if retrying:
+            raise TaskAttemptError("; ".join(retrying))
         for job in jobs:
             if job.regrouping():  # as JobRunner: the job leaves and its tasks start again, regrouped
                 self._container_process().leave(job)
