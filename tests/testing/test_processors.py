@@ -11,6 +11,7 @@ from examples.keyed_count.task import KeyedCountTask
 from tests.testing.jobs import KEYED_COUNT
 
 from sparza.coordination.jobclaim import ClaimHeldError
+from sparza.engine.errors import TasksFencedError
 from sparza.engine.executor import TaskAttemptError
 from sparza.testing import TestMessage, TestRunner
 
@@ -91,7 +92,7 @@ def test_a_paused_processor_is_taken_over_and_fenced_when_it_wakes() -> None:
             second.run()
 
         first.call_at("after-flush", pause, task="Partition 0", batch=2)
-        with pytest.raises(TaskAttemptError, match="CheckpointFencedError"):
+        with pytest.raises(TasksFencedError, match="CheckpointFencedError"):  # at once: a retry is refused too
             first.run()
         second = taken[0]
         assert _counts(second) == _expected(12)    # the paused batch's output once, from both flushes

@@ -66,7 +66,7 @@ define_key("task.testing.fault.hook", None,
            "sparza.testing.TestRunner uses it to fail a chosen task and batch between two steps.", "runtime")
 define_key("task.testing.fail.once.after.commits", "0",
            "Testing only: how many of a task's commits in the same process go by before the injected failure (a "
-           "failure in the middle of a container's epoch).", "runtime")
+           "failure while its container runs on).", "runtime")
 define_key("task.testing.fail.once.at", "after-flush",
            "Testing only: the commit step after which the injected failure happens: after-intent, after-flush, "
            "after-adjunct, after-snapshot, after-checkpoint or during-cleanup.", "runtime")

@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 
 from sparza.config import Config, define_key
-from sparza.engine.errors import ProcessingError, TaskCodeError
+from sparza.engine.errors import FENCED_OFF, CheckpointFencedError, ProcessingError, TaskCodeError
 from sparza.engine.instance import get_instance
 from sparza.engine.job import EngineJob
 from sparza.engine.results import BatchResult, BatchStatus
@@ -40,8 +40,9 @@ define_key(TRACE_DIR_KEY, None, "Directory (on the executor's host) where the fu
            "the one-line error names the file. Default: <system temp dir>/sparza-errors.", "sparza.runtime")
 
 DETERMINISTIC: tuple[type[BaseException], ...] = (ProcessingError, TaskCodeError, ConfigError, DataError,
-                                                   ImportError)
-"""Failures a retry repeats: the task's batch fails at once (no Spark retry) and the job stops."""
+                                                   ImportError, CheckpointFencedError)
+"""Failures a retry repeats: the task's batch fails at once (no Spark retry) and the job stops (a fenced-off
+write is refused again however often it is retried: a newer generation owns the task)."""
 
 _NEXT_STEP = {
     "deserialization error": ("fix the message's producer, or route such records to a dead-letter stream with "
@@ -94,6 +95,8 @@ def _describe(exc: BaseException, task: str) -> str:
     """One line: what failed where, and the next step."""
     if isinstance(exc, ProcessingError):
         return f"{exc}; next: {_NEXT_STEP.get(exc.kind, 'fix the cause above')}"
+    if isinstance(exc, CheckpointFencedError):
+        return f"{FENCED_OFF} task '{task}': {_first_line(exc)}"
     if isinstance(exc, TaskCodeError):
         return f"{exc}; next: fix the task's {exc.method}()"
     if isinstance(exc, ConfigError | ImportError):

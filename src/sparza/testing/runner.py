@@ -3,7 +3,7 @@ streams, with batch boundaries, watermarks and processing time under the test's 
 
 It drives the code ``sparza run`` drives, not a copy of it: the batch planner
 (:class:`~sparza.engine.planner.BatchPlanner`) plans each batch and cuts it into task splits as the Spark
-source does; :func:`sparza.engine.executor.run_split` (what the source's ``read`` runs) runs each
+source does; :func:`sparza.runtime.driver.batchtask.run_split` (what the source's ``read`` runs) runs each
 split through :class:`~sparza.engine.instance.TaskInstance`, which restores stores, delivers messages
 (control messages to :class:`~sparza.control.TaskControl`) and commits with
 :class:`~sparza.engine.commit.TaskCommit`; an application is planned into stages by
@@ -179,6 +179,7 @@ class _Job:
         self.plan: Any = None  # the last committed plan (replan sets it from the task checkpoints)
         self.pending: Any = None  # the planned batch not committed yet
         self.fresh = True
+        self.regroups = 0  # times its tasks started again for grown input partitions
         self.open()
         self.replan()
 
@@ -240,7 +241,7 @@ class _Job:
         from sparza.runtime.driver.containers import execution_mode
         from sparza.runtime.driver.drainmonitor import DrainMonitor
 
-        inputs = InputSystems(self.job)
+        inputs = self.inputs = InputSystems(self.job)
         self.tasks = inputs.task_models()
         # Containers commit each task on its own schedule, so main input waits for a broadcast bootstrap store's
         # bootstrapped publication itself (no common batch number says the builder is done): plan as they do.
@@ -248,6 +249,24 @@ class _Job:
         self.planner = BatchPlanner(self.job, self.tasks, inputs.ops, inputs.positions, broadcast_ready=gate)
         self.checkpoints = checkpoint_store_from_config(self.config, self.job.job_key)
         self.monitor = DrainMonitor(self.config)
+
+    def _check_partitions(self) -> None:
+        """What a processor's containers do at each poll: an input whose partition count changed stops the job
+        (``job.partition.expansion: fail``) or regroups its tasks (``group``, ``new-tasks``): they start again from
+        their checkpoints, grouped for the new counts (:mod:`sparza.engine.partitions`)."""
+        from sparza.engine.partitions import RegroupNeeded, changes_between, check_running, expansion_policy
+        from sparza.engine.worker import WORKER
+
+        broadcast = (frozenset(s.stream for s in self.job.inputs if s.broadcast)
+                     - frozenset(s.stream for s in self.job.inputs if not s.broadcast))
+        changes = changes_between(self.inputs.partition_counts, self.inputs.positions(), broadcast)
+        try:
+            check_running(self.job.job_key, expansion_policy(self.config), changes)
+        except RegroupNeeded:
+            WORKER.forget(self.config)
+            self.open()
+            self.replan()
+            self.regroups += 1
 
     def replan(self) -> None:
         """The start plan from the task checkpoints (Spark's checkpoint dir lost or new)."""
@@ -265,6 +284,7 @@ class _Job:
         from sparza.runtime.driver.batchtask import make_task_runner
 
         if self.pending is None:
+            self._check_partitions()
             # The driver's drain monitor, read before every plan (a processor reads it every poll interval).
             self.planner.drain = self.monitor.poll(force=True)
             planned = self.planner.next(self.plan, now_ms)
@@ -387,6 +407,22 @@ class TestRunner:
             self._buffered.append((ss, items))
         else:
             self._write(ss, items)
+        return self
+
+    def grow_input(self, stream: str, partitions: int) -> TestRunner:
+        """Give the input ``system.stream`` ``partitions`` partitions in all (more than it has), as a Kafka topic given
+        more partitions; at the next batch the job stops or regroups its tasks as ``job.partition.expansion`` says
+        (:mod:`sparza.engine.partitions`). Messages for the new partitions can then be added with :meth:`add_input`."""
+        from sparza.systems import SupportsPartitionGrowth
+        from sparza.systems.inmemory import InMemorySystemAdmin
+
+        ss = _parse(stream)
+        if ss not in self._streams or not self._streams[ss][1]:
+            raise TestInputError(f"grow_input({ss}): not an input of this runner (add it with add_input first)")
+        self._start()
+        admin: SupportsPartitionGrowth = InMemorySystemAdmin(ss.system, self._started_config())
+        admin.grow_stream(ss.stream, partitions)
+        self._streams[ss] = (int(partitions), True)
         return self
 
     def add_output(self, stream: str, *, partitions: int = 1) -> TestRunner:

@@ -376,8 +376,12 @@ class JobRunner:
         previous = self._install_signals()
         try:
             self.start()
-            while self.poll():
-                pass
+            while True:
+                while self.poll():
+                    pass
+                if not self._regroup_due():
+                    break
+                self._regroup()
             return self.finish()
         finally:
             self._restore_signals(previous)
@@ -398,6 +402,7 @@ class JobRunner:
         self._bootstrap = BootstrapProgress(self.job, inputs)
         tasks = self._tasks(inputs)
         self._task_count = len(inputs.task_models())
+        self._say_grouping(inputs)
         from sparza.state.adjunct import AdjunctConfig
 
         self._adjunct_stores = {spec.name: spec.stream for spec in AdjunctConfig.from_config(self.config).stores}
@@ -452,6 +457,55 @@ class JobRunner:
         if all_ended:
             # Nothing will be planned, so no batch would ever notice that every input ended: stop now.
             self.request_stop("all inputs ended")
+
+    def _say_grouping(self, inputs: InputSystems) -> None:
+        """What this start does about input partitions that changed since the last (``job.partition.expansion``)."""
+        from sparza.engine.partitions import expansion_policy
+
+        grouping = inputs.grouping
+        line = grouping.describe(expansion_policy(self.config))
+        if line:
+            self.metrics.counter("job", "partition-regroups").inc()
+            self.status(f"sparza: {self.job.job_key}: {line}")
+        for note in grouping.notes:
+            self.status(f"sparza: {self.job.job_key}: warning: {note}")
+
+    def _regroup_due(self) -> bool:
+        """True when the container query left because its input partitions grew and the tasks regroup
+        (``job.partition.expansion``: group or new-tasks), with no failure and no stop asked for."""
+        from sparza.engine.partitions import REGROUP_REASON
+        from sparza.runtime.driver.containers import ContainerQuery
+
+        query = self._query
+        return (self._stop_reason == REGROUP_REASON and self._failure is None and self._claim_lost is None
+                and not self._stop.is_set() and isinstance(query, ContainerQuery) and not query.isActive
+                and query.exception() is None)
+
+    def _regroup(self) -> None:
+        """Start the job's tasks again, grouped for the input partitions they have now (every task stopped at a batch
+        boundary: nothing is in flight). Samza restarts the job here; the SparkSession and the claim stay."""
+        from sparza.engine.checkpoint import checkpoint_store_from_config, stamp_generation
+
+        assert self._spark is not None
+        self._query.stop()
+        self._stop_reason = ""
+        self._stop_live_queries()
+        old = self._inputs
+        self._inputs = inputs = InputSystems(self.job)
+        if old is not None:
+            old.close()
+        self._committed_messages = CommittedMessages(self.job, inputs.admins)
+        self._bootstrap = BootstrapProgress(self.job, inputs)
+        tasks = self._tasks(inputs)
+        self._task_count = len(inputs.task_models())
+        self._task_offsets.clear()
+        if self._claim is not None:  # tasks new to the job are fenced like the others
+            stamp_generation(checkpoint_store_from_config(self.config, self.job.job_key),
+                             [t.name for t in tasks], self.generation)
+        self._say_grouping(inputs)
+        self.status(f"sparza: {self.job.job_key}: every task stopped at a batch boundary; starting {len(tasks)} "
+                    "task(s) again, regrouped")
+        self._query = self._container_query(self._spark, tasks)
 
     def _ship_secrets(self, spark: Any) -> None:
         """Secrets go to Spark as a distributed file, never as an option or in a function (runtime/secrets.py)."""
@@ -814,6 +868,10 @@ class JobRunner:
             exc = query.exception()
         except Exception as error:  # a failed query raises its failure from stop()/exception()
             exc = error
+        if self._failure is not None or exc is not None:
+            # A container's fenced write (TaskLost) fails the query without passing _on_container_results: when the
+            # claim is gone that is why, so renew now rather than racing the renewal thread to say so.
+            self._check_claim()
         if self._claim_lost is not None:
             raise self._claim_lost
         if self._failure is not None:

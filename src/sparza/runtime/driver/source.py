@@ -3,7 +3,7 @@
 The reader lives on the driver (in Spark's Python source runner): ``latestOffset`` plans each batch
 (:class:`~sparza.engine.planner.BatchPlanner`), ``partitions`` gives one :class:`~sparza.engine.split.TaskSplit`
 per task, and ``read`` runs on
-executors: it runs the task's batch (:func:`sparza.engine.executor.run_split`: the task reads its
+executors: it runs the task's batch (:func:`sparza.runtime.driver.batchtask.run_split`: the task reads its
 SSPs' messages itself, so they never pass through JVM rows, processes and commits them) and yields
 the task's result row. ``foreachBatch`` collects those rows. Options: ``config`` (the job config as
 JSON, without its secrets), ``tasks``, ``stop_file``, ``generation`` (the fencing generation of every
@@ -25,7 +25,7 @@ The ``config`` option holds no secret: :mod:`sparza.runtime.secrets` ships those
 reader merges them back when it first needs the config.
 
 Notes: the reader must stay picklable (Spark ships it); every split is independent; Arrow types
-must match :data:`~sparza.engine.executor.RESULT_SCHEMA` exactly (PySpark refuses near-misses).
+must match :data:`~sparza.engine.results.RESULT_SCHEMA` exactly (PySpark refuses near-misses).
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ class SparzaDataSource(DataSource):  # type: ignore[misc]
         return "sparza"
 
     def schema(self) -> str:
-        """:data:`~sparza.engine.executor.RESULT_SCHEMA`: one result row per task and batch."""
+        """:data:`~sparza.engine.results.RESULT_SCHEMA`: one result row per task and batch."""
         from sparza.engine.results import RESULT_SCHEMA
 
         return RESULT_SCHEMA
