@@ -149,7 +149,12 @@ class JobConfig:
         explicit = SPARK_CHECKPOINT_DIR.get(self.config)
         if explicit:
             return explicit
-        return str(Path(self.store_base_dir) / "_spark" / self.job_key / processor_id)
+        base = self.store_base_dir
+        if "${" in base:
+            # A base dir each executor resolves from its own environment (${SPARZA_EXECUTOR_STATE}) means nothing
+            # here on the driver: the driver's own dir under .sparza, never a literal "${...}" dir in the cwd.
+            base = str(Path(".sparza") / "state")
+        return str(Path(base) / "_spark" / self.job_key / processor_id)
 
     @classmethod
     def from_config(cls, config: Config, *, require_inputs: bool = True) -> JobConfig:

@@ -87,18 +87,10 @@ def final_counts(config: Config) -> tuple[dict[str, int], int]:
     return best, rows
 
 
-_TRANSIENT = "Python worker failed to connect back"
-
-
 def _run(path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``sparza run --once``; rerun (from its checkpoints) when Spark's fixed Python worker connect-back
-    timeout failed the query on a loaded machine (as tests/control/conftest.py does)."""
-    for _ in range(5):
-        result = subprocess.run(sparza_cmd("run", "--config", str(path), "--once", *args), cwd=REPO,
-                                env=env or sparza_env(), capture_output=True, text=True, timeout=600, check=False)
-        if result.returncode == 0 or _TRANSIENT not in result.stderr:
-            break
-    return result
+    """``sparza run --once``."""
+    return subprocess.run(sparza_cmd("run", "--config", str(path), "--once", *args), cwd=REPO,
+                          env=env or sparza_env(), capture_output=True, text=True, timeout=600, check=False)
 
 
 def test_task_retry_after_flush_gives_exact_counts(kafka_job: Callable[..., Config], work_dir: Path) -> None:

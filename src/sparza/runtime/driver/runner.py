@@ -822,7 +822,7 @@ class JobRunner:
 
     def _restarted(self, query: Any) -> bool:
         """Micro-batch mode: a query that died of something a new attempt may cure (Spark's retries of a task
-        exhausted, a Python worker that did not connect back in time) is started again, at most
+        exhausted, an executor lost) is started again, at most
         ``job.container.max.restarts`` times in a row without a committed batch, saying so. True when
         restarted. A failed task result (a poison message, a task exception) is never restarted."""
         if self._restart_query is None or query is None or query.isActive or self._stop.is_set() \

@@ -383,8 +383,8 @@ def _apply_phase(job: InProcessJob, outcome: Outcome, fault: str, phase: int) ->
         _second_processor(job, outcome, label)
     elif fault == "kafka-restart":
         _input_lost(job, outcome, label, phase)
-    elif fault == "container-kill":
-        outcome.notes.append("container-kill: no Spark worker here (Spark engine only); a clean run")
+    elif fault in ("container-kill", "executor-loss"):
+        outcome.notes.append(f"{fault}: no Spark worker here (Spark engine only); a clean run")
         _expect_clean(outcome, job.run(label))
     else:
         _expect_clean(outcome, job.run(label))
