@@ -829,7 +829,7 @@ class JobRunner:
             error = query.exception()
         except Exception as exc:
             error = exc
-        if error is None:
+        if error is None or "PartitionCountChangedError" in str(error):  # a new attempt stops the same way
             return False
         if self._batches > self._batches_at_restart:
             self._query_restarts = 0

@@ -59,6 +59,8 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         self.generation = int(options.get("generation", "0"))
         self.task_count = int(options["task_count"]) if options.get("task_count") else None
         self._planner: Any = None
+        self._inputs: Any = None
+        self._positions: Any = None
         self._monitor: Any = None
         self._config: Config | None = None
         self._position: BatchPlan | None = None
@@ -80,6 +82,8 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_planner"] = None
+        state["_inputs"] = None
+        state["_positions"] = None
         state["_monitor"] = None
         state["_config"] = None
         state["_position"] = None
@@ -98,8 +102,33 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
             tasks = inputs.task_models()
             if self.task_filter is not None:
                 tasks = [t for t in tasks if t.name in set(self.task_filter)]
-            self._planner = BatchPlanner(job, tasks, inputs.ops, inputs.positions)
+            self._inputs = inputs
+
+            def positions() -> Any:  # what the planner read last is what the partition check looks at
+                self._positions = inputs.positions()
+                return self._positions
+
+            self._planner = BatchPlanner(job, tasks, inputs.ops, positions)
         return self._planner
+
+    def _check_partitions(self) -> None:
+        """An input whose partition count changed since the planner grouped the tasks stops the query: for good under
+        ``job.partition.expansion: fail``; under ``group``/``new-tasks`` the runner starts the query again, whose new
+        planner regroups (:mod:`sparza.engine.partitions`). The micro-batch mode plans all tasks in one plan, so
+        the query ends between batches."""
+        from sparza.engine.errors import RuntimeStateError
+        from sparza.engine.partitions import RegroupNeeded, changes_between, check_running, expansion_policy
+
+        inputs = self._inputs
+        job = inputs.job
+        broadcast = (frozenset(s.stream for s in job.inputs if s.broadcast)
+                     - frozenset(s.stream for s in job.inputs if not s.broadcast))
+        changes = changes_between(inputs.partition_counts, self._positions or {}, broadcast)
+        try:
+            check_running(job.job_key, expansion_policy(job.config), changes)
+        except RegroupNeeded as exc:
+            raise RuntimeStateError(f"{exc}; in job.execution.mode batches the streaming query stops for it and "
+                                    "starts again") from exc
 
     def checkpoint_plan(self) -> BatchPlan:
         """The start plan from the task checkpoints as they are now: their offsets, ``samza.reset.offset``, and a
@@ -136,7 +165,9 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
     def _next(self, before: BatchPlan) -> BatchPlan:
         planner = self.planner()
         planner.drain = self.drain_monitor().poll()
-        return planner.next(before, int(time.time() * 1000))  # type: ignore[no-any-return]
+        planned = planner.next(before, int(time.time() * 1000))
+        self._check_partitions()  # on the metadata that plan read: a grown input ends the query before it runs
+        return planned  # type: ignore[no-any-return]
 
     def drain_monitor(self) -> Any:
         """The job's :class:`~sparza.runtime.driver.drainmonitor.DrainMonitor` (built on first use)."""
