@@ -76,7 +76,7 @@ class HostedJob:
         """Take the job's claim as ``sparza run`` does (and fence older holders), or renew it when held:
         :class:`~sparza.coordination.jobclaim.ClaimHeldError` when a live processor holds it,
         :class:`~sparza.coordination.jobclaim.ClaimLostError` when another took it over."""
-        from sparza.coordination.jobclaim import KEY_RENEW, KEY_TIMEOUT, JobClaim
+        from sparza.coordination.jobclaim import CLAIM_RENEW_INTERVAL_MS, CLAIM_TIMEOUT_MS, JobClaim
         from sparza.engine.checkpoint import SupportsJobClaim, stamp_generation
         from sparza.errors import SparzaError
 
@@ -89,8 +89,8 @@ class HostedJob:
         if self.claim is None or self.claim.lost is not None:
             self.claim = JobClaim(
                 store.claim_backend(), self.job.job_key, processor_id,
-                timeout_ms=self.config.get_int(KEY_TIMEOUT, 30000),
-                renew_interval_ms=self.config.get_int(KEY_RENEW, 5000), clock=clock,
+                timeout_ms=CLAIM_TIMEOUT_MS.get(self.config),
+                renew_interval_ms=CLAIM_RENEW_INTERVAL_MS.get(self.config), clock=clock,
                 epoch_floor=lambda: max((cp.generation for cp in store.read_all().values()), default=0))
         epoch = self.claim.acquire()
         stamp_generation(store, [t.name for t in self.tasks], epoch)
