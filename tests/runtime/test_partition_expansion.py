@@ -23,7 +23,7 @@ from sparza.engine.partitions import (
     settle_partitions,
 )
 from sparza.errors import SparzaError
-from sparza.streams import SystemStream
+from sparza.streams import OutgoingMessageEnvelope, SystemStream
 from sparza.testing import TestMessage, TestRunner
 
 KEYS = 24
@@ -246,3 +246,52 @@ def test_a_task_that_never_committed_does_not_look_like_growth(work_dir: Path) -
     events = SystemStream("mem", "events")
     grouping = settle_partitions(Config({"job.name": "j", "stores.s.factory": "memory"}), "j-1", {events: 4}, store)
     assert grouping.first == {events: 4} and not grouping.changes
+
+
+@pytest.mark.parametrize("policy", ["fail", "group"])
+def test_the_micro_batch_source_ends_the_query_and_its_next_planner_regroups(work_dir: Path, policy: str) -> None:
+    """``job.execution.mode: batches``: the Spark source's planner, driven here without Spark (in-memory input)."""
+    from sparza.engine.errors import RuntimeStateError
+    from sparza.engine.planner import BatchPlan
+    from sparza.runtime.driver.source import SparzaStreamReader
+    from sparza.systems import StreamSpec
+    from sparza.systems.inmemory import InMemorySystemAdmin, InMemorySystemProducer, drop_namespace
+
+    namespace = f"partitions-{policy}-{work_dir.name}"
+    values = {"job.name": "mb", "task.class": "tests.runtime.partition_jobs.TaskKeyCount", "task.inputs": "mem.events",
+              "systems.mem.samza.factory": "inmemory", "systems.mem.inmemory.namespace": namespace,
+              "systems.mem.samza.offset.default": "oldest", "job.execution.mode": "batches",
+              "job.partition.expansion": policy, "blob.store.local.root": str(work_dir / "blobs"),
+              "job.logged.store.base.dir": str(work_dir / "state"), **COUNT}
+    config = Config(values)
+    admin = InMemorySystemAdmin("mem", config)
+    admin.create_stream(StreamSpec("events", 4))
+    producer = InMemorySystemProducer("mem", config)
+    producer.register("t")
+
+    def send(partitions: int) -> None:
+        for i in range(partitions):
+            producer.send("t", OutgoingMessageEnvelope(SystemStream("mem", "events"), b"v", key=b"k", partition=i))
+        producer.flush("t")
+
+    options = {"config": json.dumps(values), "task_count": "4"}
+    try:
+        send(4)
+        reader = SparzaStreamReader(options)
+        start = reader.initialOffset()
+        planned = reader.latestOffset(start, None)
+        assert BatchPlan.from_json(planned).batch == 1
+        admin.grow_stream("events", 6)
+        send(6)
+        with pytest.raises(RuntimeStateError, match="mem.events: 4 -> 6 partitions") as caught:
+            reader.latestOffset(planned, None)
+        assert isinstance(caught.value, PartitionCountChangedError) == (policy == "fail")
+        if policy == "group":  # the runner starts the query again: its planner groups #4, #5 into tasks 0, 1
+            again = SparzaStreamReader(options)
+            plan = again.latestOffset(planned, None)
+            [first] = [s for s in again.partitions(planned, plan) if s.value.task == "Partition 0"]
+            assert first.value.ssps == ["mem.events#0", "mem.events#4"]
+            # Planned from the task checkpoints (nothing committed here): #0 from its start, #4 from its oldest.
+            assert first.value.starts == ["0", "0"] and first.value.ends == ["2", "1"]
+    finally:
+        drop_namespace(namespace)
