@@ -21,6 +21,7 @@ from sparza.runtime.driver.source import SparzaStreamReader
 from sparza.streams import OutgoingMessageEnvelope, SystemStream
 from sparza.systems import StreamSpec
 from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer
+from sparza.testing.faults import fault_keys
 
 pytestmark = [pytest.mark.connect, pytest.mark.slow]
 
@@ -61,7 +62,7 @@ def test_a_batch_interrupted_after_some_tasks_committed_is_completed_exactly_fro
     config = _on_connect(make_job, sparza_package, **{"task.max.batch.messages": "10000",
                                                         "job.execution.mode": "batches",
                                                         "job.container.max.restarts": "0",
-                                                        "task.testing.fail.once.file": str(marker)})
+                                                        **fault_keys(marker)})
     append_messages(config, 600, 5, commit_size=600)
     first = JobRunner(config, spark=connect_spark, once=True, install_signal_handlers=False, status=lambda _: None)
     with pytest.raises(JobFailedError, match="injected one-time failure"):

@@ -23,6 +23,7 @@ from tests.runtime.helpers import (
 
 from sparza.runtime import checkpoint_store_from_config
 from sparza.testing import eventually
+from sparza.testing.faults import fault_keys
 
 pytestmark = pytest.mark.slow
 
@@ -99,7 +100,7 @@ def test_ctrl_c_then_kill_9_then_restart_gives_exact_counts(make_job, work_dir):
 
 def test_injected_spark_task_failure_is_retried_exactly(make_job, work_dir):
     marker = work_dir / "failed-once"
-    config = make_job(**{"task.testing.fail.once.file": str(marker), "task.max.batch.messages": "10000"})
+    config = make_job(**{**fault_keys(marker), "task.max.batch.messages": "10000"})
     append_messages(config, 900, 5, commit_size=300)
     path = write_config(config, work_dir / "job.yaml")
     # local[2,2]: Spark retries a failed task once. The failure comes after the producers flushed.

@@ -13,6 +13,7 @@ from sparza.config import Config
 from sparza.runtime import JobFailedError, JobRunner, checkpoint_store_from_config
 from sparza.streams import OutgoingMessageEnvelope, SystemStream
 from sparza.systems.delta import DeltaSystemProducer
+from sparza.testing.faults import fault_keys
 
 pytestmark = pytest.mark.spark
 
@@ -85,7 +86,7 @@ def test_lost_spark_checkpoint_after_a_half_committed_batch_repeats_exactly_that
     # The micro-batch mode: the container mode keeps no Spark offset log, and restarts a failed container at
     # once (test_process.py::test_injected_spark_task_failure_is_retried_exactly).
     marker = work_dir / "failed-once"
-    config = make_job(**{"task.testing.fail.once.file": str(marker), "task.max.batch.messages": "10000",
+    config = make_job(**{**fault_keys(marker), "task.max.batch.messages": "10000",
                          "job.execution.mode": "batches", "job.container.max.restarts": "0"})
     append_messages(config, 600, 5, commit_size=600)
     failing = JobRunner(config, spark=spark, once=True, install_signal_handlers=False, status=lambda line: None)

@@ -38,12 +38,14 @@ from typing import Any
 from sparza.api.graph import Application
 from sparza.clock import DEFAULT_START_MS, ManualClock
 from sparza.config import Config
+from sparza.config.shared import APP_CLASS, APP_STAGE, JOB_NAME, TASK_CLASS
+from sparza.control.settings import INTERMEDIATE_OUTPUTS
 from sparza.engine.commit import CommitStep
 from sparza.errors import SparzaError
 from sparza.serde import Serde, serde_from_name
 from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream
-from sparza.systems.settings import stream_serde
-from sparza.testing.faults import InjectedFault, register_fault_hook, unregister_fault_hook
+from sparza.systems.settings import STREAM_INTERMEDIATE, stream_serde
+from sparza.testing.faults import FAULT_HOOK, InjectedFault, register_fault_hook, unregister_fault_hook, with_faults
 
 __all__ = [
     "BatchReport",
@@ -196,7 +198,7 @@ class _Job:
         """Take the job's claim as ``sparza run`` does (and fence older holders), or renew it when held:
         :class:`~sparza.coordination.jobclaim.ClaimHeldError` when a live processor holds it,
         :class:`~sparza.coordination.jobclaim.ClaimLostError` when another took it over."""
-        from sparza.coordination.jobclaim import KEY_RENEW, KEY_TIMEOUT, JobClaim
+        from sparza.coordination.jobclaim import CLAIM_RENEW_INTERVAL_MS, CLAIM_TIMEOUT_MS, JobClaim
         from sparza.engine.checkpoint import SupportsJobClaim, stamp_generation
 
         if self.claim is not None and self.claim.held:
@@ -208,8 +210,8 @@ class _Job:
         if self.claim is None or self.claim.lost is not None:
             self.claim = JobClaim(
                 store.claim_backend(), self.job.job_key, processor_id,
-                timeout_ms=self.config.get_int(KEY_TIMEOUT, 30000),
-                renew_interval_ms=self.config.get_int(KEY_RENEW, 5000), clock=clock,
+                timeout_ms=CLAIM_TIMEOUT_MS.get(self.config),
+                renew_interval_ms=CLAIM_RENEW_INTERVAL_MS.get(self.config), clock=clock,
                 epoch_floor=lambda: max((cp.generation for cp in store.read_all().values()), default=0))
         epoch = self.claim.acquire()
         stamp_generation(store, [t.name for t in self.tasks], epoch)
@@ -829,7 +831,7 @@ class TestRunner:
     def _build_jobs(self, config: Config, *, first: bool = False) -> None:
         """Plan the job (an application's stages) and build one :class:`_Job` per stage; on the first start,
         write the buffered inputs too."""
-        if config.get_str("app.class", None) is not None and config.get_str("app.stage", None) is None:
+        if APP_CLASS.get(config) is not None and APP_STAGE.get(config) is None:
             from sparza.api import OpKind, build_application, plan_application
 
             plan = plan_application(config)
@@ -843,7 +845,7 @@ class TestRunner:
                     self._app_serdes[out.stream] = (out.serde, out.key_serde)
             stages = [(s.name, s.config) for s in plan.stages]
         else:
-            stages = [(config.get_str("job.name"), config)]
+            stages = [(JOB_NAME.require(config), config)]
         # Inputs are written before any planner exists: a bounded stream ends at what it holds now.
         if first:
             for ss, items in self._buffered:
@@ -851,12 +853,12 @@ class TestRunner:
             self._buffered.clear()
         from sparza.runtime.driver.preflight import check_application, check_job
 
-        if config.get_str("app.class", None) is not None and config.get_str("app.stage", None) is None:
+        if APP_CLASS.get(config) is not None and APP_STAGE.get(config) is None:
             check_application(config)
         for _, stage_config in stages:
             check_job(stage_config)  # what `sparza run` checks before Spark starts
         for name, stage_config in stages:
-            hooked = stage_config.with_overrides({"task.testing.fault.hook": self._hook_id(name)})
+            hooked = stage_config.with_overrides(with_faults(stage_config, **{FAULT_HOOK.key: self._hook_id(name)}))
             register_fault_hook(self._hook_id(name), self._fault_hook(name))
             self._jobs.append(_Job(name, hooked))
 
@@ -885,11 +887,10 @@ class TestRunner:
 
     def _check_reads_control(self, ss: SystemStream, item: ControlInput) -> None:
         config = self._started_config()
-        if _reads_control(config) or config.get_bool(f"systems.{ss.system}.streams.{ss.stream}.samza.intermediate",
-                                                     False):
+        if _reads_control(config) or STREAM_INTERMEDIATE.get(config, system=ss.system, stream=ss.stream):
             return
         what = "watermark()" if item.type == MessageType.WATERMARK else "end_of_stream()"
-        raise TestInputError(f"{what} in {ss}: {config.get_str('task.class')} does not listen to control messages "
+        raise TestInputError(f"{what} in {ss}: {TASK_CLASS.get(config)} does not listen to control messages "
                              "(it is no WatermarkListenerTask), so the runtime would skip it; end its input with "
                              "add_input(..., bounded=True) instead")
 
@@ -946,9 +947,9 @@ def _reads_control(config: Config) -> bool:
     from sparza.systems import load_object
     from sparza.task import WatermarkListenerTask
 
-    if config.get_str("app.class", None) is not None or config.get_list("task.intermediate.outputs", []):
+    if APP_CLASS.get(config) is not None or INTERMEDIATE_OUTPUTS.get(config):
         return True
-    target = load_object(config.get_str("task.class"), "task.class")
+    target = load_object(TASK_CLASS.require(config), "task.class")
     return issubclass(target, WatermarkListenerTask) if isinstance(target, type) else isinstance(
         target, WatermarkListenerTask)
 

@@ -21,6 +21,7 @@ from sparza.config import Config
 from sparza.streams import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from sparza.systems import StreamSpec, Transaction
 from sparza.systems.kafka import KafkaSystemAdmin, KafkaSystemConsumer, KafkaSystemProducer
+from sparza.testing.faults import fault_keys
 
 REPO = Path(__file__).resolve().parents[3]
 if str(REPO) not in sys.path:
@@ -95,7 +96,7 @@ def _run(path: Path, *args: str, env: dict[str, str] | None = None) -> subproces
 
 def test_task_retry_after_flush_gives_exact_counts(kafka_job: Callable[..., Config], work_dir: Path) -> None:
     marker = work_dir / "failed-once"
-    config = kafka_job(**{"task.testing.fail.once.file": str(marker), "task.max.batch.messages": "10000"})
+    config = kafka_job(**{**fault_keys(marker), "task.max.batch.messages": "10000"})
     load_events(config, 900, 5)
     path = write_config(config, work_dir / "job.yaml")
     # local[2,2]: Spark retries a failed task once; the failure comes after the producers flushed,

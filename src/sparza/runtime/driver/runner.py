@@ -434,13 +434,14 @@ class JobRunner:
         options = {"config": json.dumps(self._shipped), "tasks": json.dumps([t.name for t in tasks]),
                    "generation": str(self.generation), "task_count": str(self._task_count)}
         name = f"sparza-{self.job.job_key}-{self.processor_id}".replace(".", "_")
-        self.status(f"sparza: job {self.job.job_key}, {len(tasks)} task(s), processor {self.processor_id}"
-                    + (f" (claim epoch {self.generation})" if self._claim is not None else "")
-                    + f", spark checkpoint {self.spark_checkpoint_dir}"
-                    + (" (client-driven batches: Spark Connect)" if is_connect(spark) else ""))
         from sparza.runtime.driver.containers import execution_mode
 
-        if execution_mode(self.config) == "containers":
+        host = ("" if execution_mode(self.config) == "containers"
+                else ", micro-batches driven by this client (Spark Connect)" if is_connect(spark)
+                else f", micro-batches (Spark's offset log, its bookkeeping only: {self.spark_checkpoint_dir})")
+        self.status(f"sparza: job {self.job.job_key}, {len(tasks)} task(s), processor {self.processor_id}"
+                    + (f" (claim epoch {self.generation})" if self._claim is not None else "") + host)
+        if not host:
             self._query = self._container_query(spark, tasks)
         else:
             from sparza.runtime.driver.source import SparzaDataSource
@@ -448,14 +449,10 @@ class JobRunner:
             # Only the micro-batch mode reads through the data source: registering it costs the container mode
             # seconds of start-up (the JVM side of a Python data source), for nothing.
             spark.dataSource.register(SparzaDataSource)
-
-            def start_query() -> Any:
-                if is_connect(spark):
-                    return self._client_query(spark, options, name)
-                return self._streaming_query(spark, options, name)
-
-            self._restart_query = start_query
-            self._query = start_query()
+            # Every start, restarts included, plans from the task checkpoints (runtime/driver/source.py).
+            batches = self._client_query if is_connect(spark) else self._streaming_query
+            self._restart_query = lambda: batches(spark, options, name)
+            self._query = self._restart_query()
         if all_ended:
             # Nothing will be planned, so no batch would ever notice that every input ended: stop now.
             self.request_stop("all inputs ended")
@@ -742,8 +739,8 @@ class JobRunner:
             self._check_drained(request)
 
     def _check_drained(self, request: Any) -> None:
-        """Stop when every task of this job already committed the drain's completion: a restarted run whose
-        Spark offset log holds a plan made under the drain plans nothing more, so no batch would say so."""
+        """Stop when every task of this job already committed the drain's completion (a run started after its tasks
+        drained: they have nothing left to drain, and need not run a batch to say so)."""
         from sparza.runtime.driver.drainmonitor import drain_completed
 
         if self.job.job_key in request.jobs and drain_completed(self.config, request, [self.job.job_key]):

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from sparza.testing.faults import fault_keys
 from sparza.testing.harness.check import judge
 from sparza.testing.harness.damage import (
     SavedBlob,
@@ -444,8 +445,7 @@ def _apply_phase(job: SparkJob, outcome: Outcome, fault: str, phase: int) -> Non
         _expect_clean(outcome, job.run(f"{label}-restart"))
     elif fault == "fail-once":
         marker = job.root / "fail-once.marker"
-        path = job.variant("fail-once.yaml", **{"task.testing.fail.once.file": str(marker),
-                                                "task.testing.fail.once.at": s.fail_step})
+        path = job.variant("fail-once.yaml", **fault_keys(marker, s.fail_step))
         _expect_clean(outcome, job.run(f"{label}-fail-once", path))
         outcome.notes.append(f"fail-once at {s.fail_step}: {'fired' if marker.exists() else 'did not fire'}")
         if outcome.problems:
@@ -548,11 +548,13 @@ def _executor_loss(job: SparkJob, outcome: Outcome, label: str) -> None:
     if s.backup:
         overrides["job.logged.store.base.dir"] = "${SPARZA_EXECUTOR_STATE}"
     path = job.variant("executor-loss.yaml", **overrides)
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
-               for _ in range(2)]
+    burners: list[subprocess.Popen[bytes]] = []
     try:
         with StandaloneCluster(job.root / "cluster", workers=EXECUTOR_LOSS_WORKERS, python=sys.executable,
                                env={"PYTHONPATH": str(SRC_DIR)}) as cluster:
+            # The load comes once the cluster is up: the fault is a host lost under load, not a slow start.
+            burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+                       for _ in range(2)]
             handle = job.spawn(f"{label}-executor-loss", path, *job.once_args(), master=cluster.url)
             started = _wait_for_first_batch(handle, KILL9_START_TIMEOUT_S)
             delay = round(rng.uniform(0.0, 3.0), 2)
@@ -591,9 +593,7 @@ def _container_retry(job: SparkJob, outcome: Outcome, label: str) -> None:
     the very same run must finish by itself (exit 0) and say that the task started again."""
     s = job.s
     marker = job.root / "container-retry.marker"
-    path = job.variant("container-retry.yaml", **{"task.testing.fail.once.file": str(marker),
-                                                  "task.testing.fail.once.at": s.fail_step,
-                                                  "task.testing.fail.once.after.commits": str(s.fail_after)})
+    path = job.variant("container-retry.yaml", **fault_keys(marker, s.fail_step, s.fail_after))
     record = job.run(f"{label}-container-retry", path)
     restarts = _restart_lines(record.log)
     if not marker.exists():
