@@ -33,11 +33,13 @@ ENGINE_FAULTS = ("kill", "add", "remove", "slow")
 class WritePlan:
     """What happens around the checkpoint writes of the wrapped stores (see :class:`FaultyCheckpoints`)."""
 
-    def before(self, checkpoint: Any) -> None:
-        """Right before a write of ``checkpoint`` (a :class:`~sparza.engine.checkpoint.TaskCheckpoint`)."""
+    def before(self, checkpoint: Any) -> int:
+        """Right before a write of ``checkpoint`` (a :class:`~sparza.engine.checkpoint.TaskCheckpoint`); returns the
+        write's number (commits in threads write at once: :meth:`after` gets the number of its own write)."""
+        return 0
 
-    def after(self, checkpoint: Any) -> None:
-        """Right after the write landed."""
+    def after(self, checkpoint: Any, number: int) -> None:
+        """Right after write ``number`` landed."""
 
 
 @dataclass
@@ -50,28 +52,30 @@ class KillPlan(WritePlan):
     where: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def _maybe_kill(self, checkpoint: Any, when: str) -> None:
+    def _maybe_kill(self, checkpoint: Any, when: str, number: int) -> None:
         from sparza.engine.inprocess import ContainerKilled
 
         with self.lock:
-            if self.where is not None or self.writes != self.skip + 1:
+            if self.where is not None or number != self.skip + 1:
                 return
             intent = checkpoint.open_intent()
             what, batch = ("intent", intent.batch) if intent is not None else ("checkpoint", checkpoint.batch)
             self.where = f"{when} the {what} write of batch {batch} of {checkpoint.task}"
         raise ContainerKilled(f"container killed {self.where}")
 
-    def before(self, checkpoint: Any) -> None:
+    def before(self, checkpoint: Any) -> int:
         """Count the write; kill before it when it is the chosen one."""
         with self.lock:
             self.writes += 1
+            number = self.writes
         if self.before_write:
-            self._maybe_kill(checkpoint, "before")
+            self._maybe_kill(checkpoint, "before", number)
+        return number
 
-    def after(self, checkpoint: Any) -> None:
+    def after(self, checkpoint: Any, number: int) -> None:
         """Kill after it when it is the chosen one."""
         if not self.before_write:
-            self._maybe_kill(checkpoint, "after")
+            self._maybe_kill(checkpoint, "after", number)
 
 
 @dataclass
@@ -87,7 +91,7 @@ class SlowPlan(WritePlan):
     in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def before(self, checkpoint: Any) -> None:
+    def before(self, checkpoint: Any) -> int:
         """Sleep before a write of the chosen task; count others' writes meanwhile."""
         with self.lock:
             mine = checkpoint.task == self.task and self.slowed < self.count
@@ -102,6 +106,7 @@ class SlowPlan(WritePlan):
             finally:
                 with self.lock:
                     self.in_flight -= 1
+        return 0
 
 
 class FaultyCheckpoints:
@@ -114,9 +119,9 @@ class FaultyCheckpoints:
 
     def write(self, checkpoint: Any, expected_etag: str | None) -> str:
         """The real write, between the plan's two points."""
-        self.plan.before(checkpoint)
+        number = self.plan.before(checkpoint)
         etag: str = self.real.write(checkpoint, expected_etag)
-        self.plan.after(checkpoint)
+        self.plan.after(checkpoint, number)
         return etag
 
     def __getattr__(self, name: str) -> Any:
