@@ -89,6 +89,8 @@ NOT_RUN: list[tuple[str, str, str]] = [
      'needs: a stopped job that ran, its stores backed up; a v2 config'),
     ('operations.md', 'sparza store get counts --config job.yaml --key k7 --live',
      'needs: a running job (sparza run) that serves live queries'),
+    ('operations.md', 'sparza stream grow events --partitions 8 --config job.yaml --system kafk',
+     'needs: a Kafka broker (sparza dev-kafka start) and a running job that reads kafka.events'),
     ('operations.md', 'PYTHONPATH=src:. python docs/grafana/render_dashboard.py --run --seconds',
      'needs: Spark, Prometheus and 8 minutes (a live run rendered into the dashboard)'),
     ('operations.md', 'scripts/install_prometheus.sh',

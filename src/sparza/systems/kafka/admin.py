@@ -146,7 +146,8 @@ class KafkaSystemAdmin:
         return partition_for(key, self.partition_count(stream))
 
     def partition_count(self, stream: str) -> int:
-        """How many partitions the topic of ``stream`` has (cached: sparza never changes it)."""
+        """How many partitions the topic of ``stream`` has (cached; :meth:`get_system_stream_metadata` reads it again
+        each time, so a topic given more partitions is seen within one metadata read)."""
         count = self._partitions.get(stream)
         if count is None:
             topic = self.settings.topic(stream)
@@ -336,6 +337,8 @@ class KafkaSystemAdmin:
     def get_system_stream_metadata(self, streams: set[str] | list[str]) -> dict[str, SystemStreamMetadata]:
         """Per topic and partition: ``oldest`` (None when empty), ``newest`` (the offset before
         ``upcoming``; it may be a transaction marker) and ``upcoming``."""
+        for stream in streams:  # a topic may have been given more partitions (sparza.engine.partitions)
+            self._partitions.pop(stream, None)
         counts = {stream: self.partition_count(stream) for stream in streams}
         topics = {stream: self.settings.topic(stream) for stream in counts}
         marks = self.watermarks([(topics[s], p) for s, n in counts.items() for p in range(n)])
@@ -350,6 +353,31 @@ class KafkaSystemAdmin:
                     parts[p] = SystemStreamPartitionMetadata(None, None, str(hi))
             out[stream] = SystemStreamMetadata(stream, parts, {"partitions": str(count)})
         return out
+
+    def grow_stream(self, stream: str, partitions: int) -> int:
+        """Give the topic ``partitions`` partitions in all (Kafka's CreatePartitions,
+        :class:`~sparza.systems.SupportsPartitionGrowth`); returns how many it had. Keys a producer partitions by
+        ``hash % count`` land elsewhere from then on: see :mod:`sparza.engine.partitions`."""
+        from confluent_kafka.admin import NewPartitions
+
+        self._partitions.pop(stream, None)
+        before = self.partition_count(stream)
+        if partitions <= before:
+            raise KafkaError(f"Kafka topic {self.settings.topic(stream)!r} has {before} partitions: it can only get "
+                             f"more (asked for {partitions})")
+        name = self.settings.topic(stream)
+        future = self.client.create_partitions([NewPartitions(name, partitions)],
+                                               request_timeout=self._timeout)[name]
+        try:
+            future.result(timeout=self._timeout)
+        except Exception as exc:
+            raise KafkaError(f"cannot give Kafka topic {name!r} {partitions} partitions: {exc}") from exc
+        deadline = time.monotonic() + self._timeout
+        while True:  # the broker answers before every metadata response shows them
+            self._partitions.pop(stream, None)
+            if self.partition_count(stream) >= partitions or time.monotonic() > deadline:
+                return before
+            time.sleep(0.1)
 
     def close(self) -> None:
         """Drop the admin client (and the consumer that counts records)."""
