@@ -1,5 +1,5 @@
 # Two commands matter: `make demo` and `make test`. Both set everything up first (idempotent).
-.PHONY: setup demo test lint bench soak clean
+.PHONY: setup demo test lint docs bench soak clean
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -13,6 +13,12 @@ demo: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+
+# The generated parts of the docs: the config reference (from the key registry) and the package picture of
+# docs/architecture.md (from the imports). tests/docs fails when either is stale.
+docs: setup
+	$(PY) -m sparza.config.reference > docs/config-reference.md
+	$(PY) scripts/architecture.py --write
 
 # Two workers (pytest-xdist), each with its own Spark session, Azurite and broker; worksteal evens out
 # the few long `sparza run` tests. TEST_WORKERS=0 runs everything in one process.

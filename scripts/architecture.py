@@ -2,7 +2,7 @@
 and the check that no package depends on itself through others (an import cycle at any level).
 
     python scripts/architecture.py            # print the generated part of docs/architecture.md
-    python scripts/architecture.py --write    # rewrite that part in place
+    python scripts/architecture.py --write    # rewrite that part in place (make docs runs this)
     python scripts/architecture.py --check    # exit 1 when the page is stale or a package cycle exists
 
 Every ``import`` counts, also those inside functions and under ``TYPE_CHECKING``: a lazy import is still a

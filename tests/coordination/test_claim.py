@@ -19,6 +19,7 @@ from sparza.coordination.jobclaim import (
     JobClaim,
     LocalClaimBackend,
 )
+from sparza.testing import eventually
 
 
 @pytest.fixture(params=["local", "azure"])
@@ -191,3 +192,64 @@ def test_renew_interval_must_be_at_most_a_third_of_the_timeout(tmp_path):
 
     with pytest.raises(ConfigError, match="renew.interval.ms"):
         JobClaim(LocalClaimBackend(tmp_path / "_claim"), "job-1", "0", timeout_ms=3000, renew_interval_ms=1500)
+
+
+_FROZEN_RENEWAL = """
+import dataclasses, os, signal, sys
+from sparza.coordination import jobclaim
+
+backend = jobclaim.LocalClaimBackend(sys.argv[1])
+state = backend.read()
+real_fsync = os.fsync
+
+def freeze(fd):  # the host pauses (SIGSTOP, a suspended VM) in the middle of writing the renewal
+    os.kill(os.getpid(), signal.SIGSTOP)
+    real_fsync(fd)
+
+os.fsync = freeze
+try:
+    backend.write(dataclasses.replace(state.record, renewals=state.record.renewals + 1), state.tag)
+except jobclaim._RaceError:
+    sys.exit(3)
+sys.exit(0)
+"""
+
+
+def test_a_holder_frozen_in_the_middle_of_a_renewal_does_not_keep_the_claim(tmp_path):
+    """The holder's process stops while it writes its renewal (found by tests/runtime/test_claim.py on a loaded
+    machine: the local backend's file lock stayed held by the stopped process, so the processor taking the expired
+    claim over waited for it forever). The takeover must go through, and the renewal, once the holder wakes, lose."""
+    import os
+    import signal
+
+    path = tmp_path / "_claim"
+    clock = ManualClock()
+    holder = JobClaim(LocalClaimBackend(path), "job-1", "0", timeout_ms=3000, renew_interval_ms=500)
+    holder.acquire()
+    renewal = subprocess.Popen([sys.executable, "-c", _FROZEN_RENEWAL, str(path)])
+    try:
+        def stopped() -> bool:
+            try:
+                return Path(f"/proc/{renewal.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+            except OSError:
+                return False
+
+        eventually(stopped, 60, 0.05, "the renewal did not reach its write")
+        newcomer = JobClaim(LocalClaimBackend(path), "job-1", "1", timeout_ms=3000, renew_interval_ms=500,
+                            clock=clock)
+        with pytest.raises(ClaimHeldError):
+            newcomer.acquire()  # first look: the claim is live
+        clock.advance(ms=3000)  # unrenewed for the timeout
+        taken: list[object] = []
+        thread = threading.Thread(target=lambda: taken.append(newcomer.acquire()), daemon=True)
+        thread.start()
+        thread.join(30)
+        assert taken == [2], "the takeover waited for the frozen holder"
+    finally:
+        os.kill(renewal.pid, signal.SIGCONT)
+    assert renewal.wait(60) == 3  # its renewal lost against the takeover
+    state = LocalClaimBackend(path).read()
+    assert state is not None and state.record.holder == "1" and state.record.epoch == 2
+    with pytest.raises(ClaimLostError):
+        holder.renew()
+    newcomer.release()

@@ -13,6 +13,7 @@ from sparza.coordination import (
     assign_tasks,
     job_coordinator_from_config,
 )
+from sparza.coordination.assignment import group_task, split_group_task
 from sparza.coordination.store import BarrierState, CoordinatorState
 from sparza.errors import ConfigError
 
@@ -50,6 +51,26 @@ def test_more_processors_than_tasks_leaves_idle_processors() -> None:
     result = assign_tasks(["Partition 0", "Partition 1"], [f"p{i}" for i in range(5)])
     assert len(result) == 5
     assert sorted(len(ts) for ts in result.values()) == [0, 0, 0, 1, 1]
+
+
+def test_grouped_tasks_are_balanced_within_each_stage_and_in_total() -> None:
+    # The stages of an application in one membership: every processor gets a share of every stage.
+    sizes = {"app-a-1": 3, "app-b-1": 2, "app-c-1": 4}
+    tasks = [group_task(g, f"Partition {i}") for g, n in sizes.items() for i in range(n)]
+    assert split_group_task(tasks[0]) == ("app-a-1", "Partition 0") and split_group_task("Partition 0")[0] == ""
+
+    def spread(counts: list[int]) -> int:
+        return max(counts) - min(counts)
+
+    for procs in (["p1", "p2"], ["p1", "p2", "p3"], [f"p{i:02d}" for i in range(16)]):
+        result = assign_tasks(tasks, procs)
+        assert sorted(t for ts in result.values() for t in ts) == sorted(tasks)
+        for group in sizes:
+            assert spread([sum(split_group_task(t)[0] == group for t in ts) for ts in result.values()]) <= 1
+        assert spread([len(ts) for ts in result.values()]) <= 1, result
+    before = assign_tasks(tasks, ["p1", "p2", "p3"])
+    after = assign_tasks(tasks, ["p1", "p3"], before)
+    assert sorted(t for t, p in owners(after).items() if owners(before)[t] != p) == sorted(before["p2"])
 
 
 def test_assignment_is_deterministic_and_natural_ordered() -> None:

@@ -192,6 +192,23 @@ def test_generation_fence_checks_the_newest_model(clients: CoordinationClients, 
     assert info.value.current_generation == 5 and "'b'" in str(info.value)
 
 
+def test_generation_fence_refuses_a_task_that_moved_away_and_back(clients: CoordinationClients,
+                                                                  coord_config: dict[str, str],
+                                                                  azure_account: StorageAccount) -> None:
+    # v1 gave Partition 0 to a; a paused, v2 gave it to b (in force); a woke and rejoined: v3 gives it back to a.
+    # A batch of a's generation 1 must be refused whether v3's barrier is still open or ended.
+    v2 = JobModel(2, {"b": ["Partition 0", "Partition 1"]})
+    v3 = JobModel(3, {"a": ["Partition 0"], "b": ["Partition 1"]})
+    for barrier in (BarrierState.START, BarrierState.END):
+        clients.store.update(1, lambda s, b=barrier: s.with_changes(current=v3, previous=v2, barrier=b,
+                                                                    processors=["a", "b"]))
+        with pytest.raises(FencedError) as info:
+            GenerationFence(coord_config, "a", 1, account=azure_account).check("Partition 0")
+        assert info.value.current_generation == 3 and "job model 2" in str(info.value)
+        GenerationFence(coord_config, "a", 2, account=azure_account).check("Partition 0")  # v3 is the only newer
+        GenerationFence(coord_config, "a", 3, account=azure_account).check("Partition 0")
+
+
 _LOCK_WORKER = textwrap.dedent("""
     import json, sys, time
     from sparza.coordination import AzureLock

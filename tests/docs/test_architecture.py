@@ -22,7 +22,7 @@ def test_no_package_imports_itself_through_others() -> None:
 def test_the_picture_is_the_code_s() -> None:
     page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     assert architecture.updated_page(page, architecture.render()) == page, (
-        "docs/architecture.md is stale: run 'python scripts/architecture.py --write'")
+        "docs/architecture.md is stale: run 'make docs' (python scripts/architecture.py --write)")
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:

@@ -14,8 +14,8 @@ def test_committed_config_reference_is_what_the_code_declares() -> None:
     generated = subprocess.run([sys.executable, "-m", "sparza.config.reference"], capture_output=True, text=True,
                                check=True, timeout=120).stdout
     committed = (DOCS / "config-reference.md").read_text(encoding="utf-8")
-    assert committed == generated, ("docs/config-reference.md is out of date: regenerate it with "
-                                    "'python -m sparza.config.reference > docs/config-reference.md'")
+    assert committed == generated, ("docs/config-reference.md is out of date: regenerate it with 'make docs' "
+                                    "(python -m sparza.config.reference > docs/config-reference.md)")
 
 
 def test_every_package_has_a_section() -> None:

@@ -18,7 +18,7 @@ from sparza.testing.harness import (
     run_inprocess_scenario,
 )
 from sparza.testing.harness.inprocess import check
-from sparza.testing.scenario import CONTAINER_FAULTS, EXTRA_FAULTS, FAULTS, generate
+from sparza.testing.scenario import ENGINE_FAULTS, EXTRA_FAULTS, FAULTS, generate
 
 pytestmark = pytest.mark.guarantees
 
@@ -176,7 +176,7 @@ def test_draws_are_apart_from_the_scenario_and_cover_every_kind() -> None:
     steps = {"after-intent", "after-flush", "after-adjunct", "after-snapshot", "after-checkpoint", "during-cleanup"}
     assert {d.kill_step for d in drawn} == steps and {d.meet_step for d in drawn} == steps
     assert {d.takeover for d in drawn} == {True, False} and {d.new_process_per_run for d in drawn} == {True, False}
-    assert {generate(seed).fault for seed in range(1, 300)} == set(FAULTS + EXTRA_FAULTS + CONTAINER_FAULTS)
+    assert {generate(seed).fault for seed in range(1, 300)} == set(FAULTS + EXTRA_FAULTS + ENGINE_FAULTS)
 
 
 def test_every_system_of_an_in_process_job_is_in_memory_and_tables_are_left_out() -> None:

@@ -15,7 +15,7 @@ from sparza.testing.oracle import compare, expected_records, expected_table_rows
 from sparza.testing.scenario import (
     AFTER_RUN_FAULTS,
     COMMIT_STEPS,
-    CONTAINER_FAULTS,
+    ENGINE_FAULTS,
     EXTRA_FAULTS,
     FAULTS,
     INPUTS,
@@ -50,7 +50,7 @@ def test_a_seed_is_a_complete_reproduction() -> None:
 def test_seeds_cover_every_job_kind_fault_and_commit_step() -> None:
     drawn = [generate(seed) for seed in range(1, 400)]
     assert {s.kind for s in drawn} == {"copy", "count", "filtermap", "pipeline", "window", "join", "session"}
-    assert {s.fault for s in drawn} == set(FAULTS + EXTRA_FAULTS + CONTAINER_FAULTS)
+    assert {s.fault for s in drawn} == set(FAULTS + EXTRA_FAULTS + ENGINE_FAULTS)
     assert {s.fail_step for s in drawn if s.fault == "fail-once"} == set(COMMIT_STEPS)
     assert {s.join for s in drawn if s.api == "app"} == {"none", "broadcast", "partitioned"}
     assert {s.partitions for s in drawn} == set(range(1, 9))
@@ -200,7 +200,7 @@ def test_extras_are_drawn_apart_and_leave_older_draws_alone() -> None:
         plain = generate(s.seed, extras=False)
         assert (plain.intermediate, plain.delta_location, plain.processors, plain.fault2) == (
             "default", "local", 1, "none")
-        if s.fault not in EXTRA_FAULTS + CONTAINER_FAULTS:
+        if s.fault not in EXTRA_FAULTS + ENGINE_FAULTS:
             assert plain.fault == s.fault
         probe = [m for m in s.messages if m.chunk >= plain.chunks]
         if _operators_drawn(s):  # one bounded chunk (see test_operators_are_drawn_apart...): chunks merged
@@ -287,15 +287,15 @@ def test_execution_mode_and_container_faults_are_drawn_apart_and_leave_older_dra
     assert {s.execution for s in drawn} == {"containers", "batches"}
     assert sum(s.execution == "containers" for s in drawn) > sum(s.execution == "batches" for s in drawn)
     assert {s.epoch_ms for s in drawn if s.execution == "containers"} == {0, 2000, 3000, 5000, 10_000}
-    assert {s.fault for s in drawn} >= set(CONTAINER_FAULTS)
+    assert {s.fault for s in drawn} >= set(ENGINE_FAULTS)
     assert {s.fail_after for s in drawn if s.fault == "container-retry"} >= {0, 1, 2}
     for s in drawn:
         plain = generate(s.seed, execution=False)
         assert (plain.execution, plain.epoch_ms, plain.fail_after) == ("containers", 0, 0)
-        assert plain.fault not in CONTAINER_FAULTS
+        assert plain.fault not in ENGINE_FAULTS
         if s.execution == "batches":
-            assert s.epoch_ms == 0 and s.fault not in CONTAINER_FAULTS
-        if s.fault in CONTAINER_FAULTS:
+            assert s.epoch_ms == 0 and s.fault not in ENGINE_FAULTS
+        if s.fault in ENGINE_FAULTS:
             assert s.execution == "containers" and s.processors == 1 and s.drain == "none"
             assert [m.id for m in s.messages] == [m.id for m in plain.messages] and plain.fault_phase == s.fault_phase
             sizes = Counter(m.partition for m in s.messages if m.chunk == s.fault_phase)

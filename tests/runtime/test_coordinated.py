@@ -106,3 +106,76 @@ def test_a_once_processor_whose_model_expires_mid_run_processes_its_new_share(sp
                 .get_system_stream_metadata({"events"})["events"].partitions.items()}
     finished = [name for name, offsets in done.items() if all(upcoming[k] == v for k, v in offsets.items())]
     assert finished, f"the processor ended --once without finishing its share: checkpoints {done}, ends {upcoming}"
+
+
+@pytest.mark.parametrize("mode", ["containers", "batches"])
+def test_a_processor_fenced_off_while_it_runs_steps_back_and_takes_its_next_model(spark, make_job, mode,
+                                                                                 azure_connection_string, unique_name):
+    """A processor judged dead while it still runs (a pause, a slow host): a newer model gave its tasks to another
+    processor, which stamped their checkpoints with its generation when it took them over, so the next commit of
+    the first one is refused. That must not end its run (it exited 1): it stops its tasks, waits for the next job
+    model and runs its share of it."""
+    import threading
+
+    from sparza.coordination import job_coordinator_from_config
+    from sparza.coordination.status import read_status
+    from sparza.runtime.driver.coordinated import claim_tasks
+    from sparza.runtime.driver.report import RunOutcome
+    from sparza.testing import eventually
+
+    config = make_job(**FAST, **{"azure.storage.connect": azure_connection_string, "job.name": unique_name,
+                                 "job.checkpoint.factory": "azure", "job.checkpoint.azure.container": unique_name,
+                                 "job.execution.mode": mode, "task.max.batch.messages": "25"})
+    job_key = f"{unique_name}-1"
+    tasks = ["Partition 0", "Partition 1"]
+    append_messages(config, 100, 5, commit_size=100)
+    first_batch, fenced = threading.Event(), threading.Event()
+
+    def status(line: str) -> None:
+        if line.startswith("batch "):
+            first_batch.set()
+        if "was fenced off" in line:
+            fenced.set()
+
+    processor = CoordinatedProcessor(config, master=None, processor_id="p1", once=False, spark=spark, status=status)
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(processor.run())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    other = None
+    try:
+        assert first_batch.wait(300), f"the processor committed no batch: {outcome}"
+        generation = processor.generations[-1]
+        claim_tasks(config, job_key, tasks, generation + 1)  # what the new owners do when they take the tasks over
+        append_messages(config, 100, 5, start=100, commit_size=100)  # a batch to commit: its write is fenced
+        eventually(lambda: fenced.is_set() or not thread.is_alive(), 300, 0.2, "no fenced write")
+        assert fenced.is_set() and thread.is_alive(), f"the fenced processor ended its run: {outcome}"
+        # The next model: another processor joins (the leader, p1, publishes it); p1 runs its share of it.
+        other = job_coordinator_from_config("p2", config, tasks, _IdleParticipant())
+        other.start()
+        store = checkpoint_store_from_config(config, job_key)
+        stamped = {t: store.read(t).checkpoint.batch for t in tasks}
+
+        def runs_its_new_share() -> bool:
+            assert thread.is_alive(), f"the processor ended its run: {outcome}"
+            model = read_status(config).state.effective
+            if model is None or model.version <= generation or processor.generations[-1] != model.version:
+                return False
+            mine = model.tasks_of("p1")  # the input the fenced batch read is still to commit
+            return bool(mine) and all(store.read(t).checkpoint.generation == model.version
+                                      and store.read(t).checkpoint.batch > stamped[t] for t in mine)
+
+        eventually(runs_its_new_share, 300, 1.0, "p1 did not run its share of the next job model")
+        assert processor.fenced == 1
+    finally:
+        processor.request_stop("test over")
+        thread.join(300)
+        if other is not None:
+            other.stop()
+    assert outcome and isinstance(outcome[0], RunOutcome), outcome

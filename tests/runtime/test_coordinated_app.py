@@ -1,6 +1,7 @@
-"""Two processors of a two-stage application under the Azure coordinator (Azurite): they share every stage's
-tasks (each stage has its own job model; a task runs in one processor at a time under its model's version as
-fencing generation), and the windows they write together are exactly what a plain-Python oracle computes."""
+"""Two processors of a two-stage application under the Azure coordinator (Azurite): they are one membership (one
+heartbeat and lease set per processor, named after the application, whose job model holds every stage's tasks),
+they share every stage's tasks (a task runs in one processor at a time under the model's version as fencing
+generation), and the windows they write together are exactly what a plain-Python oracle computes."""
 
 from __future__ import annotations
 
@@ -53,8 +54,8 @@ def _oracle(events: list[tuple[str, int, int, int]]) -> Counter[tuple[str, int, 
 def _application(work_dir: Any, connection: str, name: str, events: list[tuple[str, int, int, int]]) -> Config:
     config = Config({
         **FAST_AZURE_COORDINATION,
-        # Two processors and four coordinators in one loaded test process: slow heartbeats must not count as
-        # deaths (a processor judged dead while it still runs is fenced, which is not what is tested here).
+        # Two processors in one loaded test process: slow heartbeats must not count as deaths (a processor judged
+        # dead while it still runs is fenced and steps back, which is not what is tested here).
         "job.coordinator.azure.liveness.timeout.ms": "15000",
         "job.coordinator.azure.barrier.timeout.ms": "60000",
         "job.name": name,
@@ -105,7 +106,10 @@ def test_two_processors_share_each_stage_of_an_application(spark, work_dir, azur
     config = _application(work_dir, azure_connection_string, unique_name, events)
     stages = [s.config for s in plan_application(config).stages]
     assert len(stages) == 2
-    models: dict[str, dict[int, dict[str, list[str]]]] = {JobConfig.from_config(c).job_key: {} for c in stages}
+    keys = [JobConfig.from_config(c).job_key for c in stages]
+    models: dict[int, dict[str, list[str]]] = {}  # every model of the application's membership, by version
+    members: set[str] = set()
+    stage_members: set[str] = set()  # anything coordinated per stage (there must be nothing)
     outcomes: dict[str, Any] = {}
 
     def processor(pid: str) -> None:
@@ -116,11 +120,16 @@ def test_two_processors_share_each_stage_of_an_application(spark, work_dir, azur
             outcomes[pid] = exc
 
     def record_models() -> None:
-        for stage in stages:  # every job model each stage's coordinator published
-            model = read_status(stage).state.effective
-            if model is not None:
-                key = JobConfig.from_config(stage).job_key
-                models[key][int(model.version)] = {p: sorted(t) for p, t in model.assignments.items()}
+        status = read_status(config)
+        members.update(p.processor_id for p in status.processors)
+        model = status.state.effective
+        if model is not None:
+            models[int(model.version)] = {p: sorted(t) for p, t in model.assignments.items()}
+        for stage in stages:
+            st = read_status(stage)
+            stage_members.update(p.processor_id for p in st.processors)
+            if st.state.current is not None:
+                stage_members.add(f"a job model of stage {JobConfig.from_config(stage).job_key}")
 
     threads = [threading.Thread(target=processor, args=(pid,), daemon=True) for pid in ("p1", "p2")]
     threads[0].start()
@@ -130,7 +139,7 @@ def test_two_processors_share_each_stage_of_an_application(spark, work_dir, azur
     deadline = time.monotonic() + 300
     while threads[0].is_alive() and not outcomes and time.monotonic() < deadline:
         record_models()
-        if any(models.values()):
+        if models:
             break
         time.sleep(0.2)
     threads[1].start()
@@ -144,38 +153,43 @@ def test_two_processors_share_each_stage_of_an_application(spark, work_dir, azur
             f"{pid} failed: {''.join(traceback.format_exception(outcomes[pid]))}"
         assert outcomes[pid].reason == "all inputs ended"
 
-    for stage in stages:
-        key = JobConfig.from_config(stage).job_key
-        seen = models[key]
+    assert members == {"p1", "p2"} and not stage_members, (members, stage_members)  # one membership per processor
+    assert models, "the application was never coordinated: no job model"
+    for stage, key in zip(stages, keys, strict=True):
         tasks = sorted(t.name for t in InputSystems(JobConfig.from_config(stage)).task_models())
-        assert seen, f"stage {key} was never coordinated: no job model"
-        for version, assignments in seen.items():  # one processor per task in every model
+        per_model = {version: {p: [t.split("/", 1)[1] for t in ts if t.split("/", 1)[0] == key]
+                               for p, ts in assignments.items()} for version, assignments in models.items()}
+        for version, assignments in per_model.items():  # one processor per task in every model
             owned = [t for ts in assignments.values() for t in ts]
             assert sorted(owned) == tasks, f"stage {key} model {version}: {assignments}"
-        assert any(all(assignments.get(p) for p in ("p1", "p2")) for assignments in seen.values()), \
-            f"stage {key}: no model shared the tasks between the processors: {seen}"
+        assert any(all(assignments.get(p) for p in ("p1", "p2")) for assignments in per_model.values()), \
+            f"stage {key}: no model shared the tasks between the processors: {per_model}"
         for task, checkpoint in checkpoint_store_from_config(stage, key).read_all().items():
-            assert 1 <= checkpoint.generation <= max(seen), f"{key} {task}: generation {checkpoint.generation}"
+            assert 1 <= checkpoint.generation <= max(models), f"{key} {task}: generation {checkpoint.generation}"
             assert checkpoint.ended and checkpoint.open_intent() is None
 
     assert _output(work_dir) == _oracle(events)
 
 
 def test_once_runs_a_coordinated_application_writers_first(spark, work_dir, azure_connection_string, unique_name):
-    """``--once`` under the coordinator: the stages run one after the other, each under its own job model, so
-    the second stage sees all the first wrote, and the bounded input's windows all fire."""
+    """``--once`` under the coordinator: the stages run one after the other under the application's one job
+    model, so the second stage sees all the first wrote, and the bounded input's windows all fire."""
     events = _events(90)
     config = _application(work_dir, azure_connection_string, unique_name, events)
     outcome = run_application(config, spark=spark, processor_id="p1", once=True, install_signal_handlers=False)
     assert outcome.batches > 0
-    for stage in plan_application(config).stages:
+    model = read_status(config).state.current
+    assert model is not None, "the application was never coordinated"
+    stages = plan_application(config).stages
+    assert sorted(model.tasks) == sorted(f"{JobConfig.from_config(s.config).job_key}/{t.name}" for s in stages
+                                         for t in InputSystems(JobConfig.from_config(s.config)).task_models())
+    for stage in stages:
         key = JobConfig.from_config(stage.config).job_key
-        model = read_status(stage.config).state.current
-        assert model is not None, f"stage {key} was never coordinated"
+        assert read_status(stage.config).state.current is None, f"stage {key} was coordinated on its own"
         checkpoints = checkpoint_store_from_config(stage.config, key).read_all()
         assert checkpoints and all(1 <= cp.generation <= model.version and cp.ended for cp in checkpoints.values())
     assert _output(work_dir) == _oracle(events)
-    # `sparza coordinator status` of the application shows each stage's coordination.
+    # `sparza coordinator status` of the application shows its one membership.
     import yaml
     from typer.testing import CliRunner
 
@@ -185,7 +199,6 @@ def test_once_runs_a_coordinated_application_writers_first(spark, work_dir, azur
     path.write_text(yaml.safe_dump(dict(config.items())))
     result = CliRunner().invoke(app, ["coordinator", "status", "--config", str(path)])
     assert result.exit_code == 0, result.output
-    for stage in plan_application(config).stages:
-        version = read_status(stage.config).state.version
-        assert f"stage {stage.name}:\njob {unique_name}-{stage.name}-1:" in result.output
-        assert version >= 1 and f"job model: version {version}," in result.output
+    version = read_status(config).state.version
+    assert f"job {unique_name}-1:" in result.output and "stage " not in result.output
+    assert version >= 1 and f"job model: version {version}," in result.output

@@ -19,8 +19,8 @@ app = SparzaTyper(help="Inspect how the processors of a job share its tasks (job
 def status(config: Path = typer.Option(..., "--config", "-c", metavar="FILE",
                                        help="The job's config file (YAML or .properties)."),
            ) -> None:
-    """Show the leader, each processor's last heartbeat, the job-model version, barrier and assignment (of each
-    stage, for an application)."""
+    """Show the leader, each processor's last heartbeat, the job-model version, barrier and assignment (for an
+    application: its one membership, each task named ``<stage job>/<task>``)."""
     # Imported here, not with the module: every `sparza` command loads this module, and the coordination
     # package brings the Azure SDK with it.
     from rich.console import Console
@@ -31,14 +31,15 @@ def status(config: Path = typer.Option(..., "--config", "-c", metavar="FILE",
 
     cfg = Config.load(config)
     out = Console(highlight=False, width=None if Console().is_terminal else 200)
+    _show(out, cfg, read_status(cfg))  # an application's processors are one membership, named after it
     if APP_CLASS.get(cfg) and APP_STAGE.get(cfg) is None:
         from sparza.api import plan_application
 
-        for stage in plan_application(cfg).stages:  # each stage of an application is coordinated as its own job
-            out.print(f"stage {stage.name}:")
-            _show(out, stage.config, read_status(stage.config))
-        return
-    _show(out, cfg, read_status(cfg))
+        for stage in plan_application(cfg).stages:  # processors run with --stage join that stage's own membership
+            st = read_status(stage.config)
+            if st.processors or st.state.current is not None:
+                out.print(f"stage {stage.name} (sparza run --stage {stage.name}):")
+                _show(out, stage.config, st)
 
 
 def _show(out: Any, cfg: Any, st: Any) -> None:

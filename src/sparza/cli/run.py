@@ -246,9 +246,35 @@ def show(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help=
                           "" if intent is None else f"batch {intent.batch} up to "
                           + ", ".join(f"{k} {v}" for k, v in sorted(intent.ends.items())))
         console.print(table)
+        _print_partitions(store)
         _print_history(store, as_json=False, newest=5)
     if as_json:
         typer.echo(json.dumps(everything if len(configs) > 1 else next(iter(everything.values()), {}), indent=2))
+
+
+def _print_partitions(store: object) -> None:
+    """The job's record of its inputs' partition counts (:mod:`sparza.engine.partitions`): how tasks are grouped."""
+    import datetime as dt
+
+    from sparza.engine.partitions import read_record
+
+    record = read_record(store)
+    if record is None:
+        return
+    parts = []
+    for stream, count in sorted(record.counts.items()):
+        grouped, first = record.grouped.get(stream, count), record.first.get(stream, count)
+        line = f"{stream} {count}"
+        if grouped < count:
+            line += f" (partition p >= {grouped} read by the task of p % {grouped}: SEP-5)"
+        if first != count:
+            line += f", first read with {first}"
+        parts.append(line)
+    typer.echo("input partitions: " + "; ".join(parts))
+    for change in record.history[-5:]:
+        at = dt.datetime.fromtimestamp(int(change.get("at_ms", 0)) / 1000, tz=dt.UTC).isoformat(timespec="seconds")
+        typer.echo(f"  {at} {change.get('stream')}: {change.get('from')} -> {change.get('to')} partitions "
+                   f"(job.partition.expansion: {change.get('policy')})")
 
 
 def _print_history(store: object, *, as_json: bool, newest: int | None = None) -> None:

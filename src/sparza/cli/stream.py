@@ -1,9 +1,9 @@
-"""``sparza stream create|describe|tail|load|compact|optimize|truncate``: Delta Lake streams from the shell.
+"""``sparza stream create|grow|describe|tail|load|compact|optimize|truncate``: Delta Lake streams from the shell.
 
 A STREAM argument is a stream name of a delta system (``--system``, tables under its
 ``systems.<s>.delta.root`` or ``--root``) or a table location: a path or ``az://container/path``
 (the stream is then named after the last path segment). With ``--system`` naming a kafka or
-eventhubs system, ``create``, ``describe``, ``tail`` and ``load`` work on its topics.
+eventhubs system, ``create``, ``grow``, ``describe``, ``tail`` and ``load`` work on its topics.
 """
 
 from __future__ import annotations
@@ -107,6 +107,24 @@ def create(stream: str = typer.Argument(..., help="Stream name or location."),
     created = admin.create_stream(StreamSpec(stream_name, partitions))
     verb = "created" if created else "already exists"
     typer.echo(f"stream {stream_name} {verb}: {partitions} partitions at {_where(admin, stream_name)}")
+
+
+@app.command()
+def grow(stream: str = typer.Argument(..., help="Stream (topic) name."),
+         partitions: int = typer.Option(..., "--partitions", "-p", min=1,
+                                        help="The partition count it gets, in all (more than it has)."),
+         config: Path = _CONFIG, system: str = _SYSTEM, root: str = _ROOT) -> None:
+    """Give a stream more partitions (a Kafka topic: CreatePartitions). A job that reads it then stops, or regroups
+    its tasks, as its job.partition.expansion says (see docs/operations.md, "Partitions that grow")."""
+    from sparza.systems import SupportsPartitionGrowth
+
+    cfg, name, stream_name = _resolve(stream, config, system, root)
+    admin = _admin(cfg, name)
+    if not isinstance(admin, SupportsPartitionGrowth):
+        raise ConfigError("--system", name, "a system whose streams can get more partitions (kafka, eventhubs); a "
+                          "delta stream keeps the partition count it was created with")
+    before = admin.grow_stream(stream_name, partitions)
+    typer.echo(f"stream {stream_name}: {before} -> {partitions} partitions at {_where(admin, stream_name)}")
 
 
 @app.command()

@@ -1,7 +1,7 @@
 """The config reference, generated from the keys each package declares with ``define_key``.
 
-``python -m sparza.config.reference > docs/config-reference.md`` regenerates the page; a test fails when
-the committed page differs from the code, so the docs cannot drift.
+``make docs`` (``python -m sparza.config.reference > docs/config-reference.md``) regenerates the page; a
+test fails when the committed page differs from the code, so the docs cannot drift.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ def render() -> str:
     """The reference page as Markdown: one table per package."""
     import_all_packages()
     lines = ["# Config reference", "",
-             "Generated from the code by `python -m sparza.config.reference`; do not edit by hand. Placeholders in "
+             "Generated from the code by `make docs` (`python -m sparza.config.reference`); do not edit by hand. "
+             "Placeholders in "
              "angle brackets: `<system>` a system name, `<stream>` a stream id, `<store>` a store name.", ""]
     package = None
     for key in defined_keys():

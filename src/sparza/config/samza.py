@@ -55,6 +55,9 @@ SAMZA_UNUSED: dict[str, str] = {
     "task.java.home": "Spark's JVM is configured by Spark",
     "task.log4j.system": "logs go to Spark's log4j configuration",
     "task.poll.interval.ms": "inputs are read per batch by Spark",
+    "job.coordinator.monitor-partition-change.frequency.ms": "a job sees an input's changed partition count at every "
+                                                             "metadata read of its containers (within one poll); "
+                                                             "job.partition.expansion says what it does then",
     "task.shutdown.ms": "a stop finishes the running batch and commits",
     "task.max.concurrency": "one task processes its messages in order, one batch at a time",
     "task.callback.timeout.ms": "sparza tasks are synchronous",
@@ -176,6 +179,12 @@ FACTORY_KINDS: dict[str, FactoryKind] = {
             "org.apache.samza.serializers.KVSerdeFactory": "a KV serde is configured as separate key and msg serdes "
                                                            "in sparza",
         }),
+    "partition mapper": FactoryKind(
+        "stream partition mapper (partition expansion)", r"job\.partition\.expansion",
+        ("auto", "fail", "group", "new-tasks"),
+        {
+            "org.apache.samza.container.grouper.stream.HashSystemStreamPartitionMapperFactory": "group",
+        }),
     "grouper": FactoryKind(
         "stream partition grouper", r"task\.name\.grouper\.factory", ("partition",),
         {
@@ -200,6 +209,7 @@ KEY_ALIASES: dict[str, str] = {
     # Samza's TaskConfig constant really contains a comma.
     "task.watermark.quorum.size,percentage": "task.watermark.quorum.percentage",
     "job.systemstreampartition.grouper.factory": "task.name.grouper.factory",
+    "job.system.stream.partition.mapper.factory": "job.partition.expansion",
     "app.name": "job.name",
     "app.id": "job.id",
 }

@@ -3,9 +3,9 @@
 A processor paused past its liveness timeout (GC, SIGSTOP, a network cut) may wake up still
 believing it owns tasks that a newer job model gave to someone else. Two checks stop it:
 
-* :meth:`GenerationFence.check` reads the newest published job model and raises
-  :class:`FencedError` when it is newer than the caller's generation and does not give the task to
-  the caller. Call it before committing a batch.
+* :meth:`GenerationFence.check` reads the published job models and raises :class:`FencedError`
+  unless the task stayed the caller's in every model newer than its generation. Call it before
+  committing a batch.
 * :func:`write_fenced` writes a small blob (a task checkpoint) carrying ``generation`` in its
   metadata, conditional on the ETag it just read: it is refused when the stored object carries a
   newer generation, so even a write that slips past ``check`` cannot overwrite newer work. A new
@@ -60,7 +60,13 @@ class GenerationFence:
         return self._clients.store.read().state.version
 
     def check(self, task: str) -> None:
-        """Raise :class:`FencedError` if a newer job model exists that does not give ``task`` to us."""
+        """Raise :class:`FencedError` unless ``task`` stayed ours in every job model newer than our generation.
+
+        The store keeps two models: the newest and the one in force before it. A newer model that keeps the task
+        with us passes only when it is the only newer one: when the model in force before it is newer than our
+        generation too, the task may have moved away and back (a paused processor rejoining is given some of its
+        old tasks again) and the models in between are not known, so the check refuses.
+        """
         state = self._clients.store.read().state
         newest = state.current
         if newest is None or newest.version <= self.generation:
@@ -68,6 +74,11 @@ class GenerationFence:
         if task not in newest.tasks_of(self.processor_id):
             raise FencedError(task, self.processor_id, self.generation, newest.version,
                               "a newer job model gives the task to " + repr(newest.owner_of(task)))
+        before = state.previous
+        if before is not None and before.version > self.generation:
+            raise FencedError(task, self.processor_id, self.generation, newest.version,
+                              f"job model {before.version} came into force after ours: the task may have "
+                              "been another processor's in between")
 
     def write(self, blob_client: Any, data: bytes, task: str) -> str:
         """:meth:`check` then :func:`write_fenced`; returns the new ETag."""

@@ -18,7 +18,7 @@ tag) stay unchanged for ``timeout.ms`` by its own :data:`~sparza.clock.Clock`: t
 its own, and lets tests (and :class:`sparza.testing.TestRunner`) move time with a
 :class:`~sparza.clock.ManualClock` instead of sleeping.
 
-Backends: :class:`LocalClaimBackend` (a file, conditional on its content hash under a file lock) and
+Backends: :class:`LocalClaimBackend` (numbered files, conditional by linking the next number) and
 :class:`AzureClaimBackend` (a blob, ``If-Match`` / ``If-None-Match`` on its ETag).
 """
 
@@ -27,8 +27,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import email.utils
-import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -37,7 +35,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -181,55 +179,102 @@ class ClaimBackend(Protocol):
 
 
 class LocalClaimBackend:
-    """A claim file (``path``); writes compare its content hash under a file lock and replace atomically."""
+    """A claim kept as numbered files ``<path>.<n>``, the newest being the claim (a lone ``<path>`` file, as older
+    versions kept it, counts as number 0).
+
+    A write writes and syncs its version to a temporary file, then links it to the next number: the link fails
+    when another writer took that number first (the conditional write). There is no lock, so a process stopped in
+    the middle of a write (SIGSTOP, a suspended VM) holds nothing the others wait for: the file lock of before,
+    held across a write's fsync by a holder stopped there, kept the processor taking the expired claim over
+    waiting until the holder woke. Versions older than the one before the newest are deleted.
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
+        self.base = Path(path)
+
+    @property
+    def path(self) -> Path:
+        """The file holding the claim now (``<path>`` itself when there is none yet)."""
+        versions = self._versions()
+        return versions[-1][1] if versions else self.base
 
     def describe(self) -> str:
-        """The file."""
-        return str(self.path)
+        """The claim's path (without its version number)."""
+        return str(self.base)
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_name(self.path.name + ".lock"), "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+    def _file(self, number: int) -> Path:
+        return self.base.with_name(f"{self.base.name}.{number:012d}")
+
+    def _versions(self) -> list[tuple[int, Path]]:
+        prefix = self.base.name + "."
+        out: list[tuple[int, Path]] = []
+        try:
+            with os.scandir(self.base.parent) as entries:
+                for entry in entries:
+                    if entry.name == self.base.name:
+                        out.append((0, Path(entry.path)))
+                    elif entry.name.startswith(prefix) and entry.name[len(prefix):].isdigit():
+                        out.append((int(entry.name[len(prefix):]), Path(entry.path)))
+        except FileNotFoundError:
+            return []
+        return sorted(out)
 
     def read(self) -> ClaimState | None:
-        """The file, the hash of its bytes, and now minus its mtime."""
-        try:
-            with open(self.path, "rb") as fh:
-                data = fh.read()
-                mtime_ns = os.fstat(fh.fileno()).st_mtime_ns
-        except FileNotFoundError:
-            return None
-        age = max(0, (time.time_ns() - mtime_ns) // 1_000_000)
-        return ClaimState(ClaimRecord.from_json(data, str(self.path)), hashlib.sha256(data).hexdigest(), age)
+        """The newest version, its number (the tag), and now minus its mtime."""
+        while True:
+            versions = self._versions()
+            if not versions:
+                return None
+            number, path = versions[-1]
+            try:
+                with open(path, "rb") as fh:
+                    data = fh.read()
+                    mtime_ns = os.fstat(fh.fileno()).st_mtime_ns
+            except FileNotFoundError:  # a writer that lost took its own version back: list again
+                continue
+            age = max(0, (time.time_ns() - mtime_ns) // 1_000_000)
+            return ClaimState(ClaimRecord.from_json(data, str(path)), str(number), age)
 
     def write(self, record: ClaimRecord, expected_tag: str | None) -> str:
-        """Compare the stored hash under the lock, then replace the file atomically."""
-        data = record.to_json()
-        with self._locked():
-            current = self.read()
-            if (current.tag if current else None) != expected_tag:
-                raise _RaceError(str(self.path))
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-claim-")
+        """Link the new version to the number after ``expected_tag`` (1 when nothing is stored); the new tag."""
+        number = int(expected_tag) if expected_tag is not None else 0
+        if expected_tag is None and self._versions():
+            raise _RaceError(str(self.base))
+        self.base.parent.mkdir(parents=True, exist_ok=True)
+        target = self._file(number + 1)
+        fd, tmp = tempfile.mkstemp(dir=self.base.parent, prefix=".tmp-claim-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(record.to_json())
+                fh.flush()
+                os.fsync(fh.fileno())
             try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, self.path)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                raise
-        return hashlib.sha256(data).hexdigest()
+                os.link(tmp, target)
+            except FileExistsError:
+                raise _RaceError(str(self.base)) from None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        versions = self._versions()
+        if versions[-1][0] > number + 1:
+            # Our number was free only because it had been deleted as old: a newer version is in force.
+            target.unlink(missing_ok=True)
+            raise _RaceError(str(self.base))
+        for old, path in versions:
+            if old < number:
+                path.unlink(missing_ok=True)
+        _sync_dir(self.base.parent)
+        return str(number + 1)
+
+
+def _sync_dir(path: Path) -> None:
+    """Make a link or unlink in ``path`` durable (the claim survives a crash of the host)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 class AzureClaimBackend:

@@ -108,7 +108,7 @@ class TaskCheckpoint:
     control-message state (watermarks, end-of-stream counts). ``ended``: the task delivered
     end-of-stream to its task code. ``spark_batch_id`` and ``written_at_ms`` are informational.
     ``location``: the state dir (host and dir, :func:`sparza.engine.container.location_of`) where the batch
-    ran, so the next epoch can run the task where its local state is (host affinity). ``drain``: the drain
+    ran, so the next placement can run the task where its local state is (host affinity). ``drain``: the drain
     messages read on intermediate inputs and the drain the task completed
     (:meth:`sparza.control.drain.DrainTracker.snapshot`).
 

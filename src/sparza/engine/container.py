@@ -81,6 +81,7 @@ from sparza.engine.messages import (
     TaskWaiting,
 )
 from sparza.engine.model import TaskModel
+from sparza.engine.partitions import RegroupNeeded, check_running
 from sparza.engine.planner import BatchPlan, BatchPlanner, SspPosition
 from sparza.engine.queries import StoreQueries
 from sparza.engine.results import BatchResult, BatchStatus
@@ -208,6 +209,8 @@ class TaskLoop:
         """The task's next batch as a split, or None when it has nothing to do now."""
         assert self.plan is not None
         positions = self.engine.positions()
+        if self.engine.partition_changes:  # an input's partitions changed: stop (fail) or regroup, never read on
+            check_running(self.engine.key, self.engine.expansion, self.engine.partition_changes)
         seen = tuple(p.upcoming if (p := positions.get(ssp)) is not None else None for ssp in self.model.ssps)
         if seen == self._idle_at and not self._window_due(now_ms):
             return None
@@ -479,6 +482,17 @@ class Container:
             # The job again (a coordinator's next job model, a restarted run of a stage): same config, maybe a
             # new generation, new start positions and targets.
             job = self.jobs[command.job]
+            left = [self.tasks[(command.job, name)] for name in sorted(job.tasks)]
+            if job.engine.partition_changes and all(t.state != "committing" for t in left):
+                # Its tasks stopped to regroup for new partition counts (the host let the job go and added it again):
+                # the job again means new task models. Tasks of the old models still here stopped between batches.
+                for task in left:
+                    self._release(task)
+                with contextlib.suppress(Exception):
+                    job.engine.close()
+                del self.jobs[command.job]
+                self._add_job(command)
+                return
             job.command = command
             job.removing = False
             engine = job.engine
@@ -662,7 +676,9 @@ class Container:
         ran = False
         wall = self.wall_ms()
         for task in due:
-            if task.state != "idle" or task.loop.idle(changed[task.job], wall):
+            # An idle task also hears that its job's input partitions changed.
+            if task.state != "idle" or (task.loop.idle(changed[task.job], wall)
+                                        and not self.jobs[task.job].engine.partition_changes):
                 continue
             if self._step(task):
                 ran = True
@@ -673,6 +689,14 @@ class Container:
         job = self.jobs[task.job]
         try:
             split = task.loop.next_split(self.wall_ms())
+        except RegroupNeeded as exc:
+            # Partitions grew and the job regroups: the task stops here, between batches; the host starts the job's
+            # tasks again, grouped for the new counts (sparza.engine.partitions).
+            if task.waiting != "regroup":
+                _log.info("task %s: %s", task.name, exc)
+            task.waiting = "regroup"
+            self._finish(task, "regroup")
+            return False
         except PLANNING_ERRORS as exc:
             # What a planner raises for an input re-created behind the checkpoint, input after an ended task's end:
             # deterministic, so the job stops.

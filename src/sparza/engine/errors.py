@@ -5,6 +5,7 @@ from __future__ import annotations
 from sparza.errors import ConfigError, ErrorKind, SparzaError
 
 __all__ = [
+    "FENCED_OFF",
     "CheckpointConflictError",
     "CheckpointFencedError",
     "JobConfigurationError",
@@ -13,6 +14,7 @@ __all__ = [
     "ProcessingError",
     "RuntimeStateError",
     "TaskCodeError",
+    "TasksFencedError",
     "broadcast_stall",
     "tasks_failed",
 ]
@@ -79,13 +81,26 @@ class JobConfigurationError(JobFailedError, ConfigError):
         ConfigError.__init__(self, "", None, "", message=message)
 
 
+class TasksFencedError(JobFailedError):
+    """Tasks of this processor were fenced off: a newer coordinator generation owns them (another processor took
+    them over, e.g. after judging this one dead). Under a job coordinator the processor steps back and waits for
+    its next job model; a standalone run ends (exit code 1)."""
+
+
+FENCED_OFF = "fenced off"
+"""How the one-line report of a task whose checkpoint write was fenced off begins."""
+
+
 def tasks_failed(errors: list[str | None]) -> JobFailedError:
     """The error of a batch whose tasks failed with ``errors`` (their one-line reports): a
-    :class:`JobConfigurationError` when each is a configuration error, else a :class:`JobFailedError`."""
+    :class:`JobConfigurationError` when each is a configuration error, a :class:`TasksFencedError` when each was
+    fenced off, else a :class:`JobFailedError`."""
     lines = [e or "failed" for e in errors]
     message = "; ".join(lines)
     if lines and all(line.startswith(ErrorKind.CONFIG.value) for line in lines):
         return JobConfigurationError(message)
+    if lines and all(line.startswith(FENCED_OFF) for line in lines):
+        return TasksFencedError(message)
     return JobFailedError(message)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from sparza.engine.jobconfig import JobConfig
 from sparza.engine.model import TaskModel, build_task_models
 from sparza.engine.offsets import OffsetOps
+from sparza.engine.partitions import Grouping, settle_partitions
 from sparza.engine.planner import SspPosition
 from sparza.streams import SystemStream, SystemStreamPartition
 from sparza.systems import SupportsPartitionCount, get_system_factory
@@ -47,9 +48,22 @@ class InputSystems:
                 out[spec.stream] = meta.partition_count
         return out
 
+    @cached_property
+    def grouping(self) -> Grouping:
+        """How partitions become tasks this run (:mod:`sparza.engine.partitions`): settled against the job's record
+        of its partition counts, which it writes when new or changed. Raises
+        :class:`~sparza.engine.partitions.PartitionCountChangedError` when a count changed and
+        ``job.partition.expansion`` says to stop."""
+        from sparza.engine.checkpoint import checkpoint_store_from_config
+
+        store = checkpoint_store_from_config(self.job.config, self.job.job_key)
+        broadcast = (frozenset(spec.stream for spec in self.job.inputs if spec.broadcast)
+                     - frozenset(spec.stream for spec in self.job.inputs if not spec.broadcast))
+        return settle_partitions(self.job.config, self.job.job_key, self.partition_counts, store, broadcast=broadcast)
+
     def task_models(self) -> list[TaskModel]:
-        """Every task of the job (tasks are partitions)."""
-        return build_task_models(self.job, self.partition_counts)
+        """Every task of the job (tasks are partitions, grouped as :attr:`grouping` says)."""
+        return build_task_models(self.job, self.partition_counts, self.grouping)
 
     def positions(self) -> dict[SystemStreamPartition, SspPosition]:
         """Oldest and upcoming offset of every input SSP, fresh from the admins."""

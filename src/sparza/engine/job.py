@@ -10,6 +10,7 @@ admins and offset operations, the task models, the checkpoint store, the commit 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -19,12 +20,15 @@ from sparza.engine.checkpoint import CheckpointStore, checkpoint_store_from_conf
 from sparza.engine.inputs import InputSystems
 from sparza.engine.jobconfig import JobConfig
 from sparza.engine.model import TaskModel
+from sparza.engine.partitions import StreamChange, changes_between, expansion_policy
 from sparza.engine.planner import SspPosition
 from sparza.metrics import MetricsRegistry
 from sparza.streams import SystemStreamPartition
 from sparza.systems import SystemConsumer, SystemProducer, get_system_factory
 
 __all__ = ["EngineJob", "JobClients"]
+
+_log = logging.getLogger(__name__)
 
 _Client = TypeVar("_Client", SystemProducer, SystemConsumer)
 
@@ -111,6 +115,15 @@ class EngineJob:
                                 if start_positions is not None else None)
         self.targets = ({SystemStreamPartition.parse(k): v for k, v in targets.items()}
                         if targets is not None else None)
+        self.expansion = expansion_policy(self.config)
+        """``job.partition.expansion`` decided (:mod:`sparza.engine.partitions`)."""
+        self.partition_changes: list[StreamChange] = []
+        """Input streams whose partition count the last metadata read found changed against the counts the task models
+        are grouped for (empty: none): the job's tasks stop or regroup
+        (:func:`~sparza.engine.partitions.check_running`)."""
+        self._broadcast = (frozenset(s.stream for s in self.job.inputs if s.broadcast)
+                           - frozenset(s.stream for s in self.job.inputs if not s.broadcast))
+        self._said: set[str] = set()
         self._positions: Mapping[SystemStreamPartition, SspPosition] | None = None
         self._previous: Mapping[SystemStreamPartition, SspPosition] = {}
         self._changed: frozenset[SystemStreamPartition] = frozenset()
@@ -138,6 +151,14 @@ class EngineJob:
                 self._changed = frozenset(ssp for ssp, pos in found.items()
                                           if (old := before.get(ssp)) is None or old.upcoming != pos.upcoming)
                 self._previous = found
+                # Within one poll: a stream that gained (or lost) partitions stops or regroups the job's tasks.
+                self.partition_changes = changes_between(self.inputs.partition_counts, found, self._broadcast)
+                for change in self.partition_changes:
+                    if change.broadcast and change.describe() not in self._said:
+                        self._said.add(change.describe())
+                        _log.warning("job %s: broadcast input %s; every task still reads the partitions "
+                                     "task.broadcast.inputs names (name the new ones there to read them)", self.key,
+                                     change.describe())
             return found
 
     def changed(self) -> frozenset[SystemStreamPartition]:

@@ -23,6 +23,7 @@ from sparza.config.shared import (
 )
 from sparza.coordination.settings import COORDINATOR_FACTORY
 from sparza.deadletters import DROP_DESERIALIZATION
+from sparza.engine.expansion import expansion_policy
 from sparza.errors import PAYLOAD_PREFIX_KEY, ConfigError, set_payload_prefix_bytes
 from sparza.state.kv.factory import STORE_FACTORY
 from sparza.streams import SystemStream, parse_input_list
@@ -148,7 +149,12 @@ class JobConfig:
         explicit = SPARK_CHECKPOINT_DIR.get(self.config)
         if explicit:
             return explicit
-        return str(Path(self.store_base_dir) / "_spark" / self.job_key / processor_id)
+        base = self.store_base_dir
+        if "${" in base:
+            # A base dir each executor resolves from its own environment (${SPARZA_EXECUTOR_STATE}) means nothing
+            # here on the driver: the driver's own dir under .sparza, never a literal "${...}" dir in the cwd.
+            base = str(Path(".sparza") / "state")
+        return str(Path(base) / "_spark" / self.job_key / processor_id)
 
     @classmethod
     def from_config(cls, config: Config, *, require_inputs: bool = True) -> JobConfig:
@@ -176,6 +182,7 @@ class JobConfig:
             if value is not None and not _is_dotted_path(value):
                 raise ConfigError(key, value, "a dotted path like package.module.ClassName")
         GROUPER_FACTORY.get(config)
+        expansion_policy(config)  # job.partition.expansion: a bad value, or new-tasks with stores, fails at start
         inputs = _parse_inputs(config, require=require_inputs and task_class is not None and app_class is None)
         checkpoint_factory = CHECKPOINT_FACTORY.get(config)
         coordinator = COORDINATOR_FACTORY.get(config)

@@ -143,6 +143,7 @@ class _Job:
     done: set[str] = field(default_factory=set)  # tasks that left the run loop for good (ended, caught up, ...)
     leaving: bool = False
     drain: dict[str, Any] | None = None
+    waiting_since: float | None = None  # since when tasks without a container wait for containers still starting
 
 
 class ContainerManager:
@@ -371,6 +372,9 @@ class ContainerManager:
             where = container.ready.get(job.add.job, "?")
             for task in mine:
                 job.owner[task] = None
+                # A task moving away from it will never be released: it is an orphan like the others (kept in
+                # job.moving, it would hold every placement of the job for ever).
+                job.moving.pop(task, None)
                 if task not in job.done:
                     job.orphaned[task] = (index, where, reason)
             for task, target in list(job.moving.items()):
@@ -447,7 +451,13 @@ class ContainerManager:
         starting = [c for c in self._containers.values() if key not in c.ready and key not in c.refused
                     and now - max(c.launched_at, job.joined_at) < timeout_s]
         if starting and any(current is None for current in job.owner.values()):
-            return  # wait: a task whose state is at a container still starting should go there
+            # Wait: a task whose state is at a container still starting should go there. At most the start timeout
+            # in all, so containers that keep failing to start (each one new) cannot hold the tasks for ever.
+            if job.waiting_since is None:
+                job.waiting_since = now
+            if now - job.waiting_since < timeout_s:
+                return
+        job.waiting_since = None
         live = [t for t in job.owner if t not in job.done]
         current = {t: job.owner[t] for t in live}
         target = place_tasks(live, ready, current, job.last_location, affinity=job.member.affinity)

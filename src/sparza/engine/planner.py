@@ -294,8 +294,8 @@ class BatchPlanner:
         adjunct = AdjunctConfig.from_config(job.config)
         self._adjunct = adjunct.input_streams()
         # What "the offsets seen at start" means for bounded and bootstrap streams: now, or when the job
-        # started (a container plans with the driver's start positions, so every epoch ends bounded
-        # streams at the same offsets).
+        # started (a container plans with the driver's start positions, so every container ends
+        # bounded streams at the same offsets).
         self.start_positions = (dict(start_positions) if start_positions is not None
                                 else {ssp: pos.upcoming for ssp, pos in metadata().items()})
         self.targets: dict[SystemStreamPartition, str] | None = None
@@ -375,7 +375,9 @@ class BatchPlanner:
                     offsets[key] = intent.starts[key]
                     continue
                 pos = positions[ssp]
-                wants_oldest = self.spec(ssp).offset_default == "oldest" or ssp.system_stream in self._adjunct
+                # A partition the stream gained after the job first read it holds only messages that came since.
+                wants_oldest = (self.spec(ssp).offset_default == "oldest" or ssp.system_stream in self._adjunct
+                                or ssp in task.new)
                 if wants_oldest and pos.oldest is not None:
                     offsets[key] = pos.oldest
                 else:
@@ -440,7 +442,10 @@ class BatchPlanner:
         self._awaits_own.discard(task.name)
         for ssp in task.ssps:  # bootstrap SSPs come first in a task's read order
             key = str(ssp)
-            begin = starts.get(key, positions[ssp].upcoming)
+            begin = starts.get(key)
+            if begin is None:  # an SSP the plan does not know yet: a new partition is read from its oldest offset
+                oldest = positions[ssp].oldest
+                begin = oldest if ssp in task.new and oldest is not None else positions[ssp].upcoming
             check_not_past_end(task.name, ssp, begin, positions[ssp], self.ops[ssp.system])
             spec = self.spec(ssp)
             if gated and not spec.bootstrap:
@@ -541,10 +546,21 @@ class BatchPlanner:
             splits.append(TaskSplit(
                 index=i, task=task.name, batch=after.batch,
                 planned_at=now.planned_at_ms if now.planned_at_ms is not None else after.planned_at_ms, ssps=names,
-                starts=[was.get(n, now.offsets[n]) for n in names],
+                starts=[was[n] if n in was else self._missing_start(task, n, now.offsets[n]) for n in names],
                 ends=[now.offsets[n] for n in names], ended=now.ended, bounded_ends=bounded,
                 reset=list(before.task(task.name).reset), drain=drain))
         return splits
+
+    def _missing_start(self, task: TaskModel, name: str, end: str) -> str:
+        """Where a batch starts reading an SSP the plan before it did not know (a plan from before the task gained it):
+        a partition its stream gained is read from its oldest offset, as :meth:`_task_ends` planned; any other SSP
+        reads nothing in this batch (it starts at its end)."""
+        ssp = SystemStreamPartition.parse(name)
+        if ssp in task.new:
+            oldest = self._metadata()[ssp].oldest
+            if oldest is not None and self._cmp(ssp, oldest, end) <= 0:
+                return oldest
+        return end
 
     def _unreached(self, task: TaskModel, ends: Mapping[str, str], drain: DrainRequest) -> list[str]:
         """The source SSPs of ``task`` that have not reached their drain end (nor the end of a bounded stream)

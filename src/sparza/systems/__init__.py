@@ -38,6 +38,7 @@ __all__ = [
     "SupportsOffsetKey",
     "SupportsOffsetsForTimes",
     "SupportsPartitionCount",
+    "SupportsPartitionGrowth",
     "SupportsProcessingTime",
     "SupportsStreamLocation",
     "SystemAdmin",
@@ -320,6 +321,17 @@ class SupportsPartitionCount(Protocol):
 
     def partition_count(self, stream: str) -> int:
         """How many partitions ``stream`` has (raises if it does not exist)."""
+        ...
+
+
+@runtime_checkable
+class SupportsPartitionGrowth(Protocol):
+    """An admin that can give a stream more partitions (Kafka's CreatePartitions): ``sparza stream grow``, and tests of
+    what a job does when its input grows (:mod:`sparza.engine.partitions`)."""
+
+    def grow_stream(self, stream: str, partitions: int) -> int:
+        """Give ``stream`` ``partitions`` partitions in all (more than it has; raises otherwise); returns how many it
+        had."""
         ...
 
 

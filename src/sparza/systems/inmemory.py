@@ -172,6 +172,18 @@ class InMemorySystemAdmin:
         with _LOCK:
             return len(_stream(self.system_name, self.config, stream).partitions)
 
+    def grow_stream(self, stream: str, partitions: int) -> int:
+        """Give ``stream`` ``partitions`` partitions in all (:class:`~sparza.systems.SupportsPartitionGrowth`);
+        returns how many it had."""
+        with _LOCK:
+            found = _stream(self.system_name, self.config, stream)
+            before = len(found.partitions)
+            if partitions <= before:
+                raise InMemoryStreamError(f"stream '{self.system_name}.{stream}' has {before} partitions: it can "
+                                          f"only get more (asked for {partitions})")
+            found.partitions.extend([] for _ in range(partitions - before))
+            return before
+
     def offset_comparator(self, a: str, b: str) -> int:
         """Offsets are positions: compare them as numbers."""
         return (int(a) > int(b)) - (int(a) < int(b))

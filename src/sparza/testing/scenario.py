@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["COMMIT_STEPS", "CONTAINER_FAULTS", "DAYOPS_FAULTS", "DAYOPS_SALT", "DRAIN_MODES", "DRAIN_SALT",
-           "EXECUTION_MODES", "EXECUTION_SALT", "EXTRA_FAULTS", "FAULTS", "INPUTS", "OPERATORS_SALT", "OUTPUTS",
+           "ENGINE_FAULTS", "EXECUTION_MODES", "EXECUTION_SALT", "EXTRA_FAULTS", "FAULTS", "HOST_FAULTS", "INPUTS",
+           "OPERATORS_SALT", "OUTPUTS",
            "InputMessage", "Profile", "Scenario", "generate", "operator_config", "scale_scenario"]
 
 COMMIT_STEPS = ("after-intent", "after-flush", "after-adjunct", "after-snapshot", "after-checkpoint",
@@ -36,6 +37,16 @@ CONTAINER_FAULTS = ("container-kill", "container-retry")
 epoch again, and the same run finish with the exact output), and a one-time failure injected inside a
 container after some of a task's commits there (``task.testing.fail.once.after.commits``): the epoch fails once and
 is retried."""
+
+HOST_FAULTS = ("executor-loss",)
+"""A host of the container mode lost (issue 40): the Spark engine runs the scenario's job on a standalone cluster of
+three one-core workers (each with its own state dir) beside CPU load, SIGKILLs the worker of one container with its
+executor and Python workers mid-run and lets a fresh worker join; the very same run must finish with the exact
+output, the lost tasks moving and the others staying. Drawn from :data:`EXECUTION_SALT` after every earlier draw (so
+the seeds of before keep their scenarios): one in four of the scenarios that get a container fault get this one."""
+
+ENGINE_FAULTS = CONTAINER_FAULTS + HOST_FAULTS
+"""Every fault that needs the container mode."""
 
 DAYOPS_FAULTS = ("savepoint-restore", "rewind-in-place")
 """Day-two operations between runs (issue 37, :mod:`sparza.ops`), drawn from :data:`DAYOPS_SALT`: a savepoint
@@ -368,10 +379,10 @@ def generate(seed: int, *, messages: int | None = None, fault: str | None = None
             _pick_execution(random.Random(seed ^ EXECUTION_SALT), scenario, fault_forced=fault is not None)
         if dayops and fault is None:
             _pick_dayops(random.Random(seed ^ DAYOPS_SALT), scenario)
-    if scenario.fault in CONTAINER_FAULTS and scenario.execution != "containers":
+    if scenario.fault in ENGINE_FAULTS and scenario.execution != "containers":
         scenario.execution = "containers"   # a forced container fault with the execution dimension left out
     if not _fault_fits(scenario.fault, scenario):
-        need = ("one processor and no drain" if scenario.fault in CONTAINER_FAULTS else
+        need = ("one processor and no drain" if scenario.fault in ENGINE_FAULTS else
                 "a low-level task job (not an application) of one processor" if scenario.fault in DAYOPS_FAULTS else
                 "a Kafka input (--input kafka) and no Kafka output or intermediate streams")
         raise ValueError(f"fault {scenario.fault!r} does not fit seed {seed}: it needs {need} ({scenario.describe()})")
@@ -391,7 +402,7 @@ def _pick_extras(rng: random.Random, scenario: Scenario, *, fault_forced: bool) 
         scenario.intermediate = "kafka" if scenario.input == "delta" else "delta"
     if r_location < 0.25:
         scenario.delta_location = "azure"
-    if r_processors < 0.2 and scenario.fault not in ("second-processor", "kafka-restart", *CONTAINER_FAULTS):
+    if r_processors < 0.2 and scenario.fault not in ("second-processor", "kafka-restart", *ENGINE_FAULTS):
         scenario.processors, scenario.stagger_s = processors, round(stagger, 1)
     if not fault_forced and r_extra_fault < 0.15 and _fault_fits(extra_fault, scenario):
         _apply_fault_needs(extra_fault, scenario)
@@ -453,7 +464,7 @@ def _pick_drain(rng: random.Random, scenario: Scenario) -> None:
     # Drain needs a standalone job; a Kafka broker restart gives the input new offsets, which the drain's
     # observed ends would not know.
     if (r_drain >= 0.2 or scenario.processors > 1 or "kafka-restart" in (scenario.fault, scenario.fault2)
-            or scenario.fault in CONTAINER_FAULTS
+            or scenario.fault in ENGINE_FAULTS
             or not scenario.messages):
         return
     scenario.drain, scenario.drain_delay_s = mode, round(delay, 1)
@@ -483,7 +494,10 @@ def _pick_execution(rng: random.Random, scenario: Scenario, *, fault_forced: boo
     """The dimension of :data:`EXECUTION_SALT`. Every value is drawn whatever applies, in a fixed order."""
     r_mode, r_epoch, epoch_s = rng.random(), rng.random(), rng.choice([2, 3, 5, 10])
     r_fault, container_fault, fail_after = rng.random(), rng.choice(CONTAINER_FAULTS), rng.randrange(4)
-    if scenario.fault in CONTAINER_FAULTS:      # forced: it needs containers
+    r_host = rng.random()                       # drawn last: the draws above stay what they were
+    if r_host < 0.25:
+        container_fault = HOST_FAULTS[0]
+    if scenario.fault in ENGINE_FAULTS:         # forced: it needs containers
         r_mode = 0.0
     if r_mode >= 0.75:
         scenario.execution = "batches"
@@ -574,7 +588,7 @@ def _fault_fits(fault: str, scenario: Scenario) -> bool:
     if fault in DAYOPS_FAULTS:
         # sparza.ops supports standalone low-level task jobs (no application stages, no adjunct stores).
         return scenario.api == "task" and scenario.processors == 1
-    if fault in CONTAINER_FAULTS:
+    if fault in ENGINE_FAULTS:
         # One `sparza run` at a time, ended by itself (a drain has its own ways of ending the run).
         return scenario.execution == "containers" and scenario.processors == 1 and scenario.drain == "none"
     return True
@@ -615,7 +629,7 @@ def _pick_new_kinds(rng: random.Random, scenario: Scenario, output: str | None, 
 def _pick_fault(rng: random.Random, scenario: Scenario, fault: str | None) -> None:
     choices = list(FAULTS)
     chosen = fault if fault is not None else rng.choice(choices)
-    known = FAULTS + EXTRA_FAULTS + CONTAINER_FAULTS + DAYOPS_FAULTS
+    known = FAULTS + EXTRA_FAULTS + ENGINE_FAULTS + DAYOPS_FAULTS
     if chosen not in known:
         raise ValueError(f"unknown fault {chosen!r}; known: {', '.join(known)}")
     scenario.fault = chosen

@@ -246,3 +246,67 @@ def test_truncate_deletes_the_commit_files_a_checkpoint_covers(delta_config: Con
     start = f"{newest + 1}:0"
     rows = [e.message for e in identity.read(SystemStreamPartition("d", "s", 0), start, include_control=False)]
     assert rows == [e.message for e in read_all(delta_config, "s", 0, start, include_control=False)]
+
+
+def _flush_while_truncating(config: Config, monkeypatch: pytest.MonkeyPatch) -> tuple[
+        DeltaSystemAdmin, DeltaSystemProducer, list[object]]:
+    """A stream of 4 commits and a producer that flushed once; its next flush runs a truncation of everything
+    before it between writing its data file and committing it. Returns the truncation's result."""
+    from sparza.systems.delta.settings import StreamLocation
+
+    admin = DeltaSystemAdmin("d", config)
+    admin.create_stream(StreamSpec("s", 2))
+    _write(config, 4, 4)                                         # versions 1..4
+    producer = DeltaSystemProducer("d", config)
+    producer.register("t")
+    producer.send("t", OutgoingMessageEnvelope(S, b"first", partition=0))
+    producer.flush("t", transaction=("job/t", 1))               # the producer holds an open table from here
+    real_write = StreamLocation.write_bytes
+    truncated: list[object] = []
+    started: list[str] = []
+
+    def write_then_truncate(self: StreamLocation, path: str, data: bytes) -> None:
+        real_write(self, path, data)
+        if not started:                                           # between this flush's file and its commit
+            started.append(path)                                  # (the truncation writes files of its own)
+            truncated.append(truncate(admin.location("s"), 100))
+
+    monkeypatch.setattr(StreamLocation, "write_bytes", write_then_truncate)
+    producer.send("t", OutgoingMessageEnvelope(S, b"second", partition=0))
+    return admin, producer, truncated
+
+
+def _live(admin: DeltaSystemAdmin) -> set[str]:
+    return set(pa.table(DeltaTable(admin.stream_location("s")).get_add_actions(flatten=True)).column("path")
+               .to_pylist())
+
+
+def test_a_truncation_between_a_flush_and_its_commit_neither_refuses_it_nor_orphans_its_file(
+        delta_config: Config, read_all: Callable[..., list], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A truncation of an intermediate stream commits while a producer's flush is between writing its data file
+    and committing it (as stage 2's driver truncates while stage 1's tasks commit): the flush still commits,
+    exactly once, and every data file on storage is one the table references (oracle: the messages sent)."""
+    admin, producer, truncated = _flush_while_truncating(delta_config, monkeypatch)
+    producer.flush("t", transaction=("job/t", 2))
+    monkeypatch.undo()
+    assert len(truncated) == 1 and truncated[0].files_removed > 0  # the truncation did remove files meanwhile
+    assert [e.message for e in read_all(delta_config, "s", 0)] == [b"second"]
+    assert _files_on_disk(admin, "s") == _live(admin)
+
+
+def test_a_flush_out_of_commit_retries_deletes_the_file_it_wrote(
+        delta_config: Config, read_all: Callable[..., list], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flush refused with no retry left (``delta.commit.retries: 0``) raises, keeps its buffer and leaves no data
+    file behind; the next flush commits the messages once."""
+    from deltalake.exceptions import CommitFailedError
+
+    config = delta_config.with_overrides({"systems.d.delta.commit.retries": "0"})
+    admin, producer, truncated = _flush_while_truncating(config, monkeypatch)
+    with pytest.raises(CommitFailedError):
+        producer.flush("t", transaction=("job/t", 2))
+    monkeypatch.undo()
+    assert len(truncated) == 1 and truncated[0].files_removed > 0
+    assert _files_on_disk(admin, "s") == _live(admin)
+    producer.flush("t", transaction=("job/t", 2))
+    assert [e.message for e in read_all(config, "s", 0)] == [b"second"]
+    assert _files_on_disk(admin, "s") == _live(admin)

@@ -293,6 +293,73 @@ def test_a_broker_killed_and_restarted_mid_run(own_broker: KafkaBroker, work_dir
     assert_exact(servers, config, keys)
 
 
+def test_an_admin_reads_the_true_ends_right_after_a_broker_restart(own_broker: KafkaBroker, unique_name: str) -> None:
+    """One admin (as a running job keeps it) asked for a partition's start and end before a ``kill -9`` of the only
+    broker and right after it is back: the same ends as a fresh consumer reads them (the oracle), not an error.
+    librdkafka's admin client keeps its old leader epochs, and its ListOffsets answered FENCED_LEADER_EPOCH to
+    every request until its metadata was read again."""
+    servers = own_broker.bootstrap_servers
+    config = Config({"systems.k.samza.factory": "kafka", "systems.k.consumer.bootstrap.servers": servers})
+    admin = KafkaSystemAdmin("k", config)
+    name = f"{unique_name}-ends"
+    admin.create_stream(StreamSpec(name, 2))
+    produce(servers, name, [f"k{i}" for i in range(30)], 2, per_request=10)
+    parts = [(name, 0), (name, 1)]
+
+    def oracle() -> dict[tuple[str, int], tuple[int, int]]:
+        consumer = Consumer({"bootstrap.servers": servers, "group.id": f"{unique_name}-oracle",
+                             "isolation.level": "read_committed"})
+        try:
+            return {(t, p): tuple(consumer.get_watermark_offsets(TopicPartition(t, p), timeout=30))  # type: ignore[misc]
+                    for t, p in parts}
+        finally:
+            consumer.close()
+
+    before = admin.watermarks(parts)
+    assert before == oracle()
+    assert sum(end for _, end in before.values()) == 30
+    own_broker.kill()
+    own_broker.start()
+    assert admin.watermarks(parts) == oracle() == before
+
+
+def test_an_offset_answered_invalid_is_asked_again_not_taken_for_an_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ListOffsets request in flight when the broker's connection drops is answered without an error but with
+    OFFSET_INVALID (-1001) for every partition (seen around a broker restart): never a partition's end (a task
+    judged its checkpoint past it, "now ends at -1001"); the admin asks again, or fails naming the timeout."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from sparza.systems.kafka import KafkaError
+
+    class Client:
+        def __init__(self, answers: list[int]) -> None:
+            self.answers, self.asked, self.metadata_reads = answers, 0, 0
+
+        def list_offsets(self, request: dict[Any, Any], **_: Any) -> dict[Any, Future[Any]]:
+            offset = self.answers[min(self.asked, len(self.answers) - 1)]
+            self.asked += 1
+            out: dict[Any, Future[Any]] = {}
+            for tp in request:
+                future: Future[Any] = Future()
+                future.set_result(SimpleNamespace(offset=offset))
+                out[tp] = future
+            return out
+
+        def list_topics(self, **_: Any) -> None:
+            self.metadata_reads += 1
+
+    config = Config({"systems.k.samza.factory": "kafka", "systems.k.consumer.bootstrap.servers": "127.0.0.1:1",
+                     "systems.k.kafka.request.timeout.ms": "1500"})
+    admin = KafkaSystemAdmin("k", config)
+    admin._client = client = Client([-1001, -1001, 7])
+    assert admin.watermarks([("t", 0)]) == {("t", 0): (7, 7)}
+    assert client.asked == 4 and client.metadata_reads == 2   # earliest asked 3 times, then latest once
+    admin._client = Client([-1001])
+    with pytest.raises(KafkaError, match=r"within 2s .*answered offset -1001"):
+        admin.watermarks([("t", 0)])
+
+
 def test_a_leader_killed_in_a_three_broker_cluster(tmp_path_factory: pytest.TempPathFactory, work_dir: Path,
                                                    unique_name: str) -> None:
     """Three brokers, topics with three replicas (``min.insync.replicas`` 2): ``kill -9`` mid-run of the broker

@@ -1,5 +1,5 @@
 """The driver side of the runtime: one processor's SparkSession, its jobs, how their work is planned and run
-(epochs of containers, or micro-batches), and what it reports (status line, metrics, summary).
+(long-running containers, or micro-batches), and what it reports (status line, metrics, summary).
 
 Modules: :mod:`~sparza.runtime.driver.runner` (``JobRunner``: one job from start to summary),
 :mod:`~sparza.runtime.driver.application` (an application's stages together), :mod:`~sparza.runtime.driver.containers`

@@ -40,7 +40,7 @@ def run_config(config: Config, *, master: str | None = None, remote: str | None 
     """Validate the config and run it until it stops (``drain``: request a drain at the start and stop once every
     task drained, see :mod:`sparza.engine.drain`); raises ConfigError / JobFailedError / ClaimError.
 
-    Every key is checked first (:func:`sparza.configcheck.validate_for_run`): an unknown key in a
+    Every key is checked first (:func:`sparza.config.check.validate_for_run`): an unknown key in a
     namespace sparza owns stops the run; a Samza key sparza does not use is warned about once. Then
     the driver-side checks of :mod:`sparza.runtime.driver.preflight` run, before any SparkSession is built
     (or, with ``spark``, before anything runs on it). A ``spark`` session is used as is and never stopped.

@@ -7,8 +7,8 @@ every stage at a batch boundary; a failed stage stops the others; a bounded pipe
 every stage saw end-of-stream on all its inputs; a drain (``drain=True``, ``sparza drain``) is one request
 for every stage (one id), and the application stops when every stage drained.
 
-Under ``job.coordinator.factory: azure`` each stage is coordinated as a job of its own: the processors of
-the application share every stage's tasks (:class:`~sparza.runtime.driver.coordinated.CoordinatedStages`).
+Under ``job.coordinator.factory: azure`` the processors of the application are one membership whose job model
+holds every stage's tasks (:class:`~sparza.runtime.driver.coordinated.CoordinatedStages`).
 """
 
 from __future__ import annotations
@@ -52,8 +52,10 @@ def run_application(config: Config, *, master: str | None = None, processor_id: 
         if JobConfig.from_config(stages[0].config).coordinator_factory == "azure":
             from sparza.runtime.driver.coordinated import run_coordinated_stages
 
+            # One membership for the whole application (named after it); --stage joins that stage's own.
             return run_coordinated_stages([s.config for s in stages], spark=spark, processor_id=processor_id,
-                                          once=once, install_signal_handlers=install_signal_handlers)
+                                          once=once, install_signal_handlers=install_signal_handlers,
+                                          membership=config if stage is None else None)
         return _run_standalone([s.config for s in stages], [s.config for s in plan.stages], spark,
                                processor_id=processor_id, once=once, drain=drain,
                                install_signal_handlers=install_signal_handlers)

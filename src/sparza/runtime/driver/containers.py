@@ -28,9 +28,10 @@ from typing import Any
 
 from sparza.config import BOOL, STR, Choice, Int, define_key
 from sparza.engine.container import MAX_RESTARTS
-from sparza.engine.errors import JobFailedError, tasks_failed
+from sparza.engine.errors import FENCED_OFF, JobFailedError, tasks_failed
 from sparza.engine.manager import ContainerManager
 from sparza.engine.messages import AddJob, Event, TaskDone, TaskLost, TaskResult, TaskRetrying, TaskWaiting
+from sparza.engine.partitions import REGROUP_REASON
 from sparza.engine.results import BatchResult, BatchStatus
 from sparza.errors import ConfigError
 from sparza.runtime.channel import ChannelServer
@@ -451,8 +452,8 @@ class ContainerQuery:
             self.on_notice(f"task {event.task} failed ({event.error}); it alone starts again from its last commit in "
                            f"{event.delay_ms / 1000.0:.1f} s (attempt {event.attempt} of {limit}); the other tasks "
                            "go on")
-        elif isinstance(event, TaskLost):
-            self.fail(tasks_failed([f"task '{event.task}': {event.error}"]))
+        elif isinstance(event, TaskLost):  # only a fenced-off checkpoint write loses a task
+            self.fail(tasks_failed([f"{FENCED_OFF} task '{event.task}': {event.error}"]))
 
     def container_lost(self, reason: str) -> bool:
         """A container that ran some of this job's tasks was lost: they move; False once restarts are exhausted."""
@@ -476,7 +477,9 @@ class ContainerQuery:
         self.flush(force=True)
         if self.ended_because is None and self._error is None:
             whys = [self._done.get(t) for t in self.tasks]
-            if whys and all(w == "ended" for w in whys):
+            if _regrouping(whys):
+                self.ended_because = REGROUP_REASON
+            elif whys and all(w == "ended" for w in whys):
                 self.ended_because = "all inputs ended"
             elif whys and all(w in ("ended", "drained") for w in whys):
                 self.ended_because = "drained"
@@ -508,7 +511,9 @@ class ContainerQuery:
             whys = [self._done.get(t) for t in self.tasks]
         if not whys or any(w is None for w in whys):
             return
-        if all(w == "ended" for w in whys):
+        if _regrouping(whys):
+            self.ended_because = REGROUP_REASON
+        elif all(w == "ended" for w in whys):
             self.ended_because = "all inputs ended"
         elif all(w in ("ended", "drained") for w in whys):
             self.ended_because = "drained"
@@ -563,6 +568,12 @@ class ContainerQuery:
             quiet = time.monotonic() - self._last_progress
         if waits and not rest and quiet >= 10.0:
             self.fail(broadcast_stall(self.key, describe_waits(waits)))
+
+
+def _regrouping(whys: list[str | None]) -> bool:
+    """True when every task is done and some stopped to regroup for grown input partitions (the others ended or
+    drained): the job leaves so that its runner starts it again, grouped for the new counts."""
+    return bool(whys) and "regroup" in whys and all(w in ("regroup", "ended", "drained", "caught up") for w in whys)
 
 
 def _activate(spark: Any) -> None:

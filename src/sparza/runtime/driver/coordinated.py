@@ -2,14 +2,17 @@
 job model gives this processor, and switch at a batch boundary when the model changes.
 
 On ``on_job_model_expired`` the running query stops after its current batch commits (the call
-returns once it has); on ``on_new_job_model`` the processor claims its tasks' checkpoints under
-the model's version (the fencing generation: a late write by the previous owner is refused) and
-starts a new query, with its own Spark checkpoint dir per generation, that starts from the task
-checkpoints. All queries of the processor share one SparkSession.
+returns once it has); a run whose writes were fenced off (a newer model moved its tasks while this
+processor, judged dead, still ran) stops the same way and waits for the next model. On
+``on_new_job_model`` the processor claims its tasks' checkpoints under the model's version (the
+fencing generation: a late write by the previous owner is refused) and starts a new query, with its
+own Spark checkpoint dir per generation, that starts from the task checkpoints. All queries of the
+processor share one SparkSession.
 
-An application's stages are jobs of their own (``job.name`` ``<app>-<stage>``): under the coordinator
-each stage has its own job model, and one processor of the application takes part in every stage's
-(:class:`CoordinatedStages`), as ``sparza run --stage`` takes part in one.
+An application's stages are jobs of their own (``job.name`` ``<app>-<stage>``), but its processors are
+one membership: one coordinator per processor, named after the application, whose job model holds the
+tasks of every stage (:class:`CoordinatedStages`). ``sparza run --stage`` joins that stage's own
+membership instead; the processors of one application run all one way or all the other.
 """
 
 from __future__ import annotations
@@ -18,11 +21,14 @@ import contextlib
 import queue
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from sparza.config import Config
+from sparza.coordination.assignment import group_task, split_group_task
+from sparza.coordination.jobmodel import JobModel
 from sparza.engine.checkpoint import checkpoint_store_from_config, stamp_generation
-from sparza.engine.errors import CheckpointFencedError
+from sparza.engine.errors import CheckpointFencedError, TasksFencedError
 from sparza.engine.inputs import InputSystems
 from sparza.engine.jobconfig import JobConfig
 from sparza.interrupts import StopOnSignals
@@ -67,6 +73,11 @@ class CoordinatedProcessor:
         self.batches = 0
         self.discards = Discards()
         self.generations: list[int] = []
+        self.share_ended: Callable[[CoordinatedProcessor, int], None] | None = None
+        """Set by :class:`CoordinatedStages`: told when every task this stage has under a model ended (the run
+        loop then waits for the next model instead of ending)."""
+        self.fenced = 0
+        """How often this processor's run was fenced off and it stepped back for the next job model."""
         self.metrics = MetricsRegistry()
         """The processor's metrics: its coordinator's and every run's (kept across job models)."""
 
@@ -98,17 +109,36 @@ class CoordinatedProcessor:
             runner.request_stop(reason)
         self._models.put(None)
 
+    def _note(self, line: str) -> None:
+        if self.status is not None:
+            self.status(line)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
     # --- run loop (main thread) -------------------------------------------------------------------
+    def task_names(self) -> list[str]:
+        """Every task of the job (each processor of it passes the same list to its coordinator)."""
+        return [t.name for t in InputSystems(self.job).task_models()]
+
     def run(self) -> RunOutcome:
         """Join the job, run each model's tasks until stopped, leave the job."""
         from sparza.coordination import job_coordinator_from_config
 
-        all_tasks = [t.name for t in InputSystems(self.job).task_models()]
-        coordinator = job_coordinator_from_config(self.processor_id, self.config, all_tasks, self,
+        coordinator = job_coordinator_from_config(self.processor_id, self.config, self.task_names(), self,
                                                   metrics=self.metrics)
         if self._spark is None:
             self._spark = build_spark_session(self.job, self.master, f"sparza-{self.job.job_key}", self.remote)
         coordinator.start()
+        try:
+            return self.run_models()
+        finally:
+            coordinator.stop()
+            if self._owns_spark and self._spark is not None:
+                self._spark.stop()
+
+    def run_models(self) -> RunOutcome:
+        """Run each model the listener hears of until stopped (the membership is the caller's: :meth:`run`, or
+        the application's one coordinator in :class:`CoordinatedStages`)."""
         detach = (attach_prometheus(self.metrics, self.job.prometheus_port, labels={"sparza_job": self.job.job_key})
                   if self.job.prometheus_port is not None else None)  # served between job models too
         try:
@@ -131,11 +161,8 @@ class CoordinatedProcessor:
                     break
             return RunOutcome(self._stop_reason or "stopped", self.batches, 0, discards=self.discards)
         finally:
-            coordinator.stop()
             if detach is not None:
                 detach()
-            if self._owns_spark and self._spark is not None:
-                self._spark.stop()
 
     def _run_model(self, model: Any) -> bool:
         """Run ``model``'s tasks of this processor; True when the model expired (a new one follows)."""
@@ -145,6 +172,9 @@ class CoordinatedProcessor:
         claim_tasks(self.config, self.job.job_key, tasks, generation)
         if not tasks:
             self._stopped.set()
+            if self.share_ended is not None and not self.once:
+                self.share_ended(self, generation)  # nothing of this stage here: its share has ended too
+                return True
             return False
         runner = JobRunner(self.config, spark=self._spark, processor_id=self.processor_id, once=self.once,
                            tasks=tasks, generation=generation, install_signal_handlers=False, status=self.status,
@@ -157,9 +187,24 @@ class CoordinatedProcessor:
                 runner.wait_initialized()
             while runner.poll():
                 pass
-            outcome = runner.finish()
+            try:
+                outcome = runner.finish()
+            except TasksFencedError as fenced:
+                # Judged dead while still running (a pause, a slow host): a newer model gave our tasks away and
+                # their new owners fenced our writes. Nothing of ours was committed past the fence; step back and
+                # wait for the next model, which gives this processor its share again once it is seen alive.
+                self._note(f"sparza: {self.job.job_key}: processor {self.processor_id} was fenced off under job "
+                           f"model {generation} ({fenced}); waiting for the next job model")
+                self.fenced += 1
+                self._stop_reason = ""
+                return True
             self.batches += outcome.batches
             self.discards.add(outcome.discards)
+            if outcome.reason == "all inputs ended" and self.share_ended is not None and not self.once:
+                # A stage of an application: its membership goes on (and a newer model may give this stage tasks
+                # not yet ended); the application leaves once every stage's share of the same model ended.
+                self.share_ended(self, generation)
+                return True
             if outcome.reason != "job model expired":
                 self._stop_reason = self._stop_reason or outcome.reason
                 if outcome.reason in ("all inputs ended", "a task asked to shut down") or self.once:
@@ -175,21 +220,41 @@ class CoordinatedProcessor:
 
 
 class CoordinatedStages:
-    """The stages of an application in one processor under the coordinator: a :class:`CoordinatedProcessor`
-    per stage on one SparkSession, so every processor of the application shares each stage's tasks (each
-    task runs in one processor at a time, under its stage's model version as fencing generation).
+    """The stages of an application in one processor under the coordinator: one membership (one coordinator,
+    heartbeat and lease set, named after the application's ``job.name``) whose job model holds every stage's
+    tasks (``<stage job key>/<task>``), and a :class:`CoordinatedProcessor` per stage on one SparkSession that
+    runs its stage's share of each model under the model's version as fencing generation.
 
     ``run`` runs the stages side by side (a failed stage stops the others), or with ``once`` one after the
     other, writers first, so each stage sees what its upstream stage wrote in this processor.
     """
 
     def __init__(self, configs: list[Config], *, spark: Any, processor_id: str, once: bool,
-                 status: Any = None) -> None:
+                 status: Any = None, membership: Config | None = None) -> None:
         start_lock = threading.Lock()
         self.processors = [CoordinatedProcessor(c, master=None, processor_id=processor_id, once=once, spark=spark,
                                                 status=status, start_lock=start_lock) for c in configs]
+        self.processor_id = processor_id
         self.once = once
+        self.membership = membership if membership is not None else configs[0]
+        """The config the coordinator joins with: the application's (its ``job.name`` names the resources)."""
+        self.metrics = MetricsRegistry()
+        """The membership's coordinator metrics (group ``coordination``)."""
         self._stopping = threading.Event()
+        self._ended: dict[str, int] = {}  # stage job key -> the model version under which its share here ended
+        self._ended_lock = threading.Lock()
+        self._listener = _StagesListener({p.job.job_key: p for p in self.processors})
+        for processor in self.processors:
+            processor.share_ended = self._share_ended
+
+    def _share_ended(self, stage: CoordinatedProcessor, version: int) -> None:
+        """Leave once every stage's share of the newest model ended (its tasks move to processors still here)."""
+        with self._ended_lock:
+            self._ended[stage.job.job_key] = version
+            done = all(self._ended.get(p.job.job_key) == self._listener.version for p in self.processors)
+        if done:
+            for processor in self.processors:
+                processor.request_stop("all inputs ended")
 
     def request_stop(self, reason: str) -> None:
         """Stop every stage after its running batch (thread- and signal-safe)."""
@@ -198,15 +263,25 @@ class CoordinatedStages:
             processor.request_stop(reason)
 
     def run(self) -> RunOutcome:
-        """Run every stage's share until stopped; raises the first stage's failure once all have stopped."""
-        if self.once:
-            outcomes = []
-            for processor in self.processors:
-                if self._stopping.is_set():
-                    break
-                outcomes.append(processor.run())
-        else:
-            outcomes = self._run_together()
+        """Join the application's membership, run every stage's share until stopped, leave; raises the first
+        stage's failure once all have stopped."""
+        from sparza.coordination import job_coordinator_from_config
+
+        listener = self._listener
+        coordinator = job_coordinator_from_config(self.processor_id, self.membership, listener.task_names(),
+                                                  listener, metrics=self.metrics)
+        coordinator.start()
+        try:
+            if self.once:
+                outcomes = []
+                for processor in self.processors:
+                    if self._stopping.is_set():
+                        break
+                    outcomes.append(processor.run_models())
+            else:
+                outcomes = self._run_together()
+        finally:
+            coordinator.stop()
         discards = Discards()
         for outcome in outcomes:
             discards.add(outcome.discards)
@@ -218,7 +293,7 @@ class CoordinatedStages:
 
         def work(index: int, processor: CoordinatedProcessor) -> None:
             try:
-                results[index] = processor.run()
+                results[index] = processor.run_models()
             except BaseException as exc:
                 results[index] = exc
                 for other in self.processors:
@@ -238,6 +313,41 @@ class CoordinatedStages:
         return [r for r in results if isinstance(r, RunOutcome)]
 
 
+class _StagesListener:
+    """The one membership's listener: each stage hears of its own tasks of every model, all at once."""
+
+    def __init__(self, stages: dict[str, CoordinatedProcessor]) -> None:
+        self._stages = stages
+        self.version = 0
+        """The newest model's version passed on."""
+
+    def task_names(self) -> list[str]:
+        """Every task of every stage, named ``<stage job key>/<task>``."""
+        return [group_task(key, t) for key, stage in self._stages.items() for t in stage.task_names()]
+
+    def on_new_job_model(self, job_model: JobModel) -> None:
+        """Give each stage its part of the model (same version: the fencing generation of all of them)."""
+        self.version = int(job_model.version)
+        for key, stage in self._stages.items():
+            assignments = {pid: [split_group_task(t)[1] for t in tasks if split_group_task(t)[0] == key]
+                           for pid, tasks in job_model.assignments.items()}
+            stage.on_new_job_model(JobModel(job_model.version, assignments))
+
+    def on_job_model_expired(self) -> None:
+        """Stop every stage at a batch boundary, side by side; return once all stopped."""
+        threads = [threading.Thread(target=stage.on_job_model_expired, name=f"sparza-expire-{key}", daemon=True)
+                   for key, stage in self._stages.items()]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def on_coordinator_stop(self) -> None:
+        """The membership ended: every stage stops."""
+        for stage in self._stages.values():
+            stage.on_coordinator_stop()
+
+
 def run_coordinated(config: Config, *, master: str | None = None, processor_id: str = "0", once: bool = False,
                     spark: Any = None, install_signal_handlers: bool = True, remote: str | None = None) -> RunOutcome:
     """Run this processor's share of the job under ``job.coordinator.factory`` until stopped."""
@@ -246,11 +356,12 @@ def run_coordinated(config: Config, *, master: str | None = None, processor_id: 
 
 
 def run_coordinated_stages(configs: list[Config], *, spark: Any, processor_id: str = "0", once: bool = False,
-                           install_signal_handlers: bool = True) -> RunOutcome:
+                           install_signal_handlers: bool = True, membership: Config | None = None) -> RunOutcome:
     """Run this processor's share of every stage of an application (``configs``: the planned stages, writers
-    first) under ``job.coordinator.factory`` until stopped."""
-    return _until_stopped(CoordinatedStages(configs, spark=spark, processor_id=processor_id, once=once),
-                          install_signal_handlers)
+    first) under ``job.coordinator.factory`` until stopped, as one member of ``membership`` (the application's
+    config; default: the first stage's)."""
+    return _until_stopped(CoordinatedStages(configs, spark=spark, processor_id=processor_id, once=once,
+                                            membership=membership), install_signal_handlers)
 
 
 def _until_stopped(processor: CoordinatedProcessor | CoordinatedStages, install_signal_handlers: bool) -> RunOutcome:

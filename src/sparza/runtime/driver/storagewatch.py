@@ -87,7 +87,7 @@ class StorageWatch:
 
     def progress(self) -> None:
         """The running work committed something: storage answered, so the watch's clock starts again
-        (containers run for a whole epoch; only a stretch without a commit can mean a hang)."""
+        (containers run until the job stops; only a stretch without a commit can mean a hang)."""
         if self._started is not None:
             self._started = time.monotonic()
 

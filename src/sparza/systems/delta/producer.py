@@ -13,6 +13,7 @@ real columns, appended or merged by key (:mod:`sparza.systems.delta.tables`, ``d
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import time
@@ -364,25 +365,41 @@ class DeltaSystemProducer:
             max_commit_retries=self.settings.commit_retries,
             app_transactions=[Transaction(transaction[0], transaction[1])] if transaction else None,
             custom_metadata={"sparza.producer": source})
-        try:
-            with storage_errors(info.location.uri):
-                table.create_write_transaction(actions, "append", self._delta_schema, partition_by=[PARTITION_COLUMN],
-                                               commit_properties=properties)
-        except CommitFailedError:
-            # delta-rs refuses a commit when a concurrent winner carries the same app id: if that
-            # winner already committed this version, ours is a duplicate and is dropped.
-            if transaction is None:
-                raise
-            table.update_incremental()
-            done = table.transaction_version(transaction[0])
-            if done is None or done < transaction[1]:
-                raise
-            self._count("flushes-skipped-replay", 1)
-            return
+        for attempt in range(self.settings.commit_retries + 1):
+            try:
+                with storage_errors(info.location.uri):
+                    table.create_write_transaction(actions, "append", self._delta_schema,
+                                                   partition_by=[PARTITION_COLUMN], commit_properties=properties)
+                break
+            except CommitFailedError:
+                # delta-rs refuses a commit when a concurrent winner carries the same app id: if that
+                # winner already committed this version, ours is a duplicate and is dropped.
+                table.update_incremental()
+                done = table.transaction_version(transaction[0]) if transaction is not None else None
+                if transaction is not None and done is not None and done >= transaction[1]:
+                    self._delete_files(info, actions)
+                    self._count("flushes-skipped-replay", 1)
+                    return
+                # delta-rs also refuses an append when a concurrent commit removed files ("a concurrent
+                # transaction deleted data this operation read": a truncation of the stream), although
+                # new files conflict with no removal of others: commit the same files again against the
+                # table as it now is. Out of retries, the written files are deleted so none is left orphaned.
+                self._count("commit-conflicts", 1)
+                if attempt == self.settings.commit_retries:
+                    self._delete_files(info, actions)
+                    raise
         self._count("messages-written", rows)
         self._count("commits", 1)
         if self.metrics is not None:
             self.metrics.timer(self.system_name, "flush-ms").update((time.perf_counter() - started) * 1000.0)
+
+    @staticmethod
+    def _delete_files(info: _StreamInfo, actions: list[Any]) -> None:
+        """Delete the data files of a commit that did not land (no snapshot references them)."""
+        fs = info.location.filesystem()
+        for action in actions:
+            with contextlib.suppress(FileNotFoundError, OSError):
+                fs.delete_file(action.path)
 
     def _count(self, name: str, n: int) -> None:
         if self.metrics is not None:

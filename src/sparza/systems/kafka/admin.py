@@ -13,6 +13,7 @@ consumer would get.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -25,6 +26,9 @@ from sparza.systems import StreamSpec, SystemStreamMetadata, SystemStreamPartiti
 from sparza.systems.kafka.settings import KafkaSystemSettings, redact_conf
 
 __all__ = ["KafkaError", "KafkaSystemAdmin", "PartitionCountMismatchError", "TopicNotFoundError"]
+
+_OFFSET_INVALID = -1001
+"""librdkafka's ``RD_KAFKA_OFFSET_INVALID``: an offset not known (a ListOffsets answer lost with its connection)."""
 
 
 class KafkaError(SparzaError):
@@ -142,7 +146,8 @@ class KafkaSystemAdmin:
         return partition_for(key, self.partition_count(stream))
 
     def partition_count(self, stream: str) -> int:
-        """How many partitions the topic of ``stream`` has (cached: sparza never changes it)."""
+        """How many partitions the topic of ``stream`` has (cached; :meth:`get_system_stream_metadata` reads it again
+        each time, so a topic given more partitions is seen within one metadata read)."""
         count = self._partitions.get(stream)
         if count is None:
             topic = self.settings.topic(stream)
@@ -267,16 +272,9 @@ class KafkaSystemAdmin:
         request = {TopicPartition(self.settings.topic(ssp.stream), ssp.partition): OffsetSpec.for_timestamp(time_ms)
                    for ssp in ssps}
         by_tp = {(self.settings.topic(ssp.stream), ssp.partition): ssp for ssp in ssps}
-        out: dict[SystemStreamPartition, str | None] = {}
-        try:
-            futures = self.client.list_offsets(request, request_timeout=self._timeout)
-            for tp, future in futures.items():
-                offset = int(future.result(timeout=self._timeout).offset)
-                out[by_tp[(tp.topic, tp.partition)]] = str(offset) if offset >= 0 else None
-        except Exception as exc:
-            raise KafkaError(f"cannot list the offsets of Kafka topics {sorted({t for t, _ in by_tp})} by time "
-                             f"{time_ms}: {exc}") from exc
-        return out
+        # -1: no record at or after the time; OFFSET_INVALID (-1001) is no answer at all, asked again.
+        found = self._list_offsets(request, f"by time {time_ms}", lambda offset: offset != _OFFSET_INVALID)
+        return {by_tp[tp]: str(offset) if offset >= 0 else None for tp, offset in found.items()}
 
     def watermarks(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
         """Per (topic, partition): (earliest offset, end offset), the end as the configured isolation level
@@ -287,31 +285,60 @@ class KafkaSystemAdmin:
         committed = str(self.settings.consumer_conf().get("isolation.level")) != "read_uncommitted"
         isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         out: dict[tuple[str, int], list[int]] = {tp: [0, 0] for tp in partitions}
-        for slot, spec in enumerate((OffsetSpec.earliest(), OffsetSpec.latest())):
+        for slot, (spec, what) in enumerate(((OffsetSpec.earliest(), "earliest"), (OffsetSpec.latest(), "latest"))):
             request = {TopicPartition(t, p): spec for t, p in partitions}
-            deadline = time.monotonic() + self._timeout
-            pause = 0.1
-            while True:
-                try:
-                    futures = self.client.list_offsets(request, isolation_level=isolation,
-                                                       request_timeout=self._timeout)
-                    for tp, future in futures.items():
-                        out[(tp.topic, tp.partition)][slot] = int(future.result(timeout=self._timeout).offset)
-                    break
-                except Exception as exc:
-                    # A leader still being elected (a topic just created, a broker restarting) answers with a
-                    # retriable error: ask again until the request timeout, then say what failed.
-                    if _retriable(exc) and time.monotonic() + pause < deadline:
-                        time.sleep(pause)
-                        pause = min(pause * 2, 1.0)
-                        continue
-                    raise KafkaError(f"cannot list the offsets of Kafka topics "
-                                     f"{sorted({t for t, _ in partitions})}: {exc}") from exc
+            # A partition's start and end are never negative: a negative answer is no answer (see _list_offsets).
+            found = self._list_offsets(request, what, lambda offset: offset >= 0, isolation_level=isolation)
+            for tp, offset in found.items():
+                out[tp][slot] = offset
         return {tp: (b[0], b[1]) for tp, b in out.items()}
+
+    def _list_offsets(self, request: dict[Any, Any], what: str, answered: Callable[[int], bool],
+                      **options: Any) -> dict[tuple[str, int], int]:
+        """One ListOffsets ``request`` ({TopicPartition: OffsetSpec}): per (topic, partition) the offset, asked
+        again until the request timeout while the answer is transient, then a :class:`KafkaError` saying what.
+
+        Transient, as seen around a broker's restart (``kill -9``, then started on its log dir): a request in
+        flight when the connection drops is answered without an error but with OFFSET_INVALID (-1001), for
+        every partition, so ``answered`` judges each offset and such an answer is asked again, never taken
+        for where a partition ends. While the broker is down librdkafka answers ``_NOENT``; once it is back,
+        the admin client's cached leader epochs are older than the broker's, and it answers
+        FENCED_LEADER_EPOCH to every request (for minutes: it does not refresh its metadata itself) until
+        a metadata request refreshes them, so each retry reads the topics' metadata first.
+        """
+        topics = sorted({tp.topic for tp in request})
+        deadline = time.monotonic() + self._timeout
+        pause = 0.1
+        while True:
+            cause: BaseException | None = None
+            try:
+                futures = self.client.list_offsets(request, request_timeout=self._timeout, **options)
+                found = {(tp.topic, tp.partition): int(future.result(timeout=self._timeout).offset)
+                         for tp, future in futures.items()}
+                unanswered = sorted(tp for tp, offset in found.items() if not answered(offset))
+                if not unanswered:
+                    return found
+                problem = (f"partition(s) {unanswered[:4]} answered offset {found[unanswered[0]]} (no answer; a "
+                           "broker restarting?)")
+            except Exception as exc:
+                if not _retriable(exc):
+                    raise KafkaError(f"cannot list the {what} offsets of Kafka topics {topics}: {exc}") from exc
+                problem, cause = str(exc), exc
+            if time.monotonic() + pause >= deadline:
+                raise KafkaError(f"cannot list the {what} offsets of Kafka topics {topics} within "
+                                 f"{self._timeout:.0f}s (systems.{self.system_name}.kafka.request.timeout.ms): "
+                                 f"{problem}") from cause
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+            for topic in topics:   # fresh leaders and leader epochs for the next attempt
+                with contextlib.suppress(Exception):
+                    self.client.list_topics(topic=topic, timeout=max(0.1, min(2.0, deadline - time.monotonic())))
 
     def get_system_stream_metadata(self, streams: set[str] | list[str]) -> dict[str, SystemStreamMetadata]:
         """Per topic and partition: ``oldest`` (None when empty), ``newest`` (the offset before
         ``upcoming``; it may be a transaction marker) and ``upcoming``."""
+        for stream in streams:  # a topic may have been given more partitions (sparza.engine.partitions)
+            self._partitions.pop(stream, None)
         counts = {stream: self.partition_count(stream) for stream in streams}
         topics = {stream: self.settings.topic(stream) for stream in counts}
         marks = self.watermarks([(topics[s], p) for s, n in counts.items() for p in range(n)])
@@ -326,6 +353,31 @@ class KafkaSystemAdmin:
                     parts[p] = SystemStreamPartitionMetadata(None, None, str(hi))
             out[stream] = SystemStreamMetadata(stream, parts, {"partitions": str(count)})
         return out
+
+    def grow_stream(self, stream: str, partitions: int) -> int:
+        """Give the topic ``partitions`` partitions in all (Kafka's CreatePartitions,
+        :class:`~sparza.systems.SupportsPartitionGrowth`); returns how many it had. Keys a producer partitions by
+        ``hash % count`` land elsewhere from then on: see :mod:`sparza.engine.partitions`."""
+        from confluent_kafka.admin import NewPartitions
+
+        self._partitions.pop(stream, None)
+        before = self.partition_count(stream)
+        if partitions <= before:
+            raise KafkaError(f"Kafka topic {self.settings.topic(stream)!r} has {before} partitions: it can only get "
+                             f"more (asked for {partitions})")
+        name = self.settings.topic(stream)
+        future = self.client.create_partitions([NewPartitions(name, partitions)],
+                                               request_timeout=self._timeout)[name]
+        try:
+            future.result(timeout=self._timeout)
+        except Exception as exc:
+            raise KafkaError(f"cannot give Kafka topic {name!r} {partitions} partitions: {exc}") from exc
+        deadline = time.monotonic() + self._timeout
+        while True:  # the broker answers before every metadata response shows them
+            self._partitions.pop(stream, None)
+            if self.partition_count(stream) >= partitions or time.monotonic() > deadline:
+                return before
+            time.sleep(0.1)
 
     def close(self) -> None:
         """Drop the admin client (and the consumer that counts records)."""
@@ -343,7 +395,9 @@ def _retriable(exc: BaseException) -> bool:
     error = exc.args[0] if exc.args else None
     if not isinstance(error, ClientError):
         return False
+    # _NOENT: no leader known (the broker down); the epoch errors and OFFSET_NOT_AVAILABLE: a leader just elected.
     transient = {ClientError.NOT_LEADER_FOR_PARTITION, ClientError.LEADER_NOT_AVAILABLE,
                  ClientError.UNKNOWN_TOPIC_OR_PART, ClientError.REQUEST_TIMED_OUT, ClientError._TIMED_OUT,
-                 ClientError._TRANSPORT, ClientError.NOT_COORDINATOR}
+                 ClientError._TRANSPORT, ClientError.NOT_COORDINATOR, ClientError._NOENT,
+                 ClientError.FENCED_LEADER_EPOCH, ClientError.UNKNOWN_LEADER_EPOCH, ClientError.OFFSET_NOT_AVAILABLE}
     return bool(error.retriable()) or error.code() in transient

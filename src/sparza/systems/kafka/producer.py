@@ -144,14 +144,16 @@ def _fencing_codes() -> frozenset[int]:
     return frozenset((RdKafkaError._FENCED, RdKafkaError.PRODUCER_FENCED, RdKafkaError.INVALID_PRODUCER_EPOCH))
 
 
-def is_fencing_error(error: Any, producer: Any = None) -> bool:
+def is_fencing_error(error: Any, producer: Any = None, timeout_s: float = 10.0) -> bool:
     """True when ``error`` (a librdkafka ``KafkaError``) means a newer instance with the same
     ``transactional.id`` fenced ``producer``.
 
     librdkafka reports fencing with a fencing code the first time, but once the producer is in its
-    fatal state other calls (``produce``) fail with the generic ``_FATAL``; the underlying fatal error
-    is what the transactional API then raises at once, so for ``_FATAL`` (or any fatal error) the
-    producer is asked with a zero-timeout ``abort_transaction``.
+    fatal state other calls (``produce``) fail with the generic ``_FATAL``. confluent-kafka does not
+    expose ``rd_kafka_fatal_error``; the transactional API raises the underlying fatal error instead, so
+    for ``_FATAL`` (or any fatal error) the producer is asked with ``abort_transaction``. Its answer
+    comes from librdkafka's main thread (no broker round trip), but not at once: with a zero timeout a
+    busy machine got ``_TIMED_OUT`` (3 calls in 40 under load), hence ``timeout_s`` bounds the wait.
     """
     from confluent_kafka import KafkaError as RdKafkaError
     from confluent_kafka import KafkaException
@@ -163,7 +165,7 @@ def is_fencing_error(error: Any, producer: Any = None) -> bool:
     if producer is None or not (code == RdKafkaError._FATAL or getattr(error, "fatal", lambda: False)()):
         return False
     try:
-        producer.abort_transaction(0)
+        producer.abort_transaction(timeout_s)
     except KafkaException as exc:
         cause = exc.args[0] if exc.args else None
         return getattr(cause, "code", lambda: None)() in codes
@@ -206,6 +208,7 @@ class _Source:
     pending: list[tuple[str, bytes | None, bytes | None, int, int, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     skipped: int = 0
+    known: int | None = None     # the version this very producer committed last (or read): no read at each begin
 
     def __post_init__(self) -> None:
         self.on_delivery = _delivery_callback(self.errors)
@@ -354,7 +357,11 @@ class KafkaSystemProducer:
             except Exception as exc:
                 self._drop(src)
                 raise KafkaError(f"cannot initialise Kafka transactions for {txn_id!r}: {exc}") from exc
-        committed = self._read_version(src, txn_id)
+        # The version this producer committed (or read) itself is what the broker holds, unless a newer instance of
+        # the task fenced it since; then its commit fails as fenced, the producer is dropped (known with it) and
+        # the version is read again (_reopen). So the broker is asked once per producer, not once per batch.
+        committed = src.known if src.known is not None else self._read_version(src, txn_id)
+        src.known = committed
         src.transaction = transaction
         src.pending = []
         if committed is not None and committed >= transaction.version:
@@ -512,7 +519,7 @@ class KafkaSystemProducer:
             error = exc.args[0] if exc.args else None
             # A fencing may surface as librdkafka's generic _FATAL (a produce after the producer turned
             # fatal): is_fencing_error asks the producer for the underlying cause.
-            fenced = isinstance(error, RdKafkaError) and is_fencing_error(error, producer)
+            fenced = isinstance(error, RdKafkaError) and is_fencing_error(error, producer, timeout)
             fatal = getattr(error, "fatal", lambda: False)() or getattr(error, "code", lambda: None)() == \
                 RdKafkaError._FATAL
             if fenced or fatal:
@@ -533,6 +540,7 @@ class KafkaSystemProducer:
         self._count("messages-written", len(src.pending))
         src.pending = []
         src.state = "idle"
+        src.known = version
         self._count("commits")
         if self.metrics is not None:
             self.metrics.timer(self.system_name, "flush-ms").update((time.perf_counter() - started) * 1000.0)
@@ -548,6 +556,7 @@ class KafkaSystemProducer:
         src.state = "idle"
 
     def _abort(self, source: str, src: _Source) -> None:
+        src.known = None  # an aborted commit may still have landed (a lost answer): read the version again
         try:
             src.producer.abort_transaction(self.settings.request_timeout_s)
         except Exception as exc:
@@ -560,6 +569,7 @@ class KafkaSystemProducer:
     @staticmethod
     def _drop(src: _Source) -> None:
         src.producer = None
+        src.known = None
         src.txn_id = None
         src.state = "idle"
         if src.group is not None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from sparza.testing.harness.outcome import ENGINES
 from sparza.testing.scenario import (
-    CONTAINER_FAULTS,
     DAYOPS_FAULTS,
+    ENGINE_FAULTS,
     EXTRA_FAULTS,
     FAULTS,
     INPUTS,
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                              "default spark for --seed, both for --soak")
     parser.add_argument("--seed", type=int, help="run this scenario")
     parser.add_argument("--messages", type=int, help="override the scenario's message count")
-    parser.add_argument("--fault", choices=FAULTS + EXTRA_FAULTS + CONTAINER_FAULTS + DAYOPS_FAULTS,
+    parser.add_argument("--fault", choices=FAULTS + EXTRA_FAULTS + ENGINE_FAULTS + DAYOPS_FAULTS,
                         help="override the scenario's fault")
     parser.add_argument("--extras", choices=("drawn", "none"), default="drawn",
                         help="none: leave out the dimensions added after the first soaks (Kafka/Delta intermediate "
