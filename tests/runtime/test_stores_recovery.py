@@ -28,7 +28,8 @@ def _committed_store(work_dir: Path) -> tuple[JobConfig, str]:
     stores.open({}, None)
     stores.handles["counts"].put_all({"a": 1, "b": 2})
     ids = stores.snapshot(1, {})
-    stores.committed(1, ids)
+    stores.mark_committed(1, ids)
+    stores.clean_up(1, ids)
     stores.close()
     return job, ids["counts"]
 
