@@ -223,6 +223,12 @@ class RoundOutcome:
         self.retrying: list[str] = []
         self.lost: list[str] = []
         self.regrouped = False  # its tasks stopped to regroup for grown partitions and start again
+        self.moved = False  # a container was lost in the round: its tasks start again elsewhere
+
+    @property
+    def progressed(self) -> bool:
+        """True when the round ran a batch of the job or moved or regrouped its tasks (more rounds may follow)."""
+        return bool(self.results) or self.regrouped or self.moved
 
     @property
     def failed(self) -> list[Any]:

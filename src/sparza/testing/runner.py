@@ -403,6 +403,7 @@ class TestRunner:
             with self._stopping_on_failure(jobs):
                 self._hold_claim(job)  # a processor refused the claim runs nothing
                 self._ensure_joined(job, once=False)
+                idle = 0
                 for _ in range(max_batches):
                     self._hold_claim(job)
                     outcomes = self._round([j for j in jobs if j.member is not None])
@@ -412,10 +413,15 @@ class TestRunner:
                             report.batches[name] = report.batches.get(name, 0) + 1
                             report.messages += sum(r.messages for r in outcome.results)
                             report.late += sum(r.late for r in outcome.results)
-                    if outcomes[job.name].results or outcomes[job.name].regrouped:
+                    if outcomes[job.name].progressed:
+                        idle = 0
                         continue
-                    # A round in which the job ran nothing: caught up, unless tasks wait for a broadcast publication
-                    # that nothing left to read will bring (`sparza run --once` would wait for ever).
+                    # Two rounds in a row in which the job ran nothing (the first may only have settled a hand-over):
+                    # caught up, unless tasks wait for a broadcast publication that nothing left to read will bring
+                    # (`sparza run --once` would wait for ever).
+                    idle += 1
+                    if idle < 2:
+                        continue
                     waits = job.waits()
                     if waits:
                         from sparza.engine.errors import broadcast_stall
@@ -478,6 +484,7 @@ class TestRunner:
             for member in self._container_jobs():
                 self._container_process().drain(member, request.to_json())
         with self._stopping_on_failure(self._container_jobs() if containers else []):
+            idle = 0
             for _ in range(max_batches):
                 ran = False
                 if containers:
@@ -486,6 +493,7 @@ class TestRunner:
                         self._ensure_joined(member, once=False)
                     outcomes = self._round(self._container_jobs())
                     batches = {name: outcome.results for name, outcome in outcomes.items()}
+                    ran = any(outcome.progressed for outcome in outcomes.values())
                 else:
                     batches = {}
                     for batch_job in self._batch_jobs():
@@ -509,7 +517,8 @@ class TestRunner:
                     report.drained = request.id
                     report.ended = all(job.ended for job in self._jobs)
                     return report
-                if not ran:
+                idle = 0 if ran else idle + 1
+                if idle >= (2 if containers else 1):  # containers: the first idle round may only settle a hand-over
                     raise TestInputError(f"the drain of {', '.join(j.name for j in pending)} cannot complete: no job "
                                          "has anything left to run (an upstream job writes nothing more?)")
         raise TestInputError(f"jobs {', '.join(j.name for j in pending)} had not drained after {max_batches} batches")
@@ -594,8 +603,13 @@ class TestRunner:
         from sparza.engine.executor import TaskAttemptError
 
         self._fired.clear()
-        self._container_process().round()
+        process = self._container_process()
+        containers_lost = process.host.manager.lost_containers
+        process.round()
         outcomes = {job.name: job.collect() for job in jobs}
+        if process.host.manager.lost_containers != containers_lost:  # tasks moved: what they did not commit runs again
+            for outcome in outcomes.values():
+                outcome.moved = True
         failed = [r.error for o in outcomes.values() for r in o.failed]
         if failed:
             raise tasks_failed(failed)  # as sparza run reports them
