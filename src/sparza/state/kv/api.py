@@ -124,6 +124,12 @@ class SerdeStore(KeyValueStore):
     ``_iter_raw(from, to)`` and the lifecycle methods; serdes are applied here once.
     """
 
+    # Class-level defaults: subclasses that do not call __init__ (wrappers, views) record nothing.
+    _changes: dict[bytes, bytes | None] | None = None
+    _changes_bytes = 0
+    _changes_limit = 0
+    _changes_overflow = False
+
     def __init__(self, name: str, key_serde: Serde | None, msg_serde: Serde | None, read_only: bool) -> None:
         self.name = name
         self.key_serde: Serde = key_serde or BytesSerde()
