@@ -18,7 +18,6 @@ from sparza.config import Config
 from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 
 EVENTS = SystemStream("delta", "events")
-_TRANSIENT = "Python worker failed to connect back"
 
 
 @dataclass
@@ -75,23 +74,12 @@ class E2E:
         runners = [self.runner(c) for c in configs]
         outcomes: list[Any] = [None] * len(runners)
         errors: list[BaseException] = []
-        stopping = threading.Event()
 
         def go(i: int) -> None:
-            for attempt in range(3):
-                try:
-                    outcomes[i] = runners[i].run()
-                    return
-                except BaseException as exc:  # reported below
-                    # A Python worker that starts slower than Spark's fixed connect-back timeout (a loaded
-                    # machine) fails the query before any work; the query restarts from its checkpoints.
-                    if _TRANSIENT in str(exc) and stopping.is_set():
-                        return  # the test already has what it waited for; the run was being stopped
-                    if attempt < 2 and _TRANSIENT in str(exc):
-                        runners[i] = self.runner(configs[i])
-                        continue
-                    errors.append(exc)
-                    return
+            try:
+                outcomes[i] = runners[i].run()
+            except BaseException as exc:  # reported below
+                errors.append(exc)
 
         threads = [threading.Thread(target=go, args=(i,), daemon=True) for i in range(len(runners))]
         for runner, t in zip(runners, threads, strict=True):
@@ -110,7 +98,6 @@ class E2E:
                 deadline.wait(0.25)
         finally:
             timer.cancel()
-            stopping.set()
             for r in runners:
                 r.request_stop("test done")
             for t in threads:
@@ -126,14 +113,7 @@ class E2E:
         of one processor, via the runtime's run_application on the shared session."""
         from sparza.runtime.driver.application import run_application
 
-        for attempt in range(3):
-            try:
-                return run_application(config, spark=self.spark, stage=stage, install_signal_handlers=False)
-            except Exception as exc:
-                # See run_stages: a worker slower than Spark's connect-back timeout; rerun from checkpoints.
-                if attempt == 2 or _TRANSIENT not in str(exc):
-                    raise
-        raise AssertionError("unreachable")
+        return run_application(config, spark=self.spark, stage=stage, install_signal_handlers=False)
 
     def rows(self, config: Config, stream: str = "out", partition: int = 0) -> list[tuple[str, int, Any]]:
         """(offset, type, value) of every row of ``delta.<stream>#partition``."""

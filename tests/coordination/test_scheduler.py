@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 from sparza.coordination import Scheduler
@@ -64,6 +63,7 @@ def test_run_soon_and_cancel() -> None:
     calls: list[str] = []
     sch = Scheduler("t")
     sch.every("rare", 3_600_000, lambda: calls.append("rare"), initial_delay_ms=3_600_000)
+    sch.every("probe", 3_600_000, lambda: calls.append("probe"), initial_delay_ms=3_600_000)
     sch.start()
     try:
         sch.run_soon("rare")
@@ -71,7 +71,8 @@ def test_run_soon_and_cancel() -> None:
         sch.cancel("rare")
         assert not sch.has("rare")
         sch.run_soon("rare")  # cancelled: nothing runs
-        time.sleep(0.1)
+        sch.run_soon("probe")  # due after it: once the probe ran, the timer has passed where "rare" would be
+        wait(lambda: "probe" in calls)
     finally:
-        sch.stop()
-    assert calls == ["rare"]
+        sch.stop()  # waits for runs in progress
+    assert calls == ["rare", "probe"]

@@ -33,10 +33,6 @@ STRING_GETTERS_ALLOWED = {
     "sparza/api/examples.py", "sparza/cli/demo.py", "sparza/testing/jobs.py",
     # The Config class itself.
     "sparza/config/core.py",
-    # The container code the engine package took over, and the test hooks its commit declares (task.testing.*,
-    # leaving production code): the lead adopts the key objects there.
-    "sparza/engine/commit.py", "sparza/engine/executor.py", "sparza/engine/instance.py",
-    "sparza/engine/stores.py", "sparza/testing/faults.py", "sparza/testing/runner.py",
 }
 """Modules that may still read config through the string getters (``config.get_int("key", default)``)."""
 

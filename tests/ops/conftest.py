@@ -45,11 +45,8 @@ class Job:
     produced: Produced
 
     def run(self, *args: str, config: Path | None = None) -> subprocess.CompletedProcess[str]:
-        """``sparza run --once`` (again when Spark's Python worker failed to connect back on a loaded machine)."""
-        for _ in range(4):
-            result = sparza(["run", "--config", str(config or self.path), "--once", *args])
-            if result.returncode == 0 or "Python worker failed to connect back" not in result.stderr:
-                break
+        """``sparza run --once``, which must succeed."""
+        result = sparza(["run", "--config", str(config or self.path), "--once", *args])
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
         return result
 

@@ -90,3 +90,30 @@ class HangingTask:
             time.sleep(self.hang_s)
         self.store.put(key, count)
         collector.send(OutgoingMessageEnvelope(COUNTS, {"key": key, "count": count}, key=key))
+
+
+class HangAfterFlush:
+    """A commit listener (``task.commit.listeners``): the first task to create the file ``test.hang.marker`` (it
+    writes its name there) stops right after its producers flushed, until its process is killed (its Python
+    worker's parent, the Spark daemon, goes) or ``test.hang.s`` passed: a kill in the middle of a commit."""
+
+    def __init__(self, config: Any) -> None:
+        self.marker = config.get_str("test.hang.marker", None)
+        self.hang_s = float(config.get_str("test.hang.s", "300") or "300")
+
+    def on_step(self, task: str, step: Any, batch: int) -> None:
+        import os
+        import time
+
+        if step.value != "after-flush" or not self.marker:
+            return
+        try:
+            fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.write(fd, f"{task}\n".encode())
+        os.close(fd)
+        parent, deadline = os.getppid(), time.monotonic() + self.hang_s
+        while os.getppid() == parent and time.monotonic() < deadline:
+            time.sleep(0.1)
+        raise RuntimeError(f"HangAfterFlush: task '{task}' was not killed within {self.hang_s:.0f} s")

@@ -17,6 +17,7 @@ from tests.runtime.blob_jobs import exactly_once, load_input, read_container
 from tests.runtime.helpers import run_sparza, write_config
 
 from sparza.config import Config
+from sparza.testing.faults import fault_keys
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +51,7 @@ def test_four_tasks_writing_one_blob_stream_at_once_and_a_retried_one_keep_every
         make_job, azure_account, unique_name, work_dir):
     marker = work_dir / "failed-once"
     config = blob_job(make_job, azure_account, unique_name, **{
-        f"systems.{unique_name}.azureblob.maxMessagesPerBlob": "250", "task.testing.fail.once.file": str(marker)})
+        f"systems.{unique_name}.azureblob.maxMessagesPerBlob": "250", **fault_keys(marker)})
     load_input(config, 4000, TASKS)
     # local[4,2]: the four tasks run at once, in four Python workers, and open their blobs in the same seconds;
     # one of them fails once after its producers flushed and Spark runs it again, beside the others.

@@ -1,8 +1,8 @@
 """Jobs and applications through Spark Connect: the session's Connect server (started from the installed
 pyspark on loopback) runs them with executors that do not have the project, which reach sparza and the
 examples only through ``job.py.files`` (``sparza package``). The client drives the batches
-(runtime/driver/clientloop.py). Exact results against plain-Python oracles, across restarts, and a batch logged
-but not committed runs again with the very same plan."""
+(runtime/driver/clientloop.py). Exact results against plain-Python oracles, across restarts, and a batch some
+tasks committed and others not is completed exactly from the task checkpoints (the client keeps no offset log)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 from examples.keyed_count.load import append_messages
-from tests.runtime.helpers import expected_counts, final_counts
+from tests.runtime.helpers import counts_per_key, expected_counts, final_counts
 
 import sparza
 from sparza.config import Config
 from sparza.runtime import JobFailedError, JobRunner, checkpoint_store_from_config
-from sparza.runtime.driver.clientloop import PlanLog
 from sparza.runtime.driver.source import SparzaStreamReader
 from sparza.streams import OutgoingMessageEnvelope, SystemStream
 from sparza.systems import StreamSpec
 from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer
+from sparza.testing.faults import fault_keys
 
 pytestmark = [pytest.mark.connect, pytest.mark.slow]
 
@@ -52,43 +52,48 @@ def test_keyed_count_through_spark_connect_is_exact_across_a_restart(connect_spa
     assert connect_spark.range(3).count() == 3  # the caller's session: used, never stopped
 
 
-def test_a_logged_batch_without_its_commit_runs_again_with_the_same_plan(connect_spark, make_job, sparza_package,
-                                                                        monkeypatch):
-    # The client loop's plan log belongs to the micro-batch mode (containers keep no offset log).
-    # No restart in the run: the client's death must end it, as a crash of the process would.
+def test_a_batch_interrupted_after_some_tasks_committed_is_completed_exactly_from_the_task_checkpoints(
+        connect_spark, make_job, sparza_package, work_dir, monkeypatch):
+    # The micro-batch mode's client loop keeps no offset log: the task checkpoints are the only record. One task
+    # fails right after its producers flushed (its output visible, its intent open), the other commits; the run
+    # ends (no restart in it). More input arrives, and the next start plans from the task checkpoints: the failed
+    # task replays its intent's exact range (same planning time), the committed one reads on from its checkpoint.
+    marker = work_dir / "failed-once"
     config = _on_connect(make_job, sparza_package, **{"task.max.batch.messages": "10000",
                                                         "job.execution.mode": "batches",
-                                                        "job.container.max.restarts": "0"})
+                                                        "job.container.max.restarts": "0",
+                                                        **fault_keys(marker)})
     append_messages(config, 600, 5, commit_size=600)
-
-    def client_dies(self, n):
-        raise RuntimeError("client died before recording the commit")
-
-    real_commit = PlanLog.write_commit
-    monkeypatch.setattr(PlanLog, "write_commit", client_dies)
     first = JobRunner(config, spark=connect_spark, once=True, install_signal_handlers=False, status=lambda _: None)
-    with pytest.raises(JobFailedError, match="client died"):
+    with pytest.raises(JobFailedError, match="injected one-time failure"):
         first.run()
-    spark_dir = Path(first.spark_checkpoint_dir)
-    logged = json.loads((spark_dir / "offsets" / "0").read_text())
-    assert not (spark_dir / "commits" / "0").exists()
-    assert final_counts(config)[1] == 600  # the tasks had committed the batch
+    failed = marker.read_text().strip()
+    stored = checkpoint_store_from_config(config, "kc-1").read_all()
+    intent = stored[failed].open_intent()
+    assert intent is not None
+    (other,) = [name for name in stored if name != failed]
+    assert stored[other].open_intent() is None and stored[other].batch == intent.batch
+    assert final_counts(config)[1] == 600  # the failed task's flushed output is visible already
 
-    monkeypatch.setattr(PlanLog, "write_commit", real_commit)
-    planned: list[tuple[dict, dict]] = []
+    append_messages(config, 400, 5, start=600, commit_size=400)
+    planned: list[list] = []
     real_partitions = SparzaStreamReader.partitions
     monkeypatch.setattr(SparzaStreamReader, "partitions",
-                        lambda self, start, end: planned.append((start, end)) or real_partitions(self, start, end))
+                        lambda self, start, end: planned.append(real_partitions(self, start, end)) or planned[-1])
     lines: list[str] = []
     again = JobRunner(config, spark=connect_spark, once=True, install_signal_handlers=False, status=lines.append)
-    outcome = again.run()
-    assert planned[0] == (logged["start"], logged["end"])  # the very same plan, planned_at included
-    assert (spark_dir / "commits" / "0").exists()
-    assert any("2 task batch(es) skipped (already committed: a replay)" in line for line in lines), lines
-    assert outcome.batches == 1
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(600, 5)
-    assert rows == 600
+    again.run()
+    splits = {p.value.task: p.value for p in planned[0]}
+    replayed = splits[failed]
+    assert (replayed.start_offsets(), replayed.end_offsets(), replayed.planned_at) == (
+        intent.starts, intent.ends, intent.planned_at_ms)  # its exact range, planned as then
+    read_on = splits[other]
+    assert read_on.start_offsets() == stored[other].offsets != read_on.end_offsets()  # what arrived since
+    assert not any("skipped (already committed: a replay)" in line for line in lines), lines
+    after = checkpoint_store_from_config(config, "kc-1").read_all()
+    assert all(cp.open_intent() is None for cp in after.values())
+    assert not (Path(again.spark_checkpoint_dir) / "offsets").exists()  # no log of its own
+    assert counts_per_key(config) == {k: list(range(1, n + 1)) for k, n in expected_counts(1000, 5).items()}
 
 
 def _send(config: Config, events: list[tuple[str, int]], first: int) -> None:

@@ -22,6 +22,7 @@ from sparza.engine.inprocess import InProcessHost, InProcessJob
 from sparza.engine.jobconfig import JobConfig
 from sparza.engine.messages import TaskDone, TaskResult, TaskRetrying, TaskWaiting
 from sparza.engine.results import BatchStatus
+from sparza.testing import eventually
 
 
 class Clock:
@@ -170,6 +171,14 @@ def test_a_task_whose_commit_fails_retries_alone_from_its_checkpoint_and_the_out
     _run(host, job, clock, step_s=0.5)
     retried = [e for e in job.events if isinstance(e, TaskRetrying)]
     assert [(e.task, e.attempt, e.delay_ms) for e in retried] == [("Partition 1", 1, 2000)]
+    # The status line and the trace name the step the commit failed in, and what that left in force.
+    number, name = {"after-intent": (1, "intent"), "after-flush": (2, "flush"), "after-snapshot": (4, "snapshot"),
+                    "after-checkpoint": (5, "checkpoint")}[step]
+    assert f"(the commit failed in step {number} ({name}; last done: {step}))" in retried[0].error, retried[0].error
+    trace = Path(retried[0].error.rsplit("full trace: ", 1)[1]).read_text(encoding="utf-8")
+    status = "committed" if step == "after-checkpoint" else "failed"
+    assert f"sparza: the commit failed in step {number} ({name}; last done: {step}), task 'Partition 1'" in trace
+    assert f": {status} (" in trace.split("sparza: the commit failed in step", 1)[1].splitlines()[0]
     # While Partition 1 waited for its retry, the other tasks committed: the failure stayed with its task.
     failed_at = job.events.index(retried[0])
     after = [e.result.task for e in job.events[failed_at:] if isinstance(e, TaskResult)]
@@ -436,8 +445,7 @@ def test_a_container_stops_when_its_driver_is_silent_or_gone():
         client = ChannelClient.connect(("127.0.0.1", port, "t"), 1, driver_timeout_s=0.3)
         conn, _ = silent.accept()
         assert client.alive()
-        time.sleep(0.5)
-        assert not client.alive()
+        eventually(lambda: not client.alive(), 10, 0.05, "the container did not notice the silent driver")
         conn.close()
         client.close()
 

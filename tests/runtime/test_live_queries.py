@@ -4,7 +4,6 @@ through a processor's HTTP endpoint and ``sparza store get --live`` on the share
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 import zlib
 from pathlib import Path
@@ -16,6 +15,7 @@ from tests.runtime.helpers import expected_counts, final_counts, job_values, run
 from sparza.config import Config
 from sparza.engine.inprocess import InProcessHost, InProcessJob
 from sparza.engine.messages import QueryStore
+from sparza.testing import eventually
 
 
 def test_a_running_containers_tasks_answer_reads_of_their_committed_and_in_flight_state(work_dir: Path):
@@ -57,13 +57,14 @@ def test_sparza_store_get_live_asks_the_running_processor_which_routes_the_key_t
     thread = threading.Thread(target=runner.run, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 300
-        while final_counts(config)[1] < 800 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        time.sleep(2.0)  # the last commits land (outputs become visible at step 2 of a commit, the checkpoint at 5)
+        eventually(lambda: final_counts(config)[1] >= 800, 300, 0.5, "the job did not write its 800 counts")
         counts, rows = final_counts(config)
         assert counts == expected_counts(800, 9) and rows == 800
         stores = LiveStores(config)
+        # Outputs become visible at step 2 of a commit, the store's committed state at step 5: wait for the last
+        # commits to land before reading the committed state.
+        eventually(lambda: all(stores.get("counts", key) == {f"Partition {zlib.crc32(key.encode()) % 4}": n}
+                               for key, n in counts.items()), 120, 0.5, "the last commits did not land")
         for key, n in counts.items():
             found = stores.get("counts", key)
             owner = f"Partition {zlib.crc32(key.encode()) % 4}"  # the example's input is keyed like its store

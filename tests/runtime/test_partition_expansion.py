@@ -15,6 +15,7 @@ import pytest
 
 from sparza.config import Config
 from sparza.engine.checkpoint import checkpoint_store_from_config
+from sparza.engine.errors import JobFailedError
 from sparza.engine.partitions import (
     PARTITIONS_DOCUMENT,
     Grouping,
@@ -23,7 +24,7 @@ from sparza.engine.partitions import (
     settle_partitions,
 )
 from sparza.errors import SparzaError
-from sparza.streams import SystemStream
+from sparza.streams import OutgoingMessageEnvelope, SystemStream
 from sparza.testing import TestMessage, TestRunner
 
 KEYS = 24
@@ -67,6 +68,10 @@ def job_store(runner: TestRunner) -> Any:
     return checkpoint_store_from_config(runner.config, JobConfig.from_config(runner.config).job_key)
 
 
+RUN_FAILS = (PartitionCountChangedError, JobFailedError)
+"""What a run that meets grown partitions raises: the planner's error (micro-batches) or the failed job naming it."""
+
+
 def keyed_count(work_dir: Path, **extra: str) -> TestRunner:
     runner = TestRunner.of("tests.runtime.partition_jobs.TaskKeyCount", {**COUNT, **extra}, work_dir=work_dir)
     return runner.add_output("mem.out", partitions=2)
@@ -82,7 +87,8 @@ def test_default_stops_naming_the_stream_counts_and_choices_and_loses_nothing_co
     runner.grow_input("mem.events", 6)
     more, _ = messages(100, 60, 6)
     runner.add_input("mem.events", more)
-    with pytest.raises(PartitionCountChangedError) as caught:
+    # The container mode's task stops at its next poll and the job fails naming why (JobFailedError, as sparza run).
+    with pytest.raises(RUN_FAILS, match="PartitionCountChangedError") as caught:
         runner.run()
     text = str(caught.value)
     assert "mem.events: 4 -> 6 partitions" in text and "while it ran" in text
@@ -152,7 +158,7 @@ def test_new_partitions_are_read_from_their_oldest_offset_whatever_the_default(w
     more, sent2 = messages(40, 80, 8)
     runner.add_input("mem.events", more)
     if restart == "with-plan":  # stopped (fail), then started with group: the plan it had (Spark's offset log) stays
-        with pytest.raises(PartitionCountChangedError):
+        with pytest.raises(RUN_FAILS, match="PartitionCountChangedError|partitions grew"):
             runner.run()
         runner.restart(crashed=False, config={"job.partition.expansion": "group"})
     runner.run()
@@ -246,3 +252,52 @@ def test_a_task_that_never_committed_does_not_look_like_growth(work_dir: Path) -
     events = SystemStream("mem", "events")
     grouping = settle_partitions(Config({"job.name": "j", "stores.s.factory": "memory"}), "j-1", {events: 4}, store)
     assert grouping.first == {events: 4} and not grouping.changes
+
+
+@pytest.mark.parametrize("policy", ["fail", "group"])
+def test_the_micro_batch_source_ends_the_query_and_its_next_planner_regroups(work_dir: Path, policy: str) -> None:
+    """``job.execution.mode: batches``: the Spark source's planner, driven here without Spark (in-memory input)."""
+    from sparza.engine.errors import RuntimeStateError
+    from sparza.engine.planner import BatchPlan
+    from sparza.runtime.driver.source import SparzaStreamReader
+    from sparza.systems import StreamSpec
+    from sparza.systems.inmemory import InMemorySystemAdmin, InMemorySystemProducer, drop_namespace
+
+    namespace = f"partitions-{policy}-{work_dir.name}"
+    values = {"job.name": "mb", "task.class": "tests.runtime.partition_jobs.TaskKeyCount", "task.inputs": "mem.events",
+              "systems.mem.samza.factory": "inmemory", "systems.mem.inmemory.namespace": namespace,
+              "systems.mem.samza.offset.default": "oldest", "job.execution.mode": "batches",
+              "job.partition.expansion": policy, "blob.store.local.root": str(work_dir / "blobs"),
+              "job.logged.store.base.dir": str(work_dir / "state"), **COUNT}
+    config = Config(values)
+    admin = InMemorySystemAdmin("mem", config)
+    admin.create_stream(StreamSpec("events", 4))
+    producer = InMemorySystemProducer("mem", config)
+    producer.register("t")
+
+    def send(partitions: int) -> None:
+        for i in range(partitions):
+            producer.send("t", OutgoingMessageEnvelope(SystemStream("mem", "events"), b"v", key=b"k", partition=i))
+        producer.flush("t")
+
+    options = {"config": json.dumps(values), "task_count": "4"}
+    try:
+        send(4)
+        reader = SparzaStreamReader(options)
+        start = reader.initialOffset()
+        planned = reader.latestOffset(start, None)
+        assert BatchPlan.from_json(planned).batch == 1
+        admin.grow_stream("events", 6)
+        send(6)
+        with pytest.raises(RuntimeStateError, match="mem.events: 4 -> 6 partitions") as caught:
+            reader.latestOffset(planned, None)
+        assert isinstance(caught.value, PartitionCountChangedError) == (policy == "fail")
+        if policy == "group":  # the runner starts the query again: its planner groups #4, #5 into tasks 0, 1
+            again = SparzaStreamReader(options)
+            plan = again.latestOffset(planned, None)
+            [first] = [s for s in again.partitions(planned, plan) if s.value.task == "Partition 0"]
+            assert first.value.ssps == ["mem.events#0", "mem.events#4"]
+            # Planned from the task checkpoints (nothing committed here): #0 from its start, #4 from its oldest.
+            assert first.value.starts == ["0", "0"] and first.value.ends == ["2", "1"]
+    finally:
+        drop_namespace(namespace)

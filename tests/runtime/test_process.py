@@ -1,16 +1,18 @@
 """`sparza run` as a subprocess: bad config, Ctrl-C to the process group, kill -9 mid-run and restart, injected
-Spark task failure."""
+Spark task failure, a kill between Spark's offset log and the task commits (micro-batch mode)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 from examples.keyed_count.load import append_messages
 from tests.runtime.helpers import (
     REPO,
+    counts_per_key,
     expected_counts,
     final_counts,
     run_sparza,
@@ -21,6 +23,7 @@ from tests.runtime.helpers import (
 
 from sparza.runtime import checkpoint_store_from_config
 from sparza.testing import eventually
+from sparza.testing.faults import fault_keys
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +100,7 @@ def test_ctrl_c_then_kill_9_then_restart_gives_exact_counts(make_job, work_dir):
 
 def test_injected_spark_task_failure_is_retried_exactly(make_job, work_dir):
     marker = work_dir / "failed-once"
-    config = make_job(**{"task.testing.fail.once.file": str(marker), "task.max.batch.messages": "10000"})
+    config = make_job(**{**fault_keys(marker), "task.max.batch.messages": "10000"})
     append_messages(config, 900, 5, commit_size=300)
     path = write_config(config, work_dir / "job.yaml")
     # local[2,2]: Spark retries a failed task once. The failure comes after the producers flushed.
@@ -107,3 +110,57 @@ def test_injected_spark_task_failure_is_retried_exactly(make_job, work_dir):
     counts, rows = final_counts(config)
     assert counts == expected_counts(900, 5)
     assert rows == 900
+
+
+def test_a_run_killed_between_sparks_offset_log_and_the_task_commits_restarts_from_the_task_checkpoints(
+        make_job, work_dir):
+    # The micro-batch mode on Structured Streaming: Spark logs batch 0, then its tasks run it. One task stops right
+    # after its producers flushed (its intent open, its output visible), the other commits, and the run is killed
+    # (-9). Spark's offset log then holds batch 0 without its commit, and replays it on restart; the source plans
+    # that batch from the task checkpoints instead: the committed task reads on (what arrived since), the other
+    # replays its intent's exact range. Nothing repeated, nothing lost, nothing skipped as a replay.
+    from sparza.engine.jobconfig import JobConfig
+
+    marker = work_dir / "hanging"
+    config = make_job(**{"job.execution.mode": "batches", "task.max.batch.messages": "10000"})
+    hanging = config.with_overrides({"task.commit.listeners": "tests.runtime.jobs.HangAfterFlush",
+                                     "test.hang.marker": str(marker)})
+    append_messages(config, 600, 5, commit_size=600)
+    store = checkpoint_store_from_config(config, "kc-1")
+
+    def half_committed() -> tuple[str, int] | None:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else "exited"
+        if not marker.exists() or not marker.read_text().strip():
+            return None
+        stopped = marker.read_text().strip()
+        stored = store.read_all()
+        intent = stored[stopped].open_intent() if stopped in stored else None
+        others = [cp for name, cp in stored.items() if name != stopped]
+        if intent is None or len(others) != 1 or others[0].batch != intent.batch:
+            return None
+        return stopped, intent.batch
+
+    proc = _start(write_config(hanging, work_dir / "hanging.yaml"))
+    try:
+        stopped, batch = eventually(half_committed, 240, 0.2, "no half-committed batch within 240 s")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    spark_dir = JobConfig.from_config(config).spark_checkpoint_dir("0").removeprefix("file:")
+    assert (Path(spark_dir) / "offsets" / "0").exists() and not (Path(spark_dir) / "commits" / "0").exists()
+    intent = store.read_all()[stopped].open_intent()
+    assert intent is not None
+    assert final_counts(config)[1] == 600  # both tasks' outputs are visible, the stopped one's uncommitted
+
+    append_messages(config, 400, 5, start=600, commit_size=400)
+    result = run_sparza("run", "--config", str(write_config(config, work_dir / "job.yaml")), "--once",
+                        "--master", "local[2]")
+    assert result.returncode == 0, result.stderr
+    assert "skipped (already committed: a replay)" not in result.stderr, result.stderr
+    assert (Path(spark_dir) / "commits" / "0").exists()  # Spark ran its batch 0 again: planned anew
+    after = store.read_all()
+    assert all(cp.open_intent() is None for cp in after.values())
+    assert after[stopped].batch >= batch
+    assert counts_per_key(config) == {k: list(range(1, n + 1)) for k, n in expected_counts(1000, 5).items()}

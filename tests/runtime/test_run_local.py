@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 from examples.keyed_count.load import append_messages
-from tests.runtime.helpers import expected_counts, final_counts
+from tests.runtime.helpers import counts_per_key, expected_counts, final_counts
 
 from sparza.config import Config
 from sparza.runtime import JobFailedError, JobRunner, checkpoint_store_from_config
 from sparza.streams import OutgoingMessageEnvelope, SystemStream
 from sparza.systems.delta import DeltaSystemProducer
+from sparza.testing.faults import fault_keys
 
 pytestmark = pytest.mark.spark
 
@@ -49,22 +50,33 @@ def test_keyed_count_is_exact_across_runs_and_checkpoints_record_offsets(spark, 
     assert rows == 1400
 
 
-def test_replayed_batch_is_skipped(spark, make_job, work_dir):
-    # Spark's own replay of a logged batch: the micro-batch mode (containers keep no Spark offset log).
-    config = make_job(**{"task.max.batch.messages": "10000", "job.execution.mode": "batches"})
-    append_messages(config, 600, 5, commit_size=600)
-    runner = _run(spark, config)
+def _forget_last_spark_commit(runner: JobRunner) -> None:
+    """Delete Spark's commit of its last batch: Spark replays that batch from its offset log on restart."""
     spark_dir = Path(runner.spark_checkpoint_dir)
     commits = sorted((spark_dir / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
-    # Forget Spark's commit of the last batch: Spark replays it from its offset log on restart.
     commits[-1].unlink()
     for crc in (spark_dir / "commits").glob(f".{commits[-1].name}.crc"):
         crc.unlink()
-    replay = _run(spark, config)
-    assert replay.last_results and {r.status.value for r in replay.last_results} == {"skipped"}
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(600, 5)
-    assert rows == 600
+
+
+def test_a_batch_spark_replays_from_its_offset_log_is_planned_from_the_task_checkpoints(spark, make_job):
+    # The micro-batch mode (containers keep no Spark offset log). Spark's log is only its bookkeeping: a batch it
+    # replays is planned from the task checkpoints, so nothing is read twice and what arrived since is read in it.
+    config = make_job(**{"task.max.batch.messages": "10000", "job.execution.mode": "batches"})
+    append_messages(config, 600, 5, commit_size=600)
+    runner = _run(spark, config)
+    _forget_last_spark_commit(runner)
+    replay = _run(spark, config)  # nothing new: the replayed batch has no task to run
+    assert replay.last_results == [] and _metric(replay, "tasks-skipped") == 0
+    assert (Path(replay.spark_checkpoint_dir) / "commits").is_dir()
+    _forget_last_spark_commit(replay)
+    append_messages(config, 400, 5, start=600, commit_size=400)
+    again = _run(spark, config)
+    # Run as logged, the replay would be skipped by both tasks and a second batch would read the new messages.
+    assert _metric(again, "tasks-skipped") == 0
+    assert again.metrics.snapshot()["aggregate"]["batches"] == 1
+    assert again.metrics.snapshot()["aggregate"]["messages-processed"] == 400
+    assert counts_per_key(config) == {k: list(range(1, n + 1)) for k, n in expected_counts(1000, 5).items()}
 
 
 def test_lost_spark_checkpoint_after_a_half_committed_batch_repeats_exactly_that_batch(spark, make_job, work_dir):
@@ -74,7 +86,7 @@ def test_lost_spark_checkpoint_after_a_half_committed_batch_repeats_exactly_that
     # The micro-batch mode: the container mode keeps no Spark offset log, and restarts a failed container at
     # once (test_process.py::test_injected_spark_task_failure_is_retried_exactly).
     marker = work_dir / "failed-once"
-    config = make_job(**{"task.testing.fail.once.file": str(marker), "task.max.batch.messages": "10000",
+    config = make_job(**{**fault_keys(marker), "task.max.batch.messages": "10000",
                          "job.execution.mode": "batches", "job.container.max.restarts": "0"})
     append_messages(config, 600, 5, commit_size=600)
     failing = JobRunner(config, spark=spark, once=True, install_signal_handlers=False, status=lambda line: None)

@@ -14,6 +14,7 @@ from tests.runtime.helpers import expected_counts, job_values, run_sparza, write
 from sparza.config import Config
 from sparza.systems import StreamSpec
 from sparza.systems.delta import DeltaSystemAdmin
+from sparza.testing.faults import fault_keys
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +45,7 @@ def _transactions(location: Path) -> list[tuple[str, int]]:
 
 def test_append_table_gets_every_update_exactly_once_despite_a_retried_task(work_dir):
     marker = work_dir / "failed-once"
-    config = _job(work_dir, 2, {"task.testing.fail.once.file": str(marker), "task.max.batch.messages": "400"},
+    config = _job(work_dir, 2, {**fault_keys(marker), "task.max.batch.messages": "400"},
                   schema="key string not null, count long not null, at timestamp", **{"timestamp.column": "at"})
     append_messages(config, 900, 5, commit_size=300)
     result = run_sparza("run", "--config", str(write_config(config, work_dir / "job.yaml")), "--once",
@@ -66,7 +67,7 @@ def test_append_table_gets_every_update_exactly_once_despite_a_retried_task(work
 
 def test_upserted_view_holds_the_final_count_per_key_with_four_tasks(work_dir, request):
     marker = work_dir / "failed-once"
-    config = _job(work_dir, 4, {"task.testing.fail.once.file": str(marker), "task.max.batch.messages": "100"},
+    config = _job(work_dir, 4, {**fault_keys(marker), "task.max.batch.messages": "100"},
                   schema="key string not null, count long", mode="upsert", key="key")
     append_messages(config, 1200, 37, commit_size=400)
     result = run_sparza("run", "--config", str(write_config(config, work_dir / "job.yaml")), "--once",

@@ -108,6 +108,7 @@ def test_an_input_serde_is_refused_naming_the_key() -> None:
 
 def _run_in_process(config: Config, partitions: int) -> int:
     """Run the job's batches the way the Spark source runs them (plan, split, read → run_split), without Spark."""
+    from sparza.engine.results import BatchStatus, result_from_row
     from sparza.runtime.driver.source import SparzaStreamReader
 
     values = dict(config.items())
@@ -116,7 +117,8 @@ def _run_in_process(config: Config, partitions: int) -> int:
     while (end := reader.latestOffset(start, None)) != start:
         for split in reader.partitions(start, end):
             for row in pa.Table.from_batches(list(reader.read(split))).to_pylist():
-                assert row["status"] != "failed", row["error"]
+                result = result_from_row(row)
+                assert result.status is not BatchStatus.FAILED, result.error
         start, batches = end, batches + 1
     return batches
 

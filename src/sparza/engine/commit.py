@@ -2,8 +2,9 @@
 
 :meth:`TaskCommit.run` runs the steps in this order, after the task processed the batch (the numbers are the
 ones ``docs/runtime.md`` and ``docs/guarantees.md`` use). After each step the commit tells
-each :class:`CommitListener` (``task.commit.listeners``; the fault injection of tests and of the guarantees
-harness is one, in :mod:`sparza.testing.faults`), and a listener that raises fails the commit right there:
+each :class:`CommitListener` (``task.commit.listeners``: the seam the fault injection of tests and of the
+guarantees harness uses from the outside, :mod:`sparza.testing.faults`), and a listener that raises fails the
+commit right there:
 
 1. **intent** — if the task used producers, write its :class:`~sparza.engine.checkpoint.Intent`
    (the batch's exact input range and output version) into the task checkpoint, conditional on the
@@ -25,7 +26,9 @@ harness is one, in :mod:`sparza.testing.faults`), and a listener that raises fai
    longer needs, old local checkpoints. A failure here is finished by the next batch or restart.
 
 Whatever fails before step 5 leaves the previous checkpoint in force and the commit ``FAILED``; the caller
-abandons the producers and drops the in-memory task, so the retry starts from committed state.
+abandons the producers and drops the in-memory task, so the retry starts from committed state. The exception
+raised carries a note naming the step it failed in and the status (:func:`failed_step`): the task's status line
+and its trace file say where the commit stopped.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any, Protocol, runtime_checkable
 
-from sparza.config import Config, define_key
+from sparza.config import LIST, Config, define_key
 from sparza.engine.checkpoint import CheckpointStore, Intent, TaskCheckpoint
 from sparza.engine.errors import RuntimeStateError
 from sparza.metrics import MetricsRegistry
@@ -52,29 +55,18 @@ __all__ = [
     "CommitStep",
     "TaskCommit",
     "commit_listeners",
+    "failed_step",
 ]
 
-define_key("task.commit.listeners", "",
-           "Comma list of dotted CommitListener classes (built with the job config) told of every commit step of "
-           "every task; raising there fails the commit at that step.", "runtime")
-define_key("task.testing.fail.once.file", None,
-           "Testing only: the first task to create this file fails once at task.testing.fail.once.at (proves "
-           "retries and restarts are exact).", "runtime")
-define_key("task.testing.fault.hook", None,
-           "Testing only: id of an in-process fault hook (sparza.testing.faults.register_fault_hook) called at "
-           "every commit step; "
-           "sparza.testing.TestRunner uses it to fail a chosen task and batch between two steps.", "runtime")
-define_key("task.testing.fail.once.after.commits", "0",
-           "Testing only: how many of a task's commits in the same process go by before the injected failure (a "
-           "failure while its container runs on).", "runtime")
-define_key("task.testing.fail.once.at", "after-flush",
-           "Testing only: the commit step after which the injected failure happens: after-intent, after-flush, "
-           "after-adjunct, after-snapshot, after-checkpoint or during-cleanup.", "runtime")
+COMMIT_LISTENERS = define_key("task.commit.listeners", "",
+                              "Comma list of dotted CommitListener classes (built with the job config) told of every "
+                              "commit step of every task; raising there fails the commit at that step.", "runtime",
+                              kind=LIST)
 
 
 class CommitStep(enum.Enum):
-    """The moments a :class:`CommitListener` hears of, in order: right after each step (inside cleanup for
-    the last); ``value`` is the name ``task.testing.fail.once.at`` uses."""
+    """The moments a :class:`CommitListener` hears of, in order: right after each step (inside cleanup, after
+    the store markers and before the blob-store cleanup, for the last)."""
 
     AFTER_INTENT = "after-intent"
     AFTER_FLUSH = "after-flush"
@@ -104,16 +96,9 @@ class CommitListener(Protocol):
         """``step`` of the commit of ``task``'s batch ``batch`` (its output batch) is done."""
 
 
-_TESTING_FAULTS = "sparza.testing.faults:ConfigFaults"
-"""The listener the ``task.testing.*`` keys stand for (fault injection lives with the testing tools)."""
-
-
 def commit_listeners(config: Config) -> list[CommitListener]:
-    """The listeners of a job's commits: ``task.commit.listeners``, plus the testing faults when a
-    ``task.testing.fail.once.file`` or ``task.testing.fault.hook`` is set."""
-    paths = [p for p in config.get_list("task.commit.listeners", []) if p]
-    if config.get_str("task.testing.fail.once.file", None) or config.get_str("task.testing.fault.hook", None):
-        paths.append(_TESTING_FAULTS)
+    """The listeners of a job's commits: ``task.commit.listeners``."""
+    paths = [p for p in COMMIT_LISTENERS.get(config) if p]
     listeners: list[CommitListener] = []
     for path in paths:
         cls = load_object(path, "task.commit.listeners")
@@ -172,7 +157,8 @@ class TaskCommit:
         self.build_checkpoint = checkpoint
         self.listeners = listeners or []
         self.status = CommitStatus.STARTED
-        self.last_step: CommitStep | None = None
+        self.last_step: CommitStep | None = None  # the last step done (its listeners told)
+        self.step = 0  # the step running, 1 to 6 (0: not started)
         self.snapshot_ids: dict[str, str] = {}
         self.written: TaskCheckpoint | None = None  # the task checkpoint step 5 wrote
         self.adjunct_entry: dict[str, Any] | None = None
@@ -199,14 +185,24 @@ class TaskCommit:
             self._finish_snapshot()                # 4
             self.status = CommitStatus.PREPARED
             self._write_checkpoint()               # 5: the commit point
-        except BaseException:
+        except BaseException as exc:
             if self.status is not CommitStatus.COMMITTED:
                 self.status = CommitStatus.FAILED
+            exc.add_note(self._failure_note())
             raise
         if on_committed is not None:
             on_committed()
-        self._cleanup()                            # 6
+        try:
+            self._cleanup()                        # 6
+        except BaseException as exc:
+            exc.add_note(self._failure_note())
+            raise
         self.status = CommitStatus.COMPLETE
+
+    def _failure_note(self) -> str:
+        done = f"; last done: {self.last_step.value}" if self.last_step is not None else ""
+        return (f"{_NOTE}{self.step} ({_STEP_NAMES[self.step]}{done}), task '{self.task}' batch {self.batch}: "
+                f"{self.status.value} ({_STATUS_MEANS[self.status]})")
 
     def _done(self, step: CommitStep) -> None:
         self.last_step = step
@@ -216,6 +212,7 @@ class TaskCommit:
     # 1. intent
     def _write_intent(self) -> None:
         """Announce the batch's range before any output of it may become visible (only if outputs exist)."""
+        self.step = 1
         if self.producers:
             base = self.committed or TaskCheckpoint(task=self.task, batch=0, generation=self.generation, offsets={})
             with self.metrics.timer("task", "intent-write-ms").time():
@@ -227,6 +224,7 @@ class TaskCommit:
     def _flush(self) -> None:
         """Flush every producer the task used, idempotently per transaction (one flush at a time per producer, unless
         it flushes its sources concurrently: a container commits its tasks beside each other)."""
+        self.step = 2
         with self.metrics.timer("task", "flush-ms").time():
             for system, producer in self.producers.items():
                 with self.metrics.timer("task", f"flush-{system}-ms").time(), _flush_guard(producer):
@@ -236,6 +234,7 @@ class TaskCommit:
     # 3. adjunct
     def _commit_adjunct(self) -> None:
         """Commit adjunct stores; their entry goes into the task checkpoint."""
+        self.step = 3
         with self.metrics.timer("task", "adjunct-commit-ms").time():
             self.adjunct_entry = (self.adjunct.commit(self.batch, self.generation) if self.adjunct is not None
                                   else None)
@@ -269,6 +268,7 @@ class TaskCommit:
 
     def _finish_snapshot(self) -> None:
         """Wait for the snapshot work: every store checkpointed, the backed-up ones uploaded."""
+        self.step = 4
         assert self._snapshot is not None
         with self.metrics.timer("task", "snapshot-wait-ms").time():
             self.snapshot_ids = self._snapshot.result()
@@ -277,6 +277,7 @@ class TaskCommit:
     # 5. checkpoint
     def _write_checkpoint(self) -> None:
         """Write the task checkpoint: the commit point."""
+        self.step = 5
         checkpoint = self.build_checkpoint(self.snapshot_ids, self.adjunct_entry)
         written = dataclasses.replace(checkpoint, generation=self.generation, written_at_ms=int(time.time() * 1000))
         with self.metrics.timer("task", "checkpoint-write-ms").time():
@@ -288,15 +289,30 @@ class TaskCommit:
     # 6. cleanup
     def _cleanup(self) -> None:
         """Markers, TTL removal of the new snapshot, deletion of what the old one no longer needs."""
-        fired: list[bool] = []
-
-        def fault() -> None:
-            fired.append(True)
-            self._done(CommitStep.DURING_CLEANUP)
-
+        self.step = 6
         with self.metrics.timer("task", "cleanup-ms").time():
-            self.stores.committed(self.batch, self.snapshot_ids, fault=fault)
+            self.stores.mark_committed(self.batch, self.snapshot_ids)
+            self._done(CommitStep.DURING_CLEANUP)
+            self.stores.clean_up(self.batch, self.snapshot_ids)
             if self.adjunct is not None:
                 self.adjunct.committed(self.batch)  # committed means permanent: no TTL left on its snapshots
-        if not fired:  # a task without stores still has the point
-            fault()
+
+
+_NOTE = "sparza: the commit failed in step "
+_STEP_NAMES = {0: "before intent", 1: "intent", 2: "flush", 3: "adjunct", 4: "snapshot", 5: "checkpoint",
+               6: "cleanup"}
+_STATUS_MEANS = {
+    CommitStatus.FAILED: "the previous checkpoint is in force: the batch runs again",
+    CommitStatus.COMMITTED: "the batch is committed: the next batch or restart finishes its cleanup",
+    CommitStatus.STARTED: "nothing of the batch is durable", CommitStatus.PREPARED: "step 5 decides",
+    CommitStatus.COMPLETE: "done",
+}
+
+
+def failed_step(exc: BaseException) -> str | None:
+    """What a commit that raised ``exc`` says of where it stopped (``step 2 (flush; last done: after-intent), task
+    'P' batch 7: failed (...)``), or None when ``exc`` did not come out of a :class:`TaskCommit`."""
+    for note in getattr(exc, "__notes__", ()):
+        if isinstance(note, str) and note.startswith(_NOTE):
+            return "step " + note[len(_NOTE):]
+    return None

@@ -23,6 +23,8 @@ import traceback
 from pathlib import Path
 
 from sparza.config import Config, define_key
+from sparza.config.shared import JOB_NAME
+from sparza.engine.commit import failed_step
 from sparza.engine.errors import FENCED_OFF, CheckpointFencedError, ProcessingError, TaskCodeError
 from sparza.engine.instance import get_instance
 from sparza.engine.job import EngineJob
@@ -36,8 +38,9 @@ __all__ = ["DETERMINISTIC", "TRACE_DIR_KEY", "TaskAttemptError", "failed_attempt
            "write_trace_text"]
 
 TRACE_DIR_KEY = "task.error.trace.dir"
-define_key(TRACE_DIR_KEY, None, "Directory (on the executor's host) where the full trace of a failed task is written; "
-           "the one-line error names the file. Default: <system temp dir>/sparza-errors.", "sparza.runtime")
+TRACE_DIR = define_key(TRACE_DIR_KEY, None, "Directory (on the executor's host) where the full trace of a failed task "
+                       "is written; the one-line error names the file. Default: <system temp dir>/sparza-errors.",
+                       "sparza.runtime")
 
 DETERMINISTIC: tuple[type[BaseException], ...] = (ProcessingError, TaskCodeError, ConfigError, DataError,
                                                    ImportError, CheckpointFencedError)
@@ -81,9 +84,12 @@ def failed_attempt(config: Config, task: str, batch: int, exc: Exception) -> Bat
     same way (:data:`DETERMINISTIC`: the job stops with its one line), else it raises :class:`TaskAttemptError`
     (a retry may cure it). Either way the full trace goes to a file the line names."""
     trace = _write_trace(config, task, batch, exc)
+    step = failed_step(exc)  # a failed commit names its step (the trace has it too: the exception's note)
+    where = f" (the commit failed in {step.split(', task ', 1)[0]})" if step else ""
     if isinstance(exc, DETERMINISTIC):
-        return BatchResult(task, batch, BatchStatus.FAILED, error=f"{_describe(exc, task)}; full trace: {trace}")
-    raise TaskAttemptError(f"task '{task}' batch {batch}: {_first_line(exc)}; full trace: {trace}") from exc
+        return BatchResult(task, batch, BatchStatus.FAILED, error=f"{_describe(exc, task)}{where}; full trace: {trace}",
+                           failed_step=step)
+    raise TaskAttemptError(f"task '{task}' batch {batch}: {_first_line(exc)}{where}; full trace: {trace}") from exc
 
 
 def _first_line(exc: BaseException) -> str:
@@ -113,8 +119,8 @@ def _write_trace(config: Config, task: str, batch: int, exc: BaseException) -> s
 def write_trace_text(config: Config, what: str, text: str) -> str:
     """Write ``text`` (a full trace) to a new file under ``task.error.trace.dir``/<job>; its path, or
     why it could not be written (an error report must not fail on its trace)."""
-    base = config.get_str(TRACE_DIR_KEY, None) or os.path.join(tempfile.gettempdir(), "sparza-errors")
-    job = config.get_str("job.name", "job").replace("/", "_")
+    base = TRACE_DIR.get(config) or os.path.join(tempfile.gettempdir(), "sparza-errors")
+    job = (JOB_NAME.get(config) or "job").replace("/", "_")
     name = "".join(c if c.isalnum() or c in "-_" else "_" for c in what)
     path = Path(base) / job / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
     try:

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparza.config import Config
+from sparza.control.settings import INTERMEDIATE_OUTPUTS
 from sparza.deadletters import DataErrorPolicy, dead_letter_value
 from sparza.engine.checkpoint import Intent, TaskCheckpoint, VersionedCheckpoint
 from sparza.engine.commit import TaskCommit
@@ -55,7 +56,7 @@ from sparza.systems import (
     get_system_factory,
     load_object,
 )
-from sparza.systems.settings import stream_serde
+from sparza.systems.settings import STREAM_INTERMEDIATE, STREAM_KEY_SERDE, STREAM_MSG_SERDE, stream_serde
 from sparza.task import (
     BatchStreamTask,
     ClosableTask,
@@ -229,9 +230,9 @@ class TaskInstance:
     # --- setup ---------------------------------------------------------------------------------
     def _needs_control(self) -> bool:
         cfg = self.job.config
-        if cfg.get_list("task.intermediate.outputs", []):
+        if INTERMEDIATE_OUTPUTS.get(cfg):
             return True
-        if any(cfg.get_bool(f"systems.{s.system}.streams.{s.stream}.samza.intermediate", False) for s in self.ssps):
+        if any(STREAM_INTERMEDIATE.get(cfg, system=s.system, stream=s.stream) for s in self.ssps):
             return True
         task_cls = load_object(self.job.task_class, "task.class") if self.job.task_class else None
         if task_cls is None:
@@ -277,14 +278,15 @@ class TaskInstance:
 
     def _release_producers(self, *, failed: bool) -> None:
         if failed:
-            # A failed batch leaves nothing visible: abandon (never flush) what this task sent, then drop
-            # the producer (it may be in a bad state) without letting its stop() flush anything of ours.
+            # A failed batch leaves nothing visible: abandon (never flush) what this task sent, then drop the
+            # producer (it may be in a bad state) so the next batches get a new one. It is not stopped: in a
+            # container other tasks of the job run beside this one and may have sent through it since (a commit in
+            # its thread, a batch being processed); stop() would drop or flush their messages (found by the
+            # in-process harness with threaded commits: outputs of tasks beside a failed one were lost).
             for system, producer in self._producers.items():
                 self.clients.drop_producer(system, producer)
                 with contextlib.suppress(Exception):
                     producer.abandon(self.name)
-                with contextlib.suppress(Exception):
-                    producer.stop()
         self._producers.clear()
 
     # --- one batch -----------------------------------------------------------------------------
@@ -693,14 +695,13 @@ class TaskInstance:
     def _refuse_serde(self, ssp: SystemStreamPartition) -> None:
         from sparza.errors import ConfigError
 
-        for which in ("key", "msg"):
-            for key in (f"systems.{ssp.system}.streams.{ssp.stream}.samza.{which}.serde",
-                        f"systems.{ssp.system}.samza.{which}.serde"):
-                value = self.job.config.get_str(key, None)
-                if value is not None and value.strip().lower() not in ("bytes", "byte"):
-                    raise ConfigError(key, value, "bytes (or unset)", message=(
-                        f"{key} is {value!r} but task.class {self.job.task_class} processes Arrow batches "
-                        f"(process_batch), which carry the raw bytes: unset it and decode the column in the task"))
+        for serde_key in (STREAM_KEY_SERDE, STREAM_MSG_SERDE):  # the stream's, else its system's, else bytes
+            value = serde_key.get(self.job.config, system=ssp.system, stream=ssp.stream)
+            if value.strip().lower() not in ("bytes", "byte"):
+                key = serde_key.where(self.job.config, system=ssp.system, stream=ssp.stream)
+                raise ConfigError(key, value, "bytes (or unset)", message=(
+                    f"{key} is {value!r} but task.class {self.job.task_class} processes Arrow batches "
+                    f"(process_batch), which carry the raw bytes: unset it and decode the column in the task"))
         raise ConfigError("task.class", str(self.job.task_class), "a StreamTask for inputs with a serde")
 
     def _serdes_for(self, ssps: list[SystemStreamPartition], which: str) -> list[Serde]:

@@ -27,19 +27,21 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sparza.config import define_key
+from sparza.config import Int, define_key
 from sparza.engine.errors import RuntimeStateError
 from sparza.engine.jobconfig import JobConfig
 from sparza.metrics import MetricsRegistry
+from sparza.state.backup.backup import BACKUP_FACTORIES
+from sparza.state.kv.factory import STORE_FACTORY
 
 __all__ = ["LOCAL_SNAPSHOT_PREFIX", "StoreHandle", "TaskStores"]
 
-define_key("stores.<store>.object.cache.size", "10000", "Deserialized entries cached per task store (write-back, "
-           "written to the store at commit); 0 turns the cache off.", "runtime")
+OBJECT_CACHE_SIZE = define_key("stores.<store>.object.cache.size", 10_000, "Deserialized entries cached per task store "
+                               "(write-back, written to the store at commit); 0 turns the cache off.", "runtime",
+                               kind=Int(min_value=0))
 
 LOCAL_SNAPSHOT_PREFIX = "local:"
 _MEMORY_TAG = ":memory-"  # in the local snapshot ids of memory stores: local:<batch>:memory-<unique>
@@ -215,12 +217,9 @@ class TaskStores:
         adjunct = AdjunctConfig.from_config(job.config)
         # Adjunct stores are opened, backed up and restored by sparza.state.adjunct, not here.
         self.names = [name for name in job.store_names if not adjunct.is_adjunct_store(name)]
-        self.handles = {name: StoreHandle(name, job.config.get_int(f"stores.{name}.object.cache.size", 10_000,
-                                                                  min_value=0))
-                        for name in self.names}
+        self.handles = {name: StoreHandle(name, OBJECT_CACHE_SIZE.get(job.config, store=name)) for name in self.names}
         self.backed_up = {
-            name: "blobstore" in [f.strip().lower() for f in
-                                  job.config.get_list(f"stores.{name}.backup.factories", [])]
+            name: "blobstore" in [f.strip().lower() for f in BACKUP_FACTORIES.get(job.config, store=name)]
             for name in self.names}
         self._open: dict[str, Any] = {}
         self._to_keep: dict[str, Any] = {}  # memory stores snapshotted in this batch, kept once it commits
@@ -258,7 +257,7 @@ class TaskStores:
         return self._backup
 
     def _is_memory(self, name: str) -> bool:
-        factory = self.job.config.get_str(f"stores.{name}.factory", "rocksdb").strip().lower()
+        factory = STORE_FACTORY.get(self.job.config, store=name).strip().lower()
         return factory == "memory"
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -460,20 +459,20 @@ class TaskStores:
         self._close_open()
         return ids
 
-    def committed(self, batch: int, ids: dict[str, str], *, fault: Callable[[], None] | None = None) -> None:
-        """After the task checkpoint is written: markers, blob-store cleanup, old local checkpoints.
-
-        ``fault`` (tests) runs after the first store's marker is written, before its blob-store cleanup.
-        """
+    def mark_committed(self, batch: int, ids: dict[str, str]) -> None:
+        """After the task checkpoint named ``ids`` is written: each store's marker (its dir holds that commit), the
+        first half of the commit's cleanup step; :meth:`clean_up` is the second."""
         for name, store in self._to_keep.items():
             self._kept[name] = (ids[name], store)
         self._to_keep.clear()
         for name, snapshot in ids.items():
             self._write_marker(name, batch, snapshot)
             self._committed[name] = (batch, self._checkpoint_dir(name, batch))
-            if fault is not None:
-                fault()
-                fault = None
+
+    def clean_up(self, batch: int, ids: dict[str, str]) -> None:
+        """After :meth:`mark_committed`: the blob-store cleanup of each backed-up snapshot (its TTL removed, what
+        the previous one no longer needs deleted) and the old local checkpoints."""
+        for name, snapshot in ids.items():
             if self.backed_up[name]:
                 with self.metrics.timer("stores", "cleanup-ms").time():
                     self._backup_client().cleanup(snapshot)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from sparza.blobstore import blob_store_manager_from_config
 from sparza.engine.checkpoint import VersionedCheckpoint
 from sparza.errors import SparzaError
-from sparza.ops.cleanup import drop_snapshots, remove_stale_spark_dir
+from sparza.ops.cleanup import drop_snapshots
 from sparza.ops.journal import Operation, TaskChange, append_operation
 from sparza.ops.positions import RewindTarget, resolve_positions
 from sparza.ops.savepoints import SavepointError, find_savepoint, savepoint_stores
@@ -38,7 +38,7 @@ from sparza.ops.stopped import StoppedJob
 from sparza.ops.tables import empty_upsert_tables, upsert_tables
 from sparza.streams import SystemStreamPartition
 
-__all__ = ["RewindError", "RewindPlan", "TaskRewind", "apply_rewind", "plan_rewind", "remove_stale_spark_dir"]
+__all__ = ["RewindError", "RewindPlan", "TaskRewind", "apply_rewind", "plan_rewind"]
 
 
 class RewindError(SparzaError):
@@ -209,7 +209,6 @@ def apply_rewind(stopped: StoppedJob, plan: RewindPlan, *, source_blob_store: ob
         drop_snapshots(blob_store, job, dropped)
         if dropped:
             notes.append(f"{len(dropped)} store snapshot(s) no longer referred to were deleted")
-        notes.extend(remove_stale_spark_dir(job))
         return append_operation(stopped.checkpoints, Operation("rewind", plan.target.describe(), changes,
                                                                notes=notes))
     finally:

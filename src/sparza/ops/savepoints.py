@@ -36,7 +36,7 @@ from sparza.config import Config
 from sparza.engine.checkpoint import TaskCheckpoint
 from sparza.engine.jobconfig import JobConfig
 from sparza.errors import SparzaError
-from sparza.ops.cleanup import LOCAL_SNAPSHOT_PREFIX, drop_snapshots, remove_stale_spark_dir
+from sparza.ops.cleanup import LOCAL_SNAPSHOT_PREFIX, drop_snapshots
 from sparza.ops.journal import Operation, TaskChange, append_operation, operator_name, read_journal
 from sparza.ops.stopped import stopped_job
 from sparza.state.backup import StateBackup
@@ -320,7 +320,6 @@ def restore_savepoint(config: Config, name: str, *, source: Config | None = None
                                                  dict(before.stores) if before else {}, stores,
                                                  f"savepoint:{name}", batch)
             drop_snapshots(target, job, replaced)
-            notes.extend(remove_stale_spark_dir(job))
             return append_operation(stopped.checkpoints, Operation("savepoint-restore", f"savepoint {name}",
                                                                    changes, notes=notes))
     finally:

@@ -13,6 +13,7 @@ executor Python that does not see the project (deployment tests and ``bench/conn
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -83,12 +84,16 @@ def local_spark_session(master: str = "local[2]", app_name: str = "sparza-test",
                .config("spark.sql.streaming.stopTimeout", "60s")
                .config("spark.driver.extraJavaOptions", java_opts)
                .config("spark.executor.extraJavaOptions", java_opts))
+    python: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if os.environ.get("PYSPARK_PYTHON") == sys.executable:  # workers import pyspark installed (sparza.sparkdaemon)
         from sparza.sparkdaemon import DAEMON_MODULE
+        from sparza.sparkpython import local_python
 
         builder = builder.config("spark.python.daemon.module", DAEMON_MODULE)
+        python = local_python()  # and so do the Python processes Spark starts without the daemon
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with python:
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

@@ -1,8 +1,8 @@
 """Faults injected between commit steps: what tests and the guarantees harness use to prove retries exact.
 
-A :class:`~sparza.engine.commit.CommitListener` of the runtime's commit (``task.commit.listeners``): the
-runtime adds :class:`ConfigFaults` to a job whose config sets one of the testing keys, so production code
-holds no fault injection of its own.
+:class:`ConfigFaults` is a :class:`~sparza.engine.commit.CommitListener` installed from the outside, through the
+runtime's public seam ``task.commit.listeners`` (:func:`fault_keys`, :func:`with_faults`): production code holds
+no fault injection and knows none of these keys.
 
 - ``task.testing.fail.once.file`` / ``task.testing.fail.once.at``: the first task to create the file fails
   once, right after the named step (across processes and hosts that share the file);
@@ -15,12 +15,52 @@ holds no fault injection of its own.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
-from sparza.config import Config
-from sparza.engine.commit import CommitStep
+from sparza.config import Choice, Config, Int, define_key
+from sparza.engine.commit import COMMIT_LISTENERS, CommitStep
 
-__all__ = ["ConfigFaults", "FaultHook", "InjectedFault", "register_fault_hook", "unregister_fault_hook"]
+__all__ = ["LISTENER", "ConfigFaults", "FaultHook", "InjectedFault", "fault_keys", "register_fault_hook",
+           "unregister_fault_hook", "with_faults"]
+
+_PKG = "testing"
+FAIL_ONCE_FILE = define_key("task.testing.fail.once.file", None,
+                            "Testing only (with sparza.testing.faults.ConfigFaults in task.commit.listeners): the "
+                            "first task to create this file fails once at task.testing.fail.once.at (proves retries "
+                            "and restarts are exact).", _PKG)
+FAULT_HOOK = define_key("task.testing.fault.hook", None,
+                        "Testing only: id of an in-process fault hook (sparza.testing.faults.register_fault_hook) "
+                        "called at every commit step; sparza.testing.TestRunner uses it to fail a chosen task and "
+                        "batch between two steps.", _PKG)
+FAIL_AFTER_COMMITS = define_key("task.testing.fail.once.after.commits", 0,
+                                "Testing only: how many of a task's commits in the same process go by before the "
+                                "injected failure (a failure while its container runs on).", _PKG,
+                                kind=Int(min_value=0))
+FAIL_AT = define_key("task.testing.fail.once.at", CommitStep.AFTER_FLUSH.value,
+                     "Testing only: the commit step after which the injected failure happens: after-intent, "
+                     "after-flush, after-adjunct, after-snapshot, after-checkpoint or during-cleanup.", _PKG,
+                     kind=Choice(*(s.value for s in CommitStep)))
+
+LISTENER = "sparza.testing.faults.ConfigFaults"
+"""The dotted name of :class:`ConfigFaults` for ``task.commit.listeners``."""
+
+
+def with_faults(config: Mapping[str, str], **keys: str) -> dict[str, str]:
+    """``config`` with :class:`ConfigFaults` added to its ``task.commit.listeners`` and the config keys ``keys``
+    (passed as ``**{"task.testing.fault.hook": ...}``) set; :func:`fault_keys` builds the usual ones."""
+    listeners = [p for p in COMMIT_LISTENERS.get(config) if p]
+    if LISTENER not in listeners:
+        listeners.append(LISTENER)
+    return {**config, COMMIT_LISTENERS.key: ",".join(listeners), **keys}
+
+
+def fault_keys(marker: str | Path, at: str = CommitStep.AFTER_FLUSH.value, after_commits: int = 0,
+               listeners: str = "") -> dict[str, str]:
+    """The config keys of a one-time failure at ``at`` (the first task to create ``marker`` fails), with
+    :class:`ConfigFaults` installed; ``listeners``: the job's own ``task.commit.listeners`` to keep."""
+    return with_faults({COMMIT_LISTENERS.key: listeners}, **{
+        FAIL_ONCE_FILE.key: str(marker), FAIL_AT.key: at, FAIL_AFTER_COMMITS.key: str(after_commits)})
 
 
 class InjectedFault(RuntimeError):
@@ -49,10 +89,10 @@ class ConfigFaults:
     """The commit listener of the ``task.testing.*`` keys (see the module docstring)."""
 
     def __init__(self, config: Config) -> None:
-        self.file = config.get_str("task.testing.fail.once.file", None) or None
-        self.at = config.get_choice("task.testing.fail.once.at", tuple(s.value for s in CommitStep), "after-flush")
-        self.after_commits = config.get_int("task.testing.fail.once.after.commits", 0, min_value=0)
-        self.hook_id = config.get_str("task.testing.fault.hook", None) or ""
+        self.file = FAIL_ONCE_FILE.get(config) or None
+        self.at = FAIL_AT.get(config)
+        self.after_commits = FAIL_AFTER_COMMITS.get(config)
+        self.hook_id = FAULT_HOOK.get(config) or ""
         self._seen: dict[str, int] = {}  # task -> times it reached the step in this process
 
     def on_step(self, task: str, step: CommitStep, batch: int) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import threading
 from typing import Any
 
 import fastavro
@@ -58,12 +59,26 @@ class FaultInjector:
         self.real = real
         self.hooks: dict[str, Any] = {}
         self.calls: dict[str, int] = {}
+        self.returned: dict[str, int] = {}  # operation -> calls that returned (succeeded or raised)
+        self._returned = threading.Condition()
 
     def before(self, operation: str, blob: str) -> None:
         self.calls[operation] = self.calls.get(operation, 0) + 1
         hook = self.hooks.get(operation)
         if hook is not None:
             hook(blob, self.calls[operation])
+
+    def after(self, operation: str) -> None:
+        with self._returned:
+            self.returned[operation] = self.returned.get(operation, 0) + 1
+            self._returned.notify_all()
+
+    def wait_returned(self, operations: tuple[str, ...], count: int, timeout_s: float = 60.0) -> None:
+        """Wait until ``count`` calls of ``operations`` (together) have returned."""
+        with self._returned:
+            if not self._returned.wait_for(lambda: sum(self.returned.get(o, 0) for o in operations) >= count,
+                                           timeout_s):
+                raise AssertionError(f"{count} calls of {operations} did not return within {timeout_s} s")
 
     def get_container_client(self, name: str) -> Any:
         return _FaultyContainer(self, self.real.get_container_client(name))
@@ -93,11 +108,17 @@ class _FaultyBlob:
 
     def commit_block_list(self, *args: Any, **kwargs: Any) -> Any:
         self._injector.before("commit_block_list", self._name)
-        return self._real.commit_block_list(*args, **kwargs)
+        try:
+            return self._real.commit_block_list(*args, **kwargs)
+        finally:
+            self._injector.after("commit_block_list")
 
     def upload_blob(self, *args: Any, **kwargs: Any) -> Any:
         self._injector.before("upload_blob", self._name)
-        return self._real.upload_blob(*args, **kwargs)
+        try:
+            return self._real.upload_blob(*args, **kwargs)
+        finally:
+            self._injector.after("upload_blob")
 
     def get_blob_properties(self, *args: Any, **kwargs: Any) -> Any:
         return self._real.get_blob_properties(*args, **kwargs)

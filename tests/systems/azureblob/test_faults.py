@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections import Counter
 
 import pytest
@@ -132,7 +131,7 @@ def test_azurite_stopped_mid_flush_then_restarted_replay_leaves_each_message_onc
 
         def stop_before_second_commit(blob, n):
             if next(commits) == 2:
-                time.sleep(0.5)  # let the first commit (on another upload thread) finish
+                injector.wait_returned(("commit_block_list", "upload_blob"), 1)  # the first (another thread's)
                 own.stop()
 
         # the blobs (~1.8 KiB each) fill no block: each is committed by one Put Blob; hook both kinds of commit

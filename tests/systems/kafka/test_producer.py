@@ -325,6 +325,31 @@ def test_a_task_alternating_between_two_workers_commits_every_batch_once(
         w.stop()
 
 
+def test_a_resident_producer_reads_its_committed_version_once_not_at_every_batch(
+        kafka_config: Config, topic: Callable[..., str], unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task's producer lives as long as the task stays in its container: the version it committed itself is
+    what the broker holds, so begin asks the broker once (issue 39); after a fencing it asks again."""
+    name = topic(1)
+    app = f"{unique_name}-job/{TASK}"
+    producer = KafkaSystemProducer("k", kafka_config)
+    producer.register(TASK)
+    reads: list[str] = []
+    real = producer._read_version
+    monkeypatch.setattr(producer, "_read_version", lambda src, txn_id: reads.append(txn_id) or real(src, txn_id))
+    for version in range(1, 6):
+        _batch(producer, name, Transaction(app, version), [f"v{version}".encode()])
+    assert len(reads) == 1
+    other = KafkaSystemProducer("k", kafka_config)  # a newer instance of the task fences this one
+    other.register(TASK)
+    _batch(other, name, Transaction(app, 6), [b"v6"])
+    _batch(producer, name, Transaction(app, 6), [b"again"])  # fenced, version read again: a replay
+    _batch(producer, name, Transaction(app, 7), [b"v7"])
+    assert len(reads) == 2
+    assert [v for _, _, v in _read(kafka_config, name)] == [f"v{v}".encode() for v in range(1, 8)]
+    producer.stop()
+    other.stop()
+
+
 def test_partitioning_is_kafkas_default_and_control_messages_have_headers(kafka_config: Config,
                                                                            topic: Callable[..., str],
                                                                            unique_name: str) -> None:

@@ -21,6 +21,7 @@ from sparza.config import Config
 from sparza.streams import OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from sparza.systems import StreamSpec, Transaction
 from sparza.systems.kafka import KafkaSystemAdmin, KafkaSystemConsumer, KafkaSystemProducer
+from sparza.testing.faults import fault_keys
 
 REPO = Path(__file__).resolve().parents[3]
 if str(REPO) not in sys.path:
@@ -87,23 +88,15 @@ def final_counts(config: Config) -> tuple[dict[str, int], int]:
     return best, rows
 
 
-_TRANSIENT = "Python worker failed to connect back"
-
-
 def _run(path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``sparza run --once``; rerun (from its checkpoints) when Spark's fixed Python worker connect-back
-    timeout failed the query on a loaded machine (as tests/control/conftest.py does)."""
-    for _ in range(5):
-        result = subprocess.run(sparza_cmd("run", "--config", str(path), "--once", *args), cwd=REPO,
-                                env=env or sparza_env(), capture_output=True, text=True, timeout=600, check=False)
-        if result.returncode == 0 or _TRANSIENT not in result.stderr:
-            break
-    return result
+    """``sparza run --once``."""
+    return subprocess.run(sparza_cmd("run", "--config", str(path), "--once", *args), cwd=REPO,
+                          env=env or sparza_env(), capture_output=True, text=True, timeout=600, check=False)
 
 
 def test_task_retry_after_flush_gives_exact_counts(kafka_job: Callable[..., Config], work_dir: Path) -> None:
     marker = work_dir / "failed-once"
-    config = kafka_job(**{"task.testing.fail.once.file": str(marker), "task.max.batch.messages": "10000"})
+    config = kafka_job(**{**fault_keys(marker), "task.max.batch.messages": "10000"})
     load_events(config, 900, 5)
     path = write_config(config, work_dir / "job.yaml")
     # local[2,2]: Spark retries a failed task once; the failure comes after the producers flushed,

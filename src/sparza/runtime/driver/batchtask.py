@@ -28,7 +28,14 @@ def run_split(config: Config, split: TaskSplit, *, spark_batch_id: int | None, g
     The Spark source's ``read`` calls this for its partition, so the task runs in the Python worker that
     Spark starts for the read: one Python evaluation per task and batch.
     """
-    engine = WORKER.engine_job(resolve_secrets(config), task_count)
+    resolved = resolve_secrets(config)
+    engine = WORKER.engine_job(resolved, task_count)
+    model = engine.models.get(split.task)
+    if model is not None and model.ssp_keys() != list(split.ssps):
+        # The worker's job was grouped for other partition counts (an input grew and the job regrouped,
+        # sparza.engine.partitions): build it again from the record the driver settled.
+        WORKER.forget(resolved)
+        engine = WORKER.engine_job(resolved, task_count)
     return to_arrow(run_task_batch(engine, split, generation=generation, spark_batch_id=spark_batch_id))
 
 

@@ -1,5 +1,5 @@
-"""The batch loop on Spark Connect: the client plans each batch, writes the plan ahead, and runs it as one
-batch job on the server whose result rows come back to the client.
+"""The batch loop on Spark Connect: the client plans each batch and runs it as one batch job on the server whose
+result rows come back to the client.
 
 Why not Structured Streaming through Connect: there, the source's planning (``latestOffset``) and the
 ``foreachBatch`` function run in Python processes on the *server* (checked with a Connect server
@@ -12,80 +12,25 @@ What this loop does instead, in the client process (the Connect client is the pr
 
 1. **plan**: the same :class:`~sparza.runtime.driver.source.SparzaStreamReader` Spark's engine would call
    (``initialOffset``, ``latestOffset``, ``prepareForTriggerAvailableNow``, ``partitions``), in-process;
-2. **write ahead**: the batch's start and end plans go to ``<checkpoint dir>/offsets/<batch id>`` (an
-   atomic rename) before anything runs, as Spark writes its offset log;
-3. **run**: ``spark.read.format("sparza")`` with the batch's task splits (one Spark partition per
+2. **run**: ``spark.read.format("sparza")`` with the batch's task splits (one Spark partition per
    task, see :class:`~sparza.runtime.driver.source.SparzaBatchReader`, whose ``read`` runs the task's batch as
    the stream reader's does) goes to ``foreach_batch``, the runner's ``_on_batch``, which collects one
-   result row per task;
-4. **commit**: ``<checkpoint dir>/commits/<batch id>``.
+   result row per task.
 
-A restart whose last logged batch has no commit runs that batch again with the very same plans (same
-``batch``, ranges and ``planned_at``), as Spark's offset log does; tasks that had committed it skip it.
-Losing the log is the same as losing Spark's checkpoint dir: the next start plans from the task
-checkpoints, and open intents replay their exact range (see :mod:`sparza.engine.planner`).
+It keeps no offset log: the task checkpoints are the only record of positions. Every start plans from them,
+and a batch the last run left half done is completed exactly: tasks that committed it read on, a task that
+flushed outputs without committing (an open intent) replays that exact range with its planning time, the
+others plan from their checkpoint (see :mod:`sparza.engine.planner`).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-__all__ = ["ClientDrivenQuery", "PlanLog"]
-
-_RETAINED = 20
-"""Logged batches kept (Spark keeps 100 by default; a restart needs only the last one)."""
-
-
-class PlanLog:
-    """The client loop's write-ahead log: ``offsets/<n>`` (``{"start": plan, "end": plan}``) written before
-    batch ``n`` runs, ``commits/<n>`` after it committed. A local directory of the client."""
-
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self.directory = Path(str(directory).removeprefix("file:"))
-        self._offsets = self.directory / "offsets"
-        self._commits = self.directory / "commits"
-
-    @staticmethod
-    def _ids(folder: Path) -> list[int]:
-        if not folder.is_dir():
-            return []
-        return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
-
-    def last(self) -> tuple[int, dict[str, Any], dict[str, Any], bool] | None:
-        """``(batch id, start plan, end plan, committed)`` of the newest logged batch, or None."""
-        ids = self._ids(self._offsets)
-        if not ids:
-            return None
-        n = ids[-1]
-        body = json.loads((self._offsets / str(n)).read_text(encoding="utf-8"))
-        return n, body["start"], body["end"], (self._commits / str(n)).exists()
-
-    def _write(self, folder: Path, n: int, body: dict[str, Any]) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".{n}.tmp"
-        with open(tmp, "w", encoding="utf-8") as out:
-            json.dump(body, out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, folder / str(n))
-
-    def write_offsets(self, n: int, start: dict[str, Any], end: dict[str, Any]) -> None:
-        """Record batch ``n``'s plans before it runs."""
-        self._write(self._offsets, n, {"start": start, "end": end})
-
-    def write_commit(self, n: int) -> None:
-        """Record that batch ``n`` committed, and forget batches older than the retained ones."""
-        self._write(self._commits, n, {"batch": n})
-        for folder in (self._offsets, self._commits):
-            for old in self._ids(folder):
-                if old <= n - _RETAINED:
-                    (folder / str(old)).unlink(missing_ok=True)
+__all__ = ["ClientDrivenQuery"]
 
 
 class ClientDrivenQuery:
@@ -93,12 +38,11 @@ class ClientDrivenQuery:
     ``StreamingQuery``'s interface the runner uses: ``isActive``, ``status``, ``lastProgress``,
     ``awaitTermination``, ``stop``, ``exception``."""
 
-    def __init__(self, spark: Any, reader: Any, foreach_batch: Callable[[Any, int], None], checkpoint_dir: str,
+    def __init__(self, spark: Any, reader: Any, foreach_batch: Callable[[Any, int], None],
                  *, trigger_ms: int, available_now: bool, stop_requested: Callable[[], bool], name: str) -> None:
         self._spark = spark
         self._reader = reader
         self._foreach_batch = foreach_batch
-        self._log = PlanLog(checkpoint_dir)
         self._trigger_ms = trigger_ms
         self._available_now = available_now
         self._stop_requested = stop_requested
@@ -162,17 +106,11 @@ class ClientDrivenQuery:
 
     def _loop(self) -> None:
         reader = self._reader
-        last = self._log.last()
-        if last is None:
-            next_id, start = 0, reader.initialOffset()
-        elif last[3]:
-            next_id, start = last[0] + 1, last[2]
-        else:  # the newest batch did not commit: run the very same plans again before anything else
-            self._run_batch(last[0], last[1], last[2])
-            next_id, start = last[0] + 1, last[2]
+        start = reader.initialOffset()  # from the task checkpoints, with every open intent's replay
         if self._available_now:
             reader.prepareForTriggerAvailableNow()
         self._message = "Waiting for data to arrive"
+        batch_id = 0  # this run's count, for the status line only: it restarts at 0 as Spark's does
         while not self._halted():
             began = time.monotonic()
             end = reader.latestOffset(start, None)
@@ -181,9 +119,8 @@ class ClientDrivenQuery:
                     return
                 self._stopping.wait(max(self._trigger_ms, 100) / 1000.0)
                 continue
-            self._log.write_offsets(next_id, start, end)
-            self._run_batch(next_id, start, end)
-            next_id, start = next_id + 1, end
+            self._run_batch(batch_id, start, end)
+            batch_id, start = batch_id + 1, end
             if self._trigger_ms > 0:
                 self._stopping.wait(max(0.0, self._trigger_ms / 1000.0 - (time.monotonic() - began)))
 
@@ -195,8 +132,6 @@ class ClientDrivenQuery:
             splits = self._reader.partitions(start, end)
             df = self._spark.read.format("sparza").options(**self._reader.batch_options(splits)).load()
             self._foreach_batch(df, batch_id)
-            self._reader.commit(end)
-            self._log.write_commit(batch_id)
         finally:
             self._in_trigger = False
             self._message = "Waiting for data to arrive"

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import shutil
 import sys
 import threading
 import time
@@ -32,7 +31,7 @@ from sparza.engine.inputs import InputSystems
 from sparza.engine.jobconfig import JobConfig
 from sparza.engine.model import TaskModel
 from sparza.engine.results import BatchResult, BatchStatus, result_from_row
-from sparza.errors import ConfigError, SparzaError
+from sparza.errors import SparzaError
 from sparza.interrupts import StopOnSignals
 from sparza.metrics import JsonLinesReporter, MetricsRegistry, attach_prometheus
 from sparza.runtime.driver.preflight import check_executor_imports
@@ -159,7 +158,9 @@ class JobRunner:
         epoch = claim.acquire()
         self._claim = claim
         try:
-            stamp_generation(store, [t.name for t in InputSystems(self.job).task_models()], epoch)
+            # The run's own InputSystems: the first to settle the partition record sees (and says) what changed.
+            self._inputs = self._inputs or InputSystems(self.job)
+            stamp_generation(store, [t.name for t in self._inputs.task_models()], epoch)
         except BaseException:
             self._release_claim()
             raise
@@ -398,7 +399,7 @@ class JobRunner:
             request_drain([self.config])
         self._drain_monitor = DrainMonitor(self.config)
         self._poll_drain(force=True)  # the first epoch (containers) or plan already knows a pending drain
-        self._inputs = inputs = InputSystems(self.job)
+        self._inputs = inputs = self._inputs or InputSystems(self.job)
         self._committed_messages = CommittedMessages(self.job, inputs.admins)
         self._bootstrap = BootstrapProgress(self.job, inputs)
         tasks = self._tasks(inputs)
@@ -428,18 +429,19 @@ class JobRunner:
         check_executor_imports(spark, self.config)  # cluster/Connect executors: one line now, not a failed batch
         self._ship_secrets(spark)
         self._stop_file().unlink(missing_ok=True)
-        resets = self._apply_resets(tasks)
+        resets = self._announce_resets(tasks)
         all_ended = bool(tasks) and not resets and self._all_ended_before(tasks)  # raises before starting
         options = {"config": json.dumps(self._shipped), "tasks": json.dumps([t.name for t in tasks]),
                    "generation": str(self.generation), "task_count": str(self._task_count)}
         name = f"sparza-{self.job.job_key}-{self.processor_id}".replace(".", "_")
-        self.status(f"sparza: job {self.job.job_key}, {len(tasks)} task(s), processor {self.processor_id}"
-                    + (f" (claim epoch {self.generation})" if self._claim is not None else "")
-                    + f", spark checkpoint {self.spark_checkpoint_dir}"
-                    + (" (client-driven batches: Spark Connect)" if is_connect(spark) else ""))
         from sparza.runtime.driver.containers import execution_mode
 
-        if execution_mode(self.config) == "containers":
+        host = ("" if execution_mode(self.config) == "containers"
+                else ", micro-batches driven by this client (Spark Connect)" if is_connect(spark)
+                else f", micro-batches (Spark's offset log, its bookkeeping only: {self.spark_checkpoint_dir})")
+        self.status(f"sparza: job {self.job.job_key}, {len(tasks)} task(s), processor {self.processor_id}"
+                    + (f" (claim epoch {self.generation})" if self._claim is not None else "") + host)
+        if not host:
             self._query = self._container_query(spark, tasks)
         else:
             from sparza.runtime.driver.source import SparzaDataSource
@@ -447,14 +449,10 @@ class JobRunner:
             # Only the micro-batch mode reads through the data source: registering it costs the container mode
             # seconds of start-up (the JVM side of a Python data source), for nothing.
             spark.dataSource.register(SparzaDataSource)
-
-            def start_query() -> Any:
-                if is_connect(spark):
-                    return self._client_query(spark, options, name)
-                return self._streaming_query(spark, options, name)
-
-            self._restart_query = start_query
-            self._query = start_query()
+            # Every start, restarts included, plans from the task checkpoints (runtime/driver/source.py).
+            batches = self._client_query if is_connect(spark) else self._streaming_query
+            self._restart_query = lambda: batches(spark, options, name)
+            self._query = self._restart_query()
         if all_ended:
             # Nothing will be planned, so no batch would ever notice that every input ended: stop now.
             self.request_stop("all inputs ended")
@@ -635,12 +633,12 @@ class JobRunner:
                     store.delete_document(LIVE_DOCUMENT)
 
     def _client_query(self, spark: Any, options: dict[str, str], name: str) -> Any:
-        """Spark Connect: this process plans and logs each batch and runs it as one batch job whose result
-        rows come back here (see :mod:`sparza.runtime.driver.clientloop` for why)."""
+        """Spark Connect: this process plans each batch and runs it as one batch job whose result rows come back
+        here (see :mod:`sparza.runtime.driver.clientloop` for why)."""
         from sparza.runtime.driver.clientloop import ClientDrivenQuery
         from sparza.runtime.driver.source import SparzaStreamReader
 
-        return ClientDrivenQuery(spark, SparzaStreamReader(options), self._on_batch, self.spark_checkpoint_dir,
+        return ClientDrivenQuery(spark, SparzaStreamReader(options), self._on_batch,
                                  trigger_ms=max(self.job.commit_ms, 0), available_now=self.once,
                                  stop_requested=self._stop.is_set, name=name).start()
 
@@ -656,10 +654,9 @@ class JobRunner:
                 return  # a failed query: poll()/finish() report it
             time.sleep(0.1)
 
-    def _apply_resets(self, tasks: list[TaskModel]) -> int:
-        """``samza.reset.offset`` of main inputs: say what is reset and make Spark plan from the task
-        checkpoints again (its own offset log would continue where the last run stopped). Returns how
-        many SSPs are reset."""
+    def _announce_resets(self, tasks: list[TaskModel]) -> int:
+        """``samza.reset.offset`` of main inputs: say what the start plan resets (every start plans from the task
+        checkpoints, see :meth:`~sparza.engine.planner.BatchPlanner.initial`). Returns how many SSPs are reset."""
         if not any(spec.reset_offset for spec in self.job.inputs):
             return 0
         from sparza.engine.checkpoint import checkpoint_store_from_config
@@ -679,12 +676,6 @@ class JobRunner:
         self.status(f"sparza: {self.job.job_key}: samza.reset.offset: {count} partition(s) of "
                     f"{', '.join(str(s) for s in streams)} start at samza.offset.default, not at their checkpoint")
         self.metrics.counter("job", "reset-offsets").inc(count)
-        spark_dir = self.spark_checkpoint_dir
-        if "://" in spark_dir and not spark_dir.startswith("file:"):
-            raise ConfigError("job.spark.checkpoint.dir", spark_dir,
-                              "a local directory when an input has samza.reset.offset (the reset discards "
-                              "Spark's offset log there; delete it yourself and restart without the reset)")
-        shutil.rmtree(spark_dir.removeprefix("file:"), ignore_errors=True)
         return count
 
     def _all_ended_before(self, tasks: list[TaskModel]) -> bool:
@@ -748,8 +739,8 @@ class JobRunner:
             self._check_drained(request)
 
     def _check_drained(self, request: Any) -> None:
-        """Stop when every task of this job already committed the drain's completion: a restarted run whose
-        Spark offset log holds a plan made under the drain plans nothing more, so no batch would say so."""
+        """Stop when every task of this job already committed the drain's completion (a run started after its tasks
+        drained: they have nothing left to drain, and need not run a batch to say so)."""
         from sparza.runtime.driver.drainmonitor import drain_completed
 
         if self.job.job_key in request.jobs and drain_completed(self.config, request, [self.job.job_key]):
@@ -830,7 +821,7 @@ class JobRunner:
 
     def _restarted(self, query: Any) -> bool:
         """Micro-batch mode: a query that died of something a new attempt may cure (Spark's retries of a task
-        exhausted, a Python worker that did not connect back in time) is started again, at most
+        exhausted, an executor lost) is started again, at most
         ``job.container.max.restarts`` times in a row without a committed batch, saying so. True when
         restarted. A failed task result (a poison message, a task exception) is never restarted."""
         if self._restart_query is None or query is None or query.isActive or self._stop.is_set() \
@@ -840,7 +831,7 @@ class JobRunner:
             error = query.exception()
         except Exception as exc:
             error = exc
-        if error is None:
+        if error is None or "PartitionCountChangedError" in str(error):  # a new attempt stops the same way
             return False
         if self._batches > self._batches_at_restart:
             self._query_restarts = 0

@@ -146,12 +146,17 @@ def build_spark_session(job: Any, master: str | None, app_name: str, remote: str
                # Spark's default 40 checks 15 s apart (executors lost since the count was taken).
                .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "2s")
                .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "5"))
+    python: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if _is_local_master(chosen) and os.environ.get("PYSPARK_PYTHON") == sys.executable:
         # The workers run this interpreter, which imports sparza: its daemon imports pyspark from the installed
-        # package rather than compiling it again from Spark's source zip in every worker (sparza.sparkdaemon).
+        # package rather than compiling it again from Spark's source zip in every worker (sparza.sparkdaemon),
+        # and so do the Python processes Spark starts without the daemon, which must connect back within a
+        # fixed 10 s (sparza.sparkpython).
         from sparza.sparkdaemon import DAEMON_MODULE
+        from sparza.sparkpython import local_python
 
         builder = builder.config("spark.python.daemon.module", DAEMON_MODULE)
+        python = local_python()
     if (not _is_local_master(chosen) and SHARED_FS.get(config) and not py_files(config)
             and "spark.executorEnv.PYTHONPATH" not in job.spark_conf):
         # A file system every host shares (job.filesystem.shared) holds the project at the driver's path too:
@@ -170,7 +175,7 @@ def build_spark_session(job: Any, master: str | None, app_name: str, remote: str
         os.environ["PYTHONPATH"] = os.pathsep.join([*(p for p in packaged if p not in current), *current])
     from sparza.interrupts import sigint_kept
 
-    with sigint_kept():  # the caller decides what Ctrl-C does (sparza.interrupts), not PySpark
+    with sigint_kept(), python:  # the caller decides what Ctrl-C does (sparza.interrupts), not PySpark
         spark = builder.getOrCreate()
     level = SPARK_LOG_LEVEL.get(config)
     spark.sparkContext.setLogLevel(level)

@@ -1,13 +1,21 @@
 """The Spark streaming source of a job: ``spark.readStream.format("sparza")``.
 
-The reader lives on the driver (in Spark's Python source runner): ``initialOffset`` starts from
-the task checkpoints, ``latestOffset`` plans each batch (:class:`~sparza.engine.planner.BatchPlanner`),
-``partitions`` gives one :class:`~sparza.engine.split.TaskSplit` per task, and ``read`` runs on
+The reader lives on the driver (in Spark's Python source runner): ``latestOffset`` plans each batch
+(:class:`~sparza.engine.planner.BatchPlanner`), ``partitions`` gives one :class:`~sparza.engine.split.TaskSplit`
+per task, and ``read`` runs on
 executors: it runs the task's batch (:func:`sparza.runtime.driver.batchtask.run_split`: the task reads its
 SSPs' messages itself, so they never pass through JVM rows, processes and commits them) and yields
 the task's result row. ``foreachBatch`` collects those rows. Options: ``config`` (the job config as
 JSON, without its secrets), ``tasks``, ``stop_file``, ``generation`` (the fencing generation of every
 checkpoint write of this query) and ``task_count`` (tasks of the whole job, for control messages).
+
+**The task checkpoints are the only record of positions.** Each start plans from them (with their open
+intents: a task that flushed outputs for a batch it did not commit replays that exact range, see
+:mod:`sparza.engine.planner`), whatever Spark's offset log says: Spark's ``start`` offsets are ignored, the
+reader plans from the plan it ran last. A batch Spark replays from its offset log after a restart (logged,
+not committed) was not planned by this reader: it is planned from the task checkpoints instead of run as
+logged, so a log that fell behind the checkpoints (a rewind, a reset, a run in the container mode, tasks
+that ran elsewhere) never disagrees with them. Spark's offset log is then only Spark's bookkeeping.
 
 On Spark Connect the client drives the batches itself (:mod:`sparza.runtime.driver.clientloop`) with the same
 reader, and each batch is a batch read of this source (:class:`SparzaBatchReader`) whose option
@@ -26,7 +34,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -34,6 +42,9 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 
 from sparza.config import Config
 from sparza.engine.split import TaskSplit
+
+if TYPE_CHECKING:  # executors unpickle this reader to run read(): they never plan
+    from sparza.engine.planner import BatchPlan
 
 __all__ = ["SparzaBatchReader", "SparzaDataSource", "SparzaStreamReader"]
 
@@ -48,8 +59,14 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
         self.generation = int(options.get("generation", "0"))
         self.task_count = int(options["task_count"]) if options.get("task_count") else None
         self._planner: Any = None
+        self._inputs: Any = None
+        self._positions: Any = None
         self._monitor: Any = None
         self._config: Config | None = None
+        self._position: BatchPlan | None = None
+        """The plan the tasks are at as this reader sees it: from the task checkpoints, then each batch's end."""
+        self._planned: tuple[str, BatchPlan, BatchPlan] | None = None
+        """The batch handed out last: (its end offset as Spark sends it back, its start plan, its end plan)."""
 
     @property
     def config(self) -> Config:
@@ -65,8 +82,12 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_planner"] = None
+        state["_inputs"] = None
+        state["_positions"] = None
         state["_monitor"] = None
         state["_config"] = None
+        state["_position"] = None
+        state["_planned"] = None
         return state
 
     def planner(self) -> Any:
@@ -81,29 +102,72 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
             tasks = inputs.task_models()
             if self.task_filter is not None:
                 tasks = [t for t in tasks if t.name in set(self.task_filter)]
-            self._planner = BatchPlanner(job, tasks, inputs.ops, inputs.positions)
+            self._inputs = inputs
+
+            def positions() -> Any:  # what the planner read last is what the partition check looks at
+                self._positions = inputs.positions()
+                return self._positions
+
+            self._planner = BatchPlanner(job, tasks, inputs.ops, positions)
         return self._planner
 
-    def initialOffset(self) -> dict:
-        """The start plan: from the task checkpoints (so tasks can move between processors)."""
+    def _check_partitions(self) -> None:
+        """An input whose partition count changed since the planner grouped the tasks stops the query: for good under
+        ``job.partition.expansion: fail``; under ``group``/``new-tasks`` the runner starts the query again, whose new
+        planner regroups (:mod:`sparza.engine.partitions`). The micro-batch mode plans all tasks in one plan, so
+        the query ends between batches."""
+        from sparza.engine.errors import RuntimeStateError
+        from sparza.engine.partitions import RegroupNeeded, changes_between, check_running, expansion_policy
+
+        inputs = self._inputs
+        job = inputs.job
+        broadcast = (frozenset(s.stream for s in job.inputs if s.broadcast)
+                     - frozenset(s.stream for s in job.inputs if not s.broadcast))
+        changes = changes_between(inputs.partition_counts, self._positions or {}, broadcast)
+        try:
+            check_running(job.job_key, expansion_policy(job.config), changes)
+        except RegroupNeeded as exc:
+            raise RuntimeStateError(f"{exc}; in job.execution.mode batches the streaming query stops for it and "
+                                    "starts again") from exc
+
+    def checkpoint_plan(self) -> BatchPlan:
+        """The start plan from the task checkpoints as they are now: their offsets, ``samza.reset.offset``, and a
+        replay of each open intent's exact range."""
         from sparza.engine.checkpoint import checkpoint_store_from_config
         from sparza.engine.jobconfig import JobConfig
 
         job = JobConfig.from_config(self.config)
-        checkpoints = checkpoint_store_from_config(self.config, job.job_key).read_all()
-        return self.planner().initial(checkpoints).to_json()  # type: ignore[no-any-return]
+        return self.planner().initial(checkpoint_store_from_config(self.config, job.job_key).read_all())  # type: ignore[no-any-return]
+
+    def initialOffset(self) -> dict:
+        """The start plan (Spark asks when its offset log is empty): from the task checkpoints."""
+        self._position = self.checkpoint_plan()
+        return self._position.to_json()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """The next batch's plan (``start`` when there is nothing new, or a stop was requested), under the job's
-        drain request if there is one (read every ``job.drain-monitor.poll.interval.ms``)."""
+        """The next batch's plan, or ``start`` when there is nothing new or a stop was requested; under the job's
+        drain request if there is one (read every ``job.drain-monitor.poll.interval.ms``).
+
+        Planned from where this reader's last batch ended (the task checkpoints at the first call), never from
+        ``start``: after a restart Spark's ``start`` is its offset log's, which is only its bookkeeping."""
         if self.stop_file and os.path.exists(self.stop_file):
             return start
-        from sparza.engine.planner import BatchPlan
+        if self._position is None:
+            self._position = self.checkpoint_plan()
+        before = self._position
+        after = self._next(before)
+        if after is before:
+            return start
+        body: dict = after.to_json()
+        self._planned = (_offset_key(body), before, after)
+        return body
 
+    def _next(self, before: BatchPlan) -> BatchPlan:
         planner = self.planner()
         planner.drain = self.drain_monitor().poll()
-        planned = planner.next(BatchPlan.from_json(start), int(time.time() * 1000))
-        return planned.to_json()  # type: ignore[no-any-return]
+        planned = planner.next(before, int(time.time() * 1000))
+        self._check_partitions()  # on the metadata that plan read: a grown input ends the query before it runs
+        return planned  # type: ignore[no-any-return]
 
     def drain_monitor(self) -> Any:
         """The job's :class:`~sparza.runtime.driver.drainmonitor.DrainMonitor` (built on first use)."""
@@ -119,11 +183,21 @@ class SparzaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         """One split per task, in task order (:meth:`~sparza.engine.planner.BatchPlanner.splits`), each the value of
-        an ``InputPartition``."""
-        from sparza.engine.planner import BatchPlan
+        an ``InputPartition``: the batch :meth:`latestOffset` planned up to ``end``.
 
-        splits = self.planner().splits(BatchPlan.from_json(start), BatchPlan.from_json(end))
-        return [InputPartition(split) for split in splits]
+        Any other ``end`` is a batch Spark replays from its offset log (it logged the batch in an earlier run,
+        which ended before committing it): that batch is planned from the task checkpoints now (tasks that
+        committed it read on, open intents replay their exact range, the others read from their checkpoint),
+        and has no split at all when no task has anything to do."""
+        key = _offset_key(end)
+        if self._planned is None or self._planned[0] != key:
+            before = self.checkpoint_plan()
+            self._planned = (key, before, self._next(before))
+        _, before, after = self._planned
+        self._position = after
+        if after is before:
+            return []
+        return [InputPartition(split) for split in self.planner().splits(before, after)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Runs on an executor: the task's batch, and its result row (``partition`` is a TaskSplit).
@@ -200,6 +274,11 @@ class SparzaDataSource(DataSource):  # type: ignore[misc]
     def reader(self, schema: Any) -> SparzaBatchReader:
         """The reader of one planned batch."""
         return SparzaBatchReader(dict(self.options))
+
+
+def _offset_key(offset: dict) -> str:
+    """An offset as a comparable string (Spark sends back the JSON it was given, keys in any order)."""
+    return json.dumps(offset, sort_keys=True)
 
 
 def _split(partition: Any) -> TaskSplit:

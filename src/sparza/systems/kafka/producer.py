@@ -208,6 +208,7 @@ class _Source:
     pending: list[tuple[str, bytes | None, bytes | None, int, int, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     skipped: int = 0
+    known: int | None = None     # the version this very producer committed last (or read): no read at each begin
 
     def __post_init__(self) -> None:
         self.on_delivery = _delivery_callback(self.errors)
@@ -356,7 +357,11 @@ class KafkaSystemProducer:
             except Exception as exc:
                 self._drop(src)
                 raise KafkaError(f"cannot initialise Kafka transactions for {txn_id!r}: {exc}") from exc
-        committed = self._read_version(src, txn_id)
+        # The version this producer committed (or read) itself is what the broker holds, unless a newer instance of
+        # the task fenced it since; then its commit fails as fenced, the producer is dropped (known with it) and
+        # the version is read again (_reopen). So the broker is asked once per producer, not once per batch.
+        committed = src.known if src.known is not None else self._read_version(src, txn_id)
+        src.known = committed
         src.transaction = transaction
         src.pending = []
         if committed is not None and committed >= transaction.version:
@@ -535,6 +540,7 @@ class KafkaSystemProducer:
         self._count("messages-written", len(src.pending))
         src.pending = []
         src.state = "idle"
+        src.known = version
         self._count("commits")
         if self.metrics is not None:
             self.metrics.timer(self.system_name, "flush-ms").update((time.perf_counter() - started) * 1000.0)
@@ -550,6 +556,7 @@ class KafkaSystemProducer:
         src.state = "idle"
 
     def _abort(self, source: str, src: _Source) -> None:
+        src.known = None  # an aborted commit may still have landed (a lost answer): read the version again
         try:
             src.producer.abort_transaction(self.settings.request_timeout_s)
         except Exception as exc:
@@ -562,6 +569,7 @@ class KafkaSystemProducer:
     @staticmethod
     def _drop(src: _Source) -> None:
         src.producer = None
+        src.known = None
         src.txn_id = None
         src.state = "idle"
         if src.group is not None:

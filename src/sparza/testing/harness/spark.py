@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from sparza.testing.faults import fault_keys
 from sparza.testing.harness.check import judge
 from sparza.testing.harness.damage import (
     SavedBlob,
@@ -55,7 +56,7 @@ from sparza.testing.oracle import (
 )
 from sparza.testing.scenario import AFTER_RUN_FAULTS, DAYOPS_FAULTS, Scenario
 
-__all__ = ["COORDINATION", "RUN_TIMEOUT_S", "SRC_DIR", "SparkJob", "SparkStartFailure", "check", "log_tail",
+__all__ = ["COORDINATION", "RUN_TIMEOUT_S", "SRC_DIR", "SparkJob", "check", "log_tail",
            "run_spark_scenario", "start_azurite", "start_kafka"]
 
 RUN_TIMEOUT_S = 600.0
@@ -267,20 +268,9 @@ class SparkJob:
 
     def run(self, label: str, config_path: Path | None = None, *extra: str, meant_to_fail: bool = False) -> RunRecord:
         """One run to completion: ``--once`` for unbounded inputs; bounded ones end by themselves. A failed run
-        after the purged-snapshot fault must name what is gone, unless it is ``meant_to_fail`` (a poison message).
-
-        A run that died of Spark's own start-up trouble on an overloaded machine (a Python worker
-        that did not connect back in time) is started again, at most twice, and noted: a restart is
-        something the job must survive anyway, and the failure says nothing about sparza."""
+        after the purged-snapshot fault must name what is gone, unless it is ``meant_to_fail`` (a poison message)."""
         once = self.once_args()
         record = self._run_group(label, config_path, *once, *extra)
-        for attempt in (1, 2, 3):
-            if record.returncode == 0 or not _transient(record.log):
-                break
-            self.notes.append(f"run '{label}' hit Spark's '{_TRANSIENT}'; restarted ({attempt})")
-            record = self._run_group(f"{label}-again{attempt}", config_path, *once, *extra)
-        if record.returncode != 0 and _transient(record.log):
-            raise SparkStartFailure(f"run '{label}': Spark could not start its Python workers 4 times")
         if self.purged and record.returncode not in (0, None):
             text = log_tail(record.log, 6)
             named = any(word in text for word in ("purged", "gone from the blob store",
@@ -363,22 +353,6 @@ class SparkJob:
     def variant(self, name: str, **overrides: str) -> Path:
         """A copy of the config with some keys changed (a poison id, a fault point)."""
         return self._write(name, {**self.config, **overrides})
-
-
-_TRANSIENT = "Python worker failed to connect back"
-
-
-class SparkStartFailure(RuntimeError):
-    """Spark failed to start Python workers again and again: the scenario is inconclusive."""
-
-
-def _transient(log: Path | None) -> bool:
-    if log is None:
-        return False
-    try:
-        return _TRANSIENT in log.read_text(errors="replace")[-20_000:]
-    except OSError:
-        return False
 
 
 def log_tail(log: Path | None, lines: int = 3) -> str:
@@ -471,8 +445,7 @@ def _apply_phase(job: SparkJob, outcome: Outcome, fault: str, phase: int) -> Non
         _expect_clean(outcome, job.run(f"{label}-restart"))
     elif fault == "fail-once":
         marker = job.root / "fail-once.marker"
-        path = job.variant("fail-once.yaml", **{"task.testing.fail.once.file": str(marker),
-                                                "task.testing.fail.once.at": s.fail_step})
+        path = job.variant("fail-once.yaml", **fault_keys(marker, s.fail_step))
         _expect_clean(outcome, job.run(f"{label}-fail-once", path))
         outcome.notes.append(f"fail-once at {s.fail_step}: {'fired' if marker.exists() else 'did not fire'}")
         if outcome.problems:
@@ -575,11 +548,13 @@ def _executor_loss(job: SparkJob, outcome: Outcome, label: str) -> None:
     if s.backup:
         overrides["job.logged.store.base.dir"] = "${SPARZA_EXECUTOR_STATE}"
     path = job.variant("executor-loss.yaml", **overrides)
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
-               for _ in range(2)]
+    burners: list[subprocess.Popen[bytes]] = []
     try:
         with StandaloneCluster(job.root / "cluster", workers=EXECUTOR_LOSS_WORKERS, python=sys.executable,
                                env={"PYTHONPATH": str(SRC_DIR)}) as cluster:
+            # The load comes once the cluster is up: the fault is a host lost under load, not a slow start.
+            burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+                       for _ in range(2)]
             handle = job.spawn(f"{label}-executor-loss", path, *job.once_args(), master=cluster.url)
             started = _wait_for_first_batch(handle, KILL9_START_TIMEOUT_S)
             delay = round(rng.uniform(0.0, 3.0), 2)
@@ -618,9 +593,7 @@ def _container_retry(job: SparkJob, outcome: Outcome, label: str) -> None:
     the very same run must finish by itself (exit 0) and say that the task started again."""
     s = job.s
     marker = job.root / "container-retry.marker"
-    path = job.variant("container-retry.yaml", **{"task.testing.fail.once.file": str(marker),
-                                                  "task.testing.fail.once.at": s.fail_step,
-                                                  "task.testing.fail.once.after.commits": str(s.fail_after)})
+    path = job.variant("container-retry.yaml", **fault_keys(marker, s.fail_step, s.fail_after))
     record = job.run(f"{label}-container-retry", path)
     restarts = _restart_lines(record.log)
     if not marker.exists():
@@ -638,10 +611,7 @@ def _container_retry(job: SparkJob, outcome: Outcome, label: str) -> None:
 def _expect_survived(job: SparkJob, outcome: Outcome, record: RunRecord, label: str) -> None:
     """The run hit by a container fault must have finished by itself; when it did not, that is a problem, and one
     more run (as a user would start) must bring the output to exact for the check."""
-    if record.returncode != 0 and _transient(record.log):
-        job.notes.append(f"run '{record.label}' hit Spark's '{_TRANSIENT}'; run again")
-    else:
-        _expect_clean(outcome, record)
+    _expect_clean(outcome, record)
     if record.returncode != 0:
         _expect_clean(outcome, job.run(f"{label}-again"))
 
@@ -894,9 +864,6 @@ def run_spark_scenario(scenario: Scenario, azurite: Any, workdir: Path, *, messa
             # The damage was done after the last run: one more run must repair it.
             _expect_clean(outcome, job.run("final"))
         check(job, outcome)
-    except SparkStartFailure as exc:
-        outcome.inconclusive = True
-        outcome.notes.append(f"inconclusive: {exc}")
     except Exception as exc:  # a harness error is a failed scenario too, reported with its seed
         outcome.problems.append(f"harness error: {type(exc).__name__}: {exc}")
     finally:
