@@ -246,7 +246,9 @@ def test_a_killed_container_loses_only_its_tasks_which_move_and_replay_exactly(w
     host.close()
 
 
-def test_a_new_container_takes_over_some_tasks_one_by_one_and_no_other_task_stops(work_dir: Path):
+def _one_container_then_another(work_dir: Path) -> tuple[Config, Clock, InProcessHost, InProcessJob]:
+    """4 tasks of a keyed count (1,600 messages) in one container until they committed 8 batches; then a second
+    slot (a new executor) appears."""
     config = Config(job_values(work_dir, **{"task.max.batch.messages": "20", "task.commit.ms": "0"}))
     create_streams(config, 4)
     append_messages(config, 1600, 9, commit_size=400)
@@ -256,6 +258,11 @@ def test_a_new_container_takes_over_some_tasks_one_by_one_and_no_other_task_stop
     host.join(job)
     _run(host, job, clock, until=lambda: len(job.results()) >= 8)
     host.add_container()
+    return config, clock, host, job
+
+
+def test_a_new_container_takes_over_some_tasks_one_by_one_and_no_other_task_stops(work_dir: Path):
+    config, clock, host, job = _one_container_then_another(work_dir)
     before = len(job.results())
 
     def moved_and_running() -> bool:
@@ -279,15 +286,7 @@ def test_a_container_lost_while_its_tasks_move_away_loses_no_task(work_dir: Path
     """The container a rebalance moves tasks away from dies before it released them: the moving tasks are orphans
     like its others, and every task gets a container (issue 40: a harness run on a cluster stalled with two tasks
     that no container ran)."""
-    config = Config(job_values(work_dir, **{"task.max.batch.messages": "20", "task.commit.ms": "0"}))
-    create_streams(config, 4)
-    append_messages(config, 1600, 9, commit_size=400)
-    clock = Clock()
-    host = InProcessHost(slots=1, clock=clock)
-    job = InProcessJob(config, once=True)
-    host.join(job)
-    _run(host, job, clock, until=lambda: len(job.results()) >= 8)
-    host.add_container()
+    config, clock, host, job = _one_container_then_another(work_dir)
     for _ in range(20):  # the manager and the new container only: container 0 never hears its revoke
         host.manager.step()
         for index, container in host.containers.items():
