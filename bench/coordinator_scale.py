@@ -18,7 +18,7 @@ its ratio to it, per processor where linear growth means a flat per-processor fi
 (``job.coordinator.azure.*``) unless ``--fast`` (1 s heartbeat, 5 s liveness: the periods the 10 s
 failover goal needs), which is also measured at the largest size by default.
 
-Usage: ``python bench/coordinator_scale.py [--sizes 2,4,8,16] [--window 30]``
+Usage: ``python bench/coordinator_scale.py [--scale small|full] [--sizes 2,4,8,16] [--window 30] [--no-fast]``
 """
 
 from __future__ import annotations
@@ -234,10 +234,16 @@ def _ratio(value: float, base: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="2,4,8,16", help="fleet sizes, smallest first (the baseline)")
-    parser.add_argument("--window", type=float, default=30.0, help="steady window, seconds")
-    parser.add_argument("--no-fast", action="store_true", help="skip the fast-periods run at the largest size")
+    parser.add_argument("--scale", choices=("small", "full"), default="full",
+                        help="full: 2,4,8,16 processors, 30 s windows, fast periods too; small: 2,4, 10 s, no fast")
+    parser.add_argument("--sizes", default=None, help="fleet sizes, smallest first (the baseline)")
+    parser.add_argument("--window", type=float, default=None, help="steady window, seconds")
+    parser.add_argument("--no-fast", action="store_true", help="skip the fast-periods runs")
     args = parser.parse_args(argv)
+    small = args.scale == "small"
+    args.sizes = args.sizes or ("2,4" if small else "2,4,8,16")
+    args.window = args.window or (10.0 if small else 30.0)
+    args.no_fast = args.no_fast or small
     sizes = [int(s) for s in args.sizes.split(",")]
     load_before = os.getloadavg()[0]
     results: list[SizeResult] = []
@@ -277,11 +283,13 @@ def main(argv: list[str] | None = None) -> int:
     body += (f"\n\n{TASKS} tasks; the baseline is the first row (2 processors, same run, same Azurite). Product "
              "defaults: heartbeat 2 s, liveness 10 s, liveness/leader checks and job-model polls every 1 s, lease "
              "15 s renewed every 4 s; fast periods: heartbeat 1 s, liveness 5 s, checks and polls every 0.5 s. "
-             f"Steady window {args.window:.0f} s per size, counted in Azurite's request log. Load average "
-             f"{load_before:.1f} before, {load_after:.1f} after (2 cores shared with other work).")
-    command = "flock /work/heavy.lock python bench/coordinator_scale.py" + \
-        (f" --sizes {args.sizes}" if args.sizes != "2,4,8,16" else "") + \
-        (f" --window {args.window:g}" if args.window != 30.0 else "") + (" --no-fast" if args.no_fast else "")
+             f"Steady window {args.window:.0f} s per size, counted in Azurite's request log; the 2 cores are "
+             "shared with the processors' Azurite and other work.")
+    print(f"machine load (1 min) {load_before:.1f} before, {load_after:.1f} after", flush=True)
+    command = f"flock /work/heavy.lock python bench/coordinator_scale.py --scale {args.scale}" + \
+        (f" --sizes {args.sizes}" if args.sizes != ("2,4" if small else "2,4,8,16") else "") + \
+        (f" --window {args.window:g}" if args.window != (10.0 if small else 30.0) else "") + \
+        (" --no-fast" if args.no_fast and not small else "")
     _report.record("coordinator_scale", "Azure coordinator: 2 to 16 processors", command, body, measures=MEASURES)
     return 0
 

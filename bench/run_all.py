@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = ["streams", "azureblob", "state_backup", "coordination", "runtime", "control", "adjunct", "tables",
               "kafka", "connect", "pipeline", "latency", "kafka_latency", "affinity", "failover",
-              "peers", "plots"]
+              "coordinator_scale", "peers", "plots"]
 """Every benchmark, in run order; ``plots`` last (it measures with the others' helpers)."""
 
 

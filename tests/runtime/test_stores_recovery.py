@@ -28,7 +28,8 @@ def _committed_store(work_dir: Path) -> tuple[JobConfig, str]:
     stores.open({}, None)
     stores.handles["counts"].put_all({"a": 1, "b": 2})
     ids = stores.snapshot(1, {})
-    stores.committed(1, ids)
+    stores.mark_committed(1, ids)
+    stores.clean_up(1, ids)
     stores.close()
     return job, ids["counts"]
 
@@ -46,7 +47,7 @@ def _delete_snapshot(config: Config, index_id: str) -> None:
 
 def _new_host(job: JobConfig) -> TaskStores:
     shutil.rmtree(job.task_store_base_dir)
-    stores_module._CLEANED_SNAPSHOTS.clear()  # a new process
+    stores_module._CLEANED.clear()  # a new process
     return TaskStores(job, TASK, MetricsRegistry())
 
 
@@ -63,7 +64,7 @@ def test_deleted_blobs_are_replaced_by_a_fresh_permanent_snapshot(work_dir: Path
         collect_garbage(manager, now_ms=2**41)  # far past the TTL and the deleted-blob retention
     finally:
         manager.close()
-    stores_module._CLEANED_SNAPSHOTS.clear()
+    stores_module._CLEANED.clear()
     again = _new_host(job)
     assert again.recover_deleted(replaced, 1) == {}  # nothing deleted any more
     again.open(replaced, 1)

@@ -132,24 +132,24 @@ def test_call_at_skips_matches_and_fail_at_raises_the_given_error() -> None:
         assert _counts(runner) == _expected(12)
 
 
-def test_a_processor_back_after_another_ran_the_job_stops_instead_of_skipping_past_its_checkpoint() -> None:
+@pytest.mark.parametrize("mode", ["containers", "batches"])
+def test_a_processor_back_after_another_ran_the_job_continues_from_the_task_checkpoints(mode: str) -> None:
     """Processor 0 ran, stopped cleanly, processor 1 ran the job for a while and stopped, and processor 0 comes
-    back with its own (stale) Spark plan. Its first batch is "already committed" by batch number; skipping it
-    as a replay would end the run with exit 0 and the messages past the task checkpoint unread (16 of 20
-    counted). It must stop and say the plan is stale."""
-    with _runner() as first:
+    back. No host keeps a plan of its own beside the task checkpoints, so it starts where processor 1 committed:
+    nothing is skipped as "already committed" by batch number (16 of 20 counted) nor counted twice."""
+    runner = TestRunner.of(KeyedCountTask, {**KEYED_COUNT, "job.execution.mode": mode}, claim=True)
+    runner.add_input("delta.events", _events(0, 12), partitions=2).add_output("delta.counts", partitions=2)
+    with runner as first:
         first.run()
-        first.restart(crashed=False)              # processor 0 stops; its Spark dir (the plan) stays
+        first.restart(crashed=False)              # processor 0 stops
         first.add_input("delta.events", _events(12, 4))
         second = first.new_processor("1")
         second.run()
         second.close()
         first.add_input("delta.events", _events(16, 4))
-        with pytest.raises(TaskAttemptError, match="the Spark checkpoint dir is stale"):
-            first.run()
-        first.restart(crashed=False, keep_plan=False)   # what the error says: plan from the task checkpoints
         first.run()
         assert _counts(first) == _expected(20)
+        assert {cp.generation for cp in first.checkpoints().values()} == {3}
 
 
 def test_a_batch_that_failed_during_cleanup_and_is_replayed_leaves_no_ttl_on_its_snapshot() -> None:

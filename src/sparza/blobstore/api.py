@@ -150,6 +150,16 @@ class BlobStoreManager(ABC):
     def remove_ttl(self, blob_id: str, metadata: Metadata) -> None:
         """Make the blob permanent (idempotent). :class:`DeletedError` when it was deleted."""
 
+    def remove_fresh_ttl(self, blob_id: str, metadata: Metadata) -> None:
+        """:meth:`remove_ttl` of a blob this process put and nothing can have deleted since (a new snapshot's own
+        blobs): a backend may skip the check :meth:`remove_ttl` makes first (one storage request instead of two)."""
+        self.remove_ttl(blob_id, metadata)
+
+    def delete_known(self, blob_id: str, metadata: Metadata) -> None:
+        """:meth:`delete` of a blob this process knows exists and is not deleted (a file of the snapshot the last
+        cleanup made permanent): a backend may skip the check :meth:`delete` makes first (one request, not two)."""
+        self.delete(blob_id, metadata)
+
     @abstractmethod
     def list_blobs(self, prefix: str = "") -> Iterator[BlobInfo]:
         """Every blob under ``prefix`` with its TTL and tombstone state (for gc and tools)."""

@@ -1,8 +1,9 @@
 """Azure Blob Storage as the snapshot blob store (also Azurite).
 
 TTL is a blob index tag, ``sparza-expires-ms`` (epoch ms, zero-padded so tag queries order
-correctly); ``remove_ttl`` drops it. A delete is a tombstone: metadata and tag
-``sparza-deleted-ms`` (read back on ``get``); ``sparza gc`` purges expired blobs and old
+correctly); ``remove_ttl`` drops it. A delete is a tombstone: the metadata ``sparzadeletedms``
+(read back on ``get`` and listed for gc; one Set Blob Metadata request, older tombstones also
+carry the tag ``sparza-deleted-ms``); ``sparza gc`` purges expired blobs and old
 tombstones. Native blob expiry exists only on HNS accounts and lifecycle rules run at most daily
 (and Azurite has neither), so sparza does not rely on them.
 
@@ -159,35 +160,50 @@ class AzureBlobStoreManager(BlobStoreManager):
             meta = dict(props.metadata or {})
             if meta.get(_DELETED_META):
                 raise DeletedError("delete", blob_id, "blob was already deleted")
-            now = _tag_ms(self.clock())
-            meta[_DELETED_META] = now
-            # Tag first: a crash in between leaves a blob gc finds; metadata is what get() checks.
-            blob.set_blob_tags({DELETED_TAG: now})
-            blob.set_blob_metadata(meta)
+            meta[_DELETED_META] = _tag_ms(self.clock())
+            blob.set_blob_metadata(meta)  # the tombstone: get() and list_blobs() read it
         except BlobStoreError:
             raise
+        except Exception as exc:
+            raise translate_azure_error("delete", blob_id, exc) from exc
+
+    def delete_known(self, blob_id: str, metadata: Metadata) -> None:
+        # One request: the tombstone metadata replaces the blob's (nothing reads the rest once it is deleted).
+        try:
+            self._blob(blob_id).set_blob_metadata({_DELETED_META: _tag_ms(self.clock())})
         except Exception as exc:
             raise translate_azure_error("delete", blob_id, exc) from exc
 
     def remove_ttl(self, blob_id: str, metadata: Metadata) -> None:
         blob = self._blob(blob_id)
         try:
-            tags = blob.get_blob_tags()
-            if DELETED_TAG in tags:
+            props = blob.get_blob_properties()
+            if (props.metadata or {}).get(_DELETED_META):
                 raise DeletedError("remove_ttl", blob_id)
-            if EXPIRES_TAG in tags:
-                blob.set_blob_tags({k: v for k, v in tags.items() if k != EXPIRES_TAG})
+            if props.tag_count != 0:  # None: the service did not say (Azure omits it for no tags)
+                tags = blob.get_blob_tags()
+                if DELETED_TAG in tags:  # an older tombstone (tag and metadata)
+                    raise DeletedError("remove_ttl", blob_id)
+                if EXPIRES_TAG in tags:
+                    blob.set_blob_tags({k: v for k, v in tags.items() if k != EXPIRES_TAG})
         except BlobStoreError:
             raise
         except Exception as exc:
             raise translate_azure_error("remove_ttl", blob_id, exc) from exc
 
+    def remove_fresh_ttl(self, blob_id: str, metadata: Metadata) -> None:
+        # sparza puts only its own tag: clearing every tag removes the TTL in one request.
+        try:
+            self._blob(blob_id).set_blob_tags({})
+        except Exception as exc:
+            raise translate_azure_error("remove_ttl", blob_id, exc) from exc
+
     def list_blobs(self, prefix: str = "") -> Iterator[BlobInfo]:
         try:
-            for item in self._client.list_blobs(name_starts_with=prefix or None, include=["tags"]):
+            for item in self._client.list_blobs(name_starts_with=prefix or None, include=["tags", "metadata"]):
                 tags = item.tags or {}
                 expires = tags.get(EXPIRES_TAG)
-                deleted = tags.get(DELETED_TAG)
+                deleted = (item.metadata or {}).get(_DELETED_META) or tags.get(DELETED_TAG)
                 yield BlobInfo(item.name, int(item.size or 0), int(expires) if expires else None,
                                int(deleted) if deleted else None)
         except Exception as exc:

@@ -140,6 +140,10 @@ class InProcessHost:
         container = self.containers.pop(index, None)
         if container is None:
             return
+        # Commits of other tasks still running in the container's threads cannot be stopped here (a dead process's
+        # threads die with it): let them finish first, as if the process died right after them.
+        while not container.idle:
+            time.sleep(0.001)
         for task in list(container.tasks.values()):
             with contextlib.suppress(Exception):
                 task.instance.abort()  # a dead process flushes nothing...

@@ -278,14 +278,15 @@ class TaskInstance:
 
     def _release_producers(self, *, failed: bool) -> None:
         if failed:
-            # A failed batch leaves nothing visible: abandon (never flush) what this task sent, then drop
-            # the producer (it may be in a bad state) without letting its stop() flush anything of ours.
+            # A failed batch leaves nothing visible: abandon (never flush) what this task sent, then drop the
+            # producer (it may be in a bad state) so the next batches get a new one. It is not stopped: in a
+            # container other tasks of the job run beside this one and may have sent through it since (a commit in
+            # its thread, a batch being processed); stop() would drop or flush their messages (found by the
+            # in-process harness with threaded commits: outputs of tasks beside a failed one were lost).
             for system, producer in self._producers.items():
                 self.clients.drop_producer(system, producer)
                 with contextlib.suppress(Exception):
                     producer.abandon(self.name)
-                with contextlib.suppress(Exception):
-                    producer.stop()
         self._producers.clear()
 
     # --- one batch -----------------------------------------------------------------------------

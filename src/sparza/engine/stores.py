@@ -198,8 +198,10 @@ class StoreHandle:
         return f"StoreHandle({self._name!r})"
 
 
-_CLEANED_SNAPSHOTS: set[str] = set()
-"""Snapshot index ids whose cleanup already ran in this process (cleanup is idempotent, this only saves calls)."""
+_CLEANED: dict[tuple[str, str, str], str] = {}
+"""(job key, task, store) → the file snapshot (index blob id) whose cleanup last ran in this process: cleanup is
+idempotent, this only saves its calls when a task's stores are opened again. One entry per task store (a set of
+every snapshot ever cleaned grew by one per commit)."""
 
 
 class TaskStores:
@@ -228,6 +230,11 @@ class TaskStores:
         self._checkpoint_dirs: dict[str, Path] = {}
         self.replaced: dict[str, str] = {}
         self._committed: dict[str, tuple[int, Path]] = {}  # store -> (batch, its local checkpoint dir) as committed
+        # store -> (the committed snapshot id its open store's change record starts at, the writes since that id's
+        # file snapshot): a kept store whose next commit can carry its writes in its id (sparza.state.backup.delta).
+        self._tracked: dict[str, tuple[str, dict[bytes, bytes | None]]] = {}
+        self._pending_changes: dict[str, dict[bytes, bytes | None]] = {}
+        self.delta_max_bytes = {name: self._delta_limit(name) for name in self.names}
         self.resident = False
         """True while the task stays in this process between batches (a container): committed stores stay
         open (and their caches warm) instead of being closed for another process to open."""
@@ -256,6 +263,22 @@ class TaskStores:
                                        self.job.job_id, self.task, metrics=self.backup_metrics)
         return self._backup
 
+    def _delta_limit(self, name: str) -> int:
+        if not self.backed_up[name]:
+            return 0
+        from sparza.state.backup import DELTA_MAX_BYTES
+
+        return int(DELTA_MAX_BYTES.get(self.job.config, store=name))
+
+    def _cleaned_key(self, name: str) -> tuple[str, str, str]:
+        return (self.job.job_key, self.task, name)
+
+    def _track(self, name: str, store: Any) -> None:
+        from sparza.state.kv import TracksChanges
+
+        if self.delta_max_bytes[name] and isinstance(store, TracksChanges):
+            store.track_changes(self.delta_max_bytes[name])
+
     def _is_memory(self, name: str) -> bool:
         factory = STORE_FACTORY.get(self.job.config, store=name).strip().lower()
         return factory == "memory"
@@ -271,6 +294,8 @@ class TaskStores:
             if kept is not None and expected is not None and kept[0] == expected:
                 self._open[name] = kept[1]  # the store this process committed: still exact
                 self.handles[name]._bind(kept[1])
+                if self._tracked.get(name, ("",))[0] != expected:
+                    self._tracked.pop(name, None)
                 if self._is_memory(name):
                     self.metrics.counter("stores", "reused-in-memory").inc()
                 else:
@@ -296,6 +321,8 @@ class TaskStores:
                                directory=self.store_dir(name) if memory and expected is not None else None)
             self._open[name] = store
             self.handles[name]._bind(store)
+            self._tracked.pop(name, None)  # its first commit uploads files: the record starts there
+            self._track(name, store)
 
     def _read_marker(self, name: str) -> str | None:
         try:
@@ -309,11 +336,13 @@ class TaskStores:
         later commit ran before it passed."""
         if expected is None or not self.backed_up[name] or expected.startswith(LOCAL_SNAPSHOT_PREFIX):
             return
-        if expected in _CLEANED_SNAPSHOTS:
+        from sparza.state.backup import base_of
+
+        if _CLEANED.get(self._cleaned_key(name)) == base_of(expected):
             return
         with self.metrics.timer("stores", "cleanup-ms").time():
             self._backup_client().cleanup(expected)
-        _CLEANED_SNAPSHOTS.add(expected)
+        _CLEANED[self._cleaned_key(name)] = base_of(expected)
 
     def recover_deleted(self, committed: dict[str, str], committed_batch: int | None) -> dict[str, str]:
         """SAMZA-2787: replace every committed snapshot that has deleted blobs. Returns ``{store: new
@@ -385,7 +414,9 @@ class TaskStores:
         for name, snapshot in ids.items():
             with self.metrics.timer("stores", "cleanup-ms").time():
                 self._backup_client().cleanup(snapshot)
-            _CLEANED_SNAPSHOTS.add(snapshot)
+            from sparza.state.backup import base_of
+
+            _CLEANED[self._cleaned_key(name)] = base_of(snapshot)
             self._write_marker(name, batch, snapshot)
 
     def _write_marker(self, name: str, batch: int, snapshot: str) -> None:
@@ -442,11 +473,22 @@ class TaskStores:
                 store.checkpoint(target)
             self._checkpoint_dirs[name] = target
             if self.backed_up[name]:
-                prev = self.replaced.pop(name, None) or previous.get(name)
+                replaced = self.replaced.pop(name, None)
+                prev = replaced or previous.get(name)
                 if prev is not None and prev.startswith(LOCAL_SNAPSHOT_PREFIX):
                     prev = None
+                delta = self._delta_id(name, store, prev if replaced is None else None)
+                if delta is not None:
+                    from sparza.state.backup import write_snapshot_marker
+
+                    write_snapshot_marker(target, delta)  # this dir holds exactly that id's state
+                    ids[name] = delta
+                    self.metrics.counter("stores", "delta-commits").inc()
+                    continue
+                self._pending_changes[name] = {}
                 with self.metrics.timer("stores", "upload-ms").time():
                     ids[name] = str(self._backup_client().upload(name, target, prev_index_id=prev))
+                self.metrics.counter("stores", "file-snapshot-commits").inc()
             elif self._is_memory(name):
                 # Unique per snapshot: a kept memory store is reused only for the very snapshot it holds.
                 ids[name] = f"{LOCAL_SNAPSHOT_PREFIX}{batch}{_MEMORY_TAG}{uuid.uuid4().hex[:12]}"
@@ -459,12 +501,34 @@ class TaskStores:
         self._close_open()
         return ids
 
+    def _delta_id(self, name: str, store: Any, prev: str | None) -> str | None:
+        """The id of this commit's state as ``prev``'s file snapshot with the writes since, when the store recorded
+        every write since ``prev`` and they fit ``stores.<store>.backup.delta.max.bytes``; else None (upload)."""
+        from sparza.state.kv import TracksChanges
+
+        changes = store.take_changes() if isinstance(store, TracksChanges) else None
+        limit = self.delta_max_bytes[name]
+        tracked = self._tracked.get(name)
+        if changes is None or not limit or prev is None or tracked is None or tracked[0] != prev:
+            return None
+        from sparza.state.backup import base_of, changes_size, merge_changes, snapshot_id
+
+        merged = merge_changes(tracked[1], changes)
+        if changes_size(merged) > limit:
+            return None
+        self._pending_changes[name] = merged
+        return snapshot_id(base_of(prev), merged)
+
     def mark_committed(self, batch: int, ids: dict[str, str]) -> None:
         """After the task checkpoint named ``ids`` is written: each store's marker (its dir holds that commit), the
         first half of the commit's cleanup step; :meth:`clean_up` is the second."""
         for name, store in self._to_keep.items():
             self._kept[name] = (ids[name], store)
+            pending = self._pending_changes.pop(name, None)
+            if pending is not None:
+                self._tracked[name] = (ids[name], pending)  # its record now starts at this commit
         self._to_keep.clear()
+        self._pending_changes.clear()
         for name, snapshot in ids.items():
             self._write_marker(name, batch, snapshot)
             self._committed[name] = (batch, self._checkpoint_dir(name, batch))
@@ -474,9 +538,13 @@ class TaskStores:
         the previous one no longer needs deleted) and the old local checkpoints."""
         for name, snapshot in ids.items():
             if self.backed_up[name]:
-                with self.metrics.timer("stores", "cleanup-ms").time():
-                    self._backup_client().cleanup(snapshot)
-                _CLEANED_SNAPSHOTS.add(snapshot)
+                from sparza.state.backup import base_of
+
+                # A commit that carried its writes in the id has nothing to clean: its file snapshot was cleaned.
+                if _CLEANED.get(self._cleaned_key(name)) != base_of(snapshot):
+                    with self.metrics.timer("stores", "cleanup-ms").time():
+                        self._backup_client().cleanup(snapshot)
+                    _CLEANED[self._cleaned_key(name)] = base_of(snapshot)
             self._remove_old_checkpoints(name, keep=batch)
 
     def _remove_old_checkpoints(self, name: str, keep: int) -> None:

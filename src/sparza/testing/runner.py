@@ -1,19 +1,25 @@
 """``TestRunner``: run a user's ``StreamTask`` or ``StreamApplication`` in-process, without Spark, over in-memory
 streams, with batch boundaries, watermarks and processing time under the test's control.
 
-It drives the code ``sparza run`` drives, not a copy of it: the batch planner
-(:class:`~sparza.engine.planner.BatchPlanner`) plans each batch and cuts it into task splits as the Spark
-source does; :func:`sparza.runtime.driver.batchtask.run_split` (what the source's ``read`` runs) runs each
-split through :class:`~sparza.engine.instance.TaskInstance`, which restores stores, delivers messages
-(control messages to :class:`~sparza.control.TaskControl`) and commits with
-:class:`~sparza.engine.commit.TaskCommit`; an application is planned into stages by
-:func:`sparza.api.plan_application` and each stage runs :class:`~sparza.api.StageTask`. Only Spark is left
-out: batches run one task after another in this process, and the streams the test adds live in the
-``inmemory`` system (:mod:`sparza.systems.inmemory`). In the container execution mode (``job.execution.mode``, the
-default) main input waits for a broadcast bootstrap store's bootstrapped publication, as a container plans it;
-:meth:`TestRunner.run` raises :class:`~sparza.engine.errors.JobStalledError` when tasks wait for one that nothing
-left to read will bring (``sparza run --once`` would wait for ever). Stores are real (RocksDB or memory) and, like task
-checkpoints and the blob store, live in the runner's work dir.
+It drives the engine ``sparza run`` drives, not a copy of it. In the container execution mode
+(``job.execution.mode: containers``, the default, as on Spark) the runner's process is an
+:class:`~sparza.engine.inprocess.InProcessHost`: the engine's :class:`~sparza.engine.manager.ContainerManager`
+places each job's tasks on :class:`~sparza.engine.container.Container` objects (``containers=`` of them), whose task
+loops plan, process (:class:`~sparza.engine.instance.TaskInstance`) and commit
+(:class:`~sparza.engine.commit.TaskCommit`) each task on its own; commits run inline, or in the containers' threads
+beside processing with ``threaded_commits=True``. A round (:meth:`TestRunner.run_batch`) gives every due task at
+most one batch; :attr:`TestRunner.host` reaches the host's own faults (``kill``, ``add_container``,
+``remove_container``) and :meth:`TestRunner.wrap_engines` the engines' real objects. With
+``job.execution.mode: batches`` it drives the micro-batch adapter's path instead: the
+:class:`~sparza.engine.planner.BatchPlanner` plans a batch of every task and
+:func:`sparza.runtime.driver.batchtask.run_split` runs each split. Neither keeps an offset log beside the task
+checkpoints: a restarted process plans from them (an open intent replays its batch exactly). An application is
+planned into stages by :func:`sparza.api.plan_application` and each stage runs :class:`~sparza.api.StageTask`. Only
+Spark is left out: everything runs in this process, and the streams the test adds live in the ``inmemory`` system
+(:mod:`sparza.systems.inmemory`). Main input waits for a broadcast bootstrap store's bootstrapped publication, as a
+container plans it; :meth:`TestRunner.run` raises :class:`~sparza.engine.errors.JobStalledError` when tasks wait for
+one that nothing left to read will bring (``sparza run --once`` would wait for ever). Stores are real (RocksDB or
+memory) and, like task checkpoints and the blob store, live in the runner's work dir.
 
 A failure can be injected right after any commit step (:class:`~sparza.engine.commit.CommitStep`) of a
 chosen task and batch (:meth:`TestRunner.fail_at`), or anything run there (:meth:`TestRunner.call_at`);
@@ -27,10 +33,11 @@ fences the first one's late writes.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +53,7 @@ from sparza.serde import Serde, serde_from_name
 from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream
 from sparza.systems.settings import STREAM_INTERMEDIATE, stream_serde
 from sparza.testing.faults import FAULT_HOOK, InjectedFault, register_fault_hook, unregister_fault_hook, with_faults
+from sparza.testing.hosts import BatchJob, ContainerJob, EngineWrapper, HostedJob, RoundOutcome, RunnerProcess
 
 __all__ = [
     "BatchReport",
@@ -161,168 +169,6 @@ class _Fault:
     action: Any = None  # None: raise InjectedFault; an exception: raise it; else call it and go on
 
 
-class _Job:
-    """One job (or one stage of an application) as a ``sparza run`` processor drives it: a planner, the plan
-    Spark's offset log would hold, and the executor function run per task split."""
-
-    def __init__(self, name: str, config: Config) -> None:
-        from sparza.engine.jobconfig import JobConfig
-
-        self.name = name
-        self.job = JobConfig.from_config(config)
-        self.config = self.job.config
-        self.spark_batch_id = 0
-        self.batches = 0
-        self.ended = False
-        self.claim: Any = None  # JobClaim while this "process" holds (or tries to take) the job's claim
-        self.generation = 0
-        self.previous: Any = None  # the plan before the last committed one (Spark's offset log keeps it)
-        self.drained = False
-        self.plan: Any = None  # the last committed plan (replan sets it from the task checkpoints)
-        self.pending: Any = None  # the planned batch not committed yet
-        self.fresh = True
-        self.regroups = 0  # times its tasks started again for grown input partitions
-        self.open()
-        self.replan()
-
-    def carry(self, other: _Job) -> None:
-        """Take over what Spark's checkpoint dir and the claim of ``other`` (the same job before a config
-        change) hold."""
-        self.plan, self.pending, self.previous = other.plan, other.pending, other.previous
-        self.fresh = other.fresh
-        self.spark_batch_id, self.batches, self.ended = other.spark_batch_id, other.batches, other.ended
-        self.drained = other.drained
-        self.claim, self.generation = other.claim, other.generation
-
-    def hold_claim(self, processor_id: str, clock: ManualClock) -> None:
-        """Take the job's claim as ``sparza run`` does (and fence older holders), or renew it when held:
-        :class:`~sparza.coordination.jobclaim.ClaimHeldError` when a live processor holds it,
-        :class:`~sparza.coordination.jobclaim.ClaimLostError` when another took it over."""
-        from sparza.coordination.jobclaim import CLAIM_RENEW_INTERVAL_MS, CLAIM_TIMEOUT_MS, JobClaim
-        from sparza.engine.checkpoint import SupportsJobClaim, stamp_generation
-
-        if self.claim is not None and self.claim.held:
-            self.claim.renew()
-            return
-        store = self.checkpoints
-        if not isinstance(store, SupportsJobClaim):
-            raise TestInputError(f"the checkpoint store {store.describe()} cannot keep a job claim")
-        if self.claim is None or self.claim.lost is not None:
-            self.claim = JobClaim(
-                store.claim_backend(), self.job.job_key, processor_id,
-                timeout_ms=CLAIM_TIMEOUT_MS.get(self.config),
-                renew_interval_ms=CLAIM_RENEW_INTERVAL_MS.get(self.config), clock=clock,
-                epoch_floor=lambda: max((cp.generation for cp in store.read_all().values()), default=0))
-        epoch = self.claim.acquire()
-        stamp_generation(store, [t.name for t in self.tasks], epoch)
-        self.generation = epoch
-        if self.fresh:  # `sparza run` starts its query (initialOffset) only once it holds the claim
-            self.replan()
-
-    def release_claim(self) -> None:
-        """Give the claim up, as a processor that stops cleanly does."""
-        claim, self.claim = self.claim, None
-        if claim is not None:
-            claim.release()
-
-    def replay_last(self) -> bool:
-        """Run the last committed batch again with its plan (Spark lost its commit but not its offset log);
-        False when there is none."""
-        if self.previous is None or self.pending is not None:
-            return False
-        self.plan, self.pending, self.previous = self.previous, self.plan, None
-        self.spark_batch_id = max(0, self.spark_batch_id - 1)
-        return True
-
-    def open(self) -> None:
-        """A fresh planner over fresh admins, as a (re)started processor's Spark source builds."""
-        from sparza.engine.checkpoint import checkpoint_store_from_config
-        from sparza.engine.container import broadcast_ready
-        from sparza.engine.inputs import InputSystems
-        from sparza.engine.planner import BatchPlanner
-        from sparza.runtime.driver.containers import execution_mode
-        from sparza.runtime.driver.drainmonitor import DrainMonitor
-
-        inputs = self.inputs = InputSystems(self.job)
-        self.tasks = inputs.task_models()
-        # Containers commit each task on its own schedule, so main input waits for a broadcast bootstrap store's
-        # bootstrapped publication itself (no common batch number says the builder is done): plan as they do.
-        gate = broadcast_ready(self.job) if execution_mode(self.config) == "containers" else None
-        self.planner = BatchPlanner(self.job, self.tasks, inputs.ops, inputs.positions, broadcast_ready=gate)
-        self.checkpoints = checkpoint_store_from_config(self.config, self.job.job_key)
-        self.monitor = DrainMonitor(self.config)
-
-    def _check_partitions(self) -> None:
-        """What a processor's containers do at each poll: an input whose partition count changed stops the job
-        (``job.partition.expansion: fail``) or regroups its tasks (``group``, ``new-tasks``): they start again from
-        their checkpoints, grouped for the new counts (:mod:`sparza.engine.partitions`)."""
-        from sparza.engine.partitions import RegroupNeeded, changes_between, check_running, expansion_policy
-        from sparza.engine.worker import WORKER
-
-        broadcast = (frozenset(s.stream for s in self.job.inputs if s.broadcast)
-                     - frozenset(s.stream for s in self.job.inputs if not s.broadcast))
-        changes = changes_between(self.inputs.partition_counts, self.inputs.positions(), broadcast)
-        try:
-            check_running(self.job.job_key, expansion_policy(self.config), changes)
-        except RegroupNeeded:
-            WORKER.forget(self.config)
-            self.open()
-            self.replan()
-            self.regroups += 1
-
-    def replan(self) -> None:
-        """The start plan from the task checkpoints (Spark's checkpoint dir lost or new)."""
-        self.plan = self.planner.initial(self.checkpoints.read_all())
-        self.pending = None
-        self.fresh = True  # no batch planned since: a query that starts now reads the checkpoints now
-
-    def step(self, now_ms: int) -> list[Any]:
-        """Plan and run one batch of every task; empty when there is nothing to plan. A batch that raises
-        stays pending and runs again, with the same plan, on the next step (as Spark retries it)."""
-        from sparza.engine.errors import tasks_failed
-        from sparza.engine.executor import TaskAttemptError
-        from sparza.engine.results import BatchStatus, result_from_row
-        from sparza.engine.split import marker_batch
-        from sparza.runtime.driver.batchtask import make_task_runner
-
-        if self.pending is None:
-            self._check_partitions()
-            # The driver's drain monitor, read before every plan (a processor reads it every poll interval).
-            self.planner.drain = self.monitor.poll(force=True)
-            planned = self.planner.next(self.plan, now_ms)
-            if planned is self.plan:
-                return []
-            self.pending = planned
-            self.fresh = False
-        splits = self.planner.splits(self.plan, self.pending)
-        run_tasks = make_task_runner(dict(self.config.items()), self.spark_batch_id, self.generation,
-                                     len(self.tasks))
-        results: list[Any] = []
-        for split in splits:
-            try:
-                for batch in run_tasks(iter([marker_batch(split)])):
-                    results.extend(result_from_row(row) for row in batch.to_pylist())
-            except TaskAttemptError as exc:
-                # An attempt Spark would retry; a failure the test injected is re-raised as what it is.
-                if isinstance(exc.__cause__, InjectedFault):
-                    raise InjectedFault(str(exc.__cause__)) from exc
-                raise
-        failed = [r for r in results if r.status is BatchStatus.FAILED]
-        if failed:
-            raise tasks_failed([r.error for r in failed])  # as sparza run reports them
-        self.previous, self.plan, self.pending = self.plan, self.pending, None
-        self.spark_batch_id += 1  # a retried batch keeps its id, as in Spark
-        self.batches += 1
-        self.ended = bool(results) and all(r.ended for r in results)
-        self.drained = bool(results) and all(r.drained for r in results)
-        if self.drained and self.plan.drain is not None:
-            # What a processor does when it stops drained: the request goes once every task of every job drained.
-            from sparza.runtime.driver.drainmonitor import finish_drain
-
-            finish_drain(self.config)
-        return results
-
-
 class TestRunner:
     """Runs a job's tasks in this process over in-memory streams (see the module docstring).
 
@@ -335,14 +181,16 @@ class TestRunner:
 
     ``claim=True`` makes the runner hold each job's standalone claim as processor ``processor_id``, as
     ``sparza run`` does: taken (and older holders fenced) before the first batch, renewed before every
-    batch, released by :meth:`close`; its expiry is timed by ``clock``.
+    batch, released by :meth:`close`; its expiry is timed by ``clock``. ``containers`` (container mode): how many
+    containers the process runs; ``threaded_commits``: commits in the containers' threads, beside processing.
     """
 
     __test__ = False  # not a pytest test class
 
     def __init__(self, config: Mapping[str, Any] | None = None, *, work_dir: str | Path | None = None,
                  start_time_ms: int = DEFAULT_START_MS, tick_ms: int = 1000, clock: ManualClock | None = None,
-                 claim: bool = False, processor_id: str = "0") -> None:
+                 claim: bool = False, processor_id: str = "0", containers: int = 1,
+                 threaded_commits: bool = False) -> None:
         self._values: dict[str, str] = {k: str(v) for k, v in (config or {}).items()}
         self._owns_dir = work_dir is None
         self.work_dir = Path(tempfile.mkdtemp(prefix="sparza-testrunner-") if work_dir is None else work_dir)
@@ -357,7 +205,12 @@ class TestRunner:
         self._owns_namespace = True
         self._streams: dict[SystemStream, tuple[int, bool]] = {}  # stream -> (partitions, is input)
         self._buffered: list[tuple[SystemStream, list[Any]]] = []
-        self._jobs: list[_Job] = []
+        self._jobs: list[HostedJob] = []
+        self.containers = int(containers)
+        self.threaded_commits = threaded_commits
+        self._process: RunnerProcess | None = None
+        self._fired: list[str] = []  # the InjectedFault messages of the current round
+        self._wrappers: list[EngineWrapper] = []
         self._faults: list[_Fault] = []
         self._app_serdes: dict[SystemStream, tuple[Serde, Serde | None]] = {}
         self._app_inputs: dict[SystemStream, Serde] = {}  # an application's declared input serdes
@@ -468,6 +321,21 @@ class TestRunner:
         self._faults.append(_Fault(_step(step, "call_at"), task, batch, job, skip, action))
         return self
 
+    def wrap_engines(self, wrap: EngineWrapper) -> TestRunner:
+        """Container mode: call ``wrap(engine)`` with every :class:`~sparza.engine.job.EngineJob` a container of this
+        runner builds, now and after restarts, before its tasks run there; ``wrap`` may put wrappers around the
+        engine's real objects (``engine.checkpoints``): a fault raised inside one, e.g.
+        :class:`~sparza.engine.inprocess.ContainerKilled`, lands inside the commit step that called it."""
+        self._wrappers.append(wrap)
+        if self._process is not None and self._process.alive:
+            self._process.host.wrap_running(wrap)
+        return self
+
+    def clear_wrappers(self) -> TestRunner:
+        """Forget every :meth:`wrap_engines` wrapper (engines wrapped already keep theirs until the next restart)."""
+        self._wrappers.clear()
+        return self
+
     @property
     def pending_faults(self) -> int:
         """How many :meth:`fail_at` / :meth:`call_at` points have not been reached yet."""
@@ -485,14 +353,39 @@ class TestRunner:
         self._start()
         return [job.name for job in self._jobs]
 
+    @property
+    def mode(self) -> str:
+        """``containers`` (the default, ``job.execution.mode``) or ``batches``: see :mod:`sparza.testing.hosts`."""
+        from sparza.runtime.driver.containers import execution_mode
+
+        return str(execution_mode(self._started_config()))
+
+    @property
+    def host(self) -> Any:
+        """The :class:`~sparza.engine.inprocess.InProcessHost` of this runner's process (container mode; started on
+        first use): its containers, and the faults a host meets (kill, add_container, remove_container)."""
+        return self._container_process().host
+
     def run_batch(self) -> BatchReport:
-        """Plan and run one batch of every job (an application's stages writers first), then move the clock
-        ``tick_ms`` on. A job with nothing new plans no batch (unless a ``task.window.ms`` timer is due)."""
+        """Run one batch of every task that has one (an application's stages as their containers schedule them),
+        then move the clock ``tick_ms`` on. A job with nothing new plans no batch (unless a ``task.window.ms``
+        timer is due)."""
         self._start()
         report = BatchReport()
-        for job in self._jobs:
-            self._hold_claim(job)
-            report.results[job.name] = job.step(self.now_ms)
+        if self.mode == "batches":
+            for batch_job in self._batch_jobs():
+                self._hold_claim(batch_job)
+                report.results[batch_job.name] = batch_job.step(self.now_ms)
+            self.clock.advance(ms=self.tick_ms)
+            return report
+        jobs = self._container_jobs()
+        with self._stopping_on_failure(jobs):
+            for job in jobs:
+                self._hold_claim(job)
+                self._ensure_joined(job, once=False)
+            outcomes = self._round(jobs)
+            for job in jobs:
+                report.results[job.name] = outcomes[job.name].results
         self.clock.advance(ms=self.tick_ms)
         return report
 
@@ -502,16 +395,57 @@ class TestRunner:
         :class:`~sparza.engine.errors.JobStalledError` when tasks wait for a broadcast publication that cannot come
         (where ``--once`` would wait for ever)."""
         self._start()
+        if self.mode == "batches":
+            return self._run_batches(max_batches)
         report = RunReport()
-        for job in self._jobs:
-            job.planner.freeze_targets()
+        jobs = self._container_jobs()
+        for job in jobs:
+            with self._stopping_on_failure(jobs):
+                self._hold_claim(job)  # a processor refused the claim runs nothing
+                self._ensure_joined(job, once=False)
+                idle = 0
+                for _ in range(max_batches):
+                    self._hold_claim(job)
+                    outcomes = self._round([j for j in jobs if j.member is not None])
+                    self.clock.advance(ms=self.tick_ms)
+                    for name, outcome in outcomes.items():
+                        if outcome.results:
+                            report.batches[name] = report.batches.get(name, 0) + 1
+                            report.messages += sum(r.messages for r in outcome.results)
+                            report.late += sum(r.late for r in outcome.results)
+                    if outcomes[job.name].progressed:
+                        idle = 0
+                        continue
+                    # Two rounds in a row in which the job ran nothing (the first may only have settled a hand-over):
+                    # caught up, unless tasks wait for a broadcast publication that nothing left to read will bring
+                    # (`sparza run --once` would wait for ever).
+                    idle += 1
+                    if idle < 2:
+                        continue
+                    waits = job.waits()
+                    if waits:
+                        from sparza.engine.errors import broadcast_stall
+                        from sparza.engine.planner import describe_waits
+
+                        raise broadcast_stall(f"job {job.name}", describe_waits(waits))
+                    break
+                else:
+                    raise TestInputError(f"job {job.name} still had input after {max_batches} batches; raise "
+                                         "max_batches or task.max.batch.messages")
+        report.ended = all(job.ended for job in self._jobs)
+        return report
+
+    def _run_batches(self, max_batches: int) -> RunReport:
+        report = RunReport()
+        for job in self._batch_jobs():
+            job.freeze()
             try:
                 for _ in range(max_batches):
                     self._hold_claim(job)
                     results = job.step(self.now_ms)
                     self.clock.advance(ms=self.tick_ms)
                     if not results:
-                        waits = job.planner.broadcast_waits()
+                        waits = job.waits()
                         if waits:  # held, not caught up: `sparza run --once` would wait for ever
                             from sparza.engine.errors import broadcast_stall
                             from sparza.engine.planner import describe_waits
@@ -525,7 +459,7 @@ class TestRunner:
                     raise TestInputError(f"job {job.name} still had input after {max_batches} batches; raise "
                                          "max_batches or task.max.batch.messages")
             finally:
-                job.planner.targets = None
+                job.thaw()
         report.ended = all(job.ended for job in self._jobs)
         return report
 
@@ -545,43 +479,65 @@ class TestRunner:
         pending = list(self._jobs)
         for job in pending:
             job.monitor.enabled = True  # as `sparza run --drain`, whatever job.drain-monitor.enabled says
-        for _ in range(max_batches):
-            ran = False
-            for job in pending:
-                self._hold_claim(job)
-                results = job.step(self.now_ms)
-                if results:
-                    ran = True
-                    report.batches[job.name] = report.batches.get(job.name, 0) + 1
-                    report.messages += sum(r.messages for r in results)
-                    report.late += sum(r.late for r in results)
-            self.clock.advance(ms=self.tick_ms)
-            # A job has drained when each of its tasks committed the drain's completion (a job whose tasks
-            # completed it before a restart plans nothing more: its checkpoints say so).
-            pending = [job for job in pending if not drain_completed(job.config, request, [job.job.job_key])]
-            if not pending:
-                finish_drain(self._jobs[0].config)
-                report.drained = request.id
-                report.ended = all(job.ended for job in self._jobs)
-                return report
-            if not ran:
-                raise TestInputError(f"the drain of {', '.join(j.name for j in pending)} cannot complete: no job has "
-                                     "anything left to run (an upstream job writes nothing more?)")
+        containers = self.mode != "batches"
+        if containers:
+            for member in self._container_jobs():
+                self._container_process().drain(member, request.to_json())
+        with self._stopping_on_failure(self._container_jobs() if containers else []):
+            idle = 0
+            for _ in range(max_batches):
+                ran = False
+                if containers:
+                    for member in self._container_jobs():
+                        self._hold_claim(member)
+                        self._ensure_joined(member, once=False)
+                    outcomes = self._round(self._container_jobs())
+                    batches = {name: outcome.results for name, outcome in outcomes.items()}
+                    ran = any(outcome.progressed for outcome in outcomes.values())
+                else:
+                    batches = {}
+                    for batch_job in self._batch_jobs():
+                        if batch_job in pending:
+                            self._hold_claim(batch_job)
+                            batches[batch_job.name] = batch_job.step(self.now_ms)
+                for name, results in batches.items():
+                    if results:
+                        ran = True
+                        report.batches[name] = report.batches.get(name, 0) + 1
+                        report.messages += sum(r.messages for r in results)
+                        report.late += sum(r.late for r in results)
+                self.clock.advance(ms=self.tick_ms)
+                # A job has drained when each of its tasks committed the drain's completion (a job whose tasks
+                # completed it before a restart plans nothing more: its checkpoints say so).
+                pending = [job for job in pending if not drain_completed(job.config, request, [job.job.job_key])]
+                if not pending:
+                    for member in self._container_jobs():
+                        self._container_process().leave(member)
+                    finish_drain(self._jobs[0].config)
+                    report.drained = request.id
+                    report.ended = all(job.ended for job in self._jobs)
+                    return report
+                idle = 0 if ran else idle + 1
+                if idle >= (2 if containers else 1):  # containers: the first idle round may only settle a hand-over
+                    raise TestInputError(f"the drain of {', '.join(j.name for j in pending)} cannot complete: no job "
+                                         "has anything left to run (an upstream job writes nothing more?)")
         raise TestInputError(f"jobs {', '.join(j.name for j in pending)} had not drained after {max_batches} batches")
 
     def restart(self, *, keep_plan: bool = True, replay_last_batch: bool = False, crashed: bool = True,
                 config: Mapping[str, Any] | None = None) -> TestRunner:
-        """Stand for a restarted ``sparza run`` process: every in-memory task, store and producer is dropped
-        (the next batch restores from task checkpoints and store snapshots). ``keep_plan`` keeps the batch
-        that was running when a failure hit, as Spark's checkpoint dir would, so it runs again exactly;
-        ``keep_plan=False`` loses it too, and batches are re-planned from the task checkpoints alone.
-        ``replay_last_batch`` makes the last committed batch run again with its plan (Spark's commit of it
-        lost, its offset log kept). ``crashed`` (the default) leaves a held job claim behind, as a killed
-        process does (the new process is refused until it expires, see :meth:`advance_time`); False releases
-        it first, as a clean stop does. ``config`` changes keys for the new process (a fixed task, a setting)."""
+        """Stand for a restarted ``sparza run`` process: the old process dies (its containers are killed: every
+        in-memory task, open store and producer is dropped, nothing it did not commit survives) and the next batch
+        restores from task checkpoints and store snapshots; a batch that was in flight is planned again from its
+        task's checkpoint (its open intent replays it exactly). ``keep_plan`` and ``replay_last_batch`` are kept for
+        callers written for an offset log beside the checkpoints; no host keeps one, so they change nothing.
+        ``crashed`` (the default) leaves a held job claim behind, as a killed process does (the new process is
+        refused until it expires, see :meth:`advance_time`); False releases it first, as a clean stop does.
+        ``config`` changes keys for the new process (a fixed task, a setting)."""
         from sparza.engine.worker import WORKER
 
+        del keep_plan, replay_last_batch
         self._start()
+        self._kill_process()
         for job in self._jobs:
             WORKER.forget(job.config)
             if not crashed:
@@ -599,12 +555,114 @@ class TestRunner:
                     job.carry(old[job.name])
                     job.claim = None
         for job in self._jobs:
-            job.open()
-            if not keep_plan:
-                job.replan()
-            elif replay_last_batch:
-                job.replay_last()
+            job.restarted()
         return self
+
+    # --- the container mode's process ------------------------------------------------------------
+    def _container_process(self) -> RunnerProcess:
+        self._start()
+        if self._process is None or not self._process.alive:
+            self._process = RunnerProcess(self.clock, containers=self.containers,
+                                          threaded_commits=self.threaded_commits, wrappers=self._wrappers)
+        return self._process
+
+    def _container_jobs(self) -> list[ContainerJob]:
+        return [job for job in self._jobs if isinstance(job, ContainerJob)]
+
+    def _batch_jobs(self) -> list[BatchJob]:
+        return [job for job in self._jobs if isinstance(job, BatchJob)]
+
+    def _kill_process(self) -> None:
+        """The process dies where it stands (see :meth:`restart`)."""
+        process, self._process = self._process, None
+        if process is not None:
+            process.kill()
+        for job in self._container_jobs():
+            job.member = None
+
+    def _drain_request(self, job: HostedJob) -> dict[str, Any] | None:
+        """The job's drain request as its driver's monitor reads it (None: none)."""
+        request = job.monitor.poll(force=True)
+        return request.to_json() if request is not None else None
+
+    def _ensure_joined(self, job: ContainerJob, *, once: bool) -> None:
+        process = self._container_process()
+        if job.member is not None and job.member.has_left:
+            process.leave(job)
+        if job.member is None:
+            process.join(job, once=once, drain=self._drain_request(job))
+        else:
+            process.drain(job, self._drain_request(job))
+
+    def _round(self, jobs: list[ContainerJob]) -> dict[str, RoundOutcome]:
+        """One round of the process; raises what the tasks met, as ``sparza run`` reports it: a failed batch as
+        :class:`~sparza.runtime.JobFailedError`, a retry-able attempt (the task waits to retry in its container) as
+        :class:`~sparza.engine.executor.TaskAttemptError` (:class:`InjectedFault` when the test injected it), tasks
+        another processor took over as :class:`~sparza.engine.errors.TasksFencedError`."""
+        from sparza.engine.errors import tasks_failed
+        from sparza.engine.executor import TaskAttemptError
+
+        self._fired.clear()
+        process = self._container_process()
+        containers_lost = process.host.manager.lost_containers
+        process.round()
+        outcomes = {job.name: job.collect() for job in jobs}
+        if process.host.manager.lost_containers != containers_lost:  # tasks moved: what they did not commit runs again
+            for outcome in outcomes.values():
+                outcome.moved = True
+        failed = [r.error for o in outcomes.values() for r in o.failed]
+        if failed:
+            raise tasks_failed(failed)  # as sparza run reports them
+        retrying = [e for o in outcomes.values() for e in o.retrying]
+        lost = [e for o in outcomes.values() for e in o.lost]
+        if lost:  # only a fenced-off checkpoint write loses a task: the job stops at once, as sparza run's does
+            raise tasks_failed(list[str | None](lost))
+        injected = [f for f in self._fired if not isinstance(f, BaseException)]
+        if retrying and injected:
+            raise InjectedFault(injected[0])
+        if retrying:
+            raise TaskAttemptError("; ".join(retrying))
+        for job in jobs:
+            if job.regrouping():  # as JobRunner: the job leaves and its tasks start again, regrouped
+                self._container_process().leave(job)
+                job.open()
+                job.regroups += 1
+                self._container_process().join(job, once=False, drain=self._drain_request(job))
+                outcomes[job.name].regrouped = True
+            member = job.member
+            if member is not None and member.gave_up:
+                from sparza.runtime import JobFailedError
+
+                raise JobFailedError(f"job {job.name}: {member.lost} containers were lost in a row without a commit: "
+                                     f"{member.notices[-1] if member.notices else ''}")
+            if job.drained:
+                self._finish_drain(job)
+        return outcomes
+
+    def _finish_drain(self, job: HostedJob) -> None:
+        if job.drained and isinstance(job, ContainerJob) and job.drain_json is not None:
+            # What a processor does when it stops drained: the request goes once every task of every job drained.
+            from sparza.runtime.driver.drainmonitor import finish_drain
+
+            finish_drain(job.config)
+
+    @contextlib.contextmanager
+    def _stopping_on_failure(self, jobs: list[ContainerJob]) -> Iterator[None]:
+        """A call that fails stops the jobs it ran, as a failed ``sparza run`` does (their tasks release what they
+        hold; the next call starts them from their checkpoints). What is no ``Exception`` (the test's stand-in for a
+        process dying mid-commit) kills the process instead: nothing of it runs any more."""
+        try:
+            yield
+        except Exception:
+            process = self._process
+            if process is not None and process.alive:
+                for job in jobs:
+                    with contextlib.suppress(Exception):
+                        process.leave(job)
+            raise
+        except BaseException:
+            self._kill_process()
+            raise
 
     def new_processor(self, processor_id: str) -> TestRunner:
         """Another processor of this job (as a second ``sparza run --processor-id``): the same streams, work dir,
@@ -612,7 +670,8 @@ class TestRunner:
         like this one (``claim=True``). Closing it leaves the shared streams and work dir alone."""
         self._start()
         other = TestRunner(self._values, work_dir=self.work_dir, clock=self.clock, tick_ms=self.tick_ms, claim=True,
-                           processor_id=processor_id)
+                           processor_id=processor_id, containers=self.containers,
+                           threaded_commits=self.threaded_commits)
         other._owns_dir = False
         other._owns_namespace = False
         other.namespace = self.namespace
@@ -745,6 +804,7 @@ class TestRunner:
         from sparza.engine.worker import WORKER
         from sparza.systems.inmemory import drop_namespace
 
+        self._kill_process()  # every round committed what it ran: nothing is lost by stopping here
         for job in self._jobs:
             WORKER.forget(job.config)
             unregister_fault_hook(self._hook_id(job.name))
@@ -851,6 +911,7 @@ class TestRunner:
             for ss, items in self._buffered:
                 self._write(ss, items)
             self._buffered.clear()
+        from sparza.runtime.driver.containers import execution_mode
         from sparza.runtime.driver.preflight import check_application, check_job
 
         if APP_CLASS.get(config) is not None and APP_STAGE.get(config) is None:
@@ -860,9 +921,10 @@ class TestRunner:
         for name, stage_config in stages:
             hooked = stage_config.with_overrides(with_faults(stage_config, **{FAULT_HOOK.key: self._hook_id(name)}))
             register_fault_hook(self._hook_id(name), self._fault_hook(name))
-            self._jobs.append(_Job(name, hooked))
+            kind = BatchJob if execution_mode(hooked) == "batches" else ContainerJob
+            self._jobs.append(kind(name, hooked))
 
-    def _hold_claim(self, job: _Job) -> None:
+    def _hold_claim(self, job: HostedJob) -> None:
         if self.claim:
             job.hold_claim(self.processor_id, self.clock)
 
@@ -876,8 +938,10 @@ class TestRunner:
                         return
                     self._faults.remove(fault)
                     if fault.action is None:
-                        raise InjectedFault(f"injected failure in task '{task}' of {job} "
-                                            f"{step.value.replace('-', ' ')} of batch {batch}")
+                        message = (f"injected failure in task '{task}' of {job} {step.value.replace('-', ' ')} of "
+                                   f"batch {batch}")
+                        self._fired.append(message)
+                        raise InjectedFault(message)
                     if isinstance(fault.action, BaseException):
                         raise fault.action
                     fault.action(task, step, batch)

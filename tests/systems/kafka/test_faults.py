@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from sparza.config import Config
@@ -381,9 +381,14 @@ def test_a_leader_killed_in_a_three_broker_cluster(tmp_path_factory: pytest.Temp
                        .topics[topics(config)[0]].partitions.values()]
             victim = Counter(leaders).most_common(1)[0][0]
             cluster.node(victim).kill()
-            eventually(lambda: all(p.leader not in (victim, -1) for p in admin.list_topics(
-                topics(config)[0], timeout=10).topics[topics(config)[0]].partitions.values()), 60, 0.5,
-                f"no new leaders after broker {victim} died")
+            def new_leaders() -> bool:
+                try:
+                    meta = admin.list_topics(topics(config)[0], timeout=10)
+                except KafkaException:  # the cluster answers no metadata while it elects: ask again
+                    return False
+                return all(p.leader not in (victim, -1) for p in meta.topics[topics(config)[0]].partitions.values())
+
+            eventually(new_leaders, 60, 0.5, f"no new leaders after broker {victim} died")
             produce(servers, topics(config)[0], keys[1000:], 2, per_request=25, first=1000)
             run.wait_caught_up(servers)
             run.stop()

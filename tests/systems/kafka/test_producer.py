@@ -350,6 +350,42 @@ def test_a_resident_producer_reads_its_committed_version_once_not_at_every_batch
     other.stop()
 
 
+def test_a_transactional_call_that_never_returns_gives_the_producer_up_and_commits_once(
+        kafka_config: Config, topic: Callable[..., str], unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a broker restart librdkafka may never time out a coordinator request (its issues 5456, 5511): a
+    ``send_offsets_to_transaction`` blocked past its timeout and the grace gives the producer up; a new one fences
+    it and commits the batch, once."""
+    import sparza.systems.kafka.producer as module
+
+    monkeypatch.setattr(module, "_HANG_GRACE_S", 1.0)
+    config = Config({**kafka_config, "systems.k.kafka.request.timeout.ms": "2000"})
+    name = topic(1)
+    app = f"{unique_name}-job/{TASK}"
+    producer = KafkaSystemProducer("k", config)
+    producer.register(TASK)
+    _batch(producer, name, Transaction(app, 1), [b"v1"])
+    release = threading.Event()
+    hung = producer._sources[TASK].producer
+
+    class Hangs:  # the real producer, whose next send_offsets_to_transaction blocks as librdkafka's did
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(hung, attr)
+
+        def send_offsets_to_transaction(self, *args: Any) -> None:
+            release.wait(60)
+
+    producer._sources[TASK].producer = Hangs()
+    started = time.monotonic()
+    try:
+        _batch(producer, name, Transaction(app, 2), [b"v2"])
+    finally:
+        release.set()
+    assert time.monotonic() - started < 30
+    assert [v for _, _, v in _read(config, name)] == [b"v1", b"v2"]
+    assert producer.committed_version(app) == 2
+    producer.stop()
+
+
 def test_partitioning_is_kafkas_default_and_control_messages_have_headers(kafka_config: Config,
                                                                            topic: Callable[..., str],
                                                                            unique_name: str) -> None:

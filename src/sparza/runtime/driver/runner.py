@@ -158,7 +158,9 @@ class JobRunner:
         epoch = claim.acquire()
         self._claim = claim
         try:
-            stamp_generation(store, [t.name for t in InputSystems(self.job).task_models()], epoch)
+            # The run's own InputSystems: the first to settle the partition record sees (and says) what changed.
+            self._inputs = self._inputs or InputSystems(self.job)
+            stamp_generation(store, [t.name for t in self._inputs.task_models()], epoch)
         except BaseException:
             self._release_claim()
             raise
@@ -397,7 +399,7 @@ class JobRunner:
             request_drain([self.config])
         self._drain_monitor = DrainMonitor(self.config)
         self._poll_drain(force=True)  # the first epoch (containers) or plan already knows a pending drain
-        self._inputs = inputs = InputSystems(self.job)
+        self._inputs = inputs = self._inputs or InputSystems(self.job)
         self._committed_messages = CommittedMessages(self.job, inputs.admins)
         self._bootstrap = BootstrapProgress(self.job, inputs)
         tasks = self._tasks(inputs)

@@ -9,6 +9,7 @@ index types (:class:`SnapshotIndex`, :class:`DirIndex`, :class:`FileIndex`, :cla
 from __future__ import annotations
 
 from sparza.state.backup.backup import (
+    DELTA_MAX_BYTES,
     CleanupResult,
     RestoreResult,
     StateBackup,
@@ -16,6 +17,17 @@ from sparza.state.backup.backup import (
     materialize_store_dir,
     read_snapshot_marker,
     write_snapshot_marker,
+)
+from sparza.state.backup.delta import (
+    DELTA_TAG,
+    Changes,
+    DeltaError,
+    apply_changes,
+    base_of,
+    changes_of,
+    changes_size,
+    merge_changes,
+    snapshot_id,
 )
 from sparza.state.backup.diff import (
     FILES_TO_IGNORE,
@@ -42,14 +54,18 @@ from sparza.state.backup.metrics import BACKUP_GROUP, RESTORE_GROUP, BackupMetri
 
 __all__ = [
     "BACKUP_GROUP",
+    "DELTA_MAX_BYTES",
+    "DELTA_TAG",
     "FILES_TO_IGNORE",
     "RESTORE_GROUP",
     "SCHEMA_VERSION",
     "SNAPSHOT_MARKER",
     "BackupError",
     "BackupMetrics",
+    "Changes",
     "ChecksumMismatchError",
     "CleanupResult",
+    "DeltaError",
     "DirDiff",
     "DirIndex",
     "FileBlob",
@@ -64,11 +80,17 @@ __all__ = [
     "StateBackup",
     "StoreBackupManager",
     "VerifyResult",
+    "apply_changes",
     "are_same_dir",
     "are_same_file",
+    "base_of",
+    "changes_of",
+    "changes_size",
     "crc32_file",
     "dir_diff",
     "materialize_store_dir",
+    "merge_changes",
     "read_snapshot_marker",
+    "snapshot_id",
     "write_snapshot_marker",
 ]

@@ -44,6 +44,7 @@ from sparza.blobstore.api import (
 from sparza.config import LIST, ByteSize, Int, define_check, define_key
 from sparza.config.shared import JOB_ID, JOB_NAME
 from sparza.metrics import MetricsRegistry
+from sparza.state.backup.delta import apply_changes, base_of, changes_of, snapshot_id
 from sparza.state.backup.diff import SNAPSHOT_MARKER, are_same_dir, dir_diff
 from sparza.state.backup.errors import ChecksumMismatchError, SnapshotUnavailableError
 from sparza.state.backup.index import SnapshotIndex, SnapshotMetadata
@@ -52,6 +53,7 @@ from sparza.state.backup.transfer import SnapshotTransfer, fsync_dir
 
 __all__ = [
     "BACKUP_FACTORIES",
+    "DELTA_MAX_BYTES",
     "INDEX_CACHE_ENTRIES",
     "CleanupResult",
     "RestoreResult",
@@ -71,6 +73,12 @@ _CHUNK_SIZE = define_key("blob.store.file.chunk.size", "128MB", "files bigger th
 BACKUP_FACTORIES = define_key("stores.<store>.backup.factories", "", "blobstore: back the store up to the blob store "
                               "at every commit (SEP-003); empty: local only.", _PKG, kind=LIST)
 """``stores.<store>.backup.factories``."""
+DELTA_MAX_BYTES = define_key("stores.<store>.backup.delta.max.bytes", "256KB",
+                             "A commit whose writes since the store's last file snapshot (keys and values, last write "
+                             "per key) fit in this many bytes carries them in the task checkpoint and uploads no "
+                             "blob; past it the commit uploads the changed files. 0: every commit uploads files.",
+                             _PKG, kind=ByteSize(min_value=0))
+"""``stores.<store>.backup.delta.max.bytes`` (:mod:`sparza.state.backup.delta`)."""
 
 log = logging.getLogger(__name__)
 PROGRESS_MIN_FILES = 8
@@ -183,6 +191,11 @@ class StateBackup:
         # previous snapshot of each store, at its next upload and cleanup), so the oldest are dropped.
         self._index_cache: OrderedDict[str, SnapshotIndex] = OrderedDict()
         self._lock = threading.Lock()
+        # What this object knows without asking the blob store, one entry per store (bounded): the blobs the
+        # newest upload of a store put (they carry a TTL, nothing deleted them), and the snapshot whose cleanup
+        # last completed (its blobs are permanent and not deleted).
+        self._fresh: dict[str, tuple[str, frozenset[str]]] = {}
+        self._permanent: dict[str, str] = {}
 
     @classmethod
     def from_config(cls, blob_store: BlobStoreManager, config: Mapping[str, str], task_name: str, *,
@@ -202,8 +215,10 @@ class StateBackup:
         """The snapshot index stored under ``index_blob_id`` (cached: indexes never change).
 
         Raises :class:`DeletedError` when the index was deleted (unless ``get_deleted``) and
-        :class:`SnapshotUnavailableError` when it does not exist at all.
+        :class:`SnapshotUnavailableError` when it does not exist at all. A snapshot id that carries writes
+        (:mod:`sparza.state.backup.delta`) gives the index of its file snapshot.
         """
+        index_blob_id = base_of(index_blob_id)
         with self._lock:
             cached = self._index_cache.get(index_blob_id)
             if cached is not None:
@@ -268,6 +283,7 @@ class StateBackup:
         if not cp_dir.is_dir():
             raise FileNotFoundError(f"checkpoint dir {cp_dir} does not exist")
         cid = checkpoint_id if checkpoint_id is not None else cp_dir.name.rsplit("-", 1)[-1]
+        prev_index_id = base_of(prev_index_id) if prev_index_id else prev_index_id
         m = self.backup_metrics
         start = time.perf_counter()
         prev: SnapshotIndex | None = None
@@ -305,6 +321,10 @@ class StateBackup:
         data = index.to_bytes()
         index_id = self.blob_store.put(io.BytesIO(data), self._meta(store_name, INDEX_PAYLOAD_PATH, len(data)))
         self._cache_index(index_id, index)
+        kept = {b.blob_id for b in prev.dir_index.present_blobs()} if prev is not None and not full else set()
+        with self._lock:
+            self._fresh[store_name] = (index_id, frozenset(b.blob_id for b in dir_index.present_blobs()
+                                                           if b.blob_id not in kept))
         write_snapshot_marker(cp_dir, index_id)
         elapsed = time.perf_counter() - start
         m.upload_ms.update(elapsed * 1000)
@@ -321,6 +341,7 @@ class StateBackup:
         the half of :meth:`cleanup` that may run as soon as the checkpoint naming the snapshot is
         durable, even while readers may still use the snapshot it replaced. Idempotent; raises
         :class:`DeletedError` when a blob of the snapshot was deleted. Returns the blobs touched."""
+        index_blob_id = base_of(index_blob_id)
         return self._make_permanent(index_blob_id, self.read_index(index_blob_id))
 
     def _make_permanent(self, index_blob_id: str, index: SnapshotIndex) -> int:
@@ -332,32 +353,70 @@ class StateBackup:
         self.backup_metrics.blobs_ttl_removed.inc(ttl + 1)
         return ttl + 1
 
+    def _known_state(self, index_blob_id: str, index: SnapshotIndex) -> frozenset[str] | None:
+        """The blobs of snapshot ``index_blob_id`` still carrying their TTL, when this object knows them without
+        asking: its newest upload of the store, diffed against the snapshot whose cleanup completed here."""
+        store = index.metadata.store_name
+        with self._lock:
+            fresh = self._fresh.get(store)
+            permanent = self._permanent.get(store)
+        prev = index.prev_snapshot_index_blob_id
+        if fresh is None or fresh[0] != index_blob_id or (prev and prev != permanent):
+            return None
+        return fresh[1]
+
     def cleanup(self, index_blob_id: str) -> CleanupResult:
         """After the checkpoint naming ``index_blob_id`` is durable: make the snapshot permanent
         (remove TTL of its file blobs, then of the index), delete the blobs of files it removed and
-        the previous index. Idempotent: run it again after a crash, or at task start."""
+        the previous index. Idempotent: run it again after a crash, or at task start.
+
+        Right after this object uploaded the snapshot, on top of the one it last cleaned up, only the new
+        blobs are touched, one request each (:meth:`~sparza.blobstore.BlobStoreManager.remove_fresh_ttl`,
+        :meth:`~sparza.blobstore.BlobStoreManager.delete_known`); otherwise every blob is checked."""
+        index_blob_id = base_of(index_blob_id)
+        store_of = self._store_of(index_blob_id)
+        with self._lock:
+            if store_of is not None and self._permanent.get(store_of) == index_blob_id:
+                return CleanupResult(0, 0)  # this object completed it: nothing left to do
         index = self.read_index(index_blob_id)
         store = index.metadata.store_name
         meta = self._meta(store, "")
+        fresh = self._known_state(index_blob_id, index)
         with self.backup_metrics.cleanup_ms.time():
-            ttl = self._make_permanent(index_blob_id, index) - 1
+            if fresh is None:
+                ttl = self._make_permanent(index_blob_id, index) - 1
+            else:
+                ttl = self._transfer.for_each(lambda b: self.blob_store.remove_fresh_ttl(b, meta), sorted(fresh),
+                                              ignore_deleted=False)
+                self.blob_store.remove_fresh_ttl(index_blob_id, self._meta(store, INDEX_PAYLOAD_PATH))
+                self.backup_metrics.blobs_ttl_removed.inc(ttl + 1)
+            delete = self.blob_store.delete if fresh is None else self.blob_store.delete_known
             removed = [b.blob_id for b in index.dir_index.removed_blobs()]
-            deleted = self._transfer.for_each(lambda b: self.blob_store.delete(b, meta), removed,
-                                              ignore_deleted=True)
+            deleted = self._transfer.for_each(lambda b: delete(b, meta), removed, ignore_deleted=True)
             prev = index.prev_snapshot_index_blob_id
             if prev and prev != index_blob_id:
                 try:
-                    self.blob_store.delete(prev, self._meta(store, INDEX_PAYLOAD_PATH))
+                    delete(prev, self._meta(store, INDEX_PAYLOAD_PATH))
                     deleted += 1
                 except DeletedError:
                     pass
         self.backup_metrics.blobs_deleted.inc(deleted)
         self.backup_metrics.files_removed.inc(len(removed))
+        with self._lock:
+            self._permanent[store] = index_blob_id
+            if self._fresh.get(store, ("",))[0] == index_blob_id:
+                del self._fresh[store]
         return CleanupResult(ttl + 1, deleted)
+
+    def _store_of(self, index_blob_id: str) -> str | None:
+        with self._lock:
+            cached = self._index_cache.get(index_blob_id)
+        return cached.metadata.store_name if cached is not None else None
 
     def delete_snapshot(self, index_blob_id: str) -> int:
         """Delete a whole snapshot (its files and its index): for stores no longer configured.
         Blobs already deleted are skipped. Returns the blobs deleted."""
+        index_blob_id = base_of(index_blob_id)
         try:
             index, _ = self._read_index_lenient(index_blob_id)
         except SnapshotUnavailableError:
@@ -396,12 +455,23 @@ class StateBackup:
         start = time.perf_counter()
         store = Path(store_dir)
         cp = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        snapshot = index_blob_id
+        index_blob_id = base_of(snapshot)
+        changes = changes_of(snapshot)
         index, recovered = self._read_index_lenient(index_blob_id)
         store_name = index.metadata.store_name
         rm = self.restore_metrics
         # Reuse needs the marker too: another attempt of the same checkpoint id (say, on a host that
-        # lost the task) can leave SST files with the same names and sizes but other content.
-        if cp is not None and read_snapshot_marker(cp) == index_blob_id and are_same_dir(cp, index.dir_index):
+        # lost the task) can leave SST files with the same names and sizes but other content. A dir of a
+        # snapshot with writes was checkpointed by the commit that named it (the id says exactly what it holds).
+        marker = read_snapshot_marker(cp) if cp is not None else None
+        if cp is not None and changes and marker == snapshot:
+            rm.local_reuses.inc()
+            with rm.store_timer(store_name, "post-restore-ms").time():
+                materialize_store_dir(cp, store)
+            files, nbytes, reused = 0, 0, True
+            changes = {}
+        elif cp is not None and marker == index_blob_id and are_same_dir(cp, index.dir_index):
             rm.local_reuses.inc()
             with rm.store_timer(store_name, "post-restore-ms").time():
                 materialize_store_dir(cp, store)
@@ -421,12 +491,19 @@ class StateBackup:
         result_id = index_blob_id
         recovered = recovered or fresh_snapshot
         if recovered and reupload_deleted:
-            # The snapshot refers to deleted blobs that gc will purge: replace it with a fresh one.
+            # The snapshot refers to deleted blobs that gc will purge: replace it with a fresh one. Uploaded before
+            # the writes an id carries are applied: they stay in the id (a reused dir holds them already).
             source = cp if cp is not None else store
             result_id = self.upload(store_name, source, index_blob_id, checkpoint_id=index.metadata.checkpoint_id,
                                     full=True)
             log.warning("snapshot %s of %s had deleted blobs: uploaded a fresh snapshot %s; record it in the "
                         "task checkpoint", index_blob_id, store_name, result_id)
+        if changes:
+            with rm.store_timer(store_name, "apply-changes-ms").time():
+                apply_changes(store, changes)
+        result_id = snapshot_id(result_id, changes) if result_id != index_blob_id else snapshot
+        if changes:
+            write_snapshot_marker(store, result_id)
         elapsed = time.perf_counter() - start
         rm.restore_ms.update(elapsed * 1000)
         if nbytes and elapsed > 0:

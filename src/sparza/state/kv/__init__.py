@@ -5,7 +5,14 @@ a changed one (:mod:`~sparza.state.kv.migration`, :mod:`~sparza.state.kv.evoluti
 
 from __future__ import annotations
 
-from sparza.state.kv.api import KeyValueStore, SerdeStore, StoreClosedError, StoreError, StoreReadOnlyError
+from sparza.state.kv.api import (
+    KeyValueStore,
+    SerdeStore,
+    StoreClosedError,
+    StoreError,
+    StoreReadOnlyError,
+    TracksChanges,
+)
 from sparza.state.kv.evolution import SchemaProblem, schema_problems
 from sparza.state.kv.factory import STORE_FACTORIES, open_store, safe_dir_name, store_dir
 from sparza.state.kv.format import (
@@ -37,6 +44,7 @@ __all__ = [
     "StoreFormat",
     "StoreFormatError",
     "StoreReadOnlyError",
+    "TracksChanges",
     "ValueFormat",
     "check_store_format",
     "open_store",

@@ -11,13 +11,13 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from sparza.errors import SparzaError
 from sparza.serde import BytesSerde, Serde
 from sparza.state.kv.format import FORMAT_FILE, StoreFormat, write_format
 
-__all__ = ["KeyValueStore", "SerdeStore", "StoreClosedError", "StoreError", "StoreReadOnlyError"]
+__all__ = ["KeyValueStore", "SerdeStore", "StoreClosedError", "StoreError", "StoreReadOnlyError", "TracksChanges"]
 
 
 class StoreError(SparzaError):
@@ -103,12 +103,32 @@ class KeyValueStore(ABC):
         self.close()
 
 
+@runtime_checkable
+class TracksChanges(Protocol):
+    """A store that can record the writes made to it (by key, last write wins): what a commit of few changes backs
+    up instead of files (:mod:`sparza.state.backup.delta`)."""
+
+    def track_changes(self, limit_bytes: int) -> None:
+        """Start a fresh record, dropped once its keys and values pass ``limit_bytes``."""
+        ...
+
+    def take_changes(self) -> dict[bytes, bytes | None] | None:
+        """The record so far (None when dropped or never started), and a fresh one from here on."""
+        ...
+
+
 class SerdeStore(KeyValueStore):
     """Implements the typed API over five byte-level primitives an engine provides.
 
     Engines implement ``_get_raw``, ``_multi_get_raw``, ``_write_raw`` (atomic puts and deletes),
     ``_iter_raw(from, to)`` and the lifecycle methods; serdes are applied here once.
     """
+
+    # Class-level defaults: subclasses that do not call __init__ (wrappers, views) record nothing.
+    _changes: dict[bytes, bytes | None] | None = None
+    _changes_bytes = 0
+    _changes_limit = 0
+    _changes_overflow = False
 
     def __init__(self, name: str, key_serde: Serde | None, msg_serde: Serde | None, read_only: bool) -> None:
         self.name = name
@@ -118,6 +138,41 @@ class SerdeStore(KeyValueStore):
         self.format: StoreFormat | None = None
         """The format the store's bytes are in, recorded in every checkpoint (set by ``open_store``; None for a
         store built directly, whose checkpoints then carry no record)."""
+        self._changes: dict[bytes, bytes | None] | None = None
+        self._changes_bytes = 0
+        self._changes_limit = 0
+        self._changes_overflow = False
+
+    # --- change tracking ---------------------------------------------------------------------
+    def track_changes(self, limit_bytes: int) -> None:
+        """Record every write made through the typed API from now on (the last value per key; None = deleted), up
+        to ``limit_bytes`` of keys and values: a commit then backs up what changed instead of files. Past the
+        limit the record is dropped (:meth:`take_changes` says so) so a big batch costs no memory twice."""
+        self._changes = {}
+        self._changes_bytes = 0
+        self._changes_limit = limit_bytes
+        self._changes_overflow = False
+
+    def take_changes(self) -> dict[bytes, bytes | None] | None:
+        """The writes recorded since :meth:`track_changes` or the last call, and a fresh record from here on;
+        None when nothing was tracked or the record passed its limit (the caller must back up files)."""
+        changes = None if self._changes_overflow else self._changes
+        if self._changes is not None or self._changes_overflow:
+            self.track_changes(self._changes_limit)
+        return changes
+
+    def _record(self, key: bytes, value: bytes | None) -> None:
+        changes = self._changes
+        if changes is None:
+            return
+        if key not in changes:
+            self._changes_bytes += len(key)
+        old = changes.get(key)
+        self._changes_bytes += (len(value) if value is not None else 0) - (len(old) if old is not None else 0)
+        changes[key] = value
+        if self._changes_bytes > self._changes_limit:
+            self._changes = None
+            self._changes_overflow = True
 
     def _record_format(self, directory: Path, *, recorded_in: Path | None = None) -> None:
         """Put the store's format into checkpoint ``directory`` (engines call it from ``checkpoint``): a hard link
@@ -172,7 +227,10 @@ class SerdeStore(KeyValueStore):
             self.delete(key)
             return
         self._writable()
-        self._put_raw(self._k(key), self.msg_serde.to_bytes(value))
+        raw_key, raw = self._k(key), self.msg_serde.to_bytes(value)
+        self._put_raw(raw_key, raw)
+        if self._changes is not None:
+            self._record(raw_key, raw)
 
     def _put_raw(self, key: bytes, value: bytes) -> None:
         """One put; engines override it when a single write is cheaper than ``_write_raw``."""
@@ -189,13 +247,22 @@ class SerdeStore(KeyValueStore):
             else:
                 puts.append((self._k(key), self.msg_serde.to_bytes(value)))
         self._write_raw(puts, deletes)
+        if self._changes is not None:
+            for raw_key, raw in puts:
+                self._record(raw_key, raw)
+            for raw_key in deletes:
+                self._record(raw_key, None)
 
     def delete(self, key: Any) -> None:
         self.delete_all([key])
 
     def delete_all(self, keys: Iterable[Any]) -> None:
         self._writable()
-        self._write_raw([], [self._k(k) for k in keys])
+        raw_keys = [self._k(k) for k in keys]
+        self._write_raw([], raw_keys)
+        if self._changes is not None:
+            for raw_key in raw_keys:
+                self._record(raw_key, None)
 
     def range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
         for k, v in self._iter_raw(self._k(from_key), self._k(to_key)):

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +106,40 @@ def _commit_transaction(producer: Any, txn_id: str | None, version: int, timeout
                         _COMMIT_ATTEMPTS)
             time.sleep(pause)
             pause = min(pause * 2, 2.0)
+
+
+class _HungCallError(KafkaError):
+    """A transactional call of librdkafka did not return within its own timeout and :data:`_HANG_GRACE_S` more: after
+    a broker restart, a request to the group or transaction coordinator may never time out (librdkafka issues 5456
+    and 5511). The producer is given up (a new one's ``init_transactions`` fences it) and the batch committed again."""
+
+
+_HANG_GRACE_S = 15.0
+"""How long past a transactional call's own timeout it may take before its producer is given up."""
+
+
+def _bounded(what: str, call: Callable[[], Any], limit_s: float) -> Any:
+    """``call()`` in a thread of its own, waited for at most ``limit_s`` + :data:`_HANG_GRACE_S`: its result or its
+    exception, or :class:`_HungCallError` (the thread, blocked inside librdkafka, is left behind with its producer)."""
+    done = threading.Event()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the caller's thread as it is
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"sparza-kafka-{what}", daemon=True).start()
+    if not done.wait(limit_s + _HANG_GRACE_S):
+        raise _HungCallError(f"{what} did not return within {limit_s + _HANG_GRACE_S:.0f}s (its own timeout is "
+                             f"{limit_s:.0f}s): a coordinator request that librdkafka never times out, as after a "
+                             "broker restart; the producer is given up and the batch committed again by a new one")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 
 def _transient(error: Any) -> bool:
@@ -510,8 +546,12 @@ class KafkaSystemProducer:
             marker = TopicPartition(self.settings.transactions_topic, 0, version)
             with contextlib.suppress(AttributeError):
                 marker.metadata = app_id  # for people reading the group's offsets; versions ignore it
-            producer.send_offsets_to_transaction([marker], src.group.consumer_group_metadata(), timeout)
-            _commit_transaction(producer, src.txn_id, version, timeout)
+            metadata = src.group.consumer_group_metadata()
+            _bounded("send_offsets_to_transaction",
+                     lambda: producer.send_offsets_to_transaction([marker], metadata, timeout), timeout)
+            # Its retries may take every attempt's timeout and the pauses between them.
+            _bounded("commit_transaction", lambda: _commit_transaction(producer, src.txn_id, version, timeout),
+                     timeout * _COMMIT_ATTEMPTS + 2.0 * _COMMIT_ATTEMPTS)
         except Exception as exc:
             from confluent_kafka import KafkaError as RdKafkaError
 
@@ -521,7 +561,7 @@ class KafkaSystemProducer:
             # fatal): is_fencing_error asks the producer for the underlying cause.
             fenced = isinstance(error, RdKafkaError) and is_fencing_error(error, producer, timeout)
             fatal = getattr(error, "fatal", lambda: False)() or getattr(error, "code", lambda: None)() == \
-                RdKafkaError._FATAL
+                RdKafkaError._FATAL or isinstance(exc, _HungCallError)
             if fenced or fatal:
                 # Fenced by a newer instance of the task (or another fatal error): this producer can do
                 # nothing more, not even abort; the newer instance's init_transactions aborted for us.

@@ -27,24 +27,28 @@ a restart drops its in-memory tasks, stores and producers):
 ``kafka-restart``       the input's records vanish mid-run (a broker that lost its data) and are produced
                         again with the same offsets; a run after must finish exactly
 ``container-retry``     as ``fail-once``, after the scenario's ``fail_after`` commits (a failure mid-epoch)
+``container-kill``      a container killed inside a commit (also ``executor-loss``): its tasks move, the run goes on
 ``savepoint-restore``   the stopped job's savepoint taken and restored over it (:mod:`~.dayops`)
 ``rewind-in-place``     the stopped job's tasks rewound to their own offsets with a savepoint's state
 ======================  =================================================================================
 
-The container faults need Spark's Python workers, so here they run as far as they can: ``container-kill`` (a
-container's worker killed) is a clean run, noted as such. Of the execution mode (``job.execution.mode``,
-``job.container.epoch.ms``) :class:`~sparza.testing.TestRunner` plays one part: in container mode main input
-waits for a broadcast bootstrap store's bootstrapped publication, as a container's planner makes it wait; every
-task still runs in batches of one common number, in this process, and epochs mean nothing here.
+The runs go through the engine in the scenario's execution mode: in ``containers`` the runner's process hosts the
+engine's manager and 1-3 containers (drawn; commits inline, or in threads beside processing for a quarter of them),
+and the engine's faults land there (:mod:`~sparza.testing.harness.enginefaults`): ``container-kill`` and
+``executor-loss`` kill a container inside a commit (a wrapper around its real checkpoint store raises
+``ContainerKilled`` before or after its n-th write), and half of the container scenarios meet one more engine fault
+in a clean phase: a kill, a container joining or removed mid-commit (a hand-over), or a slow commit beside
+processing. Each must finish in the same run, the engine recovering in place. 60 % of the scenarios with a Delta or
+table output write it through the real Delta producer on local files (read back with deltalake).
 
 What it leaves to the Spark engine (:mod:`~sparza.testing.harness.spark`): Spark itself (worker reuse,
-retries, the plan in Spark's offset log, containers and their epochs), the real storage services and their
+retries, the plan in Spark's offset log, the containers' channel), the real storage services and their
 restarts, the azure coordinator with several processors at once, Delta on ``az://``.
 A drain scenario (``scenario.drain``) ends every run with :meth:`~sparza.testing.TestRunner.drain` instead of
 ``--once`` (both drain modes: the request comes as the run starts, as there is no second process to send it
-while one runs), and the output is checked after every phase's drain. Kafka, Delta, blob and table outputs are
-all in-memory streams here; a typed upsert table is judged by
-folding its rows by key, as the table would.
+while one runs), and the output is checked after every phase's drain. Kafka and blob outputs are in-memory
+streams here, and Delta and table outputs too unless they go through the real Delta producer; an in-memory
+typed upsert table is judged by folding its rows by key, as the table would.
 
 Where a fault lands is drawn from ``random.Random(seed ^ INPROCESS_SALT)``, apart from the scenario, so a
 seed is a complete reproduction on either engine.
@@ -108,29 +112,65 @@ class InProcessDraws:
     skip: int
     takeover: bool
     new_process_per_run: bool
+    containers: int = 1
+    threaded_commits: bool = False
+    engine_fault: str = "none"
+    engine_step: str = "after-flush"
+    engine_skip: int = 0
+    kill_before_write: bool = True
+    real_output: bool = False
+
+
+REAL_OUTPUTS = ("delta", "table-append", "table-upsert")
+"""Output kinds a scenario may write through the real Delta producer on local files (``real_output``)."""
 
 
 def draw(scenario: Scenario) -> InProcessDraws:
-    """The in-process draws of ``scenario``'s seed."""
+    """The in-process draws of ``scenario``'s seed (those of the container mode's engine drawn after the others, so
+    a seed's earlier draws stay what they were)."""
+    from sparza.testing.harness.enginefaults import ENGINE_FAULTS
+
     rng = random.Random(scenario.seed ^ INPROCESS_SALT)
-    return InProcessDraws(kill_step=rng.choice(COMMIT_STEPS), storage_step=rng.choice(COMMIT_STEPS),
-                          meet_step=rng.choice(COMMIT_STEPS), lose_step=rng.choice(COMMIT_STEPS),
-                          skip=rng.randrange(3 * max(1, scenario.partitions)), takeover=rng.random() < 0.6,
-                          new_process_per_run=rng.random() < 0.5)
+    kill_step, storage_step, meet_step, lose_step = (rng.choice(COMMIT_STEPS) for _ in range(4))
+    skip, takeover, per_run = rng.randrange(3 * max(1, scenario.partitions)), rng.random() < 0.6, rng.random() < 0.5
+    containers, threaded, r_fault = rng.choice([1, 1, 2, 3]), rng.random() < 0.25, rng.random()
+    engine_fault, engine_step = rng.choice(ENGINE_FAULTS), rng.choice(COMMIT_STEPS)
+    engine_skip, before, r_real = rng.randrange(2 * max(1, scenario.partitions)), rng.random() < 0.5, rng.random()
+    containers_mode = scenario.execution == "containers"
+    if engine_fault == "slow" and not threaded:
+        engine_fault = "kill"
+    return InProcessDraws(kill_step=kill_step, storage_step=storage_step, meet_step=meet_step, lose_step=lose_step,
+                          skip=skip, takeover=takeover, new_process_per_run=per_run,
+                          containers=containers if containers_mode else 1,
+                          threaded_commits=threaded and containers_mode,
+                          engine_fault=engine_fault if containers_mode and r_fault < 0.5 else "none",
+                          engine_step=engine_step, engine_skip=engine_skip, kill_before_write=before,
+                          real_output=scenario.output in REAL_OUTPUTS and r_real < 0.6)
 
 
-def inprocess_config(s: Scenario) -> dict[str, str]:
-    """The job config of ``s`` on in-memory streams (every system of the job is ``inmemory``)."""
+REAL_DELTA = "deltafs"
+"""The system of a ``real_output`` scenario's output: the Delta producer, on local files under the work dir."""
+
+
+def inprocess_config(s: Scenario, *, real_output: Path | None = None) -> dict[str, str]:
+    """The job config of ``s`` on in-memory streams (every system of the job is ``inmemory``), but for the output
+    when ``real_output`` is a dir: the real Delta producer writes it there (stream ``deltafs.out``)."""
     input_stream = f"{s.input}.in"
-    output_stream = OUTPUT_STREAMS[s.output]
+    output_stream = OUTPUT_STREAMS[s.output] if real_output is None else f"{REAL_DELTA}.out"
     v = job_config(s, input_stream=input_stream, output_stream=output_stream)
-    # Typed tables are Delta tables: here the output is an in-memory stream of the same records (an upsert
-    # table is judged by folding them by key), so the table declarations are left out.
-    for key in [k for k in v if ".delta.table." in k or k.startswith("app.harness.table.")]:
-        del v[key]
+    if real_output is None:
+        # Typed tables are Delta tables: here the output is an in-memory stream of the same records (an upsert
+        # table is judged by folding them by key), so the table declarations are left out.
+        for key in [k for k in v if ".delta.table." in k or k.startswith("app.harness.table.")]:
+            del v[key]
+    else:
+        v[f"systems.{REAL_DELTA}.samza.factory"] = "delta"
+        v[f"systems.{REAL_DELTA}.delta.root"] = str(real_output)
     v["job.id"] = "1"
     v["blob.store.local.fsync"] = "false"  # a temp dir: surviving a power loss is not what is checked here
-    systems = {input_stream.split(".")[0], output_stream.split(".")[0], "delta"}
+    systems = {input_stream.split(".")[0], "delta"}
+    if real_output is None:
+        systems.add(output_stream.split(".")[0])
     if s.intermediate != "default":
         systems.add(s.intermediate)
     for system in systems:
@@ -157,13 +197,22 @@ class InProcessJob:
         self.s = scenario
         self.root = root
         self.draws = draws
-        self.config = inprocess_config(scenario)
+        self.real_output = root / "realdelta" if draws.real_output else None
+        self.config = inprocess_config(scenario, real_output=self.real_output)
         self.clock = ManualClock()
         self.input_stream = f"{scenario.input}.in"
-        self.output_stream = OUTPUT_STREAMS[scenario.output]
-        runner = TestRunner(self.config, work_dir=root, clock=self.clock, claim=True)
+        self.output_stream = OUTPUT_STREAMS[scenario.output] if self.real_output is None else f"{REAL_DELTA}.out"
+        runner = TestRunner(self.config, work_dir=root, clock=self.clock, claim=True, containers=draws.containers,
+                            threaded_commits=draws.threaded_commits)
         runner.add_input(self.input_stream, partitions=scenario.partitions, bounded=scenario.bounded)
-        runner.add_output(self.output_stream, partitions=3 if scenario.output == "blob" else 2)
+        if self.real_output is None:
+            runner.add_output(self.output_stream, partitions=3 if scenario.output == "blob" else 2)
+        elif scenario.output == "delta":
+            from sparza.config import Config
+            from sparza.systems import StreamSpec
+            from sparza.systems.delta import DeltaSystemAdmin
+
+            DeltaSystemAdmin(REAL_DELTA, Config(self.config)).create_stream(StreamSpec("out", 2))
         if scenario.api == "app":
             runner.add_output(LATE_STREAM, partitions=1)
         if scenario.join != "none":
@@ -180,6 +229,7 @@ class InProcessJob:
         """The last process died holding the claim (the next one must wait it out: moved on the clock)."""
         self.purged: dict[str, SavedBlob] = {}
         self.purge_problems: list[str] = []
+        self.engine_fault_done = False
 
     # --- input ---------------------------------------------------------------------------------
     def append_chunk(self, chunk: int) -> int:
@@ -285,6 +335,13 @@ class InProcessJob:
         control messages the output holds (it must hold none)."""
         from sparza.streams import MessageType
 
+        if self.real_output is not None:  # read by deltalake, never by sparza
+            from sparza.testing.oracle import read_delta_records, read_table_rows
+
+            path = self.real_output / "out"
+            if self.s.output == "delta":
+                return read_delta_records(path), 0
+            return read_table_rows(path)["deltalake"], 0
         messages = self.runner.outputs(self.output_stream, include_control=True)
         control = sum(1 for m in messages if isinstance(m.value, MessageType))
         rows = [_record(m.value) for m in messages if not isinstance(m.value, MessageType)]
@@ -383,12 +440,58 @@ def _apply_phase(job: InProcessJob, outcome: Outcome, fault: str, phase: int) ->
         _second_processor(job, outcome, label)
     elif fault == "kafka-restart":
         _input_lost(job, outcome, label, phase)
-    elif fault in ("container-kill", "executor-loss"):
-        outcome.notes.append(f"{fault}: no Spark worker here (Spark engine only); a clean run")
-        _expect_clean(outcome, job.run(label))
+    elif fault in ("container-kill", "executor-loss"):  # an executor lost: its container dies with it
+        _engine_fault(job, outcome, "kill", label)
+    elif fault == "none" and d.engine_fault != "none" and not job.engine_fault_done:
+        job.engine_fault_done = True
+        _engine_fault(job, outcome, d.engine_fault, label)
     else:
         _expect_clean(outcome, job.run(label))
         _damage(job, outcome, fault, label)
+
+
+def _engine_fault(job: InProcessJob, outcome: Outcome, kind: str, label: str) -> None:
+    """A run of the container mode meeting one of the engine's faults (:mod:`~.enginefaults`): it must finish by
+    itself, the engine recovering in place."""
+    from sparza.testing.harness.enginefaults import KillPlan, SlowPlan, wrap_checkpoints
+
+    d, runner = job.draws, job.runner
+    outcome.engine_faults.append(kind)
+    if kind == "kill":
+        kill = KillPlan(d.engine_skip, d.kill_before_write)
+        runner.wrap_engines(wrap_checkpoints(kill))
+        record = job.run(f"{label}-container-kill")
+        runner.clear_wrappers()
+        outcome.notes.append(f"container-kill: a container was killed {kill.where}; its tasks moved" if kill.where
+                             else f"container-kill: the run ended before {d.engine_skip + 1} checkpoint writes")
+    elif kind == "slow":
+        slow = SlowPlan(task="Partition 0")
+        runner.wrap_engines(wrap_checkpoints(slow))
+        record = job.run(f"{label}-slow-commit")
+        runner.clear_wrappers()
+        outcome.notes.append(f"slow commit: {slow.slowed} checkpoint writes of Partition 0 took 20 ms more; "
+                             f"{slow.beside} writes of other tasks ran beside them (threaded commits)")
+    else:
+        where: list[str] = []
+
+        def move(task: str, step: Any, batch: int) -> None:
+            host = runner.host
+            if kind == "add":
+                host.add_container()
+                where.append(f"a container joined after {step.value} of batch {batch} of {task}")
+                return
+            index = next((i for i, c in host.containers.items() if any(n == task for _, n in c.tasks)), None)
+            if index is not None:
+                host.remove_container(index)
+                where.append(f"container {index} was removed after {step.value} of batch {batch} of {task}")
+
+        runner.call_at(d.engine_step, move, skip=d.engine_skip)
+        record = job.run(f"{label}-container-{kind}")
+        _fired(runner)
+        outcome.notes.append(f"container-{kind}: {where[0]}" if where else
+                             f"container-{kind}: the run ended before {d.engine_skip + 1} commits reached "
+                             f"{d.engine_step}")
+    _expect_clean(outcome, record)
 
 
 def _second_processor(job: InProcessJob, outcome: Outcome, label: str) -> None:
@@ -595,6 +698,12 @@ def run_inprocess_scenario(scenario: Scenario, workdir: Path | None = None, *, k
     job: InProcessJob | None = None
     try:
         job = InProcessJob(scenario, root, draws)
+        if job.real_output is not None:
+            outcome.real_producers.append("delta")
+            outcome.notes.append(f"output through the real Delta producer on local files ({scenario.output})")
+        if scenario.execution == "containers":
+            outcome.notes.append(f"engine: {draws.containers} container(s), commits "
+                                 f"{'in threads beside processing' if draws.threaded_commits else 'inline'}")
         moves = scenario.processors > 1 and _stores_move(scenario)
         if scenario.processors > 1:
             outcome.notes.append(f"{scenario.processors} processors: " + (

@@ -65,6 +65,11 @@ class Outcome:
     drain: bool = True
     execution: bool = True
 
+    real_producers: list[str] = field(default_factory=list)
+    """The real producers the scenario's job wrote through (in-process: ``delta`` on local files), if any."""
+    engine_faults: list[str] = field(default_factory=list)
+    """The engine's faults it met (in-process container mode: kill, add, remove, slow)."""
+
     inconclusive: bool = False
     """Spark itself could not start the job's Python workers, even after restarts (an overloaded
     machine): the scenario proves nothing either way and counts neither as a pass nor as a fail."""

@@ -49,6 +49,24 @@ class SoakResult:
         return (f"soak [{self.engine}]: {len(self.outcomes)} scenarios, {len(self.outcomes) - failed - unsure} passed, "
                 f"{failed} failed, {unsure} inconclusive in {self.seconds:.0f} s ({self.per_hour:.0f}/hour)")
 
+    def breakdown(self) -> str:
+        """Scenarios by execution mode, with real producers, and by engine fault met:
+        ``by mode: containers 900 (0 failed), batches 300 (0 failed); real producers: 130 (10.8 %); engine faults:
+        kill 120, add 60``."""
+        modes: dict[str, list[int]] = {}
+        faults: dict[str, int] = {}
+        for o in self.outcomes:
+            seen = modes.setdefault(o.scenario.execution, [0, 0])
+            seen[0] += 1
+            seen[1] += 0 if o.ok or o.inconclusive else 1
+            for fault in o.engine_faults:
+                faults[fault] = faults.get(fault, 0) + 1
+        real = sum(1 for o in self.outcomes if o.real_producers)
+        share = 100.0 * real / len(self.outcomes) if self.outcomes else 0.0
+        return ("by mode: " + ", ".join(f"{m} {n} ({f} failed)" for m, (n, f) in sorted(modes.items()))
+                + f"; real producers: {real} ({share:.1f} %); engine faults: "
+                + (", ".join(f"{k} {v}" for k, v in sorted(faults.items())) or "none"))
+
 
 def _seeds(seeds: list[int] | None) -> Iterator[int]:
     if seeds is not None:
@@ -145,6 +163,7 @@ def soak(minutes: float, base: Path, *, engine: str = "both", inprocess_minutes:
     out("")
     for result in results:
         out(result.summary())
+        out(f"  {result.breakdown()}")
         if result.engine == "spark":
             out("  (inconclusive: Spark could not start its Python workers)")
         for outcome in result.failed:

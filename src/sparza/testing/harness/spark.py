@@ -548,11 +548,13 @@ def _executor_loss(job: SparkJob, outcome: Outcome, label: str) -> None:
     if s.backup:
         overrides["job.logged.store.base.dir"] = "${SPARZA_EXECUTOR_STATE}"
     path = job.variant("executor-loss.yaml", **overrides)
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
-               for _ in range(2)]
+    burners: list[subprocess.Popen[bytes]] = []
     try:
         with StandaloneCluster(job.root / "cluster", workers=EXECUTOR_LOSS_WORKERS, python=sys.executable,
                                env={"PYTHONPATH": str(SRC_DIR)}) as cluster:
+            # The load comes once the cluster is up: the fault is a host lost under load, not a slow start.
+            burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+                       for _ in range(2)]
             handle = job.spawn(f"{label}-executor-loss", path, *job.once_args(), master=cluster.url)
             started = _wait_for_first_batch(handle, KILL9_START_TIMEOUT_S)
             delay = round(rng.uniform(0.0, 3.0), 2)
