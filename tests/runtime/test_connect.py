@@ -56,16 +56,17 @@ def test_a_batch_interrupted_after_some_tasks_committed_is_completed_exactly_fro
         connect_spark, make_job, sparza_package, work_dir, monkeypatch):
     # The micro-batch mode's client loop keeps no offset log: the task checkpoints are the only record. One task
     # fails right after its producers flushed (its output visible, its intent open), the other commits; the run
-    # ends (no restart in it). More input arrives, and the next start plans from the task checkpoints: the failed
-    # task replays its intent's exact range (same planning time), the committed one reads on from its checkpoint.
+    # ends (no restart in it; the fault is sticky: the server's local[2,4] retries a failed Spark task). More input
+    # arrives, and the next start (without the fault) plans from the task checkpoints: the failed task replays its
+    # intent's exact range (same planning time), the committed one reads on from its checkpoint.
     marker = work_dir / "failed-once"
     config = _on_connect(make_job, sparza_package, **{"task.max.batch.messages": "10000",
                                                         "job.execution.mode": "batches",
-                                                        "job.container.max.restarts": "0",
-                                                        **fault_keys(marker)})
+                                                        "job.container.max.restarts": "0"})
+    failing = config.with_overrides({**fault_keys(marker), "task.testing.fail.once.sticky": "true"})
     append_messages(config, 600, 5, commit_size=600)
-    first = JobRunner(config, spark=connect_spark, once=True, install_signal_handlers=False, status=lambda _: None)
-    with pytest.raises(JobFailedError, match="injected one-time failure"):
+    first = JobRunner(failing, spark=connect_spark, once=True, install_signal_handlers=False, status=lambda _: None)
+    with pytest.raises(JobFailedError, match="injected"):
         first.run()
     failed = marker.read_text().strip()
     stored = checkpoint_store_from_config(config, "kc-1").read_all()

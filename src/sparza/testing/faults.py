@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from sparza.config import Choice, Config, Int, define_key
+from sparza.config.registry import BOOL
 from sparza.engine.commit import COMMIT_LISTENERS, CommitStep
 
 __all__ = ["LISTENER", "ConfigFaults", "FaultHook", "InjectedFault", "fault_keys", "register_fault_hook",
@@ -41,6 +42,11 @@ FAIL_AT = define_key("task.testing.fail.once.at", CommitStep.AFTER_FLUSH.value,
                      "Testing only: the commit step after which the injected failure happens: after-intent, "
                      "after-flush, after-adjunct, after-snapshot, after-checkpoint or during-cleanup.", _PKG,
                      kind=Choice(*(s.value for s in CommitStep)))
+
+FAIL_STICKY = define_key("task.testing.fail.once.sticky", False,
+                         "Testing only: the task that created task.testing.fail.once.file fails at that step again in "
+                         "every later attempt while the file names it (Spark's task retries then cannot complete its "
+                         "batch: a batch interrupted after the other tasks committed).", _PKG, kind=BOOL)
 
 LISTENER = "sparza.testing.faults.ConfigFaults"
 """The dotted name of :class:`ConfigFaults` for ``task.commit.listeners``."""
@@ -85,6 +91,15 @@ def unregister_fault_hook(hook_id: str) -> None:
     _HOOKS.pop(hook_id, None)
 
 
+def _names(path: str, task: str) -> bool:
+    """True when the fault file ``path`` names ``task`` (the task that created it)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip() == task
+    except OSError:
+        return False
+
+
 class ConfigFaults:
     """The commit listener of the ``task.testing.*`` keys (see the module docstring)."""
 
@@ -93,6 +108,7 @@ class ConfigFaults:
         self.at = FAIL_AT.get(config)
         self.after_commits = FAIL_AFTER_COMMITS.get(config)
         self.hook_id = FAULT_HOOK.get(config) or ""
+        self.sticky = FAIL_STICKY.get(config)
         self._seen: dict[str, int] = {}  # task -> times it reached the step in this process
 
     def on_step(self, task: str, step: CommitStep, batch: int) -> None:
@@ -101,7 +117,9 @@ class ConfigFaults:
             try:
                 fd = os.open(self.file, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             except FileExistsError:
-                pass
+                if self.sticky and _names(self.file, task):
+                    raise InjectedFault(f"injected failure in task '{task}' {step.value.replace('-', ' ')}, "
+                                        "again") from None
             else:
                 os.write(fd, f"{task}\n".encode())
                 os.close(fd)
