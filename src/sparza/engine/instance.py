@@ -419,17 +419,18 @@ class TaskInstance:
     def _check_replay(self, split: TaskSplit, cp: TaskCheckpoint) -> None:
         """A batch the task checkpoint already holds is skipped only if it is that very batch again (Spark
         re-running its last one); any other means Spark's plan is behind the task checkpoints, and skipping it
-        would leave the messages past the checkpoint unread while the run reports success."""
+        would leave the messages past the checkpoint unread while the run reports success. No host keeps an offset
+        log of its own any more, so only a concurrent writer of the task gets here."""
         if cp.batch == split.batch and cp.offsets == split.end_offsets():
             return
         raise RuntimeStateError(
             f"task '{self.name}' batch {split.batch} ends at {split.end_offsets()} but its checkpoint (batch "
-            f"{cp.batch}) is at {cp.offsets}: the Spark checkpoint dir is stale (another processor ran the job "
-            "since); stop the job, delete job.spark.checkpoint.dir (offsets come from the task checkpoints) "
-            "and restart")
+            f"{cp.batch}) is at {cp.offsets}: something else committed this task since its batch was planned "
+            "(another processor or run of the job at the same time); stop every other run of the job and restart "
+            "(batches are planned from the task checkpoints)")
 
     def _check_start(self, split: TaskSplit, cp: TaskCheckpoint | None) -> None:
-        """The batch must start where the task checkpoint ends (else Spark's and sparza's state disagree)."""
+        """The batch must start where the task checkpoint ends (else another writer committed the task meanwhile)."""
         if cp is None:
             return
         for ssp, start in zip(split.ssps, split.starts, strict=True):
@@ -437,8 +438,9 @@ class TaskInstance:
             if committed is not None and committed != start and ssp not in split.reset:
                 raise RuntimeStateError(
                     f"task '{self.name}' batch {split.batch} starts {ssp} at {start} but its checkpoint "
-                    f"(batch {cp.batch}) is at {committed}: the Spark checkpoint dir is stale; stop the job, "
-                    "delete job.spark.checkpoint.dir (offsets come from the task checkpoints) and restart")
+                    f"(batch {cp.batch}) is at {committed}: something else committed this task since its batch was "
+                    "planned (another processor or run of the job at the same time); stop every other run of the "
+                    "job and restart (batches are planned from the task checkpoints)")
 
     def _prepare(self, split: TaskSplit, cp: TaskCheckpoint | None) -> None:
         committed = dict(cp.stores) if cp else {}
