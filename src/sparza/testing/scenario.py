@@ -42,8 +42,8 @@ HOST_FAULTS = ("executor-loss",)
 """A host of the container mode lost (issue 40): the Spark engine runs the scenario's job on a standalone cluster of
 three one-core workers (each with its own state dir) beside CPU load, SIGKILLs the worker of one container with its
 executor and Python workers mid-run and lets a fresh worker join; the very same run must finish with the exact
-output, the lost tasks moving and the others staying. Drawn from :data:`EXECUTION_SALT` after every earlier draw (so
-the seeds of before keep their scenarios): one in four of the scenarios that get a container fault get this one."""
+output, the lost tasks moving and the others staying. Drawn from :data:`EXECUTION_SALT` with the container faults, in a
+range of that draw that replaced nothing before (the seeds with a container fault keep it)."""
 
 ENGINE_FAULTS = CONTAINER_FAULTS + HOST_FAULTS
 """Every fault that needs the container mode."""
@@ -494,9 +494,6 @@ def _pick_execution(rng: random.Random, scenario: Scenario, *, fault_forced: boo
     """The dimension of :data:`EXECUTION_SALT`. Every value is drawn whatever applies, in a fixed order."""
     r_mode, r_epoch, epoch_s = rng.random(), rng.random(), rng.choice([2, 3, 5, 10])
     r_fault, container_fault, fail_after = rng.random(), rng.choice(CONTAINER_FAULTS), rng.randrange(4)
-    r_host = rng.random()                       # drawn last: the draws above stay what they were
-    if r_host < 0.25:
-        container_fault = HOST_FAULTS[0]
     if scenario.fault in ENGINE_FAULTS:         # forced: it needs containers
         r_mode = 0.0
     if r_mode >= 0.75:
@@ -513,6 +510,10 @@ def _pick_execution(rng: random.Random, scenario: Scenario, *, fault_forced: boo
     if (not fault_forced and r_fault < 0.3 and scenario.fault in FAULTS and scenario.fault not in AFTER_RUN_FAULTS
             and _fault_fits(container_fault, scenario)):
         scenario.fault = container_fault
+    elif (not fault_forced and 0.33 <= r_fault < 0.4 and scenario.fault in FAULTS
+          and scenario.fault not in AFTER_RUN_FAULTS and _fault_fits(HOST_FAULTS[0], scenario)):
+        # A range of r_fault that replaced nothing before: the seeds with a container fault keep it.
+        scenario.fault = HOST_FAULTS[0]
 
 
 def _batches_per_task(scenario: Scenario, chunk: int) -> int:
