@@ -304,9 +304,9 @@ def main() -> None:
     print(table)
     print()
     print(op_table)
+    print(f"machine load {load_before[0]:.1f} before, {load_after[0]:.1f} after")  # shown, not recorded
     body = (f"Goal: {GOAL}.\n\nBaseline: {base_label}; each variant in its own process with its own Azurite, in the "
-            f"same run. {args.commits} measured commits per task after a load and 3 warm-up commits. Load average "
-            f"{load_before[0]:.1f} before, {load_after[0]:.1f} after (2 cores shared with other sessions).\n\n"
+            f"same run. {args.commits} measured commits per task after a load and 3 warm-up commits.\n\n"
             f"{table}\n\nRequests per task-commit by operation (cases in the order above, baseline then now):\n\n"
             f"{op_table}\n")
     command = ("flock /work/heavy.lock .venv/bin/python bench/storage_requests.py"
