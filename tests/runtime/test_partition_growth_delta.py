@@ -46,7 +46,7 @@ def produce(config: Config, start: int, n: int, partitions: int, sent: list[tupl
 
 
 def sep5_oracle(sent: list[tuple[str, int]], first: int = 4) -> dict[tuple[str, str], list[int]]:
-    """(task, key) -> the counts it emits in order: 1..n, a partition p >= ``first`` counted by the task of p % first."""
+    """(task, key) -> the counts it emits in order: 1..n; partition p >= ``first`` is counted by task p % first."""
     n = Counter((f"Partition {p % first}", key) for key, p in sent)
     return {tk: list(range(1, c + 1)) for tk, c in n.items()}
 
