@@ -179,6 +179,17 @@ class DeltaSystemProducer:
             self._streams[stream] = info
         return info
 
+    def _check_partition(self, stream: str, info: _StreamInfo, partition: int) -> None:
+        """``partition`` is beyond the count this producer knew: the stream may have grown since (``sparza stream
+        grow``), so the table's count is read again; raises ``ValueError`` when it is out of range still. Keys
+        without a partition keep going by the known count until then, as a Kafka producer's do until its metadata
+        refresh."""
+        if partition >= 0:
+            info.partitions = self.admin.partition_count(stream, fresh=True)
+        if not 0 <= partition < info.partitions:
+            raise ValueError(f"partition {partition} out of range for stream {stream!r} "
+                             f"with {info.partitions} partitions")
+
     def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
         """Buffer one message for ``envelope.system_stream``'s stream.
 
@@ -200,8 +211,7 @@ class DeltaSystemProducer:
         partition = envelope.partition
         if partition is not None:
             if not 0 <= partition < info.partitions:
-                raise ValueError(f"partition {partition} out of range for stream {stream!r} "
-                                 f"with {info.partitions} partitions")
+                self._check_partition(stream, info, partition)
         elif envelope.partition_key is not None:
             partition = partition_for(partition_key_bytes(envelope.partition_key, info.key_serde), info.partitions)
         elif key is not None:
@@ -229,8 +239,7 @@ class DeltaSystemProducer:
             raise TableError(f"send_batch writes stream rows (key/value); {stream!r} is a typed table: send() "
                              f"its rows as dicts")
         if not 0 <= partition < info.partitions:
-            raise ValueError(f"partition {partition} out of range for stream {stream!r} "
-                             f"with {info.partitions} partitions")
+            self._check_partition(stream, info, partition)
         table = pa.Table.from_batches([rows]) if isinstance(rows, pa.RecordBatch) else rows
         n = table.num_rows
         kind = (table.column("type").cast(pa.int8()) if "type" in table.column_names
@@ -269,6 +278,8 @@ class DeltaSystemProducer:
             parts = by_key if given is None else pc.if_else(pc.is_null(given), by_key, given)
         bounds = pc.min_max(parts)
         low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low >= 0 and high >= info.partitions:
+            self._check_partition(stream, info, high)
         if low < 0 or high >= info.partitions:
             raise ValueError(f"partition out of range for stream {stream!r} with {info.partitions} partitions: "
                              f"{low}..{high}")
