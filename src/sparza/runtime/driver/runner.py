@@ -397,7 +397,7 @@ class JobRunner:
 
         if self.drain_at_start:
             request_drain([self.config])
-        self._drain_monitor = DrainMonitor(self.config)
+        self._drain_monitor = DrainMonitor(self.config, metrics=self.metrics)
         self._poll_drain(force=True)  # the first epoch (containers) or plan already knows a pending drain
         self._inputs = inputs = self._inputs or InputSystems(self.job)
         self._committed_messages = CommittedMessages(self.job, inputs.admins)
@@ -418,7 +418,7 @@ class JobRunner:
         from sparza.azure import storage_timeout_s
         from sparza.runtime.driver.storagewatch import StorageWatch, azure_probes
 
-        self._watch = StorageWatch(azure_probes(self.config), storage_timeout_s(self.config),
+        self._watch = StorageWatch(azure_probes(self.config, self.metrics), storage_timeout_s(self.config),
                                    lambda line: self.status(f"sparza: {self.job.job_key}: warning: {line}"),
                                    self.metrics)
         if self._spark is None:
