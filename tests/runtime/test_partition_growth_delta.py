@@ -170,7 +170,8 @@ def test_a_new_job_started_from_a_savepoint_meets_growth_since_it_was_taken(work
     with pytest.raises(PartitionCountChangedError, match="d.events: 4 -> 8 partitions"):
         restore_savepoint(Config(v2_values), "before-growth")
     v2_values["job.partition.expansion"] = "group"
-    assert restore_savepoint(Config(v2_values), "before-growth") is not None
+    done = restore_savepoint(Config(v2_values), "before-growth")
+    assert done is not None and any("p >= 4 -> task of p % 4" in note for note in done.notes), done.notes
     record = read_record(checkpoint_store_from_config(Config(v2_values), "taskkeycount-2"))
     assert record is not None and record.first == {"d.events": 4} and record.grouped == {"d.events": 4}
     v2 = TestRunner.of("tests.runtime.partition_jobs.TaskKeyCount", v2_values, work_dir=v1.work_dir)

@@ -319,6 +319,11 @@ def restore_savepoint(config: Config, name: str, *, source: Config | None = None
             inputs = InputSystems(job)
             try:
                 models = inputs.task_models()
+                # The grouping settled here, not at the run's start: say what changed since the savepoint.
+                from sparza.engine.partitions import expansion_policy
+
+                grown = inputs.grouping.describe(expansion_policy(job.config))
+                notes.extend(([grown] if grown else []) + list(inputs.grouping.notes))
             finally:
                 inputs.close()
             current = {t: v for t in (m.name for m in models) if (v := stopped.checkpoints.read(t)) is not None}
