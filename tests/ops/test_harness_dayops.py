@@ -19,12 +19,14 @@ def test_day_two_operations_are_drawn_apart_and_leave_older_draws_alone() -> Non
     ops = [s for s in drawn if s.fault2 in DAYOPS_FAULTS]
     assert {s.fault2 for s in ops} == set(DAYOPS_FAULTS) and set(DAYOPS_FAULTS) <= AFTER_RUN_FAULTS
     assert any(s.kind == "count" and not s.bounded for s in ops)
+    grown = [s for s in ops if s.fault2 == "partition-growth"]
+    assert {s.api for s in grown} == {"task", "app"} and {s.grow_policy for s in grown} >= {"group", "fail", "auto"}
     for s in drawn:
         plain = generate(s.seed, dayops=False)
         if s.fault2 not in DAYOPS_FAULTS:
             assert s == plain
             continue
-        assert s.api == "task" and s.processors == 1 and plain.fault2 == "none"
+        assert s.processors == 1 and plain.fault2 == "none"
         assert f"fault2={s.fault2}@phase{s.fault2_phase}" in s.describe()
         if s.fault2 == "partition-growth":
             assert not s.bounded and s.fault2_phase < s.chunks - 1 and s.partitions < s.grow_to <= 2 * s.partitions
@@ -41,7 +43,7 @@ def test_day_two_operations_are_drawn_apart_and_leave_older_draws_alone() -> Non
             assert dataclasses.replace(s, fault2="none", fault2_phase=plain.fault2_phase, grow_to=0,
                                        grow_policy="auto", grow_then="", messages=plain.messages) == plain
             continue
-        assert s.backup
+        assert s.api == "task" and s.backup
         assert dataclasses.replace(s, fault2="none", fault2_phase=plain.fault2_phase, backup=plain.backup) == plain
 
 

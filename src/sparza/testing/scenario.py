@@ -401,7 +401,7 @@ def generate(seed: int, *, messages: int | None = None, fault: str | None = None
         scenario.execution = "containers"   # a forced container fault with the execution dimension left out
     if not _fault_fits(scenario.fault, scenario):
         need = ("one processor and no drain" if scenario.fault in ENGINE_FAULTS else
-                "an unbounded low-level task job of one processor in two chunks or more, without kafka-restart"
+                "an unbounded job of one processor in two chunks or more, without kafka-restart"
                 if scenario.fault == "partition-growth" else
                 "a low-level task job (not an application) of one processor" if scenario.fault in DAYOPS_FAULTS else
                 "a Kafka input (--input kafka) and no Kafka output or intermediate streams")
@@ -457,11 +457,14 @@ def _plan_growth(rng: random.Random, scenario: Scenario, phase: int) -> None:
     ``c = t + j*n`` (``c % n == t``), drawn once per key and task: a task then reads each key from one partition
     only, so its count of the key stays in offset order (the partitions of one task interleave arbitrarily)."""
     n = scenario.partitions
-    stateful = scenario.kind == "count"
+    # Stores anywhere in the job refuse new-tasks; only the keyed count's are in the tasks of the grown input (an
+    # application's first stage repartitions by key before any store), so only it stops under auto.
+    stateful = scenario.kind in ("count", "window", "session", "join") or scenario.join != "none"
+    first_stage_stores = scenario.kind == "count"
     scenario.grow_to = n + rng.randint(1, n)
     policies = [p for p in GROWTH_POLICIES if not (stateful and p == "new-tasks")]
     scenario.grow_policy = rng.choice(policies)
-    stops = scenario.grow_policy == "fail" or (scenario.grow_policy == "auto" and stateful)
+    stops = scenario.grow_policy == "fail" or (scenario.grow_policy == "auto" and first_stage_stores)
     then = "group" if stateful else rng.choice(["group", "new-tasks"])
     scenario.grow_then = then if stops else ""
     choices = {t: [c for c in range(scenario.grow_to) if c % n == t] for t in range(n)}
@@ -639,8 +642,9 @@ def _fault_fits(fault: str, scenario: Scenario) -> bool:
     if fault == "second-processor":
         return scenario.processors == 1
     if fault == "partition-growth":
-        # Later chunks fill the new partitions; a lost input produced again would not know them.
-        return (scenario.api == "task" and scenario.processors == 1 and not scenario.bounded and scenario.chunks >= 2
+        # Later chunks fill the new partitions; a lost input produced again would not know them. An application's
+        # intermediate streams keep their counts: only its first stage's tasks change.
+        return (scenario.processors == 1 and not scenario.bounded and scenario.chunks >= 2
                 and "kafka-restart" not in (scenario.fault, scenario.fault2))
     if fault in DAYOPS_FAULTS:
         # sparza.ops supports standalone low-level task jobs (no application stages, no adjunct stores).
