@@ -516,8 +516,12 @@ class TaskInstance:
         from sparza.state.adjunct import TaskAdjunctManager
 
         if self.adjunct is None:
+            from sparza.azure import StorageRequests
+
+            requests = StorageRequests(self.clients.metrics, "adjunct")  # the broadcast snapshots' blob requests
             self.adjunct = TaskAdjunctManager(self.name, self.job.config, self.job.task_store_base_dir,
-                                              blob_store_manager_from_config(self.job.config), self.job.name,
+                                              blob_store_manager_from_config(self.job.config, requests=requests),
+                                              self.job.name,
                                               self.job.job_id, input_ssps=list(self.ssps), metrics=self.metrics)
         self.adjunct.metrics = self.metrics
         self.adjunct.restore(cp.adjunct if cp else None)

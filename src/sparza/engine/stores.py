@@ -37,13 +37,15 @@ from sparza.metrics import MetricsRegistry
 from sparza.state.backup.backup import BACKUP_FACTORIES
 from sparza.state.kv.factory import STORE_FACTORY
 
-__all__ = ["LOCAL_SNAPSHOT_PREFIX", "StoreHandle", "TaskStores"]
+__all__ = ["BLOBSTORE_SCOPE", "LOCAL_SNAPSHOT_PREFIX", "StoreHandle", "TaskStores"]
 
 OBJECT_CACHE_SIZE = define_key("stores.<store>.object.cache.size", 10_000, "Deserialized entries cached per task store "
                                "(write-back, written to the store at commit); 0 turns the cache off.", "runtime",
                                kind=Int(min_value=0))
 
 LOCAL_SNAPSHOT_PREFIX = "local:"
+BLOBSTORE_SCOPE = "blobstore"
+"""The scope of the request counts of the stores' backups and restores (:mod:`sparza.azure.requests`)."""
 _MEMORY_TAG = ":memory-"  # in the local snapshot ids of memory stores: local:<batch>:memory-<unique>
 _log = logging.getLogger(__name__)
 _MARKER_SUFFIX = ".sparza-committed"
@@ -258,11 +260,13 @@ class TaskStores:
 
     def _backup_client(self) -> Any:
         if self._backup is None:
+            from sparza.azure import StorageRequests
             from sparza.blobstore import blob_store_manager_from_config
             from sparza.state.backup import StateBackup
 
-            self._backup = StateBackup(blob_store_manager_from_config(self.job.config), self.job.name,
-                                       self.job.job_id, self.task, metrics=self.backup_metrics)
+            requests = StorageRequests(self.backup_metrics, BLOBSTORE_SCOPE)
+            self._backup = StateBackup(blob_store_manager_from_config(self.job.config, requests=requests),
+                                       self.job.name, self.job.job_id, self.task, metrics=self.backup_metrics)
         return self._backup
 
     def _delta_limit(self, name: str) -> int:

@@ -26,6 +26,7 @@ from sparza.clock import ManualClock
 from sparza.config import Config
 from sparza.engine.inprocess import InProcessHost, InProcessJob
 from sparza.engine.messages import Event
+from sparza.metrics import MetricsRegistry
 
 __all__ = ["ROUND_S", "BatchJob", "ContainerJob", "EngineWrapper", "HostedJob", "RoundOutcome", "RunnerProcess"]
 
@@ -51,6 +52,10 @@ class HostedJob:
         self.generation = 0
         self.fresh = True
         self.regroups = 0  # times its tasks started again for grown input partitions
+        self.metrics = MetricsRegistry()
+        """The job's registry as a ``sparza run`` driver keeps it: every task result's metric changes merged (a task's
+        own under ``<task>:<group>``), and what the driver's own storage clients count (the drain monitor's reads,
+        the checkpoint reads). Kept across restarts of the runner's process: the whole test's counts."""
         self.open()
 
     def open(self) -> None:
@@ -59,11 +64,11 @@ class HostedJob:
         from sparza.engine.inputs import InputSystems
         from sparza.runtime.driver.drainmonitor import DrainMonitor
 
-        inputs = InputSystems(self.job)
+        inputs = InputSystems(self.job, metrics=self.metrics)
         self.inputs = inputs
         self.tasks = inputs.task_models()
-        self.checkpoints = checkpoint_store_from_config(self.config, self.job.job_key)
-        self.monitor = DrainMonitor(self.config)
+        self.checkpoints = checkpoint_store_from_config(self.config, self.job.job_key, metrics=self.metrics)
+        self.monitor = DrainMonitor(self.config, metrics=self.metrics)
         self.fresh = True
 
     def carry(self, other: HostedJob) -> None:
@@ -71,6 +76,13 @@ class HostedJob:
         self.batches, self.ended, self.drained = other.batches, other.ended, other.drained
         self.regroups = other.regroups
         self.claim, self.generation = other.claim, other.generation
+        self.metrics.merge_changes(other.metrics.changes())
+
+    def record(self, results: list[Any]) -> None:
+        """Merge the metric changes of task results into :attr:`metrics`, as the driver does with each report."""
+        for result in results:
+            self.metrics.merge_changes(result.metrics, f"{result.task}:")
+            self.metrics.merge_changes(result.system_metrics)
 
     def hold_claim(self, processor_id: str, clock: ManualClock) -> None:
         """Take the job's claim as ``sparza run`` does (and fence older holders), or renew it when held:
@@ -186,6 +198,7 @@ class BatchJob(HostedJob):
                 if isinstance(exc.__cause__, InjectedFault):
                     raise InjectedFault(str(exc.__cause__)) from exc
                 raise
+        self.record(results)
         failed = [r for r in results if r.status is BatchStatus.FAILED]
         if failed:
             raise tasks_failed([r.error for r in failed])  # as sparza run reports them
@@ -271,6 +284,7 @@ class ContainerJob(HostedJob):
         for event in events:
             if isinstance(event, TaskResult):
                 out.results.append(event.result)
+                self.record([event.result])
                 self.waiting.pop(event.result.task, None)
             elif isinstance(event, TaskWaiting):
                 self.waiting[event.task] = event.why
@@ -384,7 +398,7 @@ class RunnerProcess:
         from sparza.engine.container import MAX_RESTARTS
 
         member = _Member(job.config, generation=job.generation, once=once,
-                         max_restarts=MAX_RESTARTS.get(job.config), drain=drain)
+                         max_restarts=MAX_RESTARTS.get(job.config), drain=drain, metrics=job.metrics)
         job.drain_json = drain
         job.joined(member)
         self.host.join(member)
