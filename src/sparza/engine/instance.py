@@ -80,20 +80,22 @@ class _Collector:
     """The task's MessageCollector (and BatchCollector): serializes and hands messages to producers (created on
     first use)."""
 
-    __slots__ = ("_instance", "_sends", "sent")
+    __slots__ = ("_instance", "_sends")
 
     def __init__(self, instance: TaskInstance) -> None:
         self._instance = instance
         self._sends: dict[str, Any] = {}  # system -> the producer's send bound to this task (per-message path)
-        self.sent = 0
 
     def send(self, envelope: OutgoingMessageEnvelope) -> None:
-        system = envelope.system_stream.system
-        send = self._sends.get(system)
+        send = self._sends.get(envelope.system_stream.system)
         if send is None:
-            send = self._sends[system] = functools.partial(self._instance.producer(system).send, self._instance.name)
+            send = self._bind(envelope.system_stream.system)
         send(envelope)
-        self.sent += 1
+
+    def _bind(self, system: str) -> Any:
+        """The producer of ``system`` (created on first use) with its ``send`` bound to this task."""
+        send = self._sends[system] = functools.partial(self._instance.producer(system).send, self._instance.name)
+        return send
 
     def send_batch(self, stream: SystemStream, rows: pa.RecordBatch | pa.Table) -> None:
         """Arrow rows (``key``, ``value``, optional ``timestamp``/``partition``) to ``stream``: in one call to a
@@ -101,7 +103,6 @@ class _Collector:
         producer = self._instance.producer(stream.system)
         if isinstance(producer, SupportsArrowSend):
             producer.send_rows(self._instance.name, stream.stream, rows)
-            self.sent += rows.num_rows
             return
         names = rows.column_names
         n = rows.num_rows
