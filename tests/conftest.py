@@ -50,6 +50,18 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteProcess
 
 
 @pytest.fixture(scope="session")
+def azurite_with_request_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteProcess]:
+    """A second session-wide Azurite that logs every request it serves (``log_path``), for tests that compare
+    sparza's own request counts with what the service saw."""
+    proc = AzuriteProcess(tmp_path_factory.mktemp("azurite-logged"), request_log=True)
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="session")
 def azure_account(azurite: AzuriteProcess) -> StorageAccount:
     """The Azurite account as a :class:`StorageAccount`."""
     return azurite.account

@@ -36,6 +36,7 @@ __all__ = [
     "SerdeError",
     "StringSerde",
     "conform_to_schema",
+    "is_utf8",
     "load_avro_schema",
     "parse_avro_schema",
     "partition_key_bytes",
@@ -93,6 +94,12 @@ class StringSerde:
             return bytes(data).decode(self.encoding)
         except UnicodeDecodeError as exc:
             raise SerdeError(f"not valid {self.encoding} text at byte {exc.start}: {payload_preview(data)}") from exc
+
+
+def is_utf8(serde: Serde) -> bool:
+    """True for a string serde in UTF-8: ``str.encode()`` is then its ``to_bytes`` of a str (a producer encodes a
+    str key in place, with no serde call per message)."""
+    return type(serde) is StringSerde and serde.encoding.replace("-", "").lower() == "utf8"
 
 
 class JsonSerde:

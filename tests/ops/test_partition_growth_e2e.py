@@ -1,5 +1,5 @@
-"""Partitions that grow, through ``sparza run`` (container mode) on a real Kafka broker: a 4-task keyed count whose
-input topic gets more partitions (``sparza stream grow``) while the job runs.
+"""Partitions that grow, through ``sparza run`` (container mode) on a real Kafka broker and on a Delta stream: a 4-task
+keyed count whose input gets more partitions (``sparza stream grow``) while the job runs.
 
 Messages are produced as a producer that partitions by ``hash(key) % count`` does (hash = the key's number), before
 and after the growth. The oracle is plain Python over what was produced: SEP-5 maps a partition ``p >= 4`` to the task
@@ -31,10 +31,10 @@ KEYS = 24
 
 def produce(job: Job, start: int, n: int, partitions: int, sent: list[tuple[str, int]]) -> None:
     """Message i has key ``k{i % KEYS}`` in partition ``(i % KEYS) % partitions``; ``sent`` gets (key, partition)."""
-    producer = get_system_factory(job.config, "kafka").get_producer("kafka", job.config)
+    producer = get_system_factory(job.config, job.system).get_producer(job.system, job.config)
     producer.register("loader")
     producer.start()
-    target = SystemStream("kafka", job.events)
+    target = SystemStream(job.system, job.events)
     app = f"{job.events}-grow-{start}"
     producer.begin("loader", Transaction(app, 1))
     for i in range(start, start + n):
@@ -78,14 +78,15 @@ def wait_for_outputs(job: Job, proc: subprocess.Popen[str], total: int) -> None:
 
 def grow(job: Job, partitions: int) -> None:
     done = sparza(["stream", "grow", job.events, "--partitions", str(partitions), "--config", str(job.path),
-                   "--system", "kafka"])
+                   "--system", job.system])
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"4 -> {partitions} partitions" in done.stdout
 
 
+@pytest.mark.parametrize("system", ["kafka", "delta"])
 def test_growth_stops_the_job_by_default_then_expansion_grouping_counts_exactly(
-        ops_job: Callable[..., Job], work_dir: Path) -> None:
-    job = ops_job("kafka", **{"task.commit.ms": "300"})
+        ops_job: Callable[..., Job], work_dir: Path, system: str) -> None:
+    job = ops_job(system, **{"task.commit.ms": "300"})
     sent: list[tuple[str, int]] = []
     produce(job, 0, 240, 4, sent)
     proc = start(job.path)
@@ -101,7 +102,7 @@ def test_growth_stops_the_job_by_default_then_expansion_grouping_counts_exactly(
             os.killpg(proc.pid, signal.SIGKILL)
     print(f"stopped {stopped_after:.2f} s after the growth (task.commit.ms 300, task.poll.interval.ms 50)")
     assert proc.returncode == 1, stderr[-3000:]
-    assert f"kafka.{job.events}: 4 -> 6 partitions" in stderr and "while it ran" in stderr, stderr[-3000:]
+    assert f"{system}.{job.events}: 4 -> 6 partitions" in stderr and "while it ran" in stderr, stderr[-3000:]
     assert "job.partition.expansion: group" in stderr and "job.partition.expansion: new-tasks" in stderr
     assert "job.id" in stderr and "Nothing committed is lost" in stderr
     # Everything committed before the growth is there, nothing after it was counted.

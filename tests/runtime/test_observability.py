@@ -159,4 +159,19 @@ def test_every_seed_reaches_prometheus_and_json_lines(spark, make_job, work_dir,
     assert sum(said) == 2, batch_lines
     summary = [line for line in lines if "batch(es) committed" in line]
     assert summary and "2 store(s) restored from the blob store" in summary[-1], summary
+    # Every Azure Storage request is counted by scope and operation (here the blob producer's: state and checkpoints
+    # are local), and the summary says how many the run sent, per task-commit and per second.
+    group = f"storage.system.{container}"
+    requests = _sum(samples, "sparza_storage_requests_total", group=group)
+    by_operation = {n: v for (n, ls), v in samples.items()
+                    if ("group", group) in ls and n != "sparza_storage_requests_total"}
+    assert requests > 0 and requests == sum(by_operation.values()), by_operation
+    assert by_operation.keys() <= {"sparza_put_blob_total", "sparza_put_block_total", "sparza_put_block_list_total",
+                                   "sparza_create_container_total"}, by_operation
+    commits = _sum(samples, "sparza_task_commits_total", group="aggregate")
+    assert commits >= 2
+    said = re.search(r"; ([\d,]+) storage requests \(([\d.]+) per task-commit, [\d.]+/s\)", summary[-1])
+    assert said is not None, summary[-1]
+    total = _sum(samples, "sparza_storage_requests_total")
+    assert int(said.group(1).replace(",", "")) == total and float(said.group(2)) == round(total / commits, 2)
     assert _last_jsonl(jsonl, "kc-1")["BlobStoreRestoreManagerMetrics"]["files-restored"] > 0

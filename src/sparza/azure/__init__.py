@@ -1,5 +1,6 @@
 """sparza's Azure Storage plumbing: what an account is (:mod:`sparza.azure.account`), which one a config
-means and whether it answers (:mod:`sparza.azure.resolve`), the record of a dev storage running on this
+means and whether it answers (:mod:`sparza.azure.resolve`), the count of its requests by operation
+(:mod:`sparza.azure.requests`), the record of a dev storage running on this
 machine (:mod:`sparza.azure.local`), and the one place Azure SDK exceptions become sparza's errors
 (:mod:`sparza.azure.errors`).
 
@@ -26,6 +27,7 @@ from sparza.azure.errors import (
     storage_unavailable,
     storage_unreachable,
 )
+from sparza.azure.requests import StorageRequests, blob_operation, table_operation
 from sparza.azure.resolve import AccountKeys, check_container, resolve_storage_account
 
 __all__ = [
@@ -38,6 +40,8 @@ __all__ = [
     "Failure",
     "StorageAccount",
     "StorageFailure",
+    "StorageRequests",
+    "blob_operation",
     "check_container",
     "classify",
     "container_name_problem",
@@ -48,4 +52,5 @@ __all__ = [
     "storage_timeout_s",
     "storage_unavailable",
     "storage_unreachable",
+    "table_operation",
 ]

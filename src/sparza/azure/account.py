@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparza.azure.requests import StorageRequests
 from sparza.config import STR, Int, define_check, define_key
 from sparza.errors import ConfigError
 
@@ -119,23 +120,30 @@ class StorageAccount:
             kwargs["proxies"] = {"http": f"http://{self.proxy}", "https": f"http://{self.proxy}"}
         return kwargs
 
-    def blob_service_client(self, *, retry_total: int = 3, timeout_s: int = 20, **kwargs: Any) -> Any:
-        """A ``BlobServiceClient`` with exponential retries (``retry_total`` attempts)."""
+    def blob_service_client(self, *, retry_total: int = 3, timeout_s: int = 20, requests: StorageRequests | None = None,
+                            **kwargs: Any) -> Any:
+        """A ``BlobServiceClient`` with exponential retries (``retry_total`` attempts); ``requests`` counts every
+        request it sends (:mod:`sparza.azure.requests`)."""
         from azure.storage.blob import BlobServiceClient, ExponentialRetry
 
         options = self._client_kwargs(retry_total, timeout_s)
         options["retry_policy"] = ExponentialRetry(initial_backoff=1, increment_base=2, retry_total=retry_total)
+        if requests is not None:
+            options.update(requests.blob_client_options())
         options.update(kwargs)
         return BlobServiceClient(account_url=self.blob_endpoint,
                                  credential={"account_name": self.account_name, "account_key": self.account_key},
                                  **options)
 
-    def table_service_client(self, *, retry_total: int = 3, timeout_s: int = 20, **kwargs: Any) -> Any:
-        """A ``TableServiceClient`` for the same account."""
+    def table_service_client(self, *, retry_total: int = 3, timeout_s: int = 20,
+                             requests: StorageRequests | None = None, **kwargs: Any) -> Any:
+        """A ``TableServiceClient`` for the same account; ``requests`` counts every request it sends."""
         from azure.core.credentials import AzureNamedKeyCredential
         from azure.data.tables import TableServiceClient
 
         options = self._client_kwargs(retry_total, timeout_s)
+        if requests is not None:
+            options.update(requests.table_client_options())
         options.update(kwargs)
         return TableServiceClient(endpoint=self.table_endpoint,
                                   credential=AzureNamedKeyCredential(self.account_name, self.account_key),

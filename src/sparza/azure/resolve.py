@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from sparza.azure.account import STORAGE_CONNECT, StorageAccount, container_name_problem
 from sparza.azure.errors import explain_storage_error
 from sparza.azure.local import running_emulator
+from sparza.azure.requests import StorageRequests
 from sparza.config import DefaultKey, OptionalKey
 from sparza.errors import ConfigError, StartCheckError
 
@@ -42,17 +43,19 @@ class AccountKeys:
     proxy_port: OptionalKey[int] | None = None
 
 
-def check_container(account: StorageAccount, container: str, key: str, timeout_s: float) -> None:
+def check_container(account: StorageAccount, container: str, key: str, timeout_s: float, *,
+                    requests: StorageRequests | None = None) -> None:
     """One cheap authenticated call (container properties, no retries, ``timeout_s`` to connect and answer):
     raises :class:`~sparza.errors.StartCheckError` naming ``key`` when the name is invalid, the
-    credentials are refused or the endpoint is unreachable. A missing container is fine (it is created)."""
+    credentials are refused or the endpoint is unreachable. A missing container is fine (it is created).
+    ``requests`` counts the call."""
     from azure.core.exceptions import ResourceNotFoundError
 
     problem = container_name_problem(container)
     if problem is not None:
         raise StartCheckError(key, container, "", message=f"config key '{key}' = {container!r} is not a valid "
                                                           f"Azure container name: {problem}")
-    client = account.blob_service_client(retry_total=0, timeout_s=max(1, int(timeout_s)),
+    client = account.blob_service_client(retry_total=0, timeout_s=max(1, int(timeout_s)), requests=requests,
                                          connection_timeout=timeout_s, read_timeout=timeout_s)
     try:
         client.get_container_client(container).get_container_properties()

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sparza.azure import Failure, classify
+from sparza.azure import Failure, StorageRequests, classify
 from sparza.blobstore.api import (
     BlobInfo,
     BlobNotFoundError,
@@ -74,12 +74,13 @@ class AzureBlobStoreManager(BlobStoreManager):
 
     Large files are uploaded and downloaded as parallel blocks/ranges
     (``blob.store.azure.max.concurrency`` connections per blob, ``blob.store.azure.block.size``).
-    ``clock`` (epoch ms) is injectable so tests can let TTLs pass.
+    ``clock`` (epoch ms) is injectable so tests can let TTLs pass; ``requests`` counts every request sent.
     """
 
     def __init__(self, container: str, config: Mapping[str, str] | None = None, *, ttl_ms: int = 30 * DAY_MS,
                  clock: Clock = system_clock_ms, max_concurrency: int | None = None,
-                 block_size: int | None = None, create_container: bool = True) -> None:
+                 block_size: int | None = None, create_container: bool = True,
+                 requests: StorageRequests | None = None) -> None:
         from sparza.azure import resolve_storage_account
 
         cfg = Config.of(config)
@@ -94,7 +95,7 @@ class AzureBlobStoreManager(BlobStoreManager):
             retry_total=AZURE_SDK_RETRIES.get(cfg),
             timeout_s=AZURE_TIMEOUT_SECONDS.get(cfg),
             max_block_size=block, max_single_put_size=block, max_chunk_get_size=block,
-            max_single_get_size=block)
+            max_single_get_size=block, requests=requests)
         self._client = self._service.get_container_client(container)
         if create_container:
             try:

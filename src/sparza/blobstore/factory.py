@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sparza.blobstore.api import BlobStoreManager, Clock, system_clock_ms
 from sparza.blobstore.retry import RetryingBlobStoreManager, RetryPolicy
@@ -22,6 +23,9 @@ from sparza.blobstore.settings import (
 )
 from sparza.config import Config, define_check
 from sparza.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sparza.azure.requests import StorageRequests
 
 __all__ = ["BLOB_STORE_FACTORIES", "DEFAULT_LOCAL_ROOT", "blob_store_manager_from_config", "check_blob_store_config"]
 
@@ -46,9 +50,10 @@ define_check(_PKG, check_blob_store_config)
 
 
 def blob_store_manager_from_config(config: Mapping[str, str], *, clock: Clock = system_clock_ms,
-                                   retry: bool = True) -> BlobStoreManager:
+                                   retry: bool = True, requests: StorageRequests | None = None) -> BlobStoreManager:
     """The blob store ``blob.store.manager.factory`` names, with ``blob.store.ttl.days`` and the
-    ``blob.store.retry.policy.*`` retries (``retry=False`` returns the bare manager)."""
+    ``blob.store.retry.policy.*`` retries (``retry=False`` returns the bare manager); ``requests`` counts the
+    Azure store's requests (a local store sends none)."""
     cfg = Config.of(config)
     factory = MANAGER_FACTORY.get(cfg)
     ttl_ms = int(TTL_DAYS.get(cfg) * 86_400_000)
@@ -59,7 +64,7 @@ def blob_store_manager_from_config(config: Mapping[str, str], *, clock: Clock = 
         container = AZURE_CONTAINER.get(cfg)
         if not container or len(container) < 3:
             raise ConfigError(AZURE_CONTAINER.key, container, "an Azure container name (3+ characters)")
-        manager = AzureBlobStoreManager(container, cfg, ttl_ms=ttl_ms, clock=clock)
+        manager = AzureBlobStoreManager(container, cfg, ttl_ms=ttl_ms, clock=clock, requests=requests)
     else:
         from sparza.blobstore.local import LocalBlobStoreManager
 

@@ -114,15 +114,16 @@ def grow(stream: str = typer.Argument(..., help="Stream (topic) name."),
          partitions: int = typer.Option(..., "--partitions", "-p", min=1,
                                         help="The partition count it gets, in all (more than it has)."),
          config: Path = _CONFIG, system: str = _SYSTEM, root: str = _ROOT) -> None:
-    """Give a stream more partitions (a Kafka topic: CreatePartitions). A job that reads it then stops, or regroups
-    its tasks, as its job.partition.expansion says (see docs/operations.md, "Partitions that grow")."""
+    """Give a stream more partitions (a Kafka topic: CreatePartitions; a Delta stream: its table's partition count,
+    in one metadata commit). A job that reads it then stops, or regroups its tasks, as its job.partition.expansion
+    says (see docs/operations.md, "Partitions that grow")."""
     from sparza.systems import SupportsPartitionGrowth
 
     cfg, name, stream_name = _resolve(stream, config, system, root)
     admin = _admin(cfg, name)
     if not isinstance(admin, SupportsPartitionGrowth):
-        raise ConfigError("--system", name, "a system whose streams can get more partitions (kafka, eventhubs); a "
-                          "delta stream keeps the partition count it was created with")
+        raise ConfigError("--system", name, "a system whose streams can get more partitions (kafka, delta, "
+                          "eventhubs)")
     before = admin.grow_stream(stream_name, partitions)
     typer.echo(f"stream {stream_name}: {before} -> {partitions} partitions at {_where(admin, stream_name)}")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from azure.core.exceptions import ResourceExistsError
 
-from sparza.azure import StorageAccount, storage_unavailable
+from sparza.azure import StorageAccount, StorageRequests, storage_unavailable
 
 __all__ = ["blob_service", "create_if_missing", "storage_call", "table_service"]
 
@@ -32,17 +32,18 @@ def create_if_missing(what: str, create: Callable[[], object]) -> None:
             pass
 
 
-def blob_service(account: StorageAccount, timeout_ms: int) -> Any:
-    """A blob client tuned for coordination: one quick retry and short timeouts.
+def blob_service(account: StorageAccount, timeout_ms: int, requests: StorageRequests | None = None) -> Any:
+    """A blob client tuned for coordination: one quick retry and short timeouts (``requests`` counts its requests).
 
     Coordination must notice an outage within a lease period, so the default 60 s read timeout and
     long retry backoff of data clients are too slow here.
     """
     timeout_s = max(1, timeout_ms // 1000)
-    return account.blob_service_client(retry_total=1, timeout_s=timeout_s, read_timeout=timeout_s)
+    return account.blob_service_client(retry_total=1, timeout_s=timeout_s, read_timeout=timeout_s, requests=requests)
 
 
-def table_service(account: StorageAccount, timeout_ms: int) -> Any:
+def table_service(account: StorageAccount, timeout_ms: int, requests: StorageRequests | None = None) -> Any:
     """A table client with the same short timeouts as :func:`blob_service`."""
     timeout_s = max(1, timeout_ms // 1000)
-    return account.table_service_client(retry_total=1, timeout_s=timeout_s, read_timeout=timeout_s)
+    return account.table_service_client(retry_total=1, timeout_s=timeout_s, read_timeout=timeout_s,
+                                        requests=requests)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sparza.azure import StorageAccount
+from sparza.azure import StorageAccount, StorageRequests
 from sparza.coordination._azure import blob_service, create_if_missing, table_service
 from sparza.coordination.naming import CoordinationResources
 from sparza.coordination.settings import CoordinationConfig
@@ -25,11 +25,14 @@ class CoordinationClients:
     store: JobModelStore
 
     @classmethod
-    def create(cls, cfg: CoordinationConfig, account: StorageAccount) -> CoordinationClients:
-        """Clients for ``cfg``'s job in ``account`` (nothing is created in storage yet)."""
+    def create(cls, cfg: CoordinationConfig, account: StorageAccount,
+               requests: StorageRequests | None = None) -> CoordinationClients:
+        """Clients for ``cfg``'s job in ``account`` (nothing is created in storage yet); ``requests`` counts what
+        they send (lease, blob and table requests)."""
         resources = CoordinationResources.for_job(cfg)
-        container = blob_service(account, cfg.request_timeout_ms).get_container_client(resources.container)
-        table = ProcessorTable(table_service(account, cfg.request_timeout_ms).get_table_client(resources.table))
+        container = blob_service(account, cfg.request_timeout_ms, requests).get_container_client(resources.container)
+        table = ProcessorTable(table_service(account, cfg.request_timeout_ms, requests)
+                               .get_table_client(resources.table))
         store = JobModelStore(container.get_blob_client(resources.store_blob))
         return cls(resources, container, table, store)
 

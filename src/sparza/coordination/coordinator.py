@@ -26,7 +26,7 @@ from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError
 
-from sparza.azure import StorageAccount, error_code, resolve_storage_account
+from sparza.azure import StorageAccount, StorageRequests, error_code, resolve_storage_account
 from sparza.coordination.assignment import assign_tasks
 from sparza.coordination.clients import CoordinationClients
 from sparza.coordination.errors import StaleLeaderError
@@ -67,7 +67,9 @@ class AzureJobCoordinator:
         self.settings = CoordinationConfig.from_config(config)
         self._tasks = sorted(set(tasks))
         self._listener = listener
-        self._clients = CoordinationClients.create(self.settings, account or resolve_storage_account(config))
+        registry = metrics or MetricsRegistry()
+        self._clients = CoordinationClients.create(self.settings, account or resolve_storage_account(config),
+                                                   StorageRequests(registry, "coordination"))
         self._lease = LeaseBlobManager(self._clients.blob(self._clients.resources.leader_blob),
                                        self.settings.lease_duration_s)
         # Public so callers (status, tests) can ask about leadership; the coordinator drives it.
@@ -85,7 +87,6 @@ class AzureJobCoordinator:
         self._stopped = False
         self._last_beat_ok = time.monotonic()  # own deadline only: when did a heartbeat last succeed
         self._cut_off = False  # tasks stopped because we could not heartbeat
-        registry = metrics or MetricsRegistry()
         group = "coordination"
         self._m_models = registry.counter(group, "job-models-adopted")
         self._m_rebalances = registry.counter(group, "rebalances")  # adopted models after the first

@@ -62,6 +62,8 @@ class AzuriteProcess(LocalServerProcess):
     blob_port: int = 0
     table_port: int = 0
     queue_port: int = 0
+    request_log: bool = False
+    """True: Azurite logs every request it serves to :attr:`log_path` (one line each, as its access log)."""
 
     @property
     def account(self) -> StorageAccount:
@@ -73,13 +75,19 @@ class AzuriteProcess(LocalServerProcess):
         """A connection string for this emulator (the key is Azurite's public dev key)."""
         return self.account.connection_string() + f"QueueEndpoint=http://127.0.0.1:{self.queue_port}/{AZURITE_ACCOUNT_NAME};"
 
+    @property
+    def log_path(self) -> Path:
+        """Azurite's output: with :attr:`request_log`, a line per request served."""
+        return self.data_dir / self.LOG_NAME
+
     def ports(self) -> tuple[int, ...]:
         """The blob and table ports (the queue service is not waited for)."""
         return (self.blob_port, self.table_port)
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Start Azurite and wait until the blob and table services answer."""
-        self._spawn([find_azurite(), "--silent", "--location", str(self.data_dir),
+        quiet = [] if self.request_log else ["--silent"]
+        self._spawn([find_azurite(), *quiet, "--location", str(self.data_dir),
                      "--blobHost", "127.0.0.1", "--blobPort", str(self.blob_port),
                      "--tableHost", "127.0.0.1", "--tablePort", str(self.table_port),
                      "--queueHost", "127.0.0.1", "--queuePort", str(self.queue_port),

@@ -85,7 +85,7 @@ from sparza.engine.partitions import RegroupNeeded, check_running
 from sparza.engine.planner import BatchPlan, BatchPlanner, SspPosition
 from sparza.engine.queries import StoreQueries
 from sparza.engine.results import BatchResult, BatchStatus
-from sparza.engine.worker import read_split
+from sparza.engine.worker import SplitInput
 from sparza.errors import ConfigError
 from sparza.streams import SystemStreamPartition
 
@@ -721,7 +721,7 @@ class Container:
         task.last_started = self.clock()
         instance = task.instance
         try:
-            processed = instance.process(split, read_split(job.engine.clients, split),
+            processed = instance.process(split, SplitInput(job.engine.clients, split),
                                          spark_batch_id=None, generation=job.engine.generation)
         except Exception as exc:
             self._attempt_failed(task, split.batch, exc)

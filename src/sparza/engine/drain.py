@@ -38,6 +38,7 @@ from sparza.engine.checkpoint import SupportsJobDocuments, checkpoint_store_from
 from sparza.engine.errors import RuntimeStateError
 from sparza.engine.jobconfig import JobConfig
 from sparza.errors import ConfigError
+from sparza.metrics import MetricsRegistry
 from sparza.streams import SystemStream, SystemStreamPartition
 from sparza.systems.settings import STREAM_INTERMEDIATE
 
@@ -90,12 +91,12 @@ def drain_scope(config: Config) -> str:
     return job.job_key
 
 
-def _documents(config: Config) -> tuple[SupportsJobDocuments, str]:
-    scope = drain_scope(config)
-    store = checkpoint_store_from_config(config, scope)
+def _documents(config: Config, metrics: MetricsRegistry | None = None) -> tuple[SupportsJobDocuments, str]:
+    key = drain_scope(config)
+    store = checkpoint_store_from_config(config, key, metrics=metrics, scope="drain")  # its requests: storage.drain
     if not isinstance(store, SupportsJobDocuments):
         raise RuntimeStateError(f"the checkpoint store {store.describe()} cannot keep a drain request")
-    return store, scope
+    return store, key
 
 
 def check_standalone(config: Config) -> None:
@@ -107,9 +108,9 @@ def check_standalone(config: Config) -> None:
                           "a coordinator is not supported yet; stop them with a signal instead")
 
 
-def read_drain(config: Config) -> DrainRequest | None:
-    """The pending drain request of the job (or of its application), or None."""
-    store, scope = _documents(config)
+def read_drain(config: Config, *, metrics: MetricsRegistry | None = None) -> DrainRequest | None:
+    """The pending drain request of the job (or of its application), or None; ``metrics`` counts the request."""
+    store, scope = _documents(config, metrics)
     data = store.read_document(DRAIN_DOCUMENT)
     if data is None:
         return None

@@ -30,7 +30,7 @@ from sparza.engine.instance import get_instance
 from sparza.engine.job import EngineJob
 from sparza.engine.results import BatchResult, BatchStatus
 from sparza.engine.split import TaskSplit
-from sparza.engine.worker import read_split
+from sparza.engine.worker import SplitInput
 from sparza.errors import ConfigError, DataError, SparzaError
 from sparza.interrupts import ignore_interrupts
 
@@ -69,7 +69,7 @@ def run_task_batch(engine: EngineJob, split: TaskSplit, *, generation: int, spar
     ``location``: where the batch ran (recorded in the task checkpoint for host affinity)."""
     ignore_interrupts()  # a terminal's Ctrl-C reaches this worker too: the driver decides when to stop
     try:
-        rows = read_split(engine.clients, split)
+        rows = SplitInput(engine.clients, split)
         instance = get_instance(engine, split, resident=resident)
         instance.location = location
         result = instance.run_batch(split, rows, spark_batch_id=spark_batch_id, generation=generation)

@@ -27,6 +27,7 @@ from sparza.config import Config
 from sparza.engine.container import CommitPool, Container, InlineCommits, ThreadedCommits
 from sparza.engine.manager import ContainerManager, JobMember
 from sparza.engine.messages import Command, Event, Hello, StopContainer
+from sparza.metrics import MetricsRegistry
 
 __all__ = ["ContainerKilled", "InProcessHost", "InProcessJob"]
 
@@ -203,7 +204,8 @@ class InProcessJob:
     """
 
     def __init__(self, config: Config, *, generation: int = 0, once: bool = False, affinity: bool = True,
-                 count: int | None = None, max_restarts: int = 3, drain: dict[str, Any] | None = None) -> None:
+                 count: int | None = None, max_restarts: int = 3, drain: dict[str, Any] | None = None,
+                 metrics: MetricsRegistry | None = None) -> None:
         from sparza.engine.checkpoint import checkpoint_store_from_config
         from sparza.engine.inputs import InputSystems
         from sparza.engine.jobconfig import JobConfig
@@ -211,7 +213,7 @@ class InProcessJob:
         job = JobConfig.from_config(config)
         self.config = job.config
         self.key = job.job_key
-        inputs = InputSystems(job)
+        inputs = InputSystems(job, metrics=metrics)
         self.tasks = [m.name for m in inputs.task_models()]
         self.start_positions = {str(ssp): pos.upcoming for ssp, pos in inputs.positions().items()}
         inputs.close()
@@ -221,7 +223,7 @@ class InProcessJob:
         self.count = count
         self.max_restarts = max_restarts
         self.drain = drain
-        self.checkpoints = checkpoint_store_from_config(self.config, self.key)
+        self.checkpoints = checkpoint_store_from_config(self.config, self.key, metrics=metrics)
         self.events: list[Event] = []
         self.notices: list[str] = []
         self.done: dict[str, str] = {}

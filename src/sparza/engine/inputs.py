@@ -10,6 +10,7 @@ from sparza.engine.model import TaskModel, build_task_models
 from sparza.engine.offsets import OffsetOps
 from sparza.engine.partitions import Grouping, settle_partitions
 from sparza.engine.planner import SspPosition
+from sparza.metrics import MetricsRegistry
 from sparza.streams import SystemStream, SystemStreamPartition
 from sparza.systems import SupportsPartitionCount, get_system_factory
 
@@ -19,8 +20,10 @@ __all__ = ["InputSystems"]
 class InputSystems:
     """Admins of the systems the job reads, with the calls the planner and task model need."""
 
-    def __init__(self, job: JobConfig) -> None:
+    def __init__(self, job: JobConfig, *, metrics: MetricsRegistry | None = None) -> None:
         self.job = job
+        self.metrics = metrics
+        """Where the storage requests of the job's partition record are counted (None: not counted)."""
         self.admins: dict[str, Any] = {
             system: get_system_factory(job.config, system).get_admin(system, job.config) for system in job.systems
         }
@@ -56,7 +59,7 @@ class InputSystems:
         ``job.partition.expansion`` says to stop."""
         from sparza.engine.checkpoint import checkpoint_store_from_config
 
-        store = checkpoint_store_from_config(self.job.config, self.job.job_key)
+        store = checkpoint_store_from_config(self.job.config, self.job.job_key, metrics=self.metrics)
         broadcast = (frozenset(spec.stream for spec in self.job.inputs if spec.broadcast)
                      - frozenset(spec.stream for spec in self.job.inputs if not spec.broadcast))
         return settle_partitions(self.job.config, self.job.job_key, self.partition_counts, store, broadcast=broadcast)

@@ -19,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import operator
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,7 +38,7 @@ from sparza.engine.job import EngineJob
 from sparza.engine.results import BatchResult, BatchStatus
 from sparza.engine.split import TaskSplit
 from sparza.engine.stores import TaskStores
-from sparza.engine.worker import WORKER
+from sparza.engine.worker import WORKER, SplitInput
 from sparza.errors import ErrorKind, SerdeError, SparzaError, StorageUnavailableError, classify
 from sparza.metrics import MetricsRegistry
 from sparza.serde import BytesSerde, Serde
@@ -49,6 +50,7 @@ from sparza.streams import (
     SystemStreamPartition,
 )
 from sparza.systems import (
+    MessageRows,
     SupportsArrowSend,
     SupportsPartitionCount,
     SupportsProcessingTime,
@@ -56,6 +58,7 @@ from sparza.systems import (
     get_system_factory,
     load_object,
 )
+from sparza.systems.rows import arrow_rows
 from sparza.systems.settings import STREAM_INTERMEDIATE, STREAM_KEY_SERDE, STREAM_MSG_SERDE, stream_serde
 from sparza.task import (
     BatchStreamTask,
@@ -77,20 +80,22 @@ class _Collector:
     """The task's MessageCollector (and BatchCollector): serializes and hands messages to producers (created on
     first use)."""
 
-    __slots__ = ("_instance", "_sends", "sent")
+    __slots__ = ("_instance", "_sends")
 
     def __init__(self, instance: TaskInstance) -> None:
         self._instance = instance
         self._sends: dict[str, Any] = {}  # system -> the producer's send bound to this task (per-message path)
-        self.sent = 0
 
     def send(self, envelope: OutgoingMessageEnvelope) -> None:
-        system = envelope.system_stream.system
-        send = self._sends.get(system)
+        send = self._sends.get(envelope.system_stream.system)
         if send is None:
-            send = self._sends[system] = functools.partial(self._instance.producer(system).send, self._instance.name)
+            send = self._bind(envelope.system_stream.system)
         send(envelope)
-        self.sent += 1
+
+    def _bind(self, system: str) -> Any:
+        """The producer of ``system`` (created on first use) with its ``send`` bound to this task."""
+        send = self._sends[system] = functools.partial(self._instance.producer(system).send, self._instance.name)
+        return send
 
     def send_batch(self, stream: SystemStream, rows: pa.RecordBatch | pa.Table) -> None:
         """Arrow rows (``key``, ``value``, optional ``timestamp``/``partition``) to ``stream``: in one call to a
@@ -98,7 +103,6 @@ class _Collector:
         producer = self._instance.producer(stream.system)
         if isinstance(producer, SupportsArrowSend):
             producer.send_rows(self._instance.name, stream.stream, rows)
-            self.sent += rows.num_rows
             return
         names = rows.column_names
         n = rows.num_rows
@@ -173,6 +177,31 @@ def _ssp_runs(batch: pa.RecordBatch) -> Iterator[tuple[int, pa.RecordBatch]]:
         if i == n or values[i] != values[begin]:
             yield values[begin], batch.slice(begin, i - begin)
             begin = i
+
+
+def _arrow_chunks(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[int, MessageRows]]:
+    """Batches of the split's Arrow rows (with their ``ssp`` column) as ``(SSP index, column lists)`` runs."""
+    for batch in batches:
+        for ssp_idx, run in _ssp_runs(batch):
+            yield ssp_idx, arrow_rows(run)
+
+
+def _sizes(keys: list[bytes | None], values: list[bytes | None]) -> list[int]:
+    """Each message's serialized size (key and value bytes), in C loops when no key or value is missing."""
+    if None in keys or None in values:
+        return [(len(k) if k is not None else 0) + (len(v) if v is not None else 0)
+                for k, v in zip(keys, values, strict=True)]
+    return list(map(operator.add, map(len, keys), map(len, values)))  # type: ignore[arg-type]
+
+
+def _max_timestamp(timestamps: list[int | None]) -> int | None:
+    """The largest event time of a run (None when none has one)."""
+    try:
+        return max(timestamps)  # type: ignore[type-var]
+    except TypeError:  # some are None
+        return max((t for t in timestamps if t is not None), default=None)
+    except ValueError:  # empty
+        return None
 
 
 def _serde(config: Config, ssp: SystemStreamPartition, which: str) -> Serde:
@@ -290,7 +319,7 @@ class TaskInstance:
         self._producers.clear()
 
     # --- one batch -----------------------------------------------------------------------------
-    def run_batch(self, split: TaskSplit, rows: Iterator[pa.RecordBatch], *, spark_batch_id: int | None,
+    def run_batch(self, split: TaskSplit, rows: Iterable[pa.RecordBatch], *, spark_batch_id: int | None,
                   generation: int) -> BatchResult:
         """Process and commit one batch of this task (see the module docstring); ``rows`` is read lazily, and not
         at all for a replayed batch."""
@@ -299,7 +328,7 @@ class TaskInstance:
             return processed
         return self.commit(processed)
 
-    def process(self, split: TaskSplit, rows: Iterator[pa.RecordBatch], *, spark_batch_id: int | None,
+    def process(self, split: TaskSplit, rows: Iterable[pa.RecordBatch], *, spark_batch_id: int | None,
                 generation: int) -> ProcessedBatch | BatchResult:
         """The first half of a batch: restore the stores, deliver every message, run the boundary callbacks. Returns
         what :meth:`commit` needs, or the batch's result when it is a replay of a committed batch (skipped).
@@ -487,8 +516,12 @@ class TaskInstance:
         from sparza.state.adjunct import TaskAdjunctManager
 
         if self.adjunct is None:
+            from sparza.azure import StorageRequests
+
+            requests = StorageRequests(self.clients.metrics, "adjunct")  # the broadcast snapshots' blob requests
             self.adjunct = TaskAdjunctManager(self.name, self.job.config, self.job.task_store_base_dir,
-                                              blob_store_manager_from_config(self.job.config), self.job.name,
+                                              blob_store_manager_from_config(self.job.config, requests=requests),
+                                              self.job.name,
                                               self.job.job_id, input_ssps=list(self.ssps), metrics=self.metrics)
         self.adjunct.metrics = self.metrics
         self.adjunct.restore(cp.adjunct if cp else None)
@@ -507,115 +540,21 @@ class TaskInstance:
 
             self.adjunct.catch_up(read, until)
 
-    def _process(self, split: TaskSplit, rows: Iterator[pa.RecordBatch], cp: TaskCheckpoint | None,
+    def _process(self, split: TaskSplit, rows: Iterable[pa.RecordBatch], cp: TaskCheckpoint | None,
                  result: BatchResult) -> BatchResult:
         with self.metrics.timer("task", "prepare-ms").time():
             self._prepare(split, cp)
-        adjunct = self.adjunct
-        adjunct_idx = {i for i, s in enumerate(split.ssps)
-                       if adjunct is not None and self._adjunct_config.is_adjunct(SystemStreamPartition.parse(s))}
         collector = _Collector(self)
         coordinator = _Coordinator()
         task = self.task
-        batch_task = isinstance(task, BatchStreamTask)
-        process = task.process_batch if batch_task else task.process
-        control = self.control
-        ssps = [SystemStreamPartition.parse(s) for s in split.ssps]
-        key_serdes = [None if isinstance(s, BytesSerde) else s for s in self._serdes_for(ssps, "key")]
-        msg_serdes = [None if isinstance(s, BytesSerde) else s for s in self._serdes_for(ssps, "msg")]
-        user = MessageType.USER
-        envelope_cls = IncomingMessageEnvelope
-        messages = processed = dropped = ignored_count = 0
-        batches = iter(rows)
-        read_s = 0.0
-        clock = time.perf_counter
-        on_control = control.on_envelope if control is not None else None
-        while True:
-            # The read is lazy (storage is read as the loop asks): time it apart from processing.
-            began = clock()
-            batch = next(batches, None)
-            read_s += clock() - began
-            if batch is None:
-                break
-            for ssp_idx, run in _ssp_runs(batch):
-                # Column lists once per run of one SSP, then one tight loop (the per-message path is hot).
-                ssp = ssps[ssp_idx]
-                n = run.num_rows
-                messages += n
-                offsets, raw_keys, raw_values, tss, kinds = (run.column(name).to_pylist() for name in (
-                    "offset", "key", "value", "timestamp", "type"))
-                if ssp_idx in adjunct_idx:
-                    # A run of one SSP at a time, in stream order (the task's main messages after it see it
-                    # applied): per message, that path costs what a RocksDB put does.
-                    adjunct.on_rows(ssp, offsets, raw_keys, raw_values, tss, kinds)
-                    continue
-                sizes = pc.add(pc.binary_length(run.column("key")).fill_null(0),
-                               pc.binary_length(run.column("value")).fill_null(0)).to_pylist()
-                kser = key_serdes[ssp_idx]
-                mser = msg_serdes[ssp_idx]
-                if batch_task:
-                    if kser is not None or mser is not None:
-                        self._refuse_serde(ssp)
-                    done, skipped = self._deliver_batches(ssp, run, kinds, process, collector, coordinator)
-                    processed += done
-                    ignored_count += skipped
-                    continue
-                if kser is None and mser is None and kinds.count(user) == n:
-                    # The common case: user messages only, bytes in and out of the task's own serdes.
-                    if control is not None:
-                        # Watermark bookkeeping only (lateness is decided by event-time operators, so a task or
-                        # stage without one delivers every message whatever its event time): once per run.
-                        control.on_user_run(ssp, pc.max(run.column("timestamp")).as_py())
-                    for offset, key, value, ts, size in zip(offsets, raw_keys, raw_values, tss, sizes, strict=True):
-                        envelope = envelope_cls(ssp, offset, key, value, ts, size)
-                        try:
-                            process(envelope, collector, coordinator)
-                        except Exception as exc:
-                            outcome = self._on_message_error(exc, ssp, offset, key, value, ts, collector)
-                            processed -= 1
-                            if outcome == "ignored":
-                                ignored_count += 1
-                            elif outcome == "dropped":
-                                dropped += 1
-                    processed += n
-                    continue
-                for offset, raw_key, raw_value, ts, kind, size in zip(offsets, raw_keys, raw_values, tss, kinds, sizes,
-                                                                      strict=True):
-                    if kind != user:
-                        if on_control is not None:
-                            on_control(envelope_cls(ssp, offset, raw_key, raw_value, ts, 0, MessageType(kind)))
-                        continue
-                    if kser is None and mser is None:
-                        key, value = raw_key, raw_value
-                    else:
-                        try:
-                            key = kser.from_bytes(raw_key) if kser is not None and raw_key is not None else raw_key
-                            value = (mser.from_bytes(raw_value) if mser is not None and raw_value is not None
-                                     else raw_value)
-                        except Exception as exc:
-                            # A serde that raised anything is still the data's fault, unless sparza says what
-                            # it is (a config or system error: a schema registry that refuses or does not answer).
-                            if not isinstance(exc, SparzaError | ConnectionError | TimeoutError):
-                                exc = SerdeError(f"{type(exc).__name__}: {exc}")
-                            if self._on_message_error(exc, ssp, offset, raw_key, raw_value, ts, collector,
-                                                      deserializing=True) == "dropped":
-                                dropped += 1
-                            continue
-                    envelope = envelope_cls(ssp, offset, key, value, ts, size)
-                    if on_control is not None:
-                        on_control(envelope)
-                    try:
-                        process(envelope, collector, coordinator)
-                    except Exception as exc:
-                        outcome = self._on_message_error(exc, ssp, offset, raw_key, raw_value, ts, collector)
-                        if outcome == "ignored":
-                            ignored_count += 1
-                        elif outcome == "dropped":
-                            dropped += 1
-                        continue
-                    processed += 1
-        if adjunct_idx:
-            adjunct.read_through({ssps[i]: split.ends[i] for i in adjunct_idx})
+        if isinstance(task, BatchStreamTask):
+            counts = self._process_arrow(split, iter(rows), task.process_batch, collector, coordinator)
+        else:
+            # A per-message task takes its messages as column lists straight from the consumer (no Arrow);
+            # Arrow batches given by a caller are taken apart once per run of one SSP.
+            chunks = rows.rows() if isinstance(rows, SplitInput) else _arrow_chunks(rows)
+            counts = self._process_rows(split, chunks, task.process, collector, coordinator)
+        messages, processed, dropped, ignored_count, read_s = counts
         result.messages, result.processed, result.dropped, result.ignored = messages, processed, dropped, ignored_count
         self.metrics.timer("task", "read-ms").update(read_s * 1000.0)
         self.metrics.counter("task", "messages-dropped").inc(dropped)
@@ -628,6 +567,143 @@ class TaskInstance:
         self._boundary_callbacks(split, cp, collector, coordinator, result)
         result.shutdown = coordinator.shutdown_requested
         return result
+
+    def _adjunct_indexes(self, split: TaskSplit) -> set[int]:
+        """Indexes of the split's SSPs that feed adjunct stores (none without an adjunct manager)."""
+        if self.adjunct is None:
+            return set()
+        return {i for i, s in enumerate(split.ssps) if self._adjunct_config.is_adjunct(SystemStreamPartition.parse(s))}
+
+    def _process_arrow(self, split: TaskSplit, batches: Iterator[pa.RecordBatch], process_batch: Any,
+                       collector: _Collector, coordinator: _Coordinator) -> tuple[int, int, int, int, float]:
+        """A batch task's messages as Arrow (:meth:`_deliver_batches`); returns (messages, processed, dropped,
+        ignored, read seconds)."""
+        adjunct = self.adjunct
+        adjunct_idx = self._adjunct_indexes(split)
+        ssps = [SystemStreamPartition.parse(s) for s in split.ssps]
+        key_serdes = self._serdes_for(ssps, "key")
+        msg_serdes = self._serdes_for(ssps, "msg")
+        messages = processed = ignored_count = 0
+        read_s = 0.0
+        clock = time.perf_counter
+        while True:
+            # The read is lazy (storage is read as the loop asks): time it apart from processing.
+            began = clock()
+            batch = next(batches, None)
+            read_s += clock() - began
+            if batch is None:
+                break
+            for ssp_idx, run in _ssp_runs(batch):
+                ssp = ssps[ssp_idx]
+                messages += run.num_rows
+                kinds = run.column("type").to_pylist()
+                if ssp_idx in adjunct_idx:
+                    # A run of one SSP at a time, in stream order (the task's main messages after it see it
+                    # applied): per message, that path costs what a RocksDB put does.
+                    offsets, raw_keys, raw_values, tss = (run.column(name).to_pylist() for name in (
+                        "offset", "key", "value", "timestamp"))
+                    adjunct.on_rows(ssp, offsets, raw_keys, raw_values, tss, kinds)
+                    continue
+                if not isinstance(key_serdes[ssp_idx], BytesSerde) or not isinstance(msg_serdes[ssp_idx], BytesSerde):
+                    self._refuse_serde(ssp)
+                done, skipped = self._deliver_batches(ssp, run, kinds, process_batch, collector, coordinator)
+                processed += done
+                ignored_count += skipped
+        if adjunct_idx:
+            adjunct.read_through({ssps[i]: split.ends[i] for i in adjunct_idx})
+        return messages, processed, 0, ignored_count, read_s
+
+    def _process_rows(self, split: TaskSplit, chunks: Iterator[tuple[int, MessageRows]], process: Any,
+                      collector: _Collector, coordinator: _Coordinator) -> tuple[int, int, int, int, float]:
+        """A per-message task's messages, one envelope each, control messages in place among them (to TaskControl);
+        returns (messages, processed, dropped, ignored, read seconds)."""
+        adjunct = self.adjunct
+        adjunct_idx = self._adjunct_indexes(split)
+        control = self.control
+        ssps = [SystemStreamPartition.parse(s) for s in split.ssps]
+        key_serdes = [None if isinstance(s, BytesSerde) else s for s in self._serdes_for(ssps, "key")]
+        msg_serdes = [None if isinstance(s, BytesSerde) else s for s in self._serdes_for(ssps, "msg")]
+        user = int(MessageType.USER)
+        envelope_cls = IncomingMessageEnvelope
+        messages = processed = dropped = ignored_count = 0
+        read_s = 0.0
+        clock = time.perf_counter
+        on_control = control.on_envelope if control is not None else None
+        while True:
+            # The read is lazy (storage is read as the loop asks): time it apart from processing.
+            began = clock()
+            item = next(chunks, None)
+            read_s += clock() - began
+            if item is None:
+                break
+            ssp_idx, (offsets, raw_keys, raw_values, tss, kinds) = item
+            ssp = ssps[ssp_idx]
+            n = len(offsets)
+            messages += n
+            if ssp_idx in adjunct_idx:
+                # A run of one SSP at a time, in stream order (the task's main messages after it see it
+                # applied): per message, that path costs what a RocksDB put does.
+                adjunct.on_rows(ssp, offsets, raw_keys, raw_values, tss, kinds)
+                continue
+            sizes = _sizes(raw_keys, raw_values)
+            kser = key_serdes[ssp_idx]
+            mser = msg_serdes[ssp_idx]
+            if kser is None and mser is None and not any(kinds):  # USER is 0: user messages only
+                # The common case: user messages only, bytes in and out of the task's own serdes.
+                if control is not None:
+                    # Watermark bookkeeping only (lateness is decided by event-time operators, so a task or
+                    # stage without one delivers every message whatever its event time): once per run.
+                    control.on_user_run(ssp, _max_timestamp(tss))
+                for offset, key, value, ts, size in zip(offsets, raw_keys, raw_values, tss, sizes, strict=True):
+                    try:
+                        process(envelope_cls(ssp, offset, key, value, ts, size), collector, coordinator)
+                    except Exception as exc:
+                        outcome = self._on_message_error(exc, ssp, offset, key, value, ts, collector)
+                        processed -= 1
+                        if outcome == "ignored":
+                            ignored_count += 1
+                        elif outcome == "dropped":
+                            dropped += 1
+                processed += n
+                continue
+            for offset, raw_key, raw_value, ts, kind, size in zip(offsets, raw_keys, raw_values, tss, kinds, sizes,
+                                                                  strict=True):
+                if kind != user:
+                    if on_control is not None:
+                        on_control(envelope_cls(ssp, offset, raw_key, raw_value, ts, 0, MessageType(kind)))
+                    continue
+                if kser is None and mser is None:
+                    key, value = raw_key, raw_value
+                else:
+                    try:
+                        key = kser.from_bytes(raw_key) if kser is not None and raw_key is not None else raw_key
+                        value = (mser.from_bytes(raw_value) if mser is not None and raw_value is not None
+                                 else raw_value)
+                    except Exception as exc:
+                        # A serde that raised anything is still the data's fault, unless sparza says what
+                        # it is (a config or system error: a schema registry that refuses or does not answer).
+                        if not isinstance(exc, SparzaError | ConnectionError | TimeoutError):
+                            exc = SerdeError(f"{type(exc).__name__}: {exc}")
+                        if self._on_message_error(exc, ssp, offset, raw_key, raw_value, ts, collector,
+                                                  deserializing=True) == "dropped":
+                            dropped += 1
+                        continue
+                envelope = envelope_cls(ssp, offset, key, value, ts, size)
+                if on_control is not None:
+                    on_control(envelope)
+                try:
+                    process(envelope, collector, coordinator)
+                except Exception as exc:
+                    outcome = self._on_message_error(exc, ssp, offset, raw_key, raw_value, ts, collector)
+                    if outcome == "ignored":
+                        ignored_count += 1
+                    elif outcome == "dropped":
+                        dropped += 1
+                    continue
+                processed += 1
+        if adjunct_idx:
+            adjunct.read_through({ssps[i]: split.ends[i] for i in adjunct_idx})
+        return messages, processed, dropped, ignored_count, read_s
 
     def _on_message_error(self, exc: Exception, ssp: SystemStreamPartition, offset: str, key: Any, value: Any,
                           ts: int | None, collector: _Collector, *, deserializing: bool = False) -> str:

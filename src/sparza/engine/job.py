@@ -106,11 +106,12 @@ class EngineJob:
         self.job = JobConfig.from_config(config)
         self.config = self.job.config
         self.generation = generation
-        self.inputs = InputSystems(self.job)
+        self.clients = clients if clients is not None else JobClients(self.config)
+        self.inputs = InputSystems(self.job, metrics=self.clients.metrics)
         self.models: dict[str, TaskModel] = {m.name: m for m in self.inputs.task_models()}
         self.task_count = task_count if task_count is not None else len(self.models)
-        self.checkpoints: CheckpointStore = checkpoint_store_from_config(self.config, self.job.job_key)
-        self.clients = clients if clients is not None else JobClients(self.config)
+        self.checkpoints: CheckpointStore = checkpoint_store_from_config(self.config, self.job.job_key,
+                                                                         metrics=self.clients.metrics)
         self.start_positions = ({SystemStreamPartition.parse(k): v for k, v in start_positions.items()}
                                 if start_positions is not None else None)
         self.targets = ({SystemStreamPartition.parse(k): v for k, v in targets.items()}

@@ -37,19 +37,21 @@ from sparza.metrics import MetricsRegistry
 from sparza.state.backup.backup import BACKUP_FACTORIES
 from sparza.state.kv.factory import STORE_FACTORY
 
-__all__ = ["LOCAL_SNAPSHOT_PREFIX", "StoreHandle", "TaskStores"]
+__all__ = ["BLOBSTORE_SCOPE", "LOCAL_SNAPSHOT_PREFIX", "StoreHandle", "TaskStores"]
 
 OBJECT_CACHE_SIZE = define_key("stores.<store>.object.cache.size", 10_000, "Deserialized entries cached per task store "
                                "(write-back, written to the store at commit); 0 turns the cache off.", "runtime",
                                kind=Int(min_value=0))
 
 LOCAL_SNAPSHOT_PREFIX = "local:"
+BLOBSTORE_SCOPE = "blobstore"
+"""The scope of the request counts of the stores' backups and restores (:mod:`sparza.azure.requests`)."""
 _MEMORY_TAG = ":memory-"  # in the local snapshot ids of memory stores: local:<batch>:memory-<unique>
 _log = logging.getLogger(__name__)
 _MARKER_SUFFIX = ".sparza-committed"
 
 
-_ABSENT = object()
+_ABSENT = object()  # not in the cache (a cached None is an absent or deleted key)
 
 
 class StoreHandle:
@@ -85,10 +87,10 @@ class StoreHandle:
         return store
 
     def flush_cache(self) -> None:
-        """Write every dirty cached entry to the store (one atomic write)."""
+        """Write every dirty cached entry to the store (one atomic write; a cached None is a deletion)."""
         if self._dirty:
             cache = self._cache
-            self._live().put_all([(k, None if cache[k] is _ABSENT else cache[k]) for k in self._dirty])
+            self._live().put_all([(k, cache[k]) for k in self._dirty])
             self._dirty.clear()
 
     def _make_room(self) -> None:
@@ -96,29 +98,33 @@ class StoreHandle:
             self.flush_cache()
             self._cache.clear()
 
+    # The cache maps a key to its value, or to None when the key is absent (read so) or deleted: a hit is one dict
+    # lookup whatever the key holds (get and put run once or twice per message).
     def get(self, key: Any) -> Any:
         """The value of ``key`` (None when absent), from the cache when it is there."""
-        if self._limit:
-            value = self._cache.get(key, _ABSENT)
-            if value is not _ABSENT:
-                return value
-            if key in self._cache:  # cached deletion
-                return None
-            value = self._live().get(key)
-            self._make_room()
-            self._cache[key] = _ABSENT if value is None else value
+        value = self._cache.get(key, _ABSENT)
+        if value is not _ABSENT:
             return value
-        return self._live().get(key)
+        return self._read(key)
+
+    def _read(self, key: Any) -> Any:
+        """A key the cache does not hold (it holds none when off): read from the store, and cached."""
+        value = self._live().get(key)
+        if self._limit:
+            self._make_room()
+            self._cache[key] = value
+        return value
 
     def put(self, key: Any, value: Any) -> None:
         """Set ``key`` (None deletes); written to the store by the next cache flush."""
-        if self._limit:
-            if key not in self._cache:
-                self._make_room()
-            self._cache[key] = _ABSENT if value is None else value
-            self._dirty.add(key)
-            return
-        self._live().put(key, value)
+        cache = self._cache
+        if key not in cache:
+            if not self._limit:
+                self._live().put(key, value)
+                return
+            self._make_room()
+        cache[key] = value
+        self._dirty.add(key)
 
     def delete(self, key: Any) -> None:
         """Remove ``key``."""
@@ -134,7 +140,7 @@ class StoreHandle:
         for key in keys:
             if key in cache:
                 value = cache[key]
-                if value is not _ABSENT:
+                if value is not None:
                     out[key] = value
             else:
                 misses.append(key)
@@ -144,7 +150,7 @@ class StoreHandle:
                 value = found.get(key)
                 if key not in cache:
                     self._make_room()
-                    cache[key] = _ABSENT if value is None else value
+                    cache[key] = value
                 if value is not None:
                     out[key] = value
         return out
@@ -176,18 +182,16 @@ class StoreHandle:
     def peek(self, key: Any) -> Any:
         """``key``'s in-flight value (the cache first), without caching it or writing anything: for a reader in
         another thread (a live query) while the task runs."""
-        value = self._cache.get(key, _ABSENT) if self._limit else _ABSENT
+        value = self._cache.get(key, _ABSENT)
         if value is not _ABSENT:
             return value
-        if self._limit and key in self._cache:
-            return None
         return self._live().get(key)
 
     def peek_all(self) -> list[tuple[Any, Any]]:
         """Every in-flight entry, sorted: the store's entries with the cache's dirty writes over them; read-only."""
         dirty = {k: self._cache.get(k) for k in list(self._dirty)}
         merged = {k: v for k, v in self._live().all() if k not in dirty}
-        merged.update({k: v for k, v in dirty.items() if v is not _ABSENT and v is not None})
+        merged.update({k: v for k, v in dirty.items() if v is not None})
         return sorted(merged.items(), key=lambda item: repr(item[0]) if not isinstance(item[0], str | bytes)
                       else item[0] if isinstance(item[0], str) else item[0].decode("utf-8", "replace"))
 
@@ -256,11 +260,13 @@ class TaskStores:
 
     def _backup_client(self) -> Any:
         if self._backup is None:
+            from sparza.azure import StorageRequests
             from sparza.blobstore import blob_store_manager_from_config
             from sparza.state.backup import StateBackup
 
-            self._backup = StateBackup(blob_store_manager_from_config(self.job.config), self.job.name,
-                                       self.job.job_id, self.task, metrics=self.backup_metrics)
+            requests = StorageRequests(self.backup_metrics, BLOBSTORE_SCOPE)
+            self._backup = StateBackup(blob_store_manager_from_config(self.job.config, requests=requests),
+                                       self.job.name, self.job.job_id, self.task, metrics=self.backup_metrics)
         return self._backup
 
     def _delta_limit(self, name: str) -> int:

@@ -21,9 +21,10 @@ from sparza.engine.job import EngineJob, JobClients
 from sparza.engine.split import SOURCE_ARROW_SCHEMA, TaskSplit
 from sparza.metrics import MetricsRegistry
 from sparza.streams import SystemStreamPartition
-from sparza.systems import SupportsArrowRead
+from sparza.systems import MessageRows, SupportsArrowRead, SupportsRowRead
+from sparza.systems.rows import arrow_rows, envelope_rows
 
-__all__ = ["WORKER", "WorkerCaches", "config_key", "read_split"]
+__all__ = ["WORKER", "SplitInput", "WorkerCaches", "config_key", "read_split", "read_split_rows"]
 
 
 def config_key(config: Config) -> str:
@@ -148,3 +149,46 @@ def read_split(clients: JobClients, split: TaskSplit) -> Iterator[pa.RecordBatch
             ], schema=SOURCE_ARROW_SCHEMA)
 
 
+
+
+def read_split_rows(clients: JobClients, split: TaskSplit) -> Iterator[tuple[int, MessageRows]]:
+    """The messages :func:`read_split` reads, as ``(SSP index, column lists)`` runs of one SSP each, in the same
+    order: what a per-message task's envelopes are built from. A consumer that reads column lists itself
+    (:class:`~sparza.systems.SupportsRowRead`: Kafka, whose messages are Python objects) builds no Arrow at all;
+    an Arrow reader's batches are taken apart once here, without the SSP-index column and casts of the batch
+    path."""
+    for i, (name, start, end) in enumerate(zip(split.ssps, split.starts, split.ends, strict=True)):
+        if start == end:
+            continue
+        ssp = SystemStreamPartition.parse(name)
+        consumer = clients.consumer(ssp.system)
+        chunks: Iterator[MessageRows]
+        if isinstance(consumer, SupportsRowRead):
+            chunks = consumer.read_rows(ssp, start, end, include_control=True, bounded=False)
+        elif isinstance(consumer, SupportsArrowRead):
+            chunks = (arrow_rows(batch) for batch in consumer.read_arrow(ssp, start, end, include_control=True,
+                                                                          bounded=False) if batch.num_rows)
+        else:
+            chunks = envelope_rows(consumer.read(ssp, start, end))
+        for chunk in chunks:
+            if chunk.offsets:
+                yield i, chunk
+
+
+class SplitInput:
+    """A task's batch input, read lazily (storage is read as the task asks for it) in the shape its task takes:
+    iterated, Arrow record batches (:func:`read_split`: a batch task's ``process_batch``); :meth:`rows`, column lists
+    per SSP (:func:`read_split_rows`: a per-message task's envelopes, no Arrow built or taken apart)."""
+
+    __slots__ = ("clients", "split")
+
+    def __init__(self, clients: JobClients, split: TaskSplit) -> None:
+        self.clients = clients
+        self.split = split
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        return read_split(self.clients, self.split)
+
+    def rows(self) -> Iterator[tuple[int, MessageRows]]:
+        """The messages as ``(SSP index, column lists)``."""
+        return read_split_rows(self.clients, self.split)

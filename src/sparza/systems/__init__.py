@@ -25,6 +25,7 @@ from sparza.systems.settings import STREAM_INTERMEDIATE
 __all__ = [
     "SYSTEM_FACTORIES",
     "SYSTEM_FACTORY",
+    "MessageRows",
     "StreamSpec",
     "SupportsArrowRead",
     "SupportsArrowSend",
@@ -40,6 +41,7 @@ __all__ = [
     "SupportsPartitionCount",
     "SupportsPartitionGrowth",
     "SupportsProcessingTime",
+    "SupportsRowRead",
     "SupportsStreamLocation",
     "SystemAdmin",
     "SystemConsumer",
@@ -198,6 +200,29 @@ class SupportsArrowRead(Protocol):
                    include_control: bool = True, *, bounded: bool | None = None) -> Iterator[pa.RecordBatch]:
         """Rows of ``ssp`` in ``[start, end)``: columns ``offset`` (string), ``key``/``value`` (binary),
         ``timestamp`` (int64 ms), ``type`` (int8 MessageType), ``producer`` (string), in offset order."""
+        ...
+
+
+class MessageRows(NamedTuple):
+    """A run of one SSP's messages as parallel Python lists (what a per-message task's envelopes are built from):
+    ``offsets`` (str), ``keys``/``values`` (bytes or None), ``timestamps`` (event ms), ``types`` (the
+    :class:`~sparza.streams.MessageType` byte, control messages in place among the data)."""
+
+    offsets: list[str]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    timestamps: list[int | None]
+    types: list[int]
+
+
+@runtime_checkable
+class SupportsRowRead(Protocol):
+    """A consumer that reads an SSP range as Python column lists with no Arrow in between (Kafka: its messages
+    arrive as Python objects, so Arrow would be built only to be taken apart again for a per-message task)."""
+
+    def read_rows(self, ssp: SystemStreamPartition, start: str | None, end: str | None = None,
+                  include_control: bool = True, *, bounded: bool | None = None) -> Iterator[MessageRows]:
+        """The rows :meth:`SupportsArrowRead.read_arrow` would read, in the same order and chunks of any size."""
         ...
 
 

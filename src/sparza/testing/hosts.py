@@ -26,6 +26,7 @@ from sparza.clock import ManualClock
 from sparza.config import Config
 from sparza.engine.inprocess import InProcessHost, InProcessJob
 from sparza.engine.messages import Event
+from sparza.metrics import MetricsRegistry
 
 __all__ = ["ROUND_S", "BatchJob", "ContainerJob", "EngineWrapper", "HostedJob", "RoundOutcome", "RunnerProcess"]
 
@@ -38,10 +39,11 @@ class HostedJob:
     """What both modes share of one job (or one stage of an application): its typed config, task models, checkpoint
     store, drain monitor and the standalone job claim, as a ``sparza run`` processor holds them."""
 
-    def __init__(self, name: str, config: Config) -> None:
+    def __init__(self, name: str, config: Config, *, clock: Callable[[], int] | None = None) -> None:
         from sparza.engine.jobconfig import JobConfig
 
         self.name = name
+        self._clock = clock  # epoch ms (the runner's clock): the drain monitor's polls are timed by it
         self.job = JobConfig.from_config(config)
         self.config = self.job.config
         self.batches = 0
@@ -51,6 +53,10 @@ class HostedJob:
         self.generation = 0
         self.fresh = True
         self.regroups = 0  # times its tasks started again for grown input partitions
+        self.metrics = MetricsRegistry()
+        """The job's registry as a ``sparza run`` driver keeps it: every task result's metric changes merged (a task's
+        own under ``<task>:<group>``), and what the driver's own storage clients count (the drain monitor's reads,
+        the checkpoint reads). Kept across restarts of the runner's process: the whole test's counts."""
         self.open()
 
     def open(self) -> None:
@@ -59,18 +65,32 @@ class HostedJob:
         from sparza.engine.inputs import InputSystems
         from sparza.runtime.driver.drainmonitor import DrainMonitor
 
-        inputs = InputSystems(self.job)
+        inputs = InputSystems(self.job, metrics=self.metrics)
         self.inputs = inputs
         self.tasks = inputs.task_models()
-        self.checkpoints = checkpoint_store_from_config(self.config, self.job.job_key)
-        self.monitor = DrainMonitor(self.config)
+        self.checkpoints = checkpoint_store_from_config(self.config, self.job.job_key, metrics=self.metrics)
+        clock = self._clock
+        # Read every job.drain-monitor.poll.interval.ms of the runner's clock, as a processor reads it on its own.
+        self.monitor = DrainMonitor(self.config, metrics=self.metrics,
+                                    **({"clock": lambda: clock() / 1000.0} if clock is not None else {}))
         self.fresh = True
+
+    def read_drain_now(self) -> None:
+        """Read the drain request at once (a drain requested or removed by the runner itself)."""
+        self.monitor.poll(force=True)
 
     def carry(self, other: HostedJob) -> None:
         """Take over what ``other`` (the same job before a config change) knew: batches, ends, the claim."""
         self.batches, self.ended, self.drained = other.batches, other.ended, other.drained
         self.regroups = other.regroups
         self.claim, self.generation = other.claim, other.generation
+        self.metrics.merge_changes(other.metrics.changes())
+
+    def record(self, results: list[Any]) -> None:
+        """Merge the metric changes of task results into :attr:`metrics`, as the driver does with each report."""
+        for result in results:
+            self.metrics.merge_changes(result.metrics, f"{result.task}:")
+            self.metrics.merge_changes(result.system_metrics)
 
     def hold_claim(self, processor_id: str, clock: ManualClock) -> None:
         """Take the job's claim as ``sparza run`` does (and fence older holders), or renew it when held:
@@ -166,8 +186,8 @@ class BatchJob(HostedJob):
 
         if self.pending is None:
             self._check_partitions()
-            # The driver's drain monitor, read before every plan (a processor reads it every poll interval).
-            self.planner.drain = self.monitor.poll(force=True)
+            # The driver's drain monitor, read before a plan once its poll interval passed (as a processor does).
+            self.planner.drain = self.monitor.poll()
             planned = self.planner.next(self.plan, now_ms)
             if planned is self.plan:
                 return []
@@ -186,6 +206,7 @@ class BatchJob(HostedJob):
                 if isinstance(exc.__cause__, InjectedFault):
                     raise InjectedFault(str(exc.__cause__)) from exc
                 raise
+        self.record(results)
         failed = [r for r in results if r.status is BatchStatus.FAILED]
         if failed:
             raise tasks_failed([r.error for r in failed])  # as sparza run reports them
@@ -199,6 +220,7 @@ class BatchJob(HostedJob):
             from sparza.runtime.driver.drainmonitor import finish_drain
 
             finish_drain(self.config)
+            self.read_drain_now()  # the next plan must not run under the request just removed
         return results
 
     def freeze(self) -> None:
@@ -271,6 +293,7 @@ class ContainerJob(HostedJob):
         for event in events:
             if isinstance(event, TaskResult):
                 out.results.append(event.result)
+                self.record([event.result])
                 self.waiting.pop(event.result.task, None)
             elif isinstance(event, TaskWaiting):
                 self.waiting[event.task] = event.why
@@ -384,7 +407,7 @@ class RunnerProcess:
         from sparza.engine.container import MAX_RESTARTS
 
         member = _Member(job.config, generation=job.generation, once=once,
-                         max_restarts=MAX_RESTARTS.get(job.config), drain=drain)
+                         max_restarts=MAX_RESTARTS.get(job.config), drain=drain, metrics=job.metrics)
         job.drain_json = drain
         job.joined(member)
         self.host.join(member)

@@ -49,6 +49,7 @@ from sparza.config.shared import APP_CLASS, APP_STAGE, JOB_NAME, TASK_CLASS
 from sparza.control.settings import INTERMEDIATE_OUTPUTS
 from sparza.engine.commit import CommitStep
 from sparza.errors import SparzaError
+from sparza.metrics import MetricsRegistry
 from sparza.serde import Serde, serde_from_name
 from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream
 from sparza.systems.settings import STREAM_INTERMEDIATE, stream_serde
@@ -479,6 +480,7 @@ class TestRunner:
         pending = list(self._jobs)
         for job in pending:
             job.monitor.enabled = True  # as `sparza run --drain`, whatever job.drain-monitor.enabled says
+            job.read_drain_now()
         containers = self.mode != "batches"
         if containers:
             for member in self._container_jobs():
@@ -514,6 +516,8 @@ class TestRunner:
                     for member in self._container_jobs():
                         self._container_process().leave(member)
                     finish_drain(self._jobs[0].config)
+                    for job in self._jobs:
+                        job.read_drain_now()
                     report.drained = request.id
                     report.ended = all(job.ended for job in self._jobs)
                     return report
@@ -581,8 +585,9 @@ class TestRunner:
             job.member = None
 
     def _drain_request(self, job: HostedJob) -> dict[str, Any] | None:
-        """The job's drain request as its driver's monitor reads it (None: none)."""
-        request = job.monitor.poll(force=True)
+        """The job's drain request as its driver's monitor reads it (None: none): read once its poll interval passed on
+        the runner's clock, as a processor does (a drain the runner requests or removes is read at once)."""
+        request = job.monitor.poll()
         return request.to_json() if request is not None else None
 
     def _ensure_joined(self, job: ContainerJob, *, once: bool) -> None:
@@ -644,7 +649,9 @@ class TestRunner:
             # What a processor does when it stops drained: the request goes once every task of every job drained.
             from sparza.runtime.driver.drainmonitor import finish_drain
 
-            finish_drain(job.config)
+            if finish_drain(job.config) is not None:
+                for each in self._jobs:  # no stage may plan under the request just removed
+                    each.read_drain_now()
 
     @contextlib.contextmanager
     def _stopping_on_failure(self, jobs: list[ContainerJob]) -> Iterator[None]:
@@ -742,7 +749,6 @@ class TestRunner:
     def store_items(self, name: str, *, job: str | None = None) -> dict[str, list[tuple[Any, Any]]]:
         """As :meth:`store`, as ``(key, value)`` pairs in key order."""
         from sparza.engine.stores import TaskStores
-        from sparza.metrics import MetricsRegistry
 
         self._start()
         owners = [j for j in self._jobs if name in j.job.store_names and (job is None or j.name == job)]
@@ -773,6 +779,17 @@ class TestRunner:
             raise TestInputError(f"checkpoints(job=...): name one of the jobs {', '.join(self.jobs)}"
                                  if owners else f"no job {job!r}; the jobs are: {', '.join(self.jobs)}")
         return dict(owners[0].checkpoints.read_all())
+
+    def metrics(self, *, job: str | None = None) -> MetricsRegistry:
+        """The metrics of ``job`` (an application's stage name; None: the only job) as ``sparza run``'s driver keeps
+        them: every task result's counts merged (a task's own under ``<task>:<group>``) and the driver side's own,
+        such as its Azure Storage requests (``storage.<scope>`` groups, :mod:`sparza.azure.requests`)."""
+        self._start()
+        owners = [j for j in self._jobs if job is None or j.name == job]
+        if len(owners) != 1:
+            raise TestInputError(f"metrics(job=...): name one of the jobs {', '.join(self.jobs)}"
+                                 if owners else f"no job {job!r}; the jobs are: {', '.join(self.jobs)}")
+        return owners[0].metrics
 
     @property
     def state_dir(self) -> Path:
@@ -916,13 +933,17 @@ class TestRunner:
 
         if APP_CLASS.get(config) is not None and APP_STAGE.get(config) is None:
             check_application(config)
-        for _, stage_config in stages:
-            check_job(stage_config)  # what `sparza run` checks before Spark starts
+        checked: dict[str, MetricsRegistry] = {}
+        for name, stage_config in stages:
+            checked[name] = MetricsRegistry()  # the checks' storage requests, counted as the job's
+            check_job(stage_config, metrics=checked[name])  # what `sparza run` checks before Spark starts
         for name, stage_config in stages:
             hooked = stage_config.with_overrides(with_faults(stage_config, **{FAULT_HOOK.key: self._hook_id(name)}))
             register_fault_hook(self._hook_id(name), self._fault_hook(name))
             kind = BatchJob if execution_mode(hooked) == "batches" else ContainerJob
-            self._jobs.append(kind(name, hooked))
+            job = kind(name, hooked, clock=self.clock)
+            job.metrics.merge_changes(checked[name].changes())
+            self._jobs.append(job)
 
     def _hold_claim(self, job: HostedJob) -> None:
         if self.claim:

@@ -245,3 +245,28 @@ def test_send_batch_keeps_order_with_single_sends(delta_config: Config, read_all
     assert [e.key for e in got][2:4] == [b"a", None]
     with pytest.raises(ValueError, match="out of range"):
         producer.send_batch("t", "s", 2, pa.table({"key": [b"a"], "value": [b"b"], "timestamp": [1]}))
+
+
+def test_a_message_without_event_time_gets_the_time_it_was_buffered_and_control_types_stay(
+        delta_config: Config) -> None:
+    import time
+
+    DeltaSystemAdmin("d", delta_config).create_stream(StreamSpec("s", 1))
+    producer = DeltaSystemProducer("d", delta_config)
+    producer.register("t")
+    before = int(time.time() * 1000)
+    sent = [OutgoingMessageEnvelope(S, b"a", key=b"k", partition=0),
+            OutgoingMessageEnvelope(S, b"b", key=b"k", partition=0, timestamp=7),
+            OutgoingMessageEnvelope(S, b"", partition=0, timestamp=9, type=MessageType.WATERMARK),
+            OutgoingMessageEnvelope(S, "c", key="k", partition=0, timestamp=8.0)]  # a str key needs a serde
+    producer.send("t", sent[0])
+    producer.send("t", sent[1])
+    producer.send("t", sent[2])
+    with pytest.raises(Exception, match="bytes serde needs bytes"):
+        producer.send("t", sent[3])
+    producer.flush("t")
+    after = int(time.time() * 1000)
+    got = list(DeltaSystemConsumer("d", delta_config).read(SystemStreamPartition("d", "s", 0), None))
+    assert [(e.message, e.type) for e in got] == [(b"a", MessageType.USER), (b"b", MessageType.USER),
+                                                 (b"", MessageType.WATERMARK)]
+    assert before <= got[0].timestamp <= after and [e.timestamp for e in got[1:]] == [7, 9]

@@ -146,6 +146,9 @@ def test_read_is_exactly_the_range(kafka_config: Config, topic: Callable[..., st
     batches = list(consumer.read_arrow(ssp, "0", "10"))
     assert sum(b.num_rows for b in batches) == 10
     assert batches[0].schema.names == ["offset", "partition", "key", "value", "timestamp", "type", "producer"]
+    # Column lists (a per-message task's path, no Arrow) hold the very rows the Arrow batches hold.
+    arrow = [(r["offset"], r["key"], r["value"], r["timestamp"], r["type"]) for b in batches for r in b.to_pylist()]
+    assert [row for rows in consumer.read_rows(ssp, "0", "10") for row in zip(*rows, strict=True)] == arrow
     consumer.stop()
 
 
@@ -157,6 +160,9 @@ def test_bounded_read_ends_with_end_of_stream(kafka_config: Config, topic: Calla
     got = list(consumer.read(SystemStreamPartition("k", name, 0), None, bounded=True))
     assert [(e.offset, e.type) for e in got] == [("0", MessageType.USER), ("1", MessageType.USER),
                                                   ("2", MessageType.END_OF_STREAM)]
+    rows = [row for chunk in consumer.read_rows(SystemStreamPartition("k", name, 0), None, bounded=True)
+            for row in zip(chunk.offsets, chunk.values, chunk.types, strict=True)]
+    assert rows == [("0", b"x", 0), ("1", b"y", 0), ("2", None, int(MessageType.END_OF_STREAM))]
 
 
 def test_control_messages_travel_in_headers(kafka_config: Config, kafka_bootstrap: str,
@@ -175,6 +181,9 @@ def test_control_messages_travel_in_headers(kafka_config: Config, kafka_bootstra
     assert [(r["type"], r["producer"]) for r in flat] == [(0, None), (1, "Partition 7")]
     assert flat[1]["timestamp"] == 1234
     assert [r["type"] for b in consumer.read_arrow(ssp, "0", "2", include_control=False) for r in b.to_pylist()] == [0]
+    chunks = list(consumer.read_rows(ssp, "0", "2"))
+    assert [(t, ts) for c in chunks for t, ts in zip(c.types, c.timestamps, strict=True)][1] == (1, 1234)
+    assert [t for c in consumer.read_rows(ssp, "0", "2", include_control=False) for t in c.types] == [0]
 
 
 def test_range_ending_in_a_transaction_marker_terminates(kafka_config: Config, kafka_bootstrap: str,

@@ -391,17 +391,22 @@ def test_partitioning_is_kafkas_default_and_control_messages_have_headers(kafka_
                                                                            unique_name: str) -> None:
     name = topic(4)
     app = f"{unique_name}-job/{TASK}"
-    producer = KafkaSystemProducer("k", kafka_config)
+    metrics = MetricsRegistry()
+    producer = KafkaSystemProducer("k", Config({**dict(kafka_config.items()), "systems.k.samza.key.serde": "string"}),
+                                   metrics)
     producer.register(TASK)
     producer.begin(TASK, Transaction(app, 1))
     stream = SystemStream("k", name)
     for key in (b"21", b"foobar", b"abc"):
         producer.send(TASK, OutgoingMessageEnvelope(stream, b"v-" + key, key=key))
+    for key in ("21", "foobar", "abc"):  # the same keys again (the partition remembered), as str (string serde)
+        producer.send(TASK, OutgoingMessageEnvelope(stream, b"w-" + key.encode(), key=key))
     producer.send(TASK, OutgoingMessageEnvelope(stream, b"by-pkey", key=b"x", partition_key="foobar"))
     producer.send(TASK, OutgoingMessageEnvelope(stream, b"explicit", key=b"21", partition=3))
     producer.send(TASK, OutgoingMessageEnvelope(stream, b"", partition=2, timestamp=99, type=MessageType.WATERMARK))
     producer.send(TASK, OutgoingMessageEnvelope(stream, b"epoch", partition=2, timestamp=0))   # not "now"
     producer.flush(TASK, transaction=Transaction(app, 1))
+    assert metrics.counter("k", "messages-sent").count == 10  # counted at flush, once each
     # Java's Utils.murmur2: "21" -> -973932308, "foobar" -> -790332482, "abc" -> 479470107 (Kafka's UtilsTest)
     assert [partition_for(k, 4) for k in (b"21", b"foobar", b"abc")] == [
         (-973932308 & 0x7FFFFFFF) % 4, (-790332482 & 0x7FFFFFFF) % 4, (479470107 & 0x7FFFFFFF) % 4]
@@ -412,6 +417,8 @@ def test_partitioning_is_kafkas_default_and_control_messages_have_headers(kafka_
     assert where[b"v-21"] == partition_for(b"21", 4)
     assert where[b"v-foobar"] == partition_for(b"foobar", 4)
     assert where[b"v-abc"] == partition_for(b"abc", 4)
+    assert [where[b"w-" + k] for k in (b"21", b"foobar", b"abc")] == [partition_for(k, 4) for k in (b"21", b"foobar",
+                                                                                                   b"abc")]
     assert where[b"by-pkey"] == partition_for(b"foobar", 4)
     assert where[b"explicit"] == 3
     consumer = KafkaSystemConsumer("k", kafka_config)

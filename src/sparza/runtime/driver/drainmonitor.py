@@ -22,6 +22,7 @@ from sparza.engine.drain import (
 from sparza.engine.errors import RuntimeStateError
 from sparza.engine.inputs import InputSystems
 from sparza.engine.jobconfig import JobConfig
+from sparza.metrics import MetricsRegistry
 
 __all__ = ["DrainMonitor", "drain_completed", "drain_ends", "finish_drain", "request_drain"]
 
@@ -91,8 +92,11 @@ class DrainMonitor:
     """Samza's DrainMonitor: the job's drain request, read at most every ``job.drain-monitor.poll.interval.ms``
     (the first call reads at once). A read that fails (storage unreachable) keeps what was read last."""
 
-    def __init__(self, config: Config, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, config: Config, *, clock: Callable[[], float] = time.monotonic,
+                 metrics: MetricsRegistry | None = None) -> None:
         self.config = config
+        self.metrics = metrics
+        """Where the reads' storage requests are counted (the driver's registry), or None."""
         self.enabled = DRAIN_MONITOR_ENABLED.get(config)
         self.interval_s = DRAIN_MONITOR_INTERVAL_MS.get(config) / 1000.0
         self._clock = clock
@@ -111,7 +115,7 @@ class DrainMonitor:
             return self.current
         self._next = now + self.interval_s
         try:
-            self.current = read_drain(self.config)
+            self.current = read_drain(self.config, metrics=self.metrics)
             self.reads += 1
         except RuntimeStateError:
             raise

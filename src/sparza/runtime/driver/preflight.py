@@ -35,12 +35,16 @@ from sparza.config import Config, OptionalKey
 from sparza.config.shared import APP_CLASS, LOGGED_STORE_BASE_DIR, TASK_CLASS
 from sparza.engine.jobconfig import CHECKPOINT_AZURE_CONTAINER, CHECKPOINT_FACTORY, CHECKPOINT_LOCAL_DIR, JobConfig
 from sparza.errors import ConfigError, SparzaError, StartCheckError
+from sparza.metrics import MetricsRegistry
 from sparza.state.backup.backup import BACKUP_FACTORIES
 from sparza.systems import SYSTEM_FACTORY
 from sparza.systems.delta.settings import ACCOUNT_NAME as DELTA_ACCOUNT_NAME
 
-__all__ = ["check_application", "check_deployment", "check_executor_imports", "check_job", "check_storage",
-           "load_checked", "store_names_asked"]
+__all__ = ["PROBES_SCOPE", "check_application", "check_deployment", "check_executor_imports", "check_job",
+           "check_storage", "load_checked", "store_names_asked"]
+
+PROBES_SCOPE = "probes"
+"""The scope of the request counts of the start checks and of the storage watch (:mod:`sparza.azure.requests`)."""
 
 
 def load_checked(path: str, key: str) -> Any:
@@ -161,11 +165,15 @@ def _blob_store_used(config: Config) -> bool:
     return any("blobstore" in BACKUP_FACTORIES.get(config, **names) for names in BACKUP_FACTORIES.find(config))
 
 
-def check_storage(config: Config, *, blob_store: bool = True, local: bool = True) -> None:
+def check_storage(config: Config, *, blob_store: bool = True, local: bool = True,
+                  metrics: MetricsRegistry | None = None) -> None:
     """The checkpoint store and (``blob_store``) the blob store can be used: one authenticated call per
     Azure container; with ``local``, a write probe per local dir (the state dir included). Raises
-    :class:`StartCheckError` naming the key, the endpoint and what to check."""
-    from sparza.azure import check_container, resolve_storage_account, storage_timeout_s
+    :class:`StartCheckError` naming the key, the endpoint and what to check. ``metrics`` counts the calls
+    (group ``storage.probes``)."""
+    from sparza.azure import StorageRequests, check_container, resolve_storage_account, storage_timeout_s
+
+    requests = StorageRequests(metrics, PROBES_SCOPE) if metrics is not None else None
 
     checked: set[str] = set()
 
@@ -176,7 +184,7 @@ def check_storage(config: Config, *, blob_store: bool = True, local: bool = True
         if name in checked:
             return
         checked.add(name)
-        check_container(resolve_storage_account(config), name, key, storage_timeout_s(config))
+        check_container(resolve_storage_account(config), name, key, storage_timeout_s(config), requests=requests)
 
     def directory(path: str, key: str) -> None:
         if local:
@@ -197,14 +205,15 @@ def check_storage(config: Config, *, blob_store: bool = True, local: bool = True
         directory(os.path.abspath(state_dir), LOGGED_STORE_BASE_DIR.key)  # ${VARS}: differs per executor host
 
 
-def check_job(config: Config) -> None:
+def check_job(config: Config, *, metrics: MetricsRegistry | None = None) -> None:
     """Every check of a ``task.class`` job (or one planned stage of an application), driver-side and
-    before Spark: raises :class:`StartCheckError` (or the :class:`ConfigError` of a bad value)."""
+    before Spark: raises :class:`StartCheckError` (or the :class:`ConfigError` of a bad value); ``metrics``
+    counts the storage calls."""
     job = JobConfig.from_config(config)
     if job.task_class is not None:
         _check_task_class(job)
     _check_systems(job)
-    check_storage(job.config)
+    check_storage(job.config, metrics=metrics)
 
 
 def check_application(config: Config) -> None:

@@ -16,7 +16,8 @@ from sparza.engine.inputs import InputSystems
 from sparza.engine.jobconfig import JobConfig
 from sparza.engine.results import BatchResult, BatchStatus
 
-__all__ = ["EXIT_CODES", "BootstrapProgress", "Discards", "RunNotices", "RunOutcome", "short_error"]
+__all__ = ["EXIT_CODES", "BootstrapProgress", "Discards", "RunNotices", "RunOutcome", "describe_storage_requests",
+           "short_error"]
 
 
 EXIT_CODES = {0: "stopped cleanly (signal, --once done, drained, all inputs ended, or a task asked to shut down)",
@@ -146,6 +147,15 @@ class RunNotices:
         """``"2 task batch(es) skipped (already committed: a replay), 1 store(s) restored from the blob
         store"`` (only the non-zero ones)."""
         return ", ".join(words.format(getattr(self, name)) for name, words in self._WORDS if getattr(self, name))
+
+
+def describe_storage_requests(requests: int, task_commits: int, seconds: float) -> str:
+    """The summary's words for the Azure Storage requests a run sent (``""`` when it sent none):
+    ``"1,230 storage requests (2.46 per task-commit, 41.0/s)"``."""
+    if requests <= 0:
+        return ""
+    per_commit = f"{requests / task_commits:.2f} per task-commit, " if task_commits else ""
+    return f"{requests:,} storage requests ({per_commit}{requests / max(seconds, 1e-9):.1f}/s)"
 
 
 @dataclass

@@ -24,6 +24,7 @@ from typing import Any
 
 from sparza.config import Int, define_key
 from sparza.control.settings import DELETE_COMMITTED
+from sparza.metrics import MetricsRegistry
 from sparza.streams import SystemStreamPartition
 from sparza.systems import SupportsDeleteMessages
 
@@ -38,9 +39,11 @@ _INTERVAL_MS = define_key("job.delete.committed.messages.interval.ms", 60_000,
 class CommittedMessages:
     """Deletes the committed messages of a job's input streams that ask for it (intermediate ones by default)."""
 
-    def __init__(self, job: Any, admins: Mapping[str, Any], *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, job: Any, admins: Mapping[str, Any], *, clock: Callable[[], float] = time.monotonic,
+                 metrics: MetricsRegistry | None = None) -> None:
         config = job.config
         self.job = job
+        self.metrics = metrics  # counts the checkpoint reads' storage requests
         self.streams = {spec.stream for spec in job.inputs
                         if not spec.broadcast and DELETE_COMMITTED.get(config, system=spec.stream.system,
                                                                        stream=spec.stream.stream)}
@@ -66,7 +69,8 @@ class CommittedMessages:
         from sparza.engine.checkpoint import checkpoint_store_from_config
 
         out: dict[SystemStreamPartition, str] = {}
-        for checkpoint in checkpoint_store_from_config(self.job.config, self.job.job_key).read_all().values():
+        store = checkpoint_store_from_config(self.job.config, self.job.job_key, metrics=self.metrics)
+        for checkpoint in store.read_all().values():
             if checkpoint.batch == 0:  # only an intent: nothing committed yet, so its partitions keep everything
                 continue
             for key, offset in checkpoint.offsets.items():

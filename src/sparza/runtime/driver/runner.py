@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sparza.azure.requests import TOTAL as STORAGE_TOTAL
 from sparza.config import Config, Int, define_key
 from sparza.engine.errors import JobFailedError, tasks_failed
 from sparza.engine.inputs import InputSystems
@@ -35,7 +36,14 @@ from sparza.errors import SparzaError
 from sparza.interrupts import StopOnSignals
 from sparza.metrics import JsonLinesReporter, MetricsRegistry, attach_prometheus
 from sparza.runtime.driver.preflight import check_executor_imports
-from sparza.runtime.driver.report import BootstrapProgress, Discards, RunNotices, RunOutcome, short_error
+from sparza.runtime.driver.report import (
+    BootstrapProgress,
+    Discards,
+    RunNotices,
+    RunOutcome,
+    describe_storage_requests,
+    short_error,
+)
 from sparza.runtime.driver.retention import CommittedMessages
 from sparza.runtime.driver.session import add_py_files, build_spark_session, is_connect, py_files
 
@@ -74,6 +82,7 @@ class JobRunner:
         self._claim: Any = None
         self._claim_lost: BaseException | None = None
         self._started = False
+        self._started_at = time.monotonic()
         self.status = status or (lambda line: print(line, file=sys.stderr, flush=True))
         self.install_signal_handlers = install_signal_handlers
         self._spark = spark
@@ -145,7 +154,7 @@ class JobRunner:
         from sparza.coordination.jobclaim import CLAIM_RENEW_INTERVAL_MS, CLAIM_TIMEOUT_MS, JobClaim
         from sparza.engine.checkpoint import SupportsJobClaim, checkpoint_store_from_config, stamp_generation
 
-        store = checkpoint_store_from_config(self.config, self.job.job_key)
+        store = checkpoint_store_from_config(self.config, self.job.job_key, metrics=self.metrics)
         if not isinstance(store, SupportsJobClaim):
             raise JobFailedError(f"the checkpoint store {store.describe()} cannot keep a job claim")
 
@@ -159,7 +168,7 @@ class JobRunner:
         self._claim = claim
         try:
             # The run's own InputSystems: the first to settle the partition record sees (and says) what changed.
-            self._inputs = self._inputs or InputSystems(self.job)
+            self._inputs = self._inputs or InputSystems(self.job, metrics=self.metrics)
             stamp_generation(store, [t.name for t in self._inputs.task_models()], epoch)
         except BaseException:
             self._release_claim()
@@ -277,6 +286,7 @@ class JobRunner:
             "late-messages": discards.late,
             "late-messages-routed": discards.late_routed,
             "batches": batches,
+            "task-commits": sum(1 for r in results if r.status is BatchStatus.COMMITTED),
             "tasks-skipped": notices.tasks_skipped,
             "flushes-skipped": notices.flushes_skipped,
             "stores-restored-from-blob-store": notices.restores,
@@ -393,14 +403,15 @@ class JobRunner:
         """Build the SparkSession if needed and start the query (returns at once)."""
         self.acquire_claim()  # before anything touches the job's shared files
         self._started = True
+        self._started_at = time.monotonic()  # the summary's requests per second are over the run from here
         from sparza.runtime.driver.drainmonitor import DrainMonitor, request_drain
 
         if self.drain_at_start:
             request_drain([self.config])
-        self._drain_monitor = DrainMonitor(self.config)
+        self._drain_monitor = DrainMonitor(self.config, metrics=self.metrics)
         self._poll_drain(force=True)  # the first epoch (containers) or plan already knows a pending drain
-        self._inputs = inputs = self._inputs or InputSystems(self.job)
-        self._committed_messages = CommittedMessages(self.job, inputs.admins)
+        self._inputs = inputs = self._inputs or InputSystems(self.job, metrics=self.metrics)
+        self._committed_messages = CommittedMessages(self.job, inputs.admins, metrics=self.metrics)
         self._bootstrap = BootstrapProgress(self.job, inputs)
         tasks = self._tasks(inputs)
         self._task_count = len(inputs.task_models())
@@ -418,7 +429,7 @@ class JobRunner:
         from sparza.azure import storage_timeout_s
         from sparza.runtime.driver.storagewatch import StorageWatch, azure_probes
 
-        self._watch = StorageWatch(azure_probes(self.config), storage_timeout_s(self.config),
+        self._watch = StorageWatch(azure_probes(self.config, self.metrics), storage_timeout_s(self.config),
                                    lambda line: self.status(f"sparza: {self.job.job_key}: warning: {line}"),
                                    self.metrics)
         if self._spark is None:
@@ -490,16 +501,16 @@ class JobRunner:
         self._stop_reason = ""
         self._stop_live_queries()
         old = self._inputs
-        self._inputs = inputs = InputSystems(self.job)
+        self._inputs = inputs = InputSystems(self.job, metrics=self.metrics)
         if old is not None:
             old.close()
-        self._committed_messages = CommittedMessages(self.job, inputs.admins)
+        self._committed_messages = CommittedMessages(self.job, inputs.admins, metrics=self.metrics)
         self._bootstrap = BootstrapProgress(self.job, inputs)
         tasks = self._tasks(inputs)
         self._task_count = len(inputs.task_models())
         self._task_offsets.clear()
         if self._claim is not None:  # tasks new to the job are fenced like the others
-            stamp_generation(checkpoint_store_from_config(self.config, self.job.job_key),
+            stamp_generation(checkpoint_store_from_config(self.config, self.job.job_key, metrics=self.metrics),
                              [t.name for t in tasks], self.generation)
         self._say_grouping(inputs)
         self.status(f"sparza: {self.job.job_key}: every task stopped at a batch boundary; starting {len(tasks)} "
@@ -546,7 +557,7 @@ class JobRunner:
         check_container_session(spark)
         start = {str(ssp): pos.upcoming for ssp, pos in self._inputs.positions().items()}
         names = [t.name for t in tasks]
-        store = checkpoint_store_from_config(self.config, self.job.job_key)
+        store = checkpoint_store_from_config(self.config, self.job.job_key, metrics=self.metrics)
         shipped = dict(self._shipped)
         cfg = self.config
 
@@ -608,7 +619,7 @@ class JobRunner:
             return
         server.add(LiveJob(self.job.job_key, names, router(self.config, self._inputs)))
         self._live = server
-        store = checkpoint_store_from_config(self.config, self.job.job_key)
+        store = checkpoint_store_from_config(self.config, self.job.job_key, metrics=self.metrics)
         if isinstance(store, SupportsJobDocuments):
             document = {"url": server.url, "job": self.job.job_key, "processor": self.processor_id,
                         "host": socket.gethostname(), "pid": os.getpid(), "tasks": names}
@@ -625,7 +636,7 @@ class JobRunner:
         from sparza.engine.checkpoint import SupportsJobDocuments, checkpoint_store_from_config
         from sparza.runtime.driver.livequery import LIVE_DOCUMENT
 
-        store = checkpoint_store_from_config(self.config, self.job.job_key)
+        store = checkpoint_store_from_config(self.config, self.job.job_key, metrics=self.metrics)
         if isinstance(store, SupportsJobDocuments):
             with contextlib.suppress(Exception):
                 found = store.read_document(LIVE_DOCUMENT)
@@ -663,7 +674,7 @@ class JobRunner:
         from sparza.engine.planner import plan_resets
         from sparza.streams import SystemStreamPartition
 
-        checkpoints = checkpoint_store_from_config(self.config, self.job.job_key).read_all()
+        checkpoints = checkpoint_store_from_config(self.config, self.job.job_key, metrics=self.metrics).read_all()
         resets, warnings = plan_resets(self.job, tasks, checkpoints)
         for warning in warnings:
             _log.warning("%s: %s", self.job.job_key, warning)
@@ -685,7 +696,7 @@ class JobRunner:
         from sparza.engine.planner import input_after_end, input_after_end_error
         from sparza.state.adjunct import AdjunctConfig
 
-        checkpoints = checkpoint_store_from_config(self.config, self.job.job_key).read_all()
+        checkpoints = checkpoint_store_from_config(self.config, self.job.job_key, metrics=self.metrics).read_all()
         if not all(t.name in checkpoints and checkpoints[t.name].ended for t in tasks):
             return False
         assert self._inputs is not None
@@ -804,7 +815,8 @@ class JobRunner:
             positions = inputs.positions()
             offsets = dict(self._task_offsets)
             if len(offsets) < len(self._tasks(inputs)):
-                for name, cp in checkpoint_store_from_config(self.config, self.job.job_key).read_all().items():
+                store = checkpoint_store_from_config(self.config, self.job.job_key, metrics=self.metrics)
+                for name, cp in store.read_all().items():
                     offsets.setdefault(name, dict(cp.offsets))
             out: dict[str, int] = {}
             for model in self._tasks(inputs):
@@ -886,7 +898,11 @@ class JobRunner:
         reason = self._stop_reason or ("caught up (--once)" if self.once else "stopped")
         detail = self._drained() if reason == "drained" or (self.drain is not None and reason == "all inputs ended") \
             else ""
+        requests = describe_storage_requests(self.metrics.total(STORAGE_TOTAL),
+                                             self.metrics.value("aggregate", "task-commits"),
+                                             time.monotonic() - self._started_at)
         self.status(f"sparza: {self.job.job_key}: {reason}{detail}; {self._batches} batch(es) committed"
+                    + (f"; {requests}" if requests else "")
                     + (f"; {self.notices.describe()}" if self.notices else "")
                     + (f"; {self.discards.describe()}" if self.discards else ""))
         if self.discards:

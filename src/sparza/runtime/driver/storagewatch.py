@@ -30,17 +30,19 @@ Probe = Callable[[float], None]
 """One cheap call with a timeout in seconds: raises (a one-line message) when storage does not answer."""
 
 
-def azure_probes(config: Config) -> dict[str, Probe]:
-    """``{what: probe}`` for each Azure container a job's tasks use while running (none for local storage)."""
-    from sparza.azure import TIMEOUT_KEY, check_container, resolve_storage_account
-    from sparza.runtime.driver.preflight import check_storage
+def azure_probes(config: Config, metrics: MetricsRegistry | None = None) -> dict[str, Probe]:
+    """``{what: probe}`` for each Azure container a job's tasks use while running (none for local storage); their
+    requests are counted in ``metrics`` (group ``storage.probes``) when given."""
+    from sparza.azure import TIMEOUT_KEY, StorageRequests, check_container, resolve_storage_account
+    from sparza.runtime.driver.preflight import PROBES_SCOPE, check_storage
     from sparza.systems.azureblob.settings import ACCOUNT_KEYS as AZUREBLOB_ACCOUNT
 
+    requests = StorageRequests(metrics, PROBES_SCOPE) if metrics is not None else None
     probes: dict[str, Probe] = {}
     if MANAGER_FACTORY.get(config) == "azure" or CHECKPOINT_FACTORY.get(config) == "azure":
         def stores(timeout_s: float) -> None:
             check_storage(Config({**dict(config.items()), TIMEOUT_KEY: str(max(1, int(timeout_s * 1000)))}),
-                          local=False)
+                          local=False, metrics=metrics)
 
         probes["the blob store / checkpoint store"] = stores
     for key, value in config.items():
@@ -51,7 +53,7 @@ def azure_probes(config: Config) -> dict[str, Probe]:
 
             def output(timeout_s: float, system: str = system) -> None:
                 account = resolve_storage_account(config, AZUREBLOB_ACCOUNT, names={"container": system})
-                check_container(account, system, f"systems.{system}.samza.factory", timeout_s)
+                check_container(account, system, f"systems.{system}.samza.factory", timeout_s, requests=requests)
 
             probes[f"the Azure blob output '{system}'"] = output
     return probes

@@ -171,7 +171,9 @@ class AzureBlobSystemProducer:
             from sparza.azure import resolve_storage_account
 
             account = resolve_storage_account(self.config, ACCOUNT_KEYS, names={"container": self.system})
-            client = account.blob_service_client()
+            from sparza.azure import StorageRequests
+
+            client = account.blob_service_client(requests=StorageRequests(self.registry, f"system.{self.system}"))
         request_timeout_s = max(self.settings.flush_timeout_ms, self.settings.close_timeout_ms) / 1000.0
         storage = BlobStorage(client, self.system, request_timeout_s=request_timeout_s)
         try:

@@ -1,4 +1,9 @@
-"""``DeltaSystemAdmin``: create and describe streams, and give per-partition offsets."""
+"""``DeltaSystemAdmin``: create, describe and grow streams, and give per-partition offsets.
+
+A stream's partition count is its table's property ``sparza.partitions``. :meth:`DeltaSystemAdmin.grow_stream`
+raises it in a metadata-only commit (Kafka's CreatePartitions for a Delta stream): rows already written keep their
+partitions and offsets, and the new partitions start empty. Metadata reads follow the count as the log's commits
+set it, so a running job notices within one poll (:mod:`sparza.engine.partitions`)."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from typing import Any
 from sparza.config import Config
 from sparza.streams import SystemStreamPartition
 from sparza.systems import StreamSpec, SystemStreamMetadata, SystemStreamPartitionMetadata
-from sparza.systems.delta.errors import PartitionCountMismatchError, StreamNotFoundError
+from sparza.systems.delta.errors import DeltaStreamError, PartitionCountMismatchError, StreamNotFoundError
 from sparza.systems.delta.log import DeltaLog
 from sparza.systems.delta.offsets import DeltaOffset, offset_key
 from sparza.systems.delta.retention import read_horizon
@@ -41,6 +46,7 @@ class _StreamIndex:
     scanned_to: int
     spans: dict[int, _PartitionSpan] = field(default_factory=dict)
     identity: str = ""  # the table incarnation it describes (DeltaLog.identity)
+    partitions: int | None = None  # the count the newest scanned commit that set the table's metadata gave
 
 
 class DeltaSystemAdmin:
@@ -130,13 +136,29 @@ class DeltaSystemAdmin:
 
         return partition_for(key, self.partition_count(stream))
 
-    def partition_count(self, stream: str) -> int:
-        """How many partitions ``stream`` has (from its table properties; cached: it never changes)."""
-        count = self._partitions.get(stream)
+    def partition_count(self, stream: str, *, fresh: bool = False) -> int:
+        """How many partitions ``stream`` has (from its table properties; cached, and raised when a metadata read
+        (:meth:`get_system_stream_metadata`) meets the commit of a growth; ``fresh``: read the table again)."""
+        count = None if fresh else self._partitions.get(stream)
         if count is None:
             count = self._count_from_table(self.settings.location(stream))
             self._partitions[stream] = count
         return count
+
+    def grow_stream(self, stream: str, partitions: int) -> int:
+        """Give ``stream`` ``partitions`` partitions in all (:class:`~sparza.systems.SupportsPartitionGrowth`): one
+        metadata commit setting the table's partition count; rows and offsets stay what they were. Returns how many
+        it had; raises :class:`~sparza.systems.delta.errors.DeltaStreamError` unless ``partitions`` is more."""
+        location = self.settings.location(stream)
+        before = self._count_from_table(location)
+        if partitions <= before:
+            raise DeltaStreamError(f"Delta stream {stream!r} has {before} partitions: it can only get more (asked for "
+                                   f"{partitions}; a stream never loses partitions: readers' offsets name them)")
+        table: Any = open_table(location)
+        with storage_errors(location.uri):
+            table.alter.set_table_properties({PARTITION_COUNT_PROPERTY: str(partitions)}, raise_if_not_exists=False)
+        self._partitions[stream] = partitions
+        return before
 
     def transaction_version(self, stream: str, app_id: str) -> int | None:
         """The newest app-transaction version the stream's table records for ``app_id`` (None: never).
@@ -241,7 +263,11 @@ class DeltaSystemAdmin:
             first = max(present[0] if present else 0, horizon)
             index = _StreamIndex(horizon=horizon, scanned_to=first - 1, identity=log.identity)
             self._indexes[stream] = index
+            # Commits before the horizon are not scanned: the count comes from the table's properties again.
+            self._partitions.pop(stream, None)
         for commit in log.commits(index.scanned_to + 1, latest):
+            if commit.partitions is not None:
+                index.partitions = commit.partitions
             for partition, rows in commit.rows_by_partition().items():
                 if rows <= 0:
                     continue
@@ -258,9 +284,11 @@ class DeltaSystemAdmin:
         ``upcoming`` (``<latest version + 1>:0``), the offset the next row written will get."""
         out: dict[str, SystemStreamMetadata] = {}
         for stream in streams:
-            count = self.partition_count(stream)
             log = DeltaLog(self.settings.location(stream))
             index, latest = self._index(stream, log)
+            # A stream never loses partitions (grow_stream): the larger of the table's count and the newest commit's.
+            count = max(self.partition_count(stream), index.partitions or 0)
+            self._partitions[stream] = count
             upcoming = str(DeltaOffset(latest + 1, 0))
             partitions: dict[int, SystemStreamPartitionMetadata] = {}
             for p in range(count):

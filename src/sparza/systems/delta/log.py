@@ -19,7 +19,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sparza.systems.delta.schema import FILE_COLUMNS, PARTITION_COLUMN
+from sparza.systems.delta.schema import FILE_COLUMNS, PARTITION_COLUMN, PARTITION_COUNT_PROPERTY
 from sparza.systems.delta.settings import StreamLocation
 from sparza.systems.delta.storage import storage_errors
 
@@ -50,6 +50,9 @@ class Commit:
     files: tuple[FileEntry, ...]
     rewritten: tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...] = ()
     """Rearrangements without data change (compaction), per partition: (partition, added, removed)."""
+    partitions: int | None = None
+    """The stream's partition count when this commit set the table's metadata (its creation, or a growth:
+    :meth:`~sparza.systems.delta.admin.DeltaSystemAdmin.grow_stream`), else None."""
 
     def files_for(self, partition: int) -> list[FileEntry]:
         """The files of ``partition``, in the order that defines the rows' offsets."""
@@ -143,12 +146,16 @@ class DeltaLog:
     def _parse(self, version: int, data: bytes) -> Commit:
         files: list[FileEntry] = []
         rewritten: dict[int, tuple[list[str], list[str]]] = {}
+        partitions: int | None = None
         for line in data.splitlines():
             if not line.strip():
                 continue
             action = json.loads(line)
             kind = "add" if "add" in action else ("remove" if "remove" in action else None)
             if kind is None:
+                count = ((action.get("metaData") or {}).get("configuration") or {}).get(PARTITION_COUNT_PROPERTY)
+                if count is not None and str(count).isdigit():
+                    partitions = int(count)
                 continue
             body = action[kind]
             part_text = (body.get("partitionValues") or {}).get(PARTITION_COLUMN)
@@ -172,7 +179,7 @@ class DeltaLog:
                 rows = self._count_rows(path)
             files.append(FileEntry(path, int(part_text), rows))
         return Commit(version, tuple(files),
-                      tuple((p, tuple(a), tuple(r)) for p, (a, r) in sorted(rewritten.items())))
+                      tuple((p, tuple(a), tuple(r)) for p, (a, r) in sorted(rewritten.items())), partitions)
 
     def _count_rows(self, path: str) -> int:
         with self._fs.open_input_file(path) as handle:

@@ -18,8 +18,7 @@ import io
 import json
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from zlib import crc32
 
@@ -29,8 +28,8 @@ import pyarrow.parquet as pq
 
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
-from sparza.serde import Serde, StringSerde, partition_key_bytes
-from sparza.streams import OutgoingMessageEnvelope
+from sparza.serde import Serde, is_utf8, partition_key_bytes
+from sparza.streams import MessageType, OutgoingMessageEnvelope
 from sparza.systems import Transaction
 from sparza.systems.delta.admin import DeltaSystemAdmin, open_table
 from sparza.systems.delta.partitioner import partition_for
@@ -42,27 +41,34 @@ from sparza.systems.delta.tables import TableError, TypedTable, table_spec_from_
 __all__ = ["DeltaSystemProducer"]
 
 
-@dataclass
 class _PartitionBuffer:
-    """Rows buffered for one partition, in send order: Arrow chunks plus a tail of single sends."""
+    """Rows buffered for one partition, in send order: Arrow chunks plus a tail of single sends in column lists (of
+    bytes and ints: a list of per-message tuples would be traversed by every garbage collection while it grows); a
+    message sent without a timestamp gets one when sealed."""
 
-    keys: list[bytes | None] = field(default_factory=list)
-    values: list[bytes | None] = field(default_factory=list)
-    timestamps: list[int] = field(default_factory=list)
-    types: list[int] = field(default_factory=list)
-    chunks: list[pa.Table] = field(default_factory=list)
-    chunk_rows: int = 0
+    __slots__ = ("chunk_rows", "chunks", "keys", "timestamps", "types", "values")
+
+    def __init__(self) -> None:
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.timestamps: list[int | None] = []
+        self.types: list[int] = []
+        self.chunks: list[pa.Table] = []
+        self.chunk_rows = 0
 
     def __len__(self) -> int:
         return self.chunk_rows + len(self.keys)
 
     def seal(self) -> None:
-        """Turn the single sends so far into an Arrow chunk (keeps order with later batches)."""
+        """Turn the single sends so far into an Arrow chunk (keeps order with later batches); a message sent without
+        a timestamp gets the time now (the producer's choice, as librdkafka stamps a record when it takes it)."""
         if self.keys:
+            stamps = pa.array(self.timestamps, pa.int64())
+            if stamps.null_count:
+                stamps = pc.fill_null(stamps, int(time.time() * 1000))
             self.chunks.append(pa.Table.from_arrays(
-                [pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
-                 pa.array(self.timestamps, pa.int64()), pa.array(self.types, pa.int8())],
-                names=["key", "value", "timestamp", "type"]))
+                [pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()), stamps,
+                 pa.array(self.types, pa.int8())], names=["key", "value", "timestamp", "type"]))
             self.chunk_rows += len(self.keys)
             self.keys, self.values, self.timestamps, self.types = [], [], [], []
 
@@ -97,26 +103,13 @@ class _StreamInfo:
     def __post_init__(self) -> None:
         self.key_to_bytes = self.key_serde.to_bytes
         self.msg_to_bytes = self.msg_serde.to_bytes
-        self.key_utf8 = _is_utf8(self.key_serde)
-        self.msg_utf8 = _is_utf8(self.msg_serde)
+        self.key_utf8 = is_utf8(self.key_serde)
+        self.msg_utf8 = is_utf8(self.msg_serde)
         self.buffers: dict[str, dict[int, _PartitionBuffer]] = {}  # source -> partition -> rows (hot-path cache)
 
 
+_USER = MessageType.USER
 _BYTES_LIKE = (bytes, bytearray, memoryview)  # bytes: its subclasses (numpy.bytes_)
-
-
-def _to_bytes(obj: Any, utf8: bool, to_bytes: Callable[[Any], bytes]) -> bytes:
-    """A key or value that is not plain bytes, as the stream stores it: a str by ``str.encode`` when the serde
-    is ``utf8`` strings (no serde call), bytes-likes and bytes subclasses as plain bytes, the rest through
-    ``to_bytes`` (the serde's)."""
-    if obj.__class__ is str and utf8:
-        return obj.encode()  # type: ignore[no-any-return]
-    return bytes(obj) if isinstance(obj, _BYTES_LIKE) else to_bytes(obj)
-
-
-def _is_utf8(serde: Serde) -> bool:
-    """True for a string serde in UTF-8: ``str.encode()`` is then its ``to_bytes``."""
-    return type(serde) is StringSerde and serde.encoding.replace("-", "").lower() == "utf8"
 
 
 class DeltaSystemProducer:
@@ -179,6 +172,17 @@ class DeltaSystemProducer:
             self._streams[stream] = info
         return info
 
+    def _check_partition(self, stream: str, info: _StreamInfo, partition: int) -> None:
+        """``partition`` is beyond the count this producer knew: the stream may have grown since (``sparza stream
+        grow``), so the table's count is read again; raises ``ValueError`` when it is out of range still. Keys
+        without a partition keep going by the known count until then, as a Kafka producer's do until its metadata
+        refresh."""
+        if partition >= 0:
+            info.partitions = self.admin.partition_count(stream, fresh=True)
+        if not 0 <= partition < info.partitions:
+            raise ValueError(f"partition {partition} out of range for stream {stream!r} "
+                             f"with {info.partitions} partitions")
+
     def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
         """Buffer one message for ``envelope.system_stream``'s stream.
 
@@ -190,18 +194,20 @@ class DeltaSystemProducer:
         if info.typed is not None:
             info.typed.send(source, envelope)
             return
-        # Hot path (once per message): bytes pass straight through without a call.
+        # Hot path (once per message): bytes pass straight through without a call, a str of a UTF-8 serde is
+        # encoded in place.
         key = envelope.key
         if key is not None and key.__class__ is not bytes:
-            key = _to_bytes(key, info.key_utf8, info.key_to_bytes)
+            key = (key.encode() if key.__class__ is str and info.key_utf8
+                   else bytes(key) if isinstance(key, _BYTES_LIKE) else info.key_to_bytes(key))
         value = envelope.message
         if value is not None and value.__class__ is not bytes:
-            value = _to_bytes(value, info.msg_utf8, info.msg_to_bytes)
+            value = (value.encode() if value.__class__ is str and info.msg_utf8
+                     else bytes(value) if isinstance(value, _BYTES_LIKE) else info.msg_to_bytes(value))
         partition = envelope.partition
         if partition is not None:
             if not 0 <= partition < info.partitions:
-                raise ValueError(f"partition {partition} out of range for stream {stream!r} "
-                                 f"with {info.partitions} partitions")
+                self._check_partition(stream, info, partition)
         elif envelope.partition_key is not None:
             partition = partition_for(partition_key_bytes(envelope.partition_key, info.key_serde), info.partitions)
         elif key is not None:
@@ -218,8 +224,10 @@ class DeltaSystemProducer:
         buffer.keys.append(key)
         buffer.values.append(value)
         ts = envelope.timestamp
-        buffer.timestamps.append(int(time.time() * 1000) if ts is None else (ts if ts.__class__ is int else int(ts)))
-        buffer.types.append(int(envelope.type))   # IntEnum objects convert to Arrow ~1000x slower
+        buffer.timestamps.append(ts if ts is None or ts.__class__ is int else int(ts))
+        kind = envelope.type
+        # IntEnum objects convert to Arrow ~1000x slower than ints: user messages are 0 without a conversion.
+        buffer.types.append(0 if kind is _USER else int(kind))
 
     def send_batch(self, source: str, stream: str, partition: int, rows: pa.Table | pa.RecordBatch) -> None:
         """Buffer Arrow rows for one partition without per-row Python: columns ``key``, ``value``
@@ -229,8 +237,7 @@ class DeltaSystemProducer:
             raise TableError(f"send_batch writes stream rows (key/value); {stream!r} is a typed table: send() "
                              f"its rows as dicts")
         if not 0 <= partition < info.partitions:
-            raise ValueError(f"partition {partition} out of range for stream {stream!r} "
-                             f"with {info.partitions} partitions")
+            self._check_partition(stream, info, partition)
         table = pa.Table.from_batches([rows]) if isinstance(rows, pa.RecordBatch) else rows
         n = table.num_rows
         kind = (table.column("type").cast(pa.int8()) if "type" in table.column_names
@@ -269,6 +276,8 @@ class DeltaSystemProducer:
             parts = by_key if given is None else pc.if_else(pc.is_null(given), by_key, given)
         bounds = pc.min_max(parts)
         low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low >= 0 and high >= info.partitions:
+            self._check_partition(stream, info, high)
         if low < 0 or high >= info.partitions:
             raise ValueError(f"partition out of range for stream {stream!r} with {info.partitions} partitions: "
                              f"{low}..{high}")

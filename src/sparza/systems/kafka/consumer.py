@@ -25,7 +25,8 @@ import pyarrow as pa
 
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
-from sparza.streams import IncomingMessageEnvelope, SystemStreamPartition
+from sparza.streams import IncomingMessageEnvelope, MessageType, SystemStreamPartition
+from sparza.systems import MessageRows
 from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin, open_client
 from sparza.systems.kafka.settings import (
     CONTROL_PRODUCER_HEADER,
@@ -33,7 +34,7 @@ from sparza.systems.kafka.settings import (
     TIMESTAMP_HEADER,
     KafkaSystemSettings,
 )
-from sparza.systems.rows import READ_SCHEMA, end_of_stream_batch, read_envelopes
+from sparza.systems.rows import read_envelopes, rows_to_arrow
 
 __all__ = ["KafkaSystemConsumer", "OffsetOutOfRangeError"]
 
@@ -176,35 +177,52 @@ class KafkaSystemConsumer:
                                      f"its checkpoint (systems.{self.system_name}.consumer.auto.offset.reset: smallest "
                                      "skips deleted offsets there)")
 
+    def _range(self, ssp: SystemStreamPartition, start: str | None, end: str | None) -> tuple[int, int]:
+        """``[begin, stop)`` of a read: ``start`` None is the oldest offset, ``end`` None the partition's end now."""
+        if start is None or end is None:
+            tp = (self.settings.topic(ssp.stream), ssp.partition)
+            lo, hi = self.admin.watermarks([tp])[tp]
+            return (lo if start is None else int(start)), (hi if end is None else int(end))
+        return int(start), int(end)
+
+    def _read(self, ssp: SystemStreamPartition, start: str | None, end: str | None, include_control: bool,
+              bounded: bool | None) -> Iterator[tuple[MessageRows, list[str | None]]]:
+        """The rows of a read with their producers column; a bounded read ends with the end-of-stream row."""
+        is_bounded = self.settings.is_bounded(ssp.stream) if bounded is None else bounded
+        begin, stop = self._range(ssp, start, end)
+        rows = 0
+        started = time.perf_counter()
+        if begin < stop:
+            for chunk in self._records(ssp, begin, stop):
+                read = _to_rows(chunk, include_control)
+                if read[0].offsets:
+                    rows += len(read[0].offsets)
+                    yield read
+        if is_bounded and end is None and include_control:
+            yield (MessageRows([str(stop)], [None], [None], [int(time.time() * 1000)],
+                               [int(MessageType.END_OF_STREAM)]), [""])
+        if self.metrics is not None:
+            self.metrics.counter(self.system_name, "messages-read").inc(rows)
+            self.metrics.timer(self.system_name, "read-ms").update((time.perf_counter() - started) * 1000.0)
+
     def read_arrow(self, ssp: SystemStreamPartition, start: str | None, end: str | None = None,
                    include_control: bool = True, *, bounded: bool | None = None) -> Iterator[pa.RecordBatch]:
-        """Records of ``ssp`` in ``[start, end)`` as Arrow batches of :data:`READ_SCHEMA`, in offset order.
+        """Records of ``ssp`` in ``[start, end)`` as Arrow batches of
+        :data:`~sparza.systems.rows.READ_SCHEMA`, in offset order.
 
         ``start`` None: the oldest offset. ``end`` None: the partition's end now; for a bounded read
         (``bounded`` or the stream's ``bounded`` config) that end is followed by one synthetic
         end-of-stream row (producer ``""``, offset = the end) when ``include_control`` is on.
         """
-        is_bounded = self.settings.is_bounded(ssp.stream) if bounded is None else bounded
-        if start is None or end is None:
-            tp = (self.settings.topic(ssp.stream), ssp.partition)
-            lo, hi = self.admin.watermarks([tp])[tp]
-            begin = lo if start is None else int(start)
-            stop = hi if end is None else int(end)
-        else:
-            begin, stop = int(start), int(end)
-        rows = 0
-        started = time.perf_counter()
-        if begin < stop:
-            for chunk in self._records(ssp, begin, stop):
-                batch = _to_arrow(chunk, ssp.partition, include_control)
-                if batch.num_rows:
-                    rows += batch.num_rows
-                    yield batch
-        if is_bounded and end is None and include_control:
-            yield end_of_stream_batch(ssp.partition, str(stop), int(time.time() * 1000))
-        if self.metrics is not None:
-            self.metrics.counter(self.system_name, "messages-read").inc(rows)
-            self.metrics.timer(self.system_name, "read-ms").update((time.perf_counter() - started) * 1000.0)
+        for rows, producers in self._read(ssp, start, end, include_control, bounded):
+            yield rows_to_arrow(rows, ssp.partition, producers)
+
+    def read_rows(self, ssp: SystemStreamPartition, start: str | None, end: str | None = None,
+                  include_control: bool = True, *, bounded: bool | None = None) -> Iterator[MessageRows]:
+        """The records :meth:`read_arrow` reads as Python column lists, with no Arrow built: a per-message
+        task's envelopes come straight from librdkafka's messages."""
+        for rows, _producers in self._read(ssp, start, end, include_control, bounded):
+            yield rows
 
     def read(self, ssp: SystemStreamPartition, start: str | None, end: str | None = None,
              include_control: bool = True, *, bounded: bool | None = None) -> Iterator[IncomingMessageEnvelope]:
@@ -212,27 +230,35 @@ class KafkaSystemConsumer:
         return read_envelopes(ssp, self.read_arrow(ssp, start, end, include_control, bounded=bounded))
 
 
-def _to_arrow(messages: list[Any], partition: int, include_control: bool) -> pa.RecordBatch:
-    """librdkafka messages as one record batch; control headers become ``type`` and ``producer``."""
+def _to_rows(messages: list[Any], include_control: bool) -> tuple[MessageRows, list[str | None]]:
+    """librdkafka messages as column lists and their producers; control headers become ``type`` and ``producer``."""
     offsets: list[str] = []
     keys: list[bytes | None] = []
     values: list[bytes | None] = []
-    stamps: list[int] = []
+    stamps: list[int | None] = []
     types: list[int] = []
     producers: list[str | None] = []
     for msg in messages:
+        headers = msg.headers()
+        if headers is None:  # the common case: a plain record (one call fewer per header-free message)
+            offsets.append(str(msg.offset()))
+            keys.append(msg.key())
+            values.append(msg.value())
+            ts_type, ts = msg.timestamp()
+            stamps.append(ts if ts_type else 0)
+            types.append(0)
+            producers.append(None)
+            continue
         kind = 0
         producer = None
         event_ms = None
-        headers = msg.headers()
-        if headers:
-            for name, raw in headers:
-                if name == CONTROL_TYPE_HEADER and raw:
-                    kind = int(raw)
-                elif name == CONTROL_PRODUCER_HEADER and raw is not None:
-                    producer = raw.decode("utf-8")
-                elif name == TIMESTAMP_HEADER and raw:
-                    event_ms = int(raw)
+        for name, raw in headers:
+            if name == CONTROL_TYPE_HEADER and raw:
+                kind = int(raw)
+            elif name == CONTROL_PRODUCER_HEADER and raw is not None:
+                producer = raw.decode("utf-8")
+            elif name == TIMESTAMP_HEADER and raw:
+                event_ms = int(raw)
         if kind and not include_control:
             continue
         offsets.append(str(msg.offset()))
@@ -244,8 +270,4 @@ def _to_arrow(messages: list[Any], partition: int, include_control: bool) -> pa.
         stamps.append(event_ms)
         types.append(kind)
         producers.append(producer)
-    n = len(offsets)
-    return pa.RecordBatch.from_arrays(
-        [pa.array(offsets, pa.string()), pa.repeat(pa.scalar(partition, pa.int32()), n),
-         pa.array(keys, pa.binary()), pa.array(values, pa.binary()), pa.array(stamps, pa.int64()),
-         pa.array(types, pa.int8()), pa.array(producers, pa.string())], schema=READ_SCHEMA)
+    return MessageRows(offsets, keys, values, stamps, types), producers

@@ -40,7 +40,7 @@ from typing import Any
 from sparza.config import Config
 from sparza.errors import DataError
 from sparza.metrics import MetricsRegistry
-from sparza.serde import Serde, partition_key_bytes
+from sparza.serde import Serde, is_utf8, partition_key_bytes
 from sparza.streams import OutgoingMessageEnvelope
 from sparza.systems import StreamSpec, Transaction
 from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin, open_client
@@ -162,12 +162,22 @@ def transactional_id(app_id: str, system: str) -> str:
 
 @dataclass
 class _Topic:
-    """What a producer caches per stream: its topic, partition count and serdes."""
+    """What a producer caches per stream: its topic, partition count and serdes, and the partition of keys seen
+    (``by_key``: murmur2 in Python costs about a microsecond a key, and keys repeat; valid for ``partitions``)."""
 
     name: str
     partitions: int
     key_serde: Serde
     msg_serde: Serde
+    by_key: dict[bytes, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.key_utf8 = is_utf8(self.key_serde)
+        self.msg_utf8 = is_utf8(self.msg_serde)
+
+
+_KEYS_MEMO = 1 << 16
+"""How many keys' partitions a topic remembers (the first ones seen; others are hashed each time)."""
 
 
 class _FencedError(KafkaError):
@@ -244,6 +254,7 @@ class _Source:
     pending: list[tuple[str, bytes | None, bytes | None, int, int, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     skipped: int = 0
+    sent: int = 0                # messages sent into the open transaction not yet counted in messages-sent
     known: int | None = None     # the version this very producer committed last (or read): no read at each begin
 
     def __post_init__(self) -> None:
@@ -302,6 +313,12 @@ class KafkaSystemProducer:
     def _count(self, name: str, n: int = 1) -> None:
         if self.metrics is not None:
             self.metrics.counter(self.system_name, name).inc(n)
+
+    def _count_sent(self, src: _Source) -> None:
+        """Count what ``src`` sent into its transaction since it was last counted (once each)."""
+        if src.sent:
+            self._count("messages-sent", src.sent)
+            src.sent = 0
 
     def _topic(self, topic: str) -> _Topic:
         info = self._topics.get(topic)
@@ -418,10 +435,13 @@ class KafkaSystemProducer:
         info = self._topics.get(topic) or self._topic(topic)
         key = envelope.key
         if key is not None and key.__class__ is not bytes:
-            key = bytes(key) if isinstance(key, _BYTES_LIKE) else info.key_serde.to_bytes(key)
+            # A str of a UTF-8 string serde is encoded in place (no serde call per message).
+            key = (key.encode() if key.__class__ is str and info.key_utf8
+                   else bytes(key) if isinstance(key, _BYTES_LIKE) else info.key_serde.to_bytes(key))
         value = envelope.message
         if value is not None and value.__class__ is not bytes:
-            value = bytes(value) if isinstance(value, _BYTES_LIKE) else info.msg_serde.to_bytes(value)
+            value = (value.encode() if value.__class__ is str and info.msg_utf8
+                     else bytes(value) if isinstance(value, _BYTES_LIKE) else info.msg_serde.to_bytes(value))
         partition = envelope.partition
         if partition is not None:
             if not 0 <= partition < info.partitions:
@@ -434,7 +454,12 @@ class KafkaSystemProducer:
                     pkey = partition_key_bytes(pkey, info.key_serde)
                 partition = partition_for(pkey, info.partitions)
             elif key is not None:
-                partition = partition_for(key, info.partitions)
+                memo = info.by_key
+                partition = memo.get(key)  # type: ignore[assignment]
+                if partition is None:
+                    partition = partition_for(key, info.partitions)
+                    if len(memo) < _KEYS_MEMO:
+                        memo[key] = partition
             else:
                 partition = -1  # librdkafka's partitioner picks one
         headers = None
@@ -454,10 +479,11 @@ class KafkaSystemProducer:
             raise DataError(f"a message of {size} bytes to Kafka topic {info.name!r} is over the producer's "
                             f"message.max.bytes ({self._max_message_bytes}; systems.{self.system_name}."
                             "producer.message.max.bytes, and the topic's max.message.bytes on the broker)")
-        self._count("messages-sent")
         if src is not None and src.state == "ready":
             src.pending.append((info.name, value, key, partition, ts, headers))
+            src.sent += 1  # counted in messages-sent at flush or abandon: no registry lookup per message
             return
+        self._count("messages-sent")
         if self._plain is None:
             self._plain = self._new_producer({}, self._plain_errors)
             self._plain_delivery = _delivery_callback(self._plain_errors)
@@ -472,6 +498,8 @@ class KafkaSystemProducer:
         """Commit ``source``'s transaction together with its version (nothing for a replay); without a
         transaction and without ``begin``, wait until the library producer delivered everything."""
         src = self._sources.get(source)
+        if src is not None:
+            self._count_sent(src)
         if transaction is not None and (src is None or src.state == "idle"):
             self.begin(source, transaction)  # nothing was sent: still record the version
             src = self._sources[source]
@@ -590,6 +618,7 @@ class KafkaSystemProducer:
         src = self._sources.get(source)
         if src is None:
             return
+        self._count_sent(src)
         if src.pending:
             self._count("messages-abandoned", len(src.pending))
         src.pending = []
