@@ -4,6 +4,7 @@ temp dir. The manager, containers, task and commit code are the ones Spark hosts
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -119,6 +120,62 @@ def test_a_container_runs_each_task_on_its_own_schedule_keeps_stores_open_and_re
     counts, rows = final_counts(config)
     assert counts == expected_counts(1200, 7) and rows == 1200
     assert sum(r.messages for r in job.results()) == 300
+    host.close()
+
+
+def test_a_container_that_cannot_reach_storage_when_it_opens_a_job_is_offered_it_again(work_dir: Path):
+    """Found in the suite (the harness restarted Azurite as the containers started): both containers failed to open
+    the job's az:// input, said so, and ran nothing for 13 minutes after storage answered again. A refusal for
+    storage that did not answer is offered again, the pause doubling (1, 2, 4 s ...); the job then runs exactly."""
+    from sparza.errors import StorageUnavailableError
+
+    config = Config(job_values(work_dir, **{"task.max.batch.messages": "150", "task.commit.ms": "0"}))
+    create_streams(config, 2)
+    append_messages(config, 600, 5, commit_size=300)
+    opened: list[float] = []
+    clock = Clock()
+
+    def resolve(cfg: Config) -> Config:  # wraps the container's real config resolution
+        opened.append(clock.now)
+        if len(opened) <= 3:
+            raise StorageUnavailableError("storage for the job's input is unreachable after retries (test)")
+        return cfg
+
+    host = InProcessHost(slots=1, clock=clock, resolve=resolve)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    _run(host, job, clock, step_s=0.5)
+    # The manager hears each refusal one round (0.5 s) after the container tried; the pause runs from then.
+    assert [b - a - 0.5 for a, b in itertools.pairwise(opened)] == [1.0, 2.0, 4.0]
+    refusals = [n for n in job.notices if "cannot run job" in n]
+    assert len(refusals) == 3 and all("StorageUnavailableError" in n for n in refusals)
+    assert [n.rsplit("again in ", 1)[1] for n in refusals] == ["1s", "2s", "4s"]
+    assert any("runs job kc-1 again" in n for n in job.notices)
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(600, 5) and rows == 600
+    host.close()
+
+
+def test_a_job_whose_config_fails_in_the_container_is_not_offered_again(work_dir: Path):
+    """A refusal that is not about storage (a config the container cannot build) stays a refusal: no retry loop."""
+    config = Config(job_values(work_dir))
+    create_streams(config, 1)
+    opened: list[float] = []
+    clock = Clock()
+
+    def resolve(cfg: Config) -> Config:
+        opened.append(clock.now)
+        raise ValueError("a config this container cannot build (test)")
+
+    host = InProcessHost(slots=1, clock=clock, resolve=resolve)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    for _ in range(40):
+        host.step(max_passes=1)
+        clock.now += 1.0
+    assert len(opened) == 1
+    assert [n for n in job.notices if "cannot run job" in n] == [
+        "container 0 cannot run job kc-1: ValueError: a config this container cannot build (test)"]
     host.close()
 
 

@@ -508,7 +508,10 @@ class Container:
                                targets=command.targets)
             location = location_of(engine.job)
         except Exception as exc:
-            self.host.report(JobReady(command.job, "", error=f"{type(exc).__name__}: {exc}"))
+            # Storage down while the job opens its inputs (an Azurite or account outage as containers start) is
+            # not the job's fault: the manager asks again once it may answer. A config error is reported for good.
+            transient = isinstance(exc, (ConnectionError, TimeoutError))
+            self.host.report(JobReady(command.job, "", error=f"{type(exc).__name__}: {exc}", transient=transient))
             return
         if self._commits is None:
             self._commits = ThreadedCommits(COMMIT_THREADS.get(engine.config))

@@ -72,6 +72,11 @@ START_TIMEOUT_MS = define_key("job.container.start.timeout.ms", 60000,
                               "the containers that answered.", "runtime", kind=Int(min_value=0))
 
 
+RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
+"""A container that could not open a job because storage did not answer is offered the job again after 1 s, then
+2, 4 ... up to 30 s while it keeps failing: the job goes on once storage is back, as its batches do."""
+
+
 class ContainerLink(Protocol):
     """The manager's handle on one container."""
 
@@ -129,6 +134,7 @@ class _Container:
     ready: dict[str, str] = field(default_factory=dict)  # job -> location
     refused: dict[str, str] = field(default_factory=dict)  # job -> why it cannot run the job
     told: set[str] = field(default_factory=set)  # jobs it heard of
+    retry: dict[str, tuple[float, float]] = field(default_factory=dict)  # job -> (when to offer it again, pause)
 
 
 @dataclass
@@ -325,13 +331,21 @@ class ContainerManager:
             container.host = event.host
             return
         if isinstance(event, JobReady):
+            job = self._jobs.get(event.job)
             if event.error is not None:
                 container.refused[event.job] = event.error
-                job = self._jobs.get(event.job)
+                again = ""
+                if event.transient:
+                    pause = min(RETRY_MAX_S, 2 * container.retry[event.job][1]) if event.job in container.retry \
+                        else RETRY_FIRST_S
+                    container.retry[event.job] = (self.clock() + pause, pause)
+                    again = f"; offered again in {pause:.0f}s"
                 if job is not None:
-                    job.member.on_notice(f"container {index} cannot run job {event.job}: {event.error}")
+                    job.member.on_notice(f"container {index} cannot run job {event.job}: {event.error}{again}")
             else:
                 container.ready[event.job] = event.location
+                if container.retry.pop(event.job, None) is not None and job is not None:
+                    job.member.on_notice(f"container {index} runs job {event.job} again")
             return
         job_key = getattr(event, "job", None)
         job = self._jobs.get(job_key) if job_key is not None else None
@@ -433,6 +447,14 @@ class ContainerManager:
     def _tell(self, job: _Job) -> None:
         if job.leaving:
             return
+        key = job.add.job
+        now = self.clock()
+        for container in self._containers.values():
+            due = container.retry.get(key)
+            if due is not None and key in container.refused and now >= due[0]:
+                # A transient refusal (storage was down): offer the job again; the pause doubles while it lasts.
+                del container.refused[key]
+                container.told.discard(key)
         for container in self._containers.values():
             if container.link is not None and job.add.job not in container.told and "stop" not in container.told:
                 container.told.add(job.add.job)
@@ -522,6 +544,7 @@ class ContainerManager:
             container.told.discard(f"remove:{key}")
             container.ready.pop(key, None)
             container.refused.pop(key, None)
+            container.retry.pop(key, None)
         job.member.left()
 
     def _send(self, index: int, command: Command) -> None:

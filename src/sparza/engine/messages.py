@@ -143,11 +143,13 @@ class Hello(msgspec.Struct, tag=True):
 
 class JobReady(msgspec.Struct, tag=True):
     """The container built ``job`` and keeps its state at ``location`` (``host:state-dir#id``); ``error``: it could
-    not (its config or storage failed here), and runs none of its tasks."""
+    not (its config or storage failed here), and runs none of its tasks. ``transient``: the error may pass (storage
+    unreachable, a timeout), so the manager offers the job to the container again after a pause."""
 
     job: str
     location: str
     error: str | None = None
+    transient: bool = False
 
 
 class TaskResult(msgspec.Struct, tag=True):
