@@ -15,6 +15,7 @@ import pytest
 
 from sparza.azure import StorageRequests
 from sparza.devservers.storage import AzuriteProcess
+from sparza.engine.results import BatchStatus
 from sparza.metrics import MetricsRegistry
 from sparza.testing import TestMessage, TestRunner
 from sparza.testing.waiting import eventually
@@ -140,9 +141,8 @@ class _Count:
             self.store.put(key, (self.store.get(key) or 0) + 1)
 
 
-def test_a_jobs_commits_are_counted_as_azurite_served_them(azurite_with_request_log: AzuriteProcess,
-                                                           tmp_path: Any) -> None:
-    azurite = azurite_with_request_log
+def _azure_runner(azurite: AzuriteProcess, work_dir: Any, **extra: str) -> TestRunner:
+    """A keyed count whose store is backed up to, and whose task checkpoints are kept in, Azurite."""
     container = f"c{uuid.uuid4().hex[:12]}"
 
     class AzureRunner(TestRunner):
@@ -153,19 +153,53 @@ def test_a_jobs_commits_are_counted_as_azurite_served_them(azurite_with_request_
             return values
 
     config = {"stores.counts.factory": "rocksdb", "stores.counts.key.serde": "string",
-              "stores.counts.msg.serde": "json", "stores.counts.backup.factories": "blobstore"}
+              "stores.counts.msg.serde": "json", "stores.counts.backup.factories": "blobstore", **extra}
+    return AzureRunner.of(_Count, config, work_dir=work_dir)
+
+
+def _batch(runner: TestRunner, value: bytes, keys: int) -> int:
+    """Run one batch of ``keys`` messages a task; returns the task-commits it made."""
+    runner.add_input("mem.events", {p: [TestMessage(value, key=f"k{p}-{k}".encode(), partition=p)
+                                        for k in range(keys)] for p in range(2)})
+    report = runner.run_batch()
+    return sum(1 for results in report.results.values() for r in results if r.status is BatchStatus.COMMITTED)
+
+
+def test_a_jobs_commits_are_counted_as_azurite_served_them(azurite_with_request_log: AzuriteProcess,
+                                                           tmp_path: Any) -> None:
+    azurite = azurite_with_request_log
     log = _Log(azurite)
     start = log.mark()
-    with AzureRunner.of(_Count, config, work_dir=tmp_path) as runner:
+    with _azure_runner(azurite, tmp_path) as runner:
         runner.add_input("mem.events", partitions=2)
         for i in range(4):  # a load, changes, and a commit that only reads
-            value = b"read" if i == 3 else b"count"
-            runner.add_input("mem.events", {p: [TestMessage(value, key=f"k{p}-{k}".encode(), partition=p)
-                                                for k in range(20 * (i + 1))] for p in range(2)})
-            runner.run_batch()
+            _batch(runner, b"read" if i == 3 else b"count", 20 * (i + 1))
         counted = _counted(runner.metrics())
         seen = log.between(start, log.mark())
         by_scope = {g: m["storage-requests"] for g, m in runner.metrics().snapshot().items()
                     if g.startswith("storage.")}
     assert counted == seen, by_scope
     assert seen["put-blob"] >= 8 and set(by_scope) >= {"storage.blobstore", "storage.checkpoints"}
+
+
+def test_a_commit_that_changed_nothing_writes_its_checkpoint_and_nothing_else(
+        azurite_with_request_log: AzuriteProcess, tmp_path: Any) -> None:
+    with _azure_runner(azurite_with_request_log, tmp_path, **{"job.drain-monitor.poll.interval.ms": "5000"}) as runner:
+        runner.add_input("mem.events", partitions=2)
+        for i in range(3):
+            _batch(runner, b"count", 20 * (i + 1))
+        before = runner.metrics().snapshot()
+        # Ten commits per task that only read: 10 s of the runner's clock.
+        commits = sum(_batch(runner, b"read", 20) for _ in range(10))
+        after = runner.metrics().snapshot()
+
+    def grew(group: str) -> dict[str, int]:
+        then = before.get(group, {})
+        return {n: v - then.get(n, 0) for n, v in after.get(group, {}).items() if v != then.get(n, 0)}
+
+    assert commits == 20
+    scopes = {g for g in after if g.startswith("storage.") and grew(g)}
+    assert scopes == {"storage.checkpoints", "storage.drain"}, {g: grew(g) for g in scopes}
+    assert grew("storage.checkpoints") == {"put-blob": 20, "storage-requests": 20}  # one write per task-commit
+    # The driver reads the drain request every poll interval of the runner's clock (1 s a batch), not every round.
+    assert grew("storage.drain") == {"get-blob": 2, "storage-requests": 2}

@@ -1,7 +1,7 @@
 """The fault harness draws day-two operations (a savepoint restored over the job, a rewind in place to a
-savepoint's state) between runs, only where sparza.ops supports them, without changing any other draw; and the
-in-process engine runs them with the oracle's exact output (seeds whose count job goes on after the operation,
-so a savepoint that lost state would show)."""
+savepoint's state, the input's partitions grown) between runs, only where they apply, without changing any other
+draw; and the in-process engine runs them with the oracle's exact output (seeds whose count job goes on after the
+operation, so a savepoint that lost state or a new partition counted by the wrong task would show)."""
 
 from __future__ import annotations
 
@@ -19,14 +19,32 @@ def test_day_two_operations_are_drawn_apart_and_leave_older_draws_alone() -> Non
     ops = [s for s in drawn if s.fault2 in DAYOPS_FAULTS]
     assert {s.fault2 for s in ops} == set(DAYOPS_FAULTS) and set(DAYOPS_FAULTS) <= AFTER_RUN_FAULTS
     assert any(s.kind == "count" and not s.bounded for s in ops)
+    grown = [s for s in ops if s.fault2 == "partition-growth"]
+    assert {s.api for s in grown} == {"task", "app"} and {s.grow_policy for s in grown} >= {"group", "fail", "auto"}
     for s in drawn:
         plain = generate(s.seed, dayops=False)
         if s.fault2 not in DAYOPS_FAULTS:
             assert s == plain
             continue
-        assert s.api == "task" and s.processors == 1 and s.backup and plain.fault2 == "none"
-        assert dataclasses.replace(s, fault2="none", fault2_phase=plain.fault2_phase, backup=plain.backup) == plain
+        assert s.processors == 1 and plain.fault2 == "none"
         assert f"fault2={s.fault2}@phase{s.fault2_phase}" in s.describe()
+        if s.fault2 == "partition-growth":
+            assert not s.bounded and s.fault2_phase < s.chunks - 1 and s.partitions < s.grow_to <= 2 * s.partitions
+            assert f"grow={s.partitions}->{s.grow_to}/{s.grow_policy}" in s.describe()
+            # Only the later chunks moved, each message within its task, each key of a task to one partition.
+            later: dict[tuple[str, int], set[int]] = {}
+            for m, was in zip(s.messages, plain.messages, strict=True):
+                assert (m.id, m.key, m.chunk) == (was.id, was.key, was.chunk)
+                assert m.partition == was.partition if m.chunk <= s.fault2_phase else \
+                    m.partition % s.partitions == was.partition
+                if m.chunk > s.fault2_phase:
+                    later.setdefault((m.key, was.partition), set()).add(m.partition)
+            assert all(len(partitions) == 1 for partitions in later.values())
+            assert dataclasses.replace(s, fault2="none", fault2_phase=plain.fault2_phase, grow_to=0,
+                                       grow_policy="auto", grow_then="", messages=plain.messages) == plain
+            continue
+        assert s.api == "task" and s.backup
+        assert dataclasses.replace(s, fault2="none", fault2_phase=plain.fault2_phase, backup=plain.backup) == plain
 
 
 @pytest.mark.parametrize("fault", DAYOPS_FAULTS)
@@ -37,3 +55,32 @@ def test_the_in_process_engine_runs_them_exactly(tmp_path: Path, seed: int, faul
     outcome = run_inprocess_scenario(scenario, tmp_path)
     assert outcome.ok, outcome.problems
     assert any(note.startswith(f"{fault}:") for note in outcome.notes), outcome.notes
+
+
+def test_a_growth_the_job_reads_on_through_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job whose expansion policy is fail must stop at the grown input: one that read on (the policy ignored) is
+    reported, and so is its count of the new partitions (4 -> 8, SEP-5 grouping on, then the oracle's)."""
+    import sparza.engine.job
+    import sparza.engine.partitions
+
+    scenario = generate(4110)
+    assert (scenario.kind, scenario.fault2, scenario.grow_policy, scenario.grow_then) == (
+        "count", "partition-growth", "fail", "group")
+    outcome = run_inprocess_scenario(scenario, tmp_path / "ok")
+    assert outcome.ok, outcome.problems
+    monkeypatch.setattr(sparza.engine.partitions, "expansion_policy", lambda config: "group")
+    monkeypatch.setattr(sparza.engine.job, "expansion_policy", lambda config: "group")
+    outcome = run_inprocess_scenario(scenario, tmp_path / "read-on")
+    assert not outcome.ok and any("the job read on" in p for p in outcome.problems), outcome.problems
+
+
+def test_an_application_whose_input_grows_regroups_its_first_stage_and_stays_exact(tmp_path: Path) -> None:
+    """Sliding windows behind partition_by(key): the input grows 5 -> 9 between the runs; the run after it stops
+    (job.partition.expansion: fail) naming the stream; with group set the first stage regroups, the intermediate
+    stream keeps its partitions, and every pane is the oracle's."""
+    scenario = generate(1833)
+    assert (scenario.api, scenario.kind, scenario.fault2, scenario.grow_to) == ("app", "window", "partition-growth", 9)
+    outcome = run_inprocess_scenario(scenario, tmp_path)
+    assert outcome.ok, outcome.problems
+    assert any(note.startswith("partition-growth: kafka.in 5 -> 9") and "stopped naming the stream" in note
+               for note in outcome.notes), outcome.notes

@@ -142,3 +142,47 @@ def test_delta_growth_is_seen_by_long_lived_admins_and_producers_and_never_shrin
     assert rows == [b"b"]
     with pytest.raises(DeltaStreamError, match="can only get more"):
         reader.grow_stream("events", 3)
+
+
+def test_a_new_job_started_from_a_savepoint_meets_growth_since_it_was_taken(work_dir: Path) -> None:
+    """v1 stops with a savepoint; the input grows 4 -> 8; v2 (a new job.id, so no partition record of its own) starts
+    from the savepoint: by default it is refused naming the stream, and with group its 4 tasks continue every key's
+    count exactly (the savepoint carries v1's record; without it v2 would make 8 tasks, counting the keys of
+    partitions 4-7 from 0)."""
+    from sparza.engine.checkpoint import checkpoint_store_from_config
+    from sparza.engine.partitions import read_record
+    from sparza.ops import create_savepoint, restore_savepoint
+
+    backup = {"stores.counts.backup.factories": "blobstore"}
+    v1, config = keyed_count(work_dir, **backup)
+    sent: list[tuple[str, int]] = []
+    produce(config, 0, 96, 4, sent)
+    v1.run()
+    v1_out = outputs(v1)
+    values = dict(v1.config.items())
+    v1.close()
+    create_savepoint(v1.config, "before-growth")
+    DeltaSystemAdmin("d", config).grow_stream("events", 8)
+    grown: list[tuple[str, int]] = []
+    produce(config, 96, 144, 8, grown)
+
+    v2_values = {**values, "job.id": "2", "job.logged.store.base.dir": str(work_dir / "v2-state")}
+    with pytest.raises(PartitionCountChangedError, match="d.events: 4 -> 8 partitions"):
+        restore_savepoint(Config(v2_values), "before-growth")
+    v2_values["job.partition.expansion"] = "group"
+    done = restore_savepoint(Config(v2_values), "before-growth")
+    assert done is not None and any("p >= 4 -> task of p % 4" in note for note in done.notes), done.notes
+    record = read_record(checkpoint_store_from_config(Config(v2_values), "taskkeycount-2"))
+    assert record is not None and record.first == {"d.events": 4} and record.grouped == {"d.events": 4}
+    v2 = TestRunner.of("tests.runtime.partition_jobs.TaskKeyCount", v2_values, work_dir=v1.work_dir)
+    v2.add_output("mem.out", partitions=2)
+    try:
+        assert v2.run().messages == 144
+        assert sorted(v2.checkpoints()) == [f"Partition {p}" for p in range(4)]
+        expected = sep5_oracle(sent + grown)
+        before = sep5_oracle(sent)
+        assert v1_out == before
+        assert outputs(v2) == {tk: counts[len(before.get(tk, [])):] for tk, counts in expected.items()
+                               if len(counts) > len(before.get(tk, []))}
+    finally:
+        v2.close()

@@ -1,18 +1,26 @@
 """The upgrade path on a Spark standalone cluster (the fixtures of test_standalone_cluster.py): v1 of the keyed
 count runs on two workers over steady input, with its blob store and checkpoints on Azurite; ``sparza savepoint
 create --stop --drain`` drains it and takes a savepoint; v2 (a new job.id, another blob container, an added
-store) starts on the cluster from it with ``sparza run --from-savepoint``. Each key's counts over v1's and v2's
-output are exactly 1..n for the n messages appended with that key (an oracle counting what was appended)."""
+store) starts on the cluster from it with ``sparza run --from-savepoint``. Between the two the input stream grows
+from 4 to 8 partitions (``sparza stream grow``) and v2 says ``job.partition.expansion: group``: its 4 tasks read
+partitions 4-7 as SEP-5 maps them (``p % 4``), and the loader partitions by ``crc32(key) % count``, so every key
+stays in the task that holds its count. Each key's counts over v1's and v2's output are exactly 1..n for the n
+messages appended with that key (an oracle counting what was appended)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
-from pathlib import Path
 
 import pytest
 from examples.keyed_count.load import SteadyInput, append_messages
-from tests.runtime.helpers import counts_per_key, expected_counts, sparza_cmd, sparza_env, write_config
+from tests.runtime.helpers import (
+    counts_per_key,
+    expected_counts,
+    sparza_cmd,
+    sparza_env,
+    task_checkpoints,
+    write_config,
+)
 
 from sparza.config import Config
 from sparza.devservers.spark import executor_python
@@ -25,12 +33,12 @@ KEYS = 19
 TASKS = [f"Partition {i}" for i in range(4)]
 
 
-def _batches(path: Path) -> dict[str, int]:
-    shown = subprocess.run(sparza_cmd("checkpoints", "show", "--config", str(path), "--json", "--no-lag"),
-                           capture_output=True, text=True, timeout=120, env=sparza_env(), check=False)
-    if shown.returncode != 0 or not shown.stdout.strip().startswith("{"):
+def _batches(config: Config) -> dict[str, int]:
+    try:
+        shown = task_checkpoints(config)
+    except Exception:  # Azurite busy, a blob replaced while read: the caller samples again
         return {}
-    return {t: int(cp.get("batch") or 0) for t, cp in json.loads(shown.stdout).items()}
+    return {t: int(cp.batch or 0) for t, cp in shown.items()}
 
 
 def test_drain_with_savepoint_then_v2_on_the_cluster_continues_exactly(
@@ -53,6 +61,7 @@ def test_drain_with_savepoint_then_v2_on_the_cluster_continues_exactly(
     append_messages(config, 300, KEYS, commit_size=300)
     v1 = write_config(config, work_dir / "v1.yaml")
     v2_values = {**dict(config.items()), "job.id": "2", "blob.store.azure.container": f"{unique_name}-v2"[:63],
+                 "job.partition.expansion": "group",
                  "stores.seen.factory": "rocksdb", "stores.seen.key.serde": "string",
                  "stores.seen.msg.serde": "json", "stores.seen.backup.factories": "blobstore"}
     v2 = write_config(Config(v2_values), work_dir / "v2.yaml")
@@ -66,7 +75,7 @@ def test_drain_with_savepoint_then_v2_on_the_cluster_continues_exactly(
                 proc = subprocess.Popen(sparza_cmd("run", "--config", str(v1), "--master", cluster.url), env=env,
                                         stdout=out, stderr=subprocess.STDOUT, cwd=work_dir)
             feeder.start()
-            eventually(lambda: proc.poll() is not None or (len(b := _batches(v1)) == len(TASKS)
+            eventually(lambda: proc.poll() is not None or (len(b := _batches(config)) == len(TASKS)
                                                            and min(b.values()) >= 5), 300, 1.0,
                        lambda: "v1 did not commit 5 batches per task:\n" + log.read_text()[-3000:])
             assert proc.poll() is None, log.read_text()[-3000:]
@@ -78,6 +87,10 @@ def test_drain_with_savepoint_then_v2_on_the_cluster_continues_exactly(
             assert stop.returncode == 0, stop.stdout + stop.stderr + log.read_text()[-3000:]
             assert proc.wait(120) == 0, log.read_text()[-3000:]
             assert "drained" in log.read_text()
+            grow = subprocess.run(sparza_cmd("stream", "grow", "events", "--partitions", "8", "--system", "delta",
+                                             "--config", str(v1)), env=env, capture_output=True, text=True,
+                                  timeout=120, cwd=work_dir, check=False)
+            assert grow.returncode == 0 and "4 -> 8 partitions" in grow.stdout, grow.stdout + grow.stderr
             append_messages(config, 200, KEYS, start=total, commit_size=200)
             total += 200
             result = subprocess.run(sparza_cmd("run", "--config", str(v2), "--master", cluster.url, "--once",
@@ -86,6 +99,7 @@ def test_drain_with_savepoint_then_v2_on_the_cluster_continues_exactly(
             assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
             assert "started 4 task(s) from savepoint cluster-up" in result.stderr
             assert "store seen is new" in result.stderr
+            assert "input partitions grew" in result.stderr and "p % 4" in result.stderr, result.stderr[-4000:]
         finally:
             feeder.stop()
             if proc is not None and proc.poll() is None:
@@ -93,4 +107,4 @@ def test_drain_with_savepoint_then_v2_on_the_cluster_continues_exactly(
                 proc.wait(30)
     expected = expected_counts(total, KEYS)
     assert counts_per_key(config) == {key: list(range(1, n + 1)) for key, n in expected.items()}
-    assert set(_batches(v2)) == set(TASKS)
+    assert set(_batches(Config(v2_values))) == set(TASKS)

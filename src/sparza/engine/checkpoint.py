@@ -496,34 +496,34 @@ def _azure_errors(where: str) -> contextlib.AbstractContextManager[None]:
     return storage_unreachable(f"task checkpoints at {where}")
 
 
-def checkpoint_store_from_config(config: Config, job_key: str, *,
-                                 metrics: MetricsRegistry | None = None) -> CheckpointStore:
+CHECKPOINTS_SCOPE = "checkpoints"
+"""The scope of the checkpoint store's request counts (:mod:`sparza.azure.requests`)."""
+
+
+def checkpoint_store_from_config(config: Config, job_key: str, *, metrics: MetricsRegistry | None = None,
+                                 scope: str = CHECKPOINTS_SCOPE) -> CheckpointStore:
     """The checkpoint store ``job.checkpoint.factory`` names (default: where the blob store keeps blobs); an Azure
-    store counts its requests in ``metrics`` (group ``storage.checkpoints``) when given."""
+    store counts its requests in ``metrics`` (group ``storage.<scope>``) when given."""
     from sparza.blobstore.settings import AZURE_CONTAINER, LOCAL_ROOT, MANAGER_FACTORY
     from sparza.engine.jobconfig import CHECKPOINT_AZURE_CONTAINER, CHECKPOINT_FACTORY, CHECKPOINT_LOCAL_DIR
 
     factory = CHECKPOINT_FACTORY.get(config)
     if factory == "blobstore":
         if MANAGER_FACTORY.get(config) == "azure":
-            return _azure_store(config, AZURE_CONTAINER.require(config), job_key, metrics)
+            return _azure_store(config, AZURE_CONTAINER.require(config), job_key, metrics, scope)
         return LocalCheckpointStore(Path(LOCAL_ROOT.get(config)).absolute() / "checkpoints", job_key)
     if factory == "local":
         return LocalCheckpointStore(Path(CHECKPOINT_LOCAL_DIR.require(config)).absolute(), job_key)
-    return _azure_store(config, CHECKPOINT_AZURE_CONTAINER.require(config), job_key, metrics)
+    return _azure_store(config, CHECKPOINT_AZURE_CONTAINER.require(config), job_key, metrics, scope)
 
 
-CHECKPOINTS_SCOPE = "checkpoints"
-"""The scope of the checkpoint store's request counts (:mod:`sparza.azure.requests`)."""
-
-
-def _azure_store(config: Config, container: str, job_key: str,
-                 metrics: MetricsRegistry | None = None) -> AzureCheckpointStore:
+def _azure_store(config: Config, container: str, job_key: str, metrics: MetricsRegistry | None = None,
+                 scope: str = CHECKPOINTS_SCOPE) -> AzureCheckpointStore:
     from sparza.azure import StorageRequests, resolve_storage_account
 
     if len(container) < 3:
         raise ConfigError("job.checkpoint.azure.container", container, "a container name of 3 or more characters")
     account = resolve_storage_account(config)
-    requests = StorageRequests(metrics, CHECKPOINTS_SCOPE) if metrics is not None else None
+    requests = StorageRequests(metrics, scope) if metrics is not None else None
     client = account.blob_service_client(requests=requests).get_container_client(container)
     return AzureCheckpointStore(client, job_key)

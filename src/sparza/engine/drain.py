@@ -92,11 +92,11 @@ def drain_scope(config: Config) -> str:
 
 
 def _documents(config: Config, metrics: MetricsRegistry | None = None) -> tuple[SupportsJobDocuments, str]:
-    scope = drain_scope(config)
-    store = checkpoint_store_from_config(config, scope, metrics=metrics)
+    key = drain_scope(config)
+    store = checkpoint_store_from_config(config, key, metrics=metrics, scope="drain")  # its requests: storage.drain
     if not isinstance(store, SupportsJobDocuments):
         raise RuntimeStateError(f"the checkpoint store {store.describe()} cannot keep a drain request")
-    return store, scope
+    return store, key
 
 
 def check_standalone(config: Config) -> None:

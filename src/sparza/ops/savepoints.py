@@ -15,6 +15,11 @@ container or account), and writes the target's task checkpoints: the savepoint's
 target reads, its control state, and a batch number that never goes back (a restore over the same job keeps
 its output transaction versions increasing, so nothing it writes is skipped as a replay). A store the target
 adds starts empty; a store it no longer has is dropped. The savepoint stays as it was.
+
+A savepoint also holds the job's record of its input partition counts (:mod:`sparza.engine.partitions`): a target
+that has no record of its own (a new ``job.id``) starts with it, so an input that grew after the savepoint was
+taken is met as growth (``job.partition.expansion``), and tasks grouped by SEP-5 stay grouped so (a savepoint
+taken before it held the record leaves the target to its own record, made from the counts at its first start).
 """
 
 from __future__ import annotations
@@ -68,6 +73,8 @@ class Savepoint:
     created_by: str
     tasks: dict[str, TaskCheckpoint] = field(default_factory=dict)
     manifest: str = ""
+    partitions: bytes | None = None
+    """The job's partition record when it was taken (``PartitionRecord.to_json``; None: it had none)."""
 
     @property
     def job_key(self) -> str:
@@ -79,6 +86,8 @@ class Savepoint:
         body = {"format": 1, "name": self.name, "job_name": self.job_name, "job_id": self.job_id,
                 "created_at_ms": self.created_at_ms, "created_by": self.created_by,
                 "tasks": {t: json.loads(cp.to_json()) for t, cp in sorted(self.tasks.items())}}
+        if self.partitions is not None:
+            body["partitions"] = json.loads(self.partitions)
         return json.dumps(body, sort_keys=True).encode("utf-8")
 
     @classmethod
@@ -88,8 +97,10 @@ class Savepoint:
             body = json.loads(data)
             tasks = {str(t): TaskCheckpoint.from_json(json.dumps(cp).encode(), source=manifest)
                      for t, cp in body["tasks"].items()}
+            partitions = body.get("partitions")
             return cls(str(body["name"]), str(body["job_name"]), str(body["job_id"]), int(body["created_at_ms"]),
-                       str(body.get("created_by", "")), tasks, manifest)
+                       str(body.get("created_by", "")), tasks, manifest,
+                       json.dumps(partitions, sort_keys=True).encode("utf-8") if partitions is not None else None)
         except (ValueError, KeyError, TypeError) as exc:
             raise SavepointError(f"savepoint manifest {manifest} is unreadable ({exc})") from exc
 
@@ -181,7 +192,11 @@ def create_savepoint(config: Config, name: str, *, blob_store: BlobStoreManager 
                 copies = {s: copy_snapshot(store, sid, store, owner=(SAVEPOINT_OWNER, name), task=task, store=s,
                                            checkpoint_id=str(cp.batch)) for s, sid in sorted(cp.stores.items())}
                 tasks[task] = dataclasses.replace(cp, stores=copies, pending=None, location=None)
-            savepoint = Savepoint(name, job.name, job.job_id, int(time.time() * 1000), operator_name(), tasks)
+            from sparza.engine.partitions import read_record
+
+            record = read_record(stopped.checkpoints)
+            savepoint = Savepoint(name, job.name, job.job_id, int(time.time() * 1000), operator_name(), tasks,
+                                  partitions=record.to_json() if record is not None else None)
             data = savepoint.to_json()
             manifest = store.put(io.BytesIO(data), _manifest_meta(name, len(data)))
             store.remove_ttl(manifest, _manifest_meta(name))  # the commit point: the savepoint exists from here
@@ -256,6 +271,21 @@ def savepoint_stores(savepoint: Savepoint, task: str, job: JobConfig, source: Bl
     return out, notes
 
 
+def _carry_partitions(savepoint: Savepoint, checkpoints: Any) -> list[str]:
+    """Give a target job without a partition record the savepoint's, before its tasks are grouped: an input that grew
+    since is then growth to it too. Returns a note when it wrote one."""
+    from sparza.engine.checkpoint import SupportsJobDocuments
+    from sparza.engine.partitions import PARTITIONS_DOCUMENT, PartitionRecord, read_record
+
+    if (savepoint.partitions is None or not isinstance(checkpoints, SupportsJobDocuments)
+            or read_record(checkpoints) is not None):
+        return []
+    record = PartitionRecord.from_json(savepoint.partitions)
+    checkpoints.write_document(PARTITIONS_DOCUMENT, record.to_json())
+    counts = ", ".join(f"{s}: {n}" for s, n in sorted(record.counts.items()))
+    return [f"input partition counts as the savepoint's job had them ({counts})"]
+
+
 def restore_savepoint(config: Config, name: str, *, source: Config | None = None,
                       source_blob_store: BlobStoreManager | None = None, force: bool = False) -> Operation | None:
     """Start the job of ``config`` from savepoint ``name`` (found in the blob store of ``source``, default the
@@ -283,15 +313,21 @@ def restore_savepoint(config: Config, name: str, *, source: Config | None = None
             if not force and journal and journal[-1].kind == "savepoint-restore" and \
                     journal[-1].target == f"savepoint {name}":
                 return None
+            notes: list[str] = [f"savepoint of job {savepoint.job_key} taken {_iso(savepoint.created_at_ms)} by "
+                                f"{savepoint.created_by}"]
+            notes.extend(_carry_partitions(savepoint, stopped.checkpoints))
             inputs = InputSystems(job)
             try:
                 models = inputs.task_models()
+                # The grouping settled here, not at the run's start: say what changed since the savepoint.
+                from sparza.engine.partitions import expansion_policy
+
+                grown = inputs.grouping.describe(expansion_policy(job.config))
+                notes.extend(([grown] if grown else []) + list(inputs.grouping.notes))
             finally:
                 inputs.close()
             current = {t: v for t in (m.name for m in models) if (v := stopped.checkpoints.read(t)) is not None}
             changes: dict[str, TaskChange] = {}
-            notes: list[str] = [f"savepoint of job {savepoint.job_key} taken {_iso(savepoint.created_at_ms)} by "
-                                f"{savepoint.created_by}"]
             dropped = sorted(set(savepoint.tasks) - {m.name for m in models})
             if dropped:
                 notes.append(f"tasks not in the job, dropped: {', '.join(dropped)}")

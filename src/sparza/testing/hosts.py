@@ -39,10 +39,11 @@ class HostedJob:
     """What both modes share of one job (or one stage of an application): its typed config, task models, checkpoint
     store, drain monitor and the standalone job claim, as a ``sparza run`` processor holds them."""
 
-    def __init__(self, name: str, config: Config) -> None:
+    def __init__(self, name: str, config: Config, *, clock: Callable[[], int] | None = None) -> None:
         from sparza.engine.jobconfig import JobConfig
 
         self.name = name
+        self._clock = clock  # epoch ms (the runner's clock): the drain monitor's polls are timed by it
         self.job = JobConfig.from_config(config)
         self.config = self.job.config
         self.batches = 0
@@ -68,8 +69,15 @@ class HostedJob:
         self.inputs = inputs
         self.tasks = inputs.task_models()
         self.checkpoints = checkpoint_store_from_config(self.config, self.job.job_key, metrics=self.metrics)
-        self.monitor = DrainMonitor(self.config, metrics=self.metrics)
+        clock = self._clock
+        # Read every job.drain-monitor.poll.interval.ms of the runner's clock, as a processor reads it on its own.
+        self.monitor = DrainMonitor(self.config, metrics=self.metrics,
+                                    **({"clock": lambda: clock() / 1000.0} if clock is not None else {}))
         self.fresh = True
+
+    def read_drain_now(self) -> None:
+        """Read the drain request at once (a drain requested or removed by the runner itself)."""
+        self.monitor.poll(force=True)
 
     def carry(self, other: HostedJob) -> None:
         """Take over what ``other`` (the same job before a config change) knew: batches, ends, the claim."""
@@ -178,8 +186,8 @@ class BatchJob(HostedJob):
 
         if self.pending is None:
             self._check_partitions()
-            # The driver's drain monitor, read before every plan (a processor reads it every poll interval).
-            self.planner.drain = self.monitor.poll(force=True)
+            # The driver's drain monitor, read before a plan once its poll interval passed (as a processor does).
+            self.planner.drain = self.monitor.poll()
             planned = self.planner.next(self.plan, now_ms)
             if planned is self.plan:
                 return []
@@ -212,6 +220,7 @@ class BatchJob(HostedJob):
             from sparza.runtime.driver.drainmonitor import finish_drain
 
             finish_drain(self.config)
+            self.read_drain_now()  # the next plan must not run under the request just removed
         return results
 
     def freeze(self) -> None:

@@ -37,6 +37,7 @@ __all__ = [
     "read_kafka_records",
     "read_table_rows",
     "reduce_panes",
+    "task_partition",
 ]
 
 Record = tuple[int, str, int, int, str]
@@ -57,6 +58,14 @@ def _filtermap(m: Any) -> list[Record]:
     if m.n % 5 == 0:
         out.append((m.id, m.key, m.n + 1, 0, "fm1"))
     return out
+
+
+def task_partition(scenario: Any, m: Any) -> int:
+    """The partition number of the task that reads ``m``: its own partition, or, for one the input gained
+    (``partition-growth``: ``p >= n``, the first count), the task of ``p % n`` as SEP-5 groups it. A job with stores
+    always ends grouped so; a stateless one may get tasks of their own instead, but its output does not depend on
+    which task reads a message."""
+    return m.partition % scenario.partitions
 
 
 def _offset_order(scenario: Any) -> list[Any]:
@@ -85,9 +94,10 @@ def expected_records(scenario: Any, *, excluded_ids: Iterable[int] = ()) -> Coun
         out.update((m.id, m.key, m.n, 0, "copy") for m in scenario.messages)
     elif kind == "count":
         counts: Counter[tuple[int, str]] = Counter()
-        for m in _offset_order(scenario):
-            counts[(m.partition, m.key)] += 1
-            out[(m.id, m.key, counts[(m.partition, m.key)], 0, "count")] += 1
+        for m in _offset_order(scenario):   # a task reads each key from one partition (scenario._plan_growth)
+            task = task_partition(scenario, m)
+            counts[(task, m.key)] += 1
+            out[(m.id, m.key, counts[(task, m.key)], 0, "count")] += 1
     elif kind == "filtermap":
         for m in scenario.messages:
             out.update(_filtermap(m))
@@ -205,14 +215,16 @@ def reduce_panes(scenario: Any, records: Counter[Record], *, upserted: bool) -> 
 def expected_table_rows(scenario: Any, *, excluded_ids: Iterable[int] = ()) -> Counter[Record]:
     """The rows a typed-table output must hold at the end. Append: every record once (the multiset of
     :func:`expected_records`). Upsert: the final row per key: for the keyed count the last message of
-    each (task partition, key) in offset order with its count (``aux`` = the partition); for windows one
+    each (input partition, key) in offset order with its task's count (``aux`` = the partition); for windows one
     row per (key, window start), which every pane already is."""
     if scenario.output == "table-upsert" and scenario.kind == "count":
         last: dict[tuple[int, str], Record] = {}
         counts: Counter[tuple[int, str]] = Counter()
         for m in _offset_order(scenario):
-            counts[(m.partition, m.key)] += 1
-            last[(m.partition, m.key)] = (m.id, m.key, counts[(m.partition, m.key)], m.partition, "count")
+            # The count is its task's; ``aux`` the message's partition (the job writes envelope.ssp.partition).
+            task = task_partition(scenario, m)
+            counts[(task, m.key)] += 1
+            last[(m.partition, m.key)] = (m.id, m.key, counts[(task, m.key)], m.partition, "count")
         return Counter(last.values())
     return expected_records(scenario, excluded_ids=excluded_ids)
 

@@ -480,6 +480,7 @@ class TestRunner:
         pending = list(self._jobs)
         for job in pending:
             job.monitor.enabled = True  # as `sparza run --drain`, whatever job.drain-monitor.enabled says
+            job.read_drain_now()
         containers = self.mode != "batches"
         if containers:
             for member in self._container_jobs():
@@ -515,6 +516,8 @@ class TestRunner:
                     for member in self._container_jobs():
                         self._container_process().leave(member)
                     finish_drain(self._jobs[0].config)
+                    for job in self._jobs:
+                        job.read_drain_now()
                     report.drained = request.id
                     report.ended = all(job.ended for job in self._jobs)
                     return report
@@ -582,8 +585,9 @@ class TestRunner:
             job.member = None
 
     def _drain_request(self, job: HostedJob) -> dict[str, Any] | None:
-        """The job's drain request as its driver's monitor reads it (None: none)."""
-        request = job.monitor.poll(force=True)
+        """The job's drain request as its driver's monitor reads it (None: none): read once its poll interval passed on
+        the runner's clock, as a processor does (a drain the runner requests or removes is read at once)."""
+        request = job.monitor.poll()
         return request.to_json() if request is not None else None
 
     def _ensure_joined(self, job: ContainerJob, *, once: bool) -> None:
@@ -645,7 +649,9 @@ class TestRunner:
             # What a processor does when it stops drained: the request goes once every task of every job drained.
             from sparza.runtime.driver.drainmonitor import finish_drain
 
-            finish_drain(job.config)
+            if finish_drain(job.config) is not None:
+                for each in self._jobs:  # no stage may plan under the request just removed
+                    each.read_drain_now()
 
     @contextlib.contextmanager
     def _stopping_on_failure(self, jobs: list[ContainerJob]) -> Iterator[None]:
@@ -935,7 +941,7 @@ class TestRunner:
             hooked = stage_config.with_overrides(with_faults(stage_config, **{FAULT_HOOK.key: self._hook_id(name)}))
             register_fault_hook(self._hook_id(name), self._fault_hook(name))
             kind = BatchJob if execution_mode(hooked) == "batches" else ContainerJob
-            job = kind(name, hooked)
+            job = kind(name, hooked, clock=self.clock)
             job.metrics.merge_changes(checked[name].changes())
             self._jobs.append(job)
 

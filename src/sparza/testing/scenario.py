@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = ["COMMIT_STEPS", "CONTAINER_FAULTS", "DAYOPS_FAULTS", "DAYOPS_SALT", "DRAIN_MODES", "DRAIN_SALT",
-           "ENGINE_FAULTS", "EXECUTION_MODES", "EXECUTION_SALT", "EXTRA_FAULTS", "FAULTS", "HOST_FAULTS", "INPUTS",
+           "ENGINE_FAULTS", "EXECUTION_MODES", "EXECUTION_SALT", "EXTRA_FAULTS", "FAULTS", "GROWTH_POLICIES",
+           "HOST_FAULTS", "INPUTS",
            "OPERATORS_SALT", "OUTPUTS",
            "InputMessage", "Profile", "Scenario", "generate", "operator_config", "scale_scenario"]
 
@@ -48,19 +49,29 @@ range of that draw that replaced nothing before (the seeds with a container faul
 ENGINE_FAULTS = CONTAINER_FAULTS + HOST_FAULTS
 """Every fault that needs the container mode."""
 
-DAYOPS_FAULTS = ("savepoint-restore", "rewind-in-place")
+DAYOPS_FAULTS = ("savepoint-restore", "rewind-in-place", "partition-growth")
 """Day-two operations between runs (issue 37, :mod:`sparza.ops`), drawn from :data:`DAYOPS_SALT`: a savepoint
 taken and restored over the job itself, or every task that has not ended rewound to its own offsets with the
 state of a savepoint just taken. Both must leave the job exactly where it was (the stores come back from the
-savepoint's copies), so the output stays exact."""
+savepoint's copies), so the output stays exact. ``partition-growth``: the input gets more partitions
+(``Scenario.grow_to``) after the run of its phase, the later chunks' messages spread over them (see
+:func:`_plan_growth`); the job's ``job.partition.expansion`` (``Scenario.grow_policy``) says what the next run
+does: one that stops must name the stream, and the harness then sets ``Scenario.grow_then`` as its operator would."""
+
+_SAVEPOINT_OPS = DAYOPS_FAULTS[:2]
+"""The day-two operations drawn at first (``partition-growth`` has a range of the draw of its own)."""
+
+GROWTH_POLICIES = ("group", "fail", "auto", "new-tasks")
+"""``job.partition.expansion`` values a ``partition-growth`` scenario draws (``new-tasks`` for jobs without stores)."""
 
 DAYOPS_SALT = 0xDA7_0037
 """Whether a day-two operation is the second fault comes from ``random.Random(seed ^ DAYOPS_SALT)``, drawn last,
-only with the extras, for low-level task jobs of one processor with no second fault; ``generate(seed,
-dayops=False)`` leaves it out (the seed as it was). It adds no probe chunk: the harness's final run and the check
-of the committed state on a new host (in-process) restore every store after it."""
+only with the extras, for low-level task jobs of one processor with no second fault (``partition-growth``: for
+unbounded jobs of one processor, applications too, in two chunks or more); ``generate(seed, dayops=False)`` leaves
+it out (the seed as it was). It adds no probe chunk: the harness's final run and the check of the committed state on
+a new host (in-process) restore every store after it."""
 
-AFTER_RUN_FAULTS = frozenset({"savepoint-restore", "rewind-in-place",
+AFTER_RUN_FAULTS = frozenset({"savepoint-restore", "rewind-in-place", "partition-growth",
                               "lost-state", "lost-spark-checkpoint", "replay-spark-batch", "deleted-snapshot",
                               "purged-snapshot"})
 """Faults applied between runs (the others happen during a run)."""
@@ -203,6 +214,9 @@ class Scenario:
     execution: str = "containers"  # job.execution.mode: containers | batches
     epoch_ms: int = 0             # containers: job.container.epoch.ms (0: the default, longer than any run here)
     fail_after: int = 0           # container-retry: the task's commits in its container before the failure
+    grow_to: int = 0              # partition-growth: the input's partition count after it (0: no growth)
+    grow_policy: str = "auto"     # partition-growth: job.partition.expansion from the start (GROWTH_POLICIES)
+    grow_then: str = ""           # partition-growth: what the harness sets when the run after it stopped
     messages: list[InputMessage] = field(default_factory=list)
     profiles: list[Profile] = field(default_factory=list)
 
@@ -244,7 +258,9 @@ class Scenario:
             f" fault2={self.fault2}@phase{self.fault2_phase}" if self.fault2 != "none" else "",
             f" drain={self.drain}" + (f"@{self.drain_delay_s}s" if self.drain == "request" else "")
             if self.drain != "none" else "",
-            f" exec={self.execution}" + (f"/epoch={self.epoch_ms / 1000:g}s" if self.epoch_ms else "")])
+            f" exec={self.execution}" + (f"/epoch={self.epoch_ms / 1000:g}s" if self.epoch_ms else ""),
+            f" grow={self.partitions}->{self.grow_to}/{self.grow_policy}"
+            + (f"->{self.grow_then}" if self.grow_then else "") if self.grow_to else ""])
         return (f"seed={self.seed} {shape}{source} tasks={self.partitions} msgs={len(self.messages)} keys={self.keys} "
                 f"{'bounded' if self.bounded else 'unbounded'} chunks={self.chunks} batch={self.max_batch} "
                 f"{self.event_order}{' late' if self.late else ''} blobstore={self.blob_store} out={out} "
@@ -379,10 +395,15 @@ def generate(seed: int, *, messages: int | None = None, fault: str | None = None
             _pick_execution(random.Random(seed ^ EXECUTION_SALT), scenario, fault_forced=fault is not None)
         if dayops and fault is None:
             _pick_dayops(random.Random(seed ^ DAYOPS_SALT), scenario)
+    if fault == "partition-growth" and _fault_fits(fault, scenario):
+        scenario.fault_phase = min(scenario.fault_phase, scenario.chunks - 2)
+        _plan_growth(random.Random(seed ^ DAYOPS_SALT ^ 1), scenario, scenario.fault_phase)
     if scenario.fault in ENGINE_FAULTS and scenario.execution != "containers":
         scenario.execution = "containers"   # a forced container fault with the execution dimension left out
     if not _fault_fits(scenario.fault, scenario):
         need = ("one processor and no drain" if scenario.fault in ENGINE_FAULTS else
+                "an unbounded job of one processor in two chunks or more, without kafka-restart"
+                if scenario.fault == "partition-growth" else
                 "a low-level task job (not an application) of one processor" if scenario.fault in DAYOPS_FAULTS else
                 "a Kafka input (--input kafka) and no Kafka output or intermediate streams")
         raise ValueError(f"fault {scenario.fault!r} does not fit seed {seed}: it needs {need} ({scenario.describe()})")
@@ -415,12 +436,47 @@ def _pick_extras(rng: random.Random, scenario: Scenario, *, fault_forced: bool) 
 
 
 def _pick_dayops(rng: random.Random, scenario: Scenario) -> None:
-    """The dimension of :data:`DAYOPS_SALT`: one of :data:`DAYOPS_FAULTS` as the second fault, at a drawn phase."""
-    r_ops, ops, phase = rng.random(), rng.choice(DAYOPS_FAULTS), rng.randrange(scenario.chunks)
-    if r_ops < 0.15 and scenario.fault2 == "none" and scenario.fault not in DAYOPS_FAULTS \
-            and _fault_fits(ops, scenario):
+    """The dimension of :data:`DAYOPS_SALT`: one of :data:`DAYOPS_FAULTS` as the second fault, at a drawn phase.
+    ``partition-growth`` comes from a range of ``r_ops`` that drew nothing before (every earlier seed keeps its
+    operation), at a phase before the last (later chunks fill the new partitions)."""
+    r_ops, ops, phase = rng.random(), rng.choice(_SAVEPOINT_OPS), rng.randrange(scenario.chunks)
+    if scenario.fault2 != "none" or scenario.fault in DAYOPS_FAULTS:
+        return
+    if r_ops < 0.15 and _fault_fits(ops, scenario):
         _apply_fault_needs(ops, scenario)
         scenario.fault2, scenario.fault2_phase = ops, phase
+    elif 0.15 <= r_ops < 0.27 and _fault_fits("partition-growth", scenario):
+        grow_phase = min(phase, scenario.chunks - 2)
+        scenario.fault2, scenario.fault2_phase = "partition-growth", grow_phase
+        _plan_growth(random.Random(scenario.seed ^ DAYOPS_SALT ^ 1), scenario, grow_phase)
+
+
+def _plan_growth(rng: random.Random, scenario: Scenario, phase: int) -> None:
+    """The growth of ``partition-growth`` after the run of ``phase``: ``n`` partitions become ``n + 1 .. 2n``; the
+    expansion policy (``new-tasks`` only for jobs without stores) and what the harness sets when the run after the
+    growth stopped. Each message of a later chunk in partition ``t`` moves to one partition of its task,
+    ``c = t + j*n`` (``c % n == t``), drawn once per key and task: a task then reads each key from one partition
+    only, so its count of the key stays in offset order (the partitions of one task interleave arbitrarily)."""
+    n = scenario.partitions
+    # Stores anywhere in the job refuse new-tasks; only the keyed count's are in the tasks of the grown input (an
+    # application's first stage repartitions by key before any store), so only it stops under auto.
+    stateful = scenario.kind in ("count", "window", "session", "join") or scenario.join != "none"
+    first_stage_stores = scenario.kind == "count"
+    scenario.grow_to = n + rng.randint(1, n)
+    policies = [p for p in GROWTH_POLICIES if not (stateful and p == "new-tasks")]
+    scenario.grow_policy = rng.choice(policies)
+    stops = scenario.grow_policy == "fail" or (scenario.grow_policy == "auto" and first_stage_stores)
+    then = "group" if stateful else rng.choice(["group", "new-tasks"])
+    scenario.grow_then = then if stops else ""
+    choices = {t: [c for c in range(scenario.grow_to) if c % n == t] for t in range(n)}
+    target: dict[tuple[str, int], int] = {}
+    moved = []
+    for m in scenario.messages:
+        if m.chunk > phase:
+            c = target.setdefault((m.key, m.partition), rng.choice(choices[m.partition]))
+            m = InputMessage(m.id, m.key, m.n, m.timestamp, c, m.chunk)
+        moved.append(m)
+    scenario.messages = moved
 
 
 def _pick_operators(rng: random.Random, scenario: Scenario, *, output_forced: bool) -> None:
@@ -586,6 +642,11 @@ def _fault_fits(fault: str, scenario: Scenario) -> bool:
                 and scenario.intermediate_system != "kafka" and scenario.processors == 1)
     if fault == "second-processor":
         return scenario.processors == 1
+    if fault == "partition-growth":
+        # Later chunks fill the new partitions; a lost input produced again would not know them. An application's
+        # intermediate streams keep their counts: only its first stage's tasks change.
+        return (scenario.processors == 1 and not scenario.bounded and scenario.chunks >= 2
+                and "kafka-restart" not in (scenario.fault, scenario.fault2))
     if fault in DAYOPS_FAULTS:
         # sparza.ops supports standalone low-level task jobs (no application stages, no adjunct stores).
         return scenario.api == "task" and scenario.processors == 1

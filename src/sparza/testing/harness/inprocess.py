@@ -30,6 +30,8 @@ a restart drops its in-memory tasks, stores and producers):
 ``container-kill``      a container killed inside a commit (also ``executor-loss``): its tasks move, the run goes on
 ``savepoint-restore``   the stopped job's savepoint taken and restored over it (:mod:`~.dayops`)
 ``rewind-in-place``     the stopped job's tasks rewound to their own offsets with a savepoint's state
+``partition-growth``    the input gains partitions (``TestRunner.grow_input``); a run its policy stops must name
+                        the stream, then the policy the operator would choose is set
 ======================  =================================================================================
 
 The runs go through the engine in the scenario's execution mode: in ``containers`` the runner's process hosts the
@@ -78,11 +80,11 @@ from sparza.testing.harness.damage import (
     save_local_blob,
     tombstone_committed_snapshots,
 )
-from sparza.testing.harness.dayops import day_two_operation
+from sparza.testing.harness.dayops import day_two_operation, growth_refusal_problem
 from sparza.testing.harness.jobconfig import LATE_STREAM, PROFILES_STREAM, job_config, profile_partition
 from sparza.testing.harness.outcome import Outcome, RunRecord
 from sparza.testing.harness.phases import plan_phase, run_phase
-from sparza.testing.oracle import Record
+from sparza.testing.oracle import Record, task_partition
 from sparza.testing.scenario import AFTER_RUN_FAULTS, COMMIT_STEPS, DAYOPS_FAULTS, Scenario
 
 __all__ = ["INPROCESS_SALT", "InProcessDraws", "InProcessJob", "draw", "inprocess_config", "run_inprocess_scenario"]
@@ -582,11 +584,31 @@ def _damage(job: InProcessJob, outcome: Outcome, fault: str, label: str) -> None
         job.restart(keep_plan=False)
         outcome.notes.append(f"purged-snapshot: purged {len(job.purged)} committed snapshot blobs and the local "
                              "state")
+    elif fault == "partition-growth":
+        _grow_input(job, outcome, label)
     elif fault in DAYOPS_FAULTS:
         job.restart(crashed=False, keep_plan=False)   # a stopped job: claim released, re-planned from checkpoints
         outcome.notes.append(day_two_operation(fault, job.runner.config, label))
     elif fault != "none":
         raise ValueError(f"unknown fault {fault!r}")
+
+
+def _grow_input(job: InProcessJob, outcome: Outcome, label: str) -> None:
+    """``partition-growth``: the input gains partitions (as a topic given more); when the job's policy stops it, the
+    next run must fail naming the stream, and the operator then sets ``grow_then``."""
+    s = job.s
+    job.runner.grow_input(job.input_stream, s.grow_to)
+    note = (f"partition-growth: {job.input_stream} {s.partitions} -> {s.grow_to} partitions under "
+            f"job.partition.expansion: {s.grow_policy}")
+    if s.grow_then:
+        record = job.run(f"{label}-after-growth", meant_to_fail=True)
+        problem = growth_refusal_problem(record.error if record.returncode else None, job.input_stream,
+                                         s.partitions, s.grow_to)
+        if problem:
+            outcome.problems.append(problem)
+        job.restart(crashed=False, config={"job.partition.expansion": s.grow_then})
+        note += f"; the run after it stopped naming the stream, then {s.grow_then} was set"
+    outcome.notes.append(note)
 
 
 def check(job: InProcessJob, outcome: Outcome, *, upto: int | None = None) -> None:
@@ -646,7 +668,7 @@ def check_committed_state(job: InProcessJob, outcome: Outcome) -> None:
                 continue
             if ref.store == "counts":
                 partition = int(snapshot.task.rsplit(" ", 1)[1])
-                expected = Counter(m.key for m in job.s.messages if m.partition == partition)
+                expected = Counter(m.key for m in job.s.messages if task_partition(job.s, m) == partition)
                 if entries != dict(expected):
                     outcome.problems.append(f"store counts of task '{snapshot.task}' after gc holds {entries}, the "
                                             f"oracle says {dict(expected)}")

@@ -35,6 +35,8 @@ def job_config(s: Scenario, *, input_stream: str, output_stream: str) -> dict[st
     }
     if s.epoch_ms:
         v["job.container.epoch.ms"] = s.epoch_ms
+    if s.grow_to:
+        v["job.partition.expansion"] = s.grow_policy   # partition-growth: what the run after it does
     in_system, in_name = input_stream.split(".", 1)
     if s.bounded:
         v[f"systems.{in_system}.streams.{in_name}.bounded"] = "true"

@@ -40,7 +40,7 @@ from sparza.testing.harness.damage import (
     save_local_blob,
     tombstone_committed_snapshots,
 )
-from sparza.testing.harness.dayops import day_two_operation
+from sparza.testing.harness.dayops import day_two_operation, grow_input, growth_refusal_problem
 from sparza.testing.harness.jobconfig import job_config, profile_partition
 from sparza.testing.harness.outcome import Outcome, RunRecord
 from sparza.testing.harness.phases import plan_phase, run_phase
@@ -728,10 +728,33 @@ def _damage(job: SparkJob, outcome: Outcome, fault: str, label: str) -> None:
         marked = tombstone_committed_snapshots(job.config)
         shutil.rmtree(state, ignore_errors=True)        # and a new host: restore must use them
         outcome.notes.append(f"deleted-snapshot: marked {marked} committed snapshot blobs deleted")
+    elif fault == "partition-growth":
+        _grow_input(job, outcome, label)
     elif fault in DAYOPS_FAULTS:
         outcome.notes.append(day_two_operation(fault, job.config, label))
     elif fault != "none":
         raise ValueError(f"unknown fault {fault!r}")
+
+
+def _grow_input(job: SparkJob, outcome: Outcome, label: str) -> None:
+    """``partition-growth``: the input (a Delta stream or a Kafka topic) gains partitions through its admin, as
+    ``sparza stream grow`` does; when the job's policy stops it, the next ``sparza run`` must fail naming the stream,
+    and the operator then sets ``grow_then`` in the job's config."""
+    s = job.s
+    before = grow_input(job.config, job.input_stream, s.grow_to)
+    note = (f"partition-growth: {job.input_stream} {before} -> {s.grow_to} partitions under "
+            f"job.partition.expansion: {s.grow_policy}")
+    if s.grow_then:
+        record = job.run(f"{label}-after-growth", meant_to_fail=True)
+        text = record.log.read_text(errors="replace") if record.log is not None else ""
+        problem = growth_refusal_problem(text or "(no log)" if record.returncode != 0 else None, job.input_stream,
+                                         s.partitions, s.grow_to)
+        if problem:
+            outcome.problems.append(problem)
+        job.config["job.partition.expansion"] = s.grow_then
+        job.config_path = job._write("job.yaml", job.config)
+        note += f"; the run after it stopped naming the stream, then {s.grow_then} was set"
+    outcome.notes.append(note)
 
 
 def _kafka_restart(job: SparkJob, outcome: Outcome, label: str, phase: int) -> None:
