@@ -175,6 +175,11 @@ class _Topic:
         self.key_utf8 = is_utf8(self.key_serde)
         self.msg_utf8 = is_utf8(self.msg_serde)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "partitions":  # a new count (the topic grew): the remembered partitions are of the old one
+            object.__setattr__(self, "by_key", {})
+        object.__setattr__(self, name, value)
+
 
 _KEYS_MEMO = 1 << 16
 """How many keys' partitions a topic remembers (the first ones seen; others are hashed each time)."""
