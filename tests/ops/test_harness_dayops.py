@@ -72,3 +72,15 @@ def test_a_growth_the_job_reads_on_through_is_found(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(sparza.engine.job, "expansion_policy", lambda config: "group")
     outcome = run_inprocess_scenario(scenario, tmp_path / "read-on")
     assert not outcome.ok and any("the job read on" in p for p in outcome.problems), outcome.problems
+
+
+def test_an_application_whose_input_grows_regroups_its_first_stage_and_stays_exact(tmp_path: Path) -> None:
+    """Sliding windows behind partition_by(key): the input grows 5 -> 9 between the runs; the run after it stops
+    (job.partition.expansion: fail) naming the stream; with group set the first stage regroups, the intermediate
+    stream keeps its partitions, and every pane is the oracle's."""
+    scenario = generate(1833)
+    assert (scenario.api, scenario.kind, scenario.fault2, scenario.grow_to) == ("app", "window", "partition-growth", 9)
+    outcome = run_inprocess_scenario(scenario, tmp_path)
+    assert outcome.ok, outcome.problems
+    assert any(note.startswith("partition-growth: kafka.in 5 -> 9") and "stopped naming the stream" in note
+               for note in outcome.notes), outcome.notes

@@ -112,3 +112,14 @@ def create_profiles(config: Config, records: int = 0, partitions: int = 1) -> No
         producer.send("t", OutgoingMessageEnvelope(SystemStream("delta", "profiles"), b'{"c": 1}', key=f"k{i}".encode(),
                                                    partition=0, timestamp=i))
     producer.flush("t")
+
+
+def task_checkpoints(config: Config) -> dict[str, Any]:
+    """Each task's latest committed checkpoint of ``config``'s job, read in this process from the job's checkpoint
+    store (what ``sparza checkpoints show`` prints). Polling tests use it instead of a ``sparza`` subprocess per
+    sample: each one started Python and imported the product, a second of CPU the job under test lost."""
+    from sparza.engine.checkpoint import checkpoint_store_from_config
+    from sparza.engine.jobconfig import JobConfig
+
+    return checkpoint_store_from_config(config, JobConfig.from_config(config, require_inputs=False).job_key).read_all()
+

@@ -83,9 +83,24 @@ def test_a_once_processor_whose_model_expires_mid_run_processes_its_new_share(sp
                                  "job.checkpoint.factory": "azure", "job.checkpoint.azure.container": unique_name,
                                  "task.max.batch.messages": "25"})
     append_messages(config, 600, 5, commit_size=600)       # 300 per task: 12 batches of 25
-    first_batch = threading.Event()
+    first_batch, expiring = threading.Event(), threading.Event()
+
+    def status(line: str) -> None:
+        # The first batch waits until the model expires: a fast processor would otherwise finish all its
+        # batches before the second participant joins (it did on CI), and the test would prove nothing.
+        if line.startswith("batch ") and not first_batch.is_set():
+            first_batch.set()
+            expiring.wait(120)
+
     processor = CoordinatedProcessor(config, master=None, processor_id="p1", once=True, spark=spark,
-                                     status=lambda line: first_batch.set() if line.startswith("batch ") else None)
+                                     status=status)
+    expire = processor.on_job_model_expired
+
+    def on_job_model_expired() -> None:
+        expiring.set()
+        expire()
+
+    processor.on_job_model_expired = on_job_model_expired  # type: ignore[method-assign]
     outcome: list[object] = []
     thread = threading.Thread(target=lambda: outcome.append(processor.run()), daemon=True)
     thread.start()
@@ -96,6 +111,7 @@ def test_a_once_processor_whose_model_expires_mid_run_processes_its_new_share(sp
         thread.join(600)
     finally:
         other.stop()
+    assert expiring.is_set(), "the second participant's joining never expired the first one's model"
     assert not thread.is_alive() and outcome, "the --once processor did not finish"
     assert len(processor.generations) >= 2, "the processor never adopted the model that split the tasks"
     store = checkpoint_store_from_config(config, f"{unique_name}-1")

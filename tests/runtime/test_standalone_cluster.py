@@ -30,9 +30,17 @@ from typing import Any
 
 import pytest
 from examples.keyed_count.load import SteadyInput, append_messages
-from tests.runtime.helpers import counts_per_key, expected_counts, sparza_cmd, sparza_env, write_config
+from tests.runtime.helpers import (
+    counts_per_key,
+    expected_counts,
+    sparza_cmd,
+    sparza_env,
+    task_checkpoints,
+    write_config,
+)
 
 from sparza.azure import AZURITE_ACCOUNT_KEY
+from sparza.config import Config
 from sparza.devservers.spark import executor_python
 from sparza.devservers.sparkcluster import StandaloneCluster
 from sparza.testing import eventually
@@ -45,24 +53,24 @@ PHASE_TIMEOUT_S = 300.0
 
 
 class Watch:
-    """What the running job shows through its public surfaces: ``sparza checkpoints show`` sampled in a
-    thread (each task's batch and location), and the notices of its status lines."""
+    """What the running job shows through its public surfaces: its task checkpoints sampled in a thread (each
+    task's batch and location, what ``sparza checkpoints show`` prints), and the notices of its status lines."""
 
-    def __init__(self, config_path: Path, log: Path) -> None:
-        self.config_path, self.log = config_path, log
+    def __init__(self, config: Config, log: Path) -> None:
+        self.config, self.log = config, log
         self.samples: list[dict[str, dict[str, Any]]] = []
+        self.error: Exception | None = None  # the last failed sample's, shown when a wait times out
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            result = subprocess.run(sparza_cmd("checkpoints", "show", "--config", str(self.config_path), "--json",
-                                               "--no-lag"), capture_output=True, text=True, timeout=120,
-                                    env=sparza_env(), check=False)
-            if result.returncode == 0 and result.stdout.strip().startswith("{"):
-                shown = json.loads(result.stdout)
-                self.samples.append({t: {"batch": cp.get("batch"), "location": cp.get("location")}
-                                     for t, cp in shown.items()})
+            try:
+                shown = task_checkpoints(self.config)
+            except Exception as exc:  # Azurite busy, a blob replaced while read: the next sample has it
+                self.error = exc
+            else:
+                self.samples.append({t: {"batch": cp.batch, "location": cp.location} for t, cp in shown.items()})
             self._stop.wait(1.0)
 
     def start(self) -> Watch:
@@ -93,7 +101,8 @@ def _wait(what: str, condition: Callable[[], bool], proc: subprocess.Popen[Any],
         return False
 
     eventually(holds, PHASE_TIMEOUT_S, 0.5,
-               lambda: f"no {what} within {PHASE_TIMEOUT_S:.0f}s; checkpoints {watch.latest()}:\n"
+               lambda: f"no {what} within {PHASE_TIMEOUT_S:.0f}s; checkpoints {watch.latest()} "
+               f"(last read error: {watch.error!r}):\n"
                + "\n".join(watch.lines()[-40:]))
 
 
@@ -154,7 +163,7 @@ def test_tasks_stay_on_their_executors_move_when_a_worker_is_killed_and_rebalanc
     env = {**{k: v for k, v in sparza_env().items() if k != "AZURE_STORAGE_CONNECTION_STRING"},
            "PYSPARK_PYTHON": python}
     feeder = SteadyInput(config, KEYS, 40, start=400)
-    watch = Watch(path, log)
+    watch = Watch(config, log)
     proc: subprocess.Popen[bytes] | None = None
     with cluster:
         try:

@@ -66,9 +66,10 @@ GROWTH_POLICIES = ("group", "fail", "auto", "new-tasks")
 
 DAYOPS_SALT = 0xDA7_0037
 """Whether a day-two operation is the second fault comes from ``random.Random(seed ^ DAYOPS_SALT)``, drawn last,
-only with the extras, for low-level task jobs of one processor with no second fault; ``generate(seed,
-dayops=False)`` leaves it out (the seed as it was). It adds no probe chunk: the harness's final run and the check
-of the committed state on a new host (in-process) restore every store after it."""
+only with the extras, for low-level task jobs of one processor with no second fault (``partition-growth``: for
+unbounded jobs of one processor, applications too, in two chunks or more); ``generate(seed, dayops=False)`` leaves
+it out (the seed as it was). It adds no probe chunk: the harness's final run and the check of the committed state on
+a new host (in-process) restore every store after it."""
 
 AFTER_RUN_FAULTS = frozenset({"savepoint-restore", "rewind-in-place", "partition-growth",
                               "lost-state", "lost-spark-checkpoint", "replay-spark-batch", "deleted-snapshot",

@@ -119,7 +119,9 @@ class KafkaSystemAdmin:
             if getattr(error, "code", lambda: None)() != RdKafkaError.TOPIC_ALREADY_EXISTS:
                 raise KafkaError(f"cannot create Kafka topic {name!r}: {exc}") from exc
             self._partitions.pop(spec.stream, None)
-            existing = self.partition_count(spec.stream)
+            # Another client just created it (two tasks starting at once): brokers learn of a new topic one by
+            # one, so the one asked may not know it yet. It exists; ask again within the request timeout.
+            existing = self._partition_count(spec.stream, known_to_exist=True)
             if existing != spec.partitions:
                 raise PartitionCountMismatchError(name, existing, spec.partitions) from None
             return False
@@ -148,21 +150,43 @@ class KafkaSystemAdmin:
     def partition_count(self, stream: str) -> int:
         """How many partitions the topic of ``stream`` has (cached; :meth:`get_system_stream_metadata` reads it again
         each time, so a topic given more partitions is seen within one metadata read)."""
+        return self._partition_count(stream, known_to_exist=False)
+
+    def _partition_count(self, stream: str, *, known_to_exist: bool) -> int:
+        from confluent_kafka import KafkaError as ClientError
+
         count = self._partitions.get(stream)
-        if count is None:
-            topic = self.settings.topic(stream)
-            client = self.client
+        if count is not None:
+            return count
+        topic = self.settings.topic(stream)
+        # A topic just created, or whose leader just died, comes back with LEADER_NOT_AVAILABLE (or with no
+        # partitions yet) while the controller elects leaders: that is not a missing topic. Only
+        # UNKNOWN_TOPIC_OR_PART says the topic is not there; the rest is asked again within the request timeout.
+        client = self.client  # a config error (no brokers named) comes out as itself
+        deadline = time.monotonic() + self._timeout
+        pause = 0.05
+        while True:
             try:
                 metadata = client.list_topics(topic=topic, timeout=self._timeout)
             except Exception as exc:
                 raise KafkaError(f"cannot read the metadata of Kafka topic {topic!r}: {exc}") from exc
             info = metadata.topics.get(topic)
-            # A missing topic comes back with an error or (some brokers) with no partitions.
-            if info is None or info.error is not None or not info.partitions:
+            error = None if info is None else info.error
+            missing = info is None or (error is not None and error.code() == ClientError.UNKNOWN_TOPIC_OR_PART)
+            if error is None and info is not None and info.partitions:
+                count = len(info.partitions)
+                self._partitions[stream] = count
+                return count
+            if missing and not known_to_exist:
                 raise TopicNotFoundError(topic, self.settings.bootstrap_servers())
-            count = len(info.partitions)
-            self._partitions[stream] = count
-        return count
+            if time.monotonic() + pause > deadline:
+                if missing:
+                    raise TopicNotFoundError(topic, self.settings.bootstrap_servers())
+                raise KafkaError(f"Kafka topic {topic!r} on {self.settings.bootstrap_servers()} has no leaders "
+                                 f"within {self._timeout:.0f}s ({error}); check that its brokers are up "
+                                 f"(systems.<system>.kafka.request.timeout.ms bounds the wait)")
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
 
     def delete_messages(self, offsets: Mapping[SystemStreamPartition, str]) -> None:
         """Samza's ``deleteMessages`` (:class:`~sparza.systems.SupportsDeleteMessages`): delete the records before
