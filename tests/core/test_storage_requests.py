@@ -179,7 +179,7 @@ def test_a_jobs_commits_are_counted_as_azurite_served_them(azurite_with_request_
         by_scope = {g: m["storage-requests"] for g, m in runner.metrics().snapshot().items()
                     if g.startswith("storage.")}
     assert counted == seen, by_scope
-    assert seen["put-blob"] >= 8 and set(by_scope) >= {"storage.blobstore", "storage.checkpoints"}
+    assert seen["put-blob"] >= 8 and set(by_scope) >= {"storage.store.counts", "storage.checkpoints"}, by_scope
 
 
 def test_a_commit_that_changed_nothing_writes_its_checkpoint_and_nothing_else(
