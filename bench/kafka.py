@@ -124,6 +124,14 @@ def produce_loop(servers: str, topic: str, messages: int, keys: int) -> tuple[fl
     """Write ``messages`` JSON running counts with one idempotent producer and flush."""
     from confluent_kafka import Producer
 
+    from sparza.config import Config
+    from sparza.systems import StreamSpec
+    from sparza.systems.kafka import KafkaSystemAdmin
+
+    # The bench's broker creates no topic on first use (auto.create.topics.enable: false): without this the loop
+    # waited out its flush timeout with every message undelivered.
+    KafkaSystemAdmin("kafka", Config({"systems.kafka.consumer.bootstrap.servers": servers})).create_stream(
+        StreamSpec(topic, 4))
     producer = Producer({"bootstrap.servers": servers, "enable.idempotence": True, "linger.ms": 5,
                          "log_level": 3})
     started = time.perf_counter()
@@ -136,7 +144,8 @@ def produce_loop(servers: str, topic: str, messages: int, keys: int) -> tuple[fl
                 break
             except BufferError:
                 producer.poll(0.05)
-    producer.flush(120)
+    left = producer.flush(120)
+    assert left == 0, f"{left} of {messages} messages were not delivered"
     return time.perf_counter() - started, messages
 
 

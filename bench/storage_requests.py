@@ -5,8 +5,9 @@ in the same container, one output) runs through :class:`sparza.testing.TestRunne
 commit code, without Spark) against an Azurite that logs every request it serves. Each task first loads its keys,
 then ``--commits`` batches each change a share of them (random keys; ``read`` batches only read). Every request
 Azurite logged between two marker requests is counted and divided by the task-commits of those batches, by
-operation. After the last batch each task's store is restored on a "new host" from its checkpoint's snapshot id
-(timed: restore must not get slower).
+operation; sparza's own count of the same requests (its ``storage.<scope>`` metrics, from ``TestRunner.metrics()``)
+is printed beside it, operation by operation, with its scopes. After the last batch each task's store is restored on
+a "new host" from its checkpoint's snapshot id (timed: restore must not get slower).
 
 The same cases run on two trees in the same run, each in its own process with its own Azurite: this tree and the
 baseline (``--baseline-src``: the ``src`` of a ``git worktree`` of the commit before the change), or, without it,
@@ -179,11 +180,13 @@ def run_case(azurite: _Azurite, case: dict[str, Any], extra: dict[str, str]) -> 
             runner.run_batch()
         value = "read" if case["read_only"] else "count"
         start = azurite.mark()
+        counted_before = _product_counts(runner)
         began = time.perf_counter()
         for _ in range(commits):
             runner.add_input("mem.events", _messages(tasks, [rng.sample(ks, changed) for ks in key_space], value))
             runner.run_batch()
         seconds = time.perf_counter() - began
+        counted_after = _product_counts(runner)
         end = azurite.mark()
         ops = azurite.requests(start, end)
         checkpoints = runner.checkpoints()
@@ -192,10 +195,47 @@ def run_case(azurite: _Azurite, case: dict[str, Any], extra: dict[str, str]) -> 
     finally:
         runner.close()
     task_commits = tasks * commits
-    return {**case, "task_commits": task_commits, "requests": sum(ops.values()),
-            "per_commit": sum(ops.values()) / task_commits,
-            "by_operation": {k: v / task_commits for k, v in sorted(ops.items())}, "seconds": seconds,
-            "restore_s": restore_s, "snapshot_id_bytes": id_bytes}
+    out = {**case, "task_commits": task_commits, "requests": sum(ops.values()),
+           "per_commit": sum(ops.values()) / task_commits,
+           "by_operation": {k: v / task_commits for k, v in sorted(ops.items())}, "seconds": seconds,
+           "restore_s": restore_s, "snapshot_id_bytes": id_bytes}
+    if counted_before is not None and counted_after is not None:
+        counted = counted_after - counted_before
+        by_op: Counter[str] = Counter()
+        by_scope: Counter[str] = Counter()
+        for (group, op), n in counted.items():
+            by_op[_azure_name(op)] += n
+            by_scope[group] += n
+        out.update({"product_requests": sum(counted.values()),
+                    "product_per_commit": sum(counted.values()) / task_commits,
+                    "product_by_operation": {k: v / task_commits for k, v in sorted(by_op.items())},
+                    "product_by_scope": {k: v / task_commits for k, v in sorted(by_scope.items())},
+                    "product_minus_azurite": {k: by_op[k] - ops[k] for k in sorted(set(by_op) | set(ops))
+                                              if by_op[k] != ops[k]}})
+    return out
+
+
+def _product_counts(runner: Any) -> Counter[tuple[str, str]] | None:
+    """sparza's own count of its storage requests so far, by (``storage.<scope>`` group, operation); None for a tree
+    that does not count them (a baseline from before the counting)."""
+    metrics = getattr(runner, "metrics", None)
+    if metrics is None:
+        return None
+    out: Counter[tuple[str, str]] = Counter()
+    for group, values in metrics().snapshot().items():
+        if group.startswith("storage."):
+            for name, value in values.items():
+                if name != "storage-requests":
+                    out[(group, name)] += int(value)
+    return out
+
+
+def _azure_name(operation: str) -> str:
+    """sparza's operation name as :func:`operation` names the log's lines (``put-blob`` -> ``Put Blob``; the log does
+    not show a lease's action)."""
+    if operation.startswith("lease-blob-"):
+        return "PUT lease"
+    return " ".join(word.capitalize() for word in operation.split("-"))
 
 
 def _restore(runner: Any, checkpoints: dict[str, Any], azurite: _Azurite, container: str) -> float:
@@ -301,21 +341,36 @@ def main() -> None:
                for op in ops]
     op_table = _report.table(["operation"] + [f"{tag} {i + 1}" for i in range(len(new)) for tag in ("base", "now")],
                              op_rows)
+    agree = []
+    for r in new:
+        if "product_per_commit" not in r:
+            continue
+        diff = r["product_minus_azurite"]
+        scopes = ", ".join(f"{g.removeprefix('storage.')} {v:.2f}" for g, v in r["product_by_scope"].items())
+        agree.append([_label(r), f"{r['per_commit']:.2f}", f"{r['product_per_commit']:.2f}",
+                      "same requests, operation by operation" if not diff else
+                      "differ: " + ", ".join(f"{k} {v:+d}" for k, v in diff.items()), scopes or "none"])
+    agree_table = _report.table(["case (this tree)", "Azurite's log req/task-commit", "sparza's count req/task-commit",
+                                 "by operation", "sparza's count by scope, per task-commit"], agree) if agree else ""
     print(table)
     print()
     print(op_table)
+    if agree_table:
+        print()
+        print(agree_table)
     print(f"machine load {load_before[0]:.1f} before, {load_after[0]:.1f} after")  # shown, not recorded
     body = (f"Goal: {GOAL}.\n\nBaseline: {base_label}; each variant in its own process with its own Azurite, in the "
             f"same run. {args.commits} measured commits per task after a load and 3 warm-up commits.\n\n"
             f"{table}\n\nRequests per task-commit by operation (cases in the order above, baseline then now):\n\n"
-            f"{op_table}\n")
+            f"{op_table}\n"
+            + (f"\nsparza's own count of the same requests (its storage.<scope> metrics), beside Azurite's log:\n\n"
+               f"{agree_table}\n" if agree_table else ""))
     command = ("flock /work/heavy.lock .venv/bin/python bench/storage_requests.py"
                + (f" --baseline-src {args.baseline_src}" if args.baseline_src else "")
                + (f" --keys {args.keys}" if args.keys != "10000,100000" else "")
                + (f" --commits {args.commits}" if args.commits != 20 else ""))
     _report.record("storage_requests", "Storage requests per task-commit", command, body, measures=MEASURES)
-    Path(ROOT / "docs" / "bench" / "storage_requests.json").write_text(json.dumps({"base": base, "now": new},
-                                                                                  indent=1))
+    (_report.SECTIONS / "storage_requests.json").write_text(json.dumps({"base": base, "now": new}, indent=1))
 
 
 if __name__ == "__main__":

@@ -13,14 +13,12 @@ from typing import Any
 
 import pytest
 
-from sparza.azure import StorageRequests
+from sparza.azure import StorageRequests, blob_operation, table_operation
 from sparza.devservers.storage import AzuriteProcess
 from sparza.engine.results import BatchStatus
 from sparza.metrics import MetricsRegistry
 from sparza.testing import TestMessage, TestRunner
 from sparza.testing.waiting import eventually
-
-pytestmark = pytest.mark.azurite
 
 _LINE = re.compile(r'"([A-Z]+) (\S+) HTTP')
 _BLOB = {("PUT", ""): "put-blob", ("GET", ""): "get-blob", ("HEAD", ""): "get-blob-properties",
@@ -92,6 +90,7 @@ def _counted(registry: MetricsRegistry) -> Counter[str]:
     return +out
 
 
+@pytest.mark.azurite
 def test_each_kind_of_request_is_counted_once_by_its_operation(azurite_with_request_log: AzuriteProcess) -> None:
     log = _Log(azurite_with_request_log)
     account = azurite_with_request_log.account
@@ -127,6 +126,33 @@ def test_each_kind_of_request_is_counted_once_by_its_operation(azurite_with_requ
     assert counted["put-block"] == 3 and counted["lease-blob"] == 3 and counted["query-entities"] == 2
     ops = registry.snapshot()["storage.test"]
     assert (ops["lease-blob-acquire"], ops["lease-blob-renew"], ops["lease-blob-release"]) == (1, 1, 1)
+
+
+def test_requests_on_an_account_endpoint_are_named_by_method_query_and_headers() -> None:
+    blob = "https://acct.blob.core.windows.net/c/job-1/Partition_0/counts/000012.sst.ab12"
+    assert blob_operation("PUT", blob, {}) == "put-blob"
+    assert blob_operation("PUT", blob, {"x-ms-copy-source": "https://elsewhere"}) == "copy-blob"
+    assert blob_operation("PUT", blob + "?comp=lease", {"X-MS-Lease-Action": "break"}) == "lease-blob-break"
+    assert blob_operation("PUT", "https://acct.blob.core.windows.net/c?restype=container&comp=lease",
+                          {"x-ms-lease-action": "acquire"}) == "lease-container-acquire"
+    assert blob_operation("GET", "https://acct.blob.core.windows.net/?comp=list", {}) == "list-containers"
+    assert blob_operation("POST", "https://acct.blob.core.windows.net/c?restype=container&comp=batch", {}) \
+        == "blob-batch"
+    assert blob_operation("GET", blob + "?comp=tags&snapshot=x", {}) == "get-blob-tags"
+    table = "https://acct.table.core.windows.net"
+    assert table_operation("POST", f"{table}/Tables", {}) == "create-table"
+    assert table_operation("DELETE", f"{table}/Tables('t')", {}) == "delete-table"
+    assert table_operation("PUT", f"{table}/t(PartitionKey='p',RowKey='r')", {}) == "update-entity"
+    assert table_operation("MERGE", f"{table}/t(PartitionKey='p',RowKey='r')", {}) == "merge-entity"
+    assert table_operation("POST", f"{table}/$batch", {}) == "table-batch"
+
+
+def test_the_summary_says_requests_per_task_commit_and_per_second() -> None:
+    from sparza.runtime.driver.report import describe_storage_requests
+
+    assert describe_storage_requests(1230, 500, 30.0) == "1,230 storage requests (2.46 per task-commit, 41.0/s)"
+    assert describe_storage_requests(12, 0, 2.0) == "12 storage requests (6.0/s)"
+    assert describe_storage_requests(0, 10, 1.0) == ""
 
 
 class _Count:
@@ -165,6 +191,7 @@ def _batch(runner: TestRunner, value: bytes, keys: int) -> int:
     return sum(1 for results in report.results.values() for r in results if r.status is BatchStatus.COMMITTED)
 
 
+@pytest.mark.azurite
 def test_a_jobs_commits_are_counted_as_azurite_served_them(azurite_with_request_log: AzuriteProcess,
                                                            tmp_path: Any) -> None:
     azurite = azurite_with_request_log
@@ -179,9 +206,10 @@ def test_a_jobs_commits_are_counted_as_azurite_served_them(azurite_with_request_
         by_scope = {g: m["storage-requests"] for g, m in runner.metrics().snapshot().items()
                     if g.startswith("storage.")}
     assert counted == seen, by_scope
-    assert seen["put-blob"] >= 8 and set(by_scope) >= {"storage.blobstore", "storage.checkpoints"}
+    assert seen["put-blob"] >= 8 and set(by_scope) >= {"storage.store.counts", "storage.checkpoints"}, by_scope
 
 
+@pytest.mark.azurite
 def test_a_commit_that_changed_nothing_writes_its_checkpoint_and_nothing_else(
         azurite_with_request_log: AzuriteProcess, tmp_path: Any) -> None:
     with _azure_runner(azurite_with_request_log, tmp_path, **{"job.drain-monitor.poll.interval.ms": "5000"}) as runner:

@@ -119,6 +119,19 @@ def test_found_a_fenced_builder_published_a_snapshot_gc_then_purged(seed: int, t
     assert outcome.ok, outcome.report()
 
 
+# Found by the in-process soak of partition growth (the seed fails without it too): a container removed mid-commit
+# hands its stage-2 task to another container, whose metadata of the pass predated the checkpoint the first one
+# had just committed; the task was refused as "past the partition's end" (a stream that lost its data). Fixed in the
+# container: a task's start plan reads the metadata again before refusing.
+@pytest.mark.parametrize("dayops", [False, True], ids=["as-drawn-before-growth", "with-growth"])
+def test_found_a_task_handed_over_mid_run_refused_as_past_its_partitions_end(dayops: bool, tmp_path) -> None:
+    scenario = generate(12387, dayops=dayops)
+    assert scenario.fault == "second-processor" and scenario.api == "app"
+    assert scenario.fault2 == ("partition-growth" if dayops else "none")
+    outcome = run_inprocess_scenario(scenario, tmp_path)
+    assert outcome.ok, outcome.report()
+
+
 def test_the_faults_fire_where_they_are_drawn(tmp_path) -> None:
     """A kill lands after the drawn commit step; a second processor taking over leaves processor 0 fenced."""
     killed = run_inprocess_scenario(generate(10), tmp_path / "kill")

@@ -7,9 +7,9 @@ retry policy). What a request is (:func:`blob_operation`, :func:`table_operation
 the SDK hands over, its method, URL query and headers, and named as Azure's price list names it (``put-blob``,
 ``get-blob-tags``, ``lease-blob-renew``, ``query-entities``...).
 
-The counts go to the registry group ``storage.<scope>`` (``storage.blobstore``, ``storage.checkpoints``,
-``storage.system.<system>``, ``storage.coordination``): a counter per operation and ``storage-requests``, their
-sum.
+The counts go to the registry group ``storage.<scope>`` (``storage.store.<store>``, ``storage.blobstore``,
+``storage.checkpoints``, ``storage.system.<system>``, ``storage.coordination``...): a counter per operation and
+``storage-requests``, their sum.
 """
 
 from __future__ import annotations
@@ -91,31 +91,44 @@ Classifier = Callable[[str, str, Mapping[str, str]], str]
 
 class StorageRequests:
     """Counts the requests of the clients built with it in ``registry``'s group ``storage.<scope>`` (see the
-    module docstring). Thread-safe: the SDKs send the blocks of one upload from several threads."""
+    module docstring). Thread-safe: the SDKs send the blocks of one upload from several threads.
 
-    def __init__(self, registry: MetricsRegistry, scope: str) -> None:
+    ``scope_of`` names a finer scope from a request's URL path (unquoted), or None to keep ``scope``: the blob store
+    counts each store's requests apart by the store name in its blob names."""
+
+    def __init__(self, registry: MetricsRegistry, scope: str, *,
+                 scope_of: Callable[[str], str | None] | None = None) -> None:
         self.registry = registry
         self.scope = scope
         self.group = GROUP_PREFIX + scope
-        self._total = registry.counter(self.group, TOTAL)
-        self._counters: dict[str, Counter] = {}
+        self._scope_of = scope_of
+        self._counters: dict[tuple[str, str], Counter] = {}
+        registry.counter(self.group, TOTAL)  # the series exists from the start, at zero
 
     def __repr__(self) -> str:
         return f"StorageRequests({self.group!r})"
 
-    def count(self, operation: str) -> None:
-        """Count one request of ``operation``."""
-        counter = self._counters.get(operation)
+    def _counter(self, group: str, name: str) -> Counter:
+        counter = self._counters.get((group, name))
         if counter is None:
-            counter = self._counters.setdefault(operation, self.registry.counter(self.group, operation))
-        counter.inc()
-        self._total.inc()
+            counter = self._counters.setdefault((group, name), self.registry.counter(group, name))
+        return counter
+
+    def count(self, operation: str, scope: str | None = None) -> None:
+        """Count one request of ``operation`` (in ``storage.<scope>``; None: this object's scope)."""
+        group = self.group if scope is None else GROUP_PREFIX + scope
+        self._counter(group, operation).inc()
+        self._counter(group, TOTAL).inc()
 
     def hook(self, classify: Classifier) -> Callable[[Any], None]:
         """The SDK's ``raw_request_hook``: counts the ``PipelineRequest`` it is called with, named by ``classify``."""
+        scope_of = self._scope_of
+
         def on_request(request: Any) -> None:
             http = request.http_request
-            self.count(classify(str(http.method), str(http.url), http.headers))
+            url = str(http.url)
+            self.count(classify(str(http.method), url, http.headers),
+                       scope_of(unquote(urlsplit(url).path)) if scope_of is not None else None)
 
         return on_request
 

@@ -32,6 +32,7 @@ __all__ = [
     "Metadata",
     "RetriableError",
     "blob_name_for",
+    "blob_owner",
     "system_clock_ms",
 ]
 
@@ -113,13 +114,18 @@ def _safe(part: str) -> str:
     return out or "_"
 
 
+def blob_owner(job_name: str | None, job_id: str | None) -> str:
+    """The first part of a job's blob names (``<job>-<id>``, as :func:`blob_name_for` writes it)."""
+    return _safe(f"{job_name or 'job'}-{job_id or '1'}")
+
+
 def blob_name_for(metadata: Metadata) -> str:
     """A new, unique blob name: ``<job>-<id>/<task>/<store>/<path>.<uuid>``.
 
     Readable (an operator can tell what a blob is) and unique per call, so a retried or replayed
     upload never overwrites a blob some committed snapshot refers to.
     """
-    owner = _safe(f"{metadata.job_name or 'job'}-{metadata.job_id or '1'}")
+    owner = blob_owner(metadata.job_name, metadata.job_id)
     parts = [owner, _safe(metadata.task_name or "task"), _safe(metadata.store_name or "store")]
     path = "/".join(_safe(p) for p in metadata.payload_path.split("/") if p not in ("", ".", ".."))
     return "/".join(parts) + "/" + (path or "blob") + "." + uuid.uuid4().hex[:16]

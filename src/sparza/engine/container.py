@@ -82,7 +82,7 @@ from sparza.engine.messages import (
 )
 from sparza.engine.model import TaskModel
 from sparza.engine.partitions import RegroupNeeded, check_running
-from sparza.engine.planner import BatchPlan, BatchPlanner, SspPosition
+from sparza.engine.planner import BatchPlan, BatchPlanner, OffsetPastEndError, SspPosition
 from sparza.engine.queries import StoreQueries
 from sparza.engine.results import BatchResult, BatchStatus
 from sparza.engine.worker import SplitInput
@@ -191,7 +191,14 @@ class TaskLoop:
 
     def start(self, checkpoint: TaskCheckpoint | None, drain: dict[str, Any] | None) -> None:
         """The start plan from the task's checkpoint (an open intent is replayed first)."""
-        self.plan = self.planner.initial({self.model.name: checkpoint} if checkpoint is not None else {})
+        checkpoints = {self.model.name: checkpoint} if checkpoint is not None else {}
+        try:
+            self.plan = self.planner.initial(checkpoints)
+        except OffsetPastEndError:
+            # The job's metadata of this pass may predate a checkpoint another container committed since (a task
+            # handed over mid-run): read it again before refusing. A stream that lost its data is refused still.
+            self.engine.refresh()
+            self.plan = self.planner.initial(checkpoints)
         self._pending = None
         self._idle_at = None
         self.drain_request = None

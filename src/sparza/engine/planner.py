@@ -46,7 +46,8 @@ from sparza.engine.split import TaskSplit
 from sparza.streams import SystemStreamPartition
 from sparza.systems import SupportsDeletedMessagesPolicy
 
-__all__ = ["BatchPlan", "BatchPlanner", "Replay", "SspPosition", "TaskPlan", "describe_waits", "input_after_end"]
+__all__ = ["BatchPlan", "BatchPlanner", "OffsetPastEndError", "Replay", "SspPosition", "TaskPlan", "describe_waits",
+           "input_after_end"]
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +173,10 @@ def describe_waits(waits: Mapping[str, list[str]], *, most: int = 6) -> list[str
     return lines
 
 
+class OffsetPastEndError(RuntimeStateError):
+    """A task's checkpointed offset lies past its partition's end as last read (:func:`check_not_past_end`)."""
+
+
 def check_not_past_end(task: str, ssp: SystemStreamPartition, offset: str, position: SspPosition,
                        ops: OffsetOps) -> None:
     """Refuse to plan from ``offset`` when it lies past the partition's end: the stream was re-created or
@@ -180,7 +185,7 @@ def check_not_past_end(task: str, ssp: SystemStreamPartition, offset: str, posit
     partition grows past ``offset`` and then skip everything before it, silently."""
     if ops.compare(offset, position.upcoming) <= 0:
         return
-    raise RuntimeStateError(
+    raise OffsetPastEndError(
         f"task '{task}' is at offset {offset} of {ssp} (its checkpoint), but that partition now ends at "
         f"{position.upcoming}: the stream was deleted and created again, or its log was truncated or lost (a "
         "Kafka broker that lost its data). Its messages there now were never read, so the job stops instead of "

@@ -239,6 +239,9 @@ class TaskStores:
         self._tracked: dict[str, tuple[str, dict[bytes, bytes | None]]] = {}
         self._pending_changes: dict[str, dict[bytes, bytes | None]] = {}
         self.delta_max_bytes = {name: self._delta_limit(name) for name in self.names}
+        from sparza.blobstore.api import blob_owner
+
+        self._blob_owner = blob_owner(job.name, job.job_id)
         self.resident = False
         """True while the task stays in this process between batches (a container): committed stores stay
         open (and their caches warm) instead of being closed for another process to open."""
@@ -264,10 +267,20 @@ class TaskStores:
             from sparza.blobstore import blob_store_manager_from_config
             from sparza.state.backup import StateBackup
 
-            requests = StorageRequests(self.backup_metrics, BLOBSTORE_SCOPE)
+            requests = StorageRequests(self.backup_metrics, BLOBSTORE_SCOPE, scope_of=self._store_of_blob)
             self._backup = StateBackup(blob_store_manager_from_config(self.job.config, requests=requests),
                                        self.job.name, self.job.job_id, self.task, metrics=self.backup_metrics)
         return self._backup
+
+    def _store_of_blob(self, path: str) -> str | None:
+        """``store.<store>`` for a request on one of this job's blobs (``.../<job>-<id>/<task>/<store>/...``, as
+        :func:`~sparza.blobstore.api.blob_name_for` names them), else None (a listing: the blob store's own)."""
+        parts = path.split("/")
+        owner = self._blob_owner
+        for i, part in enumerate(parts[:-3]):
+            if part == owner:
+                return f"store.{parts[i + 2]}"
+        return None
 
     def _delta_limit(self, name: str) -> int:
         if not self.backed_up[name]:

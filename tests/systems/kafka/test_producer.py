@@ -520,3 +520,13 @@ def test_a_message_over_message_max_bytes_is_a_data_error_at_send(kafka_config: 
     producer.send(TASK, OutgoingMessageEnvelope(SystemStream("k", name), b"x" * 500, partition=0))
     producer.flush(TASK)
     producer.stop()
+
+
+def test_remembered_key_partitions_are_forgotten_when_the_partition_count_changes() -> None:
+    from sparza.serde import StringSerde
+    from sparza.systems.kafka.producer import _KEYS_MEMO, _Topic
+
+    info = _Topic("t", 4, StringSerde(), StringSerde())
+    info.by_key[b"k"] = partition_for(b"k", 4)
+    info.partitions = 8  # the topic grew: a key's partition under 4 partitions says nothing under 8
+    assert info.by_key == {} and info.key_utf8 and _KEYS_MEMO >= 1024

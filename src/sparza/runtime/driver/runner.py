@@ -83,6 +83,7 @@ class JobRunner:
         self._claim_lost: BaseException | None = None
         self._started = False
         self._started_at = time.monotonic()
+        self._counted_at_start = (0, 0)  # storage requests and task-commits in the registry when the run started
         self.status = status or (lambda line: print(line, file=sys.stderr, flush=True))
         self.install_signal_handlers = install_signal_handlers
         self._spark = spark
@@ -401,9 +402,11 @@ class JobRunner:
 
     def start(self) -> None:
         """Build the SparkSession if needed and start the query (returns at once)."""
+        # The summary's storage requests are this run's: a coordinated processor's registry outlives its runs.
+        self._started_at = time.monotonic()
+        self._counted_at_start = (self.metrics.total(STORAGE_TOTAL), self.metrics.value("aggregate", "task-commits"))
         self.acquire_claim()  # before anything touches the job's shared files
         self._started = True
-        self._started_at = time.monotonic()  # the summary's requests per second are over the run from here
         from sparza.runtime.driver.drainmonitor import DrainMonitor, request_drain
 
         if self.drain_at_start:
@@ -898,8 +901,9 @@ class JobRunner:
         reason = self._stop_reason or ("caught up (--once)" if self.once else "stopped")
         detail = self._drained() if reason == "drained" or (self.drain is not None and reason == "all inputs ended") \
             else ""
-        requests = describe_storage_requests(self.metrics.total(STORAGE_TOTAL),
-                                             self.metrics.value("aggregate", "task-commits"),
+        requests_before, commits_before = self._counted_at_start
+        requests = describe_storage_requests(self.metrics.total(STORAGE_TOTAL) - requests_before,
+                                             self.metrics.value("aggregate", "task-commits") - commits_before,
                                              time.monotonic() - self._started_at)
         self.status(f"sparza: {self.job.job_key}: {reason}{detail}; {self._batches} batch(es) committed"
                     + (f"; {requests}" if requests else "")

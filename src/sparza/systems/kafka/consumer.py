@@ -95,8 +95,10 @@ class KafkaSystemConsumer:
         return self._consumer
 
     # --- reading ---------------------------------------------------------------------------
-    def _records(self, ssp: SystemStreamPartition, begin: int, stop: int) -> Iterator[list[Any]]:
-        """Lists of librdkafka messages with offsets in ``[begin, stop)``, in order."""
+    def _records(self, ssp: SystemStreamPartition, begin: int, stop: int,
+                 include_control: bool) -> Iterator[tuple[MessageRows, list[str | None]]]:
+        """The records with offsets in ``[begin, stop)``, in order, as column lists and their producers (built as
+        the records are checked, in one pass: this loop runs once per message)."""
         from confluent_kafka import KafkaError as RdKafkaError
         from confluent_kafka import TopicPartition
 
@@ -124,7 +126,10 @@ class KafkaSystemConsumer:
                 if not messages:
                     one = consumer.poll(0.5)
                     messages = [one] if one is not None else []
-                chunk: list[Any] = []
+                before = position
+                rows = MessageRows([], [], [], [], [])
+                producers: list[str | None] = []
+                offsets, keys, values, stamps, types = rows
                 done = False
                 for msg in messages:
                     error = msg.error()
@@ -145,11 +150,33 @@ class KafkaSystemConsumer:
                     if offset >= stop:
                         done = True
                         break
-                    chunk.append(msg)
                     position = offset + 1
-                if chunk:
-                    last_progress = time.monotonic()
-                    yield chunk
+                    headers = msg.headers()
+                    if headers is None:  # the common case: a plain record
+                        offsets.append(str(offset))
+                        keys.append(msg.key())
+                        values.append(msg.value())
+                        ts_type, ts = msg.timestamp()
+                        stamps.append(ts if ts_type else 0)
+                        types.append(0)
+                        producers.append(None)
+                        continue
+                    kind, producer, event_ms = _control_headers(headers)
+                    if kind and not include_control:
+                        continue
+                    offsets.append(str(offset))
+                    keys.append(msg.key())
+                    values.append(msg.value())
+                    if event_ms is None:
+                        ts_type, ts = msg.timestamp()
+                        event_ms = ts if ts_type else 0
+                    stamps.append(event_ms)
+                    types.append(kind)
+                    producers.append(producer)
+                if position > before:
+                    last_progress = time.monotonic()  # progress, even when every record was a skipped control one
+                if offsets:
+                    yield rows, producers
                 if done:
                     return
                 if time.monotonic() - last_progress > timeout:
@@ -193,11 +220,9 @@ class KafkaSystemConsumer:
         rows = 0
         started = time.perf_counter()
         if begin < stop:
-            for chunk in self._records(ssp, begin, stop):
-                read = _to_rows(chunk, include_control)
-                if read[0].offsets:
-                    rows += len(read[0].offsets)
-                    yield read
+            for read in self._records(ssp, begin, stop, include_control):
+                rows += len(read[0].offsets)
+                yield read
         if is_bounded and end is None and include_control:
             yield (MessageRows([str(stop)], [None], [None], [int(time.time() * 1000)],
                                [int(MessageType.END_OF_STREAM)]), [""])
@@ -230,44 +255,16 @@ class KafkaSystemConsumer:
         return read_envelopes(ssp, self.read_arrow(ssp, start, end, include_control, bounded=bounded))
 
 
-def _to_rows(messages: list[Any], include_control: bool) -> tuple[MessageRows, list[str | None]]:
-    """librdkafka messages as column lists and their producers; control headers become ``type`` and ``producer``."""
-    offsets: list[str] = []
-    keys: list[bytes | None] = []
-    values: list[bytes | None] = []
-    stamps: list[int | None] = []
-    types: list[int] = []
-    producers: list[str | None] = []
-    for msg in messages:
-        headers = msg.headers()
-        if headers is None:  # the common case: a plain record (one call fewer per header-free message)
-            offsets.append(str(msg.offset()))
-            keys.append(msg.key())
-            values.append(msg.value())
-            ts_type, ts = msg.timestamp()
-            stamps.append(ts if ts_type else 0)
-            types.append(0)
-            producers.append(None)
-            continue
-        kind = 0
-        producer = None
-        event_ms = None
-        for name, raw in headers:
-            if name == CONTROL_TYPE_HEADER and raw:
-                kind = int(raw)
-            elif name == CONTROL_PRODUCER_HEADER and raw is not None:
-                producer = raw.decode("utf-8")
-            elif name == TIMESTAMP_HEADER and raw:
-                event_ms = int(raw)
-        if kind and not include_control:
-            continue
-        offsets.append(str(msg.offset()))
-        keys.append(msg.key())
-        values.append(msg.value())
-        if event_ms is None:
-            ts_type, ts = msg.timestamp()
-            event_ms = ts if ts_type else 0
-        stamps.append(event_ms)
-        types.append(kind)
-        producers.append(producer)
-    return MessageRows(offsets, keys, values, stamps, types), producers
+def _control_headers(headers: list[tuple[str, bytes | None]]) -> tuple[int, str | None, int | None]:
+    """A record's ``sparza.*`` headers: its message type, the producer of a control record, its event time."""
+    kind = 0
+    producer = None
+    event_ms = None
+    for name, raw in headers:
+        if name == CONTROL_TYPE_HEADER and raw:
+            kind = int(raw)
+        elif name == CONTROL_PRODUCER_HEADER and raw is not None:
+            producer = raw.decode("utf-8")
+        elif name == TIMESTAMP_HEADER and raw:
+            event_ms = int(raw)
+    return kind, producer, event_ms

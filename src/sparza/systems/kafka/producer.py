@@ -175,6 +175,11 @@ class _Topic:
         self.key_utf8 = is_utf8(self.key_serde)
         self.msg_utf8 = is_utf8(self.msg_serde)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "partitions":  # a new count (the topic grew): the remembered partitions are of the old one
+            object.__setattr__(self, "by_key", {})
+        object.__setattr__(self, name, value)
+
 
 _KEYS_MEMO = 1 << 16
 """How many keys' partitions a topic remembers (the first ones seen; others are hashed each time)."""
@@ -339,6 +344,9 @@ class KafkaSystemProducer:
                 errors.append(err.str())
 
         conf["error_cb"] = on_error
+        # Only failed deliveries call back into Python (a report per delivered message cost about a microsecond
+        # each at commit); a transaction with a failed delivery fails its commit anyway, the reports name why.
+        conf.setdefault("delivery.report.only.error", True)
         if "transactional.id" in conf:
             conf.setdefault("logger", _LibrdkafkaLog(logging.getLogger(f"{__name__}.librdkafka")))
         return open_client("producer", Producer, conf, self.system_name)
@@ -569,8 +577,13 @@ class KafkaSystemProducer:
         try:
             producer.begin_transaction()
             opened = True
+            produce, on_delivery = producer.produce, src.on_delivery
             for topic, value, key, partition, ts, headers in src.pending:
-                _produce(producer, src.on_delivery, topic, value, key, partition, ts, headers)
+                try:  # _produce inlined: this loop runs once per message
+                    produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery, timestamp=ts,
+                            headers=headers)
+                except BufferError:
+                    _produce(producer, on_delivery, topic, value, key, partition, ts, headers)
             marker = TopicPartition(self.settings.transactions_topic, 0, version)
             with contextlib.suppress(AttributeError):
                 marker.metadata = app_id  # for people reading the group's offsets; versions ignore it
