@@ -60,7 +60,7 @@ def test_seeds_cover_every_job_kind_fault_and_commit_step() -> None:
     # ids are unique and every chunk/partition assignment is in range
     for s in drawn[:50]:
         assert sorted(m.id for m in s.messages) == list(range(len(s.messages)))
-        assert all(0 <= m.partition < s.partitions and 0 <= m.chunk < s.chunks for m in s.messages)
+        assert all(0 <= m.partition < (s.grow_to or s.partitions) and 0 <= m.chunk < s.chunks for m in s.messages)
 
 
 def test_count_oracle_ranks_messages_per_task_and_key_in_offset_order() -> None:
@@ -176,6 +176,14 @@ def test_the_batch_task_api_is_drawn_apart_for_task_jobs_only_and_changes_nothin
         generate(7, task_api="vectorized")
 
 
+def _unmoved(messages: list, scenario) -> list:
+    """The messages as drawn before ``partition-growth``: a grown scenario moves later chunks' messages from
+    partition ``t`` to ``t + j*n`` of the same task (``c % n == t``), so the partition is compared modulo ``n``."""
+    if not scenario.grow_to:
+        return list(messages)
+    return [(m.id, m.key, m.n, m.timestamp, m.partition % scenario.partitions, m.chunk) for m in messages]
+
+
 def test_extras_are_drawn_apart_and_leave_older_draws_alone() -> None:
     """The extras (intermediate streams, Delta on az://, several processors, the new faults, a second fault,
     the probe chunk) come from a third generator: each is drawn, only where it fits, and ``extras=False``
@@ -206,13 +214,14 @@ def test_extras_are_drawn_apart_and_leave_older_draws_alone() -> None:
         if _operators_drawn(s):  # one bounded chunk (see test_operators_are_drawn_apart...): chunks merged
             assert [m.id for m in s.messages[:len(plain.messages)]] == [m.id for m in plain.messages]
             continue
-        assert s.messages[:len(plain.messages)] == plain.messages
+        assert _unmoved(s.messages[:len(plain.messages)], s) == _unmoved(plain.messages, s)
         if probe:   # only after damage in the last phase of an unbounded scenario, with new ids and live partitions
             assert not s.bounded and s.chunks == plain.chunks + 1
             assert any(f in AFTER_RUN_FAULTS and p == plain.chunks - 1
                        for f, p in ((s.fault, s.fault_phase), (s.fault2, s.fault2_phase)))
             assert [m.id for m in probe] == list(range(len(plain.messages), len(s.messages)))
-            assert {m.partition for m in probe} <= {m.partition for m in plain.messages}
+            assert {m.partition for m in probe} <= {m.partition for m in plain.messages} | set(
+                range(s.partitions, s.grow_to))  # a grown input's probe may use its new partitions
     assert any(s.chunks > generate(s.seed, extras=False).chunks for s in drawn)
     with pytest.raises(ValueError, match="needs a Kafka input"):
         generate(669040315, output="delta", input="delta", fault="kafka-restart")
@@ -269,8 +278,8 @@ def test_drain_is_drawn_apart_with_the_extras_and_leaves_older_draws_alone() -> 
         assert generate(s.seed, extras=False).drain == "none"
         assert not s.bounded and s.chunks == max(2, plain.chunks) and {m.chunk for m in s.messages} == set(
             range(s.chunks))
-        assert [(m.id, m.key, m.n, m.partition) for m in s.messages] == [
-            (m.id, m.key, m.n, m.partition) for m in plain.messages]
+        assert [(m.id, m.key, m.n, m.partition % s.partitions) for m in s.messages] == [
+            (m.id, m.key, m.n, m.partition % s.partitions) for m in plain.messages]
         reach = (max(s.window_size_ms, s.session_gap_ms, s.join_within_ms + 1) + s.allowed_lateness_ms
                  + 600 * s.step_ms)
         for chunk in range(1, s.chunks):
