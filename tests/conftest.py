@@ -53,12 +53,8 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteProcess
 def azurite_with_request_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteProcess]:
     """A second session-wide Azurite that logs every request it serves (``log_path``), for tests that compare
     sparza's own request counts with what the service saw."""
-    proc = AzuriteProcess(tmp_path_factory.mktemp("azurite-logged"), request_log=True)
-    proc.start()
-    try:
+    with AzuriteProcess(tmp_path_factory.mktemp("azurite-logged"), request_log=True) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(scope="session")
@@ -77,12 +73,8 @@ def azure_connection_string(azurite: AzuriteProcess) -> str:
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """A session-wide Apache Kafka broker (one KRaft node, quick to start) on free loopback ports, its log dir in
     the session's temp dir: one JVM per test session (per xdist worker)."""
-    proc = KafkaBroker(tmp_path_factory.mktemp("kafka"), quick=True)
-    proc.start()
-    try:
+    with KafkaBroker(tmp_path_factory.mktemp("kafka"), quick=True) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(scope="session")

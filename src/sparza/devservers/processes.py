@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
 from sparza.errors import StorageUnavailableError
@@ -102,6 +103,15 @@ class LocalServerProcess:
         self.stop()
         raise StorageUnavailableError(f"{self.PROGRAM} did not answer on {endpoint} within {timeout_s:.0f}s "
                                       f"(last error: {last}); see {log}")
+
+    def __enter__(self) -> Self:
+        """Start the server for a ``with`` block (fixtures, benchmarks); it is stopped when the block ends."""
+        self.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.stop()
 
     def is_running(self) -> bool:
         """True when the process is alive."""

@@ -170,12 +170,8 @@ def input_ends(config: Config, servers: str) -> dict[str, int]:
 @pytest.fixture
 def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """A broker of the test's own (the test kills it)."""
-    broker = KafkaBroker(tmp_path_factory.mktemp("own-kafka"), quick=True)
-    broker.start()
-    try:
+    with KafkaBroker(tmp_path_factory.mktemp("own-kafka"), quick=True) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 class Running:
