@@ -1,16 +1,28 @@
-"""The driver under a backlog of reports (issue 36: 1,024 tasks): a job's reports cost time on the manager's thread,
-and neither the containers' liveness nor the reports' batching may depend on the reports keeping up.
+"""What the container mode costs per task, found with ``bench/scale_tasks.py`` at 1,024 tasks (issue 36).
 
-Found with ``bench/scale_tasks.py`` at 1,024 tasks: each report (status line, metrics, lag over every task) took
-longer than the report interval, so every task result was reported alone (0.4 task batches/s in all), the
-manager's queue never emptied, no ping went out, and both containers stopped after 10 s of driver silence."""
+- The driver under a backlog of reports: a job's reports cost time on the manager's thread, and neither the
+  containers' liveness nor the reports' batching may depend on the reports keeping up. At 1,024 tasks each report
+  (status line, metrics, lag over every task) took longer than the report interval, so every task result was
+  reported alone (0.4 task batches/s in all), the manager's queue never emptied, no ping went out, and both
+  containers stopped after 10 s of driver silence.
+- An idle container waits a poll interval between looks at its inputs (``task.poll.interval.ms``), whatever the
+  commit interval: at ``task.commit.ms: 0`` its passes ran back to back (16 idle tasks: 6,800 metadata reads/s).
+"""
 
 from __future__ import annotations
 
+import threading
 import time
+from pathlib import Path
 
+from examples.keyed_count.load import append_messages, create_streams
+from tests.runtime.helpers import final_counts, job_values
+
+from sparza.config import Config
+from sparza.engine import job as engine_job
+from sparza.engine.inprocess import InProcessHost, InProcessJob
 from sparza.engine.manager import ContainerManager
-from sparza.engine.messages import AddJob, Command, Event, Ping, TaskResult
+from sparza.engine.messages import AddJob, Command, Event, Ping, StopContainer, TaskResult
 from sparza.engine.results import BatchResult, BatchStatus
 from sparza.runtime.driver.containers import ContainerQuery
 
@@ -147,3 +159,41 @@ def test_results_that_arrive_while_a_report_is_written_go_into_the_next_report()
     # Counted from the start of a report, every result that came after a slow report was reported alone.
     assert len(reports) <= 8, reports
     assert max(reports) >= 10, reports
+
+
+def test_an_idle_container_looks_at_its_inputs_once_a_poll_interval_and_still_takes_new_messages(work_dir: Path,
+                                                                                                 monkeypatch):
+    config = Config(job_values(work_dir, **{"task.commit.ms": "0", "task.poll.interval.ms": "50"}))
+    create_streams(config, 4)
+    append_messages(config, 40, 8, commit_size=40)
+    host = InProcessHost(slots=1)
+    job = InProcessJob(config)
+    host.join(job)
+    for _ in range(20):  # place the tasks and run their first batches
+        host.step()
+    assert final_counts(config)[1] == 40
+    reads: list[float] = []
+    refresh = engine_job.EngineJob.refresh
+
+    def counted(self: engine_job.EngineJob) -> None:
+        reads.append(time.monotonic())
+        refresh(self)
+
+    monkeypatch.setattr(engine_job.EngineJob, "refresh", counted)
+    (container,) = host.containers.values()
+    thread = threading.Thread(target=container.run, daemon=True)
+    thread.start()
+    try:
+        time.sleep(1.5)
+        idle_reads = len(reads)
+        # 50 ms apart: about 30 in 1.5 s (back to back, it was thousands).
+        assert 10 <= idle_reads <= 60, idle_reads
+        append_messages(config, 20, 8, commit_size=20)
+        began = time.monotonic()
+        while final_counts(config)[1] < 60 and time.monotonic() - began < 30:
+            time.sleep(0.05)
+        assert final_counts(config)[1] == 60
+    finally:
+        container.command(StopContainer())
+        thread.join(30)
+    assert not thread.is_alive()
