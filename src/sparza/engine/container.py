@@ -185,6 +185,7 @@ class TaskLoop:
         self.plan: BatchPlan | None = None
         self._pending: BatchPlan | None = None
         self._idle_at: tuple[str | None, ...] | None = None
+        self._idle_read = 0  # the number of the job's positions read _idle_at was taken from
         """The upcoming offsets of the task's SSPs when its planner last found nothing to do: while they stay (and no
         window, drain or publication is due) the planner is not asked again, so an idle task costs a tuple compare
         per pass, not a plan (a container with a thousand idle tasks would spend its poll interval planning)."""
@@ -216,6 +217,7 @@ class TaskLoop:
         """The task's next batch as a split, or None when it has nothing to do now."""
         assert self.plan is not None
         positions = self.engine.positions()
+        read = self.engine.reads
         if self.engine.partition_changes:  # an input's partitions changed: stop (fail) or regroup, never read on
             check_running(self.engine.key, self.engine.expansion, self.engine.partition_changes)
         seen = tuple(p.upcoming if (p := positions.get(ssp)) is not None else None for ssp in self.model.ssps)
@@ -225,16 +227,17 @@ class TaskLoop:
         if planned is self.plan:
             # Waiting for a broadcast publication is not idle: it may appear without any input moving.
             self._idle_at = None if self.planner.broadcast_waits() else seen
+            self._idle_read = read
             return None
         self._idle_at = None
         self._pending = planned
         return self.planner.splits(self.plan, planned)[0]
 
-    def idle(self, changed: frozenset[SystemStreamPartition], now_ms: int) -> bool:
-        """True when asking the planner now is known to give nothing: it found nothing to do last time, none of the
-        task's SSPs moved since (``changed``: the job's SSPs that moved between its last two position reads), and no
-        window is due."""
-        return self._idle_at is not None and not (changed & self.ssp_set) and not self._window_due(now_ms)
+    def idle(self, now_ms: int) -> bool:
+        """True when asking the planner now is known to give nothing: it found nothing to do last time, no read of
+        the job's positions since found one of the task's SSPs moved, and no window is due."""
+        return (self._idle_at is not None and not self.engine.moved_since(self.ssp_set, self._idle_read)
+                and not self._window_due(now_ms))
 
     def _window_due(self, now_ms: int) -> bool:
         window_ms = self.engine.job.window_ms
@@ -681,17 +684,15 @@ class Container:
                 due.append(task)
         if not due:
             return False
-        changed: dict[str, frozenset[SystemStreamPartition]] = {}
         for job_key in {task.job for task in due}:
             engine = self.jobs[job_key].engine
             engine.refresh()  # one metadata read per job and pass
             engine.positions()
-            changed[job_key] = engine.changed()
         ran = False
         wall = self.wall_ms()
         for task in due:
             # An idle task also hears that its job's input partitions changed.
-            if task.state != "idle" or (task.loop.idle(changed[task.job], wall)
+            if task.state != "idle" or (task.loop.idle(wall)
                                         and not self.jobs[task.job].engine.partition_changes):
                 task.looked_at = now
                 continue

@@ -127,7 +127,9 @@ class EngineJob:
         self._said: set[str] = set()
         self._positions: Mapping[SystemStreamPartition, SspPosition] | None = None
         self._previous: Mapping[SystemStreamPartition, SspPosition] = {}
-        self._changed: frozenset[SystemStreamPartition] = frozenset()
+        self._reads = 0
+        self._moved_at: dict[SystemStreamPartition, int] = {}  # SSP -> the read that last found its upcoming moved
+        self._last_move = 0  # the last read that found any SSP moved
         self._positions_lock = threading.Lock()
         self._listeners: list[Any] | None = None
 
@@ -149,8 +151,10 @@ class EngineJob:
             if found is None:
                 found = self._positions = self.inputs.positions()
                 before = self._previous
-                self._changed = frozenset(ssp for ssp, pos in found.items()
-                                          if (old := before.get(ssp)) is None or old.upcoming != pos.upcoming)
+                self._reads += 1
+                for ssp, pos in found.items():
+                    if (old := before.get(ssp)) is None or old.upcoming != pos.upcoming:
+                        self._moved_at[ssp] = self._last_move = self._reads
                 self._previous = found
                 # Within one poll: a stream that gained (or lost) partitions stops or regroups the job's tasks.
                 self.partition_changes = changes_between(self.inputs.partition_counts, found, self._broadcast)
@@ -162,11 +166,20 @@ class EngineJob:
                                      change.describe())
             return found
 
-    def changed(self) -> frozenset[SystemStreamPartition]:
-        """The SSPs whose upcoming offset differs between the last two reads of :meth:`positions` (every SSP after
-        the first): only tasks reading one of them can have new input."""
+    @property
+    def reads(self) -> int:
+        """How many times :meth:`positions` read the inputs (the number of the last read)."""
         with self._positions_lock:
-            return self._changed
+            return self._reads
+
+    def moved_since(self, ssps: frozenset[SystemStreamPartition], read: int) -> bool:
+        """True when a read after read number ``read`` found the upcoming offset of one of ``ssps`` moved. Counted
+        per read, not between the last two: a read outside a container's pass (a task's start re-reading a stale
+        end) must not hide a move from a task that went idle before it (issue 40)."""
+        with self._positions_lock:
+            if self._last_move <= read:
+                return False
+            return any(self._moved_at.get(ssp, 0) > read for ssp in ssps)
 
     def refresh(self) -> None:
         """The next :meth:`positions` reads the inputs again."""
