@@ -398,6 +398,19 @@ class ContainerQuery:
         """The failure that ended the job, or None."""
         return self._error
 
+    def unplaced(self) -> list[str]:
+        """The job's tasks no container runs now (moving, waiting for a container to start), done ones left out:
+        what the stall watchdog names."""
+        owners = self.service.manager.owners(self.key)
+        with self._lock:
+            done = dict(self._done)
+        return sorted(t for t, owner in owners.items() if owner is None and done.get(t) is None)
+
+    def finished_tasks(self) -> set[str]:
+        """The tasks done with this run (ended, caught up, drained, failed): input waiting for them is no stall."""
+        with self._lock:
+            return {t for t, why in self._done.items() if why not in (None, "stopped")}
+
     # --- the runner's side ---------------------------------------------------------------------
     def request_stop(self) -> None:
         """Ask for the end of this job (its tasks stop at a batch boundary)."""
