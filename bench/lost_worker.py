@@ -376,16 +376,21 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=420.0, help="each run's bound")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-record", action="store_true", help="print only; do not write docs/bench")
+    parser.add_argument("--results", default=None,
+                        help="a JSON-lines file: each run is appended to it, and the table is made of all its runs "
+                             "(runs of several invocations, each short enough for one hold of the heavy lock)")
     args = parser.parse_args()
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     results: list[dict[str, Any]] = []
+    if args.results and Path(args.results).exists():
+        results = [json.loads(x) for x in Path(args.results).read_text().splitlines() if x.strip()]
     with tempfile.TemporaryDirectory(prefix="sparza-lost-worker-") as tmp:
         work = Path(tmp)
         package = work / "sparza-job.zip"
         build_package(str(package), ["examples"])
         with AzuriteProcess(work / "azurite") as storage, KafkaBroker(work / "kafka") as broker:
             for index in range(args.runs):
-                mode = modes[index % len(modes)]
+                mode = modes[(index + args.seed) % len(modes)]
                 load = _load(args.load)
                 try:
                     result = _run_once(mode, args.seed + index, work, storage, broker, package, args.stall_s,
@@ -396,6 +401,9 @@ def main() -> None:
                         busy.wait(10)
                 results.append(result)
                 print(json.dumps(result), flush=True)
+                if args.results:
+                    with open(args.results, "a", encoding="utf-8") as sink:
+                        sink.write(json.dumps(result) + "\n")
     rows = [[r["mode"], str(r["seed"]), "yes" if r["exact"] else "NO", str(r.get("moves")), str(r.get("restores")),
              f"{r.get('steady_gap_s', '?')}", f"{r.get('recovered_s', '-')}",
              "yes" if r.get("stall_lines") else "no", r["oracle"][:80]] for r in results]

@@ -121,20 +121,25 @@ class SparkLauncher:
         self._closed = False
 
     def slots(self) -> int:
-        """How many tasks the session's executors run at once now (waits up to 60 s for the first executor)."""
+        """How many tasks the session's executors run at once now (waits up to 60 s for the first executor). Once
+        executors were seen, 0 is an answer (every executor lost, none back yet): the manager keeps one container
+        asked for, which Spark starts when an executor registers, and the stall watchdog names the tasks no
+        container runs meanwhile (``job.stall.timeout.ms``)."""
         from sparza.runtime.driver.session import is_connect
 
         if is_connect(self.spark):
             return _connect_slots(self.spark)
         sc = self.spark.sparkContext
-        deadline = time.monotonic() + (60.0 if not self._slots_known else 0.0)
+        if self._slots_known:
+            return _concurrent_tasks(sc)
+        deadline = time.monotonic() + 60.0
         last, stable_since = -1, time.monotonic()
         while True:
             slots = _concurrent_tasks(sc)
             now = time.monotonic()
             if slots != last:
                 last, stable_since = slots, now
-            if slots > 0 and (self._slots_known or sc.master.startswith("local") or now - stable_since >= 2.0):
+            if slots > 0 and (sc.master.startswith("local") or now - stable_since >= 2.0):
                 break
             if now >= deadline:
                 if slots > 0:

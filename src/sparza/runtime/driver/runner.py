@@ -850,7 +850,6 @@ class JobRunner:
             f"job {self.job.job_key} stalled: {lead}; next: look at the executors' logs and the status lines above for "
             "the tasks' last words, then start the job again (it continues from its last commits; "
             "job.stall.timeout.ms sets the limit)")
-        self.status(f"sparza: {self.job.job_key}: error: {self._failure}")
         self.request_stop("stalled")
 
     def _stall_cause(self, tasks: list[str]) -> str:
