@@ -1,4 +1,5 @@
-"""This machine: is a process alive, is a loopback port open, a free port, and where sparza keeps local state.
+"""This machine: is a process alive, is a loopback port open, a free port, where sparza keeps local state, and
+making a rename or link in a directory durable.
 
 What records a process by its pid (a job claim, an adjunct container store's lock, the dev servers'
 ``state.json``) asks :func:`pid_alive`; what records a local server asks :func:`port_open`. They live
@@ -11,7 +12,22 @@ import os
 import socket
 from pathlib import Path
 
-__all__ = ["free_port", "pid_alive", "port_open", "sparza_home"]
+__all__ = ["free_port", "fsync_dir", "pid_alive", "port_open", "sparza_home"]
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so a rename, link or unlink in it survives a crash of the host. A file system that cannot
+    sync a directory (some network mounts refuse it) is left as it is: the file's own fsync is what matters most."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def free_port() -> int:

@@ -29,25 +29,13 @@ from sparza.blobstore.api import (
     blob_name_for,
     system_clock_ms,
 )
+from sparza.host import fsync_dir
 
 __all__ = ["LocalBlobStoreManager"]
 
 _META = ".meta.json"
 _TMP = ".sparza-tmp-"
 DAY_MS = 86_400_000
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class LocalBlobStoreManager(BlobStoreManager):
@@ -120,7 +108,7 @@ class LocalBlobStoreManager(BlobStoreManager):
                                        "expires_at_ms": self.clock() + self.ttl_ms, "deleted_at_ms": None})
             os.replace(tmp, path)
             if self.fsync:
-                _fsync_dir(path.parent)
+                fsync_dir(path.parent)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise BlobStoreError("put", blob_id, str(exc)) from exc

@@ -44,7 +44,7 @@ from sparza.azure import storage_unreachable
 from sparza.clock import Clock, monotonic_ms
 from sparza.config import INT, define_key
 from sparza.coordination.errors import CoordinationError
-from sparza.host import pid_alive
+from sparza.host import fsync_dir, pid_alive
 
 __all__ = [
     "CLAIM_RENEW_INTERVAL_MS",
@@ -263,18 +263,8 @@ class LocalClaimBackend:
         for old, path in versions:
             if old < number:
                 path.unlink(missing_ok=True)
-        _sync_dir(self.base.parent)
+        fsync_dir(self.base.parent)  # the claim survives a crash of the host
         return str(number + 1)
-
-
-def _sync_dir(path: Path) -> None:
-    """Make a link or unlink in ``path`` durable (the claim survives a crash of the host)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 class AzureClaimBackend:

@@ -33,6 +33,7 @@ from urllib.parse import quote, unquote
 from sparza.config import Config
 from sparza.engine.errors import CheckpointConflictError, CheckpointFencedError
 from sparza.errors import ConfigError
+from sparza.host import fsync_dir
 
 if TYPE_CHECKING:  # the claim is the driver's business: executors never import it
     from sparza.coordination.jobclaim import ClaimBackend
@@ -313,11 +314,7 @@ class LocalCheckpointStore:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
-        dir_fd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_dir(self.dir)
 
     def delete_document(self, name: str) -> None:
         """Remove ``<root>/<job>/<name>``."""

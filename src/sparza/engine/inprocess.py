@@ -10,7 +10,8 @@ It is deterministic by default: :meth:`InProcessHost.step` runs one round (the m
 until nothing moves), commits run inline, and time comes from the clocks given. ``threaded_commits=True`` runs each
 container's commits in its thread pool instead, as on Spark (then rounds wait for the commits they started).
 Faults a host can meet are methods: :meth:`~InProcessHost.kill` (a container's process dies: what it did not
-commit is gone), :meth:`~InProcessHost.add_container` (a new executor: tasks move onto it one by one) and
+commit is gone), :meth:`~InProcessHost.lose_executor` (its executor goes too: the replacement waits for a slot),
+:meth:`~InProcessHost.add_container` (a new executor: tasks move onto it one by one) and
 :meth:`~InProcessHost.remove_container` (a container stops: its tasks move).
 """
 
@@ -87,8 +88,15 @@ class InProcessHost:
         self.manager = ContainerManager(_Launcher(self), clock=clock, ping_s=3600.0, linger_s=0.0)
         self.containers: dict[int, Container] = {}
         self.killed: list[int] = []
+        self.pending: list[int] = []
+        """Containers launched that wait for a slot (:meth:`lose_executor`), as a Spark job waits for a free core."""
+        self._held = 0
 
     def _launch(self, index: int) -> None:
+        if self._held:
+            self._held -= 1
+            self.pending.append(index)
+            return
         commits: CommitPool = ThreadedCommits(8) if self.threaded_commits else InlineCommits()
         container = Container(_Host(self.manager, index), index=index, clock=self.clock, wall_ms=self.wall_ms,
                               resolve=self.resolve, commits=commits)
@@ -155,6 +163,20 @@ class InProcessHost:
                 job.engine.close()
         self.killed.append(index)
         self.manager.lost(index, "its process was killed")
+
+    def lose_executor(self, index: int) -> None:
+        """Container ``index``'s executor is lost with it, and the host still counts its slot (Spark's count of
+        executor cores lags the loss): the replacement the manager launches for it waits for a core that does not
+        come (a Spark job pending) until :meth:`executor_back`."""
+        self._held += 1
+        self.kill(index)
+
+    def executor_back(self) -> None:
+        """The lost executor is back: the containers waiting for its slot start (the manager hears them join)."""
+        self._held = 0
+        pending, self.pending = self.pending, []
+        for index in pending:
+            self._launch(index)
 
     def add_container(self) -> None:
         """One more slot (a new executor): the manager starts a container there and moves tasks onto it."""

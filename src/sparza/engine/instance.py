@@ -23,7 +23,7 @@ import operator
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -159,6 +159,31 @@ class _Context:
             raise RuntimeStateError(f"task asked for store '{name}' but the config has no stores.{name}.factory "
                                     f"(stores: {', '.join(handles) or 'none'})")
         return handles[name]
+
+
+_T = TypeVar("_T")
+
+
+class _TimedReads(Generic[_T]):
+    """An iterator over a lazy read (storage is read as the loop asks) that adds up the time spent reading in
+    :attr:`seconds`, so a batch's read time is reported apart from its processing."""
+
+    def __init__(self, items: Iterator[_T]) -> None:
+        self._items = items
+        self.seconds = 0.0
+
+    def __iter__(self) -> Iterator[_T]:
+        clock, items = time.perf_counter, self._items
+        while True:
+            began = clock()
+            item = next(items, _END)
+            self.seconds += clock() - began
+            if item is _END:
+                return
+            yield item
+
+
+_END: Any = object()
 
 
 def _ssp_runs(batch: pa.RecordBatch) -> Iterator[tuple[int, pa.RecordBatch]]:
@@ -584,15 +609,8 @@ class TaskInstance:
         key_serdes = self._serdes_for(ssps, "key")
         msg_serdes = self._serdes_for(ssps, "msg")
         messages = processed = ignored_count = 0
-        read_s = 0.0
-        clock = time.perf_counter
-        while True:
-            # The read is lazy (storage is read as the loop asks): time it apart from processing.
-            began = clock()
-            batch = next(batches, None)
-            read_s += clock() - began
-            if batch is None:
-                break
+        reads = _TimedReads(batches)
+        for batch in reads:
             for ssp_idx, run in _ssp_runs(batch):
                 ssp = ssps[ssp_idx]
                 messages += run.num_rows
@@ -611,7 +629,7 @@ class TaskInstance:
                 ignored_count += skipped
         if adjunct_idx:
             adjunct.read_through({ssps[i]: split.ends[i] for i in adjunct_idx})
-        return messages, processed, 0, ignored_count, read_s
+        return messages, processed, 0, ignored_count, reads.seconds
 
     def _process_rows(self, split: TaskSplit, chunks: Iterator[tuple[int, MessageRows]], process: Any,
                       collector: _Collector, coordinator: _Coordinator) -> tuple[int, int, int, int, float]:
@@ -626,17 +644,9 @@ class TaskInstance:
         user = int(MessageType.USER)
         envelope_cls = IncomingMessageEnvelope
         messages = processed = dropped = ignored_count = 0
-        read_s = 0.0
-        clock = time.perf_counter
         on_control = control.on_envelope if control is not None else None
-        while True:
-            # The read is lazy (storage is read as the loop asks): time it apart from processing.
-            began = clock()
-            item = next(chunks, None)
-            read_s += clock() - began
-            if item is None:
-                break
-            ssp_idx, (offsets, raw_keys, raw_values, tss, kinds) = item
+        reads = _TimedReads(chunks)
+        for ssp_idx, (offsets, raw_keys, raw_values, tss, kinds) in reads:
             ssp = ssps[ssp_idx]
             n = len(offsets)
             messages += n
@@ -703,7 +713,7 @@ class TaskInstance:
                 processed += 1
         if adjunct_idx:
             adjunct.read_through({ssps[i]: split.ends[i] for i in adjunct_idx})
-        return messages, processed, dropped, ignored_count, read_s
+        return messages, processed, dropped, ignored_count, reads.seconds
 
     def _on_message_error(self, exc: Exception, ssp: SystemStreamPartition, offset: str, key: Any, value: Any,
                           ts: int | None, collector: _Collector, *, deserializing: bool = False) -> str:

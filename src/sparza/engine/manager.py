@@ -17,7 +17,10 @@ What it does, each time something changes:
    tasks without a container are placed (:func:`~sparza.engine.assignment.place_tasks`: where their state is,
    else the least-loaded container). When a new container joins, only the tasks over the other containers'
    share move: each is revoked where it runs (it finishes its batch and commits), then assigned to its new
-   container. No other task stops.
+   container. No other task stops. Once the job's tasks were placed, tasks that lost their container wait for a
+   starting one only ``job.container.lost.wait.ms`` (1 s) and only while the host has a free slot for it: the
+   replacement of a lost executor's container waits for a core that comes back with a worker, if ever, so its
+   tasks go to the survivors at once and move onto it by the rebalance when it joins.
 4. **Leaving.** A job that stops (or ended, caught up, drained) is removed from every container; it has left
    once each of its tasks is released.
 
@@ -62,7 +65,7 @@ from sparza.engine.messages import (
     TaskWaiting,
 )
 
-__all__ = ["START_TIMEOUT_MS", "ContainerLink", "ContainerManager", "JobMember", "Launcher"]
+__all__ = ["LOST_WAIT_MS", "START_TIMEOUT_MS", "ContainerLink", "ContainerManager", "JobMember", "Launcher"]
 
 _log = logging.getLogger(__name__)
 
@@ -70,6 +73,14 @@ START_TIMEOUT_MS = define_key("job.container.start.timeout.ms", 60000,
                               "Container mode: how long the placement of a job's tasks waits for the containers "
                               "started for it to answer (so each task goes where its state is); after it, tasks go to "
                               "the containers that answered.", "runtime", kind=Int(min_value=0))
+
+
+LOST_WAIT_MS = define_key("job.container.lost.wait.ms", 1000,
+                          "Container mode: once a job's tasks were placed, how long tasks that lost their container "
+                          "wait for a container still starting (its replacement) before they go to the containers "
+                          "that run; they wait only while the host has a free slot for it (a lost executor's "
+                          "replacement, pending until a worker is back, holds nothing).", "runtime",
+                          kind=Int(min_value=0))
 
 
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
@@ -150,6 +161,7 @@ class _Job:
     leaving: bool = False
     drain: dict[str, Any] | None = None
     waiting_since: float | None = None  # since when tasks without a container wait for containers still starting
+    placed: bool = False  # its tasks were placed once: later waits are job.container.lost.wait.ms
 
 
 class ContainerManager:
@@ -180,6 +192,7 @@ class ContainerManager:
         self._closed = False
         self.lost_containers = 0
         """How many containers were lost (ended or cut off while jobs needed them)."""
+        self._slots = 0  # the host's slots at the last step (Launcher.slots)
 
     # --- what the host's transport and the runner call (any thread) ---------------------------
     def connected(self, index: int, link: ContainerLink) -> None:
@@ -433,7 +446,7 @@ class ContainerManager:
         if tasks == 0:
             return 0
         counts = [j.member.count for j in self._jobs.values() if j.member.count]
-        slots = self.launcher.slots()
+        slots = self._slots = self.launcher.slots()
         return max(1, min([slots, tasks, *counts]))
 
     def _launch(self, now: float) -> None:
@@ -469,17 +482,21 @@ class ContainerManager:
                  if key in c.ready and c.link is not None and "stop" not in c.told}
         if not ready:
             return
-        timeout_s = START_TIMEOUT_MS.get(Config(job.add.config)) / 1000.0
+        config = Config(job.add.config)
+        timeout_s = START_TIMEOUT_MS.get(config) / 1000.0
         starting = [c for c in self._containers.values() if key not in c.ready and key not in c.refused
                     and now - max(c.launched_at, job.joined_at) < timeout_s]
-        if starting and any(current is None for current in job.owner.values()):
-            # Wait: a task whose state is at a container still starting should go there. At most the start timeout
-            # in all, so containers that keep failing to start (each one new) cannot hold the tasks for ever.
+        if starting and any(current is None for current in job.owner.values()) and self._may_wait(job, starting):
+            # Wait: a task whose state is at a container still starting should go there. At the job's start at most
+            # the start timeout in all, so containers that keep failing to start (each one new) cannot hold the tasks
+            # for ever; later (tasks that lost their container) at most job.container.lost.wait.ms.
+            bound_s = LOST_WAIT_MS.get(config) / 1000.0 if job.placed else timeout_s
             if job.waiting_since is None:
                 job.waiting_since = now
-            if now - job.waiting_since < timeout_s:
+            if now - job.waiting_since < bound_s:
                 return
         job.waiting_since = None
+        job.placed = True
         live = [t for t in job.owner if t not in job.done]
         current = {t: job.owner[t] for t in live}
         target = place_tasks(live, ready, current, job.last_location, affinity=job.member.affinity)
@@ -508,6 +525,16 @@ class ContainerManager:
         for index, tasks in revoke.items():
             for task in tasks:
                 job.member.on_notice(self._describe_move(job, task, index, job.moving[task]))
+
+    def _may_wait(self, job: _Job, starting: list[_Container]) -> bool:
+        """Whether tasks without a container may wait for ``starting`` containers: always at the job's start (state
+        may be at one of them); later only while one of them can plausibly start: it connected already, or the
+        host has a free slot for it (a Python worker that crashed leaves its executor's core free at once; a lost
+        executor's replacement waits for a worker to come back, and the tasks must not wait for that)."""
+        if not job.placed:
+            return True
+        running = sum(1 for c in self._containers.values() if c.link is not None and "stop" not in c.told)
+        return any(c.link is not None for c in starting) or self._slots > running
 
     def _describe_move(self, job: _Job, task: str, source: int, target: int) -> str:
         where = self._containers[target].ready.get(job.add.job, "?")

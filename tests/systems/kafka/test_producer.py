@@ -530,3 +530,22 @@ def test_remembered_key_partitions_are_forgotten_when_the_partition_count_change
     info.by_key[b"k"] = partition_for(b"k", 4)
     info.partitions = 8  # the topic grew: a key's partition under 4 partitions says nothing under 8
     assert info.by_key == {} and info.key_utf8 and _KEYS_MEMO >= 1024
+
+
+def test_a_producers_transactional_calls_share_one_thread_and_a_hung_one_is_bounded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparza.systems.kafka import producer as module
+
+    monkeypatch.setattr(module, "_HANG_GRACE_S", 0.05)
+    caller = module._Caller("sparza-kafka-test")
+    threads = {caller.call("one", lambda: threading.current_thread().ident, 1.0) for _ in range(20)}
+    assert len(threads) == 1 and threading.current_thread().ident not in threads
+    with pytest.raises(ValueError, match="refused"):
+        caller.call("two", lambda: (_ for _ in ()).throw(ValueError("refused")), 1.0)
+    release = threading.Event()
+    started = time.monotonic()
+    with pytest.raises(module._HungCallError, match="hangs did not return within"):
+        caller.call("hangs", lambda: release.wait(5), 0.1)
+    assert time.monotonic() - started < 2.0
+    release.set()
+    caller.close()

@@ -43,13 +43,14 @@ from sparza.blobstore.api import (
 )
 from sparza.config import LIST, ByteSize, Int, define_check, define_key
 from sparza.config.shared import JOB_ID, JOB_NAME
+from sparza.host import fsync_dir
 from sparza.metrics import MetricsRegistry
 from sparza.state.backup.delta import apply_changes, base_of, changes_of, snapshot_id
 from sparza.state.backup.diff import SNAPSHOT_MARKER, are_same_dir, dir_diff
 from sparza.state.backup.errors import ChecksumMismatchError, SnapshotUnavailableError
 from sparza.state.backup.index import SnapshotIndex, SnapshotMetadata
 from sparza.state.backup.metrics import BackupMetrics, RestoreMetrics
-from sparza.state.backup.transfer import SnapshotTransfer, fsync_dir
+from sparza.state.backup.transfer import SnapshotTransfer
 
 __all__ = [
     "BACKUP_FACTORIES",

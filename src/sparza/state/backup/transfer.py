@@ -18,23 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from sparza.blobstore.api import BlobNotFoundError, BlobStoreManager, DeletedError, Metadata
+from sparza.host import fsync_dir
 from sparza.state.backup.diff import DirDiff, crc32_file, file_metadata
 from sparza.state.backup.errors import ChecksumMismatchError, SnapshotUnavailableError
 from sparza.state.backup.index import DirIndex, FileBlob, FileIndex
 
-__all__ = ["FileSlice", "SnapshotTransfer", "TransferStats", "fsync_dir"]
+__all__ = ["FileSlice", "SnapshotTransfer", "TransferStats"]
 
 log = logging.getLogger(__name__)
-
-
-def fsync_dir(path: Path) -> None:
-    """fsync a directory so renames and new entries in it survive a power loss."""
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 class FileSlice(io.RawIOBase):

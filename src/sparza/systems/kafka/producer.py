@@ -31,9 +31,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,28 +121,39 @@ _HANG_GRACE_S = 15.0
 """How long past a transactional call's own timeout it may take before its producer is given up."""
 
 
-def _bounded(what: str, call: Callable[[], Any], limit_s: float) -> Any:
-    """``call()`` in a thread of its own, waited for at most ``limit_s`` + :data:`_HANG_GRACE_S`: its result or its
-    exception, or :class:`_HungCallError` (the thread, blocked inside librdkafka, is left behind with its producer)."""
-    done = threading.Event()
-    box: dict[str, Any] = {}
+class _Caller:
+    """One thread that makes a producer's transactional calls, so each can be waited for with a bound
+    (:meth:`call`); it lives as long as its producer, instead of a new thread for every call of every commit."""
 
-    def run() -> None:
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def _run(self) -> None:
+        while (item := self._calls.get()) is not None:
+            call, future = item
+            try:
+                future.set_result(call())
+            except BaseException as exc:  # handed to the caller's thread as it is
+                future.set_exception(exc)
+
+    def call(self, what: str, call: Callable[[], Any], limit_s: float) -> Any:
+        """``call()`` on this thread, waited for at most ``limit_s`` + :data:`_HANG_GRACE_S`: its result or its
+        exception, or :class:`_HungCallError` (the thread, blocked inside librdkafka, is left behind with its
+        producer, which the caller then drops)."""
+        future: Future[Any] = Future()
+        self._calls.put((call, future))
         try:
-            box["value"] = call()
-        except BaseException as exc:  # handed to the caller's thread as it is
-            box["error"] = exc
-        finally:
-            done.set()
+            return future.result(limit_s + _HANG_GRACE_S)
+        except FutureTimeout:
+            raise _HungCallError(f"{what} did not return within {limit_s + _HANG_GRACE_S:.0f}s (its own timeout is "
+                                 f"{limit_s:.0f}s): a coordinator request that librdkafka never times out, as after "
+                                 "a broker restart; the producer is given up and the batch committed again by a new "
+                                 "one") from None
 
-    threading.Thread(target=run, name=f"sparza-kafka-{what}", daemon=True).start()
-    if not done.wait(limit_s + _HANG_GRACE_S):
-        raise _HungCallError(f"{what} did not return within {limit_s + _HANG_GRACE_S:.0f}s (its own timeout is "
-                             f"{limit_s:.0f}s): a coordinator request that librdkafka never times out, as after a "
-                             "broker restart; the producer is given up and the batch committed again by a new one")
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
+    def close(self) -> None:
+        """Let the thread end once it is done with what it was given (at once if it is idle)."""
+        self._calls.put(None)
 
 
 def _transient(error: Any) -> bool:
@@ -261,6 +275,7 @@ class _Source:
     skipped: int = 0
     sent: int = 0                # messages sent into the open transaction not yet counted in messages-sent
     known: int | None = None     # the version this very producer committed last (or read): no read at each begin
+    caller: _Caller | None = None  # the thread of this producer's bounded transactional calls
 
     def __post_init__(self) -> None:
         self.on_delivery = _delivery_callback(self.errors)
@@ -311,6 +326,9 @@ class KafkaSystemProducer:
             self.abandon(name)
         if self._plain is not None:
             self._plain.flush(self.settings.request_timeout_s)
+        for src in self._sources.values():
+            if src.caller is not None:
+                src.caller.close()
         self._sources.clear()
         self._plain = None
 
@@ -588,11 +606,13 @@ class KafkaSystemProducer:
             with contextlib.suppress(AttributeError):
                 marker.metadata = app_id  # for people reading the group's offsets; versions ignore it
             metadata = src.group.consumer_group_metadata()
-            _bounded("send_offsets_to_transaction",
-                     lambda: producer.send_offsets_to_transaction([marker], metadata, timeout), timeout)
+            if src.caller is None:
+                src.caller = _Caller(f"sparza-kafka-{source}")
+            src.caller.call("send_offsets_to_transaction",
+                            lambda: producer.send_offsets_to_transaction([marker], metadata, timeout), timeout)
             # Its retries may take every attempt's timeout and the pauses between them.
-            _bounded("commit_transaction", lambda: _commit_transaction(producer, src.txn_id, version, timeout),
-                     timeout * _COMMIT_ATTEMPTS + 2.0 * _COMMIT_ATTEMPTS)
+            src.caller.call("commit_transaction", lambda: _commit_transaction(producer, src.txn_id, version, timeout),
+                            timeout * _COMMIT_ATTEMPTS + 2.0 * _COMMIT_ATTEMPTS)
         except Exception as exc:
             from confluent_kafka import KafkaError as RdKafkaError
 
@@ -651,6 +671,9 @@ class KafkaSystemProducer:
     @staticmethod
     def _drop(src: _Source) -> None:
         src.producer = None
+        if src.caller is not None:
+            src.caller.close()
+            src.caller = None
         src.known = None
         src.txn_id = None
         src.state = "idle"
