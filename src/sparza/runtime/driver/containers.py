@@ -549,8 +549,14 @@ class ContainerQuery:
             if not self._pending or (not force and time.monotonic() - self._last_report < self.report_interval_s):
                 return
             results, self._pending = self._pending, []
-            self._last_report = time.monotonic()
-        self.on_results(results, len(self.service.manager.containers))
+        try:
+            self.on_results(results, len(self.service.manager.containers))
+        finally:
+            # The interval counts from the end of a report: results that arrive while one is written (its status
+            # line, metrics, lag) wait for the next, so one report takes all of them. Counted from its start, a
+            # report slower than the interval was followed by one per result (1,024 tasks: one a second in all).
+            with self._lock:
+                self._last_report = time.monotonic()
 
     def _waits(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
