@@ -31,6 +31,7 @@ from sparza.engine.errors import JobFailedError, JobStalledError, tasks_failed
 from sparza.engine.inputs import InputSystems
 from sparza.engine.jobconfig import JobConfig, offset_default
 from sparza.engine.model import TaskModel
+from sparza.engine.offsets import LagCounts
 from sparza.engine.results import BatchResult, BatchStatus, result_from_row
 from sparza.errors import SparzaError
 from sparza.interrupts import StopOnSignals
@@ -109,6 +110,8 @@ class JobRunner:
         self._delete_errors_said: set[str] = set()
         self.last_results: list[BatchResult] = []
         self._task_offsets: dict[str, dict[str, str]] = {}
+        self._lags = LagCounts()  # each task's lag per SSP, counted from what moved since the last report
+        self._ssps: dict[str, Any] = {}  # SSP name -> SystemStreamPartition (parsed once)
         self._last_commit = time.monotonic()  # when a task last committed a batch (the stall watchdog's clock)
         self._live: Any = None  # the live query endpoint this job is served on
         self._last_stall_check = 0.0
@@ -357,10 +360,12 @@ class JobRunner:
         unknown = False
         try:
             positions = inputs.positions()
-            for offsets in self._task_offsets.values():
+            for task, offsets in self._task_offsets.items():
                 for name, offset in offsets.items():
-                    ssp = SystemStreamPartition.parse(name)
-                    n = inputs.ops[ssp.system].count_between(ssp, offset, positions[ssp].upcoming)
+                    ssp = self._ssps.get(name)
+                    if ssp is None:
+                        ssp = self._ssps[name] = SystemStreamPartition.parse(name)
+                    n = self._lags.count((task, name), inputs.ops[ssp.system], ssp, offset, positions[ssp].upcoming)
                     if n is None:
                         unknown = True
                         continue
@@ -518,6 +523,7 @@ class JobRunner:
         tasks = self._tasks(inputs)
         self._task_count = len(inputs.task_models())
         self._task_offsets.clear()
+        self._lags.clear()
         self._checkpoints_read_for = set()
         if self._claim is not None:  # tasks new to the job are fenced like the others
             stamp_generation(checkpoint_store_from_config(self.config, self.job.job_key, metrics=self.metrics),
