@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
-from sparza.serde import Serde, is_utf8, partition_key_bytes
+from sparza.serde import Serde, is_utf8, partition_key_bytes, plain_json_encoder
 from sparza.streams import MessageType, OutgoingMessageEnvelope
 from sparza.systems import Transaction
 from sparza.systems.delta.admin import DeltaSystemAdmin, open_table
@@ -105,6 +105,7 @@ class _StreamInfo:
         self.msg_to_bytes = self.msg_serde.to_bytes
         self.key_utf8 = is_utf8(self.key_serde)
         self.msg_utf8 = is_utf8(self.msg_serde)
+        self.msg_json = plain_json_encoder(self.msg_serde)
         self.buffers: dict[str, dict[int, _PartitionBuffer]] = {}  # source -> partition -> rows (hot-path cache)
 
 
@@ -202,8 +203,17 @@ class DeltaSystemProducer:
                    else bytes(key) if isinstance(key, _BYTES_LIKE) else info.key_to_bytes(key))
         value = envelope.message
         if value is not None and value.__class__ is not bytes:
-            value = (value.encode() if value.__class__ is str and info.msg_utf8
-                     else bytes(value) if isinstance(value, _BYTES_LIKE) else info.msg_to_bytes(value))
+            json_encode = info.msg_json
+            if json_encode is not None and value.__class__ is dict:
+                # A JSON serde's usual message, encoded here (see plain_json_encoder); the serde decides the rest.
+                try:
+                    encoded = json_encode(value)
+                except Exception:
+                    encoded = None
+                value = encoded if encoded is not None and encoded.find(b"null") < 0 else info.msg_to_bytes(value)
+            else:
+                value = (value.encode() if value.__class__ is str and info.msg_utf8
+                         else bytes(value) if isinstance(value, _BYTES_LIKE) else info.msg_to_bytes(value))
         partition = envelope.partition
         if partition is not None:
             if not 0 <= partition < info.partitions:
