@@ -78,3 +78,57 @@ def test_a_job_whose_input_waits_while_nothing_commits_is_reported_and_ended(spa
         runner.run()
     assert any("warning: no task committed for" in line and "job.stall.timeout.ms" in line for line in lines), lines
     assert runner.metrics.snapshot()["job"]["stalls"] == 1
+
+
+@pytest.mark.timeout(300)
+def test_one_task_that_commits_nothing_while_its_input_waits_ends_the_run_though_the_others_commit(spark, make_job):
+    """The stall watchdog is per task: one task stuck (its ``process`` sleeps on key ``hang``) while the other
+    task's input keeps arriving and committing. No job-wide quiet ever comes, yet the run is warned at half of
+    job.stall.timeout.ms and ended at all of it, naming the stuck task (status line, the gauges
+    ``job/stalled-tasks`` and ``<task>:task/stalled-s``, the error), never silent (issue 40)."""
+    import threading
+
+    from sparza.engine.errors import JobStalledError
+    from sparza.streams import OutgoingMessageEnvelope, SystemStream
+    from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer
+
+    config = make_job(**{"task.class": "tests.runtime.jobs.HangingTask", "job.stall.timeout.ms": "10000",
+                         "test.hang.s": "30", "task.max.batch.messages": "5", "task.commit.ms": "200"})
+    admin = DeltaSystemAdmin("delta", config)
+    stuck_partition = admin.partition_of("events", b"hang")
+    stuck = f"Partition {stuck_partition}"
+    other_keys = [f"k{k}".encode() for k in range(40) if admin.partition_of("events", f"k{k}".encode())
+                  != stuck_partition][:3]
+    producer = DeltaSystemProducer("delta", config)
+    producer.register("test")
+    for _ in range(3):
+        producer.send("test", OutgoingMessageEnvelope(SystemStream("delta", "events"), b"x", key=b"hang"))
+    producer.flush("test")
+    stop = threading.Event()
+
+    def feed() -> None:  # the other partition's keys only: the stuck task gets nothing new
+        while not stop.wait(0.5):
+            for key in other_keys:
+                producer.send("test", OutgoingMessageEnvelope(SystemStream("delta", "events"), b"x", key=key))
+            producer.flush("test")
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    lines: list[str] = []
+    runner = JobRunner(config, spark=spark, install_signal_handlers=False, status=lines.append)
+    try:
+        with pytest.raises(JobStalledError, match=rf"stalled: task\(s\) '{stuck}' committed nothing for \d+ s while "
+                                                  r"\d+ message\(s\) wait in delta\.events#"):
+            runner.run()
+    finally:
+        stop.set()
+        feeder.join(10)
+    warned = [line for line in lines if "warning: task(s)" in line and f"'{stuck}'" in line]
+    assert warned and "job.stall.timeout.ms" in warned[0], lines
+    snapshot = runner.metrics.snapshot()
+    assert snapshot["job"]["stalls"] == 1 and snapshot["job"]["stalled-tasks"] == 1
+    assert snapshot[f"{stuck}:task"]["stalled-s"] >= 10
+    other = next(t for t in ("Partition 0", "Partition 1") if t != stuck)
+    assert snapshot[f"{other}:task"].get("stalled-s", 0) == 0
+    # The other task kept committing all along: the job-wide quiet the watchdog had used never came.
+    assert snapshot["aggregate"]["task-commits"] >= 10

@@ -43,6 +43,7 @@ from sparza.azure import AZURITE_ACCOUNT_KEY
 from sparza.config import Config
 from sparza.devservers.spark import executor_python
 from sparza.devservers.sparkcluster import StandaloneCluster
+from sparza.host import free_port
 from sparza.testing import eventually
 
 pytestmark = pytest.mark.slow
@@ -248,3 +249,73 @@ def test_tasks_stay_on_their_executors_move_when_a_worker_is_killed_and_rebalanc
     # Every worker ran tasks: each worker's state dir holds task stores.
     for i in (1, 2, 3):
         assert list(cluster.state_dir(i).glob("*/counts/Partition_*")), f"no task ran on worker {i}"
+
+
+def test_tasks_left_without_any_executor_are_named_by_the_stall_watchdog_and_resume_on_a_fresh_worker(
+        make_job, work_dir, sparza_package):
+    """Issue 40, item 3: the only worker of the application is SIGKILLed (with its executor and Python workers)
+    while input keeps arriving: no container can start, so no container runs the tasks. The run neither fails at
+    once nor waits in silence: the stall watchdog's status line names the tasks and says no container runs them
+    (at half of job.stall.timeout.ms). Then a fresh worker (its own empty state dir) joins: a container starts
+    there, the tasks restore from the blob store and commit again, and the output is exact."""
+    python = str(executor_python(work_dir / "executor-python"))
+    cluster = StandaloneCluster(work_dir / "cluster", workers=2, python=python)
+    config = make_job(partitions=2, **{
+        "job.logged.store.base.dir": "${SPARZA_EXECUTOR_STATE}",
+        "job.spark.checkpoint.dir": str(work_dir / "spark-checkpoint"),
+        "job.py.files": str(sparza_package),
+        "job.filesystem.shared": "true",   # the local blob store and the Delta streams: one dir all workers see
+        "job.execution.mode": "containers",
+        "job.stall.timeout.ms": "60000",
+        "task.max.batch.messages": "200",
+        "task.commit.ms": "300",
+        "metrics.reporter.jsonl.path": str(work_dir / "metrics.jsonl"),
+        "spark.executor.memory": "512m",
+        "spark.task.maxFailures": "2",
+    })
+    append_messages(config, 200, KEYS, commit_size=200)
+    path = write_config(config, work_dir / "job.yaml")
+    log = work_dir / "run.log"
+    env = {**sparza_env(), "PYSPARK_PYTHON": python}
+    feeder = SteadyInput(config, KEYS, 10, start=200)
+    watch = Watch(config, log)
+    proc: subprocess.Popen[bytes] | None = None
+    with cluster:
+        cluster.stop_worker(2)   # the fresh worker of later: never ran anything, its state dir is empty
+        cluster.wait_workers(1)
+        try:
+            with log.open("w") as out:
+                proc = subprocess.Popen(sparza_cmd("run", "--config", str(path), "--master", cluster.url),
+                                        env=env, stdout=out, stderr=subprocess.STDOUT, cwd=work_dir)
+            feeder.start()
+            watch.start()
+            _wait("3 commits per task", lambda: len(watch.latest()) == 2
+                  and min((cp["batch"] or 0) for cp in watch.latest().values()) >= 3, proc, watch)
+            cluster.kill_worker(1)
+            _wait("the stall warning naming the tasks no container runs", lambda: any(
+                "warning: " in line and "no container runs" in line and "'Partition 0'" in line
+                and "'Partition 1'" in line for line in watch.lines()), proc, watch)
+            at_warning = {t: cp["batch"] or 0 for t, cp in watch.latest().items()}
+            worker = cluster.workers[2]   # started by hand: the master may count the killed worker alive a while
+            worker.port, worker.webui_port = free_port(), free_port()
+            worker.start()
+            _wait("every task committing on the fresh worker", lambda: all(
+                _worker_of(cp["location"], cluster) == 2 and (cp["batch"] or 0) >= at_warning[t] + 3
+                for t, cp in watch.latest().items()), proc, watch)
+            total = feeder.stop()
+            assert feeder.error is None, feeder.error
+            _wait("all messages counted", lambda: sum(len(c) for c in counts_per_key(config).values()) >= total,
+                  proc, watch)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=180) == 0, "\n".join(watch.lines()[-40:])
+        finally:
+            feeder.stop()
+            watch.stop()
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+    metrics = _last_metrics(work_dir / "metrics.jsonl")
+    assert metrics["job"]["stall-warnings"] >= 1 and metrics["job"].get("stalls", 0) == 0, metrics["job"]
+    assert metrics["aggregate"]["stores-restored-from-blob-store"] >= 2  # both tasks, on the fresh worker's dir
+    expected = expected_counts(total, KEYS)
+    assert counts_per_key(config) == {key: list(range(1, n + 1)) for key, n in expected.items()}

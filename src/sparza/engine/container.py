@@ -327,6 +327,7 @@ class _Task:
     retry_at: float = 0.0
     waiting: str | None = None  # what its main input waits for, as last reported
     batch: int = 0  # the batch in flight (or last run)
+    looked_at: float = float("-inf")  # when a pass last found nothing for it to do (it is looked at again a poll later)
 
 
 @dataclass
@@ -438,7 +439,10 @@ class Container:
         nexts = [now + poll_s]
         for task in self.tasks.values():
             if task.state == "idle" and not task.revoked:
-                nexts.append(task.last_started + self._commit_s(task.job))
+                # Due a commit interval after its last batch started, but a task that had nothing to do is asked
+                # again a poll interval after that (task.poll.interval.ms): at task.commit.ms 0 an idle container
+                # otherwise ran its passes back to back (16 idle tasks: 6,800 metadata reads/s, a core).
+                nexts.append(max(task.last_started + self._commit_s(task.job), task.looked_at + poll_s))
             elif task.state == "retry":
                 nexts.append(task.retry_at)
         return max(0.0, min(nexts) - now)
@@ -690,9 +694,12 @@ class Container:
             # An idle task also hears that its job's input partitions changed.
             if task.state != "idle" or (task.loop.idle(wall)
                                         and not self.jobs[task.job].engine.partition_changes):
+                task.looked_at = now
                 continue
             if self._step(task):
                 ran = True
+            else:
+                task.looked_at = now
         return ran
 
     def _step(self, task: _Task) -> bool:

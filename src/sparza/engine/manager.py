@@ -263,7 +263,8 @@ class ContainerManager:
         try:
             while not self.finished():
                 self.step()
-                self._wake.wait(0.25)
+                if self._inputs.empty():  # else the step stopped short of what arrived: go on at once
+                    self._wake.wait(0.25)
                 self._wake.clear()
         except BaseException:  # a bug in the manager itself: fail every job rather than hang
             _log.exception("the container manager failed")
@@ -296,13 +297,25 @@ class ContainerManager:
         return dict(job.owner) if job is not None else {}
 
     def step(self) -> None:
-        """Apply what arrived, then make the containers and assignments what they should be."""
+        """Apply what arrived, then make the containers and assignments what they should be.
+
+        What arrived is applied for at most ``ping_s`` before the rest of the step runs (the next step goes on with
+        it), and containers are pinged meanwhile when a ping is due: a job's reports (its results, status line and
+        metrics, which a task result runs here) can keep the queue full for as long as they keep up, and a
+        container that heard nothing for ``job.container.driver.timeout.ms`` stops (1,024 tasks: both containers
+        stopped 10 s into a backlog, and nothing ran again).
+        """
+        began = self.clock()
         while True:
             try:
                 kind, body = self._inputs.get_nowait()
             except queue.Empty:
                 break
             getattr(self, f"_on_{kind}")(body)
+            now = self.clock()
+            self._ping(now)
+            if now - began >= self.ping_s:
+                break
         now = self.clock()
         self._launch(now)
         for job in list(self._jobs.values()):
@@ -318,6 +331,10 @@ class ContainerManager:
                     if container.link is not None and "stop" not in container.told:
                         container.told.add("stop")
                         container.link.send(StopContainer())
+        self._ping(now)
+
+    def _ping(self, now: float) -> None:
+        """Ping every connected container when ``ping_s`` passed since the last ping."""
         if now - self._last_ping >= self.ping_s:
             self._last_ping = now
             for container in self._containers.values():

@@ -14,7 +14,7 @@ from typing import Any
 from sparza.streams import SystemStreamPartition
 from sparza.systems import SupportsMessageCount, SupportsOffsetArithmetic
 
-__all__ = ["OffsetOps"]
+__all__ = ["LagCounts", "OffsetOps"]
 
 
 class OffsetOps:
@@ -54,3 +54,45 @@ class OffsetOps:
         if isinstance(self.admin, SupportsMessageCount):
             return int(self.admin.count_messages(ssp, start, end))
         return self.count_between(ssp, start, end)
+
+
+class LagCounts:
+    """Messages between readers' offsets and their SSPs' upcoming offsets (lag), each kept up to date by counting only
+    what moved since the last count: what the reader read, and what arrived.
+
+    A full count costs what lies between the two offsets (for Delta: every commit in the range), so a job of a
+    thousand tasks behind by a hundred commits each counted a hundred thousand commits a report (0.35 s). Counted from
+    the moves, a report costs what was read and written since the last one. A pair that moved back (a stream created
+    again, a reset offset) or a reader ahead of the upcoming offset read is counted in full.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, str], tuple[str, str, int]] = {}
+
+    def count(self, key: tuple[str, str], ops: OffsetOps, ssp: SystemStreamPartition, offset: str,
+              upcoming: str) -> int | None:
+        """The lag of reader ``key`` (e.g. task and SSP) at ``offset`` on ``ssp`` whose next offset is ``upcoming``;
+        None when the system cannot count."""
+        known = self._known.get(key)
+        if known is not None:
+            before, then, lag = known
+            if before == offset and then == upcoming:
+                return lag
+            if (ops.compare(before, then) <= 0 and ops.compare(before, offset) <= 0
+                    and ops.compare(then, upcoming) <= 0 and ops.compare(offset, upcoming) <= 0):
+                read = ops.count_between(ssp, before, offset)
+                arrived = ops.count_between(ssp, then, upcoming)
+                if read is not None and arrived is not None:
+                    lag = lag - read + arrived
+                    self._known[key] = (offset, upcoming, lag)
+                    return lag
+        counted = ops.count_between(ssp, offset, upcoming)
+        if counted is None:
+            self._known.pop(key, None)
+            return None
+        self._known[key] = (offset, upcoming, counted)
+        return counted
+
+    def clear(self) -> None:
+        """Forget every count (the next ones are full counts)."""
+        self._known.clear()

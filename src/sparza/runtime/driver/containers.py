@@ -121,20 +121,25 @@ class SparkLauncher:
         self._closed = False
 
     def slots(self) -> int:
-        """How many tasks the session's executors run at once now (waits up to 60 s for the first executor)."""
+        """How many tasks the session's executors run at once now (waits up to 60 s for the first executor). Once
+        executors were seen, 0 is an answer (every executor lost, none back yet): the manager keeps one container
+        asked for, which Spark starts when an executor registers, and the stall watchdog names the tasks no
+        container runs meanwhile (``job.stall.timeout.ms``)."""
         from sparza.runtime.driver.session import is_connect
 
         if is_connect(self.spark):
             return _connect_slots(self.spark)
         sc = self.spark.sparkContext
-        deadline = time.monotonic() + (60.0 if not self._slots_known else 0.0)
+        if self._slots_known:
+            return _concurrent_tasks(sc)
+        deadline = time.monotonic() + 60.0
         last, stable_since = -1, time.monotonic()
         while True:
             slots = _concurrent_tasks(sc)
             now = time.monotonic()
             if slots != last:
                 last, stable_since = slots, now
-            if slots > 0 and (self._slots_known or sc.master.startswith("local") or now - stable_since >= 2.0):
+            if slots > 0 and (sc.master.startswith("local") or now - stable_since >= 2.0):
                 break
             if now >= deadline:
                 if slots > 0:
@@ -398,6 +403,19 @@ class ContainerQuery:
         """The failure that ended the job, or None."""
         return self._error
 
+    def unplaced(self) -> list[str]:
+        """The job's tasks no container runs now (moving, waiting for a container to start), done ones left out:
+        what the stall watchdog names."""
+        owners = self.service.manager.owners(self.key)
+        with self._lock:
+            done = dict(self._done)
+        return sorted(t for t, owner in owners.items() if owner is None and done.get(t) is None)
+
+    def finished_tasks(self) -> set[str]:
+        """The tasks done with this run (ended, caught up, drained, failed): input waiting for them is no stall."""
+        with self._lock:
+            return {t for t, why in self._done.items() if why not in (None, "stopped")}
+
     # --- the runner's side ---------------------------------------------------------------------
     def request_stop(self) -> None:
         """Ask for the end of this job (its tasks stop at a batch boundary)."""
@@ -531,8 +549,14 @@ class ContainerQuery:
             if not self._pending or (not force and time.monotonic() - self._last_report < self.report_interval_s):
                 return
             results, self._pending = self._pending, []
-            self._last_report = time.monotonic()
-        self.on_results(results, len(self.service.manager.containers))
+        try:
+            self.on_results(results, len(self.service.manager.containers))
+        finally:
+            # The interval counts from the end of a report: results that arrive while one is written (its status
+            # line, metrics, lag) wait for the next, so one report takes all of them. Counted from its start, a
+            # report slower than the interval was followed by one per result (1,024 tasks: one a second in all).
+            with self._lock:
+                self._last_report = time.monotonic()
 
     def _waits(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}

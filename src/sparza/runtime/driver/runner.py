@@ -27,10 +27,11 @@ from typing import Any
 
 from sparza.azure.requests import TOTAL as STORAGE_TOTAL
 from sparza.config import Config, Int, define_key
-from sparza.engine.errors import JobFailedError, tasks_failed
+from sparza.engine.errors import JobFailedError, JobStalledError, tasks_failed
 from sparza.engine.inputs import InputSystems
-from sparza.engine.jobconfig import JobConfig
+from sparza.engine.jobconfig import JobConfig, offset_default
 from sparza.engine.model import TaskModel
+from sparza.engine.offsets import LagCounts
 from sparza.engine.results import BatchResult, BatchStatus, result_from_row
 from sparza.errors import SparzaError
 from sparza.interrupts import StopOnSignals
@@ -52,9 +53,11 @@ __all__ = ["JobRunner", "build_spark_session"]
 _log = logging.getLogger(__name__)
 
 STALL_TIMEOUT_MS = define_key("job.stall.timeout.ms", 300_000,
-                              "A job whose input has messages waiting while no task committed a batch for this long "
-                              "has stalled: the status line says so at half of it, and at all of it the run ends "
-                              "(exit 1) naming the waiting partitions; 0 turns the watchdog off.", "runtime",
+                              "A task whose input has messages waiting while its committed offsets did not move for "
+                              "this long has stalled (whatever the other tasks do): the status line names it at half "
+                              "of it (gauges job/stalled-tasks and <task>:task/stalled-s), and at all of it the run "
+                              "ends (exit 1) naming the stalled tasks, their waiting partitions and whether a "
+                              "container runs them; 0 turns the watchdog off.", "runtime",
                               kind=Int(min_value=0))
 
 class JobRunner:
@@ -107,10 +110,17 @@ class JobRunner:
         self._delete_errors_said: set[str] = set()
         self.last_results: list[BatchResult] = []
         self._task_offsets: dict[str, dict[str, str]] = {}
+        self._lags = LagCounts()  # each task's lag per SSP, counted from what moved since the last report
+        self._ssps: dict[str, Any] = {}  # SSP name -> SystemStreamPartition (parsed once)
         self._last_commit = time.monotonic()  # when a task last committed a batch (the stall watchdog's clock)
         self._live: Any = None  # the live query endpoint this job is served on
         self._last_stall_check = 0.0
-        self._stall_warned = False
+        self._stall_warned: set[str] = set()  # the stalled tasks a warning named
+        self._stuck_since: dict[str, tuple[float, Any]] = {}  # task -> (since when it waits, its offsets then)
+        self._stall_gauged: set[str] = set()
+        self._first_upcoming: dict[Any, str] = {}  # SSP -> its upcoming offset when the watchdog first looked
+        self._checkpoint_offsets: dict[str, dict[str, str]] = {}  # the watchdog's read of the task checkpoints
+        self._checkpoints_read_for: set[str] = set()  # the tasks that read was for
         self._restart_query: Callable[[], Any] | None = None  # micro-batch mode: start the query again
         self._query_restarts = 0
         self._batches_at_restart = 0  # task -> its newest reported offsets (for lag)
@@ -301,7 +311,6 @@ class JobRunner:
         self.metrics.timer(agg, "commit-ms").update(commit_ms)
         if any(r.status is BatchStatus.COMMITTED for r in results):
             self._last_commit = time.monotonic()
-            self._stall_warned = False
         lag = self._lag(results)
         self.metrics.gauge(agg, "lag").set(-1 if lag is None else lag)
         self.metrics.gauge("job", "generation").set(self.generation)
@@ -351,10 +360,12 @@ class JobRunner:
         unknown = False
         try:
             positions = inputs.positions()
-            for offsets in self._task_offsets.values():
+            for task, offsets in self._task_offsets.items():
                 for name, offset in offsets.items():
-                    ssp = SystemStreamPartition.parse(name)
-                    n = inputs.ops[ssp.system].count_between(ssp, offset, positions[ssp].upcoming)
+                    ssp = self._ssps.get(name)
+                    if ssp is None:
+                        ssp = self._ssps[name] = SystemStreamPartition.parse(name)
+                    n = self._lags.count((task, name), inputs.ops[ssp.system], ssp, offset, positions[ssp].upcoming)
                     if n is None:
                         unknown = True
                         continue
@@ -512,6 +523,8 @@ class JobRunner:
         tasks = self._tasks(inputs)
         self._task_count = len(inputs.task_models())
         self._task_offsets.clear()
+        self._lags.clear()
+        self._checkpoints_read_for = set()
         if self._claim is not None:  # tasks new to the job are fenced like the others
             stamp_generation(checkpoint_store_from_config(self.config, self.job.job_key, metrics=self.metrics),
                              [t.name for t in tasks], self.generation)
@@ -776,39 +789,94 @@ class JobRunner:
         return self._restarted(query) or self._noticed_end(query)
 
     def _check_stall(self) -> None:
-        """The stall watchdog (``job.stall.timeout.ms``): messages wait in the job's input, yet no task committed for
-        that long. Said at half the timeout, the run ends at all of it: a stalled job must never look healthy."""
+        """The stall watchdog (``job.stall.timeout.ms``), per task: a task with messages waiting in its input whose
+        committed offsets did not move for that long has stalled, whatever the other tasks do (one task left without
+        a container, or never asked again, while the others commit, is as silent a loss as a job that stopped). Said
+        at half the timeout (a status line naming the tasks, the gauge ``job/stalled-tasks`` and
+        ``<task>:task/stalled-s``); at all of it the run ends with a :class:`JobStalledError` naming them: a stalled
+        job must never look healthy."""
         timeout_s = STALL_TIMEOUT_MS.get(self.config) / 1000.0
         now = time.monotonic()
-        quiet = now - self._last_commit
-        if timeout_s <= 0 or quiet < timeout_s / 2 or now - self._last_stall_check < 5.0 or self._stop.is_set():
+        if timeout_s <= 0 or self._stop.is_set() or now - self._last_stall_check < min(5.0, timeout_s / 4):
             return
         self._last_stall_check = now
-        waiting = self._waiting_input()
-        if not waiting:
-            self._last_commit = now  # nothing waits: an idle job is not a stalled one
+        waiting = self._waiting_tasks()
+        if now - self._last_commit >= 5.0 and self._inputs is not None:
+            # No result came to recompute the lag: keep the gauge true to what waits (it would stay at its last
+            # value, often 0, while input waits for a task that commits nothing).
+            lag: dict[str, int] = {}
+            for _mark, ssps in waiting.values():
+                for ssp, n in ssps.items():
+                    lag[ssp] = max(lag.get(ssp, 0), n)
+            self.metrics.gauge("aggregate", "lag").set(sum(lag.values()))
+        for task in list(self._stuck_since):
+            if task not in waiting:
+                del self._stuck_since[task]
+        for task, (mark, _ssps) in waiting.items():
+            seen = self._stuck_since.get(task)
+            if seen is None or seen[1] != mark:  # new input waiting, or its offsets moved: its clock starts now
+                self._stuck_since[task] = (now, mark)
+        quiet = {task: now - since for task, (since, _mark) in self._stuck_since.items()}
+        stuck = {task: q for task, q in quiet.items() if q >= timeout_s / 2}
+        self.metrics.gauge("job", "stalled-tasks").set(len(stuck))
+        for task in self._stall_gauged - set(stuck):
+            self.metrics.gauge(f"{task}:task", "stalled-s").set(0)
+        for task, q in stuck.items():
+            self.metrics.gauge(f"{task}:task", "stalled-s").set(round(q))
+        self._stall_gauged = set(stuck)
+        self._stall_warned &= set(stuck)
+        ended = {task: q for task, q in stuck.items() if q >= timeout_s}
+        if not stuck or (not ended and set(stuck) <= self._stall_warned):
             return
-        shown = ", ".join(f"{ssp} ({n})" for ssp, n in sorted(waiting.items())[:6]) + (
-            f" and {len(waiting) - 6} more" if len(waiting) > 6 else "")
-        total = sum(waiting.values())
-        if quiet < timeout_s:
-            if not self._stall_warned:
-                self._stall_warned = True
-                self.metrics.counter("job", "stall-warnings").inc()
-                self.status(f"sparza: {self.job.job_key}: warning: no task committed for {quiet:.0f} s while {total} "
-                            f"message(s) wait in {shown}; the run ends if this lasts {timeout_s:.0f} s "
-                            "(job.stall.timeout.ms)")
+        named = ended or stuck
+        longest = max(named.values())
+        tasks = sorted(named)
+        names = "task(s) " + ", ".join(f"'{t}'" for t in tasks[:6]) + (
+            f" and {len(tasks) - 6} more" if len(tasks) > 6 else "")
+        per_ssp: dict[str, int] = {}
+        for task in tasks:
+            for ssp, n in waiting[task][1].items():
+                per_ssp[ssp] = max(per_ssp.get(ssp, 0), n)
+        shown = ", ".join(f"{ssp} ({n})" for ssp, n in sorted(per_ssp.items())[:6]) + (
+            f" and {len(per_ssp) - 6} more" if len(per_ssp) > 6 else "")
+        total = sum(per_ssp.values())
+        if now - self._last_commit >= longest:
+            lead = f"no task committed for {longest:.0f} s while {total} message(s) wait in {shown} ({names})"
+        else:
+            lead = f"{names} committed nothing for {longest:.0f} s while {total} message(s) wait in {shown}"
+        lead += self._stall_cause(tasks)
+        if not ended:
+            self._stall_warned |= set(stuck)
+            self.metrics.counter("job", "stall-warnings").inc()
+            self.status(f"sparza: {self.job.job_key}: warning: {lead}; the run ends if this lasts {timeout_s:.0f} s "
+                        "(job.stall.timeout.ms)")
             return
         self.metrics.counter("job", "stalls").inc()
-        self._failure = JobFailedError(
-            f"job {self.job.job_key} stalled: no task committed for {quiet:.0f} s while {total} message(s) wait in "
-            f"{shown}; next: look at the executors' logs and the status lines above for the tasks' last words, then "
-            "start the job again (it continues from its last commits; job.stall.timeout.ms sets the limit)")
+        self._failure = JobStalledError(
+            f"job {self.job.job_key} stalled: {lead}; next: look at the executors' logs and the status lines above for "
+            "the tasks' last words, then start the job again (it continues from its last commits; "
+            "job.stall.timeout.ms sets the limit)")
         self.request_stop("stalled")
 
-    def _waiting_input(self) -> dict[str, int]:
-        """SSP → messages past its furthest-behind task's last reported offset (main inputs of this processor's
-        tasks; an SSP no task reported yet counts from its checkpoint)."""
+    def _stall_cause(self, tasks: list[str]) -> str:
+        """What the container mode knows of stalled ``tasks``: those no container runs now."""
+        unplaced = getattr(self._query, "unplaced", None)
+        if unplaced is None:
+            return ""
+        try:
+            none = [t for t in unplaced() if t in tasks]
+            containers = len(self._query.service.manager.containers)
+        except Exception:
+            return ""
+        if not none:
+            return "; each runs in a container but plans nothing"
+        return (f"; no container runs {', '.join(repr(t) for t in none[:6])} ({containers} container(s) connected: "
+                "are the executors there, and do their containers start? see the status lines above)")
+
+    def _waiting_tasks(self) -> dict[str, tuple[tuple[tuple[str, str], ...], dict[str, int]]]:
+        """Task → (its committed offsets, SSP → messages past them) for each task of this processor with messages
+        waiting in its main inputs (offsets as the task last reported them, else as its checkpoint has them; tasks
+        the job is done with left out)."""
         inputs = self._inputs
         if inputs is None:
             return {}
@@ -817,19 +885,42 @@ class JobRunner:
         try:
             positions = inputs.positions()
             offsets = dict(self._task_offsets)
-            if len(offsets) < len(self._tasks(inputs)):
+            models = self._tasks(inputs)
+            unknown = {m.name for m in models if m.name not in offsets}
+            if unknown - self._checkpoints_read_for:
+                # Read once per set of tasks: a task that has not committed in this run keeps the checkpoint it had
+                # (each read is storage requests, and the watchdog looks every few seconds).
                 store = checkpoint_store_from_config(self.config, self.job.job_key, metrics=self.metrics)
-                for name, cp in store.read_all().items():
-                    offsets.setdefault(name, dict(cp.offsets))
-            out: dict[str, int] = {}
-            for model in self._tasks(inputs):
+                self._checkpoint_offsets = {name: dict(cp.offsets) for name, cp in store.read_all().items()}
+                self._checkpoints_read_for = {m.name for m in models}
+            for name in unknown:
+                if name in self._checkpoint_offsets:
+                    offsets[name] = self._checkpoint_offsets[name]
+            finished = getattr(self._query, "finished_tasks", None)
+            done = finished() if finished is not None else set()
+            out: dict[str, tuple[tuple[tuple[str, str], ...], dict[str, int]]] = {}
+            for model in models:
+                if model.name in done:
+                    continue
+                mine = offsets.get(model.name, {})
+                waits: dict[str, int] = {}
                 for ssp in model.ssps:
-                    start = offsets.get(model.name, {}).get(str(ssp))
-                    if start is None or ssp not in positions:
+                    if ssp not in positions:
                         continue
-                    n = inputs.ops[ssp.system].count_between(ssp, start, positions[ssp].upcoming)
+                    start = mine.get(str(ssp))
+                    first = self._first_upcoming.setdefault(ssp, positions[ssp].upcoming)
+                    if start is None:  # no commit yet: where the task starts without a checkpoint
+                        oldest = offset_default(self.config, ssp.system_stream) == "oldest"
+                        start = positions[ssp].oldest if oldest else first
+                        if start is None:
+                            continue
+                    # --once reads what was there at the start: what came later waits for no task of this run.
+                    end = first if self.once else positions[ssp].upcoming
+                    n = inputs.ops[ssp.system].count_between(ssp, start, end)
                     if n:
-                        out[str(ssp)] = max(out.get(str(ssp), 0), int(n))
+                        waits[str(ssp)] = int(n)
+                if waits:
+                    out[model.name] = (tuple(sorted(mine.items())), waits)
             return out
         except Exception:
             return {}  # the watchdog only reports: storage trouble shows in the lag and the storage watch already

@@ -11,9 +11,9 @@ import json
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -54,15 +54,21 @@ class Commit:
     """The stream's partition count when this commit set the table's metadata (its creation, or a growth:
     :meth:`~sparza.systems.delta.admin.DeltaSystemAdmin.grow_stream`), else None."""
 
+    _rows: dict[int, int] | None = field(default=None, init=False, repr=False, compare=False)
+
     def files_for(self, partition: int) -> list[FileEntry]:
         """The files of ``partition``, in the order that defines the rows' offsets."""
         return [f for f in self.files if f.partition == partition]
 
-    def rows_by_partition(self) -> dict[int, int]:
-        """How many rows this commit added to each partition."""
-        counts: dict[int, int] = {}
-        for f in self.files:
-            counts[f.partition] = counts.get(f.partition, 0) + f.rows
+    def rows_by_partition(self) -> Mapping[int, int]:
+        """How many rows this commit added to each partition (counted once: lag and batch caps ask for every task of
+        a job, so a thousand tasks would count each commit's files a thousand times a report)."""
+        counts = self._rows
+        if counts is None:
+            counts = {}
+            for f in self.files:
+                counts[f.partition] = counts.get(f.partition, 0) + f.rows
+            object.__setattr__(self, "_rows", counts)  # frozen: the memo is the one field set after construction
         return counts
 
 

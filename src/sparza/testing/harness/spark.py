@@ -537,12 +537,15 @@ def _executor_loss(job: SparkJob, outcome: Outcome, label: str) -> None:
     """A host lost under load (issue 40): the phase's run goes to a standalone cluster of three one-core workers (each
     its own state dir when the stores are backed up to the blob store; one shared dir, as a shared disk, when not)
     while two processes burn CPU beside it; 0-3 s after its first committed batch the worker of one container is
-    SIGKILLed with its executor and Python workers, and the spare worker takes its place. The very same run must
-    finish by itself with the exact output (the lost tasks move; a stall is reported by the run and fails it)."""
+    SIGKILLed with its executor and Python workers, and the spare worker takes its place. In half the seeds the
+    kill is followed by a second one at an assignment boundary (:func:`_kill_at_a_move`: as the first task moves
+    onto a new container) and the first worker joins again. The very same run must finish by itself with the exact
+    output (the lost tasks move; a stall is reported by the run and fails it)."""
     from sparza.devservers.sparkcluster import StandaloneCluster
 
     s = job.s
     rng = random.Random(s.seed ^ 0xE7EC)
+    boundary = random.Random(s.seed ^ 0xB0DA).random() < 0.5  # drawn apart: the draws above stay what they were
     overrides = {"job.filesystem.shared": "true", "spark.cores.max": "2", "spark.executor.memory": "512m",
                  "spark.task.maxFailures": "2", "job.spark.checkpoint.dir": str(job.root / "spark-executor-loss")}
     if s.backup:
@@ -567,6 +570,8 @@ def _executor_loss(job: SparkJob, outcome: Outcome, label: str) -> None:
                 cluster.kill_worker(victim)
                 outcome.notes.append(f"executor-loss: worker {victim} killed {delay}s after the first committed batch"
                                      + ("" if started else " (no batch had committed)") + " beside CPU load")
+                if boundary:
+                    _kill_at_a_move(job, outcome, cluster, handle, victim)
             else:
                 outcome.notes.append("executor-loss: the run had ended (or no worker ran an executor) "
                                      f"{delay}s after its first committed batch; nothing killed")
@@ -579,6 +584,30 @@ def _executor_loss(job: SparkJob, outcome: Outcome, label: str) -> None:
         for burner in burners:
             burner.kill()
             burner.wait()
+
+
+MOVE_WAIT_S = 60.0
+"""How long the boundary variant of ``executor-loss`` waits for the first task to move onto the spare's container."""
+
+
+def _kill_at_a_move(job: SparkJob, outcome: Outcome, cluster: Any,
+                    handle: tuple[subprocess.Popen[bytes], Path, float], victim: int) -> None:
+    """The boundary variant of ``executor-loss``: once the status line says a task moves onto the spare worker's new
+    container (revoked where it ran, not yet running there: an assignment boundary), that worker is killed too, and
+    the first one started again (a replacement joining, with its old state dir)."""
+    if not _wait_for_line(handle, MOVE_WAIT_S, lambda line: "rebalanced onto a new container" in line):
+        outcome.notes.append(f"executor-loss: no task moved onto a new container within {MOVE_WAIT_S:.0f}s (the run "
+                             "had ended, or the spare took no task); no second kill")
+        return
+    running = [w for w in cluster.running_workers() if _runs_executor(cluster, w) and w != victim]
+    if not running:
+        return
+    second = max(running)  # the task's old or new container: both sides of the move are at its boundary
+    cluster.kill_worker(second)
+    with contextlib.suppress(Exception):  # the master may count the killed ones alive for a while
+        cluster.start_worker(victim, timeout_s=30.0)
+    outcome.notes.append(f"executor-loss: worker {second} killed as a task moved onto a new container (an assignment "
+                         f"boundary); worker {victim} started again as the replacement")
 
 
 def _runs_executor(cluster: Any, worker: int) -> bool:
