@@ -44,15 +44,16 @@ __all__ = ["DeltaSystemProducer"]
 class _PartitionBuffer:
     """Rows buffered for one partition, in send order: Arrow chunks plus a tail of single sends in column lists (of
     bytes and ints: a list of per-message tuples would be traversed by every garbage collection while it grows); a
-    message sent without a timestamp gets one when sealed."""
+    message sent without a timestamp gets one when sealed. Message types are kept for control messages only (their
+    row and type): every other row is a user message, 0, with no list growing per message."""
 
-    __slots__ = ("chunk_rows", "chunks", "keys", "timestamps", "types", "values")
+    __slots__ = ("chunk_rows", "chunks", "controls", "keys", "timestamps", "values")
 
     def __init__(self) -> None:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.timestamps: list[int | None] = []
-        self.types: list[int] = []
+        self.controls: list[tuple[int, int]] = []  # (row among the single sends, message type) of non-user rows
         self.chunks: list[pa.Table] = []
         self.chunk_rows = 0
 
@@ -62,15 +63,23 @@ class _PartitionBuffer:
     def seal(self) -> None:
         """Turn the single sends so far into an Arrow chunk (keeps order with later batches); a message sent without
         a timestamp gets the time now (the producer's choice, as librdkafka stamps a record when it takes it)."""
-        if self.keys:
+        n = len(self.keys)
+        if n:
             stamps = pa.array(self.timestamps, pa.int64())
             if stamps.null_count:
                 stamps = pc.fill_null(stamps, int(time.time() * 1000))
+            if self.controls:
+                kinds = [0] * n
+                for row, kind in self.controls:
+                    kinds[row] = kind
+                types = pa.array(kinds, pa.int8())
+            else:
+                types = pa.repeat(pa.scalar(0, pa.int8()), n)
             self.chunks.append(pa.Table.from_arrays(
-                [pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()), stamps,
-                 pa.array(self.types, pa.int8())], names=["key", "value", "timestamp", "type"]))
-            self.chunk_rows += len(self.keys)
-            self.keys, self.values, self.timestamps, self.types = [], [], [], []
+                [pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()), stamps, types],
+                names=["key", "value", "timestamp", "type"]))
+            self.chunk_rows += n
+            self.keys, self.values, self.timestamps, self.controls = [], [], [], []
 
     def add_chunk(self, rows: pa.Table) -> None:
         """Append Arrow rows (columns key, value, timestamp, type)."""
@@ -236,8 +245,8 @@ class DeltaSystemProducer:
         ts = envelope.timestamp
         buffer.timestamps.append(ts if ts is None or ts.__class__ is int else int(ts))
         kind = envelope.type
-        # IntEnum objects convert to Arrow ~1000x slower than ints: user messages are 0 without a conversion.
-        buffer.types.append(0 if kind is _USER else int(kind))
+        if kind is not _USER:  # a control message (rare): its row and type (an int: IntEnums convert to Arrow slowly)
+            buffer.controls.append((len(buffer.keys) - 1, int(kind)))
 
     def send_batch(self, source: str, stream: str, partition: int, rows: pa.Table | pa.RecordBatch) -> None:
         """Buffer Arrow rows for one partition without per-row Python: columns ``key``, ``value``
