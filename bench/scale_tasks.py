@@ -15,7 +15,11 @@ Delta commit every 0.5 s). Measured, from the run's own surfaces:
 The baseline is the smallest row of the same run: a cost that grows faster than the task count shows as a ratio
 to it above N / N_min.
 
-Usage: ``python bench/scale_tasks.py [--tasks 16,64,256,1024] [--steady-s 45] [--rate 200]``
+- **exact**: once the input stops, whether the output caught up within ``--catchup-s`` with every key's count
+  right, and how long that took; a row that did not catch up says whether what it wrote so far is exact (counts
+  1, 2 ... n per key: too slow) or not (wrong).
+
+Usage: ``python bench/scale_tasks.py [--tasks 16,64,256,1024] [--steady-s 45] [--rate 200] [--catchup-s 600]``
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ class Feeder:
         return self.sent
 
 
-def _row(n: int, work: Path, steady_s: float, rate: int) -> dict[str, Any]:
+def _row(n: int, work: Path, steady_s: float, rate: int, catchup_s: float = 600.0) -> dict[str, Any]:
     from examples.keyed_count.config import job_values
     from examples.keyed_count.load import create_streams
     from tests.runtime.helpers import final_counts, write_config
@@ -128,11 +132,13 @@ def _row(n: int, work: Path, steady_s: float, rate: int) -> dict[str, Any]:
             out["batches_per_s"] = (b1 - b0) / (t1 - t0)
     finally:
         total = feeder.stop()
+        stopped = time.monotonic()
         try:
-            _wait(lambda: final_counts(config)[1] >= total, proc, log, 600)
-            out["exact"] = final_counts(config)[0] == feeder.keys
+            _wait(lambda: final_counts(config)[1] >= total, proc, log, catchup_s)
+            out["exact"] = "yes" if final_counts(config)[0] == feeder.keys else "NO"
+            out["caught_up_s"] = time.monotonic() - stopped
         except RuntimeError:
-            out["exact"] = False
+            out["exact"] = _so_far(config, feeder.keys, catchup_s)
         proc.terminate()
         try:
             proc.wait(240)
@@ -141,6 +147,19 @@ def _row(n: int, work: Path, steady_s: float, rate: int) -> dict[str, Any]:
             proc.wait(30)
     out["load"] = loadavg()
     return out
+
+
+def _so_far(config: Config, sent: dict[str, int], catchup_s: float) -> str:
+    """A run that did not catch up within ``catchup_s``: whether what it wrote so far is exact (every key's counts
+    1, 2 ... n with n at most what was sent: too slow) or not (a count repeated, missing or too high: wrong)."""
+    from tests.runtime.helpers import counts_per_key
+
+    written = counts_per_key(config)
+    rows = sum(len(c) for c in written.values())
+    wrong = [k for k, c in written.items() if c != list(range(1, len(c) + 1)) or len(c) > sent.get(k, 0)]
+    if wrong:
+        return f"NO ({len(wrong)} keys wrong)"
+    return f"behind after {catchup_s:.0f} s ({rows:,} of {sum(sent.values()):,} rows, all exact)"
 
 
 def _lines(log: Path) -> list[str]:
@@ -187,12 +206,14 @@ def main() -> None:
     parser.add_argument("--tasks", default="16,64,256,1024")
     parser.add_argument("--steady-s", dest="steady_s", type=float, default=45.0)
     parser.add_argument("--rate", type=int, default=200)
+    parser.add_argument("--catchup-s", dest="catchup_s", type=float, default=600.0,
+                        help="how long the output may take to catch up once the input stops")
     args = parser.parse_args()
     counts = [int(n) for n in args.tasks.split(",") if n.strip()]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="sparza-scale-") as tmp:
         for n in counts:
-            row = _row(n, Path(tmp), args.steady_s, args.rate)
+            row = _row(n, Path(tmp), args.steady_s, args.rate, args.catchup_s)
             print(json.dumps(row), flush=True)
             rows.append(row)
     base = rows[0]
@@ -203,9 +224,11 @@ def main() -> None:
                       f"{r['all_s']:.1f} ({r['all_s'] / base['all_s']:.1f}x)",
                       f"{r['driver_cpu']:.2f} ({r['driver_cpu'] / max(base['driver_cpu'], 1e-6):.1f}x)",
                       f"{r['tree_cpu']:.2f}", f"{r['commit_ms_mean']:.0f} / {r['commit_ms_max']:.0f}",
-                      f"{r.get('batches_per_s', 0.0):.1f}", f"{ratio:g}x", "yes" if r["exact"] else "NO"])
+                      f"{r.get('batches_per_s', 0.0):.1f}", f"{ratio:g}x",
+                      r["exact"] + (f" ({r['caught_up_s']:.0f} s)" if "caught_up_s" in r else "")])
     header = ["tasks", "start → first commit s (x smallest)", "start → every task committed s", "driver CPU s/s",
-              "tree CPU s/s", "commit ms mean / max", "task batches/s", "tasks (x smallest)", "exact"]
+              "tree CPU s/s", "commit ms mean / max", "task batches/s", "tasks (x smallest)",
+              "exact (time to catch up once the input stopped)"]
     body = (f"`local[2]`, 2 containers, {args.rate} messages/s in all, steady part {args.steady_s:.0f} s per row; "
             f"load while measuring: {', '.join(r['load'] for r in rows)}.\n\n" + _report.table(header, table)
             + f"\n\nGoal: {GOAL}.\n")
