@@ -13,7 +13,7 @@ import copy
 import io
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -40,6 +40,7 @@ __all__ = [
     "load_avro_schema",
     "parse_avro_schema",
     "partition_key_bytes",
+    "plain_json_encoder",
     "serde_from_name",
     "serialize",
 ]
@@ -102,6 +103,13 @@ def is_utf8(serde: Serde) -> bool:
     return type(serde) is StringSerde and serde.encoding.replace("-", "").lower() == "utf8"
 
 
+def plain_json_encoder(serde: Serde) -> Callable[[Any], bytes] | None:
+    """msgspec's encoder when ``serde`` is a :class:`JsonSerde` without a schema, else None. Its bytes are what
+    ``serde.to_bytes`` returns whenever they hold no ``null`` (a null may be a NaN: then call ``to_bytes``, as for
+    anything it raises on). Producers call it inline on dict messages: one Python call less per message."""
+    return _JSON_ENCODE if type(serde) is JsonSerde and serde.schema is None else None
+
+
 class JsonSerde:
     """JSON text in UTF-8, compact separators, keys in insertion order.
 
@@ -134,7 +142,9 @@ class JsonSerde:
             obj = conform_to_schema(obj, self._parsed)
         try:
             out = _JSON_ENCODE(obj)
-            if b"null" not in out or obj is None:
+            # find, not ``in``: bytes.__contains__ first tries its argument as an int, and that failed attempt
+            # cost twice the encoding of a small message (this runs once per message sent).
+            if out.find(b"null") < 0 or obj is None:
                 return out
             # The null may be a NaN or an infinity msgspec wrote as null: let json decide.
         except _JSON_FAST_ERRORS:

@@ -62,6 +62,12 @@ class StoreHandle:
     repeated keys skip serdes and RocksDB. Dirty entries are written to the store in one batch when
     the cache is full, before iteration, and always before the store is checkpointed at commit, so
     the committed state never lacks a write. The cache is emptied at every batch start.
+
+    Any other attribute is the bound store's (``flush``, ``name``, an engine's own methods). The class has no
+    ``__getattr__`` for that: on Python 3.11 a class with one gets no specialized attribute lookups, which made every
+    ``get`` and ``put`` of a task (and every attribute they read) about 3x slower. While a store is bound, the handle's
+    class is instead a subclass made once per store type (:func:`_handle_class`) with a property for each of the
+    store's public attributes; unbound, it is :class:`_UnboundStoreHandle`, whose ``__getattr__`` refuses them all.
     """
 
     __slots__ = ("_cache", "_dirty", "_limit", "_name", "_store")
@@ -72,6 +78,7 @@ class StoreHandle:
         self._limit = cache_size
         self._cache: dict[Any, Any] = {}
         self._dirty: set[Any] = set()
+        self.__class__ = _UnboundStoreHandle
 
     def _bind(self, store: Any) -> None:
         if store is not None and store is self._store and not self._dirty:
@@ -79,6 +86,7 @@ class StoreHandle:
         self._store = store
         self._cache.clear()
         self._dirty.clear()
+        self.__class__ = _UnboundStoreHandle if store is None else _handle_class(store)
 
     def _live(self) -> Any:
         store = self._store
@@ -118,7 +126,8 @@ class StoreHandle:
     def put(self, key: Any, value: Any) -> None:
         """Set ``key`` (None deletes); written to the store by the next cache flush."""
         cache = self._cache
-        if key not in cache:
+        # A full cache (always, when it is off) is the only case where a new key needs more than the dict write.
+        if len(cache) >= self._limit and key not in cache:
             if not self._limit:
                 self._live().put(key, value)
                 return
@@ -195,11 +204,45 @@ class StoreHandle:
         return sorted(merged.items(), key=lambda item: repr(item[0]) if not isinstance(item[0], str | bytes)
                       else item[0] if isinstance(item[0], str) else item[0].decode("utf-8", "replace"))
 
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self._live(), attr)
-
     def __repr__(self) -> str:
         return f"StoreHandle({self._name!r})"
+
+
+class _UnboundStoreHandle(StoreHandle):
+    """A handle with no store bound (before the first batch, after a failure or close): every store attribute
+    refuses (:meth:`StoreHandle._live`)."""
+
+    __slots__ = ()
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)  # copy/pickle probes: not the store's
+        return getattr(self._live(), attr)
+
+
+_HANDLE_NAMES = frozenset(dir(StoreHandle))
+_HANDLE_CLASSES: dict[tuple[type, frozenset[str]], type[StoreHandle]] = {}
+
+
+def _store_attribute(attr: str) -> property:
+    def read(handle: StoreHandle) -> Any:
+        return getattr(handle._live(), attr)
+
+    return property(read, doc=f"The bound store's ``{attr}``.")
+
+
+def _handle_class(store: Any) -> type[StoreHandle]:
+    """The handle class for ``store``: :class:`StoreHandle` with a property for each public attribute of the store
+    (its type's and its own) the handle does not define, made once per store type and attribute set."""
+    own = getattr(store, "__dict__", None)
+    names = frozenset(n for n in (*dir(type(store)), *(own or ())) if not n.startswith("_")) - _HANDLE_NAMES
+    key = (type(store), names)
+    cls = _HANDLE_CLASSES.get(key)
+    if cls is None:
+        body: dict[str, Any] = {"__slots__": (), "__module__": __name__, "__qualname__": "StoreHandle"}
+        body.update({name: _store_attribute(name) for name in sorted(names)})
+        cls = _HANDLE_CLASSES[key] = type("StoreHandle", (StoreHandle,), body)
+    return cls
 
 
 _CLEANED: dict[tuple[str, str, str], str] = {}

@@ -549,3 +549,26 @@ def test_a_producers_transactional_calls_share_one_thread_and_a_hung_one_is_boun
     assert time.monotonic() - started < 2.0
     release.set()
     caller.close()
+
+
+def test_json_messages_are_written_as_the_json_serde_writes_them(kafka_config: Config,
+                                                                 topic: Callable[..., str]) -> None:
+    """The producer encodes dict messages of a plain JSON serde itself (one call less per message): the records'
+    values are the serde's own bytes (the oracle), NaN and nulls included, and what neither encoder takes is the
+    serde's error."""
+    from sparza.errors import SerdeError
+    from sparza.serde import JsonSerde
+
+    name = topic(1)
+    messages: list[Any] = [{"key": "k", "count": 3}, {"a": None}, {"a": float("nan"), "b": [float("inf")]},
+                           {1: "int key"}, {"bytes": b"\x00\xff"}, {}, [1, None], "plain text"]
+    config = Config({**kafka_config, f"systems.k.streams.{name}.samza.msg.serde": "json"})
+    producer = KafkaSystemProducer("k", config)
+    producer.register("loader")
+    for message in messages:
+        producer.send("loader", OutgoingMessageEnvelope(SystemStream("k", name), message, partition=0))
+    with pytest.raises(SerdeError, match="cannot encode dict as JSON"):
+        producer.send("loader", OutgoingMessageEnvelope(SystemStream("k", name), {"o": object()}, partition=0))
+    producer.flush("loader")
+    assert [v for _, _, v in _read(kafka_config, name)] == [JsonSerde().to_bytes(m) for m in messages]
+    producer.stop()

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from sparza.config import Config
 from sparza.metrics import MetricsRegistry
-from sparza.serde import Serde, is_utf8, partition_key_bytes
+from sparza.serde import Serde, is_utf8, partition_key_bytes, plain_json_encoder
 from sparza.streams import MessageType, OutgoingMessageEnvelope
 from sparza.systems import Transaction
 from sparza.systems.delta.admin import DeltaSystemAdmin, open_table
@@ -44,15 +44,16 @@ __all__ = ["DeltaSystemProducer"]
 class _PartitionBuffer:
     """Rows buffered for one partition, in send order: Arrow chunks plus a tail of single sends in column lists (of
     bytes and ints: a list of per-message tuples would be traversed by every garbage collection while it grows); a
-    message sent without a timestamp gets one when sealed."""
+    message sent without a timestamp gets one when sealed. Message types are kept for control messages only (their
+    row and type): every other row is a user message, 0, with no list growing per message."""
 
-    __slots__ = ("chunk_rows", "chunks", "keys", "timestamps", "types", "values")
+    __slots__ = ("chunk_rows", "chunks", "controls", "keys", "timestamps", "values")
 
     def __init__(self) -> None:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.timestamps: list[int | None] = []
-        self.types: list[int] = []
+        self.controls: list[tuple[int, int]] = []  # (row among the single sends, message type) of non-user rows
         self.chunks: list[pa.Table] = []
         self.chunk_rows = 0
 
@@ -62,15 +63,23 @@ class _PartitionBuffer:
     def seal(self) -> None:
         """Turn the single sends so far into an Arrow chunk (keeps order with later batches); a message sent without
         a timestamp gets the time now (the producer's choice, as librdkafka stamps a record when it takes it)."""
-        if self.keys:
+        n = len(self.keys)
+        if n:
             stamps = pa.array(self.timestamps, pa.int64())
             if stamps.null_count:
                 stamps = pc.fill_null(stamps, int(time.time() * 1000))
+            if self.controls:
+                kinds = [0] * n
+                for row, kind in self.controls:
+                    kinds[row] = kind
+                types = pa.array(kinds, pa.int8())
+            else:
+                types = pa.repeat(pa.scalar(0, pa.int8()), n)
             self.chunks.append(pa.Table.from_arrays(
-                [pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()), stamps,
-                 pa.array(self.types, pa.int8())], names=["key", "value", "timestamp", "type"]))
-            self.chunk_rows += len(self.keys)
-            self.keys, self.values, self.timestamps, self.types = [], [], [], []
+                [pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()), stamps, types],
+                names=["key", "value", "timestamp", "type"]))
+            self.chunk_rows += n
+            self.keys, self.values, self.timestamps, self.controls = [], [], [], []
 
     def add_chunk(self, rows: pa.Table) -> None:
         """Append Arrow rows (columns key, value, timestamp, type)."""
@@ -105,6 +114,7 @@ class _StreamInfo:
         self.msg_to_bytes = self.msg_serde.to_bytes
         self.key_utf8 = is_utf8(self.key_serde)
         self.msg_utf8 = is_utf8(self.msg_serde)
+        self.msg_json = plain_json_encoder(self.msg_serde)
         self.buffers: dict[str, dict[int, _PartitionBuffer]] = {}  # source -> partition -> rows (hot-path cache)
 
 
@@ -202,8 +212,17 @@ class DeltaSystemProducer:
                    else bytes(key) if isinstance(key, _BYTES_LIKE) else info.key_to_bytes(key))
         value = envelope.message
         if value is not None and value.__class__ is not bytes:
-            value = (value.encode() if value.__class__ is str and info.msg_utf8
-                     else bytes(value) if isinstance(value, _BYTES_LIKE) else info.msg_to_bytes(value))
+            json_encode = info.msg_json
+            if json_encode is not None and value.__class__ is dict:
+                # A JSON serde's usual message, encoded here (see plain_json_encoder); the serde decides the rest.
+                try:
+                    encoded = json_encode(value)
+                except Exception:
+                    encoded = None
+                value = encoded if encoded is not None and encoded.find(b"null") < 0 else info.msg_to_bytes(value)
+            else:
+                value = (value.encode() if value.__class__ is str and info.msg_utf8
+                         else bytes(value) if isinstance(value, _BYTES_LIKE) else info.msg_to_bytes(value))
         partition = envelope.partition
         if partition is not None:
             if not 0 <= partition < info.partitions:
@@ -226,8 +245,8 @@ class DeltaSystemProducer:
         ts = envelope.timestamp
         buffer.timestamps.append(ts if ts is None or ts.__class__ is int else int(ts))
         kind = envelope.type
-        # IntEnum objects convert to Arrow ~1000x slower than ints: user messages are 0 without a conversion.
-        buffer.types.append(0 if kind is _USER else int(kind))
+        if kind is not _USER:  # a control message (rare): its row and type (an int: IntEnums convert to Arrow slowly)
+            buffer.controls.append((len(buffer.keys) - 1, int(kind)))
 
     def send_batch(self, source: str, stream: str, partition: int, rows: pa.Table | pa.RecordBatch) -> None:
         """Buffer Arrow rows for one partition without per-row Python: columns ``key``, ``value``

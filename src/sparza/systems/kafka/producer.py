@@ -43,7 +43,7 @@ from typing import Any
 from sparza.config import Config
 from sparza.errors import DataError
 from sparza.metrics import MetricsRegistry
-from sparza.serde import Serde, is_utf8, partition_key_bytes
+from sparza.serde import Serde, is_utf8, partition_key_bytes, plain_json_encoder
 from sparza.streams import OutgoingMessageEnvelope
 from sparza.systems import StreamSpec, Transaction
 from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin, open_client
@@ -188,6 +188,7 @@ class _Topic:
     def __post_init__(self) -> None:
         self.key_utf8 = is_utf8(self.key_serde)
         self.msg_utf8 = is_utf8(self.msg_serde)
+        self.msg_json = plain_json_encoder(self.msg_serde)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "partitions":  # a new count (the topic grew): the remembered partitions are of the old one
@@ -466,8 +467,17 @@ class KafkaSystemProducer:
                    else bytes(key) if isinstance(key, _BYTES_LIKE) else info.key_serde.to_bytes(key))
         value = envelope.message
         if value is not None and value.__class__ is not bytes:
-            value = (value.encode() if value.__class__ is str and info.msg_utf8
-                     else bytes(value) if isinstance(value, _BYTES_LIKE) else info.msg_serde.to_bytes(value))
+            json_encode = info.msg_json
+            if json_encode is not None and value.__class__ is dict:
+                # A JSON serde's usual message, encoded here (see plain_json_encoder); the serde decides the rest.
+                try:
+                    encoded = json_encode(value)
+                except Exception:
+                    encoded = None
+                value = encoded if encoded is not None and encoded.find(b"null") < 0 else info.msg_serde.to_bytes(value)
+            else:
+                value = (value.encode() if value.__class__ is str and info.msg_utf8
+                         else bytes(value) if isinstance(value, _BYTES_LIKE) else info.msg_serde.to_bytes(value))
         partition = envelope.partition
         if partition is not None:
             if not 0 <= partition < info.partitions:
