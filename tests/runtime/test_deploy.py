@@ -37,6 +37,9 @@ def test_run_on_a_session_the_caller_owns_returns_the_summary_and_leaves_it_runn
     assert counts == expected_counts(700, 7)
     assert rows == 700
     assert spark.range(5).count() == 5  # not stopped: the session is the caller's
+    # The containers stay up a moment for a next job; stop_containers ends them before the caller stops the session.
+    sparza.stop_containers(spark)
+    assert not spark.sparkContext.statusTracker().getActiveJobIds()
 
 
 def test_run_reports_a_failure_as_an_outcome_when_asked(work_dir):
