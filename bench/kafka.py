@@ -31,6 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from _report import record, table  # noqa: E402
 
+from sparza import stop_containers  # noqa: E402
+
 SCALES = {"small": (100_000, 1_000, 4), "full": (1_000_000, 10_000, 4)}
 
 
@@ -177,6 +179,7 @@ def main() -> None:
             sparza_s, sparza_n = run_sparza(spark, config)
             print(f"sparza: {sparza_n} in {sparza_s:.1f} s")
         finally:
+            stop_containers(spark)  # before the session stops: no container task cut off
             spark.stop()
         consume_s, consume_n = consume_loop(servers, "bench-events", partitions)
         print(f"consume loop: {consume_n} in {consume_s:.1f} s")

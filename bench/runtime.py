@@ -44,6 +44,8 @@ sys.path.insert(0, str(ROOT))
 from _procs import loadavg, timer_total_ms  # noqa: E402
 from _report import record, table  # noqa: E402
 
+from sparza import stop_containers  # noqa: E402
+
 SCALES = {"small": (100_000, 1_000, 8), "full": (2_000_000, 10_000, 8)}
 MODES = ("containers", "batches")
 TASKS = {"sparza": "examples.keyed_count.task.KeyedCountTask",
@@ -232,6 +234,7 @@ def child(args: argparse.Namespace) -> None:
         seconds, count, split = timed_run(spark, Path(args.root), args.run, args.child, args.max_batch,
                                           args.partitions)
     finally:
+        stop_containers(spark)  # before the session stops: no container task cut off
         spark.stop()
     Path(args.out).write_text(json.dumps({"seconds": seconds, "count": count, "split": split}))
 
@@ -301,6 +304,7 @@ def main() -> None:
                           f"{loadavg()})", flush=True)
         finally:
             if spark is not None:
+                stop_containers(spark)  # before the session stops: no container task cut off
                 spark.stop()
         ceiling_s, ceiling_n = run_ceiling(config, partitions)
         assert ceiling_n == messages

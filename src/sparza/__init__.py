@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from sparza.runtime.driver.report import RunOutcome
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "run"]
+__all__ = ["__version__", "run", "stop_containers"]
 
 
 def run(config: Config | Mapping[str, Any] | str | os.PathLike[str], spark: Any = None, *,
@@ -31,3 +31,12 @@ def run(config: Config | Mapping[str, Any] | str | os.PathLike[str], spark: Any 
 
     return run_job(config, spark, master=master, remote=remote, once=once, processor_id=processor_id, stage=stage,
                    raise_on_error=raise_on_error)
+
+
+def stop_containers(spark: Any, timeout_s: float = 60.0) -> None:
+    """Stop the containers sparza keeps running on ``spark`` for its next job, and wait for them (up to
+    ``timeout_s``): call it before stopping a session you passed to :func:`run`, else Spark cuts their tasks off
+    (their Python workers then log that they "crashed"; nothing committed is lost)."""
+    from sparza.runtime.driver.containers import wait_for_containers
+
+    wait_for_containers(spark, timeout_s)

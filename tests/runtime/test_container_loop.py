@@ -763,3 +763,60 @@ def test_an_idle_task_hears_of_input_that_a_moved_in_task_s_start_read_first(wor
     counts, rows = final_counts(config)
     assert counts == expected_counts(100, 7) and rows == 100
     host.close()
+
+
+def test_a_failure_of_the_manager_itself_fails_its_jobs_instead_of_ending_them_as_done() -> None:
+    """A bug in the manager's step must not end a job as if it had caught up (a run that exits 0 with input left)."""
+    from sparza.engine.errors import JobFailedError
+    from sparza.engine.manager import ContainerManager
+
+    class _Launcher:
+        closed = False
+
+        def slots(self) -> int:
+            return 1
+
+        def launch(self, index: int) -> None:
+            raise RuntimeError("a bug in the host")
+
+        def close(self) -> None:
+            self.closed = True
+
+    class _Member:
+        key, tasks, affinity, count = "job", ["Partition 0"], False, None
+
+        def __init__(self) -> None:
+            self.failed: list[BaseException] = []
+            self.has_left = threading.Event()
+
+        def add_job(self) -> Any:
+            from sparza.engine.messages import AddJob
+
+            return AddJob(job="job", config={}, generation=0, task_count=1, start_positions={})
+
+        def last_locations(self) -> dict[str, str]:
+            return {}
+
+        def on_event(self, event: Any) -> None:
+            pass
+
+        def on_notice(self, line: str) -> None:
+            pass
+
+        def container_lost(self, reason: str) -> bool:
+            return True
+
+        def manager_failed(self, error: BaseException) -> None:
+            self.failed.append(error)
+
+        def left(self) -> None:
+            self.has_left.set()
+
+    launcher, member = _Launcher(), _Member()
+    manager = ContainerManager(launcher)
+    manager.join(member)
+    manager.start()
+    assert member.has_left.wait(10), "the manager neither ran nor failed the job"
+    assert len(member.failed) == 1 and isinstance(member.failed[0], JobFailedError)
+    assert "the container manager failed (RuntimeError: a bug in the host)" in str(member.failed[0])
+    assert launcher.closed

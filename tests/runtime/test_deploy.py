@@ -31,6 +31,9 @@ def test_run_on_a_session_the_caller_owns_returns_the_summary_and_leaves_it_runn
     config = make_job()
     append_messages(config, 700, 7, commit_size=350)
     outcome = sparza.run(config, spark=spark, once=True)
+    # The containers stay up a moment for a next job; stop_containers ends them before the caller stops the session.
+    sparza.stop_containers(spark)
+    assert not spark.sparkContext.statusTracker().getActiveJobsIds()
     assert (outcome.reason, outcome.exit_code, outcome.error) == ("caught up (--once)", 0, None)
     assert outcome.batches >= 2 and not outcome.discards
     counts, rows = final_counts(config)

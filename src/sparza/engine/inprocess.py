@@ -253,6 +253,8 @@ class InProcessJob:
         self.done: dict[str, str] = {}
         self.lost = 0
         self.gave_up = False
+        self.error: BaseException | None = None
+        """Why the manager itself failed, if it did (:meth:`manager_failed`)."""
         self.has_left = False
         self.leave: Callable[[], None] = lambda: None
         """Set by the host it joins: ask it to stop the job (its tasks finish their batches and are released)."""
@@ -297,6 +299,12 @@ class InProcessJob:
             self.gave_up = True
             return False
         return True
+
+    def manager_failed(self, error: BaseException) -> None:
+        """Keep the manager's failure; the job gives up."""
+        self.notices.append(str(error))
+        self.error = error
+        self.gave_up = True
 
     def left(self) -> None:
         """The job left every container."""

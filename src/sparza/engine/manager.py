@@ -43,6 +43,7 @@ from typing import Any, Protocol
 
 from sparza.config import Config, Int, define_key
 from sparza.engine.assignment import place_tasks
+from sparza.engine.errors import JobFailedError
 from sparza.engine.messages import (
     AddJob,
     AssignTasks,
@@ -131,6 +132,10 @@ class JobMember(Protocol):
 
     def container_lost(self, reason: str) -> bool:
         """A container that ran tasks of this job was lost; False when the job gives up (it then fails)."""
+
+    def manager_failed(self, error: BaseException) -> None:
+        """The manager itself failed (a bug): the job cannot go on and must end with ``error``, never as a success.
+        :meth:`left` follows."""
 
     def left(self) -> None:
         """Every task of the job was released and the containers forgot it."""
@@ -266,10 +271,13 @@ class ContainerManager:
                 if self._inputs.empty():  # else the step stopped short of what arrived: go on at once
                     self._wake.wait(0.25)
                 self._wake.clear()
-        except BaseException:  # a bug in the manager itself: fail every job rather than hang
+        except BaseException as exc:  # a bug in the manager itself: fail every job rather than hang
             _log.exception("the container manager failed")
+            error = JobFailedError(f"the container manager failed ({type(exc).__name__}: {exc}): a bug in sparza; the "
+                                   "driver's log has the traceback. Every task restarts from its last commit when the "
+                                   "job is started again")
             for job in list(self._jobs.values()):
-                job.member.container_lost("the container manager failed (a bug: see the driver's log)")
+                job.member.manager_failed(error)
                 job.member.left()
             self._jobs.clear()
         finally:

@@ -635,6 +635,8 @@ class TestRunner:
                 self._container_process().join(job, once=False, drain=self._drain_request(job))
                 outcomes[job.name].regrouped = True
             member = job.member
+            if member is not None and member.error is not None:
+                raise member.error
             if member is not None and member.gave_up:
                 from sparza.runtime import JobFailedError
 

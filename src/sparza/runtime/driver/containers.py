@@ -490,6 +490,10 @@ class ContainerQuery:
         self.on_notice(f"{reason} (restart {self._lost} of {self.max_restarts})")
         return True
 
+    def manager_failed(self, error: BaseException) -> None:
+        """The manager itself failed: the job ends with ``error`` (the run exits non-zero), not as caught up."""
+        self.fail(error)
+
     def left(self) -> None:
         """Every task was released: the job is over in this processor."""
         self.flush(force=True)
