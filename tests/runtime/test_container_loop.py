@@ -455,6 +455,79 @@ class Gate:
             Gate.release.wait(60)
 
 
+@pytest.mark.parametrize("revoked", [False, True], ids=["restored", "revoked-while-restoring"])
+def test_a_slow_restore_of_a_task_handed_to_a_container_does_not_hold_up_its_other_tasks(work_dir: Path, monkeypatch,
+                                                                                        revoked: bool):
+    """Issue 39: a moved task restored its stores in its first batch, on the container's only processing thread, and
+    the container's other tasks waited (4 tasks moved onto one container: its own 4 ran 2 batches in 3 s). Restores
+    run beside the loop: while ``Partition 0``'s restore is held (the real one, wrapped to wait for an event the test
+    sets), the other tasks of its container run and commit, and it processes nothing. Revoked meanwhile, it is
+    released once its restore is done and another container runs it. The output is exact either way."""
+    from sparza.engine.stores import TaskStores
+
+    config = Config(job_values(work_dir, **{"task.max.batch.messages": "50", "task.commit.ms": "0"}))
+    create_streams(config, 3)
+    append_messages(config, 300, 7, commit_size=300)
+    host = InProcessHost(slots=1, threaded_commits=True)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    deadline = time.monotonic() + 60
+    while not job.has_left and time.monotonic() < deadline:  # the first run commits every task's stores
+        host.step()
+        time.sleep(0.01)
+    assert set(job.done.values()) == {"caught up"} and len(job.done) == 3
+    host.close()
+
+    entered, release = threading.Event(), threading.Event()
+    real = TaskStores._prepare_dir
+
+    def held(self: TaskStores, *args: Any, **kwargs: Any) -> None:  # wraps the real restore of a store dir
+        if self.task == "Partition 0" and not release.is_set():
+            entered.set()
+            release.wait(10)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TaskStores, "_prepare_dir", held)
+    append_messages(config, 600, 7, start=300, commit_size=600)
+    host = InProcessHost(slots=1, threaded_commits=True)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+
+    def others() -> list[Any]:
+        return [r for r in job.results() if r.task != "Partition 0" and r.status is BatchStatus.COMMITTED]
+
+    while time.monotonic() < deadline and len(others()) < 6:
+        host.manager.step()
+        for container in host.containers.values():
+            container.step()
+        time.sleep(0.01)
+    assert entered.is_set()
+    assert not [r for r in job.results() if r.task == "Partition 0"]  # it processes nothing before its stores
+    assert len(others()) >= 6  # 2 tasks, 200 new messages each in batches of 50: most of their batches
+    if revoked:
+        host.add_container()
+        host.remove_container(0)  # every task of container 0 is revoked, Partition 0 in the middle of its restore
+        for _ in range(20):
+            host.manager.step()
+            for container in list(host.containers.values()):
+                container.step()
+            time.sleep(0.01)
+        assert 0 in host.containers and list(host.containers[0].tasks) == [("kc-1", "Partition 0")]
+    release.set()
+    while not job.has_left and time.monotonic() < deadline:
+        host.step()
+        time.sleep(0.01)
+    assert set(job.done.values()) == {"caught up"} and len(job.done) == 3
+    if revoked:
+        assert 0 not in host.containers  # it released Partition 0 and stopped; another container ran it
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(900, 7) and rows == 900
+    assert sum(r.messages for r in job.results()) == 600
+    first = min((r for r in job.results() if r.task == "Partition 0"), key=lambda r: r.batch)
+    assert "restore-ms" in first.metrics.get("stores", {})  # what its restore did is reported with its first batch
+    host.close()
+
+
 def test_a_stopped_job_stops_every_task_at_a_batch_boundary_and_the_next_run_finishes_exactly(work_dir: Path):
     config = Config(job_values(work_dir, **{"task.max.batch.messages": "50", "task.commit.ms": "0"}))
     create_streams(config, 2)

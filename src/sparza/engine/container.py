@@ -19,6 +19,14 @@ stops alone; the others never notice.
    (:meth:`~sparza.engine.instance.TaskInstance.commit`) to the commit pool.
 5. **Wait** for the next due time, a finished commit or a command (``task.poll.interval.ms`` at most).
 
+**Restores run beside the loop too.** A task handed to a container (or retrying) first restores its stores to its
+checkpoint: from the blob store, a second or more for a task that ran elsewhere. Done in its first batch, on the
+loop's thread, that held up every other task of the container (4 tasks moved onto one container: its own 4 ran 2
+batches in 3 s). So a task that has stores to restore starts in a pool of ``job.container.restore.threads`` threads
+(:meth:`~sparza.engine.instance.TaskInstance.restore_stores`) and joins the rotation when they are open; until then
+the loop never plans or processes it, a revoke waits for the restore and then releases the task (its restored
+dirs stay marked committed), and a restore that fails is judged like a failed batch.
+
 **Why commits run beside processing.** A commit is mostly waiting: the intent and checkpoint writes, the
 producers' transactions, the snapshot upload. Run one after another in the loop (as Samza's run loop does with
 ``task.max.concurrency: 1``), the commits of every task a container hosts add up: with 32 tasks each committing
@@ -93,6 +101,7 @@ __all__ = [
     "COMMIT_THREADS",
     "MAX_RESTARTS",
     "POLL_INTERVAL_MS",
+    "RESTORE_THREADS",
     "RETRY_BACKOFF_MS",
     "CommitPool",
     "Container",
@@ -110,6 +119,10 @@ POLL_INTERVAL_MS = define_key("task.poll.interval.ms", 50,
                               "Container mode: how often an idle container asks its inputs for new messages (Samza's "
                               "run loop poll interval); a lower value lowers latency and raises the load on the input "
                               "systems.", "runtime", kind=Int(min_value=0))
+RESTORE_THREADS = define_key("job.container.restore.threads", 2,
+                             "Container mode: how many tasks handed to a container restore their stores at once, "
+                             "beside the processing of its other tasks (a task runs its first batch once they are "
+                             "open).", "runtime", kind=Int(min_value=1))
 COMMIT_THREADS = define_key("job.container.commit.threads", 8,
                             "Container mode: how many task commits a container runs at once, beside the processing of "
                             "its other tasks (each task has at most one batch in flight).", "runtime",
@@ -266,9 +279,9 @@ class ContainerHost(Protocol):
 
 
 class CommitPool(Protocol):
-    """Where a container runs its tasks' commits."""
+    """Where a container runs its tasks' commits (and, in a pool of its own, their restores)."""
 
-    def submit(self, work: Callable[[], BatchResult], on_done: Callable[[], None]) -> Future[BatchResult]:
+    def submit(self, work: Callable[[], Any], on_done: Callable[[], None]) -> Future[Any]:
         """Run ``work``; call ``on_done`` (from any thread) when it finished."""
 
     def close(self) -> None:
@@ -279,10 +292,10 @@ class InlineCommits:
     """Commits run in the caller's thread, at once: a deterministic container for tests and the in-process harness
     (the same commit code, one at a time)."""
 
-    def submit(self, work: Callable[[], BatchResult], on_done: Callable[[], None]) -> Future[BatchResult]:
+    def submit(self, work: Callable[[], Any], on_done: Callable[[], None]) -> Future[Any]:
         """Run ``work`` now. What it raises that is no ``Exception`` (a container killed mid-commit, an interrupt)
         propagates at once, as it would stop a process there: nothing more of the pass runs."""
-        future: Future[BatchResult] = Future()
+        future: Future[Any] = Future()
         try:
             future.set_result(work())
         except Exception as exc:  # handed to the loop, which judges it
@@ -300,7 +313,7 @@ class ThreadedCommits:
     def __init__(self, threads: int) -> None:
         self._pool = ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="sparza-commit")
 
-    def submit(self, work: Callable[[], BatchResult], on_done: Callable[[], None]) -> Future[BatchResult]:
+    def submit(self, work: Callable[[], Any], on_done: Callable[[], None]) -> Future[Any]:
         """Queue ``work``; ``on_done`` runs in the pool's thread when it finished."""
         future = self._pool.submit(work)
         future.add_done_callback(lambda _f: on_done())
@@ -319,10 +332,10 @@ class _Task:
     name: str
     loop: TaskLoop
     instance: TaskInstance
-    state: str = "idle"  # idle, committing, retry, done
+    state: str = "idle"  # restoring, idle, committing, retry, done
     last_started: float = float("-inf")
     revoked: bool = False
-    future: Future[BatchResult] | None = None
+    future: Future[Any] | None = None  # its commit, or its restore, in flight
     failures: int = 0  # failed attempts since the last commit
     retry_at: float = 0.0
     waiting: str | None = None  # what its main input waits for, as last reported
@@ -345,20 +358,22 @@ class Container:
     ``host`` hears every event; :meth:`command` takes the host's commands (from any thread). ``clock``
     (monotonic seconds) and ``wall_ms`` (epoch ms, the batches' ``planned_at``) are injectable so an in-process
     host can run a container without waiting; ``commits`` chooses where commits run (default: a thread pool of
-    ``job.container.commit.threads`` from the first job's config); ``resolve`` puts the secrets back into a
+    ``job.container.commit.threads`` from the first job's config) and ``restores`` where restores run (default: the
+    ``commits`` given, else a pool of ``job.container.restore.threads``); ``resolve`` puts the secrets back into a
     shipped config (the host's business: the engine never looks for them).
     """
 
     def __init__(self, host: ContainerHost, *, index: int = 0, clock: Clock = time.monotonic,
                  wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                  resolve: Callable[[Config], Config] = lambda config: config,
-                 commits: CommitPool | None = None) -> None:
+                 commits: CommitPool | None = None, restores: CommitPool | None = None) -> None:
         self.host = host
         self.index = index
         self.clock = clock
         self.wall_ms = wall_ms
         self.resolve = resolve
         self._commits = commits
+        self._restores = restores if restores is not None else commits
         self.jobs: dict[str, _Job] = {}
         self.tasks: dict[tuple[str, str], _Task] = {}
         self.stopping = False
@@ -386,7 +401,7 @@ class Container:
 
     @property
     def idle(self) -> bool:
-        """True when no commit is still running (finished ones wait for the next pass to be reported)."""
+        """True when no commit or restore is still running (finished ones wait for the next pass to be reported)."""
         return all(t.future is None or t.future.done() for t in self.tasks.values())
 
     # --- the loop ------------------------------------------------------------------------------
@@ -423,6 +438,8 @@ class Container:
         if self._queries is not None:
             self._queries.close()
             self._queries = None
+        if self._restores is not None and self._restores is not self._commits:
+            self._restores.close()
         if self._commits is not None:
             self._commits.close()
         self._collect_commits()
@@ -497,7 +514,7 @@ class Container:
             # new generation, new start positions and targets.
             job = self.jobs[command.job]
             left = [self.tasks[(command.job, name)] for name in sorted(job.tasks)]
-            if job.engine.partition_changes and all(t.state != "committing" for t in left):
+            if job.engine.partition_changes and all(t.state not in ("committing", "restoring") for t in left):
                 # Its tasks stopped to regroup for new partition counts (the host let the job go and added it again):
                 # the job again means new task models. Tasks of the old models still here stopped between batches.
                 for task in left:
@@ -529,6 +546,8 @@ class Container:
             return
         if self._commits is None:
             self._commits = ThreadedCommits(COMMIT_THREADS.get(engine.config))
+        if self._restores is None:
+            self._restores = ThreadedCommits(RESTORE_THREADS.get(engine.config))
         self.jobs[command.job] = _Job(engine, command, location)
         self.host.report(JobReady(command.job, location))
 
@@ -561,8 +580,16 @@ class Container:
         except PLANNING_ERRORS as exc:
             self._fail(task, BatchResult(task.name, 0, BatchStatus.FAILED,
                                          error=f"task '{task.name}': {type(exc).__name__}: {exc}"))
+            return
         except Exception as exc:
             self._attempt_failed(task, 0, exc)
+            return
+        if checkpoint is not None and checkpoint.committed and checkpoint.stores:
+            # Its stores restore beside the loop (module docstring); the task runs nothing until they are open.
+            instance = task.instance
+            task.state = "restoring"
+            task.batch = checkpoint.batch + 1
+            task.future = self._restore_pool().submit(lambda: instance.restore_stores(checkpoint), self._wake.set)
 
     # --- results -------------------------------------------------------------------------------
     def _report_result(self, task: _Task, result: BatchResult) -> None:
@@ -573,13 +600,22 @@ class Container:
         progressed = False
         for task in list(self.tasks.values()):
             future = task.future
-            if task.state != "committing" or future is None or not future.done():
+            if task.state not in ("committing", "restoring") or future is None or not future.done():
                 continue
             progressed = True
             task.future = None
+            restored = task.state == "restoring"
             task.state = "idle"
             exc = future.exception()
-            if exc is None:
+            if restored:
+                if exc is None:
+                    continue  # its stores are open: it joins the rotation (or is released, if revoked)
+                if not isinstance(exc, Exception):
+                    raise exc
+                with contextlib.suppress(Exception):
+                    task.instance.abort()
+                self._attempt_failed(task, task.batch, exc)  # as a first batch that failed restoring
+            elif exc is None:
                 self._committed(task, future.result())
             elif isinstance(exc, Exception):
                 self._attempt_failed(task, task.batch, exc)
@@ -638,7 +674,7 @@ class Container:
     def _release_revoked(self) -> bool:
         released: dict[str, list[str]] = {}
         for task in list(self.tasks.values()):
-            if task.revoked and task.state != "committing":
+            if task.revoked and task.state not in ("committing", "restoring"):
                 self._release(task)
                 released.setdefault(task.job, []).append(task.name)
         for job_key, names in released.items():
@@ -671,7 +707,7 @@ class Container:
         now = self.clock()
         due = []
         for task in self.tasks.values():
-            if task.revoked or task.state == "done" or task.state == "committing":
+            if task.revoked or task.state in ("done", "committing", "restoring"):
                 continue
             if task.state == "retry":
                 if now < task.retry_at:
@@ -756,6 +792,11 @@ class Container:
         if self._commits is None:
             self._commits = ThreadedCommits(8)
         return self._commits
+
+    def _restore_pool(self) -> CommitPool:
+        if self._restores is None:
+            self._restores = ThreadedCommits(2)
+        return self._restores
 
     def positions(self, job: str) -> Mapping[SystemStreamPartition, SspPosition]:
         """The last positions the container read for ``job`` (for tools and tests)."""

@@ -8,7 +8,8 @@ in-process fault harness use it, so what they prove is the path users run.
 
 It is deterministic by default: :meth:`InProcessHost.step` runs one round (the manager, then every container
 until nothing moves), commits run inline, and time comes from the clocks given. ``threaded_commits=True`` runs each
-container's commits in its thread pool instead, as on Spark (then rounds wait for the commits they started).
+container's commits (and restores) in its thread pools instead, as on Spark (then rounds wait for the commits they
+started).
 Faults a host can meet are methods: :meth:`~InProcessHost.kill` (a container's process dies: what it did not
 commit is gone), :meth:`~InProcessHost.lose_executor` (its executor goes too: the replacement waits for a slot),
 :meth:`~InProcessHost.add_container` (a new executor: tasks move onto it one by one) and
@@ -98,8 +99,9 @@ class InProcessHost:
             self.pending.append(index)
             return
         commits: CommitPool = ThreadedCommits(8) if self.threaded_commits else InlineCommits()
+        restores = ThreadedCommits(2) if self.threaded_commits else None  # else inline too, with the commits
         container = Container(_Host(self.manager, index), index=index, clock=self.clock, wall_ms=self.wall_ms,
-                              resolve=self.resolve, commits=commits)
+                              resolve=self.resolve, commits=commits, restores=restores)
         self.containers[index] = container
         self.manager.connected(index, _Link(container))
         self.manager.event(index, Hello(index, socket.gethostname(), os.getpid()))

@@ -275,6 +275,7 @@ class TaskInstance:
         self._replayed: Intent | None = None  # the open intent the running batch replays, if it does
         self._data_errors = DataErrorPolicy.from_config(job.config)
         self._dead_lettered = 0
+        self._restore_metrics: MetricsRegistry | None = None  # what restore_stores did, for the next batch
         self.location: str | None = None  # where this process keeps the task's state (host affinity)
         self._known: VersionedCheckpoint | None = None
         """The task checkpoint as this instance last wrote it (with its version tag), while the task stays in this
@@ -361,6 +362,9 @@ class TaskInstance:
         Outputs stay buffered in the producers until :meth:`commit`; a failure here or there drops the in-memory task
         (:meth:`abort`), so a retry starts from the committed state."""
         self.metrics = MetricsRegistry()
+        if self._restore_metrics is not None:  # what the restore ahead of this batch did
+            self.metrics.merge_changes(self._restore_metrics.changes())
+            self._restore_metrics = None
         self.stores.metrics = self.metrics
         result = BatchResult(self.name, split.batch, BatchStatus.COMMITTED, offsets=split.end_offsets())
         known = self._known if self.stores.resident else None
@@ -393,6 +397,17 @@ class TaskInstance:
             raise
         result.process_ms = (time.perf_counter() - started) * 1000.0
         return ProcessedBatch(split, cp, etag, result, spark_batch_id, generation, output_batch)
+
+    def restore_stores(self, checkpoint: TaskCheckpoint | None) -> None:
+        """Restore and open the stores at ``checkpoint``'s committed snapshots before the task's first batch
+        (:meth:`TaskStores.preopen`), so that batch starts at once. A container runs it beside its loop for a task
+        handed to it; the batch still checks its checkpoint and reopens whatever no longer matches. Its metrics
+        are reported with that batch; a failure leaves nothing open."""
+        cp = checkpoint if checkpoint is not None and checkpoint.committed else None
+        if cp is None:
+            return
+        self._restore_metrics = self.stores.metrics = MetricsRegistry()
+        self.stores.preopen(dict(cp.stores), cp.batch)
 
     def commit(self, batch: ProcessedBatch) -> BatchResult:
         """The second half of a batch: :class:`~sparza.engine.commit.TaskCommit` runs its numbered steps. A container

@@ -386,6 +386,41 @@ class TaskStores:
             self._tracked.pop(name, None)  # its first commit uploads files: the record starts there
             self._track(name, store)
 
+    def preopen(self, committed: dict[str, str], committed_batch: int | None) -> None:
+        """Restore and open every store at the snapshot ``committed`` names and keep it as committed, so the next
+        :meth:`open` at that snapshot reuses it at once. A container runs this for a task handed to it beside its
+        loop (the slow part of a hand-over: the blob-store restore); nothing is written to the stores, so each
+        dir is marked as holding that snapshot. Stores with nothing committed, or already kept at that snapshot,
+        are left to :meth:`open`. On failure what this opened is closed again."""
+        from sparza.state.kv import open_store
+
+        try:
+            for name in self.names:
+                expected = committed.get(name)
+                if expected is None or committed_batch is None:
+                    continue
+                kept = self._kept.get(name)
+                if kept is not None and kept[0] == expected:
+                    continue
+                memory = self._is_memory(name)
+                if memory and expected.startswith(LOCAL_SNAPSHOT_PREFIX) and _MEMORY_TAG not in expected:
+                    continue  # a legacy memory checkpoint: open() says so and starts it empty
+                if kept is not None:
+                    self._kept.pop(name)
+                    kept[1].close()
+                with self.metrics.timer("stores", "restore-ms").time():
+                    self._prepare_dir(name, expected, committed_batch, reuse_live=not memory)
+                if not memory:
+                    self._write_marker(name, committed_batch, expected)  # the dir holds exactly that snapshot
+                store = open_store(name, self.job.config, self.task, self.job.task_store_base_dir,
+                                   directory=self.store_dir(name) if memory else None)
+                self._kept[name] = (expected, store)
+                self._tracked.pop(name, None)  # its first commit uploads files: the record starts there
+                self._track(name, store)
+        except BaseException:
+            self.close_committed()
+            raise
+
     def _read_marker(self, name: str) -> str | None:
         try:
             return str(json.loads(self._marker(name).read_text())["snapshot"])
