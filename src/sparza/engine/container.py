@@ -24,8 +24,11 @@ checkpoint: from the blob store, a second or more for a task that ran elsewhere.
 loop's thread, that held up every other task of the container (4 tasks moved onto one container: its own 4 ran 2
 batches in 3 s). So a task that has stores to restore starts in a pool of ``job.container.restore.threads`` threads
 (:meth:`~sparza.engine.instance.TaskInstance.restore_stores`) and joins the rotation when they are open; until then
-the loop never plans or processes it, a revoke waits for the restore and then releases the task (its restored
-dirs stay marked committed), and a restore that fails is judged like a failed batch.
+the loop never plans or processes it. The restore runs what the first batch ran before its stores opened, so each
+error takes the path it took there: deleted snapshot blobs are recovered (SAMZA-2787, the task checkpoint names the
+fresh snapshot), purged ones raise the ``RuntimeStateError`` that names the remedy, and whatever it raises is judged
+like a failed first batch. A revoke waits for the restore and then releases the task (its restored dirs stay marked
+committed, except one whose snapshot the restore had to replace).
 
 **Why commits run beside processing.** A commit is mostly waiting: the intent and checkpoint writes, the
 producers' transactions, the snapshot upload. Run one after another in the loop (as Samza's run loop does with
@@ -584,12 +587,14 @@ class Container:
         except Exception as exc:
             self._attempt_failed(task, 0, exc)
             return
-        if checkpoint is not None and checkpoint.committed and checkpoint.stores:
+        if stored is not None and checkpoint is not None and checkpoint.committed and checkpoint.stores:
             # Its stores restore beside the loop (module docstring); the task runs nothing until they are open.
             instance = task.instance
+            generation = job.engine.generation  # as its first batch would write (the loop may change the engine's)
             task.state = "restoring"
             task.batch = checkpoint.batch + 1
-            task.future = self._restore_pool().submit(lambda: instance.restore_stores(checkpoint), self._wake.set)
+            task.future = self._restore_pool().submit(
+                lambda: instance.restore_stores(stored, generation=generation), self._wake.set)
 
     # --- results -------------------------------------------------------------------------------
     def _report_result(self, task: _Task, result: BatchResult) -> None:

@@ -398,15 +398,24 @@ class TaskInstance:
         result.process_ms = (time.perf_counter() - started) * 1000.0
         return ProcessedBatch(split, cp, etag, result, spark_batch_id, generation, output_batch)
 
-    def restore_stores(self, checkpoint: TaskCheckpoint | None) -> None:
-        """Restore and open the stores at ``checkpoint``'s committed snapshots before the task's first batch
-        (:meth:`TaskStores.preopen`), so that batch starts at once. A container runs it beside its loop for a task
-        handed to it; the batch still checks its checkpoint and reopens whatever no longer matches. Its metrics
-        are reported with that batch; a failure leaves nothing open."""
-        cp = checkpoint if checkpoint is not None and checkpoint.committed else None
-        if cp is None:
+    def restore_stores(self, stored: VersionedCheckpoint | None, *, generation: int) -> None:
+        """Restore and open the stores at the committed snapshots of ``stored`` (the task checkpoint as the
+        container read it) before the task's first batch, so that batch starts at once. A container runs it beside
+        its loop for a task handed to it; the batch still checks its checkpoint and reopens whatever no longer
+        matches. Its metrics are reported with that batch.
+
+        It runs what that batch ran before its stores opened, in the same order and with the same errors: the
+        SAMZA-2787 recovery of deleted snapshot blobs (:meth:`_recover_deleted_snapshots`: a fresh snapshot, named
+        in the task checkpoint at once; purged blobs raise :class:`RuntimeStateError`), then
+        :meth:`TaskStores.preopen`. Restored straight away, a snapshot whose cleanup meets a deleted blob failed
+        with the ``DeletedError`` at every retry and one with purged blobs with a ``SnapshotUnavailableError``.
+        What this raises the container judges as that first batch's failure (:meth:`abort` first)."""
+        if stored is None or not stored.checkpoint.committed:
             return
-        self._restore_metrics = self.stores.metrics = MetricsRegistry()
+        cp = stored.checkpoint
+        # A fresh registry, as a batch starts with: the restore's metrics are merged into its first batch's.
+        self._restore_metrics = self.metrics = self.stores.metrics = MetricsRegistry()
+        cp, _etag = self._recover_deleted_snapshots(cp, stored.etag, generation)
         self.stores.preopen(dict(cp.stores), cp.batch)
 
     def commit(self, batch: ProcessedBatch) -> BatchResult:

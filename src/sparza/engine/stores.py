@@ -390,8 +390,8 @@ class TaskStores:
         """Restore and open every store at the snapshot ``committed`` names and keep it as committed, so the next
         :meth:`open` at that snapshot reuses it at once. A container runs this for a task handed to it beside its
         loop (the slow part of a hand-over: the blob-store restore); nothing is written to the stores, so each
-        dir is marked as holding that snapshot. Stores with nothing committed, or already kept at that snapshot,
-        are left to :meth:`open`. On failure what this opened is closed again."""
+        dir is marked as holding that snapshot (unless the restore replaced it). Stores with nothing committed, or
+        already kept at that snapshot, are left to :meth:`open`. On failure what this opened is closed again."""
         from sparza.state.kv import open_store
 
         try:
@@ -410,8 +410,13 @@ class TaskStores:
                     kept[1].close()
                 with self.metrics.timer("stores", "restore-ms").time():
                     self._prepare_dir(name, expected, committed_batch, reuse_live=not memory)
-                if not memory:
-                    self._write_marker(name, committed_batch, expected)  # the dir holds exactly that snapshot
+                if not memory and name not in self.replaced:
+                    # Nothing is written to the store before its first batch, so the dir holds exactly that snapshot
+                    # (a revoked task's next owner here reuses it). Not when the restore replaced the snapshot (deleted
+                    # blobs, SAMZA-2787): only this object knows the replacement, and a process that reused the dir
+                    # after this one died would diff its next upload against the deleted blobs (the in-process
+                    # harness's kill scenario found it: the cleanup of that upload met a deleted blob).
+                    self._write_marker(name, committed_batch, expected)
                 store = open_store(name, self.job.config, self.task, self.job.task_store_base_dir,
                                    directory=self.store_dir(name) if memory else None)
                 self._kept[name] = (expected, store)

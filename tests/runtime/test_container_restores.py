@@ -1,0 +1,217 @@
+"""Restores beside a container's loop (issue 39) meet every error the first batch met before, on the same path.
+
+A task handed to a container restores its stores in the container's restore pool, not in its first batch
+(:meth:`sparza.engine.instance.TaskInstance.restore_stores`). Reverted once (cf9b3fb) because that restore skipped
+what the batch ran first: the SAMZA-2787 recovery of deleted snapshot blobs (a deleted snapshot failed with a
+``DeletedError`` at every retry, a purged one with a ``SnapshotUnavailableError`` instead of the
+``RuntimeStateError`` naming the remedy) and because it marked a dir as committed at a snapshot it had to replace
+(a process killed before the first commit left a dir whose next upload diffed against deleted blobs). These run the
+in-process host (the engine's manager, containers and commit code) on real stores, blobs and checkpoints; the
+expected outcomes are those ``tests/runtime/test_deleted_snapshots.py`` asserts through ``sparza run``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from examples.keyed_count.load import append_messages, create_streams
+from tests.runtime.helpers import expected_counts, final_counts, job_values
+
+from sparza.blobstore import blob_store_manager_from_config, collect_garbage
+from sparza.blobstore.api import INDEX_PAYLOAD_PATH, Metadata
+from sparza.config import Config
+from sparza.engine import stores as stores_module
+from sparza.engine.checkpoint import checkpoint_store_from_config
+from sparza.engine.inprocess import ContainerKilled, InProcessHost, InProcessJob
+from sparza.engine.instance import TaskInstance
+from sparza.engine.messages import TaskRetrying
+from sparza.engine.results import BatchStatus
+from sparza.state.backup import StateBackup
+from sparza.state.backup.delta import base_of
+
+pytestmark = pytest.mark.timeout(300)
+
+KEYS = 7
+DAY_MS = 86_400_000
+TASKS = ["Partition 0", "Partition 1"]
+
+
+class Clock:
+    """Monotonic seconds that move only when told (retry backoffs read it)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _config(work_dir: Path, **overrides: str) -> Config:
+    config = Config(job_values(work_dir, **{"task.max.batch.messages": "100", "task.commit.ms": "0",
+                                            "job.container.retry.backoff.ms": "0", **overrides}))
+    create_streams(config, len(TASKS))
+    return config
+
+
+def _run(config: Config, *, threaded: bool, rounds: int = 600) -> InProcessJob:
+    """Run the job ``--once`` on a fresh one-slot in-process host until it leaves (inline restores and commits on
+    a clock of its own, or in the containers' thread pools in real time)."""
+    clock = Clock()
+    host = InProcessHost(slots=1, clock=clock) if not threaded else InProcessHost(slots=1, threaded_commits=True)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    try:
+        for _ in range(rounds):
+            host.step(max_passes=1 if not threaded else 100)
+            if job.has_left:
+                return job
+            clock.now += 1.0
+            if threaded:
+                time.sleep(0.005)
+        raise AssertionError(f"the job did not finish: {job.notices[-5:]}, {job.events[-5:]}")
+    finally:
+        host.close()
+
+
+def _snapshots(config: Config) -> dict[str, str]:
+    """Task -> the committed snapshot id of its ``counts`` store."""
+    return {task: cp.stores["counts"] for task, cp in checkpoint_store_from_config(config, "kc-1").read_all().items()}
+
+
+def _delete_snapshots(config: Config) -> dict[str, list[str]]:
+    """Mark every committed ``counts`` snapshot's index and file blobs deleted (an operator's mistake)."""
+    manager = blob_store_manager_from_config(config)
+    deleted: dict[str, list[str]] = {}
+    try:
+        for task, index_id in _snapshots(config).items():
+            index = StateBackup(manager, "kc", "1", task).read_index(index_id, get_deleted=True)
+            blobs = [b.blob_id for b in index.dir_index.present_blobs()]
+            for blob in blobs:
+                manager.delete(blob, Metadata("", -1, "kc", "1", task, "counts"))
+            manager.delete(base_of(index_id), Metadata(INDEX_PAYLOAD_PATH, -1, "kc", "1", task, "counts"))
+            deleted[task] = [base_of(index_id), *blobs]
+    finally:
+        manager.close()
+    return deleted
+
+
+def _purge(config: Config) -> None:
+    manager = blob_store_manager_from_config(config)
+    try:
+        collect_garbage(manager, now_ms=2**41)  # far past the deleted-blob retention: the deleted blobs are gone
+    finally:
+        manager.close()
+
+
+def _new_host(config: Config) -> None:
+    """The local state is gone and no process remembers a cleanup (the tasks run on a new host)."""
+    shutil.rmtree(config["job.logged.store.base.dir"])
+    stores_module._CLEANED.clear()
+
+
+def _assert_whole_after_gc(config: Config, deleted: dict[str, list[str]]) -> None:
+    """The checkpoints name snapshots none of whose blobs was deleted: gc past every TTL and retention purges the
+    deleted blobs, and every blob of the committed snapshots still downloads with its CRC."""
+    now = _snapshots(config)
+    for task, index_id in now.items():
+        assert base_of(index_id) not in deleted[task]
+    manager = blob_store_manager_from_config(config)
+    try:
+        purged = set(collect_garbage(manager, now_ms=2**41 + 400 * DAY_MS).removed)
+        for task, blobs in deleted.items():
+            assert set(blobs) <= purged, f"task {task}: deleted blobs not purged"
+        for task, index_id in now.items():
+            verified = StateBackup(manager, "kc", "1", task).verify(index_id)
+            assert verified.ok and verified.files > 0, verified.problems
+    finally:
+        manager.close()
+
+
+def _first_run(config: Config) -> None:
+    append_messages(config, 300, KEYS, commit_size=300)
+    job = _run(config, threaded=False)
+    assert job.done == {t: "caught up" for t in TASKS}
+
+
+@pytest.mark.parametrize("threaded", [False, True], ids=["inline", "threaded"])
+def test_a_restore_meeting_deleted_snapshot_blobs_recovers_them_and_names_the_fresh_snapshot(work_dir: Path,
+                                                                                              threaded: bool):
+    """Before the fix the restore's cleanup met the deleted blob (DeletedError) at every retry and the task failed;
+    the first batch's SAMZA-2787 recovery is now the restore's first step: a fresh snapshot, in the checkpoint."""
+    config = _config(work_dir)
+    _first_run(config)
+    deleted = _delete_snapshots(config)
+    _new_host(config)
+    append_messages(config, 300, KEYS, start=300, commit_size=300)
+
+    job = _run(config, threaded=threaded)
+    assert job.done == {t: "caught up" for t in TASKS}, job.events[-5:]
+    assert not [r for r in job.results() if r.status is BatchStatus.FAILED]
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(600, KEYS) and rows == 600
+    recoveries = {t: sum(int(r.metrics.get("stores", {}).get("deleted-snapshot-recoveries", (0, 0))[1])
+                         for r in job.results() if r.task == t) for t in TASKS}
+    assert recoveries == {t: 1 for t in TASKS}  # reported with each task's first batch, once
+    _assert_whole_after_gc(config, deleted)
+
+
+@pytest.mark.parametrize("threaded", [False, True], ids=["inline", "threaded"])
+def test_a_restore_meeting_a_purged_snapshot_fails_the_task_naming_snapshot_task_and_remedy(work_dir: Path,
+                                                                                             threaded: bool):
+    """Before the fix a purged snapshot failed with a bare SnapshotUnavailableError; it is the RuntimeStateError of
+    the first batch again, retried as that batch's failure was, and then the task fails with it."""
+    config = _config(work_dir)
+    _first_run(config)
+    snapshots = _snapshots(config)
+    _delete_snapshots(config)
+    _purge(config)
+    _new_host(config)
+    append_messages(config, 300, KEYS, start=300, commit_size=300)
+
+    job = _run(config, threaded=threaded)
+    assert job.done == {t: "failed" for t in TASKS}
+    for task in TASKS:
+        [failed] = [r for r in job.results() if r.task == task and r.status is BatchStatus.FAILED]
+        error = failed.error or ""
+        assert "failed 4 times in a row" in error and "RuntimeStateError" in error, error
+        assert "store 'counts'" in error and f"task '{task}'" in error and snapshots[task] in error, error
+        assert "undelete" in error and "delete the task checkpoint" in error, error
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(300, KEYS) and rows == 300  # nothing of the second run's input was written
+
+
+def test_a_container_killed_after_a_restore_that_replaced_a_deleted_snapshot_leaves_no_dir_marked_at_it(
+        work_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    """In one process (its cleanups remembered) the restore itself meets the deleted blobs and replaces the
+    snapshot; only that TaskStores knows the replacement. Before the fix it marked the dir as holding the old
+    snapshot: killed before its first commit, the next container reused the dir, diffed its upload against the
+    deleted blobs and failed in the cleanup with a DeletedError at every retry (the in-process harness's seed
+    1833). The next container restores again instead."""
+    config = _config(work_dir)
+    _first_run(config)
+    deleted = _delete_snapshots(config)
+    shutil.rmtree(config["job.logged.store.base.dir"])  # _CLEANED kept: this process cleaned those snapshots
+    append_messages(config, 300, KEYS, start=300, commit_size=300)
+    real = TaskInstance.process
+    killed: list[str] = []
+
+    def kill_once(self: TaskInstance, *args: Any, **kwargs: Any) -> Any:
+        if not killed:  # the first batch after the restores: the container dies before anything commits
+            killed.append(self.name)
+            raise ContainerKilled()
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TaskInstance, "process", kill_once)
+    job = _run(config, threaded=False)
+    assert killed and job.lost == 1
+    assert job.done == {t: "caught up" for t in TASKS}, job.events[-5:]
+    # No commit referred to a deleted blob: none failed in its cleanup (that the next batch then recovered from).
+    assert not [e for e in job.events if isinstance(e, TaskRetrying)]
+    assert not [r for r in job.results() if r.failed_step or r.status is not BatchStatus.COMMITTED]
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(600, KEYS) and rows == 600
+    _assert_whole_after_gc(config, deleted)
