@@ -13,6 +13,7 @@ expected outcomes are those ``tests/runtime/test_deleted_snapshots.py`` asserts 
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,11 @@ from sparza.engine import stores as stores_module
 from sparza.engine.checkpoint import checkpoint_store_from_config
 from sparza.engine.inprocess import ContainerKilled, InProcessHost, InProcessJob
 from sparza.engine.instance import TaskInstance
+from sparza.engine.jobconfig import JobConfig
 from sparza.engine.messages import TaskRetrying
 from sparza.engine.results import BatchStatus
+from sparza.engine.stores import TaskStores
+from sparza.metrics import MetricsRegistry
 from sparza.state.backup import StateBackup
 from sparza.state.backup.delta import base_of
 
@@ -38,6 +42,9 @@ pytestmark = pytest.mark.timeout(300)
 KEYS = 7
 DAY_MS = 86_400_000
 TASKS = ["Partition 0", "Partition 1"]
+EXTRA_STORE = {"stores.extra.factory": "rocksdb", "stores.extra.key.serde": "string",
+               "stores.extra.msg.serde": "json", "stores.extra.backup.factories": "blobstore"}
+"""A second backed-up store (the keyed count never writes it): a restore has a next store to stop before."""
 
 
 class Clock:
@@ -215,3 +222,100 @@ def test_a_container_killed_after_a_restore_that_replaced_a_deleted_snapshot_lea
     counts, rows = final_counts(config)
     assert counts == expected_counts(600, KEYS) and rows == 600
     _assert_whole_after_gc(config, deleted)
+
+
+def test_a_cleanup_racing_a_restore_thread_waits_for_it_and_leaves_nothing_open(work_dir: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch):
+    """``close_committed`` from another thread (a release, a kill) while a restore thread is inside a store's
+    restore: before the fix it returned at once and the restore then kept an open store nobody closed (its RocksDB
+    lock held, the task already released). It now waits for the restore and closes what it opened."""
+    config = _config(work_dir)
+    _first_run(config)
+    committed = dict(checkpoint_store_from_config(config, "kc-1").read_all()["Partition 0"].stores)
+    batch = checkpoint_store_from_config(config, "kc-1").read_all()["Partition 0"].batch
+    _new_host(config)
+    job = JobConfig.from_config(config)
+    stores = TaskStores(job, "Partition 0", MetricsRegistry())
+    stores.resident = True
+    entered, release = threading.Event(), threading.Event()
+    real = TaskStores._prepare_dir
+
+    def held(self: TaskStores, *args: Any, **kwargs: Any) -> None:
+        entered.set()
+        release.wait(30)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TaskStores, "_prepare_dir", held)
+    restored: list[bool] = []
+    restore = threading.Thread(target=lambda: restored.append(stores.preopen(committed, batch)))
+    restore.start()
+    assert entered.wait(30)
+    cleanup = threading.Thread(target=stores.close_committed)
+    cleanup.start()
+    cleanup.join(0.5)
+    assert cleanup.is_alive()  # it waits for the restore thread, which is inside the store's restore
+    release.set()
+    restore.join(30)
+    cleanup.join(30)
+    assert restored == [True] and not restore.is_alive() and not cleanup.is_alive()
+    assert stores._kept == {}  # what the restore opened was closed by the cleanup
+    monkeypatch.setattr(TaskStores, "_prepare_dir", real)
+    again = TaskStores(job, "Partition 0", MetricsRegistry())  # opens the same RocksDB dir: its lock is free
+    again.open(committed, batch)
+    held_counts = dict(again.handles["counts"].all())
+    again.close()
+    counts, _rows = final_counts(config)
+    assert held_counts and held_counts == {k: counts[k] for k in held_counts}  # its keys' counts, as output
+
+
+def test_a_revoke_stops_restores_before_their_next_store_and_a_queued_one_never_starts(
+        work_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    """One restore thread, two tasks of two stores each handed to a container, the first store's restore held; the
+    container is stopped meanwhile. Before the fix the held restore went on to its second store and the queued
+    task restored both of its own for a container that had let it go; now the held one stops before its next
+    store, the queued one restores nothing, both are released once the restore thread returned, and the next
+    container restores what it needs: exact output."""
+    config = _config(work_dir, **EXTRA_STORE)
+    _first_run(config)
+    append_messages(config, 300, KEYS, start=300, commit_size=300)
+    entered, release = threading.Event(), threading.Event()
+    calls: list[tuple[int, str, str]] = []
+    real = TaskStores._prepare_dir
+
+    def held(self: TaskStores, name: str, *args: Any, **kwargs: Any) -> None:
+        calls.append((id(self), self.task, name))
+        if not release.is_set():
+            entered.set()
+            release.wait(30)
+        real(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(TaskStores, "_prepare_dir", held)
+    host = InProcessHost(slots=1, threaded_commits=True, restore_threads=1)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    deadline = time.monotonic() + 60
+    while not entered.is_set() and time.monotonic() < deadline:
+        host.manager.step()  # not host.step(): it waits for the held restore
+        for container in list(host.containers.values()):
+            container.step()
+        time.sleep(0.01)
+    assert entered.is_set()
+    first = host.containers[0]
+    mine = {id(t.instance.stores) for t in first.tasks.values()}
+    assert sorted(t.state for t in first.tasks.values()) == ["restoring", "restoring"]
+    host.remove_container(0)  # every task of container 0 is revoked: one restoring, one waiting for the thread
+    for _ in range(20):
+        host.manager.step()
+        for container in list(host.containers.values()):
+            container.step()
+        time.sleep(0.01)
+    assert 0 in host.containers and len(first.tasks) == 2  # released only once their restores returned
+    release.set()
+    while not job.has_left and time.monotonic() < deadline:
+        host.step()
+        time.sleep(0.01)
+    host.close()
+    assert job.done == {t: "caught up" for t in TASKS}, job.events[-5:]
+    assert len([c for c in calls if c[0] in mine]) == 1, calls  # only the held store, in container 0
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(600, KEYS) and rows == 600

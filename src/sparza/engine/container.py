@@ -27,8 +27,9 @@ batches in 3 s). So a task that has stores to restore starts in a pool of ``job.
 the loop never plans or processes it. The restore runs what the first batch ran before its stores opened, so each
 error takes the path it took there: deleted snapshot blobs are recovered (SAMZA-2787, the task checkpoint names the
 fresh snapshot), purged ones raise the ``RuntimeStateError`` that names the remedy, and whatever it raises is judged
-like a failed first batch. A revoke waits for the restore and then releases the task (its restored dirs stay marked
-committed, except one whose snapshot the restore had to replace).
+like a failed first batch. A revoke (or the container closing) stops the restore before its next store; the task is
+released only once the restore thread returned, so that thread never touches a store of a released task (its
+restored dirs stay marked committed, except one whose snapshot the restore had to replace).
 
 **Why commits run beside processing.** A commit is mostly waiting: the intent and checkpoint writes, the
 producers' transactions, the snapshot upload. Run one after another in the loop (as Samza's run loop does with
@@ -438,6 +439,8 @@ class Container:
 
     def close(self) -> None:
         """Wait for running commits, release every task still here, close every job (idempotent)."""
+        for task in self.tasks.values():
+            task.revoked = True  # a restore still running stops at its next store (released below)
         if self._queries is not None:
             self._queries.close()
             self._queries = None
@@ -593,8 +596,12 @@ class Container:
             generation = job.engine.generation  # as its first batch would write (the loop may change the engine's)
             task.state = "restoring"
             task.batch = checkpoint.batch + 1
-            task.future = self._restore_pool().submit(
-                lambda: instance.restore_stores(stored, generation=generation), self._wake.set)
+
+            def restore() -> bool:
+                # Read by the restore thread: a revoke (or the container closing) stops it at its next store.
+                return instance.restore_stores(stored, generation=generation, cancelled=lambda: task.revoked)
+
+            task.future = self._restore_pool().submit(restore, self._wake.set)
 
     # --- results -------------------------------------------------------------------------------
     def _report_result(self, task: _Task, result: BatchResult) -> None:
@@ -614,7 +621,9 @@ class Container:
             exc = future.exception()
             if restored:
                 if exc is None:
-                    continue  # its stores are open: it joins the rotation (or is released, if revoked)
+                    # Its stores are open: it joins the rotation; revoked, it is released (what the restore opened
+                    # is closed then, after the restore thread returned: it touches nothing of the task after).
+                    continue
                 if not isinstance(exc, Exception):
                     raise exc
                 with contextlib.suppress(Exception):

@@ -80,11 +80,12 @@ class InProcessHost:
 
     def __init__(self, *, slots: int = 1, clock: Callable[[], float] = time.monotonic,
                  wall_ms: Callable[[], int] = lambda: int(time.time() * 1000), threaded_commits: bool = False,
-                 resolve: Callable[[Config], Config] = lambda config: config) -> None:
+                 restore_threads: int = 2, resolve: Callable[[Config], Config] = lambda config: config) -> None:
         self.slots = slots
         self.clock = clock
         self.wall_ms = wall_ms
         self.threaded_commits = threaded_commits
+        self.restore_threads = restore_threads  # with threaded_commits (job.container.restore.threads on Spark)
         self.resolve = resolve
         self.manager = ContainerManager(_Launcher(self), clock=clock, ping_s=3600.0, linger_s=0.0)
         self.containers: dict[int, Container] = {}
@@ -99,7 +100,8 @@ class InProcessHost:
             self.pending.append(index)
             return
         commits: CommitPool = ThreadedCommits(8) if self.threaded_commits else InlineCommits()
-        restores = ThreadedCommits(2) if self.threaded_commits else None  # else inline too, with the commits
+        # Else inline too, with the commits.
+        restores = ThreadedCommits(self.restore_threads) if self.threaded_commits else None
         container = Container(_Host(self.manager, index), index=index, clock=self.clock, wall_ms=self.wall_ms,
                               resolve=self.resolve, commits=commits, restores=restores)
         self.containers[index] = container

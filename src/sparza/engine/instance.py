@@ -20,7 +20,7 @@ import contextlib
 import logging
 import operator
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
@@ -398,7 +398,8 @@ class TaskInstance:
         result.process_ms = (time.perf_counter() - started) * 1000.0
         return ProcessedBatch(split, cp, etag, result, spark_batch_id, generation, output_batch)
 
-    def restore_stores(self, stored: VersionedCheckpoint | None, *, generation: int) -> None:
+    def restore_stores(self, stored: VersionedCheckpoint | None, *, generation: int,
+                       cancelled: Callable[[], bool] = lambda: False) -> bool:
         """Restore and open the stores at the committed snapshots of ``stored`` (the task checkpoint as the
         container read it) before the task's first batch, so that batch starts at once. A container runs it beside
         its loop for a task handed to it; the batch still checks its checkpoint and reopens whatever no longer
@@ -409,14 +410,17 @@ class TaskInstance:
         in the task checkpoint at once; purged blobs raise :class:`RuntimeStateError`), then
         :meth:`TaskStores.preopen`. Restored straight away, a snapshot whose cleanup meets a deleted blob failed
         with the ``DeletedError`` at every retry and one with purged blobs with a ``SnapshotUnavailableError``.
-        What this raises the container judges as that first batch's failure (:meth:`abort` first)."""
+        What this raises the container judges as that first batch's failure (:meth:`abort` first). False when
+        ``cancelled`` (the task revoked meanwhile) stopped it; a task cancelled before it began writes nothing."""
         if stored is None or not stored.checkpoint.committed:
-            return
+            return True
         cp = stored.checkpoint
+        if cancelled():  # revoked while it waited for a restore thread: its next owner restores it
+            return False
         # A fresh registry, as a batch starts with: the restore's metrics are merged into its first batch's.
         self._restore_metrics = self.metrics = self.stores.metrics = MetricsRegistry()
         cp, _etag = self._recover_deleted_snapshots(cp, stored.etag, generation)
-        self.stores.preopen(dict(cp.stores), cp.batch)
+        return self.stores.preopen(dict(cp.stores), cp.batch, cancelled=cancelled)
 
     def commit(self, batch: ProcessedBatch) -> BatchResult:
         """The second half of a batch: :class:`~sparza.engine.commit.TaskCommit` runs its numbered steps. A container

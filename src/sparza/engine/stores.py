@@ -26,7 +26,9 @@ import json
 import logging
 import os
 import shutil
+import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -273,6 +275,9 @@ class TaskStores:
         self._open: dict[str, Any] = {}
         self._to_keep: dict[str, Any] = {}  # memory stores snapshotted in this batch, kept once it commits
         self._kept: dict[str, tuple[str, Any]] = {}  # memory store -> (committed snapshot id, the store)
+        # preopen() may run in a container's restore thread: it holds this lock while it restores and keeps
+        # stores, and close_committed() waits for it (else it could close the stores before the restore added one).
+        self._restore_lock = threading.RLock()
         self._backup: Any = None
         self._checkpoint_dirs: dict[str, Path] = {}
         self.replaced: dict[str, str] = {}
@@ -386,45 +391,55 @@ class TaskStores:
             self._tracked.pop(name, None)  # its first commit uploads files: the record starts there
             self._track(name, store)
 
-    def preopen(self, committed: dict[str, str], committed_batch: int | None) -> None:
+    def preopen(self, committed: dict[str, str], committed_batch: int | None, *,
+                cancelled: Callable[[], bool] = lambda: False) -> bool:
         """Restore and open every store at the snapshot ``committed`` names and keep it as committed, so the next
         :meth:`open` at that snapshot reuses it at once. A container runs this for a task handed to it beside its
         loop (the slow part of a hand-over: the blob-store restore); nothing is written to the stores, so each
         dir is marked as holding that snapshot (unless the restore replaced it). Stores with nothing committed, or
-        already kept at that snapshot, are left to :meth:`open`. On failure what this opened is closed again."""
+        already kept at that snapshot, are left to :meth:`open`. On failure what this opened is closed again.
+
+        ``cancelled`` is asked before each store (a container's: the task was revoked, the container closes): once
+        it is true this stops and returns False; what it opened stays kept for the caller's :meth:`close_committed`,
+        which waits for a preopen still restoring (so it never closes a store under it, nor misses one it adds)."""
         from sparza.state.kv import open_store
 
-        try:
-            for name in self.names:
-                expected = committed.get(name)
-                if expected is None or committed_batch is None:
-                    continue
-                kept = self._kept.get(name)
-                if kept is not None and kept[0] == expected:
-                    continue
-                memory = self._is_memory(name)
-                if memory and expected.startswith(LOCAL_SNAPSHOT_PREFIX) and _MEMORY_TAG not in expected:
-                    continue  # a legacy memory checkpoint: open() says so and starts it empty
-                if kept is not None:
-                    self._kept.pop(name)
-                    kept[1].close()
-                with self.metrics.timer("stores", "restore-ms").time():
-                    self._prepare_dir(name, expected, committed_batch, reuse_live=not memory)
-                if not memory and name not in self.replaced:
-                    # Nothing is written to the store before its first batch, so the dir holds exactly that snapshot
-                    # (a revoked task's next owner here reuses it). Not when the restore replaced the snapshot (deleted
-                    # blobs, SAMZA-2787): only this object knows the replacement, and a process that reused the dir
-                    # after this one died would diff its next upload against the deleted blobs (the in-process
-                    # harness's kill scenario found it: the cleanup of that upload met a deleted blob).
-                    self._write_marker(name, committed_batch, expected)
-                store = open_store(name, self.job.config, self.task, self.job.task_store_base_dir,
-                                   directory=self.store_dir(name) if memory else None)
-                self._kept[name] = (expected, store)
-                self._tracked.pop(name, None)  # its first commit uploads files: the record starts there
-                self._track(name, store)
-        except BaseException:
-            self.close_committed()
-            raise
+        with self._restore_lock:
+            try:
+                for name in self.names:
+                    if cancelled():
+                        return False  # what it opened stays kept: the release closes it
+                    expected = committed.get(name)
+                    if expected is None or committed_batch is None:
+                        continue
+                    kept = self._kept.get(name)
+                    if kept is not None and kept[0] == expected:
+                        continue
+                    memory = self._is_memory(name)
+                    if memory and expected.startswith(LOCAL_SNAPSHOT_PREFIX) and _MEMORY_TAG not in expected:
+                        continue  # a legacy memory checkpoint: open() says so and starts it empty
+                    if kept is not None:
+                        self._kept.pop(name)
+                        kept[1].close()
+                    with self.metrics.timer("stores", "restore-ms").time():
+                        self._prepare_dir(name, expected, committed_batch, reuse_live=not memory)
+                    if not memory and name not in self.replaced:
+                        # Nothing is written to the store before its first batch, so the dir holds exactly that
+                        # snapshot (a revoked task's next owner here reuses it). Not when the restore replaced the
+                        # snapshot (deleted blobs, SAMZA-2787): only this object knows the replacement, and a
+                        # process that reused the dir after this one died would diff its next upload against the
+                        # deleted blobs (the in-process harness's kill scenario found it: the cleanup of that
+                        # upload met a deleted blob).
+                        self._write_marker(name, committed_batch, expected)
+                    store = open_store(name, self.job.config, self.task, self.job.task_store_base_dir,
+                                       directory=self.store_dir(name) if memory else None)
+                    self._kept[name] = (expected, store)
+                    self._tracked.pop(name, None)  # its first commit uploads files: the record starts there
+                    self._track(name, store)
+            except BaseException:
+                self.close_committed()
+                raise
+            return not cancelled()  # False: cancelled while its last store was restored
 
     def _read_marker(self, name: str) -> str | None:
         try:
@@ -694,12 +709,16 @@ class TaskStores:
 
     def close_committed(self) -> None:
         """Close the stores kept open after their commit (their dirs stay marked committed, so the next open,
-        in this process or another, reuses them); memory stores are dropped (their snapshot has them)."""
-        for name, (_snapshot, store) in list(self._kept.items()):
-            with contextlib.suppress(Exception):
-                store.close()
-            self.handles[name]._bind(None)
-        self._kept.clear()
+        in this process or another, reuses them); memory stores are dropped (their snapshot has them).
+
+        A :meth:`preopen` running in another thread is waited for (a container never does that: it releases a
+        task once its restore returned), so what it opened is closed here too."""
+        with self._restore_lock:
+            for name, (_snapshot, store) in list(self._kept.items()):
+                with contextlib.suppress(Exception):
+                    store.close()
+                self.handles[name]._bind(None)
+            self._kept.clear()
 
     def close(self) -> None:
         """Close the open stores and drop uncommitted memory stores (idempotent); handles then refuse
