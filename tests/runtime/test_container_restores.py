@@ -319,3 +319,56 @@ def test_a_revoke_stops_restores_before_their_next_store_and_a_queued_one_never_
     assert len([c for c in calls if c[0] in mine]) == 1, calls  # only the held store, in container 0
     counts, rows = final_counts(config)
     assert counts == expected_counts(600, KEYS) and rows == 600
+
+
+def test_a_container_closed_mid_restore_stops_its_restores_and_leaves_nothing_open(work_dir: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch):
+    """``Container.close`` (its host gone, the loop failed) while two tasks restore in its two threads: each restore
+    stops before its second store, close returns once they did with every task released and nothing kept open, and
+    the container that gets the tasks next finishes exactly. Before, close waited for both restores to open every
+    store and released stores the restores might still have been opening."""
+    config = _config(work_dir, **EXTRA_STORE)
+    _first_run(config)
+    append_messages(config, 300, KEYS, start=300, commit_size=300)
+    entered, release = threading.Event(), threading.Event()
+    calls: list[tuple[int, str, str]] = []
+    real = TaskStores._prepare_dir
+
+    def held(self: TaskStores, name: str, *args: Any, **kwargs: Any) -> None:
+        calls.append((id(self), self.task, name))
+        if not release.is_set():
+            if len(calls) == len(TASKS):
+                entered.set()  # both restores are inside their first store
+            release.wait(30)
+        real(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(TaskStores, "_prepare_dir", held)
+    host = InProcessHost(slots=1, threaded_commits=True, restore_threads=2)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    deadline = time.monotonic() + 60
+    while not entered.is_set() and time.monotonic() < deadline:
+        host.manager.step()
+        for container in list(host.containers.values()):
+            container.step()
+        time.sleep(0.01)
+    assert entered.is_set()
+    first = host.containers[0]
+    stores = [t.instance.stores for t in first.tasks.values()]
+    closing = threading.Thread(target=first.close)
+    closing.start()
+    closing.join(0.3)
+    assert closing.is_alive()  # it waits for the restore threads
+    release.set()
+    closing.join(30)
+    assert not closing.is_alive() and not first.tasks
+    assert sorted(c[1:] for c in calls if c[0] in {id(s) for s in stores}) == [(t, "counts") for t in TASKS]
+    assert all(s._kept == {} and s._open == {} for s in stores)
+    host.kill(0)  # the closed container's process ends; the manager gives its tasks to a new one
+    while not job.has_left and time.monotonic() < deadline:
+        host.step()
+        time.sleep(0.01)
+    host.close()
+    assert job.done == {t: "caught up" for t in TASKS}, job.events[-5:]
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(600, KEYS) and rows == 600
