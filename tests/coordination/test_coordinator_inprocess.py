@@ -187,11 +187,11 @@ def test_member_notes_are_read_back_per_processor_and_cleared(coord_config: dict
     coords = {pid: AzureJobCoordinator(pid, coord_config, TASKS, Listener(), account=azure_account)
               for pid in ("a", "b")}
     try:
+        coords["a"].write_note("once:0")  # before joining, into a job whose coordination container is not there yet
         for coord in coords.values():
             coord.start()
         assert all(isinstance(c, MemberNotes) for c in coords.values())
-        assert coords["a"].read_notes(["a", "b"]) == {}  # never written: absent, not empty
-        coords["a"].write_note("once:0")
+        assert coords["a"].read_notes(["a", "b"]) == {"a": "once:0"}  # b never wrote one: absent, not empty
         coords["b"].write_note("continuous")
         coords["a"].write_note("once:1")  # replaced, not appended
         assert coords["b"].read_notes(["a", "b", "ghost"]) == {"a": "once:1", "b": "continuous"}

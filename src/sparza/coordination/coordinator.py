@@ -156,9 +156,16 @@ class AzureJobCoordinator:
 
     # --- member notes (MemberNotes) ---------------------------------------------------------------
     def write_note(self, text: str) -> None:
-        """Replace this processor's note (one blob; raises :class:`~sparza.errors.StorageUnavailableError`)."""
+        """Replace this processor's note (one blob; raises :class:`~sparza.errors.StorageUnavailableError`). Works
+        before :meth:`start` too (creating the job's container if needed), so a note from an earlier run is
+        replaced before peers can see this processor in a job model."""
+        blob = self.blob(self.resources.note_blob(self.processor_id))
         with storage_call("writing a member note"):
-            self.blob(self.resources.note_blob(self.processor_id)).upload_blob(text.encode(), overwrite=True)
+            try:
+                blob.upload_blob(text.encode(), overwrite=True)
+            except ResourceNotFoundError:  # a new job: no coordination container yet
+                self._clients.ensure()
+                blob.upload_blob(text.encode(), overwrite=True)
 
     def clear_note(self) -> None:
         """Delete this processor's note; none there is fine."""

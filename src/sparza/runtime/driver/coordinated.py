@@ -278,16 +278,16 @@ class CoordinatedStages:
         listener = self._listener
         coordinator = job_coordinator_from_config(self.processor_id, self.membership, listener.task_names(),
                                                   listener, metrics=self.metrics)
-        coordinator.start()
         notes = coordinator if isinstance(coordinator, MemberNotes) else None
+        if notes is not None and self.once:
+            notes.write_note(f"{_ONCE}0")  # before joining: a note left by an earlier run must not speak for this one
+        coordinator.start()
         try:
             if self.once:
                 outcomes = self._run_in_order(notes)
             else:
                 if notes is not None:
-                    # Peers running --once do not wait for this processor (unwritten, they wait one liveness timeout).
-                    with contextlib.suppress(StorageUnavailableError):
-                        notes.write_note(_CONTINUOUS)
+                    _write_note(notes, _CONTINUOUS)  # peers running --once do not wait for this processor
                 outcomes = self._run_together()
         finally:
             coordinator.stop()
@@ -306,15 +306,14 @@ class CoordinatedStages:
         for index, processor in enumerate(self.processors):
             if self._stopping.is_set():
                 break
-            if notes is not None:
-                notes.write_note(f"{_ONCE}{index}")
-                if index:
-                    self._wait_for_stages_before(notes, index)
-                    if self._stopping.is_set():
-                        break
+            if notes is not None and index:
+                _write_note(notes, f"{_ONCE}{index}")
+                self._wait_for_stages_before(notes, index)
+                if self._stopping.is_set():
+                    break
             outcomes.append(processor.run_models())
         if notes is not None and not self._stopping.is_set():
-            notes.write_note(f"{_ONCE}{len(self.processors)}")
+            _write_note(notes, f"{_ONCE}{len(self.processors)}")
         return outcomes
 
     def _wait_for_stages_before(self, notes: MemberNotes, index: int) -> None:
@@ -375,6 +374,13 @@ class CoordinatedStages:
         if failure is not None:
             raise failure
         return [r for r in results if isinstance(r, RunOutcome)]
+
+
+def _write_note(notes: MemberNotes, text: str) -> None:
+    """A note that cannot be written now only delays peers (they wait on the older one until this processor's next
+    note or its leaving the job model), so an outage here does not fail the run."""
+    with contextlib.suppress(StorageUnavailableError):
+        notes.write_note(text)
 
 
 class _StagesListener:
