@@ -21,20 +21,28 @@ import contextlib
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from sparza.config import Config
 from sparza.coordination.assignment import group_task, split_group_task
 from sparza.coordination.jobmodel import JobModel
+from sparza.coordination.listener import MemberNotes
+from sparza.coordination.settings import CoordinationConfig
 from sparza.engine.checkpoint import checkpoint_store_from_config, stamp_generation
 from sparza.engine.errors import CheckpointFencedError, TasksFencedError
 from sparza.engine.inputs import InputSystems
 from sparza.engine.jobconfig import JobConfig
+from sparza.errors import StorageUnavailableError
 from sparza.interrupts import StopOnSignals
 from sparza.metrics import MetricsRegistry, attach_prometheus
 from sparza.runtime.driver.report import Discards, RunOutcome
 from sparza.runtime.driver.runner import JobRunner, build_spark_session
+
+# The member notes of an application's processors (MemberNotes): how far a --once run got, or a continuous run.
+_ONCE = "once:"
+_CONTINUOUS = "continuous"
 
 __all__ = ["CoordinatedProcessor", "CoordinatedStages", "claim_tasks", "run_coordinated", "run_coordinated_stages"]
 
@@ -270,15 +278,16 @@ class CoordinatedStages:
         listener = self._listener
         coordinator = job_coordinator_from_config(self.processor_id, self.membership, listener.task_names(),
                                                   listener, metrics=self.metrics)
+        notes = coordinator if isinstance(coordinator, MemberNotes) else None
+        if notes is not None and self.once:
+            notes.write_note(f"{_ONCE}0")  # before joining: a note left by an earlier run must not speak for this one
         coordinator.start()
         try:
             if self.once:
-                outcomes = []
-                for processor in self.processors:
-                    if self._stopping.is_set():
-                        break
-                    outcomes.append(processor.run_models())
+                outcomes = self._run_in_order(notes)
             else:
+                if notes is not None:
+                    _write_note(notes, _CONTINUOUS)  # peers running --once do not wait for this processor
                 outcomes = self._run_together()
         finally:
             coordinator.stop()
@@ -287,6 +296,60 @@ class CoordinatedStages:
             discards.add(outcome.discards)
         return RunOutcome("; ".join(sorted({o.reason for o in outcomes})) or "stopped",
                           sum(o.batches for o in outcomes), 0, discards=discards)
+
+    def _run_in_order(self, notes: MemberNotes | None) -> list[RunOutcome]:
+        """``--once``: the stages one after the other, writers first. A stage starts only once every member of the
+        membership finished the stages before it: its end is frozen when it starts, so a stage started while a
+        peer still wrote its input would end "caught up" short of that input (and leave it unprocessed when its
+        processor left after the peer's last look at the job model)."""
+        outcomes: list[RunOutcome] = []
+        for index, processor in enumerate(self.processors):
+            if self._stopping.is_set():
+                break
+            if notes is not None and index:
+                _write_note(notes, f"{_ONCE}{index}")
+                self._wait_for_stages_before(notes, index)
+                if self._stopping.is_set():
+                    break
+            outcomes.append(processor.run_models())
+        if notes is not None and not self._stopping.is_set():
+            _write_note(notes, f"{_ONCE}{len(self.processors)}")
+        return outcomes
+
+    def _wait_for_stages_before(self, notes: MemberNotes, index: int) -> None:
+        """Wait until every other member of the newest job model noted that it finished the stages before stage
+        ``index`` (a ``--once`` note of ``index`` or more, or a continuous run). A member that left is out of the
+        next model; one with no note yet (it just joined) is waited for up to a liveness timeout, then taken for
+        a processor that keeps no notes."""
+        settings = CoordinationConfig.from_config(self.membership)
+        poll_s = settings.jobmodel_poll_interval_ms / 1000
+        unnoted_since: dict[str, float] = {}
+        told: set[str] = set()
+        while not self._stopping.is_set():
+            peers = [p for p in self._listener.members if p != self.processor_id]
+            try:
+                found = notes.read_notes(peers)
+            except StorageUnavailableError:
+                time.sleep(poll_s)  # the coordinator notices an outage itself; ask again at the next poll
+                continue
+            now = time.monotonic()
+            behind = []
+            for pid in peers:
+                note = found.get(pid)
+                if note is None:
+                    if now - unnoted_since.setdefault(pid, now) < settings.liveness_timeout_ms / 1000:
+                        behind.append(pid)
+                elif note.startswith(_ONCE) and int(note[len(_ONCE):]) < index:
+                    behind.append(pid)
+            if not behind:
+                return
+            if set(behind) - told:
+                told.update(behind)
+                self.processors[index]._note(
+                    f"sparza: {self.processors[index].job.job_key}: waits for processor(s) "
+                    f"{', '.join(sorted(behind))} to finish the stages before it (--once: this stage reads what "
+                    f"they write)")
+            time.sleep(poll_s)
 
     def _run_together(self) -> list[RunOutcome]:
         results: list[RunOutcome | BaseException | None] = [None] * len(self.processors)
@@ -313,6 +376,13 @@ class CoordinatedStages:
         return [r for r in results if isinstance(r, RunOutcome)]
 
 
+def _write_note(notes: MemberNotes, text: str) -> None:
+    """A note that cannot be written now only delays peers (they wait on the older one until this processor's next
+    note or its leaving the job model), so an outage here does not fail the run."""
+    with contextlib.suppress(StorageUnavailableError):
+        notes.write_note(text)
+
+
 class _StagesListener:
     """The one membership's listener: each stage hears of its own tasks of every model, all at once."""
 
@@ -320,6 +390,8 @@ class _StagesListener:
         self._stages = stages
         self.version = 0
         """The newest model's version passed on."""
+        self.members: list[str] = []
+        """The processors of the newest model."""
 
     def task_names(self) -> list[str]:
         """Every task of every stage, named ``<stage job key>/<task>``."""
@@ -328,6 +400,7 @@ class _StagesListener:
     def on_new_job_model(self, job_model: JobModel) -> None:
         """Give each stage its part of the model (same version: the fencing generation of all of them)."""
         self.version = int(job_model.version)
+        self.members = job_model.processors
         for key, stage in self._stages.items():
             assignments = {pid: [split_group_task(t)[1] for t in tasks if split_group_task(t)[0] == key]
                            for pid, tasks in job_model.assignments.items()}
