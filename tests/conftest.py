@@ -55,7 +55,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         sys.path.insert(0, str(REPO))
     from tests.scheduling import arrange, read_durations
 
-    items[:] = arrange([item.nodeid for item in items], items, read_durations(), int(workerinput["workercount"]))
+    durations = read_durations()
+    for item in items:
+        # A test sharing a module- or class-scoped fixture stays with its module: moved away from it, it would
+        # set the fixture up a second time (tests/demo's whole demo run).
+        info = getattr(item, "_fixtureinfo", None)
+        if item.nodeid in durations and info is not None and any(
+                defs and defs[-1].scope in ("class", "module", "package") for defs in info.name2fixturedefs.values()):
+            del durations[item.nodeid]
+    items[:] = arrange([item.nodeid for item in items], items, durations, int(workerinput["workercount"]))
 
 
 @pytest.fixture(scope="session")
