@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,77 @@ def test_rewinds_are_refused_with_a_reason(job: tuple[Config, Path]) -> None:
     bad = runner.invoke(app, ["rewind", "--config", str(path), "--to-time", "teatime"])
     assert bad.exit_code == 2 and "ISO-8601" in bad.output
     assert runner.invoke(app, ["savepoint", "list", "--config", str(path)]).output.strip() == "no savepoints"
+
+
+def test_a_savepoint_of_a_job_whose_committed_snapshot_was_purged_is_refused_and_leaves_nothing_permanent(
+        tmp_path: Path) -> None:
+    """Found by the soak (seed 107845149): a savepoint taken right after a job's committed snapshot blobs were purged
+    failed with the backup's bare SnapshotUnavailableError (no savepoint, task or store named; its advice is a run's),
+    and the copies it had made of the tasks before were already permanent: blobs nothing names that gc never removes.
+    It must be refused as a SavepointError saying what to do, leave only TTL-tagged copies (gc removes them), and
+    succeed once the blob is back. Oracle: the counts of the input, counted here."""
+    from collections import Counter
+
+    from sparza.blobstore import blob_store_manager_from_config, collect_garbage
+    from sparza.clock import system_clock_ms
+    from sparza.ops import find_savepoint, list_savepoints
+    from sparza.state.backup import StateBackup
+    from sparza.testing import TestMessage, TestRunner
+
+    keys = [f"k{i % 5}" for i in range(23)]
+    with TestRunner({"job.name": "purged", "job.id": "1", "task.class": "examples.keyed_count.task.KeyedCountTask",
+                     "stores.counts.factory": "rocksdb", "stores.counts.key.serde": "string",
+                     "stores.counts.msg.serde": "json", "stores.counts.backup.factories": "blobstore",
+                     "systems.delta.streams.counts.samza.key.serde": "string",
+                     "systems.delta.streams.counts.samza.msg.serde": "json"},
+                    work_dir=tmp_path / "job") as runner:
+        runner.add_input("delta.events", [TestMessage(b"m", key=k.encode(), partition=i % 2)
+                                          for i, k in enumerate(keys)], partitions=2)
+        runner.add_output("delta.counts")
+        runner.run()
+        config = runner.config
+        oracle = {f"Partition {p}": Counter(k for i, k in enumerate(keys) if i % 2 == p) for p in (0, 1)}
+        index = runner.checkpoints()["Partition 1"].stores["counts"]
+        blob = tmp_path / "job" / "blobstore" / index
+        sidecar = blob.with_name(blob.name + ".meta.json")
+        saved = blob.read_bytes(), sidecar.read_text()
+        with blob_store_manager_from_config(config) as blobs:
+            blobs.purge(index)  # gone for good, as after gc ran past the deleted retention
+        with pytest.raises(SavepointError) as refused:
+            create_savepoint(config, "first")
+        message = str(refused.value)
+        for part in ("savepoint first cannot be taken", "store 'counts' of task 'Partition 1'", index,
+                     "gone from the blob store", "Bring that blob back", "delete the task checkpoint of 'Partition 1'",
+                     "No savepoint was made"):
+            assert part in message, message
+        with blob_store_manager_from_config(config) as blobs:
+            assert list_savepoints(blobs) == []
+            copies = list(blobs.list_blobs("_savepoint-first/"))
+            assert copies, "Partition 0's copy was made before Partition 1's snapshot was found gone"
+            assert all(info.expires_at_ms is not None for info in copies), [i.blob_id for i in copies]
+            collect_garbage(blobs, now_ms=system_clock_ms() + 60 * 86_400_000, deleted_retention_ms=0)
+            assert list(blobs.list_blobs("_savepoint-first/")) == []
+
+        blob.write_bytes(saved[0])  # brought back, as the refusal says; the same name is free
+        sidecar.write_text(saved[1])
+        create_savepoint(config, "first")
+        with blob_store_manager_from_config(config) as blobs:
+            collect_garbage(blobs, now_ms=system_clock_ms() + 60 * 86_400_000, deleted_retention_ms=0)
+            savepoint = find_savepoint(blobs, "first")
+            assert savepoint is not None and sorted(savepoint.tasks) == ["Partition 0", "Partition 1"]
+            for task, cp in savepoint.tasks.items():  # every copy survives gc and holds the task's counts
+                backup = StateBackup(blobs, "", "", task)
+                try:
+                    backup.restore(cp.stores["counts"], tmp_path / "restored" / task)
+                finally:
+                    backup.close()
+        from rocksdict import AccessType, Options, Rdict
+
+        for task, expected in oracle.items():
+            db = Rdict(str(tmp_path / "restored" / task), options=Options(raw_mode=True),
+                       access_type=AccessType.read_only())
+            try:
+                counts = {k.decode(): json.loads(v) for k, v in db.items()}
+            finally:
+                db.close()
+            assert counts == dict(expected), task

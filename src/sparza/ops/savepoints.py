@@ -44,7 +44,7 @@ from sparza.errors import SparzaError
 from sparza.ops.cleanup import LOCAL_SNAPSHOT_PREFIX, drop_snapshots
 from sparza.ops.journal import Operation, TaskChange, append_operation, operator_name, read_journal
 from sparza.ops.stopped import stopped_job
-from sparza.state.backup import StateBackup
+from sparza.state.backup import SnapshotUnavailableError, StateBackup
 
 __all__ = ["SAVEPOINT_OWNER", "Savepoint", "SavepointError", "copy_snapshot", "create_savepoint",
            "delete_savepoint", "describe", "find_savepoint", "list_savepoints", "restore_savepoint",
@@ -149,10 +149,12 @@ def find_savepoint(blob_store: BlobStoreManager, name: str) -> Savepoint | None:
 
 
 def copy_snapshot(source: BlobStoreManager, index_blob_id: str, target: BlobStoreManager, *, owner: tuple[str, str],
-                  task: str, store: str, checkpoint_id: str) -> str:
-    """Copy one store snapshot into ``target`` as a new, permanent snapshot of ``owner`` (job name, job id) and
-    ``task``; returns its index blob id. Goes through the state backup's public API: the snapshot is restored
-    into a temporary dir (every checksum verified) and uploaded from it."""
+                  task: str, store: str, checkpoint_id: str, permanent: bool = True) -> str:
+    """Copy one store snapshot into ``target`` as a new snapshot of ``owner`` (job name, job id) and ``task``;
+    returns its index blob id. Goes through the state backup's public API: the snapshot is restored into a
+    temporary dir (every checksum verified) and uploaded from it. The copy is made permanent unless ``permanent``
+    is False (it keeps the upload's TTL until ``StateBackup.make_permanent``: a savepoint makes its copies permanent
+    once every one exists)."""
     reader = StateBackup(source, "", "", task)
     writer = StateBackup(target, owner[0], owner[1], task)
     try:
@@ -160,7 +162,8 @@ def copy_snapshot(source: BlobStoreManager, index_blob_id: str, target: BlobStor
             store_dir = Path(tmp) / "store"
             reader.restore(index_blob_id, store_dir, reupload_deleted=False)
             copied = writer.upload(store, store_dir, None, checkpoint_id=checkpoint_id)
-        writer.make_permanent(copied)
+        if permanent:
+            writer.make_permanent(copied)
         return copied
     finally:
         reader.close()
@@ -189,9 +192,17 @@ def create_savepoint(config: Config, name: str, *, blob_store: BlobStoreManager 
                 _check_savable(task, cp)
             tasks: dict[str, TaskCheckpoint] = {}
             for task, cp in sorted(checkpoints.items()):
-                copies = {s: copy_snapshot(store, sid, store, owner=(SAVEPOINT_OWNER, name), task=task, store=s,
-                                           checkpoint_id=str(cp.batch)) for s, sid in sorted(cp.stores.items())}
+                copies = {s: _copy_for_savepoint(store, name, task, cp, s, sid) for s, sid in sorted(cp.stores.items())}
                 tasks[task] = dataclasses.replace(cp, stores=copies, pending=None, location=None)
+            # Only now, with every copy made: a savepoint refused half-way (a purged snapshot) leaves TTL-tagged
+            # copies that gc removes, never permanent ones that nothing names.
+            for task, saved in sorted(tasks.items()):
+                backup = StateBackup(store, SAVEPOINT_OWNER, name, task)
+                try:
+                    for index in saved.stores.values():
+                        backup.make_permanent(index)
+                finally:
+                    backup.close()
             from sparza.engine.partitions import read_record
 
             record = read_record(stopped.checkpoints)
@@ -204,6 +215,24 @@ def create_savepoint(config: Config, name: str, *, blob_store: BlobStoreManager 
     finally:
         if blob_store is None:
             store.close()
+
+
+def _copy_for_savepoint(blob_store: BlobStoreManager, name: str, task: str, cp: TaskCheckpoint, store: str,
+                        index: str) -> str:
+    """Copy ``task``'s committed snapshot ``index`` of ``store`` into savepoint ``name`` (with its TTL); a snapshot the
+    blob store no longer holds refuses the savepoint, naming the task, the store and what to do."""
+    try:
+        return copy_snapshot(blob_store, index, blob_store, owner=(SAVEPOINT_OWNER, name), task=task, store=store,
+                             checkpoint_id=str(cp.batch), permanent=False)
+    except SnapshotUnavailableError as exc:
+        raise SavepointError(
+            f"savepoint {name} cannot be taken: store '{store}' of task '{task}' has lost its committed state: its "
+            f"snapshot {index} (batch {cp.batch}) refers to blob {exc.blob_id}, which is gone from the blob store "
+            "(purged). Bring that blob back (from a backup of the blob store, or undelete it if the Azure account "
+            "keeps soft-deleted blobs) and take the savepoint again; or delete the task checkpoint of "
+            f"'{task}' (see `sparza checkpoints show`) so the task rebuilds its stores from its inputs' oldest "
+            "offsets, run the job, then take it. No savepoint was made (its copies so far keep their TTL: "
+            "`sparza gc` removes them)") from exc
 
 
 def _check_supported(job: JobConfig) -> None:
