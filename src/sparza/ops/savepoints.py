@@ -30,7 +30,7 @@ import json
 import re
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,8 @@ from sparza.ops.journal import Operation, TaskChange, append_operation, operator
 from sparza.ops.stopped import stopped_job
 from sparza.state.backup import SnapshotUnavailableError, StateBackup
 
-__all__ = ["SAVEPOINT_OWNER", "Savepoint", "SavepointError", "copy_snapshot", "create_savepoint",
+__all__ = ["SAVEPOINT_OWNER", "Savepoint", "SavepointError", "copy_savepoint_stores", "copy_snapshot",
+           "create_savepoint",
            "delete_savepoint", "describe", "find_savepoint", "list_savepoints", "restore_savepoint",
            "savepoint_stores"]
 
@@ -284,20 +285,49 @@ def savepoint_stores(savepoint: Savepoint, task: str, job: JobConfig, source: Bl
                      target: BlobStoreManager, batch: int) -> tuple[dict[str, str], list[str]]:
     """The snapshots ``task`` of ``job`` starts from: the savepoint's copied into ``target`` for every store the
     job has (a store it added starts empty). Returns them and notes on stores dropped or added."""
-    cp = savepoint.tasks.get(task)
-    stores = dict(cp.stores) if cp is not None else {}
-    notes = []
-    out: dict[str, str] = {}
-    for store, index in sorted(stores.items()):
-        if store not in job.store_names:
-            notes.append(f"{task}: store {store} of the savepoint is not in the job: dropped")
-            continue
-        out[store] = copy_snapshot(source, index, target, owner=(job.name, job.job_id), task=task, store=store,
-                                   checkpoint_id=str(batch))
-    for store in job.store_names:
-        if store not in stores and cp is not None:
-            notes.append(f"{task}: store {store} is new (not in the savepoint): it starts empty")
-    return out, notes
+    return copy_savepoint_stores(savepoint, {task: batch}, job, source, target)[task]
+
+
+def copy_savepoint_stores(savepoint: Savepoint, tasks: Mapping[str, int], job: JobConfig, source: BlobStoreManager,
+                          target: BlobStoreManager, *, use: str = "restored") -> dict[str, tuple[dict[str, str],
+                                                                                               list[str]]]:
+    """:func:`savepoint_stores` of every task of ``tasks`` (task -> the batch its copies are made at), all of them
+    before the caller changes anything of the job: a copy of the savepoint that the blob store no longer holds (a
+    damaged savepoint) refuses it as a :class:`SavepointError` (``use`` says for what) naming the task, the store and
+    the blob, and leaves only copies with their TTL (gc removes them). The copies are made permanent once all exist.
+    """
+    copied: dict[str, tuple[dict[str, str], list[str]]] = {}
+    for task, batch in tasks.items():
+        cp = savepoint.tasks.get(task)
+        stores = dict(cp.stores) if cp is not None else {}
+        notes = []
+        out: dict[str, str] = {}
+        for store, index in sorted(stores.items()):
+            if store not in job.store_names:
+                notes.append(f"{task}: store {store} of the savepoint is not in the job: dropped")
+                continue
+            try:
+                out[store] = copy_snapshot(source, index, target, owner=(job.name, job.job_id), task=task, store=store,
+                                           checkpoint_id=str(batch), permanent=False)
+            except SnapshotUnavailableError as exc:
+                raise SavepointError(
+                    f"savepoint {savepoint.name} cannot be {use}: its copy {index} of store '{store}' of task "
+                    f"'{task}' refers to blob {exc.blob_id}, which is gone from the blob store (purged: the savepoint "
+                    "is damaged). No task checkpoint of the job was changed. Bring that blob back (from a backup of "
+                    "the blob store) and try again, or use another savepoint (sparza savepoint list) or the job's own "
+                    "checkpoints") from exc
+        for store in job.store_names:
+            if store not in stores and cp is not None:
+                notes.append(f"{task}: store {store} is new (not in the savepoint): it starts empty")
+        copied[task] = out, notes
+    for task, (out, _) in copied.items():
+        backup = StateBackup(target, job.name, job.job_id, task)
+        try:
+            for index in out.values():
+                backup.make_permanent(index)
+        finally:
+            backup.close()
+    return copied
 
 
 def _carry_partitions(savepoint: Savepoint, checkpoints: Any) -> list[str]:
@@ -323,7 +353,8 @@ def restore_savepoint(config: Config, name: str, *, source: Config | None = None
     Returns the journal entry written, or None when the job's newest operation is already the restore of this
     savepoint (``sparza run --from-savepoint`` given again at a restart continues from the job's own checkpoints;
     ``force`` restores anyway). Tasks of the savepoint the job does not have, and inputs it no longer reads, are
-    dropped; tasks and inputs it adds start at ``samza.offset.default``.
+    dropped; tasks and inputs it adds start at ``samza.offset.default``. Every snapshot is copied before any
+    checkpoint is written: a damaged savepoint (a blob purged) is refused with the task checkpoints as they were.
     """
     from sparza.engine.inputs import InputSystems
 
@@ -361,14 +392,18 @@ def restore_savepoint(config: Config, name: str, *, source: Config | None = None
             if dropped:
                 notes.append(f"tasks not in the job, dropped: {', '.join(dropped)}")
             replaced: list[tuple[str, str]] = []
+            batches = {m.name: max(savepoint.tasks[m.name].batch, current[m.name].checkpoint.batch
+                                   if m.name in current else 0) for m in models if m.name in savepoint.tasks}
+            # Every copy first: a damaged savepoint is refused before any task checkpoint is written.
+            copies = copy_savepoint_stores(savepoint, batches, job, src, target)
             for model in models:
                 saved = savepoint.tasks.get(model.name)
                 before = current[model.name].checkpoint if model.name in current else None
                 if saved is None:
                     notes.append(f"{model.name}: not in the savepoint: starts at samza.offset.default")
                     continue
-                batch = max(saved.batch, before.batch if before is not None else 0)
-                stores, store_notes = savepoint_stores(savepoint, model.name, job, src, target, batch)
+                batch = batches[model.name]
+                stores, store_notes = copies[model.name]
                 notes.extend(store_notes)
                 reads = set(model.ssp_keys())
                 offsets = {s: o for s, o in saved.offsets.items() if s in reads}
