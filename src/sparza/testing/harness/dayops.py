@@ -85,7 +85,7 @@ def day_two_operation_after_purge(fault: str, config: Mapping[str, str], label: 
                 "back; " + day_two_operation(fault, config, label)), problem
     if named:
         return note, (f"{fault}: a savepoint was taken of a job whose committed snapshots {', '.join(named[:3])} were "
-                      "purged (what did it copy?)")
+                      "purged: it must have been refused")
     return note, None
 
 
