@@ -178,3 +178,26 @@ def test_processor_cut_off_from_storage_stops_its_tasks_then_rejoins(coord_confi
         cut.clear()
         for c in coords.values():
             c.stop()
+
+
+def test_member_notes_are_read_back_per_processor_and_cleared(coord_config: dict[str, str],
+                                                              azure_account: StorageAccount) -> None:
+    from sparza.coordination import MemberNotes
+
+    coords = {pid: AzureJobCoordinator(pid, coord_config, TASKS, Listener(), account=azure_account)
+              for pid in ("a", "b")}
+    try:
+        coords["a"].write_note("once:0")  # before joining, into a job whose coordination container is not there yet
+        for coord in coords.values():
+            coord.start()
+        assert all(isinstance(c, MemberNotes) for c in coords.values())
+        assert coords["a"].read_notes(["a", "b"]) == {"a": "once:0"}  # b never wrote one: absent, not empty
+        coords["b"].write_note("continuous")
+        coords["a"].write_note("once:1")  # replaced, not appended
+        assert coords["b"].read_notes(["a", "b", "ghost"]) == {"a": "once:1", "b": "continuous"}
+        coords["b"].clear_note()
+        coords["b"].clear_note()  # none there is fine
+        assert coords["a"].read_notes(["a", "b"]) == {"a": "once:1"}
+    finally:
+        for coord in coords.values():
+            coord.stop()

@@ -22,7 +22,7 @@ from sparza.coordination.fencing import GenerationFence, claim, write_fenced
 from sparza.coordination.jobmodel import JobModel
 from sparza.coordination.leader import AzureLeaderElector, LeaderElectorListener
 from sparza.coordination.lease import LeaseBlobManager
-from sparza.coordination.listener import JobCoordinator, JobCoordinatorListener
+from sparza.coordination.listener import JobCoordinator, JobCoordinatorListener, MemberNotes
 from sparza.coordination.lock import AzureLock
 from sparza.coordination.naming import CoordinationResources
 from sparza.coordination.scheduler import Scheduler
@@ -51,6 +51,7 @@ __all__ = [
     "LeaseHeldError",
     "LeaseLostError",
     "LockTimeoutError",
+    "MemberNotes",
     "ProcessorEntity",
     "ProcessorTable",
     "Scheduler",

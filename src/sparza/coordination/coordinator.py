@@ -18,6 +18,7 @@ Protocol (``docs/coordination.md`` has the full version with bounds):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -27,6 +28,7 @@ from typing import Any
 from azure.core.exceptions import ResourceNotFoundError
 
 from sparza.azure import StorageAccount, StorageRequests, error_code, resolve_storage_account
+from sparza.coordination._azure import storage_call
 from sparza.coordination.assignment import assign_tasks
 from sparza.coordination.clients import CoordinationClients
 from sparza.coordination.errors import StaleLeaderError
@@ -151,6 +153,32 @@ class AzureJobCoordinator:
     def blob(self, name: str) -> Any:
         """A client for blob ``name`` in the job's coordination container (e.g. fenced task checkpoints)."""
         return self._clients.blob(name)
+
+    # --- member notes (MemberNotes) ---------------------------------------------------------------
+    def write_note(self, text: str) -> None:
+        """Replace this processor's note (one blob; raises :class:`~sparza.errors.StorageUnavailableError`). Works
+        before :meth:`start` too (creating the job's container if needed), so a note from an earlier run is
+        replaced before peers can see this processor in a job model."""
+        blob = self.blob(self.resources.note_blob(self.processor_id))
+        with storage_call("writing a member note"):
+            try:
+                blob.upload_blob(text.encode(), overwrite=True)
+            except ResourceNotFoundError:  # a new job: no coordination container yet
+                self._clients.ensure()
+                blob.upload_blob(text.encode(), overwrite=True)
+
+    def clear_note(self) -> None:
+        """Delete this processor's note; none there is fine."""
+        with storage_call("deleting a member note"), contextlib.suppress(ResourceNotFoundError):
+            self.blob(self.resources.note_blob(self.processor_id)).delete_blob()
+
+    def read_notes(self, processor_ids: list[str]) -> dict[str, str]:
+        """The notes of ``processor_ids`` that have one (one read each)."""
+        notes: dict[str, str] = {}
+        for pid in processor_ids:
+            with storage_call("reading a member note"), contextlib.suppress(ResourceNotFoundError):
+                notes[pid] = self.blob(self.resources.note_blob(pid)).download_blob().readall().decode()
+        return notes
 
     def is_leader(self) -> bool:
         """True while this processor is the leader."""

@@ -6,7 +6,7 @@ from typing import Protocol, runtime_checkable
 
 from sparza.coordination.jobmodel import JobModel
 
-__all__ = ["JobCoordinator", "JobCoordinatorListener"]
+__all__ = ["JobCoordinator", "JobCoordinatorListener", "MemberNotes"]
 
 
 @runtime_checkable
@@ -37,3 +37,22 @@ class JobCoordinator(Protocol):
 
     def stop(self) -> None:
         """Leave the job gracefully (others take over this processor's tasks at once)."""
+
+
+@runtime_checkable
+class MemberNotes(Protocol):
+    """An optional coordinator capability: each member keeps one short note its peers can read (how far a
+    ``--once`` run of an application got, so a stage does not end before the stages feeding it ended everywhere).
+
+    A note outlives its writer (a processor that left keeps its last note), so readers ask only for the members
+    of the model in force; one never written reads as absent.
+    """
+
+    def write_note(self, text: str) -> None:
+        """Replace this processor's note with ``text``."""
+
+    def clear_note(self) -> None:
+        """Remove this processor's note (absent for its peers from now on); no note is fine."""
+
+    def read_notes(self, processor_ids: list[str]) -> dict[str, str]:
+        """The notes of ``processor_ids`` that have one."""

@@ -34,6 +34,7 @@ class CoordinationResources:
     leader_blob: str = "leader.lease"
     store_blob: str = "jobmodel.json"
     lock_prefix: str = "locks/"
+    note_prefix: str = "notes/"
 
     @classmethod
     def for_job(cls, cfg: CoordinationConfig) -> CoordinationResources:
@@ -41,6 +42,10 @@ class CoordinationResources:
         full = f"{cfg.job_name}\x00{cfg.job_id}"
         rid = cfg.resource_id
         return cls(container=_fit("sparza-coord-", rid, full), table=_fit("sparzacoord", rid, full))
+
+    def note_blob(self, processor_id: str) -> str:
+        """The blob that holds ``processor_id``'s note (:class:`~sparza.coordination.MemberNotes`)."""
+        return self.note_prefix + processor_id
 
     def lock_blob(self, name: str) -> str:
         """The blob that backs the lock ``name``."""

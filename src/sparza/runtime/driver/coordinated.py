@@ -21,20 +21,28 @@ import contextlib
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from sparza.config import Config
 from sparza.coordination.assignment import group_task, split_group_task
 from sparza.coordination.jobmodel import JobModel
+from sparza.coordination.listener import MemberNotes
+from sparza.coordination.settings import CoordinationConfig
 from sparza.engine.checkpoint import checkpoint_store_from_config, stamp_generation
 from sparza.engine.errors import CheckpointFencedError, TasksFencedError
 from sparza.engine.inputs import InputSystems
 from sparza.engine.jobconfig import JobConfig
+from sparza.errors import StorageUnavailableError
 from sparza.interrupts import StopOnSignals
 from sparza.metrics import MetricsRegistry, attach_prometheus
 from sparza.runtime.driver.report import Discards, RunOutcome
 from sparza.runtime.driver.runner import JobRunner, build_spark_session
+
+# The member notes of an application's processors (MemberNotes): how far a --once run got, or a continuous run.
+_ONCE = "once:"
+_CONTINUOUS = "continuous"
 
 __all__ = ["CoordinatedProcessor", "CoordinatedStages", "claim_tasks", "run_coordinated", "run_coordinated_stages"]
 
@@ -67,6 +75,9 @@ class CoordinatedProcessor:
         self._runner_lock = threading.Lock()
         self._stopped = threading.Event()
         self._done = threading.Event()
+        self._stop_asked = False
+        self._newest: JobModel | None = None
+        self._ran: set[str] = set()  # tasks a run of this processor took to its end (--once: caught up or ended)
         self._stop_reason = ""
         # The stages of one application start their queries one at a time (see run_together).
         self._start_lock = start_lock or threading.Lock()
@@ -84,6 +95,7 @@ class CoordinatedProcessor:
     # --- listener (coordinator threads) ---------------------------------------------------------
     def on_new_job_model(self, job_model: Any) -> None:
         """Queue the model; the run loop starts this processor's tasks under its version."""
+        self._newest = job_model
         self._models.put(job_model)
 
     def on_job_model_expired(self) -> None:
@@ -102,6 +114,7 @@ class CoordinatedProcessor:
     def request_stop(self, reason: str) -> None:
         """Stop after the running batch and exit the run loop."""
         self._stop_reason = self._stop_reason or reason
+        self._stop_asked = True
         self._done.set()
         with self._runner_lock:
             runner = self._runner
@@ -141,6 +154,8 @@ class CoordinatedProcessor:
         the application's one coordinator in :class:`CoordinatedStages`)."""
         detach = (attach_prometheus(self.metrics, self.job.prometheus_port, labels={"sparza_job": self.job.job_key})
                   if self.job.prometheus_port is not None else None)  # served between job models too
+        if self.once and not self._stop_asked:
+            self._done.clear()  # again (see unrun_share): the share a newer model gave this processor
         try:
             while not self._done.is_set():
                 model = self._models.get()
@@ -163,6 +178,15 @@ class CoordinatedProcessor:
         finally:
             if detach is not None:
                 detach()
+
+    def unrun_share(self) -> list[str]:
+        """Under ``--once``, after :meth:`run_models` returned: this processor's tasks in a job model that came
+        since (a peer died and its tasks moved here) that no run of it took to its end; :meth:`run_models` then
+        runs that model."""
+        newest = self._newest
+        if newest is None or self._models.empty():
+            return []
+        return [t for t in newest.tasks_of(self.processor_id) if t not in self._ran]
 
     def _run_model(self, model: Any) -> bool:
         """Run ``model``'s tasks of this processor; True when the model expired (a new one follows)."""
@@ -200,6 +224,8 @@ class CoordinatedProcessor:
                 return True
             self.batches += outcome.batches
             self.discards.add(outcome.discards)
+            if outcome.reason != "job model expired":
+                self._ran.update(tasks)
             if outcome.reason == "all inputs ended" and self.share_ended is not None and not self.once:
                 # A stage of an application: its membership goes on (and a newer model may give this stage tasks
                 # not yet ended); the application leaves once every stage's share of the same model ended.
@@ -270,15 +296,16 @@ class CoordinatedStages:
         listener = self._listener
         coordinator = job_coordinator_from_config(self.processor_id, self.membership, listener.task_names(),
                                                   listener, metrics=self.metrics)
+        notes = coordinator if isinstance(coordinator, MemberNotes) else None
+        if notes is not None and self.once:
+            notes.write_note(f"{_ONCE}0")  # before joining: a note left by an earlier run must not speak for this one
         coordinator.start()
         try:
             if self.once:
-                outcomes = []
-                for processor in self.processors:
-                    if self._stopping.is_set():
-                        break
-                    outcomes.append(processor.run_models())
+                outcomes = self._run_in_order(notes)
             else:
+                if notes is not None:
+                    _write_note(notes, _CONTINUOUS)  # peers running --once do not wait for this processor
                 outcomes = self._run_together()
         finally:
             coordinator.stop()
@@ -287,6 +314,78 @@ class CoordinatedStages:
             discards.add(outcome.discards)
         return RunOutcome("; ".join(sorted({o.reason for o in outcomes})) or "stopped",
                           sum(o.batches for o in outcomes), 0, discards=discards)
+
+    def _run_in_order(self, notes: MemberNotes | None) -> list[RunOutcome]:
+        """``--once``: the stages one after the other, writers first. A stage starts only once every member of the
+        membership finished the stages before it: its end is frozen when it starts, so a stage started while a
+        peer still wrote its input would end "caught up" short of that input (and leave it unprocessed when its
+        processor left after the peer's last look at the job model). A processor through every stage leaves once
+        all its peers are through too, and goes back to a stage whose tasks a newer model gave it meanwhile."""
+        outcomes: list[RunOutcome] = []
+        index, noted = 0, 0  # the first note was written before joining
+        while not self._stopping.is_set():
+            if notes is not None and index != noted:
+                _write_note(notes, f"{_ONCE}{index}")
+                noted = index
+            if notes is not None and index:
+                self._wait_for_stages_before(notes, index)
+                if self._stopping.is_set():
+                    break
+            # A peer that died mid-run left its tasks to the others, maybe of a stage this processor is through:
+            # go back and run them (the stages after it again too, as they read what it writes).
+            back = next((j for j in range(index) if self.processors[j].unrun_share()), None)
+            if back is not None:
+                stage = self.processors[back]
+                stage._note(f"sparza: {stage.job.job_key}: processor {self.processor_id} runs this stage again for "
+                            f"task(s) {', '.join(stage.unrun_share())} a newer job model gave it (--once)")
+                index = back
+                continue
+            if index == len(self.processors):
+                break
+            outcomes.append(self.processors[index].run_models())
+            index += 1
+        return outcomes
+
+    def _wait_for_stages_before(self, notes: MemberNotes, index: int) -> None:
+        """Wait until every other member of the newest job model noted that it finished the stages before stage
+        ``index`` (a ``--once`` note of ``index`` or more, or a continuous run); ``index`` past the last stage: that
+        they are through every stage, so a processor stays to take over the tasks of a peer that dies. A member that
+        left is out of the next model; one with no note yet (it just joined) is waited for up to a liveness
+        timeout, then taken for a processor that keeps no notes."""
+        settings = CoordinationConfig.from_config(self.membership)
+        poll_s = settings.jobmodel_poll_interval_ms / 1000
+        unnoted_since: dict[str, float] = {}
+        told: set[str] = set()
+        while not self._stopping.is_set():
+            peers = [p for p in self._listener.members if p != self.processor_id]
+            try:
+                found = notes.read_notes(peers)
+            except StorageUnavailableError:
+                time.sleep(poll_s)  # the coordinator notices an outage itself; ask again at the next poll
+                continue
+            now = time.monotonic()
+            behind = []
+            for pid in peers:
+                note = found.get(pid)
+                if note is None:
+                    if now - unnoted_since.setdefault(pid, now) < settings.liveness_timeout_ms / 1000:
+                        behind.append(pid)
+                elif note.startswith(_ONCE) and int(note[len(_ONCE):]) < index:
+                    behind.append(pid)
+            if not behind:
+                return
+            if set(behind) - told:
+                told.update(behind)
+                who = ", ".join(sorted(behind))
+                if index < len(self.processors):
+                    self.processors[index]._note(
+                        f"sparza: {self.processors[index].job.job_key}: waits for processor(s) {who} to finish the "
+                        f"stages before it (--once: this stage reads what they write)")
+                else:
+                    self.processors[-1]._note(
+                        f"sparza: processor {self.processor_id} is through every stage and waits for processor(s) "
+                        f"{who} to be through too (--once: it takes over their tasks should they die)")
+            time.sleep(poll_s)
 
     def _run_together(self) -> list[RunOutcome]:
         results: list[RunOutcome | BaseException | None] = [None] * len(self.processors)
@@ -313,6 +412,13 @@ class CoordinatedStages:
         return [r for r in results if isinstance(r, RunOutcome)]
 
 
+def _write_note(notes: MemberNotes, text: str) -> None:
+    """A note that cannot be written now only delays peers (they wait on the older one until this processor's next
+    note or its leaving the job model), so an outage here does not fail the run."""
+    with contextlib.suppress(StorageUnavailableError):
+        notes.write_note(text)
+
+
 class _StagesListener:
     """The one membership's listener: each stage hears of its own tasks of every model, all at once."""
 
@@ -320,6 +426,8 @@ class _StagesListener:
         self._stages = stages
         self.version = 0
         """The newest model's version passed on."""
+        self.members: list[str] = []
+        """The processors of the newest model."""
 
     def task_names(self) -> list[str]:
         """Every task of every stage, named ``<stage job key>/<task>``."""
@@ -328,6 +436,7 @@ class _StagesListener:
     def on_new_job_model(self, job_model: JobModel) -> None:
         """Give each stage its part of the model (same version: the fencing generation of all of them)."""
         self.version = int(job_model.version)
+        self.members = job_model.processors
         for key, stage in self._stages.items():
             assignments = {pid: [split_group_task(t)[1] for t in tasks if split_group_task(t)[0] == key]
                            for pid, tasks in job_model.assignments.items()}
