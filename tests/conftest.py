@@ -37,6 +37,35 @@ if "SPARK_SUBMIT_OPTS" not in os.environ:
     os.environ["SPARK_SUBMIT_OPTS"] = java_options("-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown to pytest without the plugin
+def pytest_configure_node(node: Any) -> None:
+    """Tell each xdist worker the controller's ``--dist``: a worker's own option is reset to ``no``
+    (xdist/remote.py setup_config), so it cannot see that it runs under worksteal."""
+    node.workerinput["sparza_dist"] = node.config.getoption("dist")
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering (parametrized higher-scoped fixtures)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``make test`` (xdist ``--dist worksteal``), the known-long tests first, spread over the workers
+    (tests/scheduling.py says why): the suite's tail otherwise is a long test met last by one worker."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None or workerinput.get("sparza_dist") != "worksteal":
+        return
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from tests.scheduling import arrange, read_durations
+
+    durations = read_durations()
+    for item in items:
+        # A test sharing a module- or class-scoped fixture stays with its module: moved away from it, it would
+        # set the fixture up a second time (tests/demo's whole demo run).
+        info = getattr(item, "_fixtureinfo", None)
+        if item.nodeid in durations and info is not None and any(
+                defs and defs[-1].scope in ("class", "module", "package") for defs in info.name2fixturedefs.values()):
+            del durations[item.nodeid]
+    items[:] = arrange([item.nodeid for item in items], items, durations, int(workerinput["workercount"]))
+
+
 @pytest.fixture(scope="session")
 def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteProcess]:
     """A session-wide Azurite on free loopback ports with its own data dir."""

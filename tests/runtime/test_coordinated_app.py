@@ -245,3 +245,66 @@ def test_once_processors_start_a_stage_only_after_every_peer_ended_the_stages_be
     assert at_return[first_back] == final, \
         f"{first_back} returned while the first stage still had input to process: {at_return[first_back]} -> {final}"
     assert _output(work_dir) == _oracle(events)
+
+
+def test_once_processor_goes_back_to_a_stage_for_the_tasks_of_a_peer_that_died(
+        spark, work_dir, azure_connection_string, unique_name):
+    """Two ``--once`` processors; p2 (a ``sparza run`` subprocess, two messages per batch) is still in the first
+    stage when it is killed with SIGKILL, while p1 (in this process) is through that stage and waits at the second.
+    When p2 is judged dead its tasks come to p1, which goes back to the first stage for them: the windows are exact
+    once p1 returns, with no other run. Before, p1 ran the second stage and left, those tasks' input unprocessed."""
+    import os
+    import signal
+    import subprocess
+
+    from tests.runtime.helpers import REPO, sparza_cmd, sparza_env, write_config
+
+    from sparza.coordination import AzureJobCoordinator
+
+    events = [(f"k{(i * 7) % 5}", i, i % 4, 1000 + i * 17) for i in range(800)]
+    config = _application(work_dir, azure_connection_string, unique_name, events)
+    slow = config.with_overrides({"task.max.batch.messages": "2", "job.logged.store.base.dir": str(work_dir / "s2")})
+    log = (work_dir / "p2.log").open("w")
+    p2 = subprocess.Popen(sparza_cmd("run", "--config", str(write_config(slow, work_dir / "p2.yaml")), "--once",
+                                     "--master", "local[1]", "--processor-id", "p2"),
+                          cwd=REPO, env=sparza_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    observer = AzureJobCoordinator("observer", config, [], None)  # type: ignore[arg-type]  # reads notes only
+    outcome: list[Any] = []
+
+    def p1() -> None:
+        own = config.with_overrides({"task.max.batch.messages": "50",
+                                     "job.logged.store.base.dir": str(work_dir / "s1")})
+        try:
+            outcome.append(run_application(own, spark=spark, processor_id="p1", once=True,
+                                           install_signal_handlers=False))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and p2.poll() is None:
+            model = read_status(config).state.effective
+            if model is not None and model.tasks_of("p2"):
+                break
+            time.sleep(0.5)
+        assert p2.poll() is None, f"p2 ended before p1 started: {(work_dir / 'p2.log').read_text()[-3000:]}"
+        thread = threading.Thread(target=p1, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and thread.is_alive():
+            notes = observer.read_notes(["p1", "p2"])
+            if notes.get("p1", "").startswith("once:") and notes["p1"] != "once:0":
+                break
+            time.sleep(0.2)
+        notes = observer.read_notes(["p1", "p2"])
+        assert notes.get("p2") == "once:0", f"p2 was through the first stage before p1 was: {notes}"
+        os.killpg(p2.pid, signal.SIGKILL)
+        p2.wait(60)
+        thread.join(600)
+        assert not thread.is_alive(), "p1 did not end"
+    finally:
+        if p2.poll() is None:
+            os.killpg(p2.pid, signal.SIGKILL)
+        log.close()
+    assert not isinstance(outcome[0], BaseException), "".join(traceback.format_exception(outcome[0]))
+    assert _output(work_dir) == _oracle(events)

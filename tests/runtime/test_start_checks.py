@@ -106,6 +106,40 @@ def test_task_asking_for_an_undeclared_store(start_check: Callable[..., Any]) ->
                         "declared stores: counts")
 
 
+
+def test_the_stores_a_task_class_asks_for_are_read_from_its_source_once(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    """Every job start of a class (each stage, each TestRunner restart) checks its get_store names: its source is
+    read and parsed once per class (it took ~0.1 s each time), an instance answers as its class, and a class
+    made anew (a reloaded module) is read again."""
+    import importlib.util
+    import inspect
+    import sys
+
+    from sparza.runtime.driver import preflight
+
+    reads: list[Any] = []
+    real = inspect.getsource
+    monkeypatch.setattr(preflight.inspect, "getsource", lambda obj: reads.append(obj) or real(obj))
+    path = tmp_path / "pf_once.py"
+    path.write_text(_TASKS)
+
+    def load() -> Any:
+        spec = importlib.util.spec_from_file_location("pf_once", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, "pf_once", module)  # where inspect finds a class's file
+        spec.loader.exec_module(module)
+        return module.AsksUndeclared
+
+    cls = load()
+    assert preflight.store_names_asked(cls) == ["counts", "seen"]
+    assert preflight.store_names_asked(cls) == ["counts", "seen"]
+    assert preflight.store_names_asked(cls()) == ["counts", "seen"]
+    assert reads == [cls]
+    again = load()
+    assert preflight.store_names_asked(again) == ["counts", "seen"] and reads == [cls, again]
+
 def test_input_of_an_undeclared_system(start_check: Callable[..., Any]) -> None:
     _assert_start_check(start_check(**{"task.inputs": "other.events"}), "'systems.other.samza.factory'")
 

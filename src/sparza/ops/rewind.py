@@ -33,7 +33,7 @@ from sparza.errors import SparzaError
 from sparza.ops.cleanup import drop_snapshots
 from sparza.ops.journal import Operation, TaskChange, append_operation
 from sparza.ops.positions import RewindTarget, resolve_positions
-from sparza.ops.savepoints import SavepointError, find_savepoint, savepoint_stores
+from sparza.ops.savepoints import SavepointError, copy_savepoint_stores, find_savepoint
 from sparza.ops.stopped import StoppedJob
 from sparza.ops.tables import empty_upsert_tables, upsert_tables
 from sparza.streams import SystemStreamPartition
@@ -181,6 +181,9 @@ def apply_rewind(stopped: StoppedJob, plan: RewindPlan, *, source_blob_store: ob
             savepoint = find_savepoint(source, plan.savepoint)  # type: ignore[arg-type]
             if savepoint is None:
                 raise SavepointError(f"no savepoint {plan.savepoint} in the job's blob store (sparza savepoint list)")
+            # Every copy first: a damaged savepoint is refused before a table is emptied or a checkpoint written.
+            copies = copy_savepoint_stores(savepoint, {t.task: t.before.checkpoint.batch for t in plan.tasks}, job,
+                                           source, blob_store, use="used for the rewind")  # type: ignore[arg-type]
         for table in empty_upsert_tables(job, plan.tables):
             notes.append(f"upsert table {table} emptied")
         changes: dict[str, TaskChange] = {}
@@ -193,8 +196,7 @@ def apply_rewind(stopped: StoppedJob, plan: RewindPlan, *, source_blob_store: ob
             if plan.state == "reset":
                 control, window_at_ms, drain = None, 0, None
             if savepoint is not None:
-                copied, store_notes = savepoint_stores(savepoint, t.task, job, source_blob_store or blob_store,  # type: ignore[arg-type]
-                                                       blob_store, cp.batch)
+                copied, store_notes = copies[t.task]
                 stores.update(copied)
                 notes.extend(store_notes)
                 saved = savepoint.tasks.get(t.task)

@@ -30,7 +30,7 @@ import json
 import re
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,9 +44,10 @@ from sparza.errors import SparzaError
 from sparza.ops.cleanup import LOCAL_SNAPSHOT_PREFIX, drop_snapshots
 from sparza.ops.journal import Operation, TaskChange, append_operation, operator_name, read_journal
 from sparza.ops.stopped import stopped_job
-from sparza.state.backup import StateBackup
+from sparza.state.backup import SnapshotUnavailableError, StateBackup
 
-__all__ = ["SAVEPOINT_OWNER", "Savepoint", "SavepointError", "copy_snapshot", "create_savepoint",
+__all__ = ["SAVEPOINT_OWNER", "Savepoint", "SavepointError", "copy_savepoint_stores", "copy_snapshot",
+           "create_savepoint",
            "delete_savepoint", "describe", "find_savepoint", "list_savepoints", "restore_savepoint",
            "savepoint_stores"]
 
@@ -149,10 +150,12 @@ def find_savepoint(blob_store: BlobStoreManager, name: str) -> Savepoint | None:
 
 
 def copy_snapshot(source: BlobStoreManager, index_blob_id: str, target: BlobStoreManager, *, owner: tuple[str, str],
-                  task: str, store: str, checkpoint_id: str) -> str:
-    """Copy one store snapshot into ``target`` as a new, permanent snapshot of ``owner`` (job name, job id) and
-    ``task``; returns its index blob id. Goes through the state backup's public API: the snapshot is restored
-    into a temporary dir (every checksum verified) and uploaded from it."""
+                  task: str, store: str, checkpoint_id: str, permanent: bool = True) -> str:
+    """Copy one store snapshot into ``target`` as a new snapshot of ``owner`` (job name, job id) and ``task``;
+    returns its index blob id. Goes through the state backup's public API: the snapshot is restored into a
+    temporary dir (every checksum verified) and uploaded from it. The copy is made permanent unless ``permanent``
+    is False (it keeps the upload's TTL until ``StateBackup.make_permanent``: a savepoint makes its copies permanent
+    once every one exists)."""
     reader = StateBackup(source, "", "", task)
     writer = StateBackup(target, owner[0], owner[1], task)
     try:
@@ -160,7 +163,8 @@ def copy_snapshot(source: BlobStoreManager, index_blob_id: str, target: BlobStor
             store_dir = Path(tmp) / "store"
             reader.restore(index_blob_id, store_dir, reupload_deleted=False)
             copied = writer.upload(store, store_dir, None, checkpoint_id=checkpoint_id)
-        writer.make_permanent(copied)
+        if permanent:
+            writer.make_permanent(copied)
         return copied
     finally:
         reader.close()
@@ -189,9 +193,17 @@ def create_savepoint(config: Config, name: str, *, blob_store: BlobStoreManager 
                 _check_savable(task, cp)
             tasks: dict[str, TaskCheckpoint] = {}
             for task, cp in sorted(checkpoints.items()):
-                copies = {s: copy_snapshot(store, sid, store, owner=(SAVEPOINT_OWNER, name), task=task, store=s,
-                                           checkpoint_id=str(cp.batch)) for s, sid in sorted(cp.stores.items())}
+                copies = {s: _copy_for_savepoint(store, name, task, cp, s, sid) for s, sid in sorted(cp.stores.items())}
                 tasks[task] = dataclasses.replace(cp, stores=copies, pending=None, location=None)
+            # Only now, with every copy made: a savepoint refused half-way (a purged snapshot) leaves TTL-tagged
+            # copies that gc removes, never permanent ones that nothing names.
+            for task, saved in sorted(tasks.items()):
+                backup = StateBackup(store, SAVEPOINT_OWNER, name, task)
+                try:
+                    for index in saved.stores.values():
+                        backup.make_permanent(index)
+                finally:
+                    backup.close()
             from sparza.engine.partitions import read_record
 
             record = read_record(stopped.checkpoints)
@@ -204,6 +216,24 @@ def create_savepoint(config: Config, name: str, *, blob_store: BlobStoreManager 
     finally:
         if blob_store is None:
             store.close()
+
+
+def _copy_for_savepoint(blob_store: BlobStoreManager, name: str, task: str, cp: TaskCheckpoint, store: str,
+                        index: str) -> str:
+    """Copy ``task``'s committed snapshot ``index`` of ``store`` into savepoint ``name`` (with its TTL); a snapshot the
+    blob store no longer holds refuses the savepoint, naming the task, the store and what to do."""
+    try:
+        return copy_snapshot(blob_store, index, blob_store, owner=(SAVEPOINT_OWNER, name), task=task, store=store,
+                             checkpoint_id=str(cp.batch), permanent=False)
+    except SnapshotUnavailableError as exc:
+        raise SavepointError(
+            f"savepoint {name} cannot be taken: store '{store}' of task '{task}' has lost its committed state: its "
+            f"snapshot {index} (batch {cp.batch}) refers to blob {exc.blob_id}, which is gone from the blob store "
+            "(purged). Bring that blob back (from a backup of the blob store, or undelete it if the Azure account "
+            "keeps soft-deleted blobs) and take the savepoint again; or delete the task checkpoint of "
+            f"'{task}' (see `sparza checkpoints show`) so the task rebuilds its stores from its inputs' oldest "
+            "offsets, run the job, then take it. No savepoint was made (its copies so far keep their TTL: "
+            "`sparza gc` removes them)") from exc
 
 
 def _check_supported(job: JobConfig) -> None:
@@ -255,20 +285,49 @@ def savepoint_stores(savepoint: Savepoint, task: str, job: JobConfig, source: Bl
                      target: BlobStoreManager, batch: int) -> tuple[dict[str, str], list[str]]:
     """The snapshots ``task`` of ``job`` starts from: the savepoint's copied into ``target`` for every store the
     job has (a store it added starts empty). Returns them and notes on stores dropped or added."""
-    cp = savepoint.tasks.get(task)
-    stores = dict(cp.stores) if cp is not None else {}
-    notes = []
-    out: dict[str, str] = {}
-    for store, index in sorted(stores.items()):
-        if store not in job.store_names:
-            notes.append(f"{task}: store {store} of the savepoint is not in the job: dropped")
-            continue
-        out[store] = copy_snapshot(source, index, target, owner=(job.name, job.job_id), task=task, store=store,
-                                   checkpoint_id=str(batch))
-    for store in job.store_names:
-        if store not in stores and cp is not None:
-            notes.append(f"{task}: store {store} is new (not in the savepoint): it starts empty")
-    return out, notes
+    return copy_savepoint_stores(savepoint, {task: batch}, job, source, target)[task]
+
+
+def copy_savepoint_stores(savepoint: Savepoint, tasks: Mapping[str, int], job: JobConfig, source: BlobStoreManager,
+                          target: BlobStoreManager, *, use: str = "restored") -> dict[str, tuple[dict[str, str],
+                                                                                               list[str]]]:
+    """:func:`savepoint_stores` of every task of ``tasks`` (task -> the batch its copies are made at), all of them
+    before the caller changes anything of the job: a copy of the savepoint that the blob store no longer holds (a
+    damaged savepoint) refuses it as a :class:`SavepointError` (``use`` says for what) naming the task, the store and
+    the blob, and leaves only copies with their TTL (gc removes them). The copies are made permanent once all exist.
+    """
+    copied: dict[str, tuple[dict[str, str], list[str]]] = {}
+    for task, batch in tasks.items():
+        cp = savepoint.tasks.get(task)
+        stores = dict(cp.stores) if cp is not None else {}
+        notes = []
+        out: dict[str, str] = {}
+        for store, index in sorted(stores.items()):
+            if store not in job.store_names:
+                notes.append(f"{task}: store {store} of the savepoint is not in the job: dropped")
+                continue
+            try:
+                out[store] = copy_snapshot(source, index, target, owner=(job.name, job.job_id), task=task, store=store,
+                                           checkpoint_id=str(batch), permanent=False)
+            except SnapshotUnavailableError as exc:
+                raise SavepointError(
+                    f"savepoint {savepoint.name} cannot be {use}: its copy {index} of store '{store}' of task "
+                    f"'{task}' refers to blob {exc.blob_id}, which is gone from the blob store (purged: the savepoint "
+                    "is damaged). No task checkpoint of the job was changed. Bring that blob back (from a backup of "
+                    "the blob store) and try again, or use another savepoint (sparza savepoint list) or the job's own "
+                    "checkpoints") from exc
+        for store in job.store_names:
+            if store not in stores and cp is not None:
+                notes.append(f"{task}: store {store} is new (not in the savepoint): it starts empty")
+        copied[task] = out, notes
+    for task, (out, _) in copied.items():
+        backup = StateBackup(target, job.name, job.job_id, task)
+        try:
+            for index in out.values():
+                backup.make_permanent(index)
+        finally:
+            backup.close()
+    return copied
 
 
 def _carry_partitions(savepoint: Savepoint, checkpoints: Any) -> list[str]:
@@ -294,7 +353,8 @@ def restore_savepoint(config: Config, name: str, *, source: Config | None = None
     Returns the journal entry written, or None when the job's newest operation is already the restore of this
     savepoint (``sparza run --from-savepoint`` given again at a restart continues from the job's own checkpoints;
     ``force`` restores anyway). Tasks of the savepoint the job does not have, and inputs it no longer reads, are
-    dropped; tasks and inputs it adds start at ``samza.offset.default``.
+    dropped; tasks and inputs it adds start at ``samza.offset.default``. Every snapshot is copied before any
+    checkpoint is written: a damaged savepoint (a blob purged) is refused with the task checkpoints as they were.
     """
     from sparza.engine.inputs import InputSystems
 
@@ -332,14 +392,18 @@ def restore_savepoint(config: Config, name: str, *, source: Config | None = None
             if dropped:
                 notes.append(f"tasks not in the job, dropped: {', '.join(dropped)}")
             replaced: list[tuple[str, str]] = []
+            batches = {m.name: max(savepoint.tasks[m.name].batch, current[m.name].checkpoint.batch
+                                   if m.name in current else 0) for m in models if m.name in savepoint.tasks}
+            # Every copy first: a damaged savepoint is refused before any task checkpoint is written.
+            copies = copy_savepoint_stores(savepoint, batches, job, src, target)
             for model in models:
                 saved = savepoint.tasks.get(model.name)
                 before = current[model.name].checkpoint if model.name in current else None
                 if saved is None:
                     notes.append(f"{model.name}: not in the savepoint: starts at samza.offset.default")
                     continue
-                batch = max(saved.batch, before.batch if before is not None else 0)
-                stores, store_notes = savepoint_stores(savepoint, model.name, job, src, target, batch)
+                batch = batches[model.name]
+                stores, store_notes = copies[model.name]
                 notes.extend(store_notes)
                 reads = set(model.ssp_keys())
                 offsets = {s: o for s, o in saved.offsets.items() if s in reads}

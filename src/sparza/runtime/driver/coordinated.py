@@ -75,6 +75,9 @@ class CoordinatedProcessor:
         self._runner_lock = threading.Lock()
         self._stopped = threading.Event()
         self._done = threading.Event()
+        self._stop_asked = False
+        self._newest: JobModel | None = None
+        self._ran: set[str] = set()  # tasks a run of this processor took to its end (--once: caught up or ended)
         self._stop_reason = ""
         # The stages of one application start their queries one at a time (see run_together).
         self._start_lock = start_lock or threading.Lock()
@@ -92,6 +95,7 @@ class CoordinatedProcessor:
     # --- listener (coordinator threads) ---------------------------------------------------------
     def on_new_job_model(self, job_model: Any) -> None:
         """Queue the model; the run loop starts this processor's tasks under its version."""
+        self._newest = job_model
         self._models.put(job_model)
 
     def on_job_model_expired(self) -> None:
@@ -110,6 +114,7 @@ class CoordinatedProcessor:
     def request_stop(self, reason: str) -> None:
         """Stop after the running batch and exit the run loop."""
         self._stop_reason = self._stop_reason or reason
+        self._stop_asked = True
         self._done.set()
         with self._runner_lock:
             runner = self._runner
@@ -149,6 +154,8 @@ class CoordinatedProcessor:
         the application's one coordinator in :class:`CoordinatedStages`)."""
         detach = (attach_prometheus(self.metrics, self.job.prometheus_port, labels={"sparza_job": self.job.job_key})
                   if self.job.prometheus_port is not None else None)  # served between job models too
+        if self.once and not self._stop_asked:
+            self._done.clear()  # again (see unrun_share): the share a newer model gave this processor
         try:
             while not self._done.is_set():
                 model = self._models.get()
@@ -171,6 +178,15 @@ class CoordinatedProcessor:
         finally:
             if detach is not None:
                 detach()
+
+    def unrun_share(self) -> list[str]:
+        """Under ``--once``, after :meth:`run_models` returned: this processor's tasks in a job model that came
+        since (a peer died and its tasks moved here) that no run of it took to its end; :meth:`run_models` then
+        runs that model."""
+        newest = self._newest
+        if newest is None or self._models.empty():
+            return []
+        return [t for t in newest.tasks_of(self.processor_id) if t not in self._ran]
 
     def _run_model(self, model: Any) -> bool:
         """Run ``model``'s tasks of this processor; True when the model expired (a new one follows)."""
@@ -208,6 +224,8 @@ class CoordinatedProcessor:
                 return True
             self.batches += outcome.batches
             self.discards.add(outcome.discards)
+            if outcome.reason != "job model expired":
+                self._ran.update(tasks)
             if outcome.reason == "all inputs ended" and self.share_ended is not None and not self.once:
                 # A stage of an application: its membership goes on (and a newer model may give this stage tasks
                 # not yet ended); the application leaves once every stage's share of the same model ended.
@@ -301,26 +319,39 @@ class CoordinatedStages:
         """``--once``: the stages one after the other, writers first. A stage starts only once every member of the
         membership finished the stages before it: its end is frozen when it starts, so a stage started while a
         peer still wrote its input would end "caught up" short of that input (and leave it unprocessed when its
-        processor left after the peer's last look at the job model)."""
+        processor left after the peer's last look at the job model). A processor through every stage leaves once
+        all its peers are through too, and goes back to a stage whose tasks a newer model gave it meanwhile."""
         outcomes: list[RunOutcome] = []
-        for index, processor in enumerate(self.processors):
-            if self._stopping.is_set():
-                break
-            if notes is not None and index:
+        index, noted = 0, 0  # the first note was written before joining
+        while not self._stopping.is_set():
+            if notes is not None and index != noted:
                 _write_note(notes, f"{_ONCE}{index}")
+                noted = index
+            if notes is not None and index:
                 self._wait_for_stages_before(notes, index)
                 if self._stopping.is_set():
                     break
-            outcomes.append(processor.run_models())
-        if notes is not None and not self._stopping.is_set():
-            _write_note(notes, f"{_ONCE}{len(self.processors)}")
+            # A peer that died mid-run left its tasks to the others, maybe of a stage this processor is through:
+            # go back and run them (the stages after it again too, as they read what it writes).
+            back = next((j for j in range(index) if self.processors[j].unrun_share()), None)
+            if back is not None:
+                stage = self.processors[back]
+                stage._note(f"sparza: {stage.job.job_key}: processor {self.processor_id} runs this stage again for "
+                            f"task(s) {', '.join(stage.unrun_share())} a newer job model gave it (--once)")
+                index = back
+                continue
+            if index == len(self.processors):
+                break
+            outcomes.append(self.processors[index].run_models())
+            index += 1
         return outcomes
 
     def _wait_for_stages_before(self, notes: MemberNotes, index: int) -> None:
         """Wait until every other member of the newest job model noted that it finished the stages before stage
-        ``index`` (a ``--once`` note of ``index`` or more, or a continuous run). A member that left is out of the
-        next model; one with no note yet (it just joined) is waited for up to a liveness timeout, then taken for
-        a processor that keeps no notes."""
+        ``index`` (a ``--once`` note of ``index`` or more, or a continuous run); ``index`` past the last stage: that
+        they are through every stage, so a processor stays to take over the tasks of a peer that dies. A member that
+        left is out of the next model; one with no note yet (it just joined) is waited for up to a liveness
+        timeout, then taken for a processor that keeps no notes."""
         settings = CoordinationConfig.from_config(self.membership)
         poll_s = settings.jobmodel_poll_interval_ms / 1000
         unnoted_since: dict[str, float] = {}
@@ -345,10 +376,15 @@ class CoordinatedStages:
                 return
             if set(behind) - told:
                 told.update(behind)
-                self.processors[index]._note(
-                    f"sparza: {self.processors[index].job.job_key}: waits for processor(s) "
-                    f"{', '.join(sorted(behind))} to finish the stages before it (--once: this stage reads what "
-                    f"they write)")
+                who = ", ".join(sorted(behind))
+                if index < len(self.processors):
+                    self.processors[index]._note(
+                        f"sparza: {self.processors[index].job.job_key}: waits for processor(s) {who} to finish the "
+                        f"stages before it (--once: this stage reads what they write)")
+                else:
+                    self.processors[-1]._note(
+                        f"sparza: processor {self.processor_id} is through every stage and waits for processor(s) "
+                        f"{who} to be through too (--once: it takes over their tasks should they die)")
             time.sleep(poll_s)
 
     def _run_together(self) -> list[RunOutcome]:

@@ -74,11 +74,22 @@ def load_checked(path: str, key: str) -> Any:
             f"config key '{key}' = {path!r}: module {module_name} defines no {attr!r} (fix the name)")) from exc
 
 
+# Per class, what store_names_asked found: reading and parsing a class's source takes ~0.1 s, and every start of
+# a job of the class (each stage, each restart of an in-process TestRunner) asked again for the same answer. A
+# class's code cannot change once loaded (a reloaded module makes new classes); weak keys let classes go.
+_STORE_NAMES: weakref.WeakKeyDictionary[type, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
 def store_names_asked(cls: Any) -> list[str]:
     """Store names the class's own code asks for with a literal ``get_store("name")`` (a computed name
     cannot be known before it runs)."""
+    owner = cls if isinstance(cls, type) else type(cls)
     try:
-        source = textwrap.dedent(inspect.getsource(cls if isinstance(cls, type) else type(cls)))
+        return list(_STORE_NAMES[owner])
+    except (KeyError, TypeError):  # TypeError: a type that takes no weak reference
+        pass
+    try:
+        source = textwrap.dedent(inspect.getsource(owner))
         tree = ast.parse(source)
     except (OSError, TypeError, SyntaxError):
         return []
@@ -87,7 +98,12 @@ def store_names_asked(cls: Any) -> list[str]:
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get_store"
                 and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
             names.append(node.args[0].value)
-    return list(dict.fromkeys(names))
+    found = tuple(dict.fromkeys(names))
+    try:
+        _STORE_NAMES[owner] = found
+    except TypeError:
+        pass
+    return list(found)
 
 
 def _check_task_class(job: JobConfig) -> None:

@@ -8,11 +8,19 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SavedBlob", "purge_committed_snapshots", "restore_local_blob", "save_local_blob",
-           "tombstone_committed_snapshots"]
+__all__ = ["PURGE_WORDS", "SavedBlob", "names_purged", "purge_committed_snapshots", "restore_local_blob",
+           "save_local_blob", "tombstone_committed_snapshots"]
 
 SavedBlob = tuple[bytes, dict[str, str], dict[str, str]]
 """A blob's bytes, metadata and tags, as saved before it was purged."""
+
+PURGE_WORDS = ("purged", "gone from the blob store", "does not exist in the blob store", "cannot be restored")
+"""Words of which an error after the purged-snapshot fault must hold one: it says that state is gone."""
+
+
+def names_purged(error: str) -> bool:
+    """Whether ``error`` says that committed state is gone from the blob store (:data:`PURGE_WORDS`)."""
+    return any(word in error for word in PURGE_WORDS)
 
 
 def _committed_snapshot_blobs(manager: Any) -> list[str]:

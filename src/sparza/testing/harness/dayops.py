@@ -11,13 +11,17 @@ released). Each leaves the job exactly where it was, so the oracle's exact outpu
                        ``job.partition.expansion`` stops it, the next run must fail naming the stream and both
                        counts (:func:`growth_refusal_problem`), and the harness then sets ``Scenario.grow_then``
                        as an operator would (each engine does the runs)
+
+Right after the purged-snapshot fault (the first fault of the phase, before any run met it) a savepoint cannot be
+taken: the job's committed snapshots are gone. :func:`day_two_operation_after_purge` expects the refusal to say so,
+then brings the blobs back, as the refusal tells the operator to, and does the operation again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 
-__all__ = ["day_two_operation", "grow_input", "growth_refusal_problem"]
+__all__ = ["day_two_operation", "day_two_operation_after_purge", "grow_input", "growth_refusal_problem"]
 
 
 def day_two_operation(fault: str, config: Mapping[str, str], label: str) -> str:
@@ -46,6 +50,43 @@ def day_two_operation(fault: str, config: Mapping[str, str], label: str) -> str:
                            tables="keep")
         apply_rewind(stopped, plan)
     return f"rewind-in-place: {len(tasks)} task(s) rewound to their own offsets with savepoint {name}'s state"
+
+
+def day_two_operation_after_purge(fault: str, config: Mapping[str, str], label: str, purged: Collection[str],
+                                  bring_back: Callable[[], None]) -> tuple[str, str | None]:
+    """Do ``fault`` (``savepoint-restore`` or ``rewind-in-place``, both of which take a savepoint first) to the stopped
+    job of ``config`` whose blobs ``purged`` (ids) the purged-snapshot fault took away, no run having met that since.
+    When a committed task checkpoint names a purged snapshot, the savepoint must be refused saying that state is gone
+    (:func:`~sparza.testing.harness.damage.names_purged`); ``bring_back()`` then puts the blobs back and the operation
+    is done again, under the same savepoint name (a refused one leaves none). Returns a note and a problem (None:
+    none found); the blobs are brought back whenever the operation was refused."""
+    from sparza.config import Config
+    from sparza.errors import SparzaError
+    from sparza.ops import stopped_job
+    from sparza.state.backup.delta import base_of
+    from sparza.testing.harness.damage import names_purged
+
+    with stopped_job(Config.of(config)) as stopped:
+        named = sorted({base_of(index) for cp in stopped.checkpoints.read_all().values() if cp.committed
+                        for index in cp.stores.values()} & set(purged))
+    try:
+        note = day_two_operation(fault, config, label)
+    except SparzaError as exc:  # refused on purpose: judged by what it says
+        error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        problem = None
+        if not named:
+            problem = (f"{fault}: refused though no committed task checkpoint names a purged snapshot: "
+                       f"{type(exc).__name__}: {error}")
+        elif not names_purged(error):
+            problem = (f"{fault}: refused after committed snapshots were purged without saying that state is gone: "
+                       f"{type(exc).__name__}: {error}")
+        bring_back()
+        return (f"{fault}: refused after the purge ({type(exc).__name__}); the {len(purged)} purged blobs brought "
+                "back; " + day_two_operation(fault, config, label)), problem
+    if named:
+        return note, (f"{fault}: a savepoint was taken of a job whose committed snapshots {', '.join(named[:3])} were "
+                      "purged: it must have been refused")
+    return note, None
 
 
 def grow_input(config: Mapping[str, str], stream: str, partitions: int) -> int:

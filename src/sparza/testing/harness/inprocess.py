@@ -75,12 +75,13 @@ from sparza.state.backup.backup import BACKUP_FACTORIES
 from sparza.testing.harness.check import judge
 from sparza.testing.harness.damage import (
     SavedBlob,
+    names_purged,
     purge_committed_snapshots,
     restore_local_blob,
     save_local_blob,
     tombstone_committed_snapshots,
 )
-from sparza.testing.harness.dayops import day_two_operation, growth_refusal_problem
+from sparza.testing.harness.dayops import day_two_operation, day_two_operation_after_purge, growth_refusal_problem
 from sparza.testing.harness.jobconfig import LATE_STREAM, PROFILES_STREAM, job_config, profile_partition
 from sparza.testing.harness.outcome import Outcome, RunRecord
 from sparza.testing.harness.phases import plan_phase, run_phase
@@ -303,8 +304,7 @@ class InProcessJob:
             record = RunRecord(label, 1, time.perf_counter() - started, error=_first_line(exc))
         self.runs.append(record)
         if self.purged and record.returncode != 0:
-            named = any(word in record.error for word in ("purged", "gone from the blob store",
-                                                           "does not exist in the blob store", "cannot be restored"))
+            named = names_purged(record.error)
             if named or not meant_to_fail:
                 record = self._restore_purged(label, record, named, meant_to_fail)
         return record
@@ -317,11 +317,15 @@ class InProcessJob:
         if not named:
             self.purge_problems.append(f"run '{label}' after committed snapshots were purged failed without saying "
                                        f"so: {failed.error}")
+        self.bring_back_purged()
+        self.restart()
+        return self.run(f"{label}-after-restoring-blobs", meant_to_fail=meant_to_fail)
+
+    def bring_back_purged(self) -> None:
+        """Put the blobs the purged-snapshot fault took away back (as an operator would, from a backup)."""
         for blob_id, saved in self.purged.items():
             restore_local_blob(self.root / "blobstore", blob_id, saved)
         self.purged = {}
-        self.restart()
-        return self.run(f"{label}-after-restoring-blobs", meant_to_fail=meant_to_fail)
 
     def close(self) -> None:
         """Close every processor (the first one owns the work dir's streams)."""
@@ -588,7 +592,13 @@ def _damage(job: InProcessJob, outcome: Outcome, fault: str, label: str) -> None
         _grow_input(job, outcome, label)
     elif fault in DAYOPS_FAULTS:
         job.restart(crashed=False, keep_plan=False)   # a stopped job: claim released, re-planned from checkpoints
-        outcome.notes.append(day_two_operation(fault, job.runner.config, label))
+        if job.purged:  # right after the purged-snapshot fault: the savepoint must be refused saying what is gone
+            note, problem = day_two_operation_after_purge(fault, job.runner.config, label, set(job.purged),
+                                                          job.bring_back_purged)
+            outcome.notes.append(note)
+            outcome.problems.extend([problem] if problem else [])
+        else:
+            outcome.notes.append(day_two_operation(fault, job.runner.config, label))
     elif fault != "none":
         raise ValueError(f"unknown fault {fault!r}")
 

@@ -35,12 +35,18 @@ from sparza.testing.faults import fault_keys
 from sparza.testing.harness.check import judge
 from sparza.testing.harness.damage import (
     SavedBlob,
+    names_purged,
     purge_committed_snapshots,
     restore_local_blob,
     save_local_blob,
     tombstone_committed_snapshots,
 )
-from sparza.testing.harness.dayops import day_two_operation, grow_input, growth_refusal_problem
+from sparza.testing.harness.dayops import (
+    day_two_operation,
+    day_two_operation_after_purge,
+    grow_input,
+    growth_refusal_problem,
+)
 from sparza.testing.harness.jobconfig import job_config, profile_partition
 from sparza.testing.harness.outcome import Outcome, RunRecord
 from sparza.testing.harness.phases import plan_phase, run_phase
@@ -273,8 +279,7 @@ class SparkJob:
         record = self._run_group(label, config_path, *once, *extra)
         if self.purged and record.returncode not in (0, None):
             text = log_tail(record.log, 6)
-            named = any(word in text for word in ("purged", "gone from the blob store",
-                                                  "does not exist in the blob store", "cannot be restored"))
+            named = names_purged(text)
             if named or not meant_to_fail:
                 record = self._restore_purged(label, record, text, named, config_path, *once, *extra)
         return record
@@ -289,10 +294,14 @@ class SparkJob:
         if not named:
             self.purge_problems.append(f"run '{label}' after committed snapshots were purged failed without saying "
                                        f"so: {text}")
+        self.bring_back_purged()
+        return self._run_group(f"{label}-after-restoring-blobs", config_path, *args)
+
+    def bring_back_purged(self) -> None:
+        """Put the blobs the purged-snapshot fault took away back (as an operator would, from a backup)."""
         for blob_id, saved in self.purged.items():
             _restore_blob(self, blob_id, saved)
         self.purged = {}
-        return self._run_group(f"{label}-after-restoring-blobs", config_path, *args)
 
     def _run_group(self, label: str, config_path: Path | None, *args: str) -> RunRecord:
         """One run: a single ``sparza run``, or with ``processors`` > 1 that many processors of the job
@@ -760,7 +769,13 @@ def _damage(job: SparkJob, outcome: Outcome, fault: str, label: str) -> None:
     elif fault == "partition-growth":
         _grow_input(job, outcome, label)
     elif fault in DAYOPS_FAULTS:
-        outcome.notes.append(day_two_operation(fault, job.config, label))
+        if job.purged:  # right after the purged-snapshot fault: the savepoint must be refused saying what is gone
+            note, problem = day_two_operation_after_purge(fault, job.config, label, set(job.purged),
+                                                          job.bring_back_purged)
+            outcome.notes.append(note)
+            outcome.problems.extend([problem] if problem else [])
+        else:
+            outcome.notes.append(day_two_operation(fault, job.config, label))
     elif fault != "none":
         raise ValueError(f"unknown fault {fault!r}")
 
