@@ -148,6 +148,14 @@ def _round(shape: str, tree: Path, servers: str, work: Path, probe_s: float, eve
     proc: subprocess.Popen[bytes] | None = None
     keys: list[str] = []
     toggles = 0
+    failed: list[str] = []  # a stop or start of a worker that failed: the round measured fewer hand-overs
+
+    def toggle(action: Any, worker: int) -> None:
+        try:
+            action(worker)
+        except Exception as exc:
+            failed.append(f"{action.__name__}({worker}): {type(exc).__name__}: {exc}")
+
     with cluster:
         try:
             with log.open("w") as sink:
@@ -177,9 +185,9 @@ def _round(shape: str, tree: Path, servers: str, work: Path, probe_s: float, eve
                     toggles += 1
                     if stopped is None:  # each worker in turn: its container's tasks move to the others
                         stopped = (toggles // 2) % 3 + 1
-                        threading.Thread(target=cluster.stop_worker, args=(stopped,), daemon=True).start()
+                        threading.Thread(target=toggle, args=(cluster.stop_worker, stopped), daemon=True).start()
                     else:  # back: a container starts there and tasks over the others' share move onto it
-                        threading.Thread(target=cluster.start_worker, args=(stopped,), daemon=True).start()
+                        threading.Thread(target=toggle, args=(cluster.start_worker, stopped), daemon=True).start()
                         stopped = None
                 time.sleep(0.05)
             probe.producer.flush(10)
@@ -191,6 +199,9 @@ def _round(shape: str, tree: Path, servers: str, work: Path, probe_s: float, eve
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait(30)
+    if failed:  # not the round it claims to be: nothing of it is recorded
+        raise RuntimeError(f"{shape}: {len(failed)} worker stop/start(s) failed, so the round did not hand over as "
+                           f"planned: {'; '.join(failed)}")
     latencies = [probe.arrived[k] - probe.sent[k] for k in keys if k in probe.arrived]
     return {"shape": shape, "sent": len(keys), "arrived": len(latencies), "latencies": latencies,
             "toggles": toggles, "load": loadavg()}
