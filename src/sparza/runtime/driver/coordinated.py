@@ -179,12 +179,17 @@ class CoordinatedProcessor:
             if detach is not None:
                 detach()
 
+    @property
+    def stop_asked(self) -> bool:
+        """True once :meth:`request_stop` was called (a signal, the coordinator stopping, another stage failing)."""
+        return self._stop_asked
+
     def unrun_share(self) -> list[str]:
         """Under ``--once``, after :meth:`run_models` returned: this processor's tasks in a job model that came
         since (a peer died and its tasks moved here) that no run of it took to its end; :meth:`run_models` then
         runs that model."""
         newest = self._newest
-        if newest is None or self._models.empty():
+        if newest is None or self._stop_asked or self._models.empty():
             return []
         return [t for t in newest.tasks_of(self.processor_id) if t not in self._ran]
 
@@ -282,6 +287,10 @@ class CoordinatedStages:
             for processor in self.processors:
                 processor.request_stop("all inputs ended")
 
+    def _halted(self) -> bool:
+        """Asked to stop, or a stage was (its coordinator stopped, say): an ordered run goes no further."""
+        return self._stopping.is_set() or any(p.stop_asked for p in self.processors)
+
     def request_stop(self, reason: str) -> None:
         """Stop every stage after its running batch (thread- and signal-safe)."""
         self._stopping.set()
@@ -323,13 +332,13 @@ class CoordinatedStages:
         all its peers are through too, and goes back to a stage whose tasks a newer model gave it meanwhile."""
         outcomes: list[RunOutcome] = []
         index, noted = 0, 0  # the first note was written before joining
-        while not self._stopping.is_set():
+        while not self._halted():
             if notes is not None and index != noted:
                 _write_note(notes, f"{_ONCE}{index}")
                 noted = index
             if notes is not None and index:
                 self._wait_for_stages_before(notes, index)
-                if self._stopping.is_set():
+                if self._halted():
                     break
             # A peer that died mid-run left its tasks to the others, maybe of a stage this processor is through:
             # go back and run them (the stages after it again too, as they read what it writes).
@@ -356,7 +365,7 @@ class CoordinatedStages:
         poll_s = settings.jobmodel_poll_interval_ms / 1000
         unnoted_since: dict[str, float] = {}
         told: set[str] = set()
-        while not self._stopping.is_set():
+        while not self._halted():
             peers = [p for p in self._listener.members if p != self.processor_id]
             try:
                 found = notes.read_notes(peers)
