@@ -30,7 +30,7 @@ import json
 import re
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,13 +197,7 @@ def create_savepoint(config: Config, name: str, *, blob_store: BlobStoreManager 
                 tasks[task] = dataclasses.replace(cp, stores=copies, pending=None, location=None)
             # Only now, with every copy made: a savepoint refused half-way (a purged snapshot) leaves TTL-tagged
             # copies that gc removes, never permanent ones that nothing names.
-            for task, saved in sorted(tasks.items()):
-                backup = StateBackup(store, SAVEPOINT_OWNER, name, task)
-                try:
-                    for index in saved.stores.values():
-                        backup.make_permanent(index)
-                finally:
-                    backup.close()
+            _make_permanent(store, (SAVEPOINT_OWNER, name), {t: saved.stores.values() for t, saved in tasks.items()})
             from sparza.engine.partitions import read_record
 
             record = read_record(stopped.checkpoints)
@@ -320,14 +314,21 @@ def copy_savepoint_stores(savepoint: Savepoint, tasks: Mapping[str, int], job: J
             if store not in stores and cp is not None:
                 notes.append(f"{task}: store {store} is new (not in the savepoint): it starts empty")
         copied[task] = out, notes
-    for task, (out, _) in copied.items():
-        backup = StateBackup(target, job.name, job.job_id, task)
+    _make_permanent(target, (job.name, job.job_id), {t: out.values() for t, (out, _) in copied.items()})
+    return copied
+
+
+def _make_permanent(blob_store: BlobStoreManager, owner: tuple[str, str],
+                    snapshots: Mapping[str, Iterable[str]]) -> None:
+    """Make the copied snapshots (task -> index blob ids) of ``owner`` (job name, job id) permanent, once every copy
+    exists."""
+    for task, indexes in sorted(snapshots.items()):
+        backup = StateBackup(blob_store, owner[0], owner[1], task)
         try:
-            for index in out.values():
+            for index in indexes:
                 backup.make_permanent(index)
         finally:
             backup.close()
-    return copied
 
 
 def _carry_partitions(savepoint: Savepoint, checkpoints: Any) -> list[str]:
