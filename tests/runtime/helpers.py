@@ -1,4 +1,5 @@
-"""Helpers of the runtime tests: the keyed-count job config, expected counts, `sparza` subprocesses."""
+"""Helpers of the runtime tests: the keyed-count job config, expected counts, `sparza` subprocesses, the job's task
+checkpoints and committed snapshots (and their blobs deleted, as by an operator's mistake)."""
 
 from __future__ import annotations
 
@@ -123,3 +124,49 @@ def task_checkpoints(config: Config) -> dict[str, Any]:
 
     return checkpoint_store_from_config(config, JobConfig.from_config(config, require_inputs=False).job_key).read_all()
 
+
+def committed_snapshots(config: Config) -> dict[str, str]:
+    """Task -> the committed snapshot id of its ``counts`` store (the keyed-count job ``kc``, id 1)."""
+    from sparza.engine.checkpoint import checkpoint_store_from_config
+
+    return {task: cp.stores["counts"] for task, cp in checkpoint_store_from_config(config, "kc-1").read_all().items()}
+
+
+def _present_blobs(manager: Any, task: str, index_id: str) -> list[str]:
+    from sparza.state.backup import StateBackup
+
+    index = StateBackup(manager, "kc", "1", task).read_index(index_id, get_deleted=True)
+    return [b.blob_id for b in index.dir_index.present_blobs()]
+
+
+def snapshot_blobs(config: Config, task: str, index_id: str) -> list[str]:
+    """The file blobs of ``task``'s ``counts`` snapshot ``index_id``, read from its index even when deleted."""
+    from sparza.blobstore import blob_store_manager_from_config
+
+    manager = blob_store_manager_from_config(config)
+    try:
+        return _present_blobs(manager, task, index_id)
+    finally:
+        manager.close()
+
+
+def delete_snapshots(config: Config) -> dict[str, list[str]]:
+    """Mark every committed ``counts`` snapshot's index and file blobs deleted (an operator's mistake); returns each
+    task's deleted blobs, the index's first."""
+    from sparza.blobstore import blob_store_manager_from_config
+    from sparza.blobstore.api import INDEX_PAYLOAD_PATH, Metadata
+    from sparza.state.backup.delta import base_of
+
+    manager = blob_store_manager_from_config(config)
+    deleted: dict[str, list[str]] = {}
+    try:
+        for task, index_id in committed_snapshots(config).items():
+            blobs = _present_blobs(manager, task, index_id)
+            for blob in blobs:
+                manager.delete(blob, Metadata("", -1, "kc", "1", task, "counts"))
+            # A snapshot id may carry a commit's writes after the index blob's id (#d1...): the blob is its base.
+            manager.delete(base_of(index_id), Metadata(INDEX_PAYLOAD_PATH, -1, "kc", "1", task, "counts"))
+            deleted[task] = [base_of(index_id), *blobs]
+    finally:
+        manager.close()
+    return deleted
