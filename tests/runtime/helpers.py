@@ -7,8 +7,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import yaml
 
@@ -69,9 +72,9 @@ def write_config(config: Config, path: Path) -> Path:
     return path
 
 
-def sparza_cmd(*args: str) -> list[str]:
-    """``sparza`` as a subprocess command line."""
-    return [sys.executable, "-c", "from sparza.cli import main; main()", *args]
+def sparza_cmd(*args: str, python: str = sys.executable) -> list[str]:
+    """``sparza`` as a subprocess command line (of ``python``'s sparza: this interpreter's unless told)."""
+    return [python, "-c", "from sparza.cli import main; main()", *args]
 
 
 def sparza_env() -> dict[str, str]:
@@ -79,6 +82,21 @@ def sparza_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return env
+
+
+def start_sparza(*args: str, log: Path, env: dict[str, str], cwd: Path,
+                 python: str = sys.executable) -> subprocess.Popen[bytes]:
+    """``sparza`` started in the background (a ``sparza run`` on a cluster), its output (both streams) to ``log``."""
+    with log.open("w") as out:
+        return subprocess.Popen(sparza_cmd(*args, python=python), env=env, stdout=out, stderr=subprocess.STDOUT,
+                                cwd=cwd)
+
+
+def stop_sparza(proc: subprocess.Popen[bytes] | None) -> None:
+    """Kill a ``sparza`` process that still runs (the test or round around it failed) and wait for it."""
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait(30)
 
 
 def run_sparza(*args: str, timeout: float = 240, **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -170,3 +188,47 @@ def delete_snapshots(config: Config) -> dict[str, list[str]]:
     finally:
         manager.close()
     return deleted
+
+
+class CheckpointWatch:
+    """What a running job's task checkpoints show, sampled in a thread once a second (:func:`task_checkpoints`, what
+    ``sparza checkpoints show`` prints): :attr:`history` holds ``(time, {task: shape(checkpoint)})`` of every read,
+    :attr:`error` the last failed read's error (Azurite busy, a blob replaced while read: the next sample has it)."""
+
+    def __init__(self, config: Config, shape: Callable[[Any], dict[str, Any]], *, stop_timeout_s: float = 60.0) -> None:
+        self.config = config
+        self.shape = shape
+        self.history: list[tuple[float, dict[str, dict[str, Any]]]] = []
+        self.error: Exception | None = None
+        self._stop_timeout_s = stop_timeout_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                shown = task_checkpoints(self.config)
+            except Exception as exc:  # the next sample has it
+                self.error = exc
+            else:
+                self.history.append((time.time(), {t: self.shape(cp) for t, cp in shown.items()}))
+            self._stop.wait(1.0)
+
+    def start(self) -> Self:
+        """Start sampling."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop sampling (waits for a read in progress, at most ``stop_timeout_s``)."""
+        self._stop.set()
+        self._thread.join(self._stop_timeout_s)
+
+    @property
+    def samples(self) -> list[dict[str, dict[str, Any]]]:
+        """Every sample so far, oldest first, without its time."""
+        return [sample for _, sample in self.history]
+
+    def latest(self) -> dict[str, dict[str, Any]]:
+        """The newest sample (empty before the first)."""
+        return self.history[-1][1] if self.history else {}
