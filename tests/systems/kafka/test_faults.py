@@ -336,10 +336,11 @@ def test_a_broker_stopped_and_restarted_mid_run(own_broker: KafkaBroker, work_di
 def test_a_broker_killed_and_restarted_mid_run(own_broker: KafkaBroker, work_dir: Path, unique_name: str) -> None:
     """``kill -9`` of the only broker after the run's first commits, started again 5 s later. Kafka itself does not
     keep every transaction here: with a single replica shut down uncleanly, a commit it acknowledged may come back
-    without its marker on an output partition, and the next producer's abort then covers it (seen in about one run
-    in five: the log shows the batch's records, no marker, the abort; Kafka documents the same loss of markers for
-    an unclean leader election, KAFKA-20716). So: nothing written twice; the job goes on to the input's end; and
-    any pair missing is one sparza wrote, in the topic uncommitted (a pair not there at all would be sparza's loss).
+    without its marker on an output partition, and the next producer's abort then covers it (seen in one of seven
+    runs here and once in CI: the log shows the batch's records, no marker, the abort; Kafka documents the same
+    loss of markers for an unclean leader election, KAFKA-20716). So: nothing written twice; the job goes on to the
+    input's end; and any pair missing is one sparza wrote, in the topic uncommitted (a pair not there at all would
+    be sparza's loss).
     The replicated case is exact: ``test_a_leader_killed_in_a_three_broker_cluster``."""
     def restart() -> None:
         own_broker.kill()
