@@ -79,6 +79,42 @@ def test_a_committed_get_is_answered_as_of_the_latest_commit_without_opening_its
     assert len(batches) == 2 and all(len(b) >= 2 for b in batches.values()), batches  # read across commits
 
 
+def test_the_endpoint_keeps_a_clients_connection_across_reads_and_the_client_opens_a_closed_one_again(
+        work_dir: Path):
+    import socket
+    import time
+
+    from sparza.engine.messages import StoreAnswer
+    from sparza.runtime.driver.livequery import LiveJob, LiveQueryServer
+    from sparza.storeview.live import LiveStores
+
+    class Manager:  # the containers' side: every task holds every key at 7, as of batch 3
+        def query(self, query: QueryStore, timeout_s: float) -> StoreAnswer:
+            return StoreAnswer(query.id, True, 7 if query.key != "no-such-key" else None, 3)
+
+    server = LiveQueryServer(Manager())  # type: ignore[arg-type]
+    server.add(LiveJob("kc-1", ["Partition 0", "Partition 1"], lambda store, key: "Partition 1"))
+    stores = LiveStores(Config(job_values(work_dir)), url=server.url)
+    try:
+        assert stores.get("counts", "k1") == {"Partition 1": 7}
+        kept = stores._local.conn.sock.getsockname()
+        began = time.monotonic()
+        for _ in range(50):
+            assert stores.get("counts", "k1") == {"Partition 1": 7}
+        # One connection for them all; and quick: with Nagle's algorithm on the kept connection, each answer's
+        # body waited for the ACK of its headers (~40 ms delayed ACK per read).
+        assert stores._local.conn.sock.getsockname() == kept
+        assert time.monotonic() - began < 1.5
+        assert stores.get("counts", "no-such-key") == {}
+        assert stores.count("counts") == {"Partition 0": 7, "Partition 1": 7}
+        stores._local.conn.sock.shutdown(socket.SHUT_RDWR)  # as the endpoint closing an idle connection
+        assert stores.get("counts", "k1") == {"Partition 1": 7}
+        assert stores._local.conn.sock.getsockname() != kept
+    finally:
+        stores.close()
+        server.close()
+
+
 @pytest.mark.timeout(400)
 def test_sparza_store_get_live_asks_the_running_processor_which_routes_the_key_to_its_task(spark, work_dir: Path):
     from sparza.runtime import JobRunner
