@@ -3,11 +3,12 @@
 The keyed count (8 tasks, RocksDB backed up to a local blob store, Delta streams in and out) on `local[2]` in the
 container mode processes ``--messages`` messages appended up front, twice in the same run and session: once with no
 reader (the baseline) and once while a reader asks the processor's live query endpoint ``--reads`` times a second
-for the committed count of a random key (``GET /v1/stores/counts/get``, routed to the key's task). Reported: each
-run's throughput (messages / seconds from the first to the last commit), the drop with reads, and the reads'
-latency percentiles (HTTP round trip, client to answer).
+for the committed count of a random key (``GET /v1/stores/counts/get``, routed to the key's task), through
+``LiveStores`` on one kept connection (``--connection kept``) or with a new connection per read (``per-read``, as
+curl or ``sparza store get --live`` does). Reported: each run's throughput (messages / seconds from the first to
+the last commit), the drop with reads, and the reads' latency percentiles (HTTP round trip, client to answer).
 
-Usage: ``python bench/live_query.py [--messages 400000] [--reads 100]``
+Usage: ``python bench/live_query.py [--messages 400000] [--reads 100] [--connection kept|per-read]``
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ MEASURES = ("Reads of a running job's store through its processor's live query e
 GOAL = "p99 ≤ 20 ms; the job's throughput drops ≤ 5 % under 100 reads/s"
 
 
-def _run(spark: Any, root: Path, name: str, messages: int, reads: int) -> dict[str, Any]:
+def _run(spark: Any, root: Path, name: str, messages: int, reads: int, connection: str = "kept") -> dict[str, Any]:
     from examples.keyed_count.config import job_values
     from examples.keyed_count.load import bulk_append, create_streams
 
@@ -80,11 +81,12 @@ def _run(spark: Any, root: Path, name: str, messages: int, reads: int) -> dict[s
     def reader() -> None:
         nonlocal errors
         rng = random.Random(1)
+        stores = LiveStores(config, timeout_s=5)
         url = None
         while not stop.is_set():
             if url is None:
                 try:
-                    url = LiveStores(config).url
+                    url = stores.url  # once the processor wrote its _live document
                 except Exception:
                     time.sleep(0.2)
                     continue
@@ -93,8 +95,11 @@ def _run(spark: Any, root: Path, name: str, messages: int, reads: int) -> dict[s
                                                                                 "key": json.dumps(key)})
             began = time.perf_counter()
             try:
-                with urllib.request.urlopen(address, timeout=5) as response:
-                    response.read()
+                if connection == "kept":
+                    stores.get("counts", key)  # the Python client: one kept connection
+                else:
+                    with urllib.request.urlopen(address, timeout=5) as response:  # as curl or the CLI: a new one
+                        response.read()
                 if times:  # measured once the job commits (before, the tasks have no committed state)
                     latencies.append((time.perf_counter() - began) * 1000)
             except Exception as exc:
@@ -103,6 +108,7 @@ def _run(spark: Any, root: Path, name: str, messages: int, reads: int) -> dict[s
                     text = str(getattr(exc, "read", lambda: b"")() or exc)[:120]
                     kinds[text] = kinds.get(text, 0) + 1
             stop.wait(max(0.0, 1.0 / reads - (time.perf_counter() - began)))
+        stores.close()
 
     readers = [threading.Thread(target=reader, daemon=True)] if reads else []
     for r in readers:
@@ -131,6 +137,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--messages", type=int, default=400_000)
     parser.add_argument("--reads", type=int, default=100)
+    parser.add_argument("--connection", choices=("kept", "per-read"), default="kept",
+                        help="kept: the reader is LiveStores (one kept HTTP connection); per-read: a new connection "
+                             "per read (urllib, as curl or `sparza store get --live` does)")
     args = parser.parse_args()
     from sparza.runtime.driver.app import _importable_cwd
     from sparza.testing import local_spark_session
@@ -142,13 +151,14 @@ def main() -> None:
             root = Path(tmp)
             _run(spark, root, "warm", 20_000, 0)  # the JVM, the Python workers and the containers warm
             base = _run(spark, root, "noreads", args.messages, 0)
-            read = _run(spark, root, "reads", args.messages, args.reads)
+            read = _run(spark, root, "reads", args.messages, args.reads, args.connection)
     finally:
         spark.stop()
     lat = read["latencies"]
     drop = (1 - read["rate"] / base["rate"]) * 100
     rows = [["without reads (baseline)", f"{base['rate']:,.0f}", "-", "-", "-", "-", base["load"]],
-            [f"{args.reads} reads/s", f"{read['rate']:,.0f}", f"{len(lat)} ({read['errors']} failed)",
+            [f"{args.reads} reads/s ({args.connection} connection)", f"{read['rate']:,.0f}",
+             f"{len(lat)} ({read['errors']} failed)",
              f"{_report.pct(lat, 0.5):.1f}", f"{_report.pct(lat, 0.99):.1f}", f"{max(lat, default=0):.1f}",
              read["load"]]]
     header = ["run", "msg/s", "reads", "read p50 ms", "read p99 ms", "read max ms", "load"]
