@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 import _report  # noqa: E402
+from _trees import build_package, executor_python, python_of  # noqa: E402
 
 from sparza.config import Config  # noqa: E402
 from sparza.devservers.sparkcluster import StandaloneCluster  # noqa: E402
@@ -54,25 +55,6 @@ MEASURES = ("One of three one-core workers of a standalone cluster killed under 
             "worker's tasks commit again, for each shape of the container mode (single-task Spark jobs per "
             "container, one non-barrier stage of containers, and the barrier-stage epochs of before as the baseline).")
 GOALS = "survivors: no gap > 1 s in their output; moved tasks commit again <= 10 s after the loss"
-
-
-def _python_of(tree: Path) -> str:
-    return str(tree / ".venv" / "bin" / "python")
-
-
-def _executor_python(directory: Path, python: str) -> str:
-    """As :func:`sparza.devservers.spark.executor_python`, for another tree's interpreter: only its installed
-    dependencies, no editable install (sparza reaches the executors through job.py.files)."""
-    site = subprocess.run([python, "-c", "import os, sysconfig; p = sysconfig.get_paths(); "
-                           "print(os.pathsep.join(dict.fromkeys([p['purelib'], p['platlib']])))"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    script = directory / "executor-python"
-    script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text("#!/bin/sh\n"
-                      f"export PYTHONPATH=\"${{PYTHONPATH:+$PYTHONPATH{os.pathsep}}}{site}\"\n"
-                      f"exec {python} -S \"$@\"\n", encoding="utf-8")
-    script.chmod(0o755)
-    return str(script)
 
 
 def _config(root: Path, storage: AzuriteProcess, name: str, package: Path, shape: str) -> Config:
@@ -125,21 +107,18 @@ def _locations(config: Config, python: str, env: dict[str, str], path: Path) -> 
 
 def _round(shape: str, tree: Path, storage: AzuriteProcess, work: Path, index: int) -> dict[str, Any]:
     from examples.keyed_count.load import SteadyInput, append_messages
-    from tests.runtime.helpers import counts_per_key, expected_counts, write_config
+    from tests.runtime.helpers import counts_per_key, expected_counts, start_sparza, stop_sparza, write_config
 
     root = work / f"{shape}-{index}"
     root.mkdir(parents=True)
-    python = _python_of(tree)
+    python = python_of(tree)
     package = root / "sparza-job.zip"
-    subprocess.run([python, "-c", "import sys; sys.path.insert(0, sys.argv[2]); "
-                    "from sparza.runtime.driver.packaging import build_package; "
-                    "build_package(sys.argv[1], ['examples'])", str(package), str(tree)],
-                   cwd=tree, check=True, capture_output=True, timeout=300)
+    build_package(tree, python, package)
     name = f"loss{shape[:3]}{index}{int(time.time()) % 100000}"
     config = _config(root, storage, name, package, shape)
     append_messages(config, 300, KEYS, commit_size=300)
     path = write_config(config, root / "job.yaml")
-    exec_python = _executor_python(root / "executor-python", python)
+    exec_python = executor_python(root / "executor-python", python)
     cluster = StandaloneCluster(root / "cluster", workers=3, python=exec_python)
     env = {k: v for k, v in os.environ.items() if k != "AZURE_STORAGE_CONNECTION_STRING"}
     env.update({"PYTHONPATH": str(tree), "PYSPARK_PYTHON": exec_python})
@@ -149,10 +128,8 @@ def _round(shape: str, tree: Path, storage: AzuriteProcess, work: Path, index: i
     out: dict[str, Any] = {"shape": shape}
     with cluster:
         try:
-            with log.open("w") as sink:
-                proc = subprocess.Popen([python, "-c", "from sparza.cli import main; main()", "run", "--config",
-                                         str(path), "--master", cluster.url], env=env, stdout=sink,
-                                        stderr=subprocess.STDOUT, cwd=root)
+            proc = start_sparza("run", "--config", str(path), "--master", cluster.url, log=log, env=env, cwd=root,
+                                python=python)
             feeder.start()
             _until(lambda: _min_commits(config) >= 10, proc, log, 600)
             where = _locations(config, python, env, path)
@@ -178,9 +155,7 @@ def _round(shape: str, tree: Path, storage: AzuriteProcess, work: Path, index: i
             proc.wait(timeout=240)
         finally:
             feeder.stop()
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait(30)
+            stop_sparza(proc)
     exact = counts_per_key(config) == {k: list(range(1, n + 1)) for k, n in expected_counts(total, KEYS).items()}
     commits = _commits(config)
     tasks = sorted({t for _, t in commits})

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 import _report  # noqa: E402
 from _procs import loadavg  # noqa: E402
+from _trees import build_package, executor_python, python_of  # noqa: E402
 
 PARTITIONS = 8
 MEASURES = ("Single-message latency Kafka → keyed count → Kafka `read_committed` over a probe of one message every "
@@ -44,19 +45,6 @@ MEASURES = ("Single-message latency Kafka → keyed count → Kafka `read_commit
             "stopped and started again: only the tasks of that container move) against the barrier-stage epochs of "
             "before (every epoch's end a hand-over of all), in the same run.")
 GOAL = "p99 ≤ 150 ms, max ≤ 1 s across hand-overs"
-
-
-def _executor_python(directory: Path, python: str) -> str:
-    site = subprocess.run([python, "-c", "import os, sysconfig; p = sysconfig.get_paths(); "
-                           "print(os.pathsep.join(dict.fromkeys([p['purelib'], p['platlib']])))"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    script = directory / "executor-python"
-    script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text("#!/bin/sh\n"
-                      f"export PYTHONPATH=\"${{PYTHONPATH:+$PYTHONPATH{os.pathsep}}}{site}\"\n"
-                      f"exec {python} -S \"$@\"\n", encoding="utf-8")
-    script.chmod(0o755)
-    return str(script)
 
 
 class Probe:
@@ -105,7 +93,7 @@ class Probe:
 
 def _round(shape: str, tree: Path, servers: str, work: Path, probe_s: float, every_s: float) -> dict[str, Any]:
     from examples.keyed_count.config import job_values
-    from tests.runtime.helpers import write_config
+    from tests.runtime.helpers import start_sparza, stop_sparza, write_config
 
     from sparza.config import Config
     from sparza.devservers.sparkcluster import StandaloneCluster
@@ -114,12 +102,9 @@ def _round(shape: str, tree: Path, servers: str, work: Path, probe_s: float, eve
 
     root = work / shape
     root.mkdir(parents=True)
-    python = str(tree / ".venv" / "bin" / "python")
+    python = python_of(tree)
     package = root / "sparza-job.zip"
-    subprocess.run([python, "-c", "import sys; sys.path.insert(0, sys.argv[2]); "
-                    "from sparza.runtime.driver.packaging import build_package; "
-                    "build_package(sys.argv[1], ['examples'])", str(package), str(tree)],
-                   cwd=tree, check=True, capture_output=True, timeout=300)
+    build_package(tree, python, package)
     name = f"ho{shape[:3]}{int(time.time()) % 100000}"
     events, counts = f"{name}-events", f"{name}-counts"
     values = job_values(root, **{
@@ -140,7 +125,7 @@ def _round(shape: str, tree: Path, servers: str, work: Path, probe_s: float, eve
     for topic in (events, counts):
         admin.create_stream(StreamSpec(topic, PARTITIONS))
     path = write_config(config, root / "job.yaml")
-    exec_python = _executor_python(root / "executor-python", python)
+    exec_python = executor_python(root / "executor-python", python)
     cluster = StandaloneCluster(root / "cluster", workers=3, python=exec_python)
     env = {**os.environ, "PYTHONPATH": str(tree), "PYSPARK_PYTHON": exec_python}
     log = root / "run.log"
@@ -158,10 +143,8 @@ def _round(shape: str, tree: Path, servers: str, work: Path, probe_s: float, eve
 
     with cluster:
         try:
-            with log.open("w") as sink:
-                proc = subprocess.Popen([python, "-c", "from sparza.cli import main; main()", "run", "--config",
-                                         str(path), "--master", cluster.url], env=env, stdout=sink,
-                                        stderr=subprocess.STDOUT, cwd=root)
+            proc = start_sparza("run", "--config", str(path), "--master", cluster.url, log=log, env=env, cwd=root,
+                                python=python)
             warm = [f"warm-{p}" for p in range(PARTITIONS * 4)]   # every task warm (keys spread over them)
             started = time.monotonic()
             while not probe.wait_for(warm, 1.0):
@@ -196,9 +179,7 @@ def _round(shape: str, tree: Path, servers: str, work: Path, probe_s: float, eve
             proc.wait(timeout=240)
         finally:
             probe.close()
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait(30)
+            stop_sparza(proc)
     if failed:  # not the round it claims to be: nothing of it is recorded
         raise RuntimeError(f"{shape}: {len(failed)} worker stop/start(s) failed, so the round did not hand over as "
                            f"planned: {'; '.join(failed)}")

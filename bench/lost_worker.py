@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 import _report  # noqa: E402
+from tests.runtime.helpers import CheckpointWatch, sparza_env, start_sparza, stop_sparza, write_config  # noqa: E402
 
 from sparza.config import Config  # noqa: E402
 from sparza.devservers.kafka import KafkaBroker  # noqa: E402
@@ -145,37 +146,10 @@ def _exact(servers: str, events: str, counts: str) -> tuple[bool, str]:
     return not bad, f"{total} input messages, {len(wanted)} keys" + (f"; {'; '.join(bad[:6])}" if bad else "")
 
 
-class Watch:
+def _watch(config: Config) -> CheckpointWatch:
     """Samples the task checkpoints (batch, offsets, location) each second in a thread."""
-
-    def __init__(self, config: Config) -> None:
-        self.config = config
-        self.latest: dict[str, dict[str, Any]] = {}
-        self.history: list[tuple[float, dict[str, dict[str, Any]]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        from tests.runtime.helpers import task_checkpoints
-
-        while not self._stop.is_set():
-            try:
-                shown = task_checkpoints(self.config)
-            except Exception:
-                pass
-            else:
-                self.latest = {t: {"batch": cp.batch or 0, "offsets": dict(cp.offsets), "location": cp.location}
-                               for t, cp in shown.items()}
-                self.history.append((time.time(), self.latest))
-            self._stop.wait(1.0)
-
-    def start(self) -> Watch:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(60)
+    return CheckpointWatch(config, lambda cp: {"batch": cp.batch or 0, "offsets": dict(cp.offsets),
+                                               "location": cp.location})
 
 
 def _longest_gap(history: list[tuple[float, dict[str, dict[str, Any]]]], start: float, end: float) -> float:
@@ -232,8 +206,6 @@ def _run_once(mode: str, seed: int, work: Path, storage: AzuriteProcess, broker:
               stall_s: int, budget_s: float) -> dict[str, Any]:
     from confluent_kafka.admin import AdminClient, NewTopic
     from examples.keyed_count.config import job_values
-    from tests.runtime.helpers import sparza_cmd, sparza_env, write_config
-
     rng = random.Random(seed)
     started = time.monotonic()
     root = work / f"{mode}-{seed}"
@@ -271,7 +243,7 @@ def _run_once(mode: str, seed: int, work: Path, storage: AzuriteProcess, broker:
     out: dict[str, Any] = {"mode": mode, "seed": seed}
     proc: subprocess.Popen[bytes] | None = None
     feeder = Feeder(servers, events, name)
-    watch = Watch(config)
+    watch = _watch(config)
 
     def lines() -> list[str]:
         return log.read_text(errors="replace").splitlines() if log.exists() else []
@@ -290,7 +262,7 @@ def _run_once(mode: str, seed: int, work: Path, storage: AzuriteProcess, broker:
 
     def holders() -> dict[int, list[str]]:
         by: dict[int, list[str]] = {}
-        for task, cp in watch.latest.items():
+        for task, cp in watch.latest().items():
             for i, worker in cluster.workers.items():
                 if cp["location"] and f":{worker.state_dir}#" in cp["location"]:
                     by.setdefault(i, []).append(task)
@@ -300,13 +272,11 @@ def _run_once(mode: str, seed: int, work: Path, storage: AzuriteProcess, broker:
         cluster.stop_worker(4)
         cluster.wait_workers(3)
         try:
-            with log.open("w") as sink:
-                proc = subprocess.Popen(sparza_cmd("run", "--config", str(path), "--master", cluster.url), env=env,
-                                        stdout=sink, stderr=subprocess.STDOUT, cwd=root)
+            proc = start_sparza("run", "--config", str(path), "--master", cluster.url, log=log, env=env, cwd=root)
             feeder.start()
             watch.start()
-            ok = until("5 commits per task", lambda: len(watch.latest) == TASKS
-                       and min(cp["batch"] for cp in watch.latest.values()) >= 5, 300)
+            ok = until("5 commits per task", lambda: len(watch.latest()) == TASKS
+                       and min(cp["batch"] for cp in watch.latest().values()) >= 5, 300)
             if ok:
                 out["steady_gap_s"] = _longest_gap(watch.history, time.time() - 15, time.time())
                 time.sleep(rng.uniform(0.0, 3.0))
@@ -325,17 +295,17 @@ def _run_once(mode: str, seed: int, work: Path, storage: AzuriteProcess, broker:
                     kills.append(time.time())
                     out["killed"].append(4)
                     _start_fresh(cluster, 4)
-                at_kill = {t: cp["batch"] for t, cp in watch.latest.items()}
+                at_kill = {t: cp["batch"] for t, cp in watch.latest().items()}
                 if until("every task committing again", lambda: all(
-                        cp["batch"] >= at_kill.get(t, 0) + 1 for t, cp in watch.latest.items()), 300):
+                        cp["batch"] >= at_kill.get(t, 0) + 1 for t, cp in watch.latest().items()), 300):
                     out["recovered_s"] = round(time.time() - kills[-1], 1)
             total = feeder.stop()
             out["sent"] = total
             ends = _ends(servers, events)
             until("every task committed past the input's end", lambda: all(
-                int(watch.latest.get(f"Partition {p}", {}).get("offsets", {}).get(f"kafka.{events}#{p}", -1)) >= end
+                int(watch.latest().get(f"Partition {p}", {}).get("offsets", {}).get(f"kafka.{events}#{p}", -1)) >= end
                 for p, end in ends.items()), max(stall_s + 30, 90))
-            behind = {p: end - int(watch.latest.get(f"Partition {p}", {}).get("offsets", {}).get(
+            behind = {p: end - int(watch.latest().get(f"Partition {p}", {}).get("offsets", {}).get(
                 f"kafka.{events}#{p}", 0)) for p, end in ends.items()}
             out["left_behind"] = {p: n for p, n in behind.items() if n > 0}
             if proc.poll() is None:
@@ -345,9 +315,7 @@ def _run_once(mode: str, seed: int, work: Path, storage: AzuriteProcess, broker:
         finally:
             feeder.stop()
             watch.stop()
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait(30)
+            stop_sparza(proc)
     text = lines()
     out["moves"] = sum(1 for line in text if " moves from " in line)
     out["stall_lines"] = [line[:300] for line in text if "stalled" in line or "committed nothing" in line

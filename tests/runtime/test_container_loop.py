@@ -53,6 +53,46 @@ def _counter(changes: dict[str, Any], group: str, name: str) -> int:
     return int(entry[1]) if entry else 0
 
 
+def _config(work_dir: Path, batch: int, **extra: str) -> Config:
+    """The keyed-count job in ``work_dir``: batches of at most ``batch`` messages, each committed at once."""
+    return Config(job_values(work_dir, **{"task.max.batch.messages": str(batch), "task.commit.ms": "0", **extra}))
+
+
+def _input(config: Config, partitions: int, messages: int, keys: int, commit_size: int) -> None:
+    """The job's input streams of ``partitions`` partitions, holding ``messages`` messages over ``keys`` keys."""
+    create_streams(config, partitions)
+    append_messages(config, messages, keys, commit_size=commit_size)
+
+
+def _join(host: InProcessHost, config: Config, **job: Any) -> InProcessJob:
+    """``config``'s job (``InProcessJob`` arguments in ``job``) joined to ``host``."""
+    joined = InProcessJob(config, **job)
+    host.join(joined)
+    return joined
+
+
+def _clocked(config: Config, *, slots: int = 1, once: bool = True, clock: Clock | None = None,
+             **host: Any) -> tuple[Clock, InProcessHost, InProcessJob]:
+    """A host of ``slots`` containers on a clock that moves only when told (``clock``, else a new one), with
+    ``config``'s job joined."""
+    clock = Clock() if clock is None else clock
+    hosting = InProcessHost(slots=slots, clock=clock, **host)
+    return clock, hosting, _join(hosting, config, once=once)
+
+
+def _threaded(config: Config) -> tuple[InProcessHost, InProcessJob]:
+    """A host of one container on the real clock whose commits run in threads (as on Spark), with ``config``'s job
+    joined under ``once``."""
+    hosting = InProcessHost(slots=1, threaded_commits=True)
+    return hosting, _join(hosting, config, once=True)
+
+
+def _assert_exact(config: Config, messages: int, keys: int) -> None:
+    """The output holds exactly the keyed count of ``messages`` messages over ``keys`` keys, one row each."""
+    counts, rows = final_counts(config)
+    assert counts == expected_counts(messages, keys) and rows == messages
+
+
 # --- where tasks go ------------------------------------------------------------------------------
 def _oracle_moves(total: int, tasks: list[str], containers: dict[int, str], current: dict[str, int | None]) -> int:
     """How few of ``tasks`` (those running somewhere alive) must move: a task keeps its container unless that
@@ -92,13 +132,9 @@ def test_placement_keeps_tasks_where_they_run_and_their_state_and_moves_only_wha
 
 # --- one container --------------------------------------------------------------------------------
 def test_a_container_runs_each_task_on_its_own_schedule_keeps_stores_open_and_records_where(work_dir: Path):
-    config = Config(job_values(work_dir, **{"task.max.batch.messages": "150", "task.commit.ms": "0"}))
-    create_streams(config, 3)
-    append_messages(config, 900, 7, commit_size=300)
-    clock = Clock()
-    host = InProcessHost(slots=1, clock=clock)
-    job = InProcessJob(config, once=True)
-    host.join(job)
+    config = _config(work_dir, 150)
+    _input(config, 3, 900, 7, 300)
+    clock, host, job = _clocked(config)
     _run(host, job, clock)
     assert set(job.done.values()) == {"caught up"} and len(job.done) == 3
     committed = [r for r in job.results() if r.status is BatchStatus.COMMITTED]
@@ -107,19 +143,16 @@ def test_a_container_runs_each_task_on_its_own_schedule_keeps_stores_open_and_re
         mine = [r for r in committed if r.task == task]
         size = sum(r.messages for r in mine)
         assert sorted(r.batch for r in mine) == list(range(1, -(-size // 150) + 1))
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(900, 7) and rows == 900
+    _assert_exact(config, 900, 7)
     later = [r.metrics for r in committed if r.batch == 2]
     assert later and all(_counter(m, "stores", "reused-open") == 1 for m in later)  # the store stayed open
     location = location_of(JobConfig.from_config(config))
     assert {cp.location for cp in checkpoint_store_from_config(config, "kc-1").read_all().values()} == {location}
     # A new run continues where the checkpoints are: only the new messages are processed.
     append_messages(config, 300, 7, start=900, commit_size=300)
-    job = InProcessJob(config, once=True)
-    host.join(job)
+    job = _join(host, config, once=True)
     _run(host, job, clock)
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(1200, 7) and rows == 1200
+    _assert_exact(config, 1200, 7)
     assert sum(r.messages for r in job.results()) == 300
     host.close()
 
@@ -130,9 +163,8 @@ def test_a_container_that_cannot_reach_storage_when_it_opens_a_job_is_offered_it
     storage that did not answer is offered again, the pause doubling (1, 2, 4 s ...); the job then runs exactly."""
     from sparza.errors import StorageUnavailableError
 
-    config = Config(job_values(work_dir, **{"task.max.batch.messages": "150", "task.commit.ms": "0"}))
-    create_streams(config, 2)
-    append_messages(config, 600, 5, commit_size=300)
+    config = _config(work_dir, 150)
+    _input(config, 2, 600, 5, 300)
     opened: list[float] = []
     clock = Clock()
 
@@ -142,9 +174,7 @@ def test_a_container_that_cannot_reach_storage_when_it_opens_a_job_is_offered_it
             raise StorageUnavailableError("storage for the job's input is unreachable after retries (test)")
         return cfg
 
-    host = InProcessHost(slots=1, clock=clock, resolve=resolve)
-    job = InProcessJob(config, once=True)
-    host.join(job)
+    _, host, job = _clocked(config, clock=clock, resolve=resolve)
     _run(host, job, clock, step_s=0.5)
     # The manager hears each refusal one round (0.5 s) after the container tried; the pause runs from then.
     assert [b - a - 0.5 for a, b in itertools.pairwise(opened)] == [1.0, 2.0, 4.0]
@@ -152,8 +182,7 @@ def test_a_container_that_cannot_reach_storage_when_it_opens_a_job_is_offered_it
     assert len(refusals) == 3 and all("StorageUnavailableError" in n for n in refusals)
     assert [n.rsplit("again in ", 1)[1] for n in refusals] == ["1s", "2s", "4s"]
     assert any("runs job kc-1 again" in n for n in job.notices)
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(600, 5) and rows == 600
+    _assert_exact(config, 600, 5)
     host.close()
 
 
@@ -168,9 +197,7 @@ def test_a_job_whose_config_fails_in_the_container_is_not_offered_again(work_dir
         opened.append(clock.now)
         raise ValueError("a config this container cannot build (test)")
 
-    host = InProcessHost(slots=1, clock=clock, resolve=resolve)
-    job = InProcessJob(config, once=True)
-    host.join(job)
+    _, host, job = _clocked(config, clock=clock, resolve=resolve)
     for _ in range(40):
         host.step(max_passes=1)
         clock.now += 1.0
@@ -211,21 +238,16 @@ class FailOnce:
 
 
 def _failing(work_dir: Path, key: str, **extra: str) -> Config:
-    values = {"task.max.batch.messages": "100", "task.commit.ms": "0",
-              "task.commit.listeners": f"{__name__}.FailOnce", "test.fail.key": key,
+    values = {"task.commit.listeners": f"{__name__}.FailOnce", "test.fail.key": key,
               "job.container.retry.backoff.ms": "2000", **extra}
-    return Config(job_values(work_dir, **values))
+    return _config(work_dir, 100, **values)
 
 
 @pytest.mark.parametrize("step", ["after-intent", "after-flush", "after-snapshot", "after-checkpoint"])
 def test_a_task_whose_commit_fails_retries_alone_from_its_checkpoint_and_the_output_is_exact(work_dir: Path, step):
     config = _failing(work_dir, f"retry-{step}", **{"test.fail.step": step, "test.fail.task": "Partition 1"})
-    create_streams(config, 3)
-    append_messages(config, 900, 7, commit_size=300)
-    clock = Clock()
-    host = InProcessHost(slots=1, clock=clock)
-    job = InProcessJob(config, once=True)
-    host.join(job)
+    _input(config, 3, 900, 7, 300)
+    clock, host, job = _clocked(config)
     _run(host, job, clock, step_s=0.5)
     retried = [e for e in job.events if isinstance(e, TaskRetrying)]
     assert [(e.task, e.attempt, e.delay_ms) for e in retried] == [("Partition 1", 1, 2000)]
@@ -242,21 +264,16 @@ def test_a_task_whose_commit_fails_retries_alone_from_its_checkpoint_and_the_out
     after = [e.result.task for e in job.events[failed_at:] if isinstance(e, TaskResult)]
     first_retry = after.index("Partition 1")
     assert {"Partition 0", "Partition 2"} <= set(after[:first_retry])
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(900, 7) and rows == 900  # a flushed batch was not written twice
+    _assert_exact(config, 900, 7)  # a flushed batch was not written twice
     assert set(job.done.values()) == {"caught up"}
     host.close()
 
 
 def test_a_task_that_fails_more_than_max_restarts_times_in_a_row_fails_the_job_naming_it(work_dir: Path):
     config = _failing(work_dir, "always", **{"test.fail.step": "after-flush", "job.container.max.restarts": "2"})
-    create_streams(config, 2)
-    append_messages(config, 200, 5, commit_size=200)
+    _input(config, 2, 200, 5, 200)
     FailOnce.fired.pop("always", None)
-    clock = Clock()
-    host = InProcessHost(slots=1, clock=clock)
-    job = InProcessJob(config, once=True)
-    host.join(job)
+    clock, host, job = _clocked(config)
     # A listener that fails every time: clear its memory after each failure.
     for _ in range(60):
         host.step()
@@ -276,12 +293,8 @@ def test_a_killed_container_loses_only_its_tasks_which_move_and_replay_exactly(w
     config = _failing(work_dir, "kill", **{"test.fail.step": "after-flush", "test.fail.task": "Partition 3",
                                            "test.fail.kill": "true", "test.fail.after.commits": "1",
                                            "task.max.batch.messages": "60"})
-    create_streams(config, 4)
-    append_messages(config, 1200, 11, commit_size=400)
-    clock = Clock()
-    host = InProcessHost(slots=2, clock=clock)
-    job = InProcessJob(config, once=True)
-    host.join(job)
+    _input(config, 4, 1200, 11, 400)
+    clock, host, job = _clocked(config, slots=2)
     owners_before: dict[str, Any] = {}
     for _ in range(200):
         owners_before = host.owners("kc-1")
@@ -299,8 +312,7 @@ def test_a_killed_container_loses_only_its_tasks_which_move_and_replay_exactly(w
     assert any(" was lost " in n and f"container {killed}" in n for n in job.notices)
     assert all(c != killed for c in host.owners("kc-1").values())
     assert len([r for r in job.results() if r.task in others]) > survivor_results
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(1200, 11) and rows == 1200
+    _assert_exact(config, 1200, 11)
     host.close()
 
 
@@ -312,13 +324,9 @@ def test_tasks_of_a_lost_executor_go_to_the_survivors_within_the_bound_when_its_
     The lost container's tasks must not wait for it beyond ``job.container.lost.wait.ms`` (the start timeout, 60 s,
     held them until the worker came back: issue 39, bench/handover_latency.py); the survivors' tasks never stop, and
     when the executor is back (``back``) the replacement joins and takes tasks over. Output exact either way."""
-    config = Config(job_values(work_dir, **{"task.max.batch.messages": "20", "task.commit.ms": "0"}))
-    create_streams(config, 6)
-    append_messages(config, 1800, 9, commit_size=600)
-    clock = Clock()
-    host = InProcessHost(slots=3, clock=clock)
-    job = InProcessJob(config, once=True)
-    host.join(job)
+    config = _config(work_dir, 20)
+    _input(config, 6, 1800, 9, 600)
+    clock, host, job = _clocked(config, slots=3)
     _run(host, job, clock, step_s=0.1, until=lambda: len({r.task for r in job.results()}) == 6)
     owners = host.owners("kc-1")
     assert len(set(owners.values())) == 3
@@ -349,21 +357,16 @@ def test_tasks_of_a_lost_executor_go_to_the_survivors_within_the_bound_when_its_
                    for n in job.notices), job.notices
     _run(host, job, clock, step_s=0.1, rounds=2000)
     assert set(job.done.values()) == {"caught up"} and len(job.done) == 6
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(1800, 9) and rows == 1800
+    _assert_exact(config, 1800, 9)
     host.close()
 
 
 def _one_container_then_another(work_dir: Path) -> tuple[Config, Clock, InProcessHost, InProcessJob]:
     """4 tasks of a keyed count (1,600 messages) in one container until they committed 8 batches; then a second
     slot (a new executor) appears."""
-    config = Config(job_values(work_dir, **{"task.max.batch.messages": "20", "task.commit.ms": "0"}))
-    create_streams(config, 4)
-    append_messages(config, 1600, 9, commit_size=400)
-    clock = Clock()
-    host = InProcessHost(slots=1, clock=clock)
-    job = InProcessJob(config, once=True)
-    host.join(job)
+    config = _config(work_dir, 20)
+    _input(config, 4, 1600, 9, 400)
+    clock, host, job = _clocked(config)
     _run(host, job, clock, until=lambda: len(job.results()) >= 8)
     host.add_container()
     return config, clock, host, job
@@ -385,8 +388,7 @@ def test_a_new_container_takes_over_some_tasks_one_by_one_and_no_other_task_stop
     moved = {" ".join(n.split()[1:3]) for n in moves}
     assert len({owners[t] for t in moved}) == 1 and len(set(owners.values())) == 2
     _run(host, job, clock)
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(1600, 9) and rows == 1600
+    _assert_exact(config, 1600, 9)
     host.close()
 
 
@@ -406,22 +408,17 @@ def test_a_container_lost_while_its_tasks_move_away_loses_no_task(work_dir: Path
     host.kill(0)
     _run(host, job, clock)
     assert set(job.done.values()) == {"caught up"} and len(job.done) == 4
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(1600, 9) and rows == 1600
+    _assert_exact(config, 1600, 9)
     host.close()
 
 
 def test_a_slow_commit_of_one_task_does_not_hold_up_the_others(work_dir: Path):
     """Commits run beside processing: while one task's commit waits (here for an event the test sets), the other
     tasks of the same container run and commit their batches."""
-    config = Config(job_values(work_dir, **{"task.max.batch.messages": "50", "task.commit.ms": "0",
-                                            "task.commit.listeners": f"{__name__}.Gate"}))
-    create_streams(config, 3)
-    append_messages(config, 600, 7, commit_size=600)
+    config = _config(work_dir, 50, **{"task.commit.listeners": f"{__name__}.Gate"})
+    _input(config, 3, 600, 7, 600)
     Gate.release.clear()
-    host = InProcessHost(slots=1, threaded_commits=True)
-    job = InProcessJob(config, once=True)
-    host.join(job)
+    host, job = _threaded(config)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         host.manager.step()
@@ -437,8 +434,7 @@ def test_a_slow_commit_of_one_task_does_not_hold_up_the_others(work_dir: Path):
     while not job.has_left and time.monotonic() < deadline:
         host.step()
         time.sleep(0.01)
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(600, 7) and rows == 600
+    _assert_exact(config, 600, 7)
     host.close()
 
 
@@ -465,12 +461,9 @@ def test_a_slow_restore_of_a_task_handed_to_a_container_does_not_hold_up_its_oth
     released once its restore is done and another container runs it. The output is exact either way."""
     from sparza.engine.stores import TaskStores
 
-    config = Config(job_values(work_dir, **{"task.max.batch.messages": "50", "task.commit.ms": "0"}))
-    create_streams(config, 3)
-    append_messages(config, 300, 7, commit_size=300)
-    host = InProcessHost(slots=1, threaded_commits=True)
-    job = InProcessJob(config, once=True)
-    host.join(job)
+    config = _config(work_dir, 50)
+    _input(config, 3, 300, 7, 300)
+    host, job = _threaded(config)
     deadline = time.monotonic() + 60
     while not job.has_left and time.monotonic() < deadline:  # the first run commits every task's stores
         host.step()
@@ -489,9 +482,7 @@ def test_a_slow_restore_of_a_task_handed_to_a_container_does_not_hold_up_its_oth
 
     monkeypatch.setattr(TaskStores, "_prepare_dir", held)
     append_messages(config, 600, 7, start=300, commit_size=600)
-    host = InProcessHost(slots=1, threaded_commits=True)
-    job = InProcessJob(config, once=True)
-    host.join(job)
+    host, job = _threaded(config)
 
     def others() -> list[Any]:
         return [r for r in job.results() if r.task != "Partition 0" and r.status is BatchStatus.COMMITTED]
@@ -520,8 +511,7 @@ def test_a_slow_restore_of_a_task_handed_to_a_container_does_not_hold_up_its_oth
     assert set(job.done.values()) == {"caught up"} and len(job.done) == 3
     if revoked:
         assert 0 not in host.containers  # it released Partition 0 and stopped; another container ran it
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(900, 7) and rows == 900
+    _assert_exact(config, 900, 7)
     assert sum(r.messages for r in job.results()) == 600
     first = min((r for r in job.results() if r.task == "Partition 0"), key=lambda r: r.batch)
     assert "restore-ms" in first.metrics.get("stores", {})  # what its restore did is reported with its first batch
@@ -529,22 +519,16 @@ def test_a_slow_restore_of_a_task_handed_to_a_container_does_not_hold_up_its_oth
 
 
 def test_a_stopped_job_stops_every_task_at_a_batch_boundary_and_the_next_run_finishes_exactly(work_dir: Path):
-    config = Config(job_values(work_dir, **{"task.max.batch.messages": "50", "task.commit.ms": "0"}))
-    create_streams(config, 2)
-    append_messages(config, 600, 5, commit_size=600)
-    clock = Clock()
-    host = InProcessHost(slots=1, clock=clock)
-    job = InProcessJob(config)
-    host.join(job)
+    config = _config(work_dir, 50)
+    _input(config, 2, 600, 5, 600)
+    clock, host, job = _clocked(config, once=False)
     _run(host, job, clock, until=lambda: len(job.results()) >= 3)
     host.manager.leave("kc-1")
     _run(host, job, clock)
     assert 3 <= len(job.results()) <= 8  # each task stops after the batch it runs when it hears (one pass later)
-    job = InProcessJob(config, once=True)
-    host.join(job)
+    job = _join(host, config, once=True)
     _run(host, job, clock)
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(600, 5) and rows == 600
+    _assert_exact(config, 600, 5)
     host.close()
 
 
@@ -552,32 +536,27 @@ def test_a_drain_caps_every_task_at_the_offsets_of_its_request_at_the_start_or_s
     from sparza.engine.drain import read_drain
     from sparza.runtime.driver.drainmonitor import finish_drain, request_drain
 
-    config = Config(job_values(work_dir, **{"task.max.batch.messages": "10", "task.commit.ms": "0"}))
-    create_streams(config, 3)
-    append_messages(config, 600, 5, commit_size=200)
+    config = _config(work_dir, 10)
+    _input(config, 3, 600, 5, 200)
     first, _ = request_drain([config])
     append_messages(config, 300, 5, start=600, commit_size=300)   # after the request: not in this drain
     clock = Clock()
     host = InProcessHost(slots=2, clock=clock)
-    job = InProcessJob(config, drain=first.to_json())
-    host.join(job)
+    job = _join(host, config, drain=first.to_json())
     _run(host, job, clock)
     assert set(job.done.values()) == {"drained"} and len(job.done) == 3
     assert not any(r.ended for r in job.results())
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(600, 5) and rows == 600
+    _assert_exact(config, 600, 5)
     assert finish_drain(config) == first and read_drain(config) is None
     # A drain sent while the job runs: the rest up to its offsets, then out.
     second, _ = request_drain([config])
     append_messages(config, 100, 5, start=900, commit_size=100)
-    job = InProcessJob(config)
-    host.join(job)
+    job = _join(host, config)
     _run(host, job, clock, until=lambda: len(job.results()) >= 1)  # a batch or two of 10 in: far from the end
     host.manager.drain("kc-1", second.to_json())
     _run(host, job, clock)
     assert set(job.done.values()) == {"drained"}
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(900, 5) and rows == 900
+    _assert_exact(config, 900, 5)
     host.close()
 
 
@@ -641,19 +620,14 @@ def test_a_bootstrap_store_whose_stream_is_empty_does_not_hold_the_job(work_dir:
 
     inputs = ({"task.broadcast.inputs": "delta.profiles#0"} if broadcast
               else {"task.inputs": "delta.events,delta.profiles"})
-    config = Config(job_values(work_dir, **{"task.max.batch.messages": "100", "task.commit.ms": "0",
-                                            **PROFILES_STORE, **inputs}))
+    config = _config(work_dir, 100, **PROFILES_STORE, **inputs)
     create_streams(config, 3)
     create_profiles(config, partitions=1 if broadcast else 3)
     append_messages(config, 450, 7, commit_size=150)
-    clock = Clock()
-    host = InProcessHost(slots=2, clock=clock)
-    job = InProcessJob(config, once=True)
-    host.join(job)
+    clock, host, job = _clocked(config, slots=2)
     _run(host, job, clock)
     assert job.done == {f"Partition {i}": "caught up" for i in range(3)}
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(450, 7) and rows == 450
+    _assert_exact(config, 450, 7)
     if broadcast:
         board = PublicationBoard(blob_store_manager_from_config(config), "kc", "1", "Partition 0", "profiles")
         published = board.latest_before(None)
@@ -666,16 +640,12 @@ def test_tasks_held_for_a_broadcast_publication_that_does_not_come_say_what_they
     """A versioned broadcast store publishes once a version is complete; with no end-of-dataset marker every task's
     main input waits for it. The tasks are not caught up and each says once what it waits for: the store and the
     task that builds it."""
-    config = Config(job_values(work_dir, **{
-        "task.max.batch.messages": "100", "task.commit.ms": "0", "task.broadcast.inputs": "delta.profiles#0",
-        **PROFILES_STORE, "stores.profiles.adstore.versioned": "true"}))
+    config = _config(work_dir, 100, **{"task.broadcast.inputs": "delta.profiles#0", **PROFILES_STORE,
+                                       "stores.profiles.adstore.versioned": "true"})
     create_streams(config, 2)
     create_profiles(config, 1)
     append_messages(config, 100, 5, commit_size=100)
-    clock = Clock()
-    host = InProcessHost(slots=1, clock=clock)
-    job = InProcessJob(config, once=True)
-    host.join(job)
+    clock, host, job = _clocked(config)
     for _ in range(30):
         host.step()
         clock.now += 1
@@ -695,20 +665,15 @@ def test_tasks_held_for_a_broadcast_publication_that_does_not_come_say_what_they
 def test_commits_of_many_tasks_beside_each_other_to_one_stream_are_exact(work_dir: Path, tasks: int):
     """Threaded commits (as on Spark): the tasks of a container flush to the same Delta stream and back up to the
     same blob store at once, while the loop processes the others; every count is exact."""
-    config = Config(job_values(work_dir, **{"task.max.batch.messages": "25", "task.commit.ms": "0",
-                                            "job.container.commit.threads": "4"}))
-    create_streams(config, tasks)
-    append_messages(config, 80 * tasks, 13, commit_size=40 * tasks)
-    host = InProcessHost(slots=1, threaded_commits=True)
-    job = InProcessJob(config, once=True)
-    host.join(job)
+    config = _config(work_dir, 25, **{"job.container.commit.threads": "4"})
+    _input(config, tasks, 80 * tasks, 13, 40 * tasks)
+    host, job = _threaded(config)
     deadline = time.monotonic() + 240
     while not job.has_left and time.monotonic() < deadline:
         host.step(max_passes=1)
         time.sleep(0.002)
     assert job.has_left, job.events[-5:]
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(80 * tasks, 13) and rows == 80 * tasks
+    _assert_exact(config, 80 * tasks, 13)
     assert all(r.status is BatchStatus.COMMITTED for r in job.results())
     host.close()
 
@@ -734,13 +699,9 @@ def test_an_idle_task_hears_of_input_that_a_moved_in_task_s_start_read_first(wor
     idle task's partition just before is seen by that extra read; the task must still be asked at the next pass,
     not judged idle because the pass's own read found nothing moved since the extra one (issue 40: the tail of
     partitions left unprocessed after a lost worker, no error, lag 0)."""
-    config = Config(job_values(work_dir, **{"task.max.batch.messages": "500", "task.commit.ms": "0"}))
-    create_streams(config, 2)
-    append_messages(config, 60, 7, commit_size=60)
-    clock = Clock()
-    host = InProcessHost(slots=2, clock=clock)
-    job = InProcessJob(config)
-    host.join(job)
+    config = _config(work_dir, 500)
+    _input(config, 2, 60, 7, 60)
+    clock, host, job = _clocked(config, slots=2, once=False)
     _run(host, job, clock, until=lambda: sum(r.messages for r in job.results()) == 60)
     for _ in range(3):  # every task finds nothing more: idle
         host.step(max_passes=1)
@@ -760,8 +721,7 @@ def test_an_idle_task_hears_of_input_that_a_moved_in_task_s_start_read_first(wor
     host.kill(gone)
     _run(host, job, clock, rounds=30, until=lambda: final_counts(config)[1] == 100)
     assert host.owners("kc-1") == {"Partition 0": stay, "Partition 1": stay}
-    counts, rows = final_counts(config)
-    assert counts == expected_counts(100, 7) and rows == 100
+    _assert_exact(config, 100, 7)
     host.close()
 
 

@@ -20,10 +20,9 @@ from typing import Any
 
 import pytest
 from examples.keyed_count.load import append_messages, create_streams
-from tests.runtime.helpers import expected_counts, final_counts, job_values
+from tests.runtime.helpers import committed_snapshots, delete_snapshots, expected_counts, final_counts, job_values
 
 from sparza.blobstore import blob_store_manager_from_config, collect_garbage
-from sparza.blobstore.api import INDEX_PAYLOAD_PATH, Metadata
 from sparza.config import Config
 from sparza.engine import stores as stores_module
 from sparza.engine.checkpoint import checkpoint_store_from_config
@@ -84,28 +83,6 @@ def _run(config: Config, *, threaded: bool, rounds: int = 600) -> InProcessJob:
         host.close()
 
 
-def _snapshots(config: Config) -> dict[str, str]:
-    """Task -> the committed snapshot id of its ``counts`` store."""
-    return {task: cp.stores["counts"] for task, cp in checkpoint_store_from_config(config, "kc-1").read_all().items()}
-
-
-def _delete_snapshots(config: Config) -> dict[str, list[str]]:
-    """Mark every committed ``counts`` snapshot's index and file blobs deleted (an operator's mistake)."""
-    manager = blob_store_manager_from_config(config)
-    deleted: dict[str, list[str]] = {}
-    try:
-        for task, index_id in _snapshots(config).items():
-            index = StateBackup(manager, "kc", "1", task).read_index(index_id, get_deleted=True)
-            blobs = [b.blob_id for b in index.dir_index.present_blobs()]
-            for blob in blobs:
-                manager.delete(blob, Metadata("", -1, "kc", "1", task, "counts"))
-            manager.delete(base_of(index_id), Metadata(INDEX_PAYLOAD_PATH, -1, "kc", "1", task, "counts"))
-            deleted[task] = [base_of(index_id), *blobs]
-    finally:
-        manager.close()
-    return deleted
-
-
 def _purge(config: Config) -> None:
     manager = blob_store_manager_from_config(config)
     try:
@@ -123,7 +100,7 @@ def _new_host(config: Config) -> None:
 def _assert_whole_after_gc(config: Config, deleted: dict[str, list[str]]) -> None:
     """The checkpoints name snapshots none of whose blobs was deleted: gc past every TTL and retention purges the
     deleted blobs, and every blob of the committed snapshots still downloads with its CRC."""
-    now = _snapshots(config)
+    now = committed_snapshots(config)
     for task, index_id in now.items():
         assert base_of(index_id) not in deleted[task]
     manager = blob_store_manager_from_config(config)
@@ -144,6 +121,63 @@ def _first_run(config: Config) -> None:
     assert job.done == {t: "caught up" for t in TASKS}
 
 
+class _HeldRestores:
+    """The restore of a store dir (``TaskStores._prepare_dir``) wrapped: each call is recorded in :attr:`calls` as
+    ``(id of its TaskStores, task, store)`` and, until :attr:`release` is set, waits (at most 30 s) before the real
+    restore; :attr:`entered` is set once ``holding`` calls wait."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, holding: int) -> None:
+        self.entered, self.release = threading.Event(), threading.Event()
+        self.calls: list[tuple[int, str, str]] = []
+        real = TaskStores._prepare_dir
+
+        def held(stores: TaskStores, name: str, *args: Any, **kwargs: Any) -> None:
+            self.calls.append((id(stores), stores.task, name))
+            if not self.release.is_set():
+                if len(self.calls) >= holding:
+                    self.entered.set()
+                self.release.wait(30)
+            real(stores, name, *args, **kwargs)
+
+        monkeypatch.setattr(TaskStores, "_prepare_dir", held)
+
+
+def _step_around_restores(host: InProcessHost) -> None:
+    """One step of the manager and of every container, then a pause (not host.step(): it waits for held restores)."""
+    host.manager.step()
+    for container in list(host.containers.values()):
+        container.step()
+    time.sleep(0.01)
+
+
+def _second_run_held(work_dir: Path, monkeypatch: pytest.MonkeyPatch, *, restore_threads: int,
+                     holding: int) -> tuple[Config, _HeldRestores, InProcessHost, InProcessJob, float]:
+    """A first run with a second backed-up store (:data:`EXTRA_STORE`), 300 more messages, then a second run on a
+    threaded one-slot host with ``restore_threads`` restore threads, stepped until ``holding`` restores wait in their
+    first store; returns the config, the held restores, the host, the job and the second run's deadline."""
+    config = _config(work_dir, **EXTRA_STORE)
+    _first_run(config)
+    append_messages(config, 300, KEYS, start=300, commit_size=300)
+    held = _HeldRestores(monkeypatch, holding)
+    host = InProcessHost(slots=1, threaded_commits=True, restore_threads=restore_threads)
+    job = InProcessJob(config, once=True)
+    host.join(job)
+    deadline = time.monotonic() + 60
+    while not held.entered.is_set() and time.monotonic() < deadline:
+        _step_around_restores(host)
+    assert held.entered.is_set()
+    return config, held, host, job, deadline
+
+
+def _run_out(host: InProcessHost, job: InProcessJob, deadline: float) -> None:
+    """Step ``host`` until ``job`` left (by ``deadline``), close it; every task caught up."""
+    while not job.has_left and time.monotonic() < deadline:
+        host.step()
+        time.sleep(0.01)
+    host.close()
+    assert job.done == {t: "caught up" for t in TASKS}, job.events[-5:]
+
+
 @pytest.mark.parametrize("threaded", [False, True], ids=["inline", "threaded"])
 def test_a_restore_meeting_deleted_snapshot_blobs_recovers_them_and_names_the_fresh_snapshot(work_dir: Path,
                                                                                               threaded: bool):
@@ -151,7 +185,7 @@ def test_a_restore_meeting_deleted_snapshot_blobs_recovers_them_and_names_the_fr
     the first batch's SAMZA-2787 recovery is now the restore's first step: a fresh snapshot, in the checkpoint."""
     config = _config(work_dir)
     _first_run(config)
-    deleted = _delete_snapshots(config)
+    deleted = delete_snapshots(config)
     _new_host(config)
     append_messages(config, 300, KEYS, start=300, commit_size=300)
 
@@ -173,8 +207,8 @@ def test_a_restore_meeting_a_purged_snapshot_fails_the_task_naming_snapshot_task
     the first batch again, retried as that batch's failure was, and then the task fails with it."""
     config = _config(work_dir)
     _first_run(config)
-    snapshots = _snapshots(config)
-    _delete_snapshots(config)
+    snapshots = committed_snapshots(config)
+    delete_snapshots(config)
     _purge(config)
     _new_host(config)
     append_messages(config, 300, KEYS, start=300, commit_size=300)
@@ -200,7 +234,7 @@ def test_a_container_killed_after_a_restore_that_replaced_a_deleted_snapshot_lea
     1833). The next container restores again instead."""
     config = _config(work_dir)
     _first_run(config)
-    deleted = _delete_snapshots(config)
+    deleted = delete_snapshots(config)
     shutil.rmtree(config["job.logged.store.base.dir"])  # _CLEANED kept: this process cleaned those snapshots
     append_messages(config, 300, KEYS, start=300, commit_size=300)
     real = TaskInstance.process
@@ -275,48 +309,17 @@ def test_a_revoke_stops_restores_before_their_next_store_and_a_queued_one_never_
     task restored both of its own for a container that had let it go; now the held one stops before its next
     store, the queued one restores nothing, both are released once the restore thread returned, and the next
     container restores what it needs: exact output."""
-    config = _config(work_dir, **EXTRA_STORE)
-    _first_run(config)
-    append_messages(config, 300, KEYS, start=300, commit_size=300)
-    entered, release = threading.Event(), threading.Event()
-    calls: list[tuple[int, str, str]] = []
-    real = TaskStores._prepare_dir
-
-    def held(self: TaskStores, name: str, *args: Any, **kwargs: Any) -> None:
-        calls.append((id(self), self.task, name))
-        if not release.is_set():
-            entered.set()
-            release.wait(30)
-        real(self, name, *args, **kwargs)
-
-    monkeypatch.setattr(TaskStores, "_prepare_dir", held)
-    host = InProcessHost(slots=1, threaded_commits=True, restore_threads=1)
-    job = InProcessJob(config, once=True)
-    host.join(job)
-    deadline = time.monotonic() + 60
-    while not entered.is_set() and time.monotonic() < deadline:
-        host.manager.step()  # not host.step(): it waits for the held restore
-        for container in list(host.containers.values()):
-            container.step()
-        time.sleep(0.01)
-    assert entered.is_set()
+    config, held, host, job, deadline = _second_run_held(work_dir, monkeypatch, restore_threads=1, holding=1)
     first = host.containers[0]
     mine = {id(t.instance.stores) for t in first.tasks.values()}
     assert sorted(t.state for t in first.tasks.values()) == ["restoring", "restoring"]
     host.remove_container(0)  # every task of container 0 is revoked: one restoring, one waiting for the thread
     for _ in range(20):
-        host.manager.step()
-        for container in list(host.containers.values()):
-            container.step()
-        time.sleep(0.01)
+        _step_around_restores(host)
     assert 0 in host.containers and len(first.tasks) == 2  # released only once their restores returned
-    release.set()
-    while not job.has_left and time.monotonic() < deadline:
-        host.step()
-        time.sleep(0.01)
-    host.close()
-    assert job.done == {t: "caught up" for t in TASKS}, job.events[-5:]
-    assert len([c for c in calls if c[0] in mine]) == 1, calls  # only the held store, in container 0
+    held.release.set()
+    _run_out(host, job, deadline)
+    assert len([c for c in held.calls if c[0] in mine]) == 1, held.calls  # only the held store, in container 0
     counts, rows = final_counts(config)
     assert counts == expected_counts(600, KEYS) and rows == 600
 
@@ -327,48 +330,21 @@ def test_a_container_closed_mid_restore_stops_its_restores_and_leaves_nothing_op
     stops before its second store, close returns once they did with every task released and nothing kept open, and
     the container that gets the tasks next finishes exactly. Before, close waited for both restores to open every
     store and released stores the restores might still have been opening."""
-    config = _config(work_dir, **EXTRA_STORE)
-    _first_run(config)
-    append_messages(config, 300, KEYS, start=300, commit_size=300)
-    entered, release = threading.Event(), threading.Event()
-    calls: list[tuple[int, str, str]] = []
-    real = TaskStores._prepare_dir
-
-    def held(self: TaskStores, name: str, *args: Any, **kwargs: Any) -> None:
-        calls.append((id(self), self.task, name))
-        if not release.is_set():
-            if len(calls) == len(TASKS):
-                entered.set()  # both restores are inside their first store
-            release.wait(30)
-        real(self, name, *args, **kwargs)
-
-    monkeypatch.setattr(TaskStores, "_prepare_dir", held)
-    host = InProcessHost(slots=1, threaded_commits=True, restore_threads=2)
-    job = InProcessJob(config, once=True)
-    host.join(job)
-    deadline = time.monotonic() + 60
-    while not entered.is_set() and time.monotonic() < deadline:
-        host.manager.step()
-        for container in list(host.containers.values()):
-            container.step()
-        time.sleep(0.01)
-    assert entered.is_set()
+    # Both restores inside their first store.
+    config, held, host, job, deadline = _second_run_held(work_dir, monkeypatch, restore_threads=2,
+                                                         holding=len(TASKS))
     first = host.containers[0]
     stores = [t.instance.stores for t in first.tasks.values()]
     closing = threading.Thread(target=first.close)
     closing.start()
     closing.join(0.3)
     assert closing.is_alive()  # it waits for the restore threads
-    release.set()
+    held.release.set()
     closing.join(30)
     assert not closing.is_alive() and not first.tasks
-    assert sorted(c[1:] for c in calls if c[0] in {id(s) for s in stores}) == [(t, "counts") for t in TASKS]
+    assert sorted(c[1:] for c in held.calls if c[0] in {id(s) for s in stores}) == [(t, "counts") for t in TASKS]
     assert all(s._kept == {} and s._open == {} for s in stores)
     host.kill(0)  # the closed container's process ends; the manager gives its tasks to a new one
-    while not job.has_left and time.monotonic() < deadline:
-        host.step()
-        time.sleep(0.01)
-    host.close()
-    assert job.done == {t: "caught up" for t in TASKS}, job.events[-5:]
+    _run_out(host, job, deadline)
     counts, rows = final_counts(config)
     assert counts == expected_counts(600, KEYS) and rows == 600

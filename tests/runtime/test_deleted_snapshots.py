@@ -14,12 +14,18 @@ from pathlib import Path
 
 import pytest
 from examples.keyed_count.load import append_messages
-from tests.runtime.helpers import expected_counts, final_counts, run_sparza, write_config
+from tests.runtime.helpers import (
+    committed_snapshots,
+    delete_snapshots,
+    expected_counts,
+    final_counts,
+    run_sparza,
+    snapshot_blobs,
+    write_config,
+)
 
 from sparza.blobstore import blob_store_manager_from_config, collect_garbage
-from sparza.blobstore.api import INDEX_PAYLOAD_PATH, Metadata
 from sparza.config import Config
-from sparza.runtime import checkpoint_store_from_config
 from sparza.state.backup import StateBackup
 from sparza.state.backup.delta import base_of
 
@@ -38,37 +44,6 @@ def _job(make_job, backend: str, request: pytest.FixtureRequest, unique_name: st
         overrides.update({"blob.store.manager.factory": "azure", "blob.store.azure.container": unique_name,
                           "azure.storage.connect": azurite.connection_string})
     return make_job(**overrides)
-
-
-def _snapshots(config: Config) -> dict[str, str]:
-    """Task -> the committed snapshot index id of its ``counts`` store."""
-    return {task: cp.stores["counts"] for task, cp in checkpoint_store_from_config(config, "kc-1").read_all().items()}
-
-
-def _snapshot_blobs(config: Config, task: str, index_id: str) -> list[str]:
-    manager = blob_store_manager_from_config(config)
-    try:
-        index = StateBackup(manager, "kc", "1", task).read_index(index_id, get_deleted=True)
-        return [b.blob_id for b in index.dir_index.present_blobs()]
-    finally:
-        manager.close()
-
-
-def _delete_snapshots(config: Config) -> dict[str, list[str]]:
-    """Mark every committed snapshot's index and file blobs deleted (an operator's mistake)."""
-    manager = blob_store_manager_from_config(config)
-    deleted: dict[str, list[str]] = {}
-    try:
-        for task, index_id in _snapshots(config).items():
-            blobs = _snapshot_blobs(config, task, index_id)
-            for blob in blobs:
-                manager.delete(blob, Metadata("", -1, "kc", "1", task, "counts"))
-            # A snapshot id may carry a commit's writes after the index blob's id (#d1...): the blob is its base.
-            manager.delete(base_of(index_id), Metadata(INDEX_PAYLOAD_PATH, -1, "kc", "1", task, "counts"))
-            deleted[task] = [base_of(index_id), *blobs]
-    finally:
-        manager.close()
-    return deleted
 
 
 def _lose_local_state(config: Config) -> None:
@@ -94,7 +69,7 @@ def test_deleted_snapshot_blobs_are_recovered_and_recommitted(make_job, work_dir
     first = run_sparza("run", "--config", str(path), "--once", "--master", "local[2]", timeout=RUN_TIMEOUT)
     assert first.returncode == 0, first.stderr
 
-    deleted = _delete_snapshots(config)
+    deleted = delete_snapshots(config)
     assert len(deleted) == 2
     _lose_local_state(config)
     append_messages(config, 300, KEYS, start=600, commit_size=300)
@@ -110,7 +85,7 @@ def test_deleted_snapshot_blobs_are_recovered_and_recommitted(make_job, work_dir
 
     # The checkpoints name new snapshots, every blob of which is permanent: gc far in the future (past the
     # TTL and the deleted-blob retention) purges the deleted ones and keeps everything the job needs.
-    now = _snapshots(config)
+    now = committed_snapshots(config)
     for task, index_id in now.items():
         assert base_of(index_id) not in deleted[task]
     manager = blob_store_manager_from_config(config)
@@ -120,7 +95,7 @@ def test_deleted_snapshot_blobs_are_recovered_and_recommitted(make_job, work_dir
         for task, blobs in deleted.items():
             assert set(blobs) <= purged, f"task {task}: deleted blobs not purged"
         for task, index_id in now.items():
-            assert not ({base_of(index_id), *_snapshot_blobs(config, task, index_id)} & purged)
+            assert not ({base_of(index_id), *snapshot_blobs(config, task, index_id)} & purged)
     finally:
         manager.close()
 
@@ -140,8 +115,8 @@ def test_purged_snapshot_fails_naming_snapshot_task_and_remedy(make_job, work_di
     append_messages(config, 300, KEYS, commit_size=300)
     first = run_sparza("run", "--config", str(path), "--once", "--master", "local[2]", timeout=RUN_TIMEOUT)
     assert first.returncode == 0, first.stderr
-    snapshots = _snapshots(config)
-    _delete_snapshots(config)
+    snapshots = committed_snapshots(config)
+    delete_snapshots(config)
     manager = blob_store_manager_from_config(config)
     try:
         collect_garbage(manager, now_ms=2**41)  # past the retention: the deleted blobs are purged

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,11 +30,12 @@ from typing import Any
 import pytest
 from examples.keyed_count.load import SteadyInput, append_messages
 from tests.runtime.helpers import (
+    CheckpointWatch,
     counts_per_key,
     expected_counts,
-    sparza_cmd,
     sparza_env,
-    task_checkpoints,
+    start_sparza,
+    stop_sparza,
     write_config,
 )
 
@@ -53,37 +53,14 @@ TASKS = [f"Partition {i}" for i in range(4)]
 PHASE_TIMEOUT_S = 300.0
 
 
-class Watch:
+class Watch(CheckpointWatch):
     """What the running job shows through its public surfaces: its task checkpoints sampled in a thread (each
-    task's batch and location, what ``sparza checkpoints show`` prints), and the notices of its status lines."""
+    task's batch and location, what ``sparza checkpoints show`` prints; :attr:`error`, the last failed sample's, is
+    shown when a wait times out), and the notices of its status lines."""
 
     def __init__(self, config: Config, log: Path) -> None:
-        self.config, self.log = config, log
-        self.samples: list[dict[str, dict[str, Any]]] = []
-        self.error: Exception | None = None  # the last failed sample's, shown when a wait times out
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                shown = task_checkpoints(self.config)
-            except Exception as exc:  # Azurite busy, a blob replaced while read: the next sample has it
-                self.error = exc
-            else:
-                self.samples.append({t: {"batch": cp.batch, "location": cp.location} for t, cp in shown.items()})
-            self._stop.wait(1.0)
-
-    def start(self) -> Watch:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(150)
-
-    def latest(self) -> dict[str, dict[str, Any]]:
-        return self.samples[-1] if self.samples else {}
+        super().__init__(config, lambda cp: {"batch": cp.batch, "location": cp.location}, stop_timeout_s=150)
+        self.log = log
 
     def lines(self) -> list[str]:
         return self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
@@ -168,9 +145,7 @@ def test_tasks_stay_on_their_executors_move_when_a_worker_is_killed_and_rebalanc
     proc: subprocess.Popen[bytes] | None = None
     with cluster:
         try:
-            with log.open("w") as out:
-                proc = subprocess.Popen(sparza_cmd("run", "--config", str(path), "--master", cluster.url),
-                                        env=env, stdout=out, stderr=subprocess.STDOUT, cwd=work_dir)
+            proc = start_sparza("run", "--config", str(path), "--master", cluster.url, log=log, env=env, cwd=work_dir)
             feeder.start()
             watch.start()
 
@@ -210,9 +185,7 @@ def test_tasks_stay_on_their_executors_move_when_a_worker_is_killed_and_rebalanc
         finally:
             feeder.stop()
             watch.stop()
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait(30)
+            stop_sparza(proc)
 
     lines = watch.moves()
     metrics = _last_metrics(work_dir / "metrics.jsonl")
@@ -284,9 +257,7 @@ def test_tasks_left_without_any_executor_are_named_by_the_stall_watchdog_and_res
         cluster.stop_worker(2)   # the fresh worker of later: never ran anything, its state dir is empty
         cluster.wait_workers(1)
         try:
-            with log.open("w") as out:
-                proc = subprocess.Popen(sparza_cmd("run", "--config", str(path), "--master", cluster.url),
-                                        env=env, stdout=out, stderr=subprocess.STDOUT, cwd=work_dir)
+            proc = start_sparza("run", "--config", str(path), "--master", cluster.url, log=log, env=env, cwd=work_dir)
             feeder.start()
             watch.start()
             _wait("3 commits per task", lambda: len(watch.latest()) == 2
@@ -311,9 +282,7 @@ def test_tasks_left_without_any_executor_are_named_by_the_stall_watchdog_and_res
         finally:
             feeder.stop()
             watch.stop()
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait(30)
+            stop_sparza(proc)
     metrics = _last_metrics(work_dir / "metrics.jsonl")
     assert metrics["job"]["stall-warnings"] >= 1 and metrics["job"].get("stalls", 0) == 0, metrics["job"]
     assert metrics["aggregate"]["stores-restored-from-blob-store"] >= 2  # both tasks, on the fresh worker's dir

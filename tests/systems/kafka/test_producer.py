@@ -22,7 +22,7 @@ from sparza.metrics import MetricsRegistry
 from sparza.streams import MessageType, OutgoingMessageEnvelope, SystemStream, SystemStreamPartition
 from sparza.systems import SystemProducer, Transaction
 from sparza.systems.kafka import KafkaSystemAdmin, KafkaSystemConsumer, KafkaSystemProducer, partition_for
-from sparza.systems.kafka.admin import KafkaError
+from sparza.systems.kafka.admin import KafkaError, KafkaUnavailableError
 from sparza.systems.kafka.producer import transactional_id
 
 TASK = "Partition 0"
@@ -384,6 +384,24 @@ def test_a_transactional_call_that_never_returns_gives_the_producer_up_and_commi
     assert [v for _, _, v in _read(config, name)] == [b"v1", b"v2"]
     assert producer.committed_version(app) == 2
     producer.stop()
+
+
+def test_a_version_read_kafka_does_not_answer_is_a_connection_error_a_retry_may_cure() -> None:
+    """No broker at the address: reading the task's recorded version fails as :class:`KafkaUnavailableError`, a
+    ``ConnectionError``, so the batch is retried from its checkpoint rather than the job stopped for a "system
+    error" of the message the task was writing (found when a batch began right after a broker restart)."""
+    import socket
+
+    with socket.socket() as sock:   # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = Config({"systems.k.samza.factory": "kafka", "systems.k.consumer.bootstrap.servers": f"127.0.0.1:{port}",
+                     "systems.k.kafka.request.timeout.ms": "1500"})
+    producer = KafkaSystemProducer("k", config)
+    with pytest.raises(KafkaUnavailableError) as raised:
+        producer.committed_version("job-1/Partition 0")
+    assert isinstance(raised.value, ConnectionError)
+    assert "within 2s" in str(raised.value) or "within 1s" in str(raised.value), raised.value
 
 
 def test_partitioning_is_kafkas_default_and_control_messages_have_headers(kafka_config: Config,

@@ -7,7 +7,13 @@ exactly-once through one Kafka transaction per task and batch (see :mod:`.produc
 
 from __future__ import annotations
 
-from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin, PartitionCountMismatchError, TopicNotFoundError
+from sparza.systems.kafka.admin import (
+    KafkaError,
+    KafkaSystemAdmin,
+    KafkaUnavailableError,
+    PartitionCountMismatchError,
+    TopicNotFoundError,
+)
 from sparza.systems.kafka.consumer import KafkaSystemConsumer, OffsetOutOfRangeError
 from sparza.systems.kafka.eventhubs import EventHubsSystemFactory, eventhubs_kafka_config
 from sparza.systems.kafka.factory import KafkaSystemFactory
@@ -23,6 +29,7 @@ __all__ = [
     "KafkaSystemFactory",
     "KafkaSystemProducer",
     "KafkaSystemSettings",
+    "KafkaUnavailableError",
     "OffsetOutOfRangeError",
     "PartitionCountMismatchError",
     "TopicNotFoundError",

@@ -25,7 +25,8 @@ from sparza.streams import SystemStreamPartition
 from sparza.systems import StreamSpec, SystemStreamMetadata, SystemStreamPartitionMetadata
 from sparza.systems.kafka.settings import KafkaSystemSettings, redact_conf
 
-__all__ = ["KafkaError", "KafkaSystemAdmin", "PartitionCountMismatchError", "TopicNotFoundError"]
+__all__ = ["KafkaError", "KafkaSystemAdmin", "KafkaUnavailableError", "PartitionCountMismatchError",
+           "TopicNotFoundError"]
 
 _OFFSET_INVALID = -1001
 """librdkafka's ``RD_KAFKA_OFFSET_INVALID``: an offset not known (a ListOffsets answer lost with its connection)."""
@@ -33,6 +34,12 @@ _OFFSET_INVALID = -1001
 
 class KafkaError(SparzaError):
     """A Kafka request failed (after librdkafka's own retries)."""
+
+
+class KafkaUnavailableError(KafkaError, ConnectionError):
+    """A Kafka request kept failing with an error a retry may cure (a timeout, a coordinator loading or moving,
+    brokers away): the batch is retried from its checkpoint, as when storage is unreachable, not judged the fault of
+    the message it was writing."""
 
 
 def open_client(kind: str, make: Callable[[dict[str, Any]], Any], conf: dict[str, Any], system: str) -> Any:

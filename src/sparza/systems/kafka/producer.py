@@ -46,7 +46,7 @@ from sparza.metrics import MetricsRegistry
 from sparza.serde import Serde, is_utf8, partition_key_bytes, plain_json_encoder
 from sparza.streams import OutgoingMessageEnvelope
 from sparza.systems import StreamSpec, Transaction
-from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin, open_client
+from sparza.systems.kafka.admin import KafkaError, KafkaSystemAdmin, KafkaUnavailableError, open_client
 from sparza.systems.kafka.partitioner import partition_for
 from sparza.systems.kafka.settings import (
     CONTROL_PRODUCER_HEADER,
@@ -140,7 +140,12 @@ class _Caller:
     def call(self, what: str, call: Callable[[], Any], limit_s: float) -> Any:
         """``call()`` on this thread, waited for at most ``limit_s`` + :data:`_HANG_GRACE_S`: its result or its
         exception, or :class:`_HungCallError` (the thread, blocked inside librdkafka, is left behind with its
-        producer, which the caller then drops)."""
+        producer, which the caller then drops).
+
+        Not sooner: right after a broker restart the task's recorded version may not be readable for a while (its
+        group's offsets read as unstable: seen for 40 s and more in a probe), so a producer given up early only
+        moves the wait into its successor's version read, and a batch that begins then fails (tried: a 5 s bound,
+        and a new producer made at once after a lost connection)."""
         future: Future[Any] = Future()
         self._calls.put((call, future))
         try:
@@ -409,8 +414,11 @@ class KafkaSystemProducer:
                 raise KafkaError(f"cannot read the committed output version of {txn_id!r}: {exc}") from exc
             if error is None:
                 return int(got.offset) if got.offset >= 0 else None
-            if not _transient(error) or time.monotonic() + pause > deadline:
+            if not _transient(error):
                 raise KafkaError(f"cannot read the committed output version of {txn_id!r}: {error}")
+            if time.monotonic() + pause > deadline:
+                raise KafkaUnavailableError(f"cannot read the committed output version of {txn_id!r} within "
+                                            f"{self.settings.request_timeout_s:.0f}s: {error}")
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
 
@@ -436,7 +444,9 @@ class KafkaSystemProducer:
                 src.producer.init_transactions(timeout)  # fences zombies, aborts what they left open
             except Exception as exc:
                 self._drop(src)
-                raise KafkaError(f"cannot initialise Kafka transactions for {txn_id!r}: {exc}") from exc
+                error = exc.args[0] if exc.args else None
+                kind = KafkaUnavailableError if _transient(error) else KafkaError
+                raise kind(f"cannot initialise Kafka transactions for {txn_id!r}: {exc}") from exc
         # The version this producer committed (or read) itself is what the broker holds, unless a newer instance of
         # the task fenced it since; then its commit fails as fenced, the producer is dropped (known with it) and
         # the version is read again (_reopen). So the broker is asked once per producer, not once per batch.
@@ -633,6 +643,10 @@ class KafkaSystemProducer:
             fenced = isinstance(error, RdKafkaError) and is_fencing_error(error, producer, timeout)
             fatal = getattr(error, "fatal", lambda: False)() or getattr(error, "code", lambda: None)() == \
                 RdKafkaError._FATAL or isinstance(exc, _HungCallError)
+            if isinstance(exc, _HungCallError):
+                # Not routine (a fencing is): the user sees why this commit took its time.
+                log.warning("%s: %s", source, exc)
+                self._count("producer-given-up-hung-call")
             if fenced or fatal:
                 # Fenced by a newer instance of the task (or another fatal error): this producer can do
                 # nothing more, not even abort; the newer instance's init_transactions aborted for us.
