@@ -106,6 +106,43 @@ def test_rocksdb_checkpoint_hard_links_sst_files(tmp_path: Path) -> None:
     assert ssts and all(p.stat().st_nlink >= 2 for p in ssts)
 
 
+def test_a_rocksdb_read_view_sees_the_store_as_it_was_for_point_reads_only(tmp_path: Path) -> None:
+    store = RocksDbStore(tmp_path / "db", key_serde=StringSerde(), msg_serde=JsonSerde())
+    store.put_all({f"k{i}": i for i in range(100)})
+    view = store.read_view()
+    store.put("k1", 99)
+    store.put("new", 1)
+    store.delete("k2")
+    store.flush()  # in SST files now, not only the memtable
+    assert (view.get("k1"), view.get("new"), view.get("k2")) == (1, None, 2)
+    assert view.get_all(["k1", "new", "k3"]) == {"k1": 1, "k3": 3}
+    assert (store.get("k1"), store.get("new"), store.get("k2")) == (99, 1, None)
+    with pytest.raises(StoreReadOnlyError):
+        view.put("k1", 5)
+    with pytest.raises(StoreError, match="point reads only"):  # rocksdict's snapshot iterators read the latest
+        list(view.all())
+    view.close()
+    with pytest.raises(StoreClosedError):
+        view.get("k1")
+    assert store.get("k1") == 99  # the store stays open
+    store.close()
+
+
+def test_a_closed_rocksdb_store_ends_its_read_views_and_can_be_opened_again_at_once(tmp_path: Path) -> None:
+    store = RocksDbStore(tmp_path / "db", key_serde=StringSerde(), msg_serde=JsonSerde())
+    store.put("k", 1)
+    view = store.read_view()
+    store.close()  # the task's store closes (released, a batch failed): its views end with it...
+    assert not view.is_open
+    with pytest.raises(StoreClosedError):
+        view.get("k")
+    # ...and hold nothing open: a RocksDB snapshot keeps its database (and its LOCK) alive, so a view still holding
+    # one would make this open fail ("lock hold by current process").
+    again = RocksDbStore(tmp_path / "db", key_serde=StringSerde(), msg_serde=JsonSerde())
+    assert again.get("k") == 1
+    again.close()
+
+
 def test_rocksdb_read_only_needs_an_existing_store(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="no RocksDB store"):
         RocksDbStore(tmp_path / "missing", read_only=True)

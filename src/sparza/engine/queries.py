@@ -1,11 +1,16 @@
 """Reads of a running task's stores (Kafka Streams' interactive queries), answered beside the container's loop.
 
-A :class:`~sparza.engine.messages.QueryStore` reaches a container through its host and is answered here, in a small
-pool of threads of its own, so a read never waits for a batch and a batch never waits for a read:
+A :class:`~sparza.engine.messages.QueryStore` reaches a container through its host and is answered here, beside the
+container's loop (in the thread that received it, or a small pool of threads of its own), so a read never waits for
+a batch and a batch never waits for a read:
 
-- **committed** (the default): the store as the task's latest commit left it, read from that commit's local
-  checkpoint dir (hard links of the store's files), opened read-only once per commit and kept open while that
-  commit is the latest. A commit that replaces the dir while a read runs makes the read start again on the new one.
+- **committed** (the default): the store as the task's latest commit left it. A RocksDB store of a task that stays
+  in its container is read through a snapshot of its open store taken as the commit checkpointed it
+  (:meth:`~sparza.engine.stores.TaskStores.committed_view`) for a ``get``: no file is opened per commit, and the
+  get is answered in the channel's reader thread without a hand-over to the pool. A scan or count, or any other
+  store, is read from that commit's local checkpoint dir (hard links of the store's files), opened read-only once
+  per commit and kept open while that commit is the latest. A commit that replaces the dir while a read runs makes
+  the read start again on the new one.
 - **live**: the task's in-flight state, what its next commit would write: read through the task's own store handle
   (its write-back cache first), so it may show writes of a batch that will never commit. The answer says which.
 
@@ -22,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sparza.engine.messages import QueryStore, StoreAnswer
+from sparza.state.kv.api import StoreClosedError
 
 __all__ = ["StoreQueries", "from_wire", "to_wire"]
 
@@ -70,8 +76,20 @@ class StoreQueries:
         self._lock = threading.Lock()
 
     def submit(self, query: QueryStore) -> None:
-        """Answer ``query`` in the pool (returns at once)."""
-        self._pool.submit(self._answer, query)
+        """Answer ``query``: a ``get`` that needs no store opened at once in the caller's thread (the container's
+        channel reader), anything else in the pool (returns at once). Why: while the task runs, its thread holds
+        the GIL, and each hand-over to another thread waits for it (up to the 5 ms switch interval, more on busy
+        cores); a get from an open view takes microseconds."""
+        if query.op == "get" and self._quick(query):
+            self._answer(query)
+        else:
+            self._pool.submit(self._answer, query)
+
+    def _quick(self, query: QueryStore) -> bool:
+        stores = self._find(query.job, query.task)
+        if stores is None or query.store not in stores.handles:
+            return True  # an error answer
+        return query.live or stores.committed_view(query.store) is not None
 
     def _answer(self, query: QueryStore) -> None:
         try:
@@ -91,6 +109,12 @@ class StoreQueries:
         if query.live:
             return _run(_LiveView(stores.handles[query.store]), query), None
         for _attempt in range(3):
+            view = stores.committed_view(query.store) if query.op == "get" else None
+            if view is not None:
+                try:
+                    return _run(view[1], query), view[0]
+                except StoreClosedError:
+                    continue  # the store closed under the read (its task released, a batch failed): ask again
             committed = stores.committed_dir(query.store)
             if committed is None:
                 raise LookupError(f"store '{query.store}' of task '{query.task}' has no commit in this container yet")

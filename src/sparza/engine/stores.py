@@ -37,6 +37,7 @@ from sparza.engine.errors import RuntimeStateError
 from sparza.engine.jobconfig import JobConfig
 from sparza.metrics import MetricsRegistry
 from sparza.state.backup.backup import BACKUP_FACTORIES
+from sparza.state.kv.api import SupportsReadView
 from sparza.state.kv.factory import STORE_FACTORY
 
 __all__ = ["BLOBSTORE_SCOPE", "LOCAL_SNAPSHOT_PREFIX", "StoreHandle", "TaskStores"]
@@ -282,6 +283,10 @@ class TaskStores:
         self._checkpoint_dirs: dict[str, Path] = {}
         self.replaced: dict[str, str] = {}
         self._committed: dict[str, tuple[int, Path]] = {}  # store -> (batch, its local checkpoint dir) as committed
+        # Resident stores: store -> (batch, a read view of the open store as that batch committed it), for live
+        # queries; _pending_views holds this batch's until it commits (mark_committed).
+        self._views: dict[str, tuple[int, Any]] = {}
+        self._pending_views: dict[str, Any] = {}
         # store -> (the committed snapshot id its open store's change record starts at, the writes since that id's
         # file snapshot): a kept store whose next commit can carry its writes in its id (sparza.state.backup.delta).
         self._tracked: dict[str, tuple[str, dict[bytes, bytes | None]]] = {}
@@ -589,6 +594,13 @@ class TaskStores:
             with self.metrics.timer("stores", "checkpoint-ms").time():
                 store.checkpoint(target)
             self._checkpoint_dirs[name] = target
+            if self.resident and isinstance(store, SupportsReadView):
+                # The store as checkpointed, for live queries once this commit lands: it stays open here, and a
+                # snapshot of it costs no file open (opening each commit's checkpoint dir per read did).
+                stale = self._pending_views.pop(name, None)  # of a batch that never committed
+                if stale is not None:
+                    stale.close()
+                self._pending_views[name] = store.read_view()
             if self.backed_up[name]:
                 replaced = self.replaced.pop(name, None)
                 prev = replaced or previous.get(name)
@@ -649,6 +661,15 @@ class TaskStores:
         for name, snapshot in ids.items():
             self._write_marker(name, batch, snapshot)
             self._committed[name] = (batch, self._checkpoint_dir(name, batch))
+            view = self._pending_views.pop(name, None)
+            previous = self._views.get(name)
+            if view is not None:
+                self._views[name] = (batch, view)
+            else:
+                self._views.pop(name, None)  # the last view must not answer for this commit
+            if previous is not None:
+                previous[1].close()  # waits for a read of it still running
+        self._drop_views(self._pending_views)
 
     def clean_up(self, batch: int, ids: dict[str, str]) -> None:
         """After :meth:`mark_committed`: the blob-store cleanup of each backed-up snapshot (its TTL removed, what
@@ -674,6 +695,21 @@ class TaskStores:
                 suffix = entry.name[len(prefix):]
                 if suffix.isdigit() and int(suffix) != keep:
                     shutil.rmtree(entry, ignore_errors=True)
+
+    def committed_view(self, name: str) -> tuple[int, Any] | None:
+        """``(batch, view)``: a read-only store of store ``name`` as this process last committed it, for point reads
+        (``get``), while the store stays open here (a resident task's RocksDB store); None otherwise (read
+        :meth:`committed_dir` instead). Read by live queries from another thread: a view whose store was closed
+        since raises :class:`~sparza.state.kv.api.StoreClosedError`."""
+        found = self._views.get(name)
+        return found if found is not None and found[1].is_open else None
+
+    @staticmethod
+    def _drop_views(views: dict[str, Any]) -> None:
+        for view in list(views.values()):
+            with contextlib.suppress(Exception):
+                view.close()
+        views.clear()
 
     def committed_dir(self, name: str) -> tuple[int, Path] | None:
         """``(batch, dir)``: the local checkpoint dir of store ``name`` as this process last committed it (None

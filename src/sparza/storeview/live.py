@@ -12,11 +12,11 @@ writes of a batch that never commits).
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
-import urllib.error
+import threading
 import urllib.parse
-import urllib.request
 from typing import Any
 
 from sparza.errors import SparzaError
@@ -42,6 +42,7 @@ class LiveStores:
         self.job = JobConfig.from_config(config)
         self.timeout_s = timeout_s
         self._url = url
+        self._local = threading.local()  # each thread's kept connection (http.client's are not thread-safe)
 
     @property
     def url(self) -> str:
@@ -81,24 +82,54 @@ class LiveStores:
         query["job"] = self.job.job_key
         if live:
             query["live"] = "true"
-        address = f"{self.url}/v1/stores/{urllib.parse.quote(store)}/{op}?{urllib.parse.urlencode(query)}"
+        path = f"/v1/stores/{urllib.parse.quote(store)}/{op}?{urllib.parse.urlencode(query)}"
         try:
-            with urllib.request.urlopen(address, timeout=self.timeout_s) as response:
-                body: dict[str, Any] = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode("utf-8", "replace")
-            try:
-                body = json.loads(detail)
-            except ValueError:
-                raise LiveQueryError(f"live query of store {store!r} failed: HTTP {exc.code}: {detail}") from exc
-            if exc.code != 503:
-                raise LiveQueryError(f"live query of store {store!r} failed: {body.get('error') or detail}") from exc
-        except (urllib.error.URLError, OSError) as exc:
+            code, detail = self._get(path)
+        except (OSError, http.client.HTTPException) as exc:
             raise LiveQueryError(f"the processor's live query endpoint {self.url} does not answer ({exc}): is the "
                                  "job still running?") from exc
+        text = detail.decode("utf-8", "replace")
+        try:
+            body: dict[str, Any] = json.loads(text)
+        except ValueError:
+            raise LiveQueryError(f"live query of store {store!r} failed: HTTP {code}: {text}") from None
+        if code not in (200, 503):
+            raise LiveQueryError(f"live query of store {store!r} failed: {body.get('error') or text}")
         if not body.get("answers") and body.get("errors"):
             raise LiveQueryError("; ".join(f"{e['task']}: {e['error']}" for e in body["errors"]))
         return body
+
+    def _get(self, path: str) -> tuple[int, bytes]:
+        """``(status, body)`` of ``GET path`` on this thread's kept connection: a kept connection the endpoint
+        closed since (idle, restarted) is opened again once (a read changes nothing, so asking twice is safe)."""
+        while True:
+            conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+            fresh = conn is None
+            if conn is None:
+                address = urllib.parse.urlsplit(self.url)
+                conn = self._local.conn = http.client.HTTPConnection(address.hostname or "127.0.0.1", address.port,
+                                                                     timeout=self.timeout_s)
+            try:
+                conn.request("GET", path)
+                response = conn.getresponse()
+                data = response.read()
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                self._local.conn = None
+                if fresh or isinstance(exc, TimeoutError):
+                    raise
+                continue
+            if response.will_close:
+                conn.close()
+                self._local.conn = None
+            return response.status, data
+
+    def close(self) -> None:
+        """Close this thread's kept connection (others close with their threads)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
 
 
 def _wire(key: Any) -> Any:

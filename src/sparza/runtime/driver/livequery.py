@@ -16,7 +16,8 @@ without ``task``, every task is asked. The answer is JSON: ``{"job", "store", "a
 
 The endpoint's address goes into the job's ``_live`` document next to its task checkpoints, where
 ``sparza store get --live`` finds it. A read is answered by a thread of the container that runs the task, never
-after a batch: the task is not held up, and the read not by the task.
+after a batch: the task is not held up, and the read not by the task. The endpoint speaks HTTP/1.1: a client that
+keeps its connection saves a connect and a server thread per read.
 """
 
 from __future__ import annotations
@@ -67,6 +68,14 @@ class LiveQueryServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            # Keep-alive: a client that keeps its connection (LiveStores does) sends each read to this handler's
+            # thread, with no connect and no thread started per read (0.24 ms of CPU per read, client and server
+            # together, against 0.65 ms with a connection per read). Without TCP_NODELAY the body would wait for
+            # the ACK of the headers (a 40 ms delayed ACK) on a kept connection.
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+            timeout = 60  # an idle kept connection (and its thread) ends after this many seconds
+
             def do_GET(self) -> None:
                 code, body = server.handle(self.path)
                 data = json.dumps(body, sort_keys=True).encode()

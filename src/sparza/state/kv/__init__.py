@@ -11,6 +11,7 @@ from sparza.state.kv.api import (
     StoreClosedError,
     StoreError,
     StoreReadOnlyError,
+    SupportsReadView,
     TracksChanges,
 )
 from sparza.state.kv.evolution import SchemaProblem, schema_problems
@@ -44,6 +45,7 @@ __all__ = [
     "StoreFormat",
     "StoreFormatError",
     "StoreReadOnlyError",
+    "SupportsReadView",
     "TracksChanges",
     "ValueFormat",
     "check_store_format",

@@ -117,6 +117,17 @@ class TracksChanges(Protocol):
         ...
 
 
+@runtime_checkable
+class SupportsReadView(Protocol):
+    """A store that gives read-only views of itself as it is now, for point reads from other threads (live
+    queries)."""
+
+    def read_view(self) -> KeyValueStore:
+        """A read-only store of this one's entries now for ``get``/``get_all`` (later writes are not seen; it may
+        refuse iteration); its ``close()`` ends it."""
+        ...
+
+
 class SerdeStore(KeyValueStore):
     """Implements the typed API over five byte-level primitives an engine provides.
 

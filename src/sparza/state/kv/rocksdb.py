@@ -8,6 +8,7 @@ its checkpoints are plain RocksDB checkpoints (SST files hard-linked, metadata c
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from sparza.errors import ConfigError
 from sparza.serde import Serde
 from sparza.state.kv.api import SerdeStore, StoreClosedError, StoreError
 
-__all__ = ["ROCKSDB_OPTION_KEYS", "SAMZA_DEFAULTS", "RocksDbStore", "rocksdb_options"]
+__all__ = ["ROCKSDB_OPTION_KEYS", "SAMZA_DEFAULTS", "RocksDbReadView", "RocksDbStore", "rocksdb_options"]
 
 _PKG = "sparza.state.kv"
 
@@ -133,6 +134,9 @@ class RocksDbStore(SerdeStore):
             self._db: Any = rd.Rdict(str(self.path), options=self._options, access_type=access)
         except Exception as exc:  # rocksdict raises a bare Exception with RocksDB's message
             raise StoreError(self.name, f"cannot open RocksDB at {self.path}: {exc}") from exc
+        # Views taken by read_view(), released by close() under this lock (see RocksDbReadView).
+        self._views_lock = threading.Lock()
+        self._views: list[RocksDbReadView] = []
 
     def _live(self) -> Any:
         if self._db is None:
@@ -208,6 +212,14 @@ class RocksDbStore(SerdeStore):
         self._record_format(target, recorded_in=self.path)
         return target
 
+    def read_view(self) -> RocksDbReadView:
+        """A read-only view of the store as it is now for point reads (a RocksDB snapshot: later writes are not
+        seen), for readers in other threads; it opens no file, and ends with its own ``close()`` or this store's."""
+        with self._views_lock:
+            view = RocksDbReadView(self, self._live().snapshot())
+            self._views = [v for v in self._views if v.is_open] + [view]
+        return view
+
     def approximate_size_bytes(self) -> int:
         """Total size of the live SST files (RocksDB's own estimate)."""
         return int(self._live().property_int_value("rocksdb.total-sst-files-size") or 0)
@@ -218,9 +230,76 @@ class RocksDbStore(SerdeStore):
         self._live().compact_range(None, None)
 
     def close(self) -> None:
+        # A snapshot keeps the database (and its LOCK) alive after close(): release every view first, so the
+        # store can be opened again in this process at once.
+        with self._views_lock:
+            for view in self._views:
+                view._release()
+            self._views.clear()
         if self._db is not None:
             self._db.close()
             self._db = None
 
     def __repr__(self) -> str:
         return f"RocksDbStore({self.name!r}, path={str(self.path)!r}, read_only={self.read_only})"
+
+
+class RocksDbReadView(SerdeStore):
+    """A :class:`RocksDbStore` as it was when :meth:`RocksDbStore.read_view` was called (a RocksDB snapshot), for
+    point reads (``get``, ``get_all``) with the store's serdes; read-only. Not iterable: rocksdict's snapshot
+    iterators (0.3.29) read the latest state, not the snapshot's, so ``all``/``range`` raise
+    :class:`~sparza.state.kv.api.StoreError` (read a checkpoint instead).
+
+    A read holds the store's view lock, which :meth:`RocksDbStore.close` takes to release every snapshot: a read
+    never keeps the database open past its store's close (it raises :class:`~sparza.state.kv.api.StoreClosedError`
+    instead), and a closed store can be opened again at once."""
+
+    def __init__(self, store: RocksDbStore, snapshot: Any) -> None:
+        super().__init__(store.name, store.key_serde, store.msg_serde, read_only=True)
+        self.format = store.format
+        self._lock = store._views_lock
+        self._snapshot: Any = snapshot
+
+    @property
+    def is_open(self) -> bool:
+        """False once closed (or its store was)."""
+        return self._snapshot is not None
+
+    def _release(self) -> None:  # the caller holds the lock
+        self._snapshot = None
+
+    def _get_raw(self, key: bytes) -> bytes | None:
+        with self._lock:
+            if self._snapshot is None:
+                raise StoreClosedError(self.name)
+            try:
+                value: bytes = self._snapshot[key]
+            except Exception as exc:  # rocksdict's snapshot raises a bare Exception for a missing key
+                if "not found" in str(exc):
+                    return None
+                raise StoreError(self.name, f"read of a snapshot failed: {exc}") from exc
+        return value
+
+    def _multi_get_raw(self, keys: list[bytes]) -> list[bytes | None]:
+        return [self._get_raw(key) for key in keys]
+
+    def _write_raw(self, puts: list[tuple[bytes, bytes]], deletes: list[bytes]) -> None:
+        self._writable()
+
+    def _iter_raw(self, from_key: bytes | None, to_key: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        raise StoreError(self.name, "a read view answers point reads only (rocksdict's snapshot iterators do not "
+                                    "read the snapshot)")
+
+    def flush(self) -> None:
+        """Nothing to flush: read-only."""
+
+    def checkpoint(self, directory: str | Path) -> Path:
+        raise StoreError(self.name, "cannot checkpoint a read view")
+
+    def close(self) -> None:
+        """Release the snapshot (its store stays open)."""
+        with self._lock:
+            self._release()
+
+    def __repr__(self) -> str:
+        return f"RocksDbReadView({self.name!r}, open={self.is_open})"
