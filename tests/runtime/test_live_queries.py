@@ -18,13 +18,21 @@ from sparza.engine.messages import QueryStore
 from sparza.testing import eventually
 
 
-def test_a_running_containers_tasks_answer_reads_of_their_committed_and_in_flight_state(work_dir: Path):
+def _joined(work_dir: Path, partitions: int, messages: int, keys: int, slots: int
+            ) -> tuple[InProcessHost, InProcessJob]:
+    """The keyed count (batches of 40, a commit each) over ``messages`` of ``keys`` keys on ``partitions``, joined to
+    an in-process host of ``slots`` containers (``--once``)."""
     config = Config(job_values(work_dir, **{"task.max.batch.messages": "40", "task.commit.ms": "0"}))
-    create_streams(config, 3)
-    append_messages(config, 600, 7, commit_size=600)
-    host = InProcessHost(slots=2)
+    create_streams(config, partitions)
+    append_messages(config, messages, keys, commit_size=messages)
+    host = InProcessHost(slots=slots)
     job = InProcessJob(config, once=True)
     host.join(job)
+    return host, job
+
+
+def test_a_running_containers_tasks_answer_reads_of_their_committed_and_in_flight_state(work_dir: Path):
+    host, job = _joined(work_dir, 3, 600, 7, 2)
     answered = []
     while not job.has_left:
         host.step(max_passes=1)
@@ -53,12 +61,7 @@ def test_a_committed_get_is_answered_as_of_the_latest_commit_without_opening_its
         raise AssertionError(f"a get opened the checkpoint dir {directory}")
 
     monkeypatch.setattr(TaskStores, "open_committed", refuse)
-    config = Config(job_values(work_dir, **{"task.max.batch.messages": "40", "task.commit.ms": "0"}))
-    create_streams(config, 2)
-    append_messages(config, 400, 5, commit_size=400)
-    host = InProcessHost(slots=1)
-    job = InProcessJob(config, once=True)
-    host.join(job)
+    host, job = _joined(work_dir, 2, 400, 5, 1)
     keys = [f"k{i}" for i in range(5)] + ["no-such-key"]
     batches: dict[str, set[int]] = {}
     while not job.has_left:
