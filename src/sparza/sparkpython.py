@@ -20,21 +20,27 @@ import hashlib
 import os
 import runpy
 import shlex
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
 
-__all__ = ["launcher", "local_python"]
+__all__ = ["launcher", "local_python", "write_executable"]
 
 
 def launcher(python: str | None = None) -> str:
     """The path of an executable that runs ``python`` (this interpreter by default) through this module; written
     once per interpreter under the temp dir and reused."""
     python = python or sys.executable
-    tag = hashlib.sha256(python.encode()).hexdigest()[:12]
+    return write_executable("python", python, f'#!/bin/sh\nexec {shlex.quote(python)} -m {__name__} "$@"\n')
+
+
+def write_executable(kind: str, target: str, script: str) -> str:
+    """The path of an executable holding ``script`` (a wrapper of ``target``), written once under the temp dir
+    (named by ``kind`` and a hash of ``target``) and reused while its content is the same."""
+    tag = hashlib.sha256(target.encode()).hexdigest()[:12]
     directory = os.path.join(tempfile.gettempdir(), f"sparza-python-{os.getuid()}")
-    path = os.path.join(directory, f"python-{tag}")
-    script = f'#!/bin/sh\nexec {shlex.quote(python)} -m {__name__} "$@"\n'
+    path = os.path.join(directory, f"{kind}-{tag}")
     try:
         with open(path, encoding="utf-8") as existing:
             if existing.read() == script and os.access(path, os.X_OK):
@@ -68,6 +74,9 @@ def local_python() -> Iterator[None]:
 def _main(args: list[str]) -> None:
     from sparza.sparkdaemon import prefer_installed_pyspark
 
+    # The JVM sparza starts ignores SIGTERM (sparza.runtime.driver.session), and an ignored signal stays ignored
+    # across exec: the processes it starts take the default back, so Spark's destroy() still ends them.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if len(args) < 2 or args[0] != "-m":  # not how Spark starts Python: run it unchanged
         os.execv(sys.executable, [sys.executable, *args])
     sys.path[:] = prefer_installed_pyspark(sys.path)

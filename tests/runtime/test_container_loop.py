@@ -725,8 +725,14 @@ def test_an_idle_task_hears_of_input_that_a_moved_in_task_s_start_read_first(wor
     host.close()
 
 
-def test_a_failure_of_the_manager_itself_fails_its_jobs_instead_of_ending_them_as_done() -> None:
-    """A bug in the manager's step must not end a job as if it had caught up (a run that exits 0 with input left)."""
+@pytest.mark.parametrize(("error", "said"), [
+    (RuntimeError("a bug in the host"), "the container manager failed (RuntimeError: a bug in the host): a bug in"),
+    (ConnectionRefusedError(111, "Connection refused"), "Spark's JVM is gone"),
+])
+def test_a_failure_of_the_manager_itself_fails_its_jobs_instead_of_ending_them_as_done(error: Exception,
+                                                                                        said: str) -> None:
+    """A bug in the manager's step must not end a job as if it had caught up (a run that exits 0 with input left);
+    a JVM that ended under the driver (its gateway refuses connections) is named as such, not as a bug."""
     from sparza.engine.errors import JobFailedError
     from sparza.engine.manager import ContainerManager
 
@@ -737,7 +743,7 @@ def test_a_failure_of_the_manager_itself_fails_its_jobs_instead_of_ending_them_a
             return 1
 
         def launch(self, index: int) -> None:
-            raise RuntimeError("a bug in the host")
+            raise error
 
         def close(self) -> None:
             self.closed = True
@@ -778,5 +784,5 @@ def test_a_failure_of_the_manager_itself_fails_its_jobs_instead_of_ending_them_a
     manager.start()
     assert member.has_left.wait(10), "the manager neither ran nor failed the job"
     assert len(member.failed) == 1 and isinstance(member.failed[0], JobFailedError)
-    assert "the container manager failed (RuntimeError: a bug in the host)" in str(member.failed[0])
+    assert said in str(member.failed[0])
     assert launcher.closed

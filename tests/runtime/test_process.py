@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,15 @@ def _start(config_path) -> subprocess.Popen:
                             start_new_session=True)
 
 
+def _java_child(pid: int) -> int:
+    """The pid of the JVM the driver ``pid`` started (its child running java)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            if b"java" in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0]:
+                return int(child)
+    raise AssertionError(f"no java child of {pid}")
+
+
 def test_ctrl_c_then_kill_9_then_restart_gives_exact_counts(make_job, work_dir):
     config = make_job(**{"task.max.batch.messages": "100"})
     append_messages(config, 3000, 9, commit_size=1000)
@@ -74,15 +84,27 @@ def test_ctrl_c_then_kill_9_then_restart_gives_exact_counts(make_job, work_dir):
     assert proc.returncode == 0, stderr
     assert "stopped by SIGINT" in stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
-    stopped_at = {t: cp.batch for t, cp in checkpoint_store_from_config(config, "kc-1").read_all().items()}
+    store = checkpoint_store_from_config(config, "kc-1")
+    stopped_at = {t: cp.batch for t, cp in store.read_all().items()}
 
     # 2. kill -9 of the driver's process group (driver and JVM; the Python workers, in a group of their own, end
     # when their daemon sees the JVM gone) in the middle of the run. More input
     # first: containers run batches back to back, so step 1 may have caught up before its stop took effect.
+    # Before that, a SIGTERM meant for the group reaches the JVM alone: it must not end Spark under the driver
+    # (the driver decides when Spark stops), so the job goes on.
     append_messages(config, 3000, 9, start=3000, commit_size=1000)
     proc = _start(path)
     try:
         _wait_for_batch(config, max(stopped_at.values()) + 2, proc)
+        jvm = _java_child(proc.pid)
+        os.kill(jvm, signal.SIGTERM)
+        time.sleep(3)  # the JVM's shutdown hooks, had it run them, end Spark within this
+        status = Path(f"/proc/{jvm}/status")
+        assert status.exists() and "State:\tZ" not in status.read_text(), "the JVM ended on SIGTERM"
+        before = {t: cp.batch for t, cp in store.read_all().items()}
+        append_messages(config, 300, 9, start=6000, commit_size=300)  # work that needs Spark, after the signal
+        eventually(lambda: proc.poll() is None and all(cp.batch > before[t] for t, cp in store.read_all().items()),
+                   120, 0.2, "no task committed a batch after the JVM's SIGTERM")
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
     finally:
@@ -94,8 +116,8 @@ def test_ctrl_c_then_kill_9_then_restart_gives_exact_counts(make_job, work_dir):
     result = run_sparza("run", "--config", str(path), "--once", "--master", "local[2]", env=env)
     assert result.returncode == 0, result.stderr
     counts, rows = final_counts(config)
-    assert counts == expected_counts(6000, 9)
-    assert rows == 6000
+    assert counts == expected_counts(6300, 9)
+    assert rows == 6300
 
 
 def test_injected_spark_task_failure_is_retried_exactly(make_job, work_dir):

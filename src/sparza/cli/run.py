@@ -54,7 +54,7 @@ def run(config: str = typer.Option(..., "--config", "-c", metavar="FILE", help="
     """Run a job until stopped, or until every bounded input ended; with --once, until caught up; with --drain (or after
     sparza drain), until drained.
 
-    Ctrl-C (SIGINT, to the process or its whole process group) and SIGTERM finish the running batch,
+    Ctrl-C (SIGINT) and SIGTERM, to the process or its whole process group, finish the running batch,
     commit and exit 0; a second Ctrl-C stops at once without committing that batch (it runs again at
     the next start) and exits 130. Exit codes: 0 clean stop, 1 job failed, 2 bad config, 3 another
     processor holds the job (standalone: refused, or claim lost while running), 130 forced stop."""

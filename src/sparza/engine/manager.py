@@ -273,9 +273,12 @@ class ContainerManager:
                 self._wake.clear()
         except BaseException as exc:  # a bug in the manager itself: fail every job rather than hang
             _log.exception("the container manager failed")
-            error = JobFailedError(f"the container manager failed ({type(exc).__name__}: {exc}): a bug in sparza; the "
-                                   "driver's log has the traceback. Every task restarts from its last commit when the "
-                                   "job is started again")
+            # The launcher talks to Spark's JVM through a local socket: refused or reset, the JVM ended under the
+            # driver (killed, out of memory), which is not sparza's bug.
+            cause = ("Spark's JVM is gone (it ended under the driver: killed, or out of memory?)"
+                     if isinstance(exc, ConnectionError) else "a bug in sparza; the driver's log has the traceback")
+            error = JobFailedError(f"the container manager failed ({type(exc).__name__}: {exc}): {cause}. Every task "
+                                   "restarts from its last commit when the job is started again")
             for job in list(self._jobs.values()):
                 job.member.manager_failed(error)
                 job.member.left()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import sys
 import weakref
 from collections.abc import Callable, Iterable
@@ -134,18 +135,19 @@ def build_spark_session(job: Any, master: str | None, app_name: str, remote: str
     chosen = master or job.spark_conf.get("spark.master") or "local[*]"
     if chosen.startswith("local[") and "," not in chosen:
         chosen = chosen[:-1] + ",4]"
-    builder = (SparkSession.builder.master(chosen).appName(app_name)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.redaction.regex", _REDACTION_REGEX)
-               .config("spark.sql.streaming.stopTimeout", "120s")
-               # An epoch that asks for more containers than there are slots fails in seconds, not after
-               # Spark's default 40 checks 15 s apart (executors lost since the count was taken).
-               .config("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "2s")
-               .config("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "5"))
+    options: dict[str, str] = {
+        "spark.master": chosen, "spark.app.name": app_name,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
+        "spark.redaction.regex": _REDACTION_REGEX,
+        "spark.sql.streaming.stopTimeout": "120s",
+        # An epoch that asks for more containers than there are slots fails in seconds, not after
+        # Spark's default 40 checks 15 s apart (executors lost since the count was taken).
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "2s",
+        "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "5"}
     python: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if _is_local_master(chosen) and os.environ.get("PYSPARK_PYTHON") == sys.executable:
         # The workers run this interpreter, which imports sparza: its daemon imports pyspark from the installed
@@ -155,17 +157,17 @@ def build_spark_session(job: Any, master: str | None, app_name: str, remote: str
         from sparza.sparkdaemon import DAEMON_MODULE
         from sparza.sparkpython import local_python
 
-        builder = builder.config("spark.python.daemon.module", DAEMON_MODULE)
+        options["spark.python.daemon.module"] = DAEMON_MODULE
         python = local_python()
     if (not _is_local_master(chosen) and SHARED_FS.get(config) and not py_files(config)
             and "spark.executorEnv.PYTHONPATH" not in job.spark_conf):
         # A file system every host shares (job.filesystem.shared) holds the project at the driver's path too:
         # executors import task classes from the driver's import path. Otherwise the code travels in
         # job.py.files or is installed on the executors (checked at start: check_executor_imports).
-        builder = builder.config("spark.executorEnv.PYTHONPATH", os.environ.get("PYTHONPATH", os.getcwd()))
+        options["spark.executorEnv.PYTHONPATH"] = os.environ.get("PYTHONPATH", os.getcwd())
     for key, value in job.spark_conf.items():
         if key not in ("spark.master", REMOTE_KEY):
-            builder = builder.config(key, value)
+            options[key] = value
     packaged = py_files(config)
     if packaged:
         # Spark's driver-side Python runners (the streaming source's planner) run PYSPARK_PYTHON with the JVM's
@@ -176,12 +178,40 @@ def build_spark_session(job: Any, master: str | None, app_name: str, remote: str
     from sparza.interrupts import sigint_kept
 
     with sigint_kept(), python:  # the caller decides what Ctrl-C does (sparza.interrupts), not PySpark
-        spark = builder.getOrCreate()
+        _start_jvm_ignoring_sigterm(options)
+        spark = SparkSession.builder.config(map=dict[str, Any](options)).getOrCreate()
     level = SPARK_LOG_LEVEL.get(config)
     spark.sparkContext.setLogLevel(level)
     if level.upper() in ("ERROR", "FATAL", "OFF"):
         _quiet_query_failures(spark)
     return spark
+
+
+def _start_jvm_ignoring_sigterm(options: dict[str, str]) -> None:
+    """Start the session's JVM ignoring SIGTERM as well as SIGINT (unless a JVM is there already: a SparkContext,
+    or ``spark-submit`` that started this driver), given ``options`` as the session's builder would give them.
+
+    A SIGTERM to the driver's process group (``kill -TERM -<pgid>``, a supervisor stopping a group, a test's
+    ``killpg``) otherwise reached the JVM too: it ran its shutdown hooks, the executors' Python workers died and
+    the driver, finishing the running batch to commit it, found Spark gone. The driver alone decides when Spark
+    stops (:mod:`sparza.interrupts`). The JVM stays in the driver's process group, so a SIGKILL to the group
+    still ends both, and it still exits when the driver dies (it watches its stdin, the driver's pipe).
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.find_spark_home import _find_spark_home
+    from pyspark.java_gateway import launch_gateway
+
+    from sparza.sparkpython import write_executable
+
+    if (SparkContext._active_spark_context is not None or os.environ.get("PYSPARK_GATEWAY_PORT")
+            or sys.platform == "win32" or options.get("spark.api.mode", "").lower() == "connect"):
+        return
+    submit = os.path.join(_find_spark_home(), "bin", "spark-submit")
+    # An ignored signal stays ignored across exec (and the JVM then leaves SIGTERM alone, as PySpark's SIGINT);
+    # Popen's executable runs the wrapper with spark-submit's arguments.
+    wrapper = write_executable("spark-submit", submit, f"#!/bin/sh\ntrap '' TERM\nexec {shlex.quote(submit)} \"$@\"\n")
+    conf = SparkConf().setAll(list(options.items()))
+    SparkContext(conf=conf, gateway=launch_gateway(conf, popen_kwargs={"executable": wrapper}))
 
 
 UI_ADDRESS_KEY = "job.spark.ui.address"
