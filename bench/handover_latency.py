@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -135,9 +136,13 @@ def _round(shape: str, tree: Path, servers: str, work: Path, probe_s: float, eve
     toggles = 0
     failed: list[str] = []  # a stop or start of a worker that failed: the round measured fewer hand-overs
 
+    events: list[tuple[float, str, int, str]] = []  # wall-clock ms, action, worker, begun/done (--keep-logs)
+
     def toggle(action: Any, worker: int) -> None:
         try:
+            events.append((time.time() * 1000, action.__name__, worker, "begun"))
             action(worker)
+            events.append((time.time() * 1000, action.__name__, worker, "done"))
         except Exception as exc:
             failed.append(f"{action.__name__}({worker}): {type(exc).__name__}: {exc}")
 
@@ -185,7 +190,8 @@ def _round(shape: str, tree: Path, servers: str, work: Path, probe_s: float, eve
                            f"planned: {'; '.join(failed)}")
     latencies = [probe.arrived[k] - probe.sent[k] for k in keys if k in probe.arrived]
     return {"shape": shape, "sent": len(keys), "arrived": len(latencies), "latencies": latencies,
-            "toggles": toggles, "load": loadavg()}
+            "toggles": toggles, "load": loadavg(),
+            "probe": {"messages": {k: [probe.sent[k], probe.arrived.get(k)] for k in keys}, "workers": events}}
 
 
 def main() -> None:
@@ -194,6 +200,8 @@ def main() -> None:
     parser.add_argument("--every-s", dest="every_s", type=float, default=15.0)
     parser.add_argument("--shapes", default="engine,epochs")
     parser.add_argument("--baseline-tree", default=os.environ.get("SPARZA_BASELINE_TREE", "/work/wt-baseline"))
+    parser.add_argument("--keep-logs", dest="keep_logs", default=None, metavar="DIR",
+                        help="copy each round's run log and probe timings (sent, arrived per key) into DIR")
     args = parser.parse_args()
     from sparza.devservers.kafka import KafkaBroker
 
@@ -206,8 +214,13 @@ def main() -> None:
             for shape in [s.strip() for s in args.shapes.split(",") if s.strip()]:
                 tree = Path(args.baseline_tree) if shape == "epochs" else ROOT
                 result = _round(shape, tree, broker.bootstrap_servers, work, args.probe_s, args.every_s)
+                if args.keep_logs:
+                    kept = Path(args.keep_logs)
+                    kept.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(work / shape / "run.log", kept / f"{shape}-run.log")
+                    (kept / f"{shape}-probe.json").write_text(json.dumps(result["probe"]))
                 lat = result["latencies"]
-                summary = {k: v for k, v in result.items() if k != "latencies"}
+                summary = {k: v for k, v in result.items() if k not in ("latencies", "probe")}
                 print(json.dumps(summary), flush=True)
                 over = sum(1 for v in lat if v > 150) / max(len(lat), 1) * 100
                 rows.append([shape, f"{result['arrived']}/{result['sent']}", str(result["toggles"]),
