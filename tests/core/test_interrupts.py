@@ -56,7 +56,7 @@ def test_run_help_and_the_docs_say_the_same_about_ctrl_c() -> None:
     result = subprocess.run([sys.executable, "-c", "from sparza.cli import main; main()", "run", "--help"],
                             capture_output=True, text=True, timeout=60, env={"COLUMNS": "300", "PATH": ""})
     text = " ".join(result.stdout.split())
-    assert "Ctrl-C (SIGINT, to the process or its whole process group) and SIGTERM finish the running batch" in text
+    assert "Ctrl-C (SIGINT) and SIGTERM, to the process or its whole process group, finish the running batch" in text
     assert "a second Ctrl-C stops at once" in text and "130" in text
     for page in ("runtime.md", "operations.md"):
         doc = " ".join((root / "docs" / page).read_text(encoding="utf-8").split())
