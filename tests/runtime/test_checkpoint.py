@@ -138,3 +138,18 @@ def test_a_claim_epoch_stamped_on_every_task_fences_the_previous_holder(tmp_path
 def test_a_claim_epoch_fences_the_previous_holder_on_azure(azure_account, unique_name):
     container = azure_account.blob_service_client().get_container_client(unique_name)
     _fence_exercise(AzureCheckpointStore(container, "job-1"))
+
+
+def test_an_intent_names_the_systems_its_batch_flushes_and_older_intents_name_none() -> None:
+    """A task started where an intent is open fences the systems it names (TaskInstance.restore_stores)."""
+    import json
+
+    from sparza.engine.checkpoint import Intent, TaskCheckpoint
+
+    intent = Intent(3, 1, {"kafka.events#0": "5"}, {"kafka.events#0": "9"}, systems=("kafka", "out"))
+    cp = dataclasses.replace(_cp(2), pending=intent)
+    read = TaskCheckpoint.from_json(cp.to_json())
+    assert read.open_intent() == intent and read.open_intent().systems == ("kafka", "out")
+    body = json.loads(cp.to_json())
+    del body["pending"]["systems"]  # as sparza wrote intents before
+    assert TaskCheckpoint.from_json(json.dumps(body).encode()).open_intent().systems == ()

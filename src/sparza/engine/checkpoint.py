@@ -80,6 +80,9 @@ class Intent:
     drain: dict[str, Any] | None = None
     """The drain the batch ran under, as its split said (:attr:`~sparza.engine.split.TaskSplit.drain`): a replay
     decides the same, whether a drain was requested since or ended."""
+    systems: tuple[str, ...] = ()
+    """The systems whose producers flush the batch: a task started while this intent is open fences them first
+    (:class:`~sparza.systems.SupportsFencing`), in case the instance that wrote it died mid-flush."""
 
     def to_json(self) -> dict[str, Any]:
         """The stored form (a JSON object inside the task checkpoint)."""
@@ -89,6 +92,8 @@ class Intent:
             body["adjunct_reads"] = dict(self.adjunct_reads)
         if self.drain is not None:
             body["drain"] = dict(self.drain)
+        if self.systems:
+            body["systems"] = list(self.systems)
         return body
 
     @classmethod
@@ -99,7 +104,8 @@ class Intent:
                    ends={str(k): str(v) for k, v in body["ends"].items()},
                    bounded_ends={str(k): str(v) for k, v in (body.get("bounded_ends") or {}).items()},
                    adjunct_reads={str(k): int(v) for k, v in (body.get("adjunct_reads") or {}).items()},
-                   drain=dict(body["drain"]) if body.get("drain") is not None else None)
+                   drain=dict(body["drain"]) if body.get("drain") is not None else None,
+                   systems=tuple(str(x) for x in body.get("systems") or ()))
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ from sparza.streams import (
 from sparza.systems import (
     MessageRows,
     SupportsArrowSend,
+    SupportsFencing,
     SupportsPartitionCount,
     SupportsProcessingTime,
     Transaction,
@@ -398,6 +399,24 @@ class TaskInstance:
         result.process_ms = (time.perf_counter() - started) * 1000.0
         return ProcessedBatch(split, cp, etag, result, spark_batch_id, generation, output_batch)
 
+    def _fence_outputs(self, stored: VersionedCheckpoint) -> None:
+        """Before the task's first batch here: when ``stored`` holds an open intent, fence the systems it names
+        (:class:`~sparza.systems.SupportsFencing`): an earlier instance that died while flushing that batch left
+        something open that holds up readers of every task's output (Kafka: a ``read_committed`` consumer waits at
+        its transaction), which would otherwise end only when this task's first batch begins. A fence that fails is
+        logged and counted (``task.fence-failures``); the batch's own begin then fences, as it always did."""
+        intent = stored.checkpoint.open_intent()
+        for system in intent.systems if intent is not None else ():
+            try:
+                producer = self.clients.producer(system)
+                if isinstance(producer, SupportsFencing):
+                    producer.fence(self.name, self.app_id)
+            except Exception as exc:
+                self.metrics.counter("task", "fence-failures").inc()
+                _log.warning("task %s: could not fence the output of its interrupted batch %d on %s (%s: %s); its "
+                             "first batch does", self.name, intent.batch if intent else 0, system,
+                             type(exc).__name__, exc)
+
     def restore_stores(self, stored: VersionedCheckpoint | None, *, generation: int,
                        cancelled: Callable[[], bool] = lambda: False) -> bool:
         """Restore and open the stores at the committed snapshots of ``stored`` (the task checkpoint as the
@@ -412,13 +431,16 @@ class TaskInstance:
         with the ``DeletedError`` at every retry and one with purged blobs with a ``SnapshotUnavailableError``.
         What this raises the container judges as that first batch's failure (:meth:`abort` first). False when
         ``cancelled`` (the task revoked meanwhile) stopped it; a task cancelled before it began writes nothing."""
-        if stored is None or not stored.checkpoint.committed:
+        if stored is None:
             return True
-        cp = stored.checkpoint
         if cancelled():  # revoked while it waited for a restore thread: its next owner restores it
             return False
         # A fresh registry, as a batch starts with: the restore's metrics are merged into its first batch's.
         self._restore_metrics = self.metrics = self.stores.metrics = MetricsRegistry()
+        self._fence_outputs(stored)  # first: it frees the readers of every task's output, the restore only this one
+        if not stored.checkpoint.committed:
+            return True
+        cp = stored.checkpoint
         cp, _etag = self._recover_deleted_snapshots(cp, stored.etag, generation)
         return self.stores.preopen(dict(cp.stores), cp.batch, cancelled=cancelled)
 
@@ -939,7 +961,8 @@ class TaskInstance:
             listeners=self.engine.commit_listeners(),
             intent=Intent(batch=batch.output_batch, planned_at_ms=split.planned_at, starts=split.start_offsets(),
                           ends=split.end_offsets(), bounded_ends=dict(split.bounded_ends),
-                          adjunct_reads=self.adjunct.reads() if self.adjunct is not None else {}, drain=split.drain))
+                          adjunct_reads=self.adjunct.reads() if self.adjunct is not None else {}, drain=split.drain,
+                          systems=tuple(sorted(self._producers))))
         commit.run(committed)
         assert commit.written is not None and commit.etag is not None
         return VersionedCheckpoint(commit.written, commit.etag)

@@ -33,6 +33,7 @@ __all__ = [
     "SupportsConfigCheck",
     "SupportsDeleteMessages",
     "SupportsDeletedMessagesPolicy",
+    "SupportsFencing",
     "SupportsKeyPartitioner",
     "SupportsMessageCount",
     "SupportsOffsetArithmetic",
@@ -269,6 +270,22 @@ class SupportsDeletedMessagesPolicy(Protocol):
 
     def skips_deleted_messages(self, stream: str) -> bool:
         """True when such a task resumes at the oldest message left (Kafka's ``consumer.auto.offset.reset``)."""
+        ...
+
+
+@runtime_checkable
+class SupportsFencing(Protocol):
+    """A producer whose flush holds something open on the system while it runs (Kafka: a transaction), which an
+    instance of the task that died mid-flush leaves open and readers wait behind (a ``read_committed`` consumer
+    stops at the open transaction, whoever's records follow it) until a new instance of the task ends it.
+
+    The runtime calls :meth:`fence` when a task starts where its checkpoint holds an intent naming this system (a
+    batch that began to flush and did not commit), beside the container's loop and before the task's first batch,
+    so the other tasks' output is readable again without waiting for that batch."""
+
+    def fence(self, source: str, app_id: str) -> None:
+        """End what an earlier instance of ``source`` (``app_id`` as its batches' transactions name it) left
+        open; the client opened for it serves ``source``'s next ``begin``."""
         ...
 
 

@@ -192,6 +192,48 @@ def test_a_crash_before_commit_is_aborted_by_the_next_instance(kafka_config: Con
     restarted.stop()
 
 
+def test_a_fence_frees_the_readers_a_crashed_flush_held_and_serves_the_next_begin(
+        kafka_config: Config, topic: Callable[..., str], unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An instance that died mid-flush leaves its transaction open: read_committed readers of the partition stop
+    there, also before another task's committed records. fence() (what a container does when the task starts
+    where its checkpoint holds an open intent) aborts it at once, before the task's first batch."""
+    name = topic(1)
+    app = f"{unique_name}-job/{TASK}"
+    real_new = KafkaSystemProducer._new_producer
+    monkeypatch.setattr(KafkaSystemProducer, "_new_producer",
+                        lambda self, extra, errors: _CrashBeforeCommit(real_new(self, extra, errors)))
+    crashed = KafkaSystemProducer("k", kafka_config)
+    crashed.register(TASK)
+    with pytest.raises(_Crash):
+        _batch(crashed, name, Transaction(app, 1), [b"in flight"])
+    monkeypatch.undo()
+    other = KafkaSystemProducer("k", kafka_config)
+    other.register("Partition 1")
+    other.begin("Partition 1", Transaction(f"{unique_name}-job/Partition 1", 1))
+    other.send("Partition 1", OutgoingMessageEnvelope(SystemStream("k", name), b"other task", key=b"o", partition=0))
+    other.flush("Partition 1", transaction=Transaction(f"{unique_name}-job/Partition 1", 1))
+
+    def readable() -> int:
+        meta = KafkaSystemAdmin("k", kafka_config).get_system_stream_metadata({name})[name]
+        return int(meta.partitions[0].upcoming)
+
+    assert readable() == 0  # held at the open transaction, though the other task's record is committed
+    metrics = MetricsRegistry()
+    restarted = KafkaSystemProducer("k", kafka_config, metrics)
+    restarted.register(TASK)
+    restarted.fence(TASK, app)
+    assert b"other task" in [v for _, _, v in _read(kafka_config, name)]
+    assert b"in flight" not in [v for _, _, v in _read(kafka_config, name)]
+    fenced = restarted._sources[TASK].producer
+    _batch(restarted, name, Transaction(app, 1), [b"redo"])
+    assert restarted._sources[TASK].producer is fenced  # the fence's producer serves the batch: no second init
+    assert restarted.committed_version(app) == 1
+    assert [v for _, _, v in _read(kafka_config, name)].count(b"redo") == 1
+    assert metrics.counter("k", "producer-fences").count == 1
+    other.stop()
+    restarted.stop()
+
+
 def test_two_instances_of_one_batch_commit_it_once(kafka_config: Config, topic: Callable[..., str],
                                                    unique_name: str) -> None:
     """A paused processor resumes after its task moved and both flush the same batch: the newer

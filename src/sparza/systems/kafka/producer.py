@@ -311,6 +311,7 @@ class KafkaSystemProducer:
         self._plain_errors: list[str] = []
         self._plain_delivery: Any = None
         self._bookkeeping_ready = False
+        self._bookkeeping_lock = threading.Lock()  # a fence (a restore thread) and a begin (the loop) may both ask
         self._max_message_bytes = int(self.settings.producer_conf().get("message.max.bytes", 1_000_000))
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -376,11 +377,12 @@ class KafkaSystemProducer:
         return open_client("producer", Producer, conf, self.system_name)
 
     def _ensure_bookkeeping(self) -> None:
-        if not self._bookkeeping_ready:
-            topic = self.settings.transactions_topic
-            if not self.admin.exists(topic):
-                self.admin.create_stream(StreamSpec(topic, 1))
-            self._bookkeeping_ready = True
+        with self._bookkeeping_lock:
+            if not self._bookkeeping_ready:
+                topic = self.settings.transactions_topic
+                if not self.admin.exists(topic):
+                    self.admin.create_stream(StreamSpec(topic, 1))
+                self._bookkeeping_ready = True
 
     def committed_version(self, app_id: str) -> int | None:
         """The last output version committed for ``app_id`` on this system (None: none yet)."""
@@ -431,22 +433,7 @@ class KafkaSystemProducer:
             raise KafkaError(f"{source}: begin({transaction}) while {len(src.pending)} messages of "
                              f"{src.transaction} are neither flushed nor abandoned")
         txn_id = transactional_id(transaction.app_id, self.system_name)
-        timeout = self.settings.request_timeout_s
-        if src.producer is None or src.txn_id != txn_id:
-            self._ensure_bookkeeping()
-            src.errors.clear()
-            # transaction.timeout.ms: generous, as a flush of a big batch may take a while.
-            src.producer = self._new_producer({"transactional.id": txn_id, "transaction.timeout.ms": 300_000,
-                                               **{k: v for k, v in self.settings.producer_conf().items()
-                                                  if k == "transaction.timeout.ms"}}, src.errors)
-            src.txn_id = txn_id
-            try:
-                src.producer.init_transactions(timeout)  # fences zombies, aborts what they left open
-            except Exception as exc:
-                self._drop(src)
-                error = exc.args[0] if exc.args else None
-                kind = KafkaUnavailableError if _transient(error) else KafkaError
-                raise kind(f"cannot initialise Kafka transactions for {txn_id!r}: {exc}") from exc
+        self._open_transactional(src, txn_id)
         # The version this producer committed (or read) itself is what the broker holds, unless a newer instance of
         # the task fenced it since; then its commit fails as fenced, the producer is dropped (known with it) and
         # the version is read again (_reopen). So the broker is asked once per producer, not once per batch.
@@ -461,6 +448,35 @@ class KafkaSystemProducer:
                      source, transaction.version, transaction.app_id, committed)
             return
         src.state = "ready"
+
+    def fence(self, source: str, app_id: str) -> None:
+        """``init_transactions`` for ``source`` now (:class:`~sparza.systems.SupportsFencing`): it aborts the
+        transaction an instance that died mid-flush left open, which holds every ``read_committed`` reader of the
+        partitions it wrote; the producer is kept for ``source``'s next ``begin``."""
+        src = self._sources.setdefault(source, _Source())
+        if src.pending:
+            return  # a batch of this instance is under way: its begin initialised the producer already
+        self._open_transactional(src, transactional_id(app_id, self.system_name))
+        self._count("producer-fences")
+
+    def _open_transactional(self, src: _Source, txn_id: str) -> None:
+        """Give ``src`` an initialised transactional producer for ``txn_id`` (unless it has one)."""
+        if src.producer is not None and src.txn_id == txn_id:
+            return
+        self._ensure_bookkeeping()
+        src.errors.clear()
+        # transaction.timeout.ms: generous, as a flush of a big batch may take a while.
+        src.producer = self._new_producer({"transactional.id": txn_id, "transaction.timeout.ms": 300_000,
+                                           **{k: v for k, v in self.settings.producer_conf().items()
+                                              if k == "transaction.timeout.ms"}}, src.errors)
+        src.txn_id = txn_id
+        try:
+            src.producer.init_transactions(self.settings.request_timeout_s)  # fences zombies, aborts what they left
+        except Exception as exc:
+            self._drop(src)
+            error = exc.args[0] if exc.args else None
+            kind = KafkaUnavailableError if _transient(error) else KafkaError
+            raise kind(f"cannot initialise Kafka transactions for {txn_id!r}: {exc}") from exc
 
     def send(self, source: str, envelope: OutgoingMessageEnvelope) -> None:
         """Produce one message into ``source``'s open transaction (or the library producer)."""
