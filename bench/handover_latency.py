@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 import _report  # noqa: E402
+from _kafka import committed_reader  # noqa: E402
 from _procs import loadavg  # noqa: E402
 from _trees import build_package, executor_python, python_of  # noqa: E402
 
@@ -52,14 +53,11 @@ class Probe:
     """One message every 50 ms, each timed to its output (``read_committed``)."""
 
     def __init__(self, servers: str, events: str, counts: str) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+        from confluent_kafka import Producer
 
         self.events = events
         self.producer = Producer({"bootstrap.servers": servers, "linger.ms": 0, "log_level": 3})
-        self.consumer = Consumer({"bootstrap.servers": servers, "group.id": f"{counts}-probe",
-                                  "isolation.level": "read_committed", "enable.auto.commit": False,
-                                  "fetch.wait.max.ms": 5, "log_level": 3})
-        self.consumer.assign([TopicPartition(counts, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        self.consumer = committed_reader(servers, counts, f"{counts}-probe", PARTITIONS, fetch_wait_ms=5)
         self.sent: dict[str, float] = {}
         self.arrived: dict[str, float] = {}
         self._stop = threading.Event()

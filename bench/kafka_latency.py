@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
+from _kafka import committed_reader  # noqa: E402
 from _procs import loadavg, timer_total_ms  # noqa: E402
 from _report import pct, record, table  # noqa: E402
 
@@ -72,15 +73,10 @@ class OutputReader:
     """A read_committed consumer of the output topic in a thread: when each key's first output arrived."""
 
     def __init__(self, servers: str, topic: str, partitions: int = PARTITIONS) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
         self.arrived: dict[str, float] = {}
         self._cond = threading.Condition()
         self._stop = threading.Event()
-        self._consumer = Consumer({"bootstrap.servers": servers, "group.id": f"{topic}-reader",
-                                   "isolation.level": "read_committed", "enable.auto.commit": False,
-                                   "fetch.wait.max.ms": 5, "log_level": 3})
-        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        self._consumer = committed_reader(servers, topic, f"{topic}-reader", partitions, fetch_wait_ms=5)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 

@@ -54,6 +54,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
+from _kafka import committed_reader  # noqa: E402
 from _report import pct, record, table  # noqa: E402
 
 PARTITIONS = 8
@@ -386,8 +387,6 @@ class OutputTracker:
     (per key the highest count seen, summed), when each threshold was passed, and when each key first came."""
 
     def __init__(self, servers: str, topic: str, thresholds: list[int]) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
         self.highest: dict[str, int] = {}
         self.first: dict[str, float] = {}
         self.records = 0
@@ -396,10 +395,7 @@ class OutputTracker:
         self._thresholds = sorted(thresholds)
         self._cond = threading.Condition()
         self._stop = threading.Event()
-        self._consumer = Consumer({"bootstrap.servers": servers, "group.id": f"{topic}-tracker",
-                                   "isolation.level": "read_committed", "enable.auto.commit": False,
-                                   "fetch.wait.max.ms": 10, "log_level": 3})
-        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        self._consumer = committed_reader(servers, topic, f"{topic}-tracker", PARTITIONS, fetch_wait_ms=10)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+from tests.control.conftest import pane_map, windowed_expectation
+
 from sparza.api import plan_application
 from sparza.config import Config
 from sparza.streams import OutgoingMessageEnvelope, SystemStream
@@ -33,23 +35,9 @@ def make_events(count: int, partitions: int, keys: int = 7, spread_ms: int = 100
     return [(i % partitions, f"k{i % keys}", i, i * spread_ms // 10) for i in range(count)]
 
 
-def expected_panes(events, window_ms: int, key_of=lambda k: k) -> dict[tuple[str, int], tuple[int, int]]:
-    out: dict[tuple[str, int], list[int]] = {}
-    for _, key, n, ts in events:
-        acc = out.setdefault((key_of(key), ts - ts % window_ms), [0, 0])
-        acc[0] += 1
-        acc[1] += n
-    return {k: (v[0], v[1]) for k, v in out.items()}
-
-
 def panes(streams) -> dict[tuple[str, int], tuple[int, int]]:
-    got: dict[tuple[str, int], tuple[int, int]] = {}
-    for row in streams.user_rows(OUT):
-        pane = json.loads(row.value)
-        key = (pane["key"], pane["start"])
-        assert key not in got, f"window {key} fired twice"
-        got[key] = (pane["count"], pane["sum"])
-    return got
+    """The panes written to ``OUT`` by (key, start); a pane seen twice fails."""
+    return pane_map([json.loads(row.value) for row in streams.user_rows(OUT)])
 
 
 def test_two_stage_repartition_terminates_with_exact_counts(memory_streams, row_cls, pipeline_cls, tmp_path):
@@ -75,7 +63,7 @@ def test_three_stage_windows_fire_exactly_once_with_right_contents(memory_stream
     pipe = pipeline_cls(plan, memory_streams, tmp_path, {EVENTS})
     pipe.run()
     bucket = lambda k: f"b{sum(map(ord, k)) % 3}"  # noqa: E731
-    assert panes(memory_streams) == expected_panes(events, 200, bucket)
+    assert panes(memory_streams) == windowed_expectation(events, 200, bucket)
 
 
 def test_windows_fire_on_watermarks_before_the_end(memory_streams, row_cls, pipeline_cls, tmp_path):
@@ -88,7 +76,7 @@ def test_windows_fire_on_watermarks_before_the_end(memory_streams, row_cls, pipe
     early = panes(memory_streams)
     assert early and not pipe.done()  # some windows fired from watermarks alone
     pipe.run()
-    assert panes(memory_streams) == expected_panes(events, 100)
+    assert panes(memory_streams) == windowed_expectation(events, 100)
 
 
 def test_restart_between_end_of_stream_messages_still_terminates(memory_streams, row_cls, pipeline_cls, tmp_path):
@@ -110,7 +98,7 @@ def test_restart_between_end_of_stream_messages_still_terminates(memory_streams,
         raise AssertionError("never saw exactly one end-of-stream")
     pipe.restart()  # the in-memory state is gone; tasks restore from checkpoints
     pipe.run()
-    assert panes(memory_streams) == expected_panes(events, 100)
+    assert panes(memory_streams) == windowed_expectation(events, 100)
 
 
 def _idle_run(memory_streams, row_cls, pipeline_cls, tmp_path, quorum: str):
@@ -129,7 +117,7 @@ def _idle_run(memory_streams, row_cls, pipeline_cls, tmp_path, quorum: str):
 def test_idle_upstream_task_with_quorum_lets_the_watermark_advance(memory_streams, row_cls, pipeline_cls, tmp_path):
     events, pipe = _idle_run(memory_streams, row_cls, pipeline_cls, tmp_path, "0.5")
     got = panes(memory_streams)
-    want = expected_panes(events, 50)
+    want = windowed_expectation(events, 50)
     assert got and all(want[k] == v for k, v in got.items())  # fired windows are complete
     assert not pipe.done()
 
@@ -150,9 +138,9 @@ def test_early_ended_upstream_neither_stalls_nor_jumps_the_watermark(memory_stre
         pipe.run_round()
     early = panes(memory_streams)
     assert early, "the watermark stalled behind the ended upstream task"
-    assert all(expected_panes(events, 50)[k] == v for k, v in early.items()), "a window fired before its data"
+    assert all(windowed_expectation(events, 50)[k] == v for k, v in early.items()), "a window fired before its data"
     pipe.run()
-    assert panes(memory_streams) == expected_panes(events, 50)
+    assert panes(memory_streams) == windowed_expectation(events, 50)
     assert all(r.control.late_count == 0 and r.task.late_messages == 0 for r in pipe.runs.values())
 
 

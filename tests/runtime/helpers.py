@@ -106,6 +106,25 @@ def run_sparza(*args: str, timeout: float = 240, **kwargs: Any) -> subprocess.Co
                           check=False, **kwargs)
 
 
+def metrics_after_once(config: Config, spark: Any, port: int, status: Callable[[str], None] = lambda line: None
+                       ) -> str:
+    """A ``--once`` run of ``config`` in this process (a :class:`~sparza.runtime.JobRunner` on ``spark``), then its
+    Prometheus endpoint on ``port`` read while the finished runner still serves it: the text."""
+    import urllib.request
+
+    from sparza.runtime import JobRunner
+
+    runner = JobRunner(config, spark=spark, once=True, install_signal_handlers=False, status=status)
+    runner.start()
+    try:
+        while runner.poll():
+            pass
+        runner.finish()
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    finally:
+        runner.close()
+
+
 PROFILES_STORE: dict[str, str] = {
     "systems.delta.streams.profiles.samza.bootstrap": "true",
     "stores.profiles.adstore.input": "delta.profiles",

@@ -82,6 +82,82 @@ def test_a_committed_get_is_answered_as_of_the_latest_commit_without_opening_its
     assert len(batches) == 2 and all(len(b) >= 2 for b in batches.values()), batches  # read across commits
 
 
+def test_a_get_finds_its_task_and_committed_view_once_and_a_get_needing_a_dir_is_answered_in_the_pool():
+    """StoreQueries without a container: a get through the committed view (or of live state, or of a task not here)
+    is answered in the caller's thread after one look-up of the task and one of its view; a get with no view (a
+    commit's dir to open) and a count go to the pool, which finds the task again there."""
+    from sparza.engine.queries import StoreQueries
+
+    class View:
+        def get(self, key: str) -> int:
+            return {"k1": 7}.get(key, 0)
+
+    class Handle:
+        def peek(self, key: str) -> int:
+            return 8
+
+    class Dir(View):
+        def all(self) -> list[tuple[str, int]]:
+            return [("k1", 7), ("k2", 1)]
+
+        def close(self) -> None:
+            pass
+
+    class Stores:
+        handles = {"counts": Handle()}
+        views = 0
+
+        def __init__(self, with_view: bool) -> None:
+            self.with_view = with_view
+
+        def committed_view(self, name: str) -> tuple[int, View] | None:
+            self.views += 1
+            return (4, View()) if self.with_view else None
+
+        def committed_dir(self, name: str) -> tuple[int, Path]:
+            return 3, Path("/nowhere")
+
+        def open_committed(self, name: str, directory: Path) -> Dir:
+            return Dir()
+
+    tasks = {"Partition 0": Stores(True), "Partition 1": Stores(False)}
+    found: list[tuple[str, str]] = []
+    answers: dict[str, tuple[bool, object, int | None, str | None, str]] = {}
+
+    def find(job: str, task: str) -> Stores | None:
+        found.append((task, threading.current_thread().name))
+        return tasks.get(task)
+
+    def report(answer) -> None:
+        answers[answer.id] = (answer.ok, answer.value, answer.batch, answer.error, threading.current_thread().name)
+
+    queries = StoreQueries(find, report)
+    caller = threading.current_thread().name
+    try:
+        queries.submit(QueryStore("view", "kc-1", "Partition 0", "counts", "get", key="k1"))
+        assert found == [("Partition 0", caller)] and tasks["Partition 0"].views == 1
+        assert answers.pop("view") == (True, 7, 4, None, caller)
+        for task in ("Partition 0", "Partition 1"):
+            queries.submit(QueryStore("live", "kc-1", task, "counts", "get", key="k1", live=True))
+            assert answers.pop("live") == (True, 8, None, None, caller)
+        queries.submit(QueryStore("gone", "kc-1", "Partition 9", "counts", "get", key="k1"))
+        queries.submit(QueryStore("none", "kc-1", "Partition 0", "other", "get", key="k1"))
+        gone, none = answers.pop("gone"), answers.pop("none")
+        assert gone[0] is False and "does not run in this container now" in str(gone[3]) and gone[4] == caller
+        assert none[0] is False and "has no store 'other'" in str(none[3]) and none[4] == caller
+        assert tasks["Partition 0"].views == 1  # none for the live get or the missing store
+        found.clear()
+        queries.submit(QueryStore("dir", "kc-1", "Partition 1", "counts", "get", key="k1"))
+        queries.submit(QueryStore("count", "kc-1", "Partition 1", "counts", "count"))
+        eventually(lambda: {"dir", "count"} <= set(answers), 10, 0.01, "the pool did not answer")
+    finally:
+        queries.close()
+    assert answers["dir"][:4] == (True, 7, 3, None) and answers["count"][:4] == (True, 2, 3, None)
+    assert answers["dir"][4] != caller and answers["count"][4] != caller
+    assert [t for t, _thread in found] == ["Partition 1"] * 3  # the dir get: here, then in the pool; the count: pool
+    assert tasks["Partition 1"].views == 2  # the dir get's, here and in the pool; none for the count
+
+
 def test_the_endpoint_keeps_a_clients_connection_across_reads_and_the_client_opens_a_closed_one_again(
         work_dir: Path):
     import socket

@@ -12,15 +12,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import urllib.request
 from pathlib import Path
 
 import pytest
 from examples.keyed_count.load import append_messages
+from tests.runtime.helpers import metrics_after_once
 
 from sparza.config import Config
 from sparza.host import free_port
-from sparza.runtime import JobRunner
 from sparza.streams import OutgoingMessageEnvelope, SystemStream
 from sparza.systems import StreamSpec
 from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer
@@ -59,16 +58,7 @@ def _write_profiles(config: Config, count: int) -> None:
 
 
 def _run(config: Config, port: int, lines: list[str]) -> dict:
-    runner = JobRunner(config, once=True, install_signal_handlers=False, status=lines.append, spark=_run.spark)
-    runner.start()
-    try:
-        while runner.poll():
-            pass
-        runner.finish()
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    finally:
-        runner.close()
-    return _samples(text)
+    return _samples(metrics_after_once(config, _run.spark, port, lines.append))
 
 
 def _last_jsonl(path: Path, source: str) -> dict:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from examples.keyed_count.load import append_messages
-from tests.runtime.helpers import counts_per_key, expected_counts, final_counts
+from tests.runtime.helpers import counts_per_key, expected_counts, final_counts, metrics_after_once
 
 from sparza.config import Config
 from sparza.runtime import JobFailedError, JobRunner, checkpoint_store_from_config
@@ -170,15 +170,7 @@ def test_prometheus_endpoint_serves_the_job_metrics_while_it_runs(spark, make_jo
         port = sock.getsockname()[1]
     config = make_job(**{"metrics.reporter.prometheus.port": str(port)})
     append_messages(config, 500, 5, commit_size=250)
-    runner = JobRunner(config, spark=spark, once=True, install_signal_handlers=False, status=lambda line: None)
-    runner.start()
-    try:
-        while runner.poll():
-            pass
-        runner.finish()
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    finally:
-        runner.close()
+    text = metrics_after_once(config, spark, port)
     line = next(x for x in text.splitlines()
                 if x.startswith('sparza_messages_processed_total{group="aggregate",sparza_job="kc-1",task=""}'))
     assert float(line.split()[-1]) == 500

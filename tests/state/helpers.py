@@ -1,4 +1,4 @@
-"""Shared helpers of the state tests (imported by path: tests are not a package)."""
+"""Shared helpers of the state tests (``from tests.state import helpers``)."""
 
 from __future__ import annotations
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+from tests.state import helpers
 
 from sparza.blobstore import BlobStoreManager, ManualClock, collect_garbage
 from sparza.state.backup import (
@@ -18,11 +17,6 @@ from sparza.state.backup import (
     are_same_dir,
     crc32_file,
 )
-
-_spec = importlib.util.spec_from_file_location("state_helpers", Path(__file__).with_name("helpers.py"))
-helpers = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-sys.modules["state_helpers"] = helpers
-_spec.loader.exec_module(helpers)  # type: ignore[union-attr]
 
 DAY_MS = 86_400_000
 

@@ -4,13 +4,12 @@ real blob store of each backend; nothing is imitated."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from tests.state import helpers
 
 from sparza.blobstore import (
     BlobStoreManager,
@@ -23,11 +22,6 @@ from sparza.blobstore import (
     collect_garbage,
 )
 from sparza.state.backup import StateBackup, StoreBackupManager
-
-_spec = importlib.util.spec_from_file_location("state_helpers", Path(__file__).with_name("helpers.py"))
-helpers = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-sys.modules["state_helpers"] = helpers
-_spec.loader.exec_module(helpers)  # type: ignore[union-attr]
 
 NO_WAIT = RetryPolicy(max_retries=5, delay_ms=0, jitter=0)
 

@@ -80,36 +80,46 @@ class StoreQueries:
         channel reader), anything else in the pool (returns at once). Why: while the task runs, its thread holds
         the GIL, and each hand-over to another thread waits for it (up to the 5 ms switch interval, more on busy
         cores); a get from an open view takes microseconds."""
-        if query.op == "get" and self._quick(query):
-            self._answer(query)
-        else:
+        if query.op != "get":
+            self._pool.submit(self._answer, query)
+            return
+        try:
+            stores = self._stores(query)
+        except LookupError as exc:
+            self._report(_failed(query, exc))
+            return
+        view = None if query.live else stores.committed_view(query.store)
+        if query.live or view is not None:
+            self._answer(query, stores, view)
+        else:  # a committed dir to open: in the pool, which finds the task again (it may have left meanwhile)
             self._pool.submit(self._answer, query)
 
-    def _quick(self, query: QueryStore) -> bool:
-        stores = self._find(query.job, query.task)
-        if stores is None or query.store not in stores.handles:
-            return True  # an error answer
-        return query.live or stores.committed_view(query.store) is not None
-
-    def _answer(self, query: QueryStore) -> None:
+    def _answer(self, query: QueryStore, stores: Any = None, view: tuple[int, Any] | None = None) -> None:
+        """Answer ``query`` from ``stores`` (found here when not given), a get first through ``view`` when given
+        (the committed view :meth:`submit` found for it)."""
         try:
-            value, batch = self._read(query)
+            value, batch = self._read(query, self._stores(query) if stores is None else stores, view)
             answer = StoreAnswer(query.id, True, to_wire(value), batch)
         except Exception as exc:  # the reader hears what failed; the container goes on
-            answer = StoreAnswer(query.id, False, error=f"{type(exc).__name__}: {exc}")
+            answer = _failed(query, exc)
         self._report(answer)
 
-    def _read(self, query: QueryStore) -> tuple[Any, int | None]:
+    def _stores(self, query: QueryStore) -> Any:
+        """The TaskStores of ``query``'s task, holding its store (LookupError when the task or store is not here)."""
         stores = self._find(query.job, query.task)
         if stores is None:
             raise LookupError(f"task '{query.task}' of job {query.job} does not run in this container now")
         if query.store not in stores.handles:
             raise LookupError(f"task '{query.task}' has no store '{query.store}' (stores: "
                               f"{', '.join(stores.handles) or 'none'})")
+        return stores
+
+    def _read(self, query: QueryStore, stores: Any, view: tuple[int, Any] | None) -> tuple[Any, int | None]:
         if query.live:
             return _run(_LiveView(stores.handles[query.store]), query), None
-        for _attempt in range(3):
-            view = stores.committed_view(query.store) if query.op == "get" else None
+        for attempt in range(3):
+            if attempt or view is None:
+                view = stores.committed_view(query.store) if query.op == "get" else None
             if view is not None:
                 try:
                     return _run(view[1], query), view[0]
@@ -162,6 +172,10 @@ class _LiveView:
 
     def all(self) -> list[tuple[Any, Any]]:
         return list(self._handle.peek_all())
+
+
+def _failed(query: QueryStore, exc: Exception) -> StoreAnswer:
+    return StoreAnswer(query.id, False, error=f"{type(exc).__name__}: {exc}")
 
 
 def _run(store: Any, query: QueryStore) -> Any:

@@ -1,8 +1,12 @@
-"""Fixtures of the Delta stream tests: a config with a local root, and helpers to write and read."""
+"""Fixtures of the Delta stream tests: a config with a local root, and helpers to write (in writer processes) and
+read."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -28,3 +32,24 @@ def read_all() -> Callable[..., list]:
         return list(consumer.read(SystemStreamPartition("d", stream, partition), start, end, **kwargs))
 
     return read
+
+
+@pytest.fixture
+def run_writers() -> Callable[..., None]:
+    """Run ``writer_process.py`` for each writer number of ``writers`` at once (``messages`` each, flushed every
+    ``per_flush``) and wait until every one exited 0 (any still running after a failure is killed)."""
+    script = str(Path(__file__).with_name("writer_process.py"))
+
+    def run(config: Config, writers: Iterable[int], messages: int, per_flush: int) -> None:
+        procs = [subprocess.Popen([sys.executable, script, json.dumps(dict(config)), str(w), str(messages),
+                                   str(per_flush)]) for w in writers]
+        try:
+            for proc in procs:
+                assert proc.wait(timeout=240) == 0, f"writer exited with {proc.returncode}"
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+
+    return run

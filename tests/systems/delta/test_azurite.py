@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -78,19 +75,10 @@ def test_replayed_transaction_commits_nothing(az_config: Config, read_all: Calla
     assert sum(len(read_all(az_config, "s", p)) for p in range(2)) == 30
 
 
-def test_concurrent_writer_processes(az_config: Config, read_all: Callable[..., list]) -> None:
+def test_concurrent_writer_processes(az_config: Config, read_all: Callable[..., list],
+                                     run_writers: Callable[..., None]) -> None:
     DeltaSystemAdmin("d", az_config).create_stream(StreamSpec("s", 4))
-    script = str(Path(__file__).with_name("writer_process.py"))
-    procs = [subprocess.Popen([sys.executable, script, json.dumps(dict(az_config)), str(w), "2000", "250"])
-             for w in range(4)]
-    try:
-        for proc in procs:
-            assert proc.wait(timeout=240) == 0
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    run_writers(az_config, range(4), 2000, 250)
     seen = [e.message for p in range(4) for e in read_all(az_config, "s", p)]
     assert len(seen) == 8000 and len(set(seen)) == 8000
 

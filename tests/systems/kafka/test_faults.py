@@ -19,6 +19,7 @@ host (issue 35's held-out scenario). The producer-level faults (fenced by a newe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -111,16 +112,32 @@ def expected_pairs(keys: Sequence[str]) -> Counter[tuple[str, int]]:
     return out
 
 
+@contextlib.contextmanager
+def _reading(servers: str, topic: str, group: str, isolation: str) -> Iterator[tuple[Consumer, list[int]]]:
+    """A confluent-kafka consumer of ``topic`` (``isolation.level`` ``isolation``) assigned every partition from its
+    start, and those partitions; closed after."""
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": group, "enable.auto.commit": False,
+                         "isolation.level": isolation, "log_level": 3})
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        yield consumer, partitions
+    finally:
+        consumer.close()
+
+
+def _pair(msg: Any) -> tuple[str, int]:
+    """The ``(key, count)`` of an output record."""
+    body = json.loads(msg.value())
+    return body["key"], int(body["count"])
+
+
 def committed_pairs(servers: str, topic: str, timeout_s: float = 60) -> Counter[tuple[str, int]]:
     """The ``(key, count)`` of every committed output record: the topic read ``read_committed`` with confluent-kafka
     from the start of each partition to its last stable offset."""
-    consumer = Consumer({"bootstrap.servers": servers, "group.id": f"oracle-{topic}", "enable.auto.commit": False,
-                         "isolation.level": "read_committed", "log_level": 3})
     out: Counter[tuple[str, int]] = Counter()
-    try:
-        partitions = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+    with _reading(servers, topic, f"oracle-{topic}", "read_committed") as (consumer, partitions):
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
         pending = {p for p in partitions if ends[p] > 0}
         deadline = time.monotonic() + timeout_s
         while pending and time.monotonic() < deadline:
@@ -132,45 +149,40 @@ def committed_pairs(servers: str, topic: str, timeout_s: float = 60) -> Counter[
                         pending.discard(tp.partition)
                 continue
             assert msg.error() is None, msg.error()
-            body = json.loads(msg.value())
-            out[(body["key"], int(body["count"]))] += 1
+            out[_pair(msg)] += 1
             if msg.offset() + 1 >= ends[msg.partition()]:
                 pending.discard(msg.partition())
         assert not pending, f"partitions {sorted(pending)} of {topic} not read to their end within {timeout_s}s"
-    finally:
-        consumer.close()
     return out
 
 
 def uncommitted_places(servers: str, topic: str, pairs: Counter[tuple[str, int]]) -> dict[tuple[str, int], str]:
     """Where ``pairs`` stand in ``topic`` read ``read_uncommitted`` (``partition@offset``): for a failure's message,
     to tell output never written from output written in a transaction that did not commit."""
-    consumer = Consumer({"bootstrap.servers": servers, "group.id": f"diagnosis-{topic}", "enable.auto.commit": False,
-                         "isolation.level": "read_uncommitted", "log_level": 3})
     found: dict[tuple[str, int], str] = {}
-    try:
-        partitions = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    with _reading(servers, topic, f"diagnosis-{topic}", "read_uncommitted") as (consumer, _partitions):
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             msg = consumer.poll(1.0)
             if msg is None:
                 break
-            if msg.error() is None:
-                body = json.loads(msg.value())
-                pair = (body["key"], int(body["count"]))
-                if pair in pairs:
-                    found.setdefault(pair, f"{msg.partition()}@{msg.offset()}")
-    finally:
-        consumer.close()
+            if msg.error() is None and (pair := _pair(msg)) in pairs:
+                found.setdefault(pair, f"{msg.partition()}@{msg.offset()}")
     return found
+
+
+def output_diff(servers: str, config: Config, keys: Sequence[str]
+                ) -> tuple[Counter[tuple[str, int]], Counter[tuple[str, int]]]:
+    """``(missing, extra)``: the running counts of ``keys`` the committed output lacks, and those it holds more often
+    than due (written twice, or not due at all)."""
+    got, want = committed_pairs(servers, topics(config)[1]), expected_pairs(keys)
+    return want - got, got - want
 
 
 def assert_exact(servers: str, config: Config, keys: Sequence[str]) -> None:
     """The output holds every running count of ``keys`` exactly once (lost and repeated pairs listed; for lost
     ones, whether they are in the topic uncommitted, and the checkpoints' offsets)."""
-    got, want = committed_pairs(servers, topics(config)[1]), expected_pairs(keys)
-    missing, extra = want - got, got - want
+    missing, extra = output_diff(servers, config, keys)
     if missing or extra:
         places = uncommitted_places(servers, topics(config)[1], missing)
         raise AssertionError(
@@ -349,8 +361,7 @@ def test_a_broker_killed_and_restarted_mid_run(own_broker: KafkaBroker, work_dir
 
     config, keys, out = _broker_restart_mid_run(own_broker, work_dir, unique_name, restart)
     servers = own_broker.bootstrap_servers
-    got, want = committed_pairs(servers, topics(config)[1]), expected_pairs(keys)
-    missing, extra = want - got, got - want
+    missing, extra = output_diff(servers, config, keys)
     assert not extra, f"{sum(extra.values())} pairs written twice (e.g. {list(extra)[:5]})"
     places = uncommitted_places(servers, topics(config)[1], missing)
     assert set(missing) <= set(places), (f"{len(set(missing) - set(places))} pairs never written at all (e.g. "
