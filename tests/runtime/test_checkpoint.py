@@ -153,3 +153,8 @@ def test_an_intent_names_the_systems_its_batch_flushes_and_older_intents_name_no
     body = json.loads(cp.to_json())
     del body["pending"]["systems"]  # as sparza wrote intents before
     assert TaskCheckpoint.from_json(json.dumps(body).encode()).open_intent().systems == ()
+    # A committed checkpoint names the systems its batch wrote (its next instance opens them first), still in the
+    # format older readers read (version 1: they ignore the field).
+    done = dataclasses.replace(_cp(3), outputs=("kafka",))
+    assert TaskCheckpoint.from_json(done.to_json()).outputs == ("kafka",)
+    assert '"version":1' in done.to_json().decode()

@@ -4,6 +4,7 @@ temp dir. The manager, containers, task and commit code are the ones Spark hosts
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 import threading
@@ -786,3 +787,44 @@ def test_a_failure_of_the_manager_itself_fails_its_jobs_instead_of_ending_them_a
     assert len(member.failed) == 1 and isinstance(member.failed[0], JobFailedError)
     assert said in str(member.failed[0])
     assert launcher.closed
+
+
+def test_a_task_opens_the_producers_its_checkpoint_names_before_its_first_batch(work_dir: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch):
+    """A task handed to a container fences the systems its checkpoint's outputs (or an open intent) name, in the
+    restore step and before its first batch's begin: an open Kafka transaction of a dead instance would hold every
+    read_committed reader until then, and the producer's opening no longer waits for the restore."""
+    from sparza.engine.checkpoint import Intent
+    from sparza.systems.delta.producer import DeltaSystemProducer
+
+    config = _config(work_dir, 100)
+    _input(config, 2, 200, 7, 100)
+    clock, host, job = _clocked(config)
+    _run(host, job, clock)
+    store = checkpoint_store_from_config(config, "kc-1")
+    outputs = {t: cp.outputs for t, cp in store.read_all().items()}
+    assert set(outputs.values()) == {("delta",)}, outputs
+    # Partition 1 died mid-flush of its next batch: its intent is open.
+    stored = store.read("Partition 1")
+    assert stored is not None
+    cp = stored.checkpoint
+    store.write(dataclasses.replace(cp, pending=Intent(cp.batch + 1, 1, dict(cp.offsets), dict(cp.offsets),
+                                                       systems=("delta",))), stored.etag)
+    calls: list[tuple[str, str]] = []
+    monkeypatch.setattr(DeltaSystemProducer, "fence", lambda self, source, app_id: calls.append(("fence", source)),
+                        raising=False)
+    real_begin = DeltaSystemProducer.begin
+
+    def begin(self: Any, source: str, transaction: Any) -> None:
+        calls.append(("begin", source))
+        real_begin(self, source, transaction)
+
+    monkeypatch.setattr(DeltaSystemProducer, "begin", begin)
+    append_messages(config, 100, 7, start=200, commit_size=100)
+    job = _join(host, config, once=True)
+    _run(host, job, clock)
+    _assert_exact(config, 300, 7)
+    for task in ("Partition 0", "Partition 1"):
+        mine = [kind for kind, source in calls if source == task]
+        assert mine and mine[0] == "fence" and mine.count("fence") == 1 and "begin" in mine, (task, calls)
+    host.close()

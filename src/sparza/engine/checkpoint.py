@@ -117,7 +117,9 @@ class TaskCheckpoint:
     control-message state (watermarks, end-of-stream counts). ``ended``: the task delivered
     end-of-stream to its task code. ``spark_batch_id`` and ``written_at_ms`` are informational.
     ``location``: the state dir (host and dir, :func:`sparza.engine.container.location_of`) where the batch
-    ran, so the next placement can run the task where its local state is (host affinity). ``drain``: the drain
+    ran, so the next placement can run the task where its local state is (host affinity). ``outputs``: the
+    systems the task's latest batch with output wrote through, whose producers its next instance opens before its
+    first batch (:class:`~sparza.systems.SupportsFencing`). ``drain``: the drain
     messages read on intermediate inputs and the drain the task completed
     (:meth:`sparza.control.drain.DrainTracker.snapshot`).
 
@@ -139,6 +141,7 @@ class TaskCheckpoint:
     pending: Intent | None = None
     location: str | None = None
     drain: dict[str, Any] | None = None
+    outputs: tuple[str, ...] = ()
 
     @property
     def committed(self) -> bool:
@@ -172,7 +175,8 @@ class TaskCheckpoint:
                        spark_batch_id=body.get("spark_batch_id"), written_at_ms=body.get("written_at_ms"),
                        window_at_ms=int(body.get("window_at_ms") or 0), adjunct=body.get("adjunct"),
                        pending=Intent.from_json(body["pending"]) if body.get("pending") else None,
-                       location=body.get("location"), drain=body.get("drain"))
+                       location=body.get("location"), drain=body.get("drain"),
+                       outputs=tuple(str(x) for x in body.get("outputs") or ()))
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointConflictError("?", f"unreadable task checkpoint {source}: {exc}") from exc
 

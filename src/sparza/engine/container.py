@@ -31,12 +31,12 @@ like a failed first batch. A revoke (or the container closing) stops the restore
 released only once the restore thread returned, so that thread never touches a store of a released task (its
 restored dirs stay marked committed, except one whose snapshot the restore had to replace).
 
-**An interrupted flush is fenced first.** When the task's checkpoint holds an open intent (a batch that began to
-flush and did not commit: its container died mid-commit), the restore step first fences the systems the intent names
-(:class:`~sparza.systems.SupportsFencing`; Kafka: ``init_transactions``, which aborts the dead instance's open
-transaction). Until then a ``read_committed`` reader of any partition it wrote waits at that transaction, whichever
-task's records follow it: in a hand-over run every task's output stopped until the moved task's first batch began
-(1.7 s after the worker's loss), not only the moved task's.
+**Outputs are fenced first.** The restore step first fences the systems the task writes
+(:class:`~sparza.systems.SupportsFencing`; Kafka: ``init_transactions``): those an open intent names (a batch that
+began to flush and did not commit: its container died mid-commit), else those its checkpoint's ``outputs`` name.
+An open transaction holds every ``read_committed`` reader of the partitions it wrote, whichever task's records follow
+it: in a hand-over run every task's output stopped until the moved task's first batch began (1.7 s after the worker's
+loss), not only the moved task's. And the opening of the producer no longer waits for the restore.
 
 **Why commits run beside processing.** A commit is mostly waiting: the intent and checkpoint writes, the
 producers' transactions, the snapshot upload. Run one after another in the loop (as Samza's run loop does with
@@ -599,9 +599,10 @@ class Container:
             return
         intent = checkpoint.open_intent() if checkpoint is not None else None
         if stored is not None and checkpoint is not None and (
-                (checkpoint.committed and checkpoint.stores) or (intent is not None and intent.systems)):
-            # Its stores restore beside the loop (module docstring); the task runs nothing until they are open. An
-            # interrupted batch's outputs are fenced there first (TaskInstance.restore_stores).
+                (checkpoint.committed and checkpoint.stores) or checkpoint.outputs
+                or (intent is not None and intent.systems)):
+            # Its stores restore beside the loop (module docstring); the task runs nothing until they are open. Its
+            # outputs are fenced there first (TaskInstance.restore_stores).
             instance = task.instance
             generation = job.engine.generation  # as its first batch would write (the loop may change the engine's)
             task.state = "restoring"

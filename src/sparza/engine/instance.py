@@ -400,22 +400,24 @@ class TaskInstance:
         return ProcessedBatch(split, cp, etag, result, spark_batch_id, generation, output_batch)
 
     def _fence_outputs(self, stored: VersionedCheckpoint) -> None:
-        """Before the task's first batch here: when ``stored`` holds an open intent, fence the systems it names
-        (:class:`~sparza.systems.SupportsFencing`): an earlier instance that died while flushing that batch left
-        something open that holds up readers of every task's output (Kafka: a ``read_committed`` consumer waits at
-        its transaction), which would otherwise end only when this task's first batch begins. A fence that fails is
-        logged and counted (``task.fence-failures``); the batch's own begin then fences, as it always did."""
+        """Before the task's first batch here, fence the systems it writes (:class:`~sparza.systems.SupportsFencing`):
+        those an open intent of ``stored`` names, else the checkpoint's ``outputs``. An earlier instance that died
+        while flushing left something open that holds up readers of every task's output (Kafka: a
+        ``read_committed`` consumer waits at its transaction) until this task's first batch began; and the fence is
+        the producer's opening (Kafka's ``init_transactions``), which that batch would otherwise wait for. A fence
+        that fails is logged and counted (``task.fence-failures``); the batch's own begin then fences, as it
+        always did."""
         intent = stored.checkpoint.open_intent()
-        for system in intent.systems if intent is not None else ():
+        systems = intent.systems if intent is not None and intent.systems else stored.checkpoint.outputs
+        for system in systems:
             try:
                 producer = self.clients.producer(system)
                 if isinstance(producer, SupportsFencing):
                     producer.fence(self.name, self.app_id)
             except Exception as exc:
                 self.metrics.counter("task", "fence-failures").inc()
-                _log.warning("task %s: could not fence the output of its interrupted batch %d on %s (%s: %s); its "
-                             "first batch does", self.name, intent.batch if intent else 0, system,
-                             type(exc).__name__, exc)
+                _log.warning("task %s: could not fence its output on %s before its first batch (%s: %s); that batch "
+                             "does", self.name, system, type(exc).__name__, exc)
 
     def restore_stores(self, stored: VersionedCheckpoint | None, *, generation: int,
                        cancelled: Callable[[], bool] = lambda: False) -> bool:
@@ -437,7 +439,7 @@ class TaskInstance:
             return False
         # A fresh registry, as a batch starts with: the restore's metrics are merged into its first batch's.
         self._restore_metrics = self.metrics = self.stores.metrics = MetricsRegistry()
-        self._fence_outputs(stored)  # first: it frees the readers of every task's output, the restore only this one
+        self._fence_outputs(stored)  # first: it may free the readers of every task's output, the restore one task
         if not stored.checkpoint.committed:
             return True
         cp = stored.checkpoint
@@ -943,12 +945,16 @@ class TaskInstance:
         task checkpoint written, with its version tag."""
         split, result, generation = batch.split, batch.result, batch.generation
 
+        # The systems this batch wrote through, else those of the batch before (an idle batch keeps them).
+        outputs = tuple(sorted(self._producers)) or (batch.committed.outputs if batch.committed else ())
+
         def checkpoint(stores: dict[str, str], adjunct: dict[str, Any] | None) -> TaskCheckpoint:
             return TaskCheckpoint(
                 task=self.name, batch=split.batch, generation=generation, offsets=split.end_offsets(), stores=stores,
                 control=self.control.snapshot() if self.control is not None else None, ended=result.ended,
                 spark_batch_id=batch.spark_batch_id, window_at_ms=self._window_at, adjunct=adjunct,
-                location=self.location, drain=self.drains.snapshot() if self.drains is not None else None)
+                location=self.location, drain=self.drains.snapshot() if self.drains is not None else None,
+                outputs=outputs)
 
         def committed() -> None:
             # From here the batch is committed: an in-memory task that fails cleanup stays consistent with it.
