@@ -57,6 +57,18 @@ def sparza(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess
                           timeout=timeout, check=False)
 
 
+def sparza_here(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """A read-only ``sparza`` command (``checkpoints show``, ``savepoint list``) through the CLI's app in this
+    process: what the command prints, without a subprocess's Python start and import of the product (a second
+    each). The operations under test (``run``, ``rewind``, ``savepoint create``, ``gc``) stay subprocesses."""
+    from typer.testing import CliRunner
+
+    from sparza.cli import app
+
+    result = CliRunner().invoke(app, args)
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
 def produce(config: Config, system: str, stream: str, produced: Produced, count: int, keys: int, *,
             seed: int, start: int = 0, jitter_ms: int = 600_000, quiet: int = 0) -> None:
     """Append ``count`` messages: message i has key ``k{i % keys}``, goes to partition ``(i % keys) % TASKS`` and

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 
 import pytest
-from tests.ops.conftest import Job, Produced, produce, read_counts, read_table, sparza, upcoming
+from tests.ops.conftest import Job, Produced, produce, read_counts, read_table, sparza, sparza_here, upcoming
 
 from sparza.config import Config
 
@@ -48,26 +48,26 @@ def test_rewind_one_hour_with_state_reset_recounts_exactly(ops_job: Callable[...
     newest = max(ts for messages in job.produced.partitions.values() for _, ts in messages)
     rewind_to = newest - 3_600_000
     iso = dt.datetime.fromtimestamp(rewind_to / 1000, tz=dt.UTC).isoformat().replace("+00:00", "Z")
-    before = json.loads(sparza(["checkpoints", "show", "--config", str(job.path), "--json", "--no-lag"]).stdout)
+    before = json.loads(sparza_here(["checkpoints", "show", "--config", str(job.path), "--json", "--no-lag"]).stdout)
 
     dry = sparza(["rewind", "--config", str(job.path), "--to-time", iso, "--state", "reset", "--dry-run"])
     assert dry.returncode == 0, dry.stderr
     assert "dry run: nothing changed" in dry.stdout and "upsert table delta.count_table: emptied" in dry.stdout
-    assert json.loads(sparza(["checkpoints", "show", "--config", str(job.path), "--json", "--no-lag"]).stdout) \
+    assert json.loads(sparza_here(["checkpoints", "show", "--config", str(job.path), "--json", "--no-lag"]).stdout) \
         == before
 
     done = sparza(["rewind", "--config", str(job.path), "--to-time", iso, "--state", "reset"])
     assert done.returncode == 0, done.stdout + done.stderr
-    after = json.loads(sparza(["checkpoints", "show", "--config", str(job.path), "--json", "--no-lag"]).stdout)
+    after = json.loads(sparza_here(["checkpoints", "show", "--config", str(job.path), "--json", "--no-lag"]).stdout)
     assert {t: cp["batch"] for t, cp in after.items()} == {t: cp["batch"] for t, cp in before.items()}
     assert all(cp["stores"] == {} for cp in after.values())
-    history = sparza(["checkpoints", "show", "--config", str(job.path), "--history", "--json"])
+    history = sparza_here(["checkpoints", "show", "--config", str(job.path), "--history", "--json"])
     [operation] = json.loads(history.stdout)
     assert operation["kind"] == "rewind" and str(rewind_to) in operation["target"]
     assert {t: c["offsets_from"] for t, c in operation["tasks"].items()} == \
         {t: cp["offsets"] for t, cp in before.items()}
     assert {t: c["offsets_to"] for t, c in operation["tasks"].items()} == {t: cp["offsets"] for t, cp in after.items()}
-    assert "rewind to time" in sparza(["checkpoints", "show", "--config", str(job.path), "--no-lag"]).stdout
+    assert "rewind to time" in sparza_here(["checkpoints", "show", "--config", str(job.path), "--no-lag"]).stdout
 
     output_end = upcoming(job.config, "delta", "counts")
     job.run()
@@ -87,7 +87,7 @@ def test_rewind_of_chosen_tasks_keeps_state_and_refuses_unclear_tables(ops_job: 
     refused = sparza(["rewind", "--config", str(job.path), "--to-oldest", "--task", "Partition 1", "--state", "reset"])
     assert refused.returncode != 0 and "--tables keep" in refused.stdout + refused.stderr
     # Offsets from a file, for one task, state kept: that partition's messages are counted again on top.
-    shown = json.loads(sparza(["checkpoints", "show", "--config", str(job.path), "--json", "--no-lag"]).stdout)
+    shown = json.loads(sparza_here(["checkpoints", "show", "--config", str(job.path), "--json", "--no-lag"]).stdout)
     from sparza.systems import get_system_factory
 
     meta = get_system_factory(job.config, "delta").get_admin("delta", job.config).get_system_stream_metadata(

@@ -102,7 +102,8 @@ def _output(work_dir: Any) -> Counter[tuple[str, int, int, int]]:
 
 
 def test_two_processors_share_each_stage_of_an_application(spark, work_dir, azure_connection_string, unique_name):
-    events = _events(600)
+    # p2 joins about 5 s after p1 started; 360 events keep p1 busy with both stages for 10 s more (600 before).
+    events = _events(360)
     config = _application(work_dir, azure_connection_string, unique_name, events)
     stages = [s.config for s in plan_application(config).stages]
     assert len(stages) == 2
@@ -211,7 +212,9 @@ def test_once_processors_start_a_stage_only_after_every_peer_ended_the_stages_be
     first stage's output: once the first of them returns, the first stage is done, and the windows are exact
     without another run. Before, it ended "caught up" on what was there, and left it short when it stayed in the
     membership past the other's last look at the job model (soak seed 35729013: 91 of 259 records missing)."""
-    events = [(f"k{(i * 7) % 5}", i, 0, 1000 + i * 17) for i in range(500)]
+    # 300 events in ten-message batches (30 batches) keep p1 in the first stage for about 6 s after p2 has passed it
+    # here: the window in which the bug started p2's second stage on a partial first stage (500 events before).
+    events = [(f"k{(i * 7) % 5}", i, 0, 1000 + i * 17) for i in range(300)]
     config = _application(work_dir, azure_connection_string, unique_name, events)
     first = plan_application(config).stages[0].config
     first_key = JobConfig.from_config(first).job_key

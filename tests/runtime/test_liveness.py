@@ -60,8 +60,11 @@ def test_a_job_whose_input_waits_while_nothing_commits_is_reported_and_ended(spa
     partition, instead of running on as if healthy (issue 40: input left unprocessed with no error)."""
     from examples.keyed_count.load import append_messages as append
 
+    # The run ends once the hanging batch returns (a stop lets the running batch finish): the hang is what this
+    # test lasts. 20 s is the stall timeout and its check period (2 s) with 10 s to spare; if the watchdog missed
+    # it, the task would commit and the unbounded run go on until the test's timeout.
     config = make_job(**{"task.class": "tests.runtime.jobs.HangingTask", "job.stall.timeout.ms": "8000",
-                         "test.hang.s": "40", "task.max.batch.messages": "5"})
+                         "test.hang.s": "20", "task.max.batch.messages": "5"})
     append(config, 20, 3, commit_size=20)
     from sparza.streams import OutgoingMessageEnvelope, SystemStream
     from sparza.systems.delta import DeltaSystemProducer
@@ -92,8 +95,9 @@ def test_one_task_that_commits_nothing_while_its_input_waits_ends_the_run_though
     from sparza.streams import OutgoingMessageEnvelope, SystemStream
     from sparza.systems.delta import DeltaSystemAdmin, DeltaSystemProducer
 
+    # As above, the hang is what the test lasts: the stall timeout and its check period (2.5 s) with 11 s to spare.
     config = make_job(**{"task.class": "tests.runtime.jobs.HangingTask", "job.stall.timeout.ms": "10000",
-                         "test.hang.s": "30", "task.max.batch.messages": "5", "task.commit.ms": "200"})
+                         "test.hang.s": "24", "task.max.batch.messages": "5", "task.commit.ms": "200"})
     admin = DeltaSystemAdmin("delta", config)
     stuck_partition = admin.partition_of("events", b"hang")
     stuck = f"Partition {stuck_partition}"

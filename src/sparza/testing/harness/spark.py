@@ -328,9 +328,14 @@ class SparkJob:
         drained by itself (a request left pending by an earlier failed run) would stay pending for the next
         phase, whose input it does not know: it is withdrawn."""
         handle = self.spawn(label, config_path, *args)
-        # After its first batch, or, when it has nothing new to process (no batch comes), soon after its start.
+        # After its first batch, or, when it has nothing new to process (no batch comes), soon after its start: a run
+        # whose every task's checkpoint is at the end of its inputs is not waited for (30 s, the first batch's wait,
+        # was most of a drain scenario's time when a fault's run had processed everything).
         if _wait_for_line(handle, KILL9_START_TIMEOUT_S, lambda line: line.startswith("sparza: job ")):
-            _wait_for_first_batch(handle, 30.0)
+            if self.messages_waiting() != 0:
+                _wait_for_first_batch(handle, 30.0)
+            else:
+                self.notes.append(f"run '{label}': no message waited at its start; drain requested without a batch")
         deadline = time.monotonic() + self.s.drain_delay_s
         while time.monotonic() < deadline and handle[0].poll() is None:
             time.sleep(0.05)
@@ -340,6 +345,50 @@ class SparkJob:
         if record.returncode == 0 and self._drain_command(f"{label}-cleanup", config_path, "--cancel") == 0:
             self.notes.append(f"run '{label}' had drained before its drain request: the request was withdrawn")
         return record
+
+    def messages_waiting(self) -> int | None:
+        """How many messages lie past the task checkpoints in the input partitions of every stage of the job, read
+        from storage without touching it (None when that cannot be told: an input partition no checkpoint reads
+        yet, a system that cannot count, storage unreachable)."""
+        from sparza.config import Config
+        from sparza.engine.checkpoint import checkpoint_store_from_config
+        from sparza.engine.inputs import InputSystems
+        from sparza.engine.jobconfig import JobConfig
+        from sparza.streams import SystemStreamPartition
+
+        config = Config(self.config)
+        if self.s.api == "task":
+            stages = [config]
+        else:
+            from sparza.api import plan_application
+
+            stages = [stage.config for stage in plan_application(config).stages]
+        total = 0
+        try:
+            for stage in stages:
+                job = JobConfig.from_config(stage)
+                checkpoints = checkpoint_store_from_config(stage, job.job_key).read_all()
+                inputs = InputSystems(job)
+                try:
+                    positions = inputs.positions()
+                    read = {ssp: False for ssp in positions}
+                    for checkpoint in checkpoints.values():
+                        for key, offset in checkpoint.offsets.items():
+                            ssp = SystemStreamPartition.parse(key)
+                            if ssp not in positions:
+                                continue
+                            read[ssp] = True
+                            n = inputs.ops[ssp.system].count_between(ssp, offset, positions[ssp].upcoming)
+                            if n is None:
+                                return None
+                            total += int(n)
+                    if not all(read.values()):
+                        return None
+                finally:
+                    inputs.close()
+        except Exception:
+            return None
+        return total
 
     def _drain_command(self, label: str, config_path: Path | None, *extra: str) -> int:
         """``sparza drain`` for this job (output appended to the logs); its exit code."""
