@@ -167,19 +167,24 @@ def test_a_commit_kafka_does_not_confirm_fails_after_bounded_retries(
     retry.stop()
 
 
+def _crash_mid_flush(config: Config, monkeypatch: pytest.MonkeyPatch, topic: str, app: str) -> None:
+    """Batch 1 of ``app``'s task (``b"in flight"`` to ``topic``) dies right before its commit: its transaction open."""
+    real_new = KafkaSystemProducer._new_producer
+    monkeypatch.setattr(KafkaSystemProducer, "_new_producer",
+                        lambda self, extra, errors: _CrashBeforeCommit(real_new(self, extra, errors)))
+    crashed = KafkaSystemProducer("k", config)
+    crashed.register(TASK)
+    with pytest.raises(_Crash):
+        _batch(crashed, topic, Transaction(app, 1), [b"in flight"])
+    monkeypatch.undo()
+
+
 def test_a_crash_before_commit_is_aborted_by_the_next_instance(kafka_config: Config, topic: Callable[..., str],
                                                                unique_name: str,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     name = topic(1)
     app = f"{unique_name}-job/{TASK}"
-    real_new = KafkaSystemProducer._new_producer
-    monkeypatch.setattr(KafkaSystemProducer, "_new_producer",
-                        lambda self, extra, errors: _CrashBeforeCommit(real_new(self, extra, errors)))
-    crashed = KafkaSystemProducer("k", kafka_config)
-    crashed.register(TASK)
-    with pytest.raises(_Crash):
-        _batch(crashed, name, Transaction(app, 1), [b"in flight"])
-    monkeypatch.undo()
+    _crash_mid_flush(kafka_config, monkeypatch, name, app)
     # The task restarts elsewhere: init_transactions aborts the open transaction; version 1 is not
     # recorded, so the batch is written again.
     restarted = KafkaSystemProducer("k", kafka_config)
@@ -199,14 +204,7 @@ def test_a_fence_frees_the_readers_a_crashed_flush_held_and_serves_the_next_begi
     where its checkpoint holds an open intent) aborts it at once, before the task's first batch."""
     name = topic(1)
     app = f"{unique_name}-job/{TASK}"
-    real_new = KafkaSystemProducer._new_producer
-    monkeypatch.setattr(KafkaSystemProducer, "_new_producer",
-                        lambda self, extra, errors: _CrashBeforeCommit(real_new(self, extra, errors)))
-    crashed = KafkaSystemProducer("k", kafka_config)
-    crashed.register(TASK)
-    with pytest.raises(_Crash):
-        _batch(crashed, name, Transaction(app, 1), [b"in flight"])
-    monkeypatch.undo()
+    _crash_mid_flush(kafka_config, monkeypatch, name, app)
     other = KafkaSystemProducer("k", kafka_config)
     other.register("Partition 1")
     other.begin("Partition 1", Transaction(f"{unique_name}-job/Partition 1", 1))
