@@ -317,11 +317,7 @@ def _broker_restart_mid_run(broker: KafkaBroker, work_dir: Path, name: str, rest
     """The keyed count on ``broker``: 1,000 records in, the run's first commits, ``restart()`` of the broker 5 s
     apart, 500 more records, until the checkpoints reach the input's end; SIGTERM. The config, keys and output."""
     servers = broker.bootstrap_servers
-    # After the restart the tasks' send_offsets_to_transaction hangs (librdkafka never times that request out) until
-    # the producer's watchdog gives it up at kafka.request.timeout.ms + 15 s and a new producer commits the batch
-    # again: 45 s of these tests at the default 30 s, 30 s at 15 s (the broker is down for about 6 s).
-    config = keyed_count(work_dir, servers, name, **{"task.max.batch.messages": "100",
-                                                     "systems.kafka.kafka.request.timeout.ms": "15s"})
+    config = keyed_count(work_dir, servers, name, **{"task.max.batch.messages": "100"})
     keys = _keys(1500, 11)
     produce(servers, topics(config)[0], keys[:1000], 2, per_request=50)
     run = Running(config, write_config(config, work_dir / "job.yaml"))
