@@ -148,6 +148,12 @@ class TaskCheckpoint:
         """True when a batch was committed (False for a document holding only a first intent)."""
         return self.batch > 0
 
+    def fence_systems(self) -> tuple[str, ...]:
+        """The systems a new instance of the task fences before its first batch: those an open intent names (its
+        batch may have died mid-flush), else ``outputs``."""
+        intent = self.open_intent()
+        return intent.systems if intent is not None and intent.systems else self.outputs
+
     def open_intent(self) -> Intent | None:
         """``pending`` when it is newer than the committed batch (else None: it was committed)."""
         if self.pending is not None and self.pending.batch > self.batch:

@@ -597,10 +597,8 @@ class Container:
         except Exception as exc:
             self._attempt_failed(task, 0, exc)
             return
-        intent = checkpoint.open_intent() if checkpoint is not None else None
         if stored is not None and checkpoint is not None and (
-                (checkpoint.committed and checkpoint.stores) or checkpoint.outputs
-                or (intent is not None and intent.systems)):
+                (checkpoint.committed and checkpoint.stores) or checkpoint.fence_systems()):
             # Its stores restore beside the loop (module docstring); the task runs nothing until they are open. Its
             # outputs are fenced there first (TaskInstance.restore_stores).
             instance = task.instance

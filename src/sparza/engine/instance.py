@@ -407,9 +407,7 @@ class TaskInstance:
         the producer's opening (Kafka's ``init_transactions``), which that batch would otherwise wait for. A fence
         that fails is logged and counted (``task.fence-failures``); the batch's own begin then fences, as it
         always did."""
-        intent = stored.checkpoint.open_intent()
-        systems = intent.systems if intent is not None and intent.systems else stored.checkpoint.outputs
-        for system in systems:
+        for system in stored.checkpoint.fence_systems():
             try:
                 producer = self.clients.producer(system)
                 if isinstance(producer, SupportsFencing):
@@ -946,7 +944,8 @@ class TaskInstance:
         split, result, generation = batch.split, batch.result, batch.generation
 
         # The systems this batch wrote through, else those of the batch before (an idle batch keeps them).
-        outputs = tuple(sorted(self._producers)) or (batch.committed.outputs if batch.committed else ())
+        flushed = tuple(sorted(self._producers))
+        outputs = flushed or (batch.committed.outputs if batch.committed else ())
 
         def checkpoint(stores: dict[str, str], adjunct: dict[str, Any] | None) -> TaskCheckpoint:
             return TaskCheckpoint(
@@ -968,7 +967,7 @@ class TaskInstance:
             intent=Intent(batch=batch.output_batch, planned_at_ms=split.planned_at, starts=split.start_offsets(),
                           ends=split.end_offsets(), bounded_ends=dict(split.bounded_ends),
                           adjunct_reads=self.adjunct.reads() if self.adjunct is not None else {}, drain=split.drain,
-                          systems=tuple(sorted(self._producers))))
+                          systems=flushed))
         commit.run(committed)
         assert commit.written is not None and commit.etag is not None
         return VersionedCheckpoint(commit.written, commit.etag)
